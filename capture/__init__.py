@@ -1,0 +1,6 @@
+"""specdec-capture: a vLLM general plugin that records one row per request per
+engine step (verify rounds included) into Parquet, plus its CLI helpers.
+
+Enable it by setting ``SPECDEC_CAPTURE_DIR`` in the environment of the vLLM
+process; without it the plugin does nothing.
+"""

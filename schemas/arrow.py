@@ -1,0 +1,78 @@
+"""Derive Arrow schemas from the pydantic record models and write Parquet
+with ``schema_version`` in the key-value metadata."""
+
+from __future__ import annotations
+
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from specdec.schemas.records import SCHEMA_VERSION
+
+_SCALARS: dict[Any, pa.DataType] = {
+    int: pa.int64(),
+    float: pa.float64(),
+    str: pa.string(),
+    bool: pa.bool_(),
+}
+
+
+def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
+    """Return (arrow type, nullable) for one field annotation."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"unsupported union {annotation!r}")
+        return _arrow_type(args[0])[0], True
+    if origin is Literal:
+        return pa.string(), False
+    if origin is list:
+        (inner,) = typing.get_args(annotation)
+        return pa.list_(_arrow_type(inner)[0]), False
+    if annotation in _SCALARS:
+        return _SCALARS[annotation], False
+    raise TypeError(f"no Arrow type for {annotation!r}")
+
+
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Arrow schema of a record model, in field order, with its version."""
+    fields = []
+    for name, info in model.model_fields.items():
+        dtype, nullable = _arrow_type(info.annotation)
+        fields.append(pa.field(name, dtype, nullable=nullable))
+    return pa.schema(fields, metadata={"schema_version": SCHEMA_VERSION, "record": model.__name__})
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    """Write to a temporary name, fsync, then rename: a reader (or a crash)
+    never sees a half-written file under the final name."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def table_from_columns(model: type[BaseModel], columns: dict[str, list]) -> pa.Table:
+    """Build a table from column buffers (the hot-path representation)."""
+    return pa.Table.from_pydict(columns, schema=arrow_schema(model))
+
+
+def table_from_records(model: type[BaseModel], records: list[BaseModel]) -> pa.Table:
+    columns: dict[str, list] = {name: [] for name in model.model_fields}
+    for rec in records:
+        for name in columns:
+            columns[name].append(getattr(rec, name))
+    return table_from_columns(model, columns)

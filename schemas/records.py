@@ -1,0 +1,129 @@
+"""The pydantic models for every record: round trace, traffic row, request
+result, engine-counter snapshot and run manifest.
+
+Conventions: time fields name unit and clock (``*_ms`` durations measured on a
+monotonic clock, ``wall_*_ns`` Unix wall-clock nanoseconds); ``None`` means
+"not applicable" and is never replaced by 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Written into every Parquet file's key-value metadata as ``schema_version``.
+SCHEMA_VERSION = "1"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RoundTrace(_Record):
+    """One request in one engine step that emitted tokens (captured in the engine).
+
+    A *verify round* is a row with ``tokens_proposed > 0``: the target checked
+    that many draft tokens for this request in this step. Rows with
+    ``tokens_proposed = 0`` are prefill steps or decode steps in which no draft
+    was proposed (baseline arm, or ngram found no match); they are kept so
+    that such steps are counted explicitly rather than silently dropped.
+    """
+
+    run_id: str = Field(description="Run this row belongs to (from SPECDEC_CAPTURE_RUN_ID).")
+    engine_request_id: str = Field(description="vLLM's internal request id; embeds the client's X-Request-Id.")
+    pid: int = Field(description="Process id of the engine core that recorded the row.")
+    step_index: int = Field(description="Engine step counter within the recording process, from 0.")
+    round_index: int = Field(description="Index of this row among the request's rows, from 0 (0 is prefill).")
+    phase: Literal["prefill", "decode"] = Field(description="prefill if the request's prompt was not fully computed before this step.")
+    tokens_proposed: int = Field(description="Draft tokens verified for this request in this step (k), after grammar invalidation; 0 if none.")
+    tokens_accepted: int = Field(description="Draft tokens accepted (a, 0..k); counted exactly as vLLM counts them.")
+    tokens_emitted: int = Field(description="Tokens the engine sampled for the request this step (accepted + bonus), before any stop-trimming; counted as vLLM counts them.")
+    batch_size: int = Field(description="Requests scheduled in this engine step.")
+    num_scheduled_tokens: int = Field(description="Tokens scheduled for this request in this step (1 + k in decode).")
+    context_len: int = Field(description="Tokens already computed for the request before this step (prompt + output).")
+    draft_ms: float | None = Field(description="Wall time of the drafter call that proposed the drafts verified in this step (whole batch, monotonic clock); None if no drafter ran.")
+    verify_ms: float | None = Field(description="Wall time of this step's target forward plus sampling/rejection, drafting excluded (whole batch, monotonic clock); None if not measured.")
+    wall_time_ns: int = Field(description="Unix wall clock when the step's output was processed, ns.")
+
+
+class TrafficRow(_Record):
+    """One prompt of a traffic mix (the input of specdec-replay)."""
+
+    prompt_id: str = Field(description="Stable identifier, unique within the file.")
+    category: str = Field(description="Task category used to group results (e.g. code, structured, chat).")
+    prompt: str = Field(min_length=1, description="The user message sent to the chat endpoint.")
+    max_tokens: int = Field(gt=0, description="Forced output length in tokens (sent with ignore_eos).")
+    temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature; 0 means greedy.")
+
+
+class RequestResult(_Record):
+    """One request issued by specdec-replay, as the client saw it."""
+
+    run_id: str = Field(description="Run identifier.")
+    arm: Literal["baseline", "speculative"] = Field(description="Which server configuration served it.")
+    concurrency: int = Field(description="Closed-loop concurrency level (in-flight requests).")
+    request_id: str = Field(description="Client request id, sent as X-Request-Id.")
+    prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
+    category: str = Field(description="TrafficRow.category.")
+    max_tokens: int = Field(description="Requested output length.")
+    temperature: float = Field(description="Sampling temperature sent.")
+    success: bool = Field(description="True if the stream completed without error.")
+    error_type: str | None = Field(description="Error class when success is false, else None.")
+    error_message: str | None = Field(description="Error text when success is false, else None.")
+    wall_send_ns: int = Field(description="Unix wall clock when the request was sent, ns.")
+    ttft_ms: float | None = Field(description="Send to first content chunk, monotonic clock, ms.")
+    e2e_ms: float | None = Field(description="Send to end of stream, monotonic clock, ms.")
+    chunk_offsets_ms: list[float] = Field(description="Arrival of each content chunk, ms after send (monotonic).")
+    prompt_tokens: int | None = Field(description="Prompt tokens per the server's usage block.")
+    output_tokens: int | None = Field(description="Completion tokens per the server's usage block.")
+    output_text: str = Field(description="Concatenated generated text.")
+    finish_reason: str | None = Field(description="Finish reason of the choice.")
+    spec_num_steps: int | None = Field(description="Engine's per-request count of verify rounds; None without speculation.")
+    spec_num_draft_tokens: int | None = Field(description="Engine's per-request proposed draft tokens; None without speculation.")
+    spec_num_accepted_tokens: int | None = Field(description="Engine's per-request accepted draft tokens; None without speculation.")
+
+
+class MetricSnapshot(_Record):
+    """The engine's cumulative Prometheus counters, read before and after a level."""
+
+    run_id: str = Field(description="Run identifier.")
+    arm: Literal["baseline", "speculative"] = Field(description="Server the counters were read from.")
+    concurrency: int = Field(description="Level the snapshot brackets.")
+    position: Literal["before", "after"] = Field(description="Read before the level's first request or after its last.")
+    wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
+    spec_num_drafts: float | None = Field(description="vllm:spec_decode_num_drafts_total (verify rounds); None if absent.")
+    spec_num_draft_tokens: float | None = Field(description="vllm:spec_decode_num_draft_tokens_total; None if absent.")
+    spec_num_accepted_tokens: float | None = Field(description="vllm:spec_decode_num_accepted_tokens_total; None if absent.")
+    generation_tokens: float | None = Field(description="vllm:generation_tokens_total; None if absent.")
+
+
+class ArmConfig(_Record):
+    """One arm of an experiment: a server configuration."""
+
+    name: Literal["baseline", "speculative"]
+    speculative_config: dict[str, Any] | None = Field(description="vLLM --speculative-config, None for the baseline.")
+    server_args: list[str] = Field(description="Full argument list the server was started with (empty for an external endpoint).")
+    endpoint: str = Field(description="Base URL the arm was served at.")
+
+
+class RunManifest(_Record):
+    """Everything needed to interpret a run: what ran, where, on what input."""
+
+    schema_version: str = Field(default=SCHEMA_VERSION)
+    run_id: str
+    created_wall: str = Field(description="ISO-8601 UTC time the run started.")
+    specdec_version: str
+    engine: dict[str, Any] = Field(description="Engine distribution name and version, or 'external'.")
+    model: str = Field(description="Model path or name served.")
+    model_source: dict[str, Any] = Field(default_factory=dict, description="Where the model came from (GGUF package, hash).")
+    dtype: str
+    arms: list[ArmConfig]
+    arm_difference: list[str] = Field(description="Server arguments present in one arm but not the other.")
+    sampling: dict[str, Any] = Field(description="Sampling settings sent with every request.")
+    traffic: dict[str, Any] = Field(description="Traffic file path, sha256, rows and categories.")
+    concurrency_levels: list[int]
+    warmup_requests: int
+    host: dict[str, Any] = Field(description="CPU, memory, platform and Python facts.")
+    finished: bool = Field(default=False, description="True once every level of every arm completed.")
+    notes: list[str] = Field(default_factory=list)

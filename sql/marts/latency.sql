@@ -1,0 +1,49 @@
+-- latency
+-- Grain: one row per arm, category and concurrency level.
+-- Purpose: client-side latency percentiles and speed (successful requests only).
+--   ttft_ms_pXX        quantile_cont of time to first content chunk [ms]
+--   tpot_ms_pXX        quantile_cont of per-request (e2e - ttft)/(tokens - 1) [ms/token]
+--   itl_chunk_gap_ms_pXX quantile_cont of gaps between streamed chunks, pooled over
+--                      all chunks of all requests in the group [ms]
+--   output_tokens_per_s_mean  mean over requests of output_tokens / e2e seconds
+--   requests_failed    requests of the group with success = false (from stg_requests)
+with requests as (
+    select * from int_requests_measured
+),
+gaps as (
+    select arm, category, concurrency,
+           quantile_cont(chunk_gap_ms, 0.5) as itl_chunk_gap_ms_p50,
+           quantile_cont(chunk_gap_ms, 0.95) as itl_chunk_gap_ms_p95,
+           quantile_cont(chunk_gap_ms, 0.99) as itl_chunk_gap_ms_p99
+    from int_chunk_gaps
+    group by all
+),
+failed as (
+    select arm, category, concurrency, count(*) filter (where not success) as requests_failed
+    from stg_requests group by all
+),
+per_group as (
+    select
+        arm, category, concurrency,
+        count(*) as requests,
+        sum(output_tokens) as output_tokens,
+        quantile_cont(ttft_ms, 0.5) as ttft_ms_p50,
+        quantile_cont(ttft_ms, 0.95) as ttft_ms_p95,
+        quantile_cont(ttft_ms, 0.99) as ttft_ms_p99,
+        quantile_cont(tpot_ms, 0.5) as tpot_ms_p50,
+        quantile_cont(tpot_ms, 0.95) as tpot_ms_p95,
+        quantile_cont(tpot_ms, 0.99) as tpot_ms_p99,
+        avg(output_tokens_per_s) as output_tokens_per_s_mean
+    from requests
+    group by all
+),
+final as (
+    select failed.arm, failed.category, failed.concurrency,
+           coalesce(per_group.requests, 0) as requests_ok, failed.requests_failed,
+           per_group.* exclude (arm, category, concurrency, requests),
+           gaps.* exclude (arm, category, concurrency)
+    from failed
+    left join per_group using (arm, category, concurrency)
+    left join gaps using (arm, category, concurrency)
+)
+select * from final order by arm, category, concurrency

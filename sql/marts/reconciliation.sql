@@ -1,0 +1,49 @@
+-- reconciliation
+-- Grain: one row per arm and concurrency level.
+-- Purpose: prove the captured rows agree with vLLM's own counters.
+--   captured_*  from int_rounds_attributed (replayed requests of that level):
+--               rounds = rows with tokens_proposed > 0, proposed = sum(k), accepted = sum(a)
+--   engine_*    after - before delta of vllm:spec_decode_num_drafts / _draft_tokens /
+--               _accepted_tokens around the level; NULL if the server does not export them
+--   diff_*      captured - coalesce(engine, 0); zero means exact agreement
+--   engine_counters_present  false for a server without speculation
+with counters as (
+    select * from stg_engine_counters
+),
+deltas as (
+    select
+        a.arm, a.concurrency,
+        a.spec_num_drafts - b.spec_num_drafts as engine_rounds,
+        a.spec_num_draft_tokens - b.spec_num_draft_tokens as engine_proposed,
+        a.spec_num_accepted_tokens - b.spec_num_accepted_tokens as engine_accepted,
+        a.spec_num_drafts is not null as engine_counters_present
+    from counters a
+    join counters b on a.arm = b.arm and a.concurrency = b.concurrency
+    where a.position = 'after' and b.position = 'before'
+),
+captured as (
+    select
+        arm, concurrency,
+        count(*) filter (where is_verify_round) as captured_rounds,
+        coalesce(sum(tokens_proposed), 0) as captured_proposed,
+        coalesce(sum(tokens_accepted), 0) as captured_accepted
+    from int_rounds_attributed
+    group by arm, concurrency
+),
+final as (
+    select
+        deltas.arm, deltas.concurrency,
+        coalesce(captured.captured_rounds, 0) as captured_rounds,
+        deltas.engine_rounds,
+        coalesce(captured.captured_rounds, 0) - coalesce(deltas.engine_rounds, 0) as diff_rounds,
+        coalesce(captured.captured_proposed, 0) as captured_proposed,
+        deltas.engine_proposed,
+        coalesce(captured.captured_proposed, 0) - coalesce(deltas.engine_proposed, 0) as diff_proposed,
+        coalesce(captured.captured_accepted, 0) as captured_accepted,
+        deltas.engine_accepted,
+        coalesce(captured.captured_accepted, 0) - coalesce(deltas.engine_accepted, 0) as diff_accepted,
+        deltas.engine_counters_present
+    from deltas
+    left join captured using (arm, concurrency)
+)
+select * from final order by arm, concurrency

@@ -1,0 +1,32 @@
+-- step_timing
+-- Grain: one row per arm and concurrency level.
+-- Purpose: where engine time goes, per engine step (a step's timings are the
+--   whole batch's and repeat on every row of that step, so steps are
+--   de-duplicated on (pid, step_index) first).
+--   steps              distinct decode steps of replayed requests
+--   verify_ms_mean     mean target forward + sampling time per step [ms]
+--   draft_ms_mean      mean drafter time per step that verified drafts [ms];
+--                      NULL when no drafter ran (baseline)
+--   draft_share        sum(draft_ms) / (sum(draft_ms) + sum(verify_ms)) over steps with drafts
+--   batch_size_mean    mean requests per step
+with steps as (
+    select arm, concurrency, pid, step_index,
+           any_value(batch_size) as batch_size,
+           any_value(verify_ms) as verify_ms,
+           max(draft_ms) as draft_ms
+    from int_rounds_attributed
+    where phase = 'decode'
+    group by arm, concurrency, pid, step_index
+),
+final as (
+    select
+        arm, concurrency,
+        count(*) as steps,
+        avg(verify_ms) as verify_ms_mean,
+        avg(draft_ms) as draft_ms_mean,
+        sum(draft_ms) / nullif(sum(draft_ms) + sum(verify_ms) filter (where draft_ms is not null), 0) as draft_share,
+        avg(batch_size) as batch_size_mean
+    from steps
+    group by arm, concurrency
+)
+select * from final order by arm, concurrency

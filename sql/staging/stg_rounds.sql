@@ -1,0 +1,32 @@
+-- stg_rounds
+-- Grain: one row per request per engine step that emitted tokens (RoundTrace).
+-- Purpose: the captured engine trace, typed, with the client request id
+--   recovered from vLLM's engine request id ("chatcmpl-<X-Request-Id>-<8 hex>").
+-- Columns: as schemas.records.RoundTrace, plus
+--   request_id   client request id (NULL if the id has another shape)
+--   is_verify_round  tokens_proposed > 0 (the target verified drafts this step)
+with source as (
+    select * from raw_rounds
+),
+final as (
+    select
+        run_id,
+        engine_request_id,
+        nullif(regexp_extract(engine_request_id, '^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$', 1), '') as request_id,
+        pid,
+        step_index,
+        round_index,
+        phase,
+        tokens_proposed,
+        tokens_accepted,
+        tokens_emitted,
+        batch_size,
+        num_scheduled_tokens,
+        context_len,
+        draft_ms,
+        verify_ms,
+        wall_time_ns,
+        tokens_proposed > 0 as is_verify_round
+    from source
+)
+select * from final
