@@ -96,3 +96,7 @@ def selfcheck(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
     click.echo(text)
     if not result["match"]:
         raise SystemExit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -66,8 +66,16 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
 
 
 def table_from_columns(model: type[BaseModel], columns: dict[str, list]) -> pa.Table:
-    """Build a table from column buffers (the hot-path representation)."""
-    return pa.Table.from_pydict(columns, schema=arrow_schema(model))
+    """Build a table from column buffers (the hot-path representation).
+
+    Arrow does not enforce non-nullable fields by itself; a null where the
+    model forbids one raises ValueError naming the column."""
+    schema = arrow_schema(model)
+    table = pa.Table.from_pydict(columns, schema=schema)
+    for field, column in zip(schema, table.columns):
+        if not field.nullable and column.null_count:
+            raise ValueError(f"{model.__name__}.{field.name}: {column.null_count} null value(s) in a required column")
+    return table
 
 
 def table_from_records(model: type[BaseModel], records: list[BaseModel]) -> pa.Table:

@@ -6,7 +6,9 @@
 --   engine_*    after - before delta of vllm:spec_decode_num_drafts / _draft_tokens /
 --               _accepted_tokens around the level; NULL if the server does not export them
 --   diff_*      captured - coalesce(engine, 0); zero means exact agreement
---   engine_counters_present  false for a server without speculation
+--   engine_counters_present  false for a server without speculation, or a level
+--               without a complete before/after pair (interrupted run): then the
+--               captured rows show up as a non-zero diff instead of vanishing
 with counters as (
     select * from stg_engine_counters
 ),
@@ -32,7 +34,7 @@ captured as (
 ),
 final as (
     select
-        deltas.arm, deltas.concurrency,
+        arm, concurrency,
         coalesce(captured.captured_rounds, 0) as captured_rounds,
         deltas.engine_rounds,
         coalesce(captured.captured_rounds, 0) - coalesce(deltas.engine_rounds, 0) as diff_rounds,
@@ -42,8 +44,8 @@ final as (
         coalesce(captured.captured_accepted, 0) as captured_accepted,
         deltas.engine_accepted,
         coalesce(captured.captured_accepted, 0) - coalesce(deltas.engine_accepted, 0) as diff_accepted,
-        deltas.engine_counters_present
+        coalesce(deltas.engine_counters_present, false) as engine_counters_present
     from deltas
-    left join captured using (arm, concurrency)
+    full outer join captured using (arm, concurrency)
 )
 select * from final order by arm, concurrency

@@ -1,0 +1,152 @@
+"""A tiny synthetic run folder with hand-checkable numbers.
+
+Requests: 2 arms x 2 levels (1, 2) x 2 categories (code, chat), 100 output
+tokens each, so tokens/s are round numbers:
+
+    arm          category  e2e_ms  ttft_ms  tokens/s        tpot_ms
+    baseline     code      2000    20       100/2.0 = 50    (2000-20)/99 = 20
+    baseline     chat      2000    20       100/2.0 = 50    (2000-20)/99 = 20
+    speculative  code       800     8       100/0.8 = 125   (800-8)/99   = 8
+    speculative  chat      1000    10       100/1.0 = 100   (1000-10)/99 = 10
+
+Send times (seconds after the level's start), which fix level_seconds:
+    baseline    c1: code 0, chat 2.0   c2: code 0, chat 0.5
+    speculative c1: code 0, chat 1.0   c2: code 0, chat 0
+
+Captured rounds (proposed k, accepted a) per request, at both levels, after
+one prefill row (k = 0):
+    speculative code: (4,4) (4,2) (4,0) + one decode row with k = 0
+    speculative chat: (4,1) (4,0)
+    baseline (both):  two decode rows with k = 0
+Plus one warm-up row (4,4) of a request that is not in requests.parquet.
+Engine counters match the captured rows for the speculative arm; NULL for baseline.
+The speculative chat output at c2 differs from the baseline's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from specdec.analytics.build import build
+from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace
+
+RUN = "t"
+T0 = 1_700_000_000_000_000_000  # ns
+SEC = 1_000_000_000
+E2E = {("baseline", "code"): 2000.0, ("baseline", "chat"): 2000.0,
+       ("speculative", "code"): 800.0, ("speculative", "chat"): 1000.0}
+TTFT = {("baseline", "code"): 20.0, ("baseline", "chat"): 20.0,
+        ("speculative", "code"): 8.0, ("speculative", "chat"): 10.0}
+SEND_S = {("baseline", 1): {"code": 0, "chat": 2.0}, ("baseline", 2): {"code": 0, "chat": 0.5},
+          ("speculative", 1): {"code": 0, "chat": 1.0}, ("speculative", 2): {"code": 0, "chat": 0}}
+DECODE = {("speculative", "code"): [(4, 4), (4, 2), (4, 0), (0, 0)],
+          ("speculative", "chat"): [(4, 1), (4, 0)],
+          ("baseline", "code"): [(0, 0), (0, 0)], ("baseline", "chat"): [(0, 0), (0, 0)]}
+TEXT = {"code": "def f(): pass", "chat": "hello"}
+
+
+def level_start(arm: str, conc: int) -> int:
+    return T0 + (100 if arm == "speculative" else 0) * SEC + conc * 10 * SEC
+
+
+def request_id(arm: str, conc: int, category: str) -> str:
+    return f"sd.{RUN}.{arm}.c{conc}.{['code', 'chat'].index(category):05d}"
+
+
+def make_requests() -> list[RequestResult]:
+    out = []
+    for (arm, conc), sends in SEND_S.items():
+        for cat, send_s in sends.items():
+            spec = DECODE[(arm, cat)] if arm == "speculative" else None
+            verify = [(k, a) for k, a in spec if k > 0] if spec else None
+            e2e, ttft = E2E[(arm, cat)], TTFT[(arm, cat)]
+            text = TEXT[cat] + ("!" if (arm, conc, cat) == ("speculative", 2, "chat") else "")
+            out.append(RequestResult(
+                run_id=RUN, arm=arm, concurrency=conc, request_id=request_id(arm, conc, cat),
+                prompt_id=f"p-{cat}", category=cat, max_tokens=100, temperature=0.0, success=True,
+                error_type=None, error_message=None,
+                wall_send_ns=level_start(arm, conc) + int(send_s * SEC), ttft_ms=ttft, e2e_ms=e2e,
+                chunk_offsets_ms=[ttft, e2e / 2, e2e], prompt_tokens=10, output_tokens=100,
+                output_text=text, finish_reason="length",
+                spec_num_steps=len(verify) if spec else None,
+                spec_num_draft_tokens=sum(k for k, _ in verify) if spec else None,
+                spec_num_accepted_tokens=sum(a for _, a in verify) if spec else None))
+    return out
+
+
+def _row(engine_id, pid, step, rnd, k, a, phase="decode"):
+    return RoundTrace(
+        run_id=RUN, engine_request_id=engine_id, pid=pid, step_index=step, round_index=rnd,
+        phase=phase, tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1, batch_size=1,
+        num_scheduled_tokens=10 if phase == "prefill" else 1 + k, context_len=10 + rnd,
+        draft_ms=1.0 if k else None, verify_ms=10.0, wall_time_ns=T0 + step)
+
+
+def make_rounds() -> list[RoundTrace]:
+    rows, step = [], 0
+    # warm-up request: captured by the engine but not a replayed request
+    rows.append(_row("chatcmpl-sd.t.speculative.c0.00000.warmup-deadbeef", 2, step, 1, 4, 4))
+    for (arm, conc), sends in SEND_S.items():
+        pid = 1 if arm == "baseline" else 2
+        for cat in sends:
+            eid = f"chatcmpl-{request_id(arm, conc, cat)}-0123abcd"
+            step += 1
+            rows.append(_row(eid, pid, step, 0, 0, 0, phase="prefill"))
+            for rnd, (k, a) in enumerate(DECODE[(arm, cat)], start=1):
+                step += 1
+                rows.append(_row(eid, pid, step, rnd, k, a))
+    return rows
+
+
+def make_counters() -> list[MetricSnapshot]:
+    # speculative per level: rounds 3 + 2 = 5, proposed 5 * 4 = 20, accepted 6 + 1 = 7
+    out = []
+    for arm in ("baseline", "speculative"):
+        for conc in (1, 2):
+            for pos, mult in (("before", conc - 1), ("after", conc)):
+                spec = arm == "speculative"
+                out.append(MetricSnapshot(
+                    run_id=RUN, arm=arm, concurrency=conc, position=pos,
+                    wall_time_ns=level_start(arm, conc) + (10 * SEC if pos == "after" else 0),
+                    spec_num_drafts=1.0 + 5 * mult if spec else None,  # 1 = warm-up round
+                    spec_num_draft_tokens=4.0 + 20 * mult if spec else None,
+                    spec_num_accepted_tokens=4.0 + 7 * mult if spec else None,
+                    generation_tokens=float(200 * mult)))
+    return out
+
+
+def write_run(run_dir: Path, counters: list[MetricSnapshot] | None = None) -> Path:
+    (run_dir / "manifest.json").write_text(json.dumps({"run_id": RUN}))
+    write_parquet_atomic(table_from_records(RoundTrace, make_rounds()), run_dir / "rounds.parquet")
+    write_parquet_atomic(table_from_records(RequestResult, make_requests()), run_dir / "requests.parquet")
+    write_parquet_atomic(table_from_records(MetricSnapshot, counters or make_counters()),
+                         run_dir / "engine_counters.parquet")
+    return run_dir
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return write_run(tmp_path)
+
+
+@pytest.fixture
+def query(run_dir: Path):
+    """query(sql) -> rows as dicts. The database is built on the first call, so a
+    test may rewrite the run's files before querying."""
+    con = None
+
+    def run(sql: str) -> list[dict]:
+        nonlocal con
+        con = con or duckdb.connect(str(build(run_dir)), read_only=True)
+        cur = con.execute(sql)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    yield run
+    if con is not None:
+        con.close()

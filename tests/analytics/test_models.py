@@ -1,0 +1,65 @@
+"""Model discovery and ordering, and staging columns = record fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdec.analytics.models import LAYERS, SqlModel, discover, order
+from specdec.errors import SpecdecError
+from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace
+
+
+def test_discover_orders_layers_then_dependencies():
+    models = discover()
+    names = [m.name for m in models]
+    layers = [LAYERS.index(m.layer) for m in models]
+    assert layers == sorted(layers)  # staging, then intermediate, then marts
+    assert {m.name for m in models if m.layer == "staging"} == {
+        "stg_rounds", "stg_requests", "stg_engine_counters"}
+    for m in models:
+        for dep in m.depends_on:
+            assert names.index(dep) < names.index(m.name), (m.name, dep)
+    deps = {m.name: m.depends_on for m in models}
+    assert deps["speedup"] == {"latency", "throughput"}
+    assert deps["int_rounds_attributed"] == {"stg_rounds", "stg_requests"}
+    assert deps["stg_rounds"] == frozenset()
+
+
+@pytest.mark.parametrize("view, model", [
+    ("stg_requests", RequestResult),
+    ("stg_engine_counters", MetricSnapshot),
+])
+def test_staging_columns_are_record_fields(query, view, model):
+    cols = [r["column_name"] for r in query(f"describe {view}")]
+    assert cols == list(model.model_fields)
+
+
+def test_stg_rounds_adds_exactly_request_id_and_is_verify_round(query):
+    cols = [r["column_name"] for r in query("describe stg_rounds")]
+    fields = list(RoundTrace.model_fields)
+    assert [c for c in cols if c not in ("request_id", "is_verify_round")] == fields
+    expected = fields[:2] + ["request_id"] + fields[2:] + ["is_verify_round"]
+    assert cols == expected
+
+
+def _model(name: str, layer: str, *deps: str) -> SqlModel:
+    return SqlModel(name, layer, Path(f"{layer}/{name}.sql"), "select 1", frozenset(deps))
+
+
+def test_order_rejects_a_cycle():
+    with pytest.raises(SpecdecError, match="cycle"):
+        order([_model("a", "marts", "b"), _model("b", "marts", "a")])
+
+
+def test_order_rejects_staging_reading_a_mart():
+    with pytest.raises(SpecdecError, match="may not read the marts model 'm'"):
+        order([_model("s", "staging", "m"), _model("m", "marts")])
+
+
+def test_order_is_dependency_order_within_a_layer():
+    # a -> b -> c: alphabetical order would be a, b, c; dependencies reverse it
+    got = order([_model("a", "marts", "b"), _model("b", "marts", "c"), _model("c", "marts"),
+                 _model("s", "staging")])
+    assert [m.name for m in got] == ["s", "c", "b", "a"]

@@ -1,0 +1,52 @@
+import asyncio
+
+import aiohttp
+import pytest
+
+from specdec.replay.config import ReplayConfig
+from specdec.replay.runner import level_rows, request_id, results_table, run_level
+from specdec.replay.traffic import BUNDLED, load_traffic
+from specdec.schemas.records import RequestResult
+from tests.replay.fake_server import FakeVllm
+
+SSE = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"choices":[{"delta":{"content":"b"}}]}\n\n' \
+      b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
+
+
+@pytest.mark.parametrize("level", [1, 3])
+def test_closed_loop_keeps_exactly_level_requests_in_flight(level):
+    rows = level_rows(load_traffic(BUNDLED), ReplayConfig(traffic=BUNDLED, requests_per_level=7))
+    fake = FakeVllm(SSE, delay_s=0.02)
+
+    async def go():
+        server = fake.server()
+        await server.start_server()
+        try:
+            async with aiohttp.ClientSession() as s:
+                return await run_level(s, str(server.make_url("")).rstrip("/"), "m", rows, level,
+                                       lambda i: request_id("r", "baseline", level, i), 30)
+        finally:
+            await server.close()
+
+    results = asyncio.run(go())
+    assert len(results) == 7 and all(res.success for _, res in results)
+    assert fake.max_in_flight == level
+    assert sorted(fake.request_ids) == [request_id("r", "baseline", level, i) for i in range(7)]
+    table = results_table("r", "baseline", level, results)
+    assert table.schema.names == list(RequestResult.model_fields)
+    assert table.column("concurrency").to_pylist() == [level] * 7
+
+
+def test_level_rows_cycles_the_mix_and_overrides_length():
+    t = load_traffic(BUNDLED)
+    rows = level_rows(t, ReplayConfig(traffic=BUNDLED, requests_per_level=len(t.rows) + 2, max_tokens=16))
+    assert [r.prompt_id for r in rows[-2:]] == [t.rows[0].prompt_id, t.rows[1].prompt_id]
+    assert {r.max_tokens for r in rows} == {16}
+
+
+def test_config_rejects_bad_levels_and_arms():
+    with pytest.raises(ValueError):
+        ReplayConfig(traffic=BUNDLED, levels=[0])
+    with pytest.raises(ValueError):
+        ReplayConfig(traffic=BUNDLED, arms=["fast"])
+    assert ReplayConfig(traffic=BUNDLED, levels=[4, 1, 4]).levels == [1, 4]
