@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import aiohttp
 
+from specdec.errors import EngineError
 from specdec.replay.client import StreamResult, stream_chat
 from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters
@@ -42,9 +42,11 @@ def level_rows(traffic: Traffic, cfg: ReplayConfig) -> list[TrafficRow]:
 
 
 async def run_level(session, base_url: str, model: str, rows: list[TrafficRow], level: int,
-                    make_id, timeout_s: float, on_done=None) -> list[tuple[TrafficRow, StreamResult]]:
-    """Keep `level` requests in flight until all rows are sent; return results in finish order."""
-    results: list[tuple[TrafficRow, StreamResult]] = []
+                    make_id, timeout_s: float, on_done=None,
+                    results: list | None = None) -> list[tuple[TrafficRow, StreamResult]]:
+    """Keep `level` requests in flight until all rows are sent; return results in
+    finish order. Pass `results` to keep what finished if the level is interrupted."""
+    results = [] if results is None else results
     next_index = 0
 
     async def worker() -> None:
@@ -68,14 +70,20 @@ async def run_level(session, base_url: str, model: str, rows: list[TrafficRow], 
 
 async def settled_counters(session, base_url: str, tries: int = 20) -> dict:
     """Read /metrics until two reads agree (stats are recorded after the last chunk)."""
-    prev = await read_counters(session, base_url)
-    for _ in range(tries):
-        await asyncio.sleep(0.2)
-        cur = await read_counters(session, base_url)
-        if cur == prev:
-            return cur
-        prev = cur
-    return prev
+    try:
+        prev = await read_counters(session, base_url)
+        for _ in range(tries):
+            await asyncio.sleep(0.2)
+            cur = await read_counters(session, base_url)
+            if cur == prev:
+                return cur
+            prev = cur
+        return prev
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise EngineError(
+            f"could not read {base_url}/metrics ({type(exc).__name__}: {exc}); the server stopped "
+            "answering. Requests that finished are saved in the run folder."
+        ) from None
 
 
 def results_table(run_id: str, arm: str, level: int, results) -> "pa.Table":  # noqa: F821
@@ -119,16 +127,15 @@ class ArmRunner:
         task = self.progress.start_level(arm, level, len(rows))
         results: list = []
         try:
-            results = await run_level(
+            await run_level(
                 session, base_url, cfg.served_model, rows, level,
                 lambda i: request_id(self.run_id, arm, level, i), cfg.request_timeout_s,
-                on_done=lambda res: self.progress.advance(task, res),
+                on_done=lambda res: self.progress.advance(task, res), results=results,
             )
         finally:
             # keep whatever finished, even on Ctrl-C or a dead server
-            done = results or []
-            if done:
-                write_parquet_atomic(results_table(self.run_id, arm, level, done),
+            if results:
+                write_parquet_atomic(results_table(self.run_id, arm, level, results),
                                      self.run_dir / "requests" / f"{arm}-c{level:03d}.parquet")
         self._snapshot(arm, level, "after", await settled_counters(session, base_url))
         self.progress.end_level(task)
@@ -143,6 +150,3 @@ class ArmRunner:
         write_parquet_atomic(table_from_records(MetricSnapshot, self.snapshots),
                              self.run_dir / f"engine_counters-{arm}.parquet")
 
-
-def nullctx():
-    return nullcontext()

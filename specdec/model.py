@@ -115,7 +115,7 @@ def _convert(gguf: Path, out: Path) -> None:
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    config.torch_dtype = torch.float32
+    config.dtype = torch.float32
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     # Tied embeddings may legitimately be absent from one side.

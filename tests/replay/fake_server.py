@@ -34,7 +34,11 @@ class FakeVllm:
         finally:
             self.in_flight -= 1
 
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text="vllm:generation_tokens_total 1.0\n")
+
     def server(self) -> TestServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/metrics", self.metrics)
         return TestServer(app, host="127.0.0.1")

@@ -50,3 +50,36 @@ def test_config_rejects_bad_levels_and_arms():
     with pytest.raises(ValueError):
         ReplayConfig(traffic=BUNDLED, arms=["fast"])
     assert ReplayConfig(traffic=BUNDLED, levels=[4, 1, 4]).levels == [1, 4]
+
+
+def test_interrupted_level_keeps_finished_requests(tmp_path):
+    """Ctrl-C (task cancellation) mid-level: requests that finished are on disk."""
+    import pyarrow.parquet as pq
+
+    from specdec.replay.progress import Progress
+    from specdec.replay.runner import ArmRunner
+
+    traffic = load_traffic(BUNDLED)
+    cfg = ReplayConfig(traffic=BUNDLED, requests_per_level=40, progress=False)
+    fake = FakeVllm(SSE, delay_s=0.05)  # ~0.2 s per request, one at a time
+
+    async def go():
+        server = fake.server()
+        await server.start_server()
+        runner = ArmRunner(cfg, "r", tmp_path, traffic, Progress(False))
+        (tmp_path / "requests").mkdir()
+        try:
+            async with aiohttp.ClientSession() as s:
+                task = asyncio.create_task(
+                    runner._level(s, "baseline", str(server.make_url("")).rstrip("/"), level_rows(traffic, cfg), 1))
+                await asyncio.sleep(1.0)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        finally:
+            await server.close()
+
+    asyncio.run(go())
+    table = pq.read_table(tmp_path / "requests" / "baseline-c001.parquet")
+    assert 1 <= table.num_rows < 40
+    assert all(table.column("success").to_pylist())
