@@ -122,30 +122,26 @@ def _patch(cls: type, name: str, wrapper) -> None:
 
 
 # ---------------------------------------------------------------- worker side
-def _wrap_execute_model(original):
-    def execute_model(self, *args, **kwargs):
-        st = _STATE
-        t0 = time.perf_counter_ns()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            if st is not None:
-                st.exec_ns += time.perf_counter_ns() - t0
+def _accumulating_timer(counter: str):
+    """Wrapper factory: add the wrapped call's duration to _State.<counter>."""
 
-    return execute_model
+    def wrap(original):
+        def timed(self, *args, **kwargs):
+            st = _STATE
+            t0 = time.perf_counter_ns()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                if st is not None:
+                    setattr(st, counter, getattr(st, counter) + time.perf_counter_ns() - t0)
+
+        return timed
+
+    return wrap
 
 
-def _wrap_propose(original):
-    def propose_draft_token_ids(self, *args, **kwargs):
-        st = _STATE
-        t0 = time.perf_counter_ns()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            if st is not None:
-                st.propose_ns += time.perf_counter_ns() - t0
-
-    return propose_draft_token_ids
+_wrap_execute_model = _accumulating_timer("exec_ns")
+_wrap_propose = _accumulating_timer("propose_ns")
 
 
 def _wrap_sample_tokens(original):
