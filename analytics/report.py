@@ -47,8 +47,11 @@ def _charts(con) -> dict[str, dict]:
 
     cols, rows = _rows(con, "select category, concurrency, speedup from speedup where speedup is not null")
     speed = [dict(zip(cols, r)) for r in rows]
+    levels = sorted({r[0] for r in con.execute("select distinct concurrency from throughput").fetchall()})
+    x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests",
+              axis=alt.Axis(values=levels, format="d"))
     base = alt.Chart(alt.Data(values=speed)).encode(
-        x=alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests"),
+        x=x,
         y=alt.Y("speedup:Q", title="speedup (speculative / baseline)"),
         color=alt.Color("category:N"),
         tooltip=["category:N", "concurrency:Q", alt.Tooltip("speedup:Q", format=".2f")],
@@ -60,7 +63,7 @@ def _charts(con) -> dict[str, dict]:
     cols, rows = _rows(con, "select arm, concurrency, output_tokens_per_s from throughput")
     thr = [dict(zip(cols, r)) for r in rows]
     throughput = alt.Chart(alt.Data(values=thr)).mark_line(point=True).encode(
-        x=alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests"),
+        x=x,
         y=alt.Y("output_tokens_per_s:Q", title="output tokens/s (whole level)"),
         color="arm:N",
     ).properties(width=520, height=260, title="System throughput by arm")
