@@ -133,9 +133,13 @@ def summary_text(con, manifest: dict) -> str:
     for cat, length, rate in con.execute(
             "select category, mean_acceptance_length, acceptance_rate from acceptance where arm='speculative'").fetchall():
         lines.append(f"  {cat:<12} length {_fmt(length)}  rate {_fmt(rate)}")
-    bad = con.execute("select count(*) from reconciliation where diff_rounds <> 0 or diff_proposed <> 0 "
-                      "or diff_accepted <> 0").fetchone()[0]
-    lines.append("reconciliation with vLLM counters: " + ("exact" if bad == 0 else f"{bad} level(s) differ"))
+    captured, bad = con.execute(
+        "select count(*) filter (capture_present), count(*) filter (capture_present and "
+        "(diff_rounds <> 0 or diff_proposed <> 0 or diff_accepted <> 0)) from reconciliation").fetchone()
+    if not captured:
+        lines.append("reconciliation with vLLM counters: not applicable (no captured engine rows)")
+    else:
+        lines.append("reconciliation with vLLM counters: " + ("exact" if bad == 0 else f"{bad} level(s) differ"))
     same, pairs = con.execute("select sum(identical), sum(pairs) from output_equality").fetchone()
     if pairs:
         lines.append(f"greedy outputs identical across arms: {same}/{pairs}")

@@ -35,6 +35,9 @@ def parse_counters(text: str) -> dict[str, float | None]:
 
 
 async def read_counters(session: aiohttp.ClientSession, base_url: str) -> dict[str, float | None]:
+    """Counters of a server; all None if it has no /metrics (not vLLM)."""
     async with session.get(f"{base_url}/metrics", timeout=aiohttp.ClientTimeout(total=30)) as resp:
+        if resp.status == 404:
+            return {k: None for k in COUNTERS}
         resp.raise_for_status()
         return parse_counters(await resp.text())

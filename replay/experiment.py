@@ -17,6 +17,8 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import signal
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -85,6 +87,9 @@ def run_replay(cfg: ReplayConfig) -> Path:
     )
     write_manifest(run_dir, manifest)
 
+    # A `kill` (SIGTERM) gets the same clean-up as Ctrl-C: finished requests
+    # are written, servers stopped, part files consolidated.
+    previous = _term_as_interrupt()
     try:
         with Progress(cfg.progress) as progress:
             runner = ArmRunner(cfg, run_id, run_dir, traffic, progress)
@@ -101,7 +106,15 @@ def run_replay(cfg: ReplayConfig) -> Path:
     finally:
         consolidate(run_dir)
         write_manifest(run_dir, manifest)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return run_dir
+
+
+def _term_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None) -> ArmConfig:

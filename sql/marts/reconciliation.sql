@@ -9,6 +9,8 @@
 --   engine_counters_present  false for a server without speculation, or a level
 --               without a complete before/after pair (interrupted run): then the
 --               captured rows show up as a non-zero diff instead of vanishing
+--   capture_present  false when no engine rows were captured for the level at all
+--               (external server without the plugin): the diffs then say nothing
 with counters as (
     select * from stg_engine_counters
 ),
@@ -26,6 +28,7 @@ deltas as (
 captured as (
     select
         arm, concurrency,
+        count(*) as captured_rows,
         count(*) filter (where is_verify_round) as captured_rounds,
         coalesce(sum(tokens_proposed), 0) as captured_proposed,
         coalesce(sum(tokens_accepted), 0) as captured_accepted
@@ -44,7 +47,8 @@ final as (
         coalesce(captured.captured_accepted, 0) as captured_accepted,
         deltas.engine_accepted,
         coalesce(captured.captured_accepted, 0) - coalesce(deltas.engine_accepted, 0) as diff_accepted,
-        coalesce(deltas.engine_counters_present, false) as engine_counters_present
+        coalesce(deltas.engine_counters_present, false) as engine_counters_present,
+        coalesce(captured.captured_rows, 0) > 0 as capture_present
     from deltas
     full outer join captured using (arm, concurrency)
 )

@@ -107,6 +107,15 @@ def test_reconciliation_detects_a_counter_mismatch(run_dir, query):
                      ("speculative", 1): (0, 0, 0), ("speculative", 2): (0, 0, -3)}
 
 
+def test_reconciliation_flags_runs_without_capture(run_dir, query):
+    # an external server without the plugin: no rounds file at all
+    (run_dir / "rounds.parquet").unlink()
+    rows = query("select arm, concurrency, capture_present, diff_rounds from reconciliation")
+    assert {r["capture_present"] for r in rows} == {False}
+    # the speculative diffs are then -5 rounds per level: meaningless, hence the flag
+    assert sorted(r["diff_rounds"] for r in rows if r["arm"] == "speculative") == [-5, -5]
+
+
 def test_output_equality(query):
     got = {(r["category"], r["concurrency"]): (r["pairs"], r["identical"], r["identical_share"])
            for r in query("select * from output_equality")}

@@ -36,6 +36,7 @@ def test_run_folder_holds_every_output(run):
 def test_reconciliation_is_exact_for_every_arm_and_level(run):
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    assert con.execute("select bool_and(capture_present) from reconciliation").fetchone()[0] is True
     rows = con.execute("select arm, concurrency, captured_rounds, engine_rounds, diff_rounds, "
                        "diff_proposed, diff_accepted from reconciliation order by all").fetchall()
     assert [(r[0], r[1]) for r in rows] == [("baseline", 1), ("baseline", 2),
