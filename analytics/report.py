@@ -47,7 +47,9 @@ def _charts(con) -> dict[str, dict]:
 
     cols, rows = _rows(con, "select category, concurrency, speedup from speedup where speedup is not null")
     speed = [dict(zip(cols, r)) for r in rows]
-    levels = sorted({r[0] for r in con.execute("select distinct concurrency from throughput").fetchall()})
+    cols, rows = _rows(con, "select arm, concurrency, output_tokens_per_s from throughput")
+    thr = [dict(zip(cols, r)) for r in rows]
+    levels = sorted({r["concurrency"] for r in thr})
     x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrent requests",
               axis=alt.Axis(values=levels, format="d"))
     base = alt.Chart(alt.Data(values=speed)).encode(
@@ -60,8 +62,6 @@ def _charts(con) -> dict[str, dict]:
     speedup = (base.mark_line(point=True) + rule).properties(
         width=520, height=300, title="Speedup vs concurrency, by category")
 
-    cols, rows = _rows(con, "select arm, concurrency, output_tokens_per_s from throughput")
-    thr = [dict(zip(cols, r)) for r in rows]
     throughput = alt.Chart(alt.Data(values=thr)).mark_line(point=True).encode(
         x=x,
         y=alt.Y("output_tokens_per_s:Q", title="output tokens/s (whole level)"),

@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
+
+@asynccontextmanager
+async def serving(server: TestServer):
+    """Start `server`; yield (client session, base URL); close both."""
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            yield session, str(server.make_url("")).rstrip("/")
+    finally:
+        await server.close()
 
 
 class FakeVllm:

@@ -1,24 +1,16 @@
 import asyncio
 
-import aiohttp
-
 from specdec.replay.client import build_payload, stream_chat
 from specdec.schemas.records import TrafficRow
-from tests.replay.fake_server import FakeVllm
+from tests.replay.fake_server import FakeVllm, serving
 
 ROW = TrafficRow(prompt_id="p1", category="code", prompt="Repeat exactly", max_tokens=12)
 
 
 def _run(fake: FakeVllm, url: str | None = None):
     async def go():
-        server = fake.server()
-        await server.start_server()
-        try:
-            async with aiohttp.ClientSession() as s:
-                base = url or str(server.make_url("")).rstrip("/")
-                return await stream_chat(s, base, "m", ROW, "sd.t.speculative.c1.00000")
-        finally:
-            await server.close()
+        async with serving(fake.server()) as (s, base):
+            return await stream_chat(s, url or base, "m", ROW, "sd.t.speculative.c1.00000")
 
     return asyncio.run(go())
 

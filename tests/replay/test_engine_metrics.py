@@ -25,19 +25,15 @@ def test_sums_label_sets_and_absent_counter_is_none():
 def test_server_without_metrics_endpoint_gives_none_counters():
     import asyncio
 
-    import aiohttp
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
     from specdec.replay.engine_metrics import read_counters
+    from tests.replay.fake_server import serving
 
     async def go():
-        server = TestServer(web.Application(), host="127.0.0.1")  # every path is a 404
-        await server.start_server()
-        try:
-            async with aiohttp.ClientSession() as s:
-                return await read_counters(s, str(server.make_url("")).rstrip("/"))
-        finally:
-            await server.close()
+        # every path is a 404
+        async with serving(TestServer(web.Application(), host="127.0.0.1")) as (s, base):
+            return await read_counters(s, base)
 
     assert set(asyncio.run(go()).values()) == {None}

@@ -1,13 +1,12 @@
 import asyncio
 
-import aiohttp
 import pytest
 
 from specdec.replay.config import ReplayConfig
 from specdec.replay.runner import level_rows, request_id, results_table, run_level
 from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.schemas.records import RequestResult
-from tests.replay.fake_server import FakeVllm
+from tests.replay.fake_server import FakeVllm, serving
 
 SSE = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"choices":[{"delta":{"content":"b"}}]}\n\n' \
       b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
@@ -19,14 +18,9 @@ def test_closed_loop_keeps_exactly_level_requests_in_flight(level):
     fake = FakeVllm(SSE, delay_s=0.02)
 
     async def go():
-        server = fake.server()
-        await server.start_server()
-        try:
-            async with aiohttp.ClientSession() as s:
-                return await run_level(s, str(server.make_url("")).rstrip("/"), "m", rows, level,
-                                       lambda i: request_id("r", "baseline", level, i), 30)
-        finally:
-            await server.close()
+        async with serving(fake.server()) as (s, base):
+            return await run_level(s, base, "m", rows, level,
+                                   lambda i: request_id("r", "baseline", level, i), 30)
 
     results = asyncio.run(go())
     assert len(results) == 7 and all(res.success for _, res in results)
@@ -64,20 +58,14 @@ def test_interrupted_level_keeps_finished_requests(tmp_path):
     fake = FakeVllm(SSE, delay_s=0.05)  # ~0.2 s per request, one at a time
 
     async def go():
-        server = fake.server()
-        await server.start_server()
         runner = ArmRunner(cfg, "r", tmp_path, traffic, Progress(False))
         (tmp_path / "requests").mkdir()
-        try:
-            async with aiohttp.ClientSession() as s:
-                task = asyncio.create_task(
-                    runner._level(s, "baseline", str(server.make_url("")).rstrip("/"), level_rows(traffic, cfg), 1))
-                await asyncio.sleep(1.0)
-                task.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await task
-        finally:
-            await server.close()
+        async with serving(fake.server()) as (s, base):
+            task = asyncio.create_task(runner._level(s, "baseline", base, level_rows(traffic, cfg), 1))
+            await asyncio.sleep(1.0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
 
     asyncio.run(go())
     table = pq.read_table(tmp_path / "requests" / "baseline-c001.parquet")
