@@ -22,6 +22,7 @@ class StreamResult:
     wall_send_ns: int
     success: bool = False
     error_type: str | None = None
+    http_status: int | None = None
     error_message: str | None = None
     ttft_ms: float | None = None
     e2e_ms: float | None = None

@@ -1,14 +1,6 @@
 """One replay run from start to files: run folder, manifest, servers, arms,
-and the final consolidation of part files.
-
-Layout of ``runs/<run-id>/``:
-  manifest.json           RunManifest (rewritten at the end with finished=true)
-  rounds.parquet          RoundTrace rows captured inside the engine(s)
-  requests.parquet        RequestResult rows from the client
-  engine_counters.parquet MetricSnapshot rows (before/after each level)
-  server-<arm>.log        the embedded server's log
-While a run is in progress (or if it was interrupted) the same data sits in
-part files: capture/rounds-*.parquet, requests/*.parquet, engine_counters-*.parquet.
+and the final consolidation of part files. The folder's layout and every
+file name are defined in ``specdec.runfolder``.
 """
 
 from __future__ import annotations
@@ -16,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import os
 import signal
 import threading
 from pathlib import Path
@@ -32,15 +23,12 @@ from specdec.replay.runner import ArmRunner, level_rows
 from specdec.replay.server import LocalServer, ServerSpec, speculative_args
 from specdec.replay.traffic import load_traffic
 from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
-from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, RoundTrace, RunManifest
+from specdec.runfolder import (
+    CAPTURE_SUBDIR, RECORD_FILES, REQUESTS_SUBDIR, capture_dir, point_latest, server_log, write_manifest,
+)
+from specdec.schemas.records import ArmConfig, RunManifest
 
 log = logging.getLogger("specdec.replay")
-
-CONSOLIDATED = {
-    "rounds.parquet": ("capture/rounds-*.parquet", RoundTrace),
-    "requests.parquet": ("requests/*.parquet", RequestResult),
-    "engine_counters.parquet": ("engine_counters-*.parquet", MetricSnapshot),
-}
 
 
 def new_run_id() -> str:
@@ -97,9 +85,9 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 if cfg.external:
                     asyncio.run(runner.run(arm.name, arm.endpoint))
                     continue
-                progress.message(f"starting vLLM for the {arm.name} arm (log: {run_dir / f'server-{arm.name}.log'})")
-                with LocalServer(spec, arm.speculative_config, run_dir / "capture", run_id,
-                                 run_dir / f"server-{arm.name}.log", cfg.startup_timeout_s) as srv:
+                progress.message(f"starting vLLM for the {arm.name} arm (log: {server_log(run_dir, arm.name)})")
+                with LocalServer(spec, arm.speculative_config, capture_dir(run_dir), run_id,
+                                 server_log(run_dir, arm.name), cfg.startup_timeout_s) as srv:
                     runner.snapshots = []
                     asyncio.run(runner.run(arm.name, srv.base_url))
         manifest.finished = True
@@ -151,36 +139,22 @@ def _pairs(args: list[str]) -> list[tuple[str, ...]]:
 def consolidate(run_dir: Path) -> None:
     """Merge part files into one Parquet per record type; parts are removed
     only after the merged file is safely written."""
-    for target, (pattern, model) in CONSOLIDATED.items():
-        parts = sorted(run_dir.glob(pattern))
+    for rec in RECORD_FILES:
+        parts = sorted(p for p in run_dir.glob(rec.part_glob) if not p.name.startswith("."))
         if not parts:
             continue
-        existing = [run_dir / target] if (run_dir / target).exists() else []
+        target = run_dir / rec.consolidated
+        schema = arrow_schema(rec.record())
+        existing = [target] if target.exists() else []
         try:
-            tables = [pq.read_table(p, schema=arrow_schema(model)) for p in existing + parts]
-            write_parquet_atomic(pa.concat_tables(tables).replace_schema_metadata(
-                arrow_schema(model).metadata), run_dir / target)
+            tables = [pq.read_table(p, schema=schema) for p in existing + parts]
+            write_parquet_atomic(pa.concat_tables(tables).replace_schema_metadata(schema.metadata), target)
         except Exception as exc:
-            log.error("could not consolidate %s (%s); part files kept", target, exc)
+            log.error("could not consolidate %s (%s); part files kept", target.name, exc)
             continue
         for p in parts:
             p.unlink()
-    for sub in ("capture", "requests"):
+    for sub in (CAPTURE_SUBDIR, REQUESTS_SUBDIR):
         d = run_dir / sub
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()
-
-
-def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
-    tmp = run_dir / ".manifest.json.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=2))
-    os.replace(tmp, run_dir / "manifest.json")
-
-
-def point_latest(runs_dir: Path, run_dir: Path) -> None:
-    link = runs_dir / "latest"
-    tmp = runs_dir / f".latest.{os.getpid()}"
-    if tmp.is_symlink():
-        tmp.unlink()
-    tmp.symlink_to(run_dir.name)
-    os.replace(tmp, link)

@@ -22,7 +22,9 @@ from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters
 from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
-from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
+from specdec.runfolder import counters_part, requests_part
+from specdec.runfolder import counters_part, requests_part
+from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, TrafficRow
 
 log = logging.getLogger("specdec.replay")
@@ -110,7 +112,7 @@ class ArmRunner:
     async def run(self, arm: str, base_url: str) -> None:
         cfg = self.cfg
         rows = level_rows(self.traffic, cfg)
-        (self.run_dir / "requests").mkdir(parents=True, exist_ok=True)
+        requests_part(self.run_dir, arm, 0).parent.mkdir(parents=True, exist_ok=True)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             if cfg.warmup_requests:
@@ -136,7 +138,7 @@ class ArmRunner:
             # keep whatever finished, even on Ctrl-C or a dead server
             if results:
                 write_parquet_atomic(results_table(self.run_id, arm, level, results),
-                                     self.run_dir / "requests" / f"{arm}-c{level:03d}.parquet")
+                                     requests_part(self.run_dir, arm, level))
         self._snapshot(arm, level, "after", await settled_counters(session, base_url))
         self.progress.end_level(task)
 
@@ -145,8 +147,6 @@ class ArmRunner:
             run_id=self.run_id, arm=arm, concurrency=level, position=position,
             wall_time_ns=time.time_ns(), **counters,
         ))
-        from specdec.schemas.arrow import table_from_records
-
         write_parquet_atomic(table_from_records(MetricSnapshot, self.snapshots),
-                             self.run_dir / f"engine_counters-{arm}.parquet")
+                             counters_part(self.run_dir, arm))
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.errors import EngineError
+from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class LocalServer:
     def __enter__(self) -> "LocalServer":
         env = dict(os.environ)
         env.update({
-            "SPECDEC_CAPTURE_DIR": str(self.capture_dir),
-            "SPECDEC_CAPTURE_RUN_ID": self.run_id,
+            ENV_CAPTURE_DIR: str(self.capture_dir),
+            ENV_CAPTURE_RUN_ID: self.run_id,
             "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
             "PYTHONUNBUFFERED": "1",
         })

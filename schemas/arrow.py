@@ -3,7 +3,6 @@ with ``schema_version`` in the key-value metadata."""
 
 from __future__ import annotations
 
-import os
 import types
 import typing
 from pathlib import Path
@@ -13,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from specdec.runfolder import atomic_write_with
 from specdec.schemas.records import SCHEMA_VERSION
 
 _SCALARS: dict[Any, pa.DataType] = {
@@ -51,18 +51,10 @@ def arrow_schema(model: type[BaseModel]) -> pa.Schema:
 
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Write to a temporary name, fsync, then rename: a reader (or a crash)
-    never sees a half-written file under the final name."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Write to a unique temporary name, fsync, then rename (see
+    ``specdec.runfolder.atomic_write_with``): a reader (or a crash) never sees a
+    half-written file under the final name."""
+    atomic_write_with(Path(path), lambda tmp: pq.write_table(table, tmp))
 
 
 def table_from_columns(model: type[BaseModel], columns: dict[str, list]) -> pa.Table:

@@ -68,8 +68,9 @@ class RequestResult(_Record):
     category: str = Field(description="TrafficRow.category.")
     max_tokens: int = Field(description="Requested output length.")
     temperature: float = Field(description="Sampling temperature sent.")
-    success: bool = Field(description="True if the stream completed without error.")
-    error_type: str | None = Field(description="Error class when success is false, else None.")
+    success: bool = Field(description="True only if a 2xx streamed reply ended with [DONE] after a usage block, with no error event.")
+    error_type: str | None = Field(description="Failure class when success is false (see specdec.replay.client.ERROR_TYPES), else None.")
+    http_status: int | None = Field(default=None, description="HTTP status of the reply; None if no reply arrived (connection error, timeout).")
     error_message: str | None = Field(description="Error text when success is false, else None.")
     wall_send_ns: int = Field(description="Unix wall clock when the request was sent, ns.")
     ttft_ms: float | None = Field(description="Send to first content chunk, monotonic clock, ms.")
@@ -126,4 +127,26 @@ class RunManifest(_Record):
     warmup_requests: int
     host: dict[str, Any] = Field(description="CPU, memory, platform and Python facts.")
     finished: bool = Field(default=False, description="True once every level of every arm completed.")
+    max_error_rate: float = Field(default=0.05, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
+    capture: dict[str, Any] = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
+    timeouts: dict[str, float] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
     notes: list[str] = Field(default_factory=list)
+
+
+class StabilityResult(_Record):
+    """One fault probe of ``specdec stability``: what was sent on purpose, and
+    what the server did about it."""
+
+    run_id: str = Field(description="Run identifier.")
+    fault: str = Field(description="Fault type probed (e.g. empty_prompt, disconnect_mid_stream, burst, soak, restart).")
+    probe_index: int = Field(description="Index of this probe within its fault type, from 0.")
+    wall_start_ns: int = Field(description="Unix wall clock when the probe started, ns.")
+    duration_ms: float = Field(description="Probe duration, monotonic clock, ms.")
+    requests_sent: int = Field(description="Requests sent by this probe.")
+    requests_failed: int = Field(description="Requests that ended in an error (expected or not).")
+    error_types: list[str] = Field(description="Distinct error_type values seen, sorted.")
+    expected: str = Field(description="What a healthy server should do (e.g. 'HTTP 400', 'completes').")
+    outcome: Literal["ok", "degraded", "failed"] = Field(description="ok: behaved as expected and stayed healthy; degraded: unexpected answers but healthy; failed: unhealthy afterwards or wrong output.")
+    server_healthy_after: bool = Field(description="GET /health answered 200 after the probe.")
+    detail: str = Field(description="One sentence on what happened.")
+    rss_mb: float | None = Field(default=None, description="Server RSS in MiB sampled after the probe (embedded server only); None if unknown.")

@@ -16,6 +16,7 @@ final as (
         temperature,
         success,
         error_type,
+        http_status,
         error_message,
         wall_send_ns,
         ttft_ms,

@@ -1,0 +1,205 @@
+"""The run-folder contract: every file name, part-file name, capture
+environment variable, atomic write, the ``latest`` link and manifest I/O.
+
+A run folder ``runs/<run-id>/`` holds:
+
+  manifest.json            RunManifest (rewritten at the end with finished=true)
+  rounds.parquet           RoundTrace rows captured inside the engine(s)
+  requests.parquet         RequestResult rows from the client
+  engine_counters.parquet  MetricSnapshot rows (before/after each level)
+  stability.parquet        StabilityResult rows (``specdec stability`` only)
+  server-<arm>.log         an embedded server's log
+  specdec.duckdb           the marts (``specdec analytics build``)
+  report.html              the report (``specdec report``)
+
+While a run is in progress, or if it was interrupted, the same records sit in
+part files (``capture/rounds-*.parquet``, ``requests/*.parquet``,
+``engine_counters-*.parquet``); ``consolidate`` merges them and the readers
+accept either form. This module is the only place those names are spelled.
+It imports nothing heavy: the capture plugin loads it inside the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.errors import InputFileError
+
+# ------------------------------------------------------------------ names
+MANIFEST = "manifest.json"
+DB_NAME = "specdec.duckdb"
+REPORT = "report.html"
+LATEST = "latest"
+CAPTURE_SUBDIR = "capture"
+REQUESTS_SUBDIR = "requests"
+
+#: Environment of a vLLM process with the capture plugin (read by capture.plugin).
+ENV_CAPTURE_DIR = "SPECDEC_CAPTURE_DIR"
+ENV_CAPTURE_RUN_ID = "SPECDEC_CAPTURE_RUN_ID"
+ENV_CAPTURE_FLUSH_S = "SPECDEC_CAPTURE_FLUSH_S"
+ENV_CAPTURE_MAX_ROWS = "SPECDEC_CAPTURE_MAX_ROWS"
+ENV_CAPTURE_MAX_BYTES = "SPECDEC_CAPTURE_MAX_BYTES"
+
+ROUND_PART_GLOB = "rounds-*.parquet"
+
+
+@dataclass(frozen=True)
+class RecordFile:
+    """One record type of a run folder: its consolidated file, the glob of its
+    part files (relative to the run folder) and the raw table it loads into."""
+
+    name: str  # record kind, also the suffix of the raw table (raw_<name>)
+    consolidated: str
+    part_glob: str
+    required: bool  # a finished run must have it
+
+    @property
+    def raw_table(self) -> str:
+        return f"raw_{self.name}"
+
+    def record(self):
+        """The pydantic model of the rows (imported lazily: it pulls pydantic)."""
+        from specdec.schemas import records
+
+        return {
+            "rounds": records.RoundTrace,
+            "requests": records.RequestResult,
+            "engine_counters": records.MetricSnapshot,
+            "stability": records.StabilityResult,
+        }[self.name]
+
+
+RECORD_FILES: tuple[RecordFile, ...] = (
+    RecordFile("rounds", "rounds.parquet", f"{CAPTURE_SUBDIR}/{ROUND_PART_GLOB}", required=False),
+    RecordFile("requests", "requests.parquet", f"{REQUESTS_SUBDIR}/*.parquet", required=True),
+    RecordFile("engine_counters", "engine_counters.parquet", "engine_counters-*.parquet", required=False),
+    RecordFile("stability", "stability.parquet", "stability-*.parquet", required=False),
+)
+
+
+def record_file(name: str) -> RecordFile:
+    return next(r for r in RECORD_FILES if r.name == name)
+
+
+def capture_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CAPTURE_SUBDIR
+
+
+def requests_part(run_dir: Path, arm: str, level: int) -> Path:
+    return Path(run_dir) / REQUESTS_SUBDIR / f"{arm}-c{level:03d}.parquet"
+
+
+def counters_part(run_dir: Path, arm: str) -> Path:
+    return Path(run_dir) / f"engine_counters-{arm}.parquet"
+
+
+def stability_part(run_dir: Path, tag: str) -> Path:
+    return Path(run_dir) / f"stability-{tag}.parquet"
+
+
+def server_log(run_dir: Path, arm: str) -> Path:
+    return Path(run_dir) / f"server-{arm}.log"
+
+
+def process_token() -> str:
+    """A token unique to this process incarnation: the PID alone repeats across
+    container restarts, so a random suffix keeps part files from overwriting."""
+    return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def round_part_name(token: str, seq: int) -> str:
+    return f"rounds-{token}-{seq:06d}.parquet"
+
+
+def files_of(run_dir: Path, rec: RecordFile) -> list[Path]:
+    """The consolidated file if present, else the part files (sorted)."""
+    run_dir = Path(run_dir)
+    whole = run_dir / rec.consolidated
+    if whole.exists():
+        return [whole]
+    return sorted(p for p in run_dir.glob(rec.part_glob) if not p.name.startswith("."))
+
+
+# ----------------------------------------------------------- atomic writes
+def _tmp_beside(path: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a unique temporary name beside ``path``, fsync, rename. A reader
+    or a crash never sees half a file; two writers never share a temp file."""
+    path = Path(path)
+    tmp = _tmp_beside(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_with(path: Path, write) -> None:
+    """Like atomic_write_bytes, for writers that take a path (Parquet, DuckDB)."""
+    path = Path(path)
+    tmp = _tmp_beside(path)
+    try:
+        tmp.unlink()  # some writers refuse an existing file
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def point_latest(runs_dir: Path, run_dir: Path) -> None:
+    """Atomically point ``runs_dir/latest`` at ``run_dir``."""
+    runs_dir = Path(runs_dir)
+    link = runs_dir / LATEST
+    tmp = runs_dir / f".{LATEST}.{process_token()}"
+    tmp.symlink_to(Path(run_dir).name)
+    os.replace(tmp, link)
+
+
+# --------------------------------------------------------------- manifest
+def write_manifest(run_dir: Path, manifest) -> None:
+    """Write a RunManifest as ``manifest.json`` atomically."""
+    atomic_write_text(Path(run_dir) / MANIFEST, manifest.model_dump_json(indent=2))
+
+
+def read_manifest(run_dir: Path):
+    """Read and validate ``manifest.json``; every problem names the file and field."""
+    from pydantic import ValidationError
+
+    from specdec.schemas.records import RunManifest
+
+    path = Path(run_dir) / MANIFEST
+    if not path.is_file():
+        raise InputFileError(path, "missing: is this a specdec run folder?")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputFileError(path, f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise InputFileError(path, f"invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise InputFileError(path, "expected a JSON object")
+    try:
+        return RunManifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or None
+        raise InputFileError(path, err["msg"], field=field) from None
