@@ -1,4 +1,8 @@
-"""``specdec-replay TRAFFIC``: the replay command line."""
+"""``specdec-replay TRAFFIC``: the replay command line.
+
+Option defaults come from ``ReplayConfig`` (one definition); every number is
+range-checked by click before anything runs.
+"""
 
 from __future__ import annotations
 
@@ -7,59 +11,89 @@ from pathlib import Path
 
 import click
 
-from specdec.cli import handle_errors, parse_levels
+from specdec.cli import finish_run, handle_errors, parse_levels
+from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig, default_of
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+def _d(name: str):
+    return default_of(name)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("traffic", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--levels", default="1,2,4,8", show_default=True,
+@click.option("--levels", default=",".join(map(str, _d("levels"))), show_default=True,
               help="Closed-loop concurrency levels, comma-separated (e.g. 1,2,4,8,16,32).")
-@click.option("--arms", default="baseline,speculative", show_default=True,
-              help="Arms to run, in order.")
+@click.option("--arms", default=",".join(_d("arms")), show_default=True, help="Arms to run, in order.")
 @click.option("--spec-config", default=None,
-              help='vLLM --speculative-config JSON for the speculative arm '
-                   '(default: {"method":"ngram","num_speculative_tokens":4,...}).')
-@click.option("--requests-per-level", type=int, default=None,
+              help='vLLM --speculative-config JSON for the speculative arm (default: '
+                   f'{json.dumps(_d("speculative_config"))}). With external URLs it is recorded as '
+                   '"declared by the user", not verified.')
+@click.option("--requests-per-level", type=click.IntRange(min=1), default=None,
               help="Requests per level (default: every traffic row once).")
-@click.option("--max-tokens", type=int, default=None, help="Override every row's output length.")
-@click.option("--warmup", type=int, default=2, show_default=True, help="Unrecorded warm-up requests per arm.")
-@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Override every row's output length.")
+@click.option("--warmup", type=click.IntRange(min=0), default=_d("warmup_requests"), show_default=True,
+              help="Unrecorded warm-up requests per arm (0 still sends one check request). "
+                   "A failed warm-up stops the run at once.")
+@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=_d("max_error_rate"), show_default=True,
+              help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
+                   "lossless figure is computed from it and the command exits non-zero.")
+@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True, max=3600),
+              default=_d("connect_timeout_s"), show_default=True, help="Seconds to wait for a connection.")
+@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True, max=86400),
+              default=_d("request_timeout_s"), show_default=True,
+              help="Seconds to wait for the next byte of a reply (the first one included). A hung server "
+                   "fails a request after connect + request timeout, about a minute by default; a long "
+                   "generation that keeps streaming never times out.")
+@click.option("--api-key-env", default=DEFAULT_API_KEY_ENV, show_default=True, metavar="NAME",
+              help="Environment variable holding the API key, sent as 'Authorization: Bearer'. "
+                   "Never written to any file.")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
               show_default=True, help="Parent of run folders; runs/latest points at the newest.")
-@click.option("--run-id", default=None, help="Run folder name (default: UTC timestamp).")
+@click.option("--run-id", default=None, help="Run folder name, a plain name (default: UTC timestamp).")
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
-@click.option("--dtype", default="bfloat16", show_default=True, help="Embedded engine: dtype of both arms.")
+@click.option("--dtype", default=_d("dtype"), show_default=True, help="Embedded engine: dtype of both arms.")
 @click.option("--baseline-url", default=None, help="External server without speculation (skips the embedded engine).")
 @click.option("--speculative-url", default=None, help="External server with speculation.")
-@click.option("--served-model", default="specdec-target", show_default=True,
+@click.option("--served-model", default=_d("served_model"), show_default=True,
               help="Model name sent in requests to external servers.")
-@click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
+@click.option("--capture-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="External servers: the folder their capture plugin writes to (specdec-capture serve --dir). "
+                   "This run's rounds are copied from it; without it the report says no rounds were captured.")
+@click.option("--no-progress", is_flag=True, help="Plain log lines (one per level and arm) instead of progress bars.")
 @handle_errors
 def main(traffic: Path, levels: str, arms: str, spec_config: str | None, requests_per_level, max_tokens,
-         warmup: int, runs_dir: Path, run_id, model, dtype, baseline_url, speculative_url,
-         served_model, no_progress) -> None:
+         warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
+         runs_dir: Path, run_id, model, dtype, baseline_url, speculative_url, served_model, capture_dir,
+         no_progress) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
-    max_tokens, temperature) in two arms that differ only in speculation.
+    max_tokens, temperature) in two arms that differ only in speculation, then
+    build the marts and the report.
 
     \b
     Without --baseline-url/--speculative-url it starts a local vLLM server per
     arm (CPU engine, capture plugin on), waits for /health, runs every level
     and stops it. Per request it records TTFT, chunk arrival times, output
-    tokens and text, errors and vLLM's per-request speculative metrics; around
-    each level it reads vLLM's /metrics counters. Output: runs/<run-id>/.
+    tokens and text, typed errors and vLLM's per-request speculative metrics;
+    around each level it reads vLLM's /metrics counters. Output: runs/<run-id>/.
+    Exit status: 0 if every level stayed within --max-error-rate, 1 otherwise.
     """
-    from specdec.replay.config import DEFAULT_SPEC_CONFIG, ReplayConfig
     from specdec.replay.experiment import run_replay
 
     try:
-        spec = json.loads(spec_config) if spec_config else dict(DEFAULT_SPEC_CONFIG)
+        spec = json.loads(spec_config) if spec_config else _d("speculative_config")
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--spec-config") from None
+    if not isinstance(spec, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="--spec-config")
     cfg = ReplayConfig(
         traffic=traffic, runs_dir=runs_dir, run_id=run_id, levels=parse_levels(levels),
         arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
-        model=model, dtype=dtype, baseline_url=baseline_url, speculative_url=speculative_url,
-        served_model=served_model, progress=not no_progress,
+        max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
+        api_key_env=api_key_env, model=model, dtype=dtype, baseline_url=baseline_url,
+        speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
+        progress=not no_progress,
     )
     run_dir = run_replay(cfg)
     click.echo(f"run written to {run_dir}")
+    finish_run(run_dir)

@@ -1,19 +1,68 @@
 """One async streaming chat request against an OpenAI-compatible server.
 
-A failed request becomes data (``success=False`` with ``error_type``), never an
-exception out of the replay loop. Latencies use the monotonic clock; the send
-time is also stamped on the wall clock for joining with engine traces.
+A failed request becomes data (``success=False`` with a typed ``error_type``
+from ``ERROR_TYPES`` and, when a reply arrived, its ``http_status``), never an
+exception out of the replay loop. A request succeeds only if a 2xx
+server-sent-event stream ends with ``[DONE]`` after a usage block and carries
+no error event: a stream cut off early, a plain JSON reply or a missing usage
+block would otherwise be counted as a complete, comparable output.
+
+Latencies use the monotonic clock; the send time is also stamped on the wall
+clock for joining with engine traces. The API key is sent as a bearer token
+and is never stored on the result; error texts are redacted of credentials.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from specdec.replay.urls import Endpoint, parse_endpoint, redact_text
 from specdec.schemas.records import TrafficRow
+
+#: Every failure class a request can end in, with its meaning (shown in docs and reports).
+ERROR_TYPES: dict[str, str] = {
+    "http_status": "the server answered with a non-2xx HTTP status (see http_status)",
+    "connect_error": "no connection: refused, reset, or the host is unknown",
+    "connect_timeout": "no connection within the connect timeout",
+    "request_timeout": "the server sent nothing for longer than the request timeout",
+    "not_streamed": "a 2xx reply that is not a server-sent event stream (e.g. plain JSON)",
+    "stream_error": "the stream carried an error event",
+    "bad_chunk": "a stream event that is not valid JSON",
+    "stream_truncated": "the stream ended before [DONE]",
+    "no_usage": "the stream ended without a usage block, so token counts are unknown",
+    "client_error": "any other failure on the client side (the message says which)",
+}
+
+CHAT_PATH = "/v1/chat/completions"
+_BODY_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How requests are sent. ``request_timeout_s`` is the longest wait for the
+    next byte (the first one included), so a long generation that keeps
+    streaming never times out, and a hung server fails within that time."""
+
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 60.0
+    api_key: str | None = field(default=None, repr=False)
+
+    def timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s,
+                                     sock_connect=self.connect_timeout_s, sock_read=self.request_timeout_s)
+
+    def headers(self, request_id: str | None = None) -> dict[str, str]:
+        h = {}
+        if request_id:
+            h["X-Request-Id"] = request_id
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
 
 
 @dataclass
@@ -35,6 +84,12 @@ class StreamResult:
     spec_num_draft_tokens: int | None = None
     spec_num_accepted_tokens: int | None = None
 
+    def fail(self, error_type: str, message: str) -> "StreamResult":
+        self.success = False
+        self.error_type = error_type
+        self.error_message = message[:_BODY_LIMIT] or error_type
+        return self
+
 
 def build_payload(model: str, row: TrafficRow) -> dict:
     return {
@@ -48,66 +103,125 @@ def build_payload(model: str, row: TrafficRow) -> dict:
     }
 
 
+def as_endpoint(base_url: str | Endpoint) -> Endpoint:
+    return base_url if isinstance(base_url, Endpoint) else parse_endpoint(base_url)
+
+
+def request_headers(settings: ClientSettings, ep: Endpoint, request_id: str | None = None) -> dict[str, str]:
+    """Headers of every request to ep: request id, and credentials (the API key
+    as a bearer token; else user:password from the URL as basic auth)."""
+    headers = settings.headers(request_id)
+    if ep.user and "Authorization" not in headers:
+        headers["Authorization"] = aiohttp.encode_basic_auth(ep.user, ep.password or "")
+    return headers
+
+
 async def stream_chat(
-    session: aiohttp.ClientSession, base_url: str, model: str, row: TrafficRow, request_id: str,
-    timeout_s: float = 600.0,
+    session: aiohttp.ClientSession, base_url: str | Endpoint, model: str, row: TrafficRow,
+    request_id: str, settings: ClientSettings | None = None,
 ) -> StreamResult:
+    return await stream_payload(session, base_url, build_payload(model, row), request_id, settings)
+
+
+async def stream_payload(
+    session: aiohttp.ClientSession, base_url: str | Endpoint, payload: dict, request_id: str,
+    settings: ClientSettings | None = None,
+) -> StreamResult:
+    """POST any chat-completions payload as a stream and classify the outcome."""
+    settings = settings or ClientSettings()
+    ep = as_endpoint(base_url)
     res = StreamResult(request_id=request_id, wall_send_ns=time.time_ns())
     t0 = time.perf_counter_ns()
     text_parts: list[str] = []
     try:
         async with session.post(
-            f"{base_url}/v1/chat/completions",
-            json=build_payload(model, row),
-            headers={"X-Request-Id": request_id},
-            timeout=aiohttp.ClientTimeout(total=timeout_s),
+            ep.url(CHAT_PATH), params=ep.params or None, json=payload,
+            headers=request_headers(settings, ep, request_id), timeout=settings.timeout(),
         ) as resp:
-            if resp.status != 200:
-                body = (await resp.text())[:500]
-                res.error_type, res.error_message = f"HTTP{resp.status}", body
-                return res
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                now_ms = (time.perf_counter_ns() - t0) / 1e6
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    res.error_type = "StreamError"
-                    res.error_message = str(chunk["error"])[:500]
-                    return res
-                for choice in chunk.get("choices") or ():
-                    content = (choice.get("delta") or {}).get("content")
-                    if content:
-                        if res.ttft_ms is None:
-                            res.ttft_ms = now_ms
-                        res.chunk_offsets_ms.append(now_ms)
-                        text_parts.append(content)
-                    if choice.get("finish_reason"):
-                        res.finish_reason = choice["finish_reason"]
-                usage = chunk.get("usage")
-                if usage:
-                    _read_usage(res, usage, chunk)
-        res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
-        res.success = True
-    except Exception as exc:  # connection reset, timeout, bad JSON: a row, not a crash
-        res.error_type = type(exc).__name__
-        res.error_message = str(exc)[:500] or type(exc).__name__
+            res.http_status = resp.status
+            if not 200 <= resp.status < 300:
+                body = (await resp.content.read(4096)).decode("utf-8", "replace")
+                return res.fail("http_status", f"HTTP {resp.status}: {body}")
+            ctype = resp.headers.get("Content-Type", "")
+            if not ctype.startswith("text/event-stream"):
+                body = (await resp.content.read(4096)).decode("utf-8", "replace")
+                return res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+            await _read_stream(resp, res, text_parts, t0)
+        if res.error_type is None:
+            res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
+            res.success = True
+    except aiohttp.ConnectionTimeoutError as exc:
+        res.fail("connect_timeout", f"no connection within {settings.connect_timeout_s:g} s ({exc})")
+    except (aiohttp.SocketTimeoutError, asyncio.TimeoutError) as exc:
+        res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s ({type(exc).__name__})")
+    except aiohttp.ClientPayloadError as exc:
+        res.fail("stream_truncated", f"the stream broke off ({exc})")
+    except (aiohttp.ClientConnectionError, OSError) as exc:
+        res.fail("connect_error" if res.http_status is None else "stream_truncated", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # anything else: a row, not a crash
+        res.fail("client_error", f"{type(exc).__name__}: {exc}")
     finally:
         res.output_text = "".join(text_parts)
+        res.error_message = redact_text(res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ()))
     return res
 
 
-def _read_usage(res: StreamResult, usage: dict, chunk: dict) -> None:
-    res.prompt_tokens = usage.get("prompt_tokens")
-    res.output_tokens = usage.get("completion_tokens")
+async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_parts: list[str], t0: int) -> None:
+    """Consume server-sent events; sets an error on res instead of raising."""
+    done = got_usage = False
+    async for raw in resp.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            done = True
+            break
+        now_ms = (time.perf_counter_ns() - t0) / 1e6
+        try:
+            chunk = json.loads(data)
+        except ValueError as exc:
+            res.fail("bad_chunk", f"invalid JSON in stream event ({exc}): {data[:200]!r}")
+            return
+        if not isinstance(chunk, dict):
+            res.fail("bad_chunk", f"stream event is not a JSON object: {data[:200]!r}")
+            return
+        if "error" in chunk:
+            res.fail("stream_error", str(chunk["error"]))
+            return
+        for choice in chunk.get("choices") or ():
+            content = (choice.get("delta") or {}).get("content")
+            if isinstance(content, str) and content:
+                if res.ttft_ms is None:
+                    res.ttft_ms = now_ms
+                res.chunk_offsets_ms.append(now_ms)
+                text_parts.append(content)
+            if isinstance(choice.get("finish_reason"), str):
+                res.finish_reason = choice["finish_reason"]
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and usage:
+            got_usage = _read_usage(res, usage, chunk)
+    if not done:
+        res.fail("stream_truncated", f"the stream ended before [DONE] after {len(res.chunk_offsets_ms)} content chunk(s)")
+    elif not got_usage:
+        res.fail("no_usage", "the stream ended without a usage block with an integer completion_tokens "
+                             "(was stream_options.include_usage ignored?)")
+
+
+def _count(value) -> int | None:
+    """A token count as the server sent it, if it is a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _read_usage(res: StreamResult, usage: dict, chunk: dict) -> bool:
+    """Read the usage block; True if it holds a usable completion_tokens."""
+    res.prompt_tokens = _count(usage.get("prompt_tokens"))
+    res.output_tokens = _count(usage.get("completion_tokens"))
     # vLLM puts per-request speculative metrics beside usage in the final chunk
     metrics = chunk.get("metrics") or usage.get("metrics") or {}
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if spec:
-        res.spec_num_steps = spec.get("num_spec_steps")
-        res.spec_num_draft_tokens = spec.get("num_draft_tokens")
-        res.spec_num_accepted_tokens = spec.get("num_accepted_draft_tokens")
+    if isinstance(spec, dict):
+        res.spec_num_steps = _count(spec.get("num_spec_steps"))
+        res.spec_num_draft_tokens = _count(spec.get("num_draft_tokens"))
+        res.spec_num_accepted_tokens = _count(spec.get("num_accepted_draft_tokens"))
+    return res.output_tokens is not None

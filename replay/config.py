@@ -1,7 +1,13 @@
-"""The validated configuration of one replay run (what the CLI builds)."""
+"""The validated configuration of one replay run (what the CLI builds).
+
+The click options take their defaults from this model (``default_of``), so
+the command line and the Python API cannot drift apart.
+"""
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,7 @@ DEFAULT_SPEC_CONFIG: dict[str, Any] = {
     "prompt_lookup_min": 2,
     "prompt_lookup_max": 4,
 }
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
 class ReplayConfig(BaseModel):
@@ -25,19 +32,27 @@ class ReplayConfig(BaseModel):
     levels: list[int] = Field(default=list(DEFAULT_LEVELS), description="Closed-loop concurrency levels.")
     arms: list[str] = Field(default=["baseline", "speculative"], description="Arms to run, in order.")
     speculative_config: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_SPEC_CONFIG))
-    requests_per_level: int | None = Field(default=None, description="Requests per level; default: every traffic row once.")
+    requests_per_level: int | None = Field(default=None, ge=1, description="Requests per level; default: every traffic row once.")
     warmup_requests: int = Field(default=2, ge=0, description="Requests sent before an arm's first level, not recorded.")
-    max_tokens: int | None = Field(default=None, description="Override every row's max_tokens.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")
+    max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0,
+                                  description="A level whose share of failed requests exceeds this is marked failed.")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for a connection, seconds.")
+    request_timeout_s: float = Field(default=60.0, gt=0,
+                                     description="Longest wait for the next byte of a reply (the first included), seconds.")
+    api_key_env: str = Field(default=DEFAULT_API_KEY_ENV,
+                             description="Environment variable holding the API key sent as a bearer token.")
     # embedded engine
     model: str | None = Field(default=None, description="Model folder; default: the prepared SmolLM2.")
-    dtype: str = "float32"
+    dtype: str = Field(default="bfloat16", description="Model dtype of both arms (embedded engine).")
     max_num_seqs: int = 32
     startup_timeout_s: float = 300.0
-    request_timeout_s: float = 600.0
     # external endpoints (no embedded server)
     baseline_url: str | None = None
     speculative_url: str | None = None
     served_model: str = "specdec-target"
+    capture_dir: Path | None = Field(default=None, description="External servers: the folder their capture plugin writes to.")
+    capture_wait_s: float = Field(default=5.0, ge=0, description="External capture: how long to wait for the last rows to be flushed.")
     progress: bool = True
 
     @field_validator("levels")
@@ -55,6 +70,23 @@ class ReplayConfig(BaseModel):
             raise ValueError(f"arms must be baseline and/or speculative, got {sorted(bad) or v}")
         return v
 
+    @field_validator("connect_timeout_s", "request_timeout_s", "startup_timeout_s", "capture_wait_s")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number of seconds")
+        return v
+
     @property
     def external(self) -> bool:
         return bool(self.baseline_url or self.speculative_url)
+
+    def api_key(self) -> str | None:
+        """Read at use, never stored in the config, the manifest or any file."""
+        return os.environ.get(self.api_key_env) or None
+
+
+def default_of(name: str) -> Any:
+    """The default of a ReplayConfig field (for click options)."""
+    field = ReplayConfig.model_fields[name]
+    return field.get_default(call_default_factory=True)

@@ -17,27 +17,42 @@ COUNTERS = {
 
 
 def parse_counters(text: str) -> dict[str, float | None]:
-    """Sum the wanted counters in a Prometheus text exposition."""
+    """Sum the wanted counters in a Prometheus text exposition. A sample line is
+    ``name[{labels}] value [timestamp]``; unparsable values are skipped."""
     wanted = {v: k for k, v in COUNTERS.items()}
     out: dict[str, float | None] = {k: None for k in COUNTERS}
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
-        name_end = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
-        if name_end < 0:
+        brace = line.find("{")
+        space = line.find(" ")
+        if brace >= 0 and (space < 0 or brace < space):
+            name, rest = line[:brace], line[line.find("}", brace) + 1:]
+        elif space >= 0:
+            name, rest = line[:space], line[space:]
+        else:
             continue
-        key = wanted.get(line[:name_end])
+        key = wanted.get(name)
         if key is None:
             continue
-        value = float(line.rsplit(" ", 1)[1])
+        fields = rest.split()
+        try:
+            value = float(fields[0])
+        except (IndexError, ValueError):
+            continue
         out[key] = (out[key] or 0.0) + value
     return out
 
 
-async def read_counters(session: aiohttp.ClientSession, base_url: str) -> dict[str, float | None]:
+async def read_counters(session: aiohttp.ClientSession, base_url, settings=None) -> dict[str, float | None]:
     """Counters of a server; all None if it has no /metrics (not vLLM)."""
-    async with session.get(f"{base_url}/metrics", timeout=aiohttp.ClientTimeout(total=30)) as resp:
+    from specdec.replay.client import ClientSettings, as_endpoint, request_headers
+
+    ep = as_endpoint(base_url)
+    settings = settings or ClientSettings()
+    async with session.get(ep.url("/metrics"), params=ep.params or None,
+                           headers=request_headers(settings, ep), timeout=aiohttp.ClientTimeout(total=30)) as resp:
         if resp.status == 404:
             return {k: None for k in COUNTERS}
         resp.raise_for_status()
-        return parse_counters(await resp.text())
+        return parse_counters(await resp.text(errors="replace"))

@@ -16,12 +16,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specdec.errors import SpecdecError
-from specdec.replay.config import ReplayConfig
+from specdec.replay.capture_import import import_capture
+from specdec.replay.client import CHAT_PATH
+from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.replay.progress import Progress
-from specdec.replay.runner import ArmRunner, level_rows
+from specdec.replay.runner import ArmRunner, level_rows, request_id_prefix
 from specdec.replay.server import LocalServer, ServerSpec, speculative_args
 from specdec.replay.traffic import load_traffic
+from specdec.replay.urls import parse_endpoint
 from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
 from specdec.runfolder import (
     CAPTURE_SUBDIR, RECORD_FILES, REQUESTS_SUBDIR, capture_dir, point_latest, server_log, write_manifest,
@@ -35,14 +38,33 @@ def new_run_id() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def _check_inputs(cfg: ReplayConfig) -> None:
+    """Everything that can be checked before anything is created on disk."""
+    for name in ("baseline_url", "speculative_url"):
+        url = getattr(cfg, name)
+        if url:
+            parse_endpoint(url, option=f"--{name.replace('_', '-')}")
+    if cfg.external:
+        for arm in cfg.arms:
+            if not getattr(cfg, f"{arm}_url"):
+                raise SpecdecError(f"--{arm}-url is required for the {arm} arm with external endpoints")
+    elif cfg.capture_dir is not None:
+        raise SpecdecError("--capture-dir is for external servers; the embedded engine captures into the run folder")
+    if cfg.capture_dir is not None and not cfg.capture_dir.is_dir():
+        raise SpecdecError(f"--capture-dir {cfg.capture_dir}: no such folder")
+    if cfg.api_key_env != DEFAULT_API_KEY_ENV and not cfg.api_key():
+        raise SpecdecError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty")
+    if not cfg.external and cfg.model is not None and not Path(cfg.model).is_dir():
+        raise SpecdecError(f"--model {cfg.model}: no such model folder")
+
+
 def run_replay(cfg: ReplayConfig) -> Path:
     traffic = load_traffic(cfg.traffic)
+    _check_inputs(cfg)
     run_id = cfg.run_id or new_run_id()
     run_dir = cfg.runs_dir / run_id
     if run_dir.exists() and any(run_dir.iterdir()):
         raise SpecdecError(f"run folder {run_dir} already exists and is not empty; choose another --run-id")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    point_latest(cfg.runs_dir, run_dir)
 
     model_source: dict = {}
     if cfg.external:
@@ -59,6 +81,12 @@ def run_replay(cfg: ReplayConfig) -> Path:
 
     arms = [_arm_config(cfg, arm, spec) for arm in cfg.arms]
     rows = level_rows(traffic, cfg)
+    if cfg.external:
+        capture = ({"source": "directory", "path": str(cfg.capture_dir)} if cfg.capture_dir else
+                   {"source": "none", "reason": "external servers and no --capture-dir: their rounds stay in "
+                                                "their own capture folder, if they run the plugin at all"})
+    else:
+        capture = {"source": "embedded", "path": str(capture_dir(run_dir))}
     manifest = RunManifest(
         run_id=run_id,
         created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -66,13 +94,19 @@ def run_replay(cfg: ReplayConfig) -> Path:
         engine=engine_facts() if not cfg.external else {"name": "external", "version": None},
         model=model, model_source=model_source, dtype=cfg.dtype if not cfg.external else "unknown",
         arms=arms, arm_difference=arm_difference(arms),
-        sampling={"endpoint": "/v1/chat/completions", "stream": True, "ignore_eos": True,
+        sampling={"endpoint": CHAT_PATH, "stream": True, "ignore_eos": True,
                   "temperatures": sorted({r.temperature for r in rows}),
                   "max_tokens": sorted({r.max_tokens for r in rows})},
         traffic=traffic.summary(), concurrency_levels=cfg.levels,
         warmup_requests=cfg.warmup_requests, host=host_facts(),
-        notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."],
+        max_error_rate=cfg.max_error_rate, capture=capture,
+        timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
+        notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."]
+        + (["External servers: the speculative setting is as declared by the user (--spec-config), not verified."]
+           if cfg.external else []),
     )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    point_latest(cfg.runs_dir, run_dir)
     write_manifest(run_dir, manifest)
 
     # A `kill` (SIGTERM) gets the same clean-up as Ctrl-C: finished requests
@@ -83,13 +117,17 @@ def run_replay(cfg: ReplayConfig) -> Path:
             runner = ArmRunner(cfg, run_id, run_dir, traffic, progress)
             for arm in arms:
                 if cfg.external:
-                    asyncio.run(runner.run(arm.name, arm.endpoint))
+                    progress.message(f"{arm.name} arm: {arm.endpoint}")
+                    asyncio.run(runner.run(arm.name, getattr(cfg, f"{arm.name}_url")))
                     continue
                 progress.message(f"starting vLLM for the {arm.name} arm (log: {server_log(run_dir, arm.name)})")
                 with LocalServer(spec, arm.speculative_config, capture_dir(run_dir), run_id,
                                  server_log(run_dir, arm.name), cfg.startup_timeout_s) as srv:
-                    runner.snapshots = []
                     asyncio.run(runner.run(arm.name, srv.base_url))
+            if cfg.capture_dir is not None:
+                progress.message(f"importing this run's captured rounds from {cfg.capture_dir}")
+                manifest.capture = import_capture(cfg.capture_dir, run_dir, run_id, request_id_prefix(run_id),
+                                                  cfg.capture_wait_s)
         manifest.finished = True
     finally:
         consolidate(run_dir)
@@ -108,12 +146,12 @@ def _term_as_interrupt():
 def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None) -> ArmConfig:
     spec_cfg = cfg.speculative_config if arm == "speculative" else None
     if spec is None:
-        url = cfg.baseline_url if arm == "baseline" else cfg.speculative_url
-        if not url:
-            raise SpecdecError(f"--{arm}-url is required for the {arm} arm with external endpoints")
-        return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=[], endpoint=url.rstrip("/"))
+        ep = parse_endpoint(getattr(cfg, f"{arm}_url"))
+        return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=[], endpoint=ep.display,
+                         speculative_config_source="declared" if spec_cfg else "none")
     return ArmConfig(name=arm, speculative_config=spec_cfg,
-                     server_args=[*spec.common_args(), *speculative_args(spec_cfg)], endpoint="embedded")
+                     server_args=[*spec.common_args(), *speculative_args(spec_cfg)], endpoint="embedded",
+                     speculative_config_source="launched" if spec_cfg else "none")
 
 
 def arm_difference(arms: list[ArmConfig]) -> list[str]:

@@ -1,26 +1,32 @@
-"""Progress display for long replays (rich), or quiet log lines when disabled
-or when the output is not a terminal."""
+"""Progress display for long replays: rich progress bars on a terminal, or
+plain log lines (``--no-progress``, or output that is not a terminal): one
+line when a level starts and one when it ends, with its failures."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 from specdec.replay.client import StreamResult
 
 
 class Progress:
-    def __init__(self, enabled: bool = True):
-        self.enabled = enabled and sys.stderr.isatty()
-        self.quiet_lines = enabled and not self.enabled
+    def __init__(self, enabled: bool = True, stream=None):
+        self.stream = stream or sys.stderr
+        self.bars = enabled and getattr(self.stream, "isatty", lambda: False)()
         self._bar = None
         self._errors = 0
-        if self.enabled:
+        self._done = 0
+        self._level: tuple[str, int, int, float] | None = None
+        if self.bars:
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[status]}"), TimeElapsedColumn(), transient=False,
+                console=Console(file=self.stream),
             )
 
     def __enter__(self) -> "Progress":
@@ -34,24 +40,29 @@ class Progress:
 
     def message(self, text: str) -> None:
         if self._bar is not None:
-            self._bar.console.print(text)
-        elif self.quiet_lines:
-            print(text, file=sys.stderr, flush=True)
+            self._bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def start_level(self, arm: str, level: int, total: int):
-        self._errors = 0
+        self._errors = self._done = 0
+        self._level = (arm, level, total, time.monotonic())
         if self._bar is not None:
             return self._bar.add_task(f"{arm:<11} c={level:<3}", total=total, status="")
-        self.message(f"{arm} concurrency {level}: {total} requests")
+        self.message(f"{arm} c={level}: {total} requests ...")
         return None
 
     def advance(self, task, res: StreamResult) -> None:
+        self._done += 1
         if not res.success:
             self._errors += 1
         if self._bar is not None:
-            status = f"[red]{self._errors} errors" if self._errors else ""
+            status = f"[red]{self._errors} failed" if self._errors else ""
             self._bar.update(task, advance=1, status=status)
 
     def end_level(self, task) -> None:
-        if self._bar is None and self._errors:
-            self.message(f"  {self._errors} failed requests")
+        if self._bar is not None or self._level is None:
+            return
+        arm, level, total, t0 = self._level
+        failed = f", {self._errors} FAILED" if self._errors else ", 0 failed"
+        self.message(f"{arm} c={level}: {self._done}/{total} done{failed} in {time.monotonic() - t0:.1f} s")

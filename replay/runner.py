@@ -1,10 +1,12 @@
 """Closed-loop replay of a traffic mix, arm by arm, level by level.
 
-For each arm: start (or reach) the server, send warm-up requests, then for
-each concurrency level C keep exactly C requests in flight until the level's
-requests are done, bracketed by two reads of the engine's counters. Results
-are written per level as soon as the level ends, so an interrupted run keeps
-every finished level (and the in-flight level's completed requests).
+For each arm: reach the server, send warm-up requests (any failure there stops
+the run at once with a message that names the URL, the status and the likely
+fix), then for each concurrency level C keep exactly C requests in flight
+until the level's requests are done, bracketed by two reads of the engine's
+counters. Results are written per level as soon as the level ends, so an
+interrupted run keeps every finished level (and the in-flight level's
+completed requests).
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from pathlib import Path
 import aiohttp
 
 from specdec.errors import EngineError
-from specdec.replay.client import StreamResult, stream_chat
+from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, stream_chat
 from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters
 from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
-from specdec.runfolder import counters_part, requests_part
+from specdec.replay.urls import Endpoint
 from specdec.runfolder import counters_part, requests_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, TrafficRow
@@ -35,6 +37,11 @@ def request_id(run_id: str, arm: str, level: int, seq: int) -> str:
     return f"sd.{run_id}.{arm}.c{level}.{seq:05d}"
 
 
+def request_id_prefix(run_id: str) -> str:
+    """What every request id of a run starts with (used to find its captured rows)."""
+    return f"sd.{run_id}."
+
+
 def level_rows(traffic: Traffic, cfg: ReplayConfig) -> list[TrafficRow]:
     n = cfg.requests_per_level or len(traffic.rows)
     rows = [traffic.rows[i % len(traffic.rows)] for i in range(n)]
@@ -43,12 +50,18 @@ def level_rows(traffic: Traffic, cfg: ReplayConfig) -> list[TrafficRow]:
     return rows
 
 
-async def run_level(session, base_url: str, model: str, rows: list[TrafficRow], level: int,
-                    make_id, timeout_s: float, on_done=None,
+def client_settings(cfg: ReplayConfig) -> ClientSettings:
+    return ClientSettings(connect_timeout_s=cfg.connect_timeout_s, request_timeout_s=cfg.request_timeout_s,
+                          api_key=cfg.api_key())
+
+
+async def run_level(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
+                    make_id, settings: ClientSettings | None = None, on_done=None,
                     results: list | None = None) -> list[tuple[TrafficRow, StreamResult]]:
     """Keep `level` requests in flight until all rows are sent; return results in
     finish order. Pass `results` to keep what finished if the level is interrupted."""
     results = [] if results is None else results
+    ep = as_endpoint(base_url)
     next_index = 0
 
     async def worker() -> None:
@@ -56,7 +69,7 @@ async def run_level(session, base_url: str, model: str, rows: list[TrafficRow], 
         while next_index < len(rows):
             i = next_index
             next_index += 1
-            res = await stream_chat(session, base_url, model, rows[i], make_id(i), timeout_s)
+            res = await stream_chat(session, ep, model, rows[i], make_id(i), settings)
             results.append((rows[i], res))
             if on_done is not None:
                 on_done(res)
@@ -70,20 +83,48 @@ async def run_level(session, base_url: str, model: str, rows: list[TrafficRow], 
     return results
 
 
-async def settled_counters(session, base_url: str, tries: int = 20) -> dict:
+def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, model: str) -> str:
+    """The likely fix for a failed warm-up request, in one sentence."""
+    status = res.http_status
+    if res.error_type == "http_status":
+        if status in (401, 403):
+            return ("the server wants credentials: put the API key in the environment variable named by "
+                    "--api-key-env (default OPENAI_API_KEY)" if not settings.api_key else
+                    "the server refused the API key that was sent: check its value")
+        if status == 404 and ep.path_ends_with_v1:
+            return "remove the /v1 suffix from the URL: specdec appends /v1/chat/completions itself"
+        if status == 404 and "model" in (res.error_message or "").lower():
+            return f"the server does not serve a model named {model!r}: check --served-model (GET /v1/models lists them)"
+        if status in (404, 405, 501):
+            return f"the server has no OpenAI-compatible {ep.display}/v1/chat/completions endpoint"
+        if status == 400:
+            return "the server rejected the request body: check --served-model and the traffic's max_tokens"
+        return "the server failed the request: see its log"
+    return {
+        "connect_error": "is the server running and listening at that address?",
+        "connect_timeout": "the host did not accept a connection: check the address and any firewall",
+        "request_timeout": ("the server accepted the request but sent nothing for "
+                            f"{settings.request_timeout_s:g} s: is it hung or overloaded? (--request-timeout)"),
+        "not_streamed": "the server ignored stream=true: it does not look like an OpenAI-compatible streaming server",
+        "stream_truncated": "the server closed the stream early: see its log",
+        "no_usage": "the server ignored stream_options.include_usage, so output tokens cannot be counted",
+    }.get(res.error_type or "", "see the error message")
+
+
+async def settled_counters(session, ep: Endpoint, settings: ClientSettings, tries: int = 20) -> dict:
     """Read /metrics until two reads agree (stats are recorded after the last chunk)."""
     try:
-        prev = await read_counters(session, base_url)
+        prev = await read_counters(session, ep, settings)
         for _ in range(tries):
             await asyncio.sleep(0.2)
-            cur = await read_counters(session, base_url)
+            cur = await read_counters(session, ep, settings)
             if cur == prev:
                 return cur
             prev = cur
         return prev
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         raise EngineError(
-            f"could not read {base_url}/metrics ({type(exc).__name__}: {exc}); the server stopped "
+            f"could not read {ep.display}/metrics ({type(exc).__name__}); the server stopped "
             "answering. Requests that finished are saved in the run folder."
         ) from None
 
@@ -101,37 +142,50 @@ def results_table(run_id: str, arm: str, level: int, results) -> "pa.Table":  # 
 
 
 class ArmRunner:
-    """Runs every level of one arm against one base URL and writes its files."""
+    """Runs every level of one arm against one server and writes its files."""
 
     def __init__(self, cfg: ReplayConfig, run_id: str, run_dir: Path, traffic: Traffic,
                  progress: Progress):
         self.cfg, self.run_id, self.run_dir, self.traffic = cfg, run_id, run_dir, traffic
         self.progress = progress
-        self.snapshots: list[MetricSnapshot] = []
+        self.settings = client_settings(cfg)
+        self.snapshots: dict[str, list[MetricSnapshot]] = {}
+        self.failed: dict[tuple[str, int], int] = {}  # (arm, level) -> failed requests
 
-    async def run(self, arm: str, base_url: str) -> None:
+    async def run(self, arm: str, base_url: str | Endpoint) -> None:
         cfg = self.cfg
+        ep = as_endpoint(base_url)
         rows = level_rows(self.traffic, cfg)
         requests_part(self.run_dir, arm, 0).parent.mkdir(parents=True, exist_ok=True)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
-            if cfg.warmup_requests:
-                warm = rows[: cfg.warmup_requests]
-                await run_level(session, base_url, cfg.served_model, warm, 1,
-                                lambda i: request_id(self.run_id, arm, 0, i) + ".warmup",
-                                cfg.request_timeout_s)
+            await self._warmup(session, arm, ep, rows)
             for level in cfg.levels:
-                await self._level(session, arm, base_url, rows, level)
+                await self._level(session, arm, ep, rows, level)
 
-    async def _level(self, session, arm: str, base_url: str, rows, level: int) -> None:
-        cfg = self.cfg
-        self._snapshot(arm, level, "before", await settled_counters(session, base_url))
+    async def _warmup(self, session, arm: str, ep: Endpoint, rows: list[TrafficRow]) -> None:
+        """Unrecorded requests before the first level; ``--warmup 0`` still sends
+        one, so a misconfigured server stops the run before anything is measured."""
+        warm = rows[: max(self.cfg.warmup_requests, 1)]
+        results = await run_level(session, ep, self.cfg.served_model, warm, 1,
+                                  lambda i: request_id(self.run_id, arm, 0, i) + ".warmup", self.settings)
+        for _, res in results:
+            if not res.success:
+                status = f"HTTP {res.http_status}" if res.http_status is not None else res.error_type
+                raise EngineError(
+                    f"the {arm} server at {ep.display} failed the warm-up request ({status}): "
+                    f"{res.error_message}\nLikely fix: "
+                    f"{failure_hint(ep, res, self.settings, self.cfg.served_model)}"
+                )
+
+    async def _level(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
+        self._snapshot(arm, level, "before", await settled_counters(session, ep, self.settings))
         task = self.progress.start_level(arm, level, len(rows))
         results: list = []
         try:
             await run_level(
-                session, base_url, cfg.served_model, rows, level,
-                lambda i: request_id(self.run_id, arm, level, i), cfg.request_timeout_s,
+                session, ep, self.cfg.served_model, rows, level,
+                lambda i: request_id(self.run_id, arm, level, i), self.settings,
                 on_done=lambda res: self.progress.advance(task, res), results=results,
             )
         finally:
@@ -139,14 +193,17 @@ class ArmRunner:
             if results:
                 write_parquet_atomic(results_table(self.run_id, arm, level, results),
                                      requests_part(self.run_dir, arm, level))
-        self._snapshot(arm, level, "after", await settled_counters(session, base_url))
+            self.failed[(arm, level)] = sum(not res.success for _, res in results)
+        self._snapshot(arm, level, "after", await settled_counters(session, ep, self.settings))
         self.progress.end_level(task)
 
     def _snapshot(self, arm: str, level: int, position: str, counters: dict) -> None:
-        self.snapshots.append(MetricSnapshot(
+        """One snapshot per arm, level and position; each arm has its own file."""
+        snaps = [s for s in self.snapshots.get(arm, [])
+                 if (s.concurrency, s.position) != (level, position)]
+        snaps.append(MetricSnapshot(
             run_id=self.run_id, arm=arm, concurrency=level, position=position,
             wall_time_ns=time.time_ns(), **counters,
         ))
-        write_parquet_atomic(table_from_records(MetricSnapshot, self.snapshots),
-                             counters_part(self.run_dir, arm))
-
+        self.snapshots[arm] = snaps
+        write_parquet_atomic(table_from_records(MetricSnapshot, snaps), counters_part(self.run_dir, arm))

@@ -1,4 +1,6 @@
-"""A local aiohttp server that replays recorded vLLM SSE streams (no engine)."""
+"""A local aiohttp server that replays recorded vLLM SSE streams (no engine),
+and misbehaves on request: an HTTP status, a plain JSON reply, a stream cut
+off early, a server that never answers, or one that wants an API key."""
 
 from __future__ import annotations
 
@@ -8,6 +10,11 @@ from contextlib import asynccontextmanager
 import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
+GOOD_SSE = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+            b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+            b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+            b'data: [DONE]\n\n')
 
 
 @asynccontextmanager
@@ -22,18 +29,35 @@ async def serving(server: TestServer):
 
 
 class FakeVllm:
-    def __init__(self, sse: bytes, delay_s: float = 0.0, status: int = 200):
+    def __init__(self, sse: bytes = GOOD_SSE, delay_s: float = 0.0, status: int = 200, *,
+                 plain_json: bool = False, hang_s: float = 0.0, api_key: str | None = None,
+                 metrics_text: str = "vllm:generation_tokens_total 1.0\n"):
         self.sse, self.delay_s, self.status = sse, delay_s, status
+        self.plain_json, self.hang_s, self.api_key = plain_json, hang_s, api_key
+        self.metrics_text = metrics_text
         self.in_flight = 0
         self.max_in_flight = 0
         self.request_ids: list[str] = []
         self.bodies: list[dict] = []
+        self.auth_headers: list[str | None] = []
+        self.metrics_reads = 0
+
+    def _denied(self, request: web.Request) -> bool:
+        self.auth_headers.append(request.headers.get("Authorization"))
+        return self.api_key is not None and request.headers.get("Authorization") != f"Bearer {self.api_key}"
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.request_ids.append(request.headers.get("X-Request-Id", ""))
         self.bodies.append(await request.json())
+        if self._denied(request):
+            return web.json_response({"error": "invalid api key"}, status=401)
+        if self.hang_s:
+            await asyncio.sleep(self.hang_s)
         if self.status != 200:
             return web.Response(status=self.status, text="engine is sad")
+        if self.plain_json:
+            return web.json_response({"choices": [{"message": {"content": "ab"}}],
+                                      "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -48,10 +72,17 @@ class FakeVllm:
             self.in_flight -= 1
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text="vllm:generation_tokens_total 1.0\n")
+        self.metrics_reads += 1
+        if self._denied(request):
+            return web.Response(status=401)
+        return web.Response(text=self.metrics_text)
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
 
     def server(self) -> TestServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/health", self.health)
         return TestServer(app, host="127.0.0.1")

@@ -1,16 +1,19 @@
 import asyncio
+import time
 
-from specdec.replay.client import build_payload, stream_chat
+import pytest
+
+from specdec.replay.client import ERROR_TYPES, ClientSettings, build_payload, stream_chat
 from specdec.schemas.records import TrafficRow
-from tests.replay.fake_server import FakeVllm, serving
+from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
 
 ROW = TrafficRow(prompt_id="p1", category="code", prompt="Repeat exactly", max_tokens=12)
 
 
-def _run(fake: FakeVllm, url: str | None = None):
+def _run(fake: FakeVllm, url: str | None = None, settings: ClientSettings | None = None):
     async def go():
         async with serving(fake.server()) as (s, base):
-            return await stream_chat(s, url or base, "m", ROW, "sd.t.speculative.c1.00000")
+            return await stream_chat(s, url or base, "m", ROW, "sd.t.speculative.c1.00000", settings)
 
     return asyncio.run(go())
 
@@ -20,7 +23,7 @@ def test_records_recorded_vllm_stream(fixtures):
     sse = (fixtures / "vllm_chat_stream_spec.sse").read_bytes()
     fake = FakeVllm(sse, delay_s=0.002)
     res = _run(fake)
-    assert res.success and res.error_type is None
+    assert res.success and res.error_type is None and res.http_status == 200
     assert res.output_tokens == 12 and res.prompt_tokens == 41
     assert (res.spec_num_steps, res.spec_num_draft_tokens, res.spec_num_accepted_tokens) == (4, 16, 7)
     assert res.finish_reason == "length"
@@ -35,21 +38,92 @@ def test_records_recorded_vllm_stream(fixtures):
     assert body["stream_options"] == {"include_usage": True} and body["ignore_eos"] is True
 
 
-def test_http_error_becomes_a_row_not_an_exception():
-    res = _run(FakeVllm(b"", status=500))
-    assert not res.success and res.error_type == "HTTP500" and "engine is sad" in res.error_message
+@pytest.mark.parametrize("status", [401, 404, 500, 501])
+def test_http_error_becomes_a_typed_row(status):
+    res = _run(FakeVllm(b"", status=status))
+    assert not res.success and res.error_type == "http_status" and res.http_status == status
+    assert res.e2e_ms is None
 
 
 def test_stream_error_event_is_recorded():
     sse = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error": {"message": "EngineDeadError"}}\n\n'
     res = _run(FakeVllm(sse))
-    assert not res.success and res.error_type == "StreamError" and "EngineDeadError" in res.error_message
+    assert not res.success and res.error_type == "stream_error" and "EngineDeadError" in res.error_message
     assert res.output_text == "hi"  # what arrived before the error is kept
 
 
+def test_stream_cut_off_before_done_is_a_failure():
+    # content and even usage, but the server closed before [DONE]
+    sse = GOOD_SSE.replace(b"data: [DONE]\n\n", b"")
+    res = _run(FakeVllm(sse))
+    assert not res.success and res.error_type == "stream_truncated"
+    assert res.output_text == "ab"
+    sse = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'  # no usage, no [DONE]
+    assert _run(FakeVllm(sse)).error_type == "stream_truncated"
+
+
+def test_stream_without_usage_is_a_failure():
+    sse = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'
+    res = _run(FakeVllm(sse))
+    assert not res.success and res.error_type == "no_usage"
+
+
+def test_usage_with_non_integer_counts_is_not_trusted():
+    sse = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n' \
+          b'data: {"choices":[],"usage":{"completion_tokens":"12"}}\n\ndata: [DONE]\n\n'
+    res = _run(FakeVllm(sse))
+    assert not res.success and res.error_type == "no_usage" and res.output_tokens is None
+
+
+def test_plain_json_reply_is_not_a_stream():
+    res = _run(FakeVllm(plain_json=True))
+    assert not res.success and res.error_type == "not_streamed" and res.http_status == 200
+
+
+def test_bad_json_event_is_a_typed_failure():
+    res = _run(FakeVllm(b"data: {not json\n\ndata: [DONE]\n\n"))
+    assert not res.success and res.error_type == "bad_chunk"
+
+
+def test_hung_server_fails_within_the_request_timeout():
+    start = time.monotonic()
+    res = _run(FakeVllm(hang_s=5.0), settings=ClientSettings(connect_timeout_s=1.0, request_timeout_s=0.3))
+    assert time.monotonic() - start < 4.0
+    assert not res.success and res.error_type == "request_timeout" and res.http_status is None
+
+
 def test_connection_refused_is_a_row():
-    res = _run(FakeVllm(b""), url="http://127.0.0.1:9")
-    assert not res.success and res.error_type is not None
+    res = _run(FakeVllm(), url="http://127.0.0.1:9")
+    assert not res.success and res.error_type == "connect_error"
+
+
+def test_every_error_type_is_documented():
+    for name in ("http_status", "connect_error", "request_timeout", "stream_truncated", "no_usage",
+                 "not_streamed", "stream_error", "bad_chunk"):
+        assert ERROR_TYPES[name]
+
+
+def test_api_key_is_sent_as_bearer_and_never_kept():
+    fake = FakeVllm(api_key="sk-test-123456")
+    settings = ClientSettings(api_key="sk-test-123456")
+    res = _run(fake, settings=settings)
+    assert res.success and fake.auth_headers == ["Bearer sk-test-123456"]
+    assert "sk-test" not in repr(settings) and "sk-test" not in repr(res)
+    denied = _run(FakeVllm(api_key="sk-other-999999"), settings=settings)
+    assert denied.error_type == "http_status" and denied.http_status == 401
+
+
+def test_url_credentials_go_to_the_server_but_not_into_errors():
+    async def go():
+        fake = FakeVllm(status=500)
+        async with serving(fake.server()) as (s, base):
+            url = base.replace("http://", "http://alice:hunter2secret@") + "/?api_key=topsecret1"
+            return await stream_chat(s, url, "m", ROW, "r"), fake
+
+    res, fake = asyncio.run(go())
+    assert res.error_type == "http_status"
+    assert fake.auth_headers[0].startswith("Basic ")  # the credentials did reach the server
+    assert "hunter2secret" not in (res.error_message or "") and "topsecret1" not in (res.error_message or "")
 
 
 def test_payload_is_greedy_chat_with_forced_length():

@@ -6,10 +6,9 @@ from specdec.replay.config import ReplayConfig
 from specdec.replay.runner import level_rows, request_id, results_table, run_level
 from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.schemas.records import RequestResult
-from tests.replay.fake_server import FakeVllm, serving
+from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
 
-SSE = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"choices":[{"delta":{"content":"b"}}]}\n\n' \
-      b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\ndata: [DONE]\n\n'
+SSE = GOOD_SSE
 
 
 @pytest.mark.parametrize("level", [1, 3])
@@ -20,7 +19,7 @@ def test_closed_loop_keeps_exactly_level_requests_in_flight(level):
     async def go():
         async with serving(fake.server()) as (s, base):
             return await run_level(s, base, "m", rows, level,
-                                   lambda i: request_id("r", "baseline", level, i), 30)
+                                   lambda i: request_id("r", "baseline", level, i))
 
     results = asyncio.run(go())
     assert len(results) == 7 and all(res.success for _, res in results)
