@@ -26,6 +26,8 @@ _SCALARS: dict[Any, pa.DataType] = {
 def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     """Return (arrow type, nullable) for one field annotation."""
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:  # strict / constrained types: the base type decides
+        return _arrow_type(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(args) != 1:

@@ -8,9 +8,14 @@ monotonic clock, ``wall_*_ns`` Unix wall-clock nanoseconds); ``None`` means
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from specdec.schemas.strict import (
+    MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, FiniteFloat, FreeForm, Label, Prompt, RunName,
+    StrictBool, StrictInt, Text,
+)
 
 #: Written into every Parquet file's key-value metadata as ``schema_version``.
 SCHEMA_VERSION = "1"
@@ -48,13 +53,20 @@ class RoundTrace(_Record):
 
 
 class TrafficRow(_Record):
-    """One prompt of a traffic mix (the input of specdec-replay)."""
+    """One prompt of a traffic mix (the input of specdec-replay).
 
-    prompt_id: str = Field(description="Stable identifier, unique within the file.")
-    category: str = Field(description="Task category used to group results (e.g. code, structured, chat).")
-    prompt: str = Field(min_length=1, description="The user message sent to the chat endpoint.")
-    max_tokens: int = Field(gt=0, description="Forced output length in tokens (sent with ignore_eos).")
-    temperature: float = Field(default=0.0, ge=0.0, description="Sampling temperature; 0 means greedy.")
+    Read from a user's file, so every field is strict (see ``strict.py``): no
+    ``"12"`` -> 12, no ``true`` -> 1, no ``1.0`` -> 1, finite floats only,
+    labels without surrounding whitespace or control characters, prompts that
+    are not whitespace only. ``max_tokens`` is also checked against the model's
+    context length when it is known (``specdec.replay.traffic.load_traffic``).
+    """
+
+    prompt_id: Label = Field(max_length=MAX_LABEL_LEN, description="Stable identifier, unique within the file; no surrounding whitespace or control characters.")
+    category: Label = Field(max_length=MAX_LABEL_LEN, description="Task category used to group results (e.g. code, structured, chat); no surrounding whitespace or control characters.")
+    prompt: Prompt = Field(description="The user message sent to the chat endpoint; any Unicode text except NUL, not whitespace only.")
+    max_tokens: StrictInt = Field(gt=0, le=MAX_TOKENS_CEILING, description=f"Forced output length in tokens (sent with ignore_eos), 1..{MAX_TOKENS_CEILING:,}.")
+    temperature: FiniteFloat = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE, description="Sampling temperature, 0..2; 0 means greedy.")
 
 
 class RequestResult(_Record):
@@ -103,34 +115,43 @@ class ArmConfig(_Record):
     """One arm of an experiment: a server configuration."""
 
     name: Literal["baseline", "speculative"]
-    speculative_config: dict[str, Any] | None = Field(description="vLLM --speculative-config, None for the baseline.")
-    server_args: list[str] = Field(description="Full argument list the server was started with (empty for an external endpoint).")
-    endpoint: str = Field(description="Base URL the arm was served at.")
+    speculative_config: FreeForm | None = Field(description="vLLM --speculative-config, None for the baseline.")
+    server_args: list[Text] = Field(description="Full argument list the server was started with (empty for an external endpoint).")
+    endpoint: Text = Field(description="Base URL the arm was served at, credentials redacted ('embedded' for a server specdec started).")
+    speculative_config_source: Literal["launched", "declared", "none"] = Field(
+        default="none", description="launched: specdec started the server with speculative_config; declared: an external server, "
+                                    "the setting is what the user said it runs (not verified); none: no speculation.")
 
 
 class RunManifest(_Record):
-    """Everything needed to interpret a run: what ran, where, on what input."""
+    """Everything needed to interpret a run: what ran, where, on what input.
 
-    schema_version: str = Field(default=SCHEMA_VERSION)
-    run_id: str
-    created_wall: str = Field(description="ISO-8601 UTC time the run started.")
-    specdec_version: str
-    engine: dict[str, Any] = Field(description="Engine distribution name and version, or 'external'.")
-    model: str = Field(description="Model path or name served.")
-    model_source: dict[str, Any] = Field(default_factory=dict, description="Where the model came from (GGUF package, hash).")
-    dtype: str
+    Read back from ``manifest.json`` (``specdec.runfolder.read_manifest``), so
+    its fields are strict: integers are integers, floats are finite, strings
+    are valid Unicode, the free-form dicts hold no NaN or infinity.
+    """
+
+    schema_version: Text = Field(default=SCHEMA_VERSION)
+    run_id: RunName
+    created_wall: Text = Field(description="ISO-8601 UTC time the run started.")
+    specdec_version: Text
+    engine: FreeForm = Field(description="Engine distribution name and version, or 'external'.")
+    model: Text = Field(description="Model path or name served.")
+    model_source: FreeForm = Field(default_factory=dict, description="Where the model came from (GGUF package, hash).")
+    dtype: Text
     arms: list[ArmConfig]
-    arm_difference: list[str] = Field(description="Server arguments present in one arm but not the other.")
-    sampling: dict[str, Any] = Field(description="Sampling settings sent with every request.")
-    traffic: dict[str, Any] = Field(description="Traffic file path, sha256, rows and categories.")
-    concurrency_levels: list[int]
-    warmup_requests: int
-    host: dict[str, Any] = Field(description="CPU, memory, platform and Python facts.")
-    finished: bool = Field(default=False, description="True once every level of every arm completed.")
-    max_error_rate: float = Field(default=0.05, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
-    capture: dict[str, Any] = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
-    timeouts: dict[str, float] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
-    notes: list[str] = Field(default_factory=list)
+    arm_difference: list[Text] = Field(description="Server arguments present in one arm but not the other.")
+    sampling: FreeForm = Field(description="Sampling settings sent with every request.")
+    traffic: FreeForm = Field(description="Traffic file path, sha256, rows and categories.")
+    concurrency_levels: list[Annotated[StrictInt, Field(ge=1)]]
+    warmup_requests: StrictInt = Field(ge=0)
+    host: FreeForm = Field(description="CPU, memory, platform and Python facts.")
+    finished: StrictBool = Field(default=False, description="True once every level of every arm completed.")
+    max_error_rate: FiniteFloat = Field(default=0.05, ge=0.0, le=1.0, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
+    capture: FreeForm = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
+    timeouts: dict[Text, Annotated[FiniteFloat, Field(gt=0)]] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
+    notes: list[Text] = Field(default_factory=list)
+    kind: Literal["replay", "stability"] = Field(default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes).")
 
 
 class StabilityResult(_Record):
@@ -146,7 +167,12 @@ class StabilityResult(_Record):
     requests_failed: int = Field(description="Requests that ended in an error (expected or not).")
     error_types: list[str] = Field(description="Distinct error_type values seen, sorted.")
     expected: str = Field(description="What a healthy server should do (e.g. 'HTTP 400', 'completes').")
-    outcome: Literal["ok", "degraded", "failed"] = Field(description="ok: behaved as expected and stayed healthy; degraded: unexpected answers but healthy; failed: unhealthy afterwards or wrong output.")
+    outcome: Literal["ok", "degraded", "failed", "skipped"] = Field(description="ok: behaved as expected and stayed healthy; degraded: unexpected answers but healthy; failed: unhealthy afterwards or wrong output; skipped: not applicable to this target (detail says why).")
     server_healthy_after: bool = Field(description="GET /health answered 200 after the probe.")
     detail: str = Field(description="One sentence on what happened.")
     rss_mb: float | None = Field(default=None, description="Server RSS in MiB sampled after the probe (embedded server only); None if unknown.")
+    rss_samples: int | None = Field(default=None, description="Server RSS samples taken during the probe (soak only); None if not sampled.")
+    rss_first_mb: float | None = Field(default=None, description="First RSS sample of the probe, MiB; None if not sampled.")
+    rss_last_mb: float | None = Field(default=None, description="Last RSS sample of the probe, MiB; None if not sampled.")
+    rss_max_mb: float | None = Field(default=None, description="Largest RSS sample of the probe, MiB; None if not sampled.")
+    rss_slope_mb_per_min: float | None = Field(default=None, description="Least-squares slope of RSS over monotonic time, MiB per minute; None with fewer than 2 samples.")

@@ -14,6 +14,9 @@ import click
 from pydantic import ValidationError
 
 from specdec.errors import SpecdecError
+from specdec.replay.config import default_of
+from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
+from specdec.validate import LevelList, MaxTokens, PositiveFloat, PositiveInt, UnitInterval
 
 
 def handle_errors(fn):
@@ -98,44 +101,69 @@ def report(run_dir: Path) -> None:
 @main.command()
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
               show_default=True, help="Where run folders go.")
-@click.option("--levels", default="1,2,4,8", show_default=True, help="Concurrency levels.")
-@click.option("--requests-per-level", type=int, default=None,
-              help="Requests per level (default: every prompt of the bundled mix once).")
-@click.option("--max-tokens", type=int, default=None, help="Override the mix's output length.")
-@click.option("--dtype", default="bfloat16", show_default=True,
+@click.option("--levels", type=LevelList, default="1,2,4,8", show_default=True,
+              help=f"Concurrency levels, comma-separated whole numbers 1..{MAX_LEVEL}, each once.")
+@click.option("--requests-per-level", type=PositiveInt, default=None,
+              help="Requests per level, >= 1 (default: every prompt of the bundled mix once).")
+@click.option("--max-tokens", type=MaxTokens, default=None,
+              help=f"Override the mix's output length (1..{MAX_TOKENS_CEILING:,}).")
+@click.option("--dtype", default=default_of("dtype"), show_default=True,
               help="Model dtype for both arms (float32 makes greedy outputs bit-stable).")
+@click.option("--max-error-rate", type=UnitInterval, default=default_of("max_error_rate"), show_default=True,
+              help="A level whose share of failed requests exceeds this (0..1) is marked failed.")
+@click.option("--connect-timeout", type=PositiveFloat, default=default_of("connect_timeout_s"), show_default=True,
+              help="Seconds to wait for a connection (> 0).")
+@click.option("--request-timeout", type=PositiveFloat, default=default_of("request_timeout_s"), show_default=True,
+              help="Seconds to wait for the next byte of a reply, the first included (> 0).")
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
-def demo(runs_dir: Path, levels: str, requests_per_level: int | None, max_tokens: int | None,
-         dtype: str, no_progress: bool) -> None:
+def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
+         dtype: str, max_error_rate: float, connect_timeout: float, request_timeout: float,
+         no_progress: bool) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report."""
-    from specdec.analytics.report import write_report
     from specdec.model import prepare_model
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
-    from specdec.replay.traffic import BUNDLED
+    from specdec.replay.traffic import BUNDLED, load_traffic
 
+    # Validate settings and input before anything is prepared or written.
+    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=runs_dir, levels=levels,
+                       requests_per_level=requests_per_level, max_tokens=max_tokens,
+                       dtype=dtype, max_error_rate=max_error_rate, connect_timeout_s=connect_timeout,
+                       request_timeout_s=request_timeout, progress=not no_progress)
+    load_traffic(cfg.traffic)
     prepared = prepare_model()
     click.echo(f"model: {prepared.path}")
-    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=runs_dir, levels=parse_levels(levels),
-                       requests_per_level=requests_per_level, max_tokens=max_tokens,
-                       model=str(prepared.path), dtype=dtype, progress=not no_progress)
-    run_dir = run_replay(cfg)
-    path, summary = write_report(run_dir)
-    click.echo(summary)
-    click.echo(f"report: {path.resolve()}")
+    run_dir = run_replay(cfg.model_copy(update={"model": str(prepared.path)}))
+    finish_run(run_dir)
 
 
 def parse_levels(text: str) -> list[int]:
+    """``--levels`` text -> levels, by the rules of ``specdec.validate.LevelList``
+    (for commands that take the option as a plain string)."""
     try:
-        levels = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
-    if not levels or min(levels) < 1:
-        raise click.BadParameter("levels must be positive integers")
-    return levels
+        return LevelList.convert(text, None, None)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="'--levels'") from None
 
+
+def finish_run(run_dir: Path) -> None:
+    """After a replay: build the marts, write the report, print the summary,
+    and exit 1 (after writing everything) when any level failed."""
+    from specdec.analytics.report import failed_levels, write_report
+
+    path, summary = write_report(run_dir)
+    click.echo(summary)
+    click.echo(f"report: {path.resolve()}")
+    failed = failed_levels(run_dir)
+    if failed:
+        raise click.ClickException(
+            f"{len(failed)} level(s) failed (share of failed requests above the run's max_error_rate): "
+            + ", ".join(failed) + ". No speedup or lossless figure was computed from them; see the report."
+        )
+
+from specdec.replay.stability import stability_command; main.add_command(stability_command, "stability")  # noqa: E402,E702
 
 if __name__ == "__main__":  # pragma: no cover
     main()
