@@ -11,7 +11,10 @@ from pathlib import Path
 
 import click
 
-from specdec.cli import finish_run, handle_errors, parse_levels
+from specdec.cli import finish_run, handle_errors
+from specdec.validate import (
+    LevelList, MaxTokens, NonNegativeInt, PositiveFloat, PositiveInt, RunName, UnitInterval,
+)
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig, default_of
 
 
@@ -21,25 +24,25 @@ def _d(name: str):
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("traffic", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--levels", default=",".join(map(str, _d("levels"))), show_default=True,
+@click.option("--levels", type=LevelList, default=",".join(map(str, _d("levels"))), show_default=True,
               help="Closed-loop concurrency levels, comma-separated (e.g. 1,2,4,8,16,32).")
 @click.option("--arms", default=",".join(_d("arms")), show_default=True, help="Arms to run, in order.")
 @click.option("--spec-config", default=None,
               help='vLLM --speculative-config JSON for the speculative arm (default: '
                    f'{json.dumps(_d("speculative_config"))}). With external URLs it is recorded as '
                    '"declared by the user", not verified.')
-@click.option("--requests-per-level", type=click.IntRange(min=1), default=None,
+@click.option("--requests-per-level", type=PositiveInt, default=None,
               help="Requests per level (default: every traffic row once).")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Override every row's output length.")
-@click.option("--warmup", type=click.IntRange(min=0), default=_d("warmup_requests"), show_default=True,
+@click.option("--max-tokens", type=MaxTokens, default=None, help="Override every row's output length.")
+@click.option("--warmup", type=NonNegativeInt, default=_d("warmup_requests"), show_default=True,
               help="Unrecorded warm-up requests per arm (0 still sends one check request). "
                    "A failed warm-up stops the run at once.")
-@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=_d("max_error_rate"), show_default=True,
+@click.option("--max-error-rate", type=UnitInterval, default=_d("max_error_rate"), show_default=True,
               help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
                    "lossless figure is computed from it and the command exits non-zero.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0, min_open=True, max=3600),
+@click.option("--connect-timeout", type=PositiveFloat,
               default=_d("connect_timeout_s"), show_default=True, help="Seconds to wait for a connection.")
-@click.option("--request-timeout", type=click.FloatRange(min=0, min_open=True, max=86400),
+@click.option("--request-timeout", type=PositiveFloat,
               default=_d("request_timeout_s"), show_default=True,
               help="Seconds to wait for the next byte of a reply (the first one included). A hung server "
                    "fails a request after connect + request timeout, about a minute by default; a long "
@@ -49,7 +52,7 @@ def _d(name: str):
                    "Never written to any file.")
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
               show_default=True, help="Parent of run folders; runs/latest points at the newest.")
-@click.option("--run-id", default=None, help="Run folder name, a plain name (default: UTC timestamp).")
+@click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
 @click.option("--dtype", default=_d("dtype"), show_default=True, help="Embedded engine: dtype of both arms.")
 @click.option("--baseline-url", default=None, help="External server without speculation (skips the embedded engine).")
@@ -61,7 +64,7 @@ def _d(name: str):
                    "This run's rounds are copied from it; without it the report says no rounds were captured.")
 @click.option("--no-progress", is_flag=True, help="Plain log lines (one per level and arm) instead of progress bars.")
 @handle_errors
-def main(traffic: Path, levels: str, arms: str, spec_config: str | None, requests_per_level, max_tokens,
+def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
          runs_dir: Path, run_id, model, dtype, baseline_url, speculative_url, served_model, capture_dir,
          no_progress) -> None:
@@ -86,7 +89,7 @@ def main(traffic: Path, levels: str, arms: str, spec_config: str | None, request
     if not isinstance(spec, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--spec-config")
     cfg = ReplayConfig(
-        traffic=traffic, runs_dir=runs_dir, run_id=run_id, levels=parse_levels(levels),
+        traffic=traffic, runs_dir=runs_dir, run_id=run_id, levels=levels,
         arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
         max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specdec.schemas.strict import RunName
+
 DEFAULT_LEVELS = (1, 2, 4, 8)
 DEFAULT_SPEC_CONFIG: dict[str, Any] = {
     "method": "ngram",
@@ -28,7 +30,7 @@ class ReplayConfig(BaseModel):
 
     traffic: Path = Field(description="Traffic mix (.parquet or .jsonl of TrafficRow).")
     runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
-    run_id: str | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
+    run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
     levels: list[int] = Field(default=list(DEFAULT_LEVELS), description="Closed-loop concurrency levels.")
     arms: list[str] = Field(default=["baseline", "speculative"], description="Arms to run, in order.")
     speculative_config: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_SPEC_CONFIG))

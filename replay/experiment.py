@@ -38,8 +38,11 @@ def new_run_id() -> str:
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _check_inputs(cfg: ReplayConfig) -> None:
+def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
     """Everything that can be checked before anything is created on disk."""
+    if max_model_len is not None and cfg.max_tokens is not None and cfg.max_tokens >= max_model_len:
+        raise SpecdecError(f"--max-tokens {cfg.max_tokens} does not fit the model's context "
+                           f"(max_model_len {max_model_len}) together with a prompt")
     for name in ("baseline_url", "speculative_url"):
         url = getattr(cfg, name)
         if url:
@@ -59,8 +62,9 @@ def _check_inputs(cfg: ReplayConfig) -> None:
 
 
 def run_replay(cfg: ReplayConfig) -> Path:
-    traffic = load_traffic(cfg.traffic)
-    _check_inputs(cfg)
+    max_model_len = None if cfg.external else ServerSpec.max_model_len
+    traffic = load_traffic(cfg.traffic, max_model_len=max_model_len)
+    _check_inputs(cfg, max_model_len)
     run_id = cfg.run_id or new_run_id()
     run_dir = cfg.runs_dir / run_id
     if run_dir.exists() and any(run_dir.iterdir()):

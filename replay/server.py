@@ -120,10 +120,29 @@ class LocalServer:
         except OSError:
             return "(no log)"
 
+    def _mark(self, text: str) -> None:
+        """A line of specdec's own in the server log (flushed in order)."""
+        try:
+            self._log.flush()
+            self._log.write(f"==== specdec {time.strftime('%H:%M:%S')}: {text} ====\n".encode())
+            self._log.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
     def stop(self) -> None:
-        """SIGINT first (lets the engine flush the capture buffers), then escalate."""
+        """SIGINT first (lets the engine flush the capture buffers), then escalate.
+
+        vLLM's normal shutdown logs warnings that read like failures (the API
+        server "force killing" EngineCore and its worker, nanobind "leaked"
+        lists from triton, resource_tracker "leaked semaphore/shared_memory").
+        A marker line before and after says the stop was specdec's and how the
+        process ended, so a reader can tell them from a real crash."""
         if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self._mark(f"the server had already exited with code {self.proc.returncode} before specdec stopped it")
             return
+        self._mark("stopping the server on purpose (SIGINT). vLLM's shutdown messages below "
+                   "('force killing', 'leaked', resource_tracker warnings) are its normal exit, not failures")
         for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -134,6 +153,7 @@ class LocalServer:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        self._mark(f"server stopped (exit code {self.proc.returncode})")
 
     def __exit__(self, *exc) -> None:
         self.stop()
