@@ -56,7 +56,7 @@ class RecordFile:
     name: str  # record kind, also the suffix of the raw table (raw_<name>)
     consolidated: str
     part_glob: str
-    required: bool  # a finished run must have it
+    required_for: tuple[str, ...]  # run kinds (RunManifest.kind) that must have it
 
     @property
     def raw_table(self) -> str:
@@ -75,10 +75,10 @@ class RecordFile:
 
 
 RECORD_FILES: tuple[RecordFile, ...] = (
-    RecordFile("rounds", "rounds.parquet", f"{CAPTURE_SUBDIR}/{ROUND_PART_GLOB}", required=False),
-    RecordFile("requests", "requests.parquet", f"{REQUESTS_SUBDIR}/*.parquet", required=True),
-    RecordFile("engine_counters", "engine_counters.parquet", "engine_counters-*.parquet", required=False),
-    RecordFile("stability", "stability.parquet", "stability-*.parquet", required=False),
+    RecordFile("rounds", "rounds.parquet", f"{CAPTURE_SUBDIR}/{ROUND_PART_GLOB}", required_for=()),
+    RecordFile("requests", "requests.parquet", f"{REQUESTS_SUBDIR}/*.parquet", required_for=("replay",)),
+    RecordFile("engine_counters", "engine_counters.parquet", "engine_counters-*.parquet", required_for=()),
+    RecordFile("stability", "stability.parquet", "stability-*.parquet", required_for=("stability",)),
 )
 
 
