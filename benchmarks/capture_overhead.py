@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+from specdec.runfolder import ENV_CAPTURE_DIR
+
 CHILD = r"""
 import json, os, sys, time
 from vllm import LLM, SamplingParams
@@ -36,9 +38,9 @@ print("RESULT", json.dumps({"seconds": time.perf_counter() - t}))
 
 def one(model: str, capture: bool, max_tokens: int, batch: int) -> float:
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
-    env.pop("SPECDEC_CAPTURE_DIR", None)
+    env.pop(ENV_CAPTURE_DIR, None)
     if capture:
-        env["SPECDEC_CAPTURE_DIR"] = tempfile.mkdtemp(prefix="specdec-bench-")
+        env[ENV_CAPTURE_DIR] = tempfile.mkdtemp(prefix="specdec-bench-")
     out = subprocess.run([sys.executable, "-c", CHILD, model, str(max_tokens), str(batch)],
                          env=env, capture_output=True, text=True, check=True).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))

@@ -11,6 +11,14 @@ import click
 
 from specdec.cli import handle_errors
 from specdec.errors import InputFileError
+from specdec.runfolder import (
+    ENV_CAPTURE_DIR,
+    ENV_CAPTURE_FLUSH_S,
+    ENV_CAPTURE_RUN_ID,
+    ROUND_PART_GLOB,
+    files_of,
+    record_file,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,25 +28,55 @@ def main() -> None:
     \b
     The recorder is a vLLM general plugin (entry point vllm.general_plugins,
     no change to vLLM). It is inert unless SPECDEC_CAPTURE_DIR is set in the
-    server's environment; `specdec-capture serve` sets it for you.
+    server's environment; `specdec-capture serve` sets it for you (and keeps
+    vLLM on 127.0.0.1 unless you pass --host).
     """
+
+
+def _flush_s_option(ctx, param, value: float) -> float:
+    from specdec.capture.settings import SettingError, flush_seconds
+
+    try:
+        return flush_seconds(value, "--flush-s")
+    except SettingError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _has_host(vllm_args: tuple[str, ...]) -> bool:
+    return any(a == "--host" or a.startswith("--host=") for a in vllm_args)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.option("--dir", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Where rounds-*.parquet part files are written.")
+              help=f"Where {ROUND_PART_GLOB} part files are written.")
 @click.option("--run-id", default="adhoc", show_default=True, help="Value of the run_id column.")
-@click.option("--flush-s", default=1.0, show_default=True, help="Seconds between Parquet flushes.")
+@click.option("--flush-s", type=float, default=1.0, show_default=True, callback=_flush_s_option,
+              help="Seconds between Parquet flushes (0.01 to 3600).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address vLLM listens on: loopback unless you say otherwise "
+                   "(here or among VLLM_ARGS, not both).")
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
-def serve(out_dir: Path, run_id: str, flush_s: float, vllm_args: tuple[str, ...]) -> None:
+@handle_errors
+def serve(out_dir: Path, run_id: str, flush_s: float, host: str, vllm_args: tuple[str, ...]) -> None:
     """Start vLLM's OpenAI server with capture on; VLLM_ARGS go to vLLM.
 
     Example: specdec-capture serve --dir cap -- --model DIR --speculative-config '{"method":"ngram","num_speculative_tokens":4}'
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    os.environ.update({"SPECDEC_CAPTURE_DIR": str(out_dir.resolve()), "SPECDEC_CAPTURE_RUN_ID": run_id,
-                       "SPECDEC_CAPTURE_FLUSH_S": str(flush_s)})
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *vllm_args]
+    from specdec.capture.settings import SettingError, usable_dir
+
+    if not _has_host(vllm_args):
+        host_args = ["--host", host]
+    elif click.get_current_context().get_parameter_source("host") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--host given twice (before and among VLLM_ARGS): give it once")
+    else:
+        host_args = []  # the user's own --host among VLLM_ARGS
+    try:
+        out_dir = usable_dir(out_dir, "--dir")
+    except SettingError as exc:
+        raise click.ClickException(str(exc)) from None
+    os.environ.update({ENV_CAPTURE_DIR: str(out_dir.resolve()), ENV_CAPTURE_RUN_ID: run_id,
+                       ENV_CAPTURE_FLUSH_S: repr(flush_s)})
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *host_args, *vllm_args]
     os.execv(sys.executable, cmd)
 
 
@@ -49,9 +87,10 @@ def summary(capture_dir: Path) -> None:
     """Print rows, requests, verify rounds and pooled acceptance of a capture folder."""
     import duckdb
 
-    files = sorted(capture_dir.glob("rounds-*.parquet")) or sorted(capture_dir.glob("rounds.parquet"))
+    # a capture folder, or a run folder (its rounds.parquet, else capture/rounds-*)
+    files = sorted(capture_dir.glob(ROUND_PART_GLOB)) or files_of(capture_dir, record_file("rounds"))
     if not files:
-        raise InputFileError(capture_dir, "no rounds-*.parquet files")
+        raise InputFileError(capture_dir, f"no {ROUND_PART_GLOB} files")
     con = duckdb.connect()
     row = con.execute(
         """select count(*), count(distinct engine_request_id), count(*) filter (tokens_proposed > 0),

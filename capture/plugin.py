@@ -33,6 +33,23 @@ unchanged there, so counts stay exact and timings come out NULL until a V2
 timing hook is written. Nothing in this module has run on a GPU.
 
 A hook that fails logs once, counts the failure and never raises into vLLM.
+
+Settings (``specdec.capture.settings``) are checked before anything starts: a
+bad ``SPECDEC_CAPTURE_FLUSH_S`` / ``_MAX_ROWS`` / ``_MAX_BYTES`` or a capture
+directory that cannot be created or written logs one error naming the
+variable and the value, and capture stays off in that process (vLLM runs on).
+
+Fork. vLLM's GPU path starts the engine core (and, under the mp executor, the
+workers) with ``fork`` from a process in which this plugin is already
+registered: the child inherits ``_STATE`` but not the flush thread, and its
+lock may be held by a thread that does not exist there. Without care its rows
+would be written only when the engine goes idle, and a SIGKILL under load
+would lose them all. ``os.register_at_fork(after_in_child=...)`` hooks fix
+that: the writer restarts in the child (new locks, buffers, process token and
+flush thread; the parent's pending rows are not copied), and ``_State`` takes
+the child's pid and starts its own step counter, per-request round counters
+and timing accumulators. When vLLM then calls ``register()`` again in the
+child, the existing state is kept.
 """
 
 from __future__ import annotations
@@ -44,11 +61,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("specdec.capture")
+from specdec.capture import settings as capture_settings
+from specdec.runfolder import ENV_CAPTURE_DIR
 
-ENV_DIR = "SPECDEC_CAPTURE_DIR"
-ENV_RUN_ID = "SPECDEC_CAPTURE_RUN_ID"
-ENV_FLUSH_S = "SPECDEC_CAPTURE_FLUSH_S"
+log = logging.getLogger("specdec.capture")
 
 _PATCHED_ATTR = "__specdec_capture__"
 
@@ -56,11 +72,18 @@ _PATCHED_ATTR = "__specdec_capture__"
 class _State:
     """Per-process capture state (one per engine-core process)."""
 
-    def __init__(self, out_dir: Path, run_id: str, flush_s: float):
+    def __init__(self, out_dir: Path, run_id: str, flush_s: float = capture_settings.DEFAULT_FLUSH_S,
+                 max_rows: int = capture_settings.DEFAULT_MAX_ROWS,
+                 max_bytes: int = capture_settings.DEFAULT_MAX_BYTES):
         from specdec.capture.writer import RoundWriter
 
-        self.writer = RoundWriter(out_dir, flush_s=flush_s)
+        self.writer = RoundWriter(out_dir, flush_s=flush_s, max_rows=max_rows, max_bytes=max_bytes)
         self.run_id = run_id
+        self.new_process()
+
+    def new_process(self) -> None:
+        """Counters of this process: at construction and again in a forked
+        child (the writer resets itself through its own fork hook)."""
         self.pid = os.getpid()
         self.step_index = 0
         self.rounds_by_request: dict[str, int] = {}
@@ -77,6 +100,7 @@ class _State:
 
 
 _STATE: _State | None = None
+_GAVE_UP = False  # a bad setting was logged once; later calls stay quiet
 
 
 def state() -> _State | None:
@@ -84,18 +108,41 @@ def state() -> _State | None:
     return _STATE
 
 
+def _after_fork_in_child() -> None:
+    if _STATE is not None:
+        _STATE.new_process()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _start() -> _State | None:
+    """Check the settings and build the state; on a bad setting log one error
+    and return None (nothing raised into vLLM, vllm not imported)."""
+    global _GAVE_UP
+    if _GAVE_UP:
+        return None
+    try:
+        cfg = capture_settings.from_env()
+        if cfg is None:
+            return None
+        return _State(cfg.out_dir, cfg.run_id, cfg.flush_s, cfg.max_rows, cfg.max_bytes)
+    except Exception as exc:  # SettingError names the variable and value
+        _GAVE_UP = True
+        log.error("specdec-capture: %s; capture is off in this process (pid %d)", exc, os.getpid())
+        return None
+
+
 def register() -> None:
-    """vLLM plugin entry point. Idempotent; inert without SPECDEC_CAPTURE_DIR."""
+    """vLLM plugin entry point. Idempotent; inert without SPECDEC_CAPTURE_DIR
+    or with a bad setting (one error logged)."""
     global _STATE
-    out = os.environ.get(ENV_DIR)
-    if not out:
+    if not os.environ.get(ENV_CAPTURE_DIR):
         return
     if _STATE is None:
-        _STATE = _State(
-            Path(out),
-            os.environ.get(ENV_RUN_ID, "adhoc"),
-            float(os.environ.get(ENV_FLUSH_S, "1.0")),
-        )
+        _STATE = _start()
+        if _STATE is None:
+            return
     from vllm.v1.core.sched.scheduler import Scheduler
 
     _patch(Scheduler, "update_from_output", _wrap_update_from_output)
@@ -273,5 +320,6 @@ def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -
     if not sched.has_unfinished_requests():
         # The engine is idle: write now, before the last output reaches the
         # client. A server stopped after its traffic (vLLM force-kills the
-        # engine core on shutdown) then loses nothing.
-        st.writer.flush()
+        # engine core on shutdown) then loses nothing. While writing fails,
+        # the writer's back-off decides (no table rebuilt at every idle step).
+        st.writer.flush(only_if_due=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID, ROUND_PART_GLOB
+
 PROMPTS = [
     "Repeat this list exactly, then repeat it again: apples, pears, plums, figs, dates, limes.",
     "def add(a, b):\n    return a + b\n\nRewrite the function above with type hints and a docstring.",
@@ -39,8 +41,8 @@ def _engine_counters(llm) -> dict[str, int]:
 def run_selfcheck(out_dir: Path, model: str, spec_config: dict, dtype: str = "bfloat16",
                   max_tokens: int = 48, prompts: list[str] | None = None) -> dict:
     out_dir = Path(out_dir)
-    os.environ["SPECDEC_CAPTURE_DIR"] = str(out_dir)
-    os.environ.setdefault("SPECDEC_CAPTURE_RUN_ID", "selfcheck")
+    os.environ[ENV_CAPTURE_DIR] = str(out_dir)
+    os.environ.setdefault(ENV_CAPTURE_RUN_ID, "selfcheck")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import duckdb
@@ -51,13 +53,14 @@ def run_selfcheck(out_dir: Path, model: str, spec_config: dict, dtype: str = "bf
     llm = LLM(model=model, dtype=dtype, max_model_len=2048, enforce_eager=True,
               speculative_config=spec_config, disable_log_stats=False, seed=0)
     if not plugin.is_active():
-        raise RuntimeError("the specdec capture plugin did not load (is the package installed in this environment?)")
+        raise RuntimeError("the specdec capture plugin did not load (is the package installed in this "
+                           "environment? was a capture setting refused? see the log above)")
     before = _engine_counters(llm)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     llm.chat([[{"role": "user", "content": p}] for p in (prompts or PROMPTS)], params, use_tqdm=False)
     after = _engine_counters(llm)
     plugin.state().writer.flush()
-    files = [str(f) for f in sorted(out_dir.glob("rounds-*.parquet"))]
+    files = [str(f) for f in sorted(out_dir.glob(ROUND_PART_GLOB))]
     rounds, proposed, accepted, timed, rows = duckdb.connect().execute(
         """select count(*) filter (tokens_proposed > 0), coalesce(sum(tokens_proposed), 0),
                   coalesce(sum(tokens_accepted), 0),

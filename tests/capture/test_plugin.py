@@ -1,11 +1,13 @@
 import subprocess
 import sys
 
+from specdec.runfolder import ENV_CAPTURE_DIR
+
 
 def test_register_is_inert_without_capture_dir():
     # In a fresh interpreter: no env var -> no state, no vLLM import at all.
     code = (
-        "import os, sys; os.environ.pop('SPECDEC_CAPTURE_DIR', None)\n"
+        f"import os, sys; os.environ.pop({ENV_CAPTURE_DIR!r}, None)\n"
         "from specdec.capture import plugin\n"
         "plugin.register(); plugin.register()\n"
         "assert plugin.state() is None\n"
