@@ -90,12 +90,9 @@ def analytics_build(run_dir: Path) -> None:
 @handle_errors
 def report(run_dir: Path) -> None:
     """Write RUN_DIR/report.html (self-contained, opens offline) and print a
-    short summary. Rebuilds RUN_DIR/specdec.duckdb first so the report matches the files."""
-    from specdec.analytics.report import write_report
-
-    path, summary = write_report(run_dir)
-    click.echo(summary)
-    click.echo(f"report: {path.resolve()}")
+    short summary. Rebuilds RUN_DIR/specdec.duckdb first so the report matches the files.
+    Exits 1 (after writing the report) when any level failed its error budget."""
+    finish_run(run_dir)
 
 
 @main.command()

@@ -47,3 +47,38 @@ def test_bad_option_values_are_reported_not_raised(tmp_path):
 def test_report_on_missing_run_folder(tmp_path):
     r = CliRunner().invoke(main, ["report", str(tmp_path / "nope")])
     assert r.exit_code == 1 and "no such run folder" in r.output
+
+
+def test_report_on_a_corrupted_run_is_a_named_error(tmp_path):
+    from tests.analytics.conftest import write_run
+
+    run_dir = write_run(tmp_path)
+    path = run_dir / "requests.parquet"
+    path.write_bytes(path.read_bytes()[:100])
+    r = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert r.exit_code == 1
+    assert f"{path}: not a readable Parquet file" in r.output
+    assert "Traceback" not in r.output and not (run_dir / "report.html").exists()
+
+
+def test_report_on_a_run_missing_its_requests_is_a_named_error(tmp_path):
+    from tests.analytics.conftest import write_run
+
+    run_dir = write_run(tmp_path)
+    (run_dir / "requests.parquet").unlink()
+    r = CliRunner().invoke(main, ["analytics", "build", str(run_dir)])
+    assert r.exit_code == 1 and f"{run_dir / 'requests.parquet'}: missing" in r.output
+
+
+def test_report_of_an_all_failed_run_says_so_first(tmp_path):
+    from tests.analytics.conftest import failed, make_requests, write_run
+
+    reqs = [failed(q, http_status=404, message="HTTP 404: Not Found") for q in make_requests()]
+    run_dir = write_run(tmp_path, requests=reqs, rounds=[])
+    r = CliRunner().invoke(main, ["report", str(run_dir)])
+    # the report is written, then the command fails: every level is over its error budget
+    assert r.exit_code == 1, r.output
+    assert (run_dir / "report.html").is_file()
+    assert r.output.splitlines()[1].startswith("!! Every request failed (8 of 8)")
+    assert "HTTP 404: Not Found" in r.output
+    assert "Error: 4 level(s) failed" in r.output and "baseline c1" in r.output

@@ -1,12 +1,19 @@
 -- latency
--- Grain: one row per arm, category and concurrency level.
--- Purpose: client-side latency percentiles and speed (successful requests only).
---   ttft_ms_pXX        quantile_cont of time to first content chunk [ms]
---   tpot_ms_pXX        quantile_cont of per-request (e2e - ttft)/(tokens - 1) [ms/token]
---   itl_chunk_gap_ms_pXX quantile_cont of gaps between streamed chunks, pooled over
---                      all chunks of all requests in the group [ms]
---   output_tokens_per_s_mean  mean over requests of output_tokens / e2e seconds
+-- Grain: one row per arm, category and concurrency level that has requests.
+-- Purpose: client-side latency percentiles and speed (successful requests only;
+--   failed requests are counted beside them, see level_health).
+--   requests_ok        requests of the group with success = true (the ones measured)
 --   requests_failed    requests of the group with success = false (from stg_requests)
+--   output_tokens      sum(output_tokens) over successful requests
+--   ttft_ms_p50, ttft_ms_p95, ttft_ms_p99
+--                      quantile_cont of time to first content chunk [ms]
+--   tpot_ms_p50, tpot_ms_p95, tpot_ms_p99
+--                      quantile_cont of per-request (e2e - ttft)/(tokens - 1) [ms/token]
+--   output_tokens_per_s_mean  mean over requests of output_tokens / e2e seconds
+--   itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p95, itl_chunk_gap_ms_p99
+--                      quantile_cont of gaps between streamed chunks, pooled over
+--                      all chunks of all requests in the group [ms]
+--   Every figure is NULL when no request of the group succeeded.
 with requests as (
     select * from int_requests_measured
 ),

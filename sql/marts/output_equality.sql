@@ -1,14 +1,24 @@
 -- output_equality
--- Grain: one row per category and concurrency level.
+-- Grain: one row per category and concurrency level with greedy (temperature = 0)
+--   requests in either arm.
 -- Purpose: the lossless check for greedy decoding: does speculation change the text?
 --   Pairs: the same prompt at the same level in both arms (pair_index matches repeats).
 --   pairs            pairs where both requests succeeded and temperature = 0
 --   identical        pairs whose output_text is byte-identical
 --   identical_share  identical / pairs (NULL when no pairs)
+--   excluded_reason  int_levels_compared.excluded_reason: the level failed in either
+--                    arm, or an arm did not run it; pairs, identical and
+--                    identical_share are then NULL (no lossless figure from it)
 --   Caveat: in bfloat16 the batch shape alone can change greedy outputs; a
 --   baseline-vs-baseline noise floor is needed before calling a difference a defect.
 with requests as (
     select * from int_requests_measured where temperature = 0
+),
+groups as (
+    select distinct category, concurrency from stg_requests where temperature = 0
+),
+levels as (
+    select * from int_levels_compared
 ),
 pairs as (
     select b.category, b.concurrency, b.output_text = s.output_text as same
@@ -17,11 +27,22 @@ pairs as (
       on s.prompt_id = b.prompt_id and s.concurrency = b.concurrency and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
-final as (
-    select category, concurrency, count(*) as pairs,
-           count(*) filter (where same) as identical,
-           count(*) filter (where same) / nullif(count(*), 0) as identical_share
+counted as (
+    select category, concurrency, count(*) as pairs, count(*) filter (where same) as identical
     from pairs
     group by all
+),
+final as (
+    select
+        groups.category,
+        groups.concurrency,
+        case when levels.excluded_reason is null then coalesce(counted.pairs, 0) end as pairs,
+        case when levels.excluded_reason is null then coalesce(counted.identical, 0) end as identical,
+        case when levels.excluded_reason is null then counted.identical / nullif(counted.pairs, 0) end
+            as identical_share,
+        levels.excluded_reason
+    from groups
+    left join counted using (category, concurrency)
+    left join levels using (concurrency)
 )
 select * from final order by category, concurrency

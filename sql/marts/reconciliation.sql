@@ -1,11 +1,14 @@
 -- reconciliation
 -- Grain: one row per arm and concurrency level.
 -- Purpose: prove the captured rows agree with vLLM's own counters.
---   captured_*  from int_rounds_attributed (replayed requests of that level):
+--   captured_rounds, captured_proposed, captured_accepted
+--               from int_rounds_attributed (replayed requests of that level):
 --               rounds = rows with tokens_proposed > 0, proposed = sum(k), accepted = sum(a)
---   engine_*    after - before delta of vllm:spec_decode_num_drafts / _draft_tokens /
+--   engine_rounds, engine_proposed, engine_accepted
+--               after - before delta of vllm:spec_decode_num_drafts / _draft_tokens /
 --               _accepted_tokens around the level; NULL if the server does not export them
---   diff_*      captured - coalesce(engine, 0); zero means exact agreement
+--   diff_rounds, diff_proposed, diff_accepted
+--               captured - coalesce(engine, 0); zero means exact agreement
 --   engine_counters_present  false for a server without speculation, or a level
 --               without a complete before/after pair (interrupted run): then the
 --               captured rows show up as a non-zero diff instead of vanishing

