@@ -287,8 +287,9 @@ def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -
     draft_ms, verify_ms = getattr(mro, "specdec_timing", None) or (None, None)
     batch = len(so.num_scheduled_tokens)
     now = time.time_ns()
+    token = st.writer.token  # renewed in a forked child
     cols: dict[str, list] = {
-        "run_id": [], "engine_request_id": [], "pid": [], "step_index": [], "round_index": [],
+        "run_id": [], "engine_request_id": [], "pid": [], "process_token": [], "step_index": [], "round_index": [],
         "phase": [], "tokens_proposed": [], "tokens_accepted": [], "tokens_emitted": [],
         "batch_size": [], "num_scheduled_tokens": [], "context_len": [], "draft_ms": [],
         "verify_ms": [], "wall_time_ns": [],
@@ -299,6 +300,7 @@ def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -
         cols["run_id"].append(st.run_id)
         cols["engine_request_id"].append(req_id)
         cols["pid"].append(st.pid)
+        cols["process_token"].append(token)
         cols["step_index"].append(st.step_index)
         cols["round_index"].append(r)
         cols["phase"].append(phase)

@@ -38,6 +38,7 @@ class RoundTrace(_Record):
     run_id: str = Field(description="Run this row belongs to (from SPECDEC_CAPTURE_RUN_ID).")
     engine_request_id: str = Field(description="vLLM's internal request id; embeds the client's X-Request-Id.")
     pid: int = Field(description="Process id of the engine core that recorded the row.")
+    process_token: str = Field(description="PID plus a random token of the recording process's incarnation (also in its part-file names): tells apart two engine processes that reused one PID.")
     step_index: int = Field(description="Engine step counter within the recording process, from 0.")
     round_index: int = Field(description="Index of this row among the request's rows, from 0 (0 is prefill).")
     phase: Literal["prefill", "decode"] = Field(description="prefill if the request's prompt was not fully computed before this step.")

@@ -2,7 +2,8 @@
 -- Grain: one row per arm and concurrency level.
 -- Purpose: where engine time goes, per engine step (a step's timings are the
 --   whole batch's and repeat on every row of that step, so steps are
---   de-duplicated on (pid, step_index) first).
+--   de-duplicated on (process_token, step_index) first: process_token, not pid,
+--   because a restarted engine can reuse a PID and restarts its step counter).
 --   steps              distinct decode steps of replayed requests
 --   verify_ms_mean     mean target forward + sampling time per step [ms]
 --   draft_ms_mean      mean drafter time per step that verified drafts [ms];
@@ -10,13 +11,13 @@
 --   draft_share        sum(draft_ms) / (sum(draft_ms) + sum(verify_ms)) over steps with drafts
 --   batch_size_mean    mean requests per step
 with steps as (
-    select arm, concurrency, pid, step_index,
+    select arm, concurrency, process_token, step_index,
            any_value(batch_size) as batch_size,
            any_value(verify_ms) as verify_ms,
            max(draft_ms) as draft_ms
     from int_rounds_attributed
     where phase = 'decode'
-    group by arm, concurrency, pid, step_index
+    group by arm, concurrency, process_token, step_index
 ),
 final as (
     select

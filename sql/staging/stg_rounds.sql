@@ -14,6 +14,7 @@ final as (
         engine_request_id,
         nullif(regexp_extract(engine_request_id, '^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$', 1), '') as request_id,
         pid,
+        process_token,
         step_index,
         round_index,
         phase,

@@ -86,7 +86,7 @@ def make_requests() -> list[RequestResult]:
 
 def _row(engine_id, pid, step, rnd, k, a, phase="decode"):
     return RoundTrace(
-        run_id=RUN, engine_request_id=engine_id, pid=pid, step_index=step, round_index=rnd,
+        run_id=RUN, engine_request_id=engine_id, pid=pid, process_token=f"{pid}-cafe0001", step_index=step, round_index=rnd,
         phase=phase, tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1, batch_size=1,
         num_scheduled_tokens=10 if phase == "prefill" else 1 + k, context_len=10 + rnd,
         draft_ms=1.0 if k else None, verify_ms=10.0, wall_time_ns=T0 + step)

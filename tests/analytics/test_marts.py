@@ -139,3 +139,20 @@ def test_build_names_a_file_with_the_wrong_schema_version(run_dir):
     with pytest.raises(InputFileError, match="schema_version is '2'") as exc:
         build(run_dir)
     assert str(path) in str(exc.value)
+
+
+def test_step_timing_keeps_apart_two_engines_that_reused_a_pid(tmp_path):
+    """A restarted engine under the same PID restarts its step counter: its steps
+    must not merge with the first incarnation's (grouped by process_token)."""
+    import duckdb
+
+    from tests.analytics.conftest import make_rounds, write_run
+
+    rounds = make_rounds()
+    base = [r for r in rounds if r.pid == 1]  # baseline rows: 12 rows, 8 decode steps
+    # a second incarnation: same pid, same step numbers, another process token
+    again = [r.model_copy(update={"process_token": "1-restarted"}) for r in base]
+    run_dir = write_run(tmp_path, rounds=[r for r in rounds if r.pid != 1] + base + again)
+    con = duckdb.connect(str(build(run_dir)), read_only=True)
+    steps = dict(con.execute("select concurrency, steps from step_timing where arm = 'baseline'").fetchall())
+    assert steps == {1: 8, 2: 8}  # 2 requests x 2 decode rows x 2 incarnations per level

@@ -138,7 +138,7 @@ def _fake_capture(folder, run_id: str, other_run: str) -> None:
     cols = {f: [] for f in RoundTrace.model_fields}
 
     def add(engine_id, step, k, a):
-        vals = dict(run_id="adhoc", engine_request_id=engine_id, pid=7, step_index=step, round_index=step,
+        vals = dict(run_id="adhoc", engine_request_id=engine_id, pid=7, process_token="7-abcd", step_index=step, round_index=step,
                     phase="decode", tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1, batch_size=1,
                     num_scheduled_tokens=1 + k, context_len=10, draft_ms=0.1, verify_ms=5.0, wall_time_ns=1)
         for f in cols:
