@@ -56,7 +56,7 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     """Write to a unique temporary name, fsync, then rename (see
     ``specdec.runfolder.atomic_write_with``): a reader (or a crash) never sees a
     half-written file under the final name."""
-    atomic_write_with(Path(path), lambda tmp: pq.write_table(table, tmp))
+    atomic_write_with(Path(path), lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
 def table_from_columns(model: type[BaseModel], columns: dict[str, list]) -> pa.Table:
