@@ -8,12 +8,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-import signal
-import threading
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from specdec.errors import SpecdecError
 from specdec.replay.capture_import import import_capture
@@ -21,13 +16,13 @@ from specdec.replay.client import CHAT_PATH
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.replay.progress import Progress
+from specdec.replay.recording import recording
 from specdec.replay.runner import ArmRunner, level_rows, request_id_prefix
 from specdec.replay.server import LocalServer, ServerSpec, speculative_args
 from specdec.replay.traffic import load_traffic
 from specdec.replay.urls import parse_endpoint
-from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
 from specdec.runfolder import (
-    CAPTURE_SUBDIR, RECORD_FILES, REQUESTS_SUBDIR, capture_dir, point_latest, server_log, write_manifest,
+    capture_dir, point_latest, server_log, write_manifest,
 )
 from specdec.schemas.records import ArmConfig, RunManifest
 
@@ -113,10 +108,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
     point_latest(cfg.runs_dir, run_dir)
     write_manifest(run_dir, manifest)
 
-    # A `kill` (SIGTERM) gets the same clean-up as Ctrl-C: finished requests
-    # are written, servers stopped, part files consolidated.
-    previous = _term_as_interrupt()
-    try:
+    with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
         with Progress(cfg.progress) as progress:
             runner = ArmRunner(cfg, run_id, run_dir, traffic, progress)
             for arm in arms:
@@ -133,18 +125,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 manifest.capture = import_capture(cfg.capture_dir, run_dir, run_id, request_id_prefix(run_id),
                                                   cfg.capture_wait_s)
         manifest.finished = True
-    finally:
-        consolidate(run_dir)
-        write_manifest(run_dir, manifest)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
     return run_dir
-
-
-def _term_as_interrupt():
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None) -> ArmConfig:
@@ -176,27 +157,3 @@ def _pairs(args: list[str]) -> list[tuple[str, ...]]:
             out.append((args[i],))
             i += 1
     return out
-
-
-def consolidate(run_dir: Path) -> None:
-    """Merge part files into one Parquet per record type; parts are removed
-    only after the merged file is safely written."""
-    for rec in RECORD_FILES:
-        parts = sorted(p for p in run_dir.glob(rec.part_glob) if not p.name.startswith("."))
-        if not parts:
-            continue
-        target = run_dir / rec.consolidated
-        schema = arrow_schema(rec.record())
-        existing = [target] if target.exists() else []
-        try:
-            tables = [pq.read_table(p, schema=schema) for p in existing + parts]
-            write_parquet_atomic(pa.concat_tables(tables).replace_schema_metadata(schema.metadata), target)
-        except Exception as exc:
-            log.error("could not consolidate %s (%s); part files kept", target.name, exc)
-            continue
-        for p in parts:
-            p.unlink()
-    for sub in (CAPTURE_SUBDIR, REQUESTS_SUBDIR):
-        d = run_dir / sub
-        if d.is_dir() and not any(d.iterdir()):
-            d.rmdir()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pyarrow as pa
 
 from specdec.errors import EngineError
 from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, stream_chat
@@ -129,7 +130,7 @@ async def settled_counters(session, ep: Endpoint, settings: ClientSettings, trie
         ) from None
 
 
-def results_table(run_id: str, arm: str, level: int, results) -> "pa.Table":  # noqa: F821
+def results_table(run_id: str, arm: str, level: int, results) -> pa.Table:
     cols: dict[str, list] = {f: [] for f in RequestResult.model_fields}
     for row, res in results:
         values = {

@@ -92,6 +92,7 @@ class LocalServer:
             self._wait_healthy()
         except BaseException:
             self.stop()
+            self._log.close()
             raise
         return self
 

@@ -18,8 +18,6 @@ import asyncio
 import datetime as dt
 import itertools
 import os
-import signal
-import threading
 from pathlib import Path
 from typing import Callable
 
@@ -73,7 +71,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     before anything is created on disk."""
     from specdec.errors import SpecdecError
     from specdec.replay.client import ClientSettings
-    from specdec.replay.experiment import consolidate
+    from specdec.replay.recording import recording
     from specdec.replay.stability_runner import probe_all
     from specdec.replay.stability_server import EmbeddedServer, EndpointServer, require_loopback
     from specdec.runfolder import point_latest, server_log, stability_part, write_manifest
@@ -119,27 +117,17 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
         write_manifest(run_dir, manifest)
 
     rows: list = []
-    previous = _term_as_interrupt()  # a `kill` cleans up like Ctrl-C: no orphaned vLLM
-    try:
-        if endpoint is None:
-            echo(f"starting vLLM (log: {server_log(run_dir, 'baseline')})")
-            server.start_blocking()
-        echo(f"probing {server.endpoint.display} (concurrency {cfg.concurrency}, soak {cfg.soak_minutes:g} min)")
-        rows = asyncio.run(probe_all(cfg, server, run_id, settings, sink, echo, found))
-        manifest.finished = True
-    finally:
-        server.stop()
-        consolidate(run_dir)
-        write_manifest(run_dir, manifest)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with recording(run_dir, manifest):  # a `kill` cleans up like Ctrl-C: no orphaned vLLM
+        try:
+            if endpoint is None:
+                echo(f"starting vLLM (log: {server_log(run_dir, 'baseline')})")
+                server.start_blocking()
+            echo(f"probing {server.endpoint.display} (concurrency {cfg.concurrency}, soak {cfg.soak_minutes:g} min)")
+            rows = asyncio.run(probe_all(cfg, server, run_id, settings, sink, echo, found))
+            manifest.finished = True
+        finally:
+            server.stop()
     return run_dir, rows
-
-
-def _term_as_interrupt():
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict, server, endpoint):

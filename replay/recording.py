@@ -1,0 +1,64 @@
+"""The life of a run folder while something records into it.
+
+``recording(run_dir, manifest)`` is shared by every command that writes a
+run (replay, demo, stability): a ``kill`` (SIGTERM) gets the same clean-up as
+Ctrl-C, and however the block ends (done, error, interrupt) the part files
+are merged into one Parquet per record type and the manifest is written,
+``finished`` staying false unless the block set it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from specdec.runfolder import CAPTURE_SUBDIR, RECORD_FILES, REQUESTS_SUBDIR, write_manifest
+
+log = logging.getLogger("specdec.replay")
+
+
+@contextmanager
+def recording(run_dir: Path, manifest):
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        consolidate(run_dir)
+        write_manifest(run_dir, manifest)
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def consolidate(run_dir: Path) -> None:
+    """Merge part files into one Parquet per record type; parts are removed
+    only after the merged file is safely written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
+
+    run_dir = Path(run_dir)
+    for rec in RECORD_FILES:
+        parts = sorted(p for p in run_dir.glob(rec.part_glob) if not p.name.startswith("."))
+        if not parts:
+            continue
+        target = run_dir / rec.consolidated
+        schema = arrow_schema(rec.record())
+        existing = [target] if target.exists() else []
+        try:
+            tables = [pq.read_table(p, schema=schema) for p in existing + parts]
+            write_parquet_atomic(pa.concat_tables(tables).replace_schema_metadata(schema.metadata), target)
+        except Exception as exc:
+            log.error("could not consolidate %s (%s); part files kept", target.name, exc)
+            continue
+        for p in parts:
+            p.unlink()
+    for sub in (CAPTURE_SUBDIR, REQUESTS_SUBDIR):
+        d = run_dir / sub
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
