@@ -53,7 +53,8 @@ def _charts(data: ReportData) -> dict[str, dict]:
     levels = sorted({r["concurrency"] for r in thr} | {r["concurrency"] for r in speed})
     # an explicit domain: with one plotted level a log scale would otherwise
     # collapse and label the point with a neighbouring tick
-    domain = [levels[0], levels[-1]] if len(levels) > 1 else [levels[0] / 2, levels[0] * 2] if levels else None
+    domain = ([levels[0], levels[-1]] if len(levels) > 1 else
+              [levels[0] / 2, levels[0] * 2] if levels else alt.Undefined)
     x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False),
               title="concurrent requests", axis=alt.Axis(values=levels, format="d"))
     charts = {}
