@@ -203,3 +203,33 @@ def test_progress_lines_count_failures():
     p.advance(t, StreamResult("b", 0, success=False, error_type="http_status"))
     p.end_level(t)
     assert "baseline c=4: 2/2 done, 1 FAILED" in out.getvalue()
+
+
+class FlakyVllm(FakeVllm):
+    """Serves the warm-up, then fails every other request with HTTP 500."""
+
+    async def chat(self, request):
+        n = len(self.request_ids)
+        if n >= 1 and n % 2 == 1:
+            self.request_ids.append(request.headers.get("X-Request-Id", ""))
+            return web.Response(status=500, text="overloaded")
+        return await super().chat(request)
+
+
+def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixtures):
+    from click.testing import CliRunner
+
+    from specdec.replay.cli import main as replay_main
+
+    with threaded(FakeVllm(), FlakyVllm()) as (b, s):
+        r = CliRunner().invoke(replay_main, [
+            str(fixtures / "traffic_small.jsonl"), "--baseline-url", b, "--speculative-url", s,
+            "--runs-dir", str(tmp_path / "runs"), "--run-id", "flaky", "--levels", "1,2", "--warmup", "1",
+            "--no-progress"])
+    run_dir = tmp_path / "runs" / "flaky"
+    assert r.exit_code == 1, r.output
+    assert (run_dir / "report.html").is_file() and (run_dir / "specdec.duckdb").is_file()
+    assert "level(s) failed" in r.output and "speculative c1" in r.output and "speculative c2" in r.output
+    assert "baseline c1" not in r.output.split("Error:")[-1]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["finished"] is True  # it ran to the end; the levels failed their error budget
