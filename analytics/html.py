@@ -67,10 +67,16 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+def _cell(v: object) -> str:
+    """Numbers right-aligned (they compare down a column), text left."""
+    num = isinstance(v, (int, float)) and not isinstance(v, bool)
+    return f'<td class="num">{esc(fmt(v))}</td>' if num else f"<td>{esc(fmt(v))}</td>"
+
+
 def table(columns: Iterable[str], rows: Iterable[Iterable[object]], *, css_class: str = "") -> str:
     """An HTML table; every header and cell escaped."""
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(fmt(v))}</td>" for v in r) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(_cell(v) for v in r) + "</tr>" for r in rows)
     cls = f' class="{esc(css_class)}"' if css_class else ""
     return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 

@@ -38,7 +38,7 @@ DEFINITIONS = {
 }
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}td.num{text-align:right}
 th{background:#f3f3f3}pre{background:#f7f7f7;padding:1em;font-size:12px;overflow:auto;white-space:pre-wrap}
 .alarm{background:#fde2e1;border:2px solid #c0392b;color:#7b1d15;padding:.6em 1em;margin:.5em 0;font-weight:600}
 .warn{background:#fff4d6;border:1px solid #d4a017;padding:.6em 1em;margin:.5em 0}
@@ -114,6 +114,18 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     return out
 
 
+def _run_line(data: ReportData) -> str:
+    """What ran: an A/B replay names the one difference between its arms; a
+    stability run names the server it probed."""
+    m = data.manifest
+    what = f"Model <code>{esc(m.model)}</code>, dtype {esc(m.dtype)}, engine {esc(json.dumps(m.engine))}"
+    if m.kind == "stability":
+        target = ", ".join(a.endpoint for a in m.arms)
+        return f"Stability run. {what}; server probed: <code>{esc(target)}</code>. Run finished: {esc(m.finished)}."
+    return (f"{what}; arms differ only in: <code>{esc('; '.join(m.arm_difference))}</code>. "
+            f"Run finished: {esc(m.finished)}. Requests: {data.requests_total}, failed: {data.requests_failed}.")
+
+
 def render_html(data: ReportData) -> str:
     from altair.utils._importers import vl_version_for_vl_convert
     import vl_convert
@@ -135,9 +147,7 @@ def render_html(data: ReportData) -> str:
 <script>{bundle}</script></head><body>
 <h1>{esc(title)}</h1>
 {notices}
-<p>Model <code>{esc(m.model)}</code>, dtype {esc(m.dtype)},
-engine {esc(json.dumps(m.engine))}; arms differ only in: <code>{esc('; '.join(m.arm_difference))}</code>.
-Run finished: {esc(m.finished)}. Requests: {data.requests_total}, failed: {data.requests_failed}.</p>
+<p>{_run_line(data)}</p>
 {divs}
 {body}
 <script>{embeds}</script>
