@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from specdec.errors import EngineError, SpecdecError
-from specdec.replay.faults import (
+from specdec.replay.stability.faults import (
     LONG_PROMPT, PLAIN_PROMPT, Finding, Probe, Target, answer, chat, clean, error_label, long_tokens, say,
     wait_busy,
 )

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from specdec.replay.faults import Finding, Probe, Target, chat, error_label
+from specdec.replay.stability.faults import Finding, Probe, Target, chat, error_label
 
 #: Upper bound of the soak's requests whatever the duration (keeps the loop bounded in count).
 SOAK_MAX_REQUESTS = 100_000

@@ -17,7 +17,7 @@ import asyncio
 import aiohttp
 
 from specdec.replay.client import CHAT_PATH, request_headers
-from specdec.replay.faults import (
+from specdec.replay.stability.faults import (
     LONG_PROMPT, PLAIN_PROMPT, Finding, Probe, Target, answer, chat, error_label, long_tokens, say, wait_busy,
 )
 

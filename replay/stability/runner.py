@@ -18,10 +18,10 @@ from typing import Callable
 import aiohttp
 
 from specdec.errors import EngineError, SpecdecError
-from specdec.replay.faults import Finding, Probe, Target, clean, input_probes, over_length_probe
-from specdec.replay.load_faults import burst_probe, disconnect_probe
-from specdec.replay.recovery import greedy_probe, greedy_reference, kill_restart_probe
-from specdec.replay.soak import soak_probe
+from specdec.replay.stability.faults import Finding, Probe, Target, clean, input_probes, over_length_probe
+from specdec.replay.stability.load_faults import burst_probe, disconnect_probe
+from specdec.replay.stability.recovery import greedy_probe, greedy_reference, kill_restart_probe
+from specdec.replay.stability.soak import soak_probe
 from specdec.schemas.records import StabilityResult
 
 

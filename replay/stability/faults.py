@@ -10,7 +10,7 @@ client's timeouts; the runner also bounds the whole probe) and returns a
 ``Finding``: ``ok`` when the server answered as expected, ``degraded`` when it
 answered otherwise but kept serving, ``failed`` when an output was wrong or
 the server could not be brought back, ``skipped`` when the probe does not
-apply to the target. The runner (``specdec.replay.stability_runner``) checks
+apply to the target. The runner (``specdec.replay.stability.runner``) checks
 ``/health`` after every probe and turns any verdict into ``failed`` when the
 server is unhealthy afterwards.
 
@@ -122,7 +122,7 @@ def chat(model: str, content: str, max_tokens: int = SHORT_TOKENS, **sampling) -
 @dataclass
 class Target:
     """The server under test as the probes see it. ``server`` is a
-    ``specdec.replay.stability_server`` control (endpoint, RSS, kill, start)."""
+    ``specdec.replay.stability.server`` control (endpoint, RSS, kill, start)."""
 
     session: aiohttp.ClientSession
     server: object

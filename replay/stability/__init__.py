@@ -3,8 +3,9 @@ kill-and-restart to one server on purpose, and record what it did about each.
 
 The probes live in ``faults`` (odd inputs), ``load_faults`` (disconnects,
 burst), ``soak`` (closed loop with RSS trend) and ``recovery`` (kill and
-restart, greedy re-check); the server under test in ``stability_server``;
-``stability_runner`` runs them in order and checks ``/health`` after each. This module validates the settings,
+restart, greedy re-check), the server under test in ``server``, and
+``runner`` runs them in order and checks ``/health`` after each (all modules
+of this package). This package's root validates the settings,
 starts the server, writes one ``StabilityResult`` row per probe into the run
 folder (``stability-*.parquet`` parts, consolidated into
 ``stability.parquet``) with a ``RunManifest`` of kind ``stability``, and
@@ -72,8 +73,8 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     from specdec.errors import SpecdecError
     from specdec.replay.client import ClientSettings
     from specdec.replay.recording import recording
-    from specdec.replay.stability_runner import probe_all
-    from specdec.replay.stability_server import EmbeddedServer, EndpointServer, require_loopback
+    from specdec.replay.stability.runner import probe_all
+    from specdec.replay.stability.server import EmbeddedServer, EndpointServer, require_loopback
     from specdec.runfolder import point_latest, server_log, stability_part, write_manifest
     from specdec.schemas.arrow import table_from_records, write_parquet_atomic
     from specdec.schemas.records import StabilityResult
@@ -131,7 +132,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
 
 def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict, server, endpoint):
-    from specdec.replay.load_faults import BURST_FACTOR
+    from specdec.replay.stability.load_faults import BURST_FACTOR
     from specdec.replay.host import engine_facts, host_facts, package_version
     from specdec.schemas.records import ArmConfig, RunManifest
 
@@ -147,7 +148,7 @@ def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict,
         arms=[arm], arm_difference=[],
         sampling={"endpoint": "/v1/chat/completions", "stream": True,
                   "note": "each probe sets its own prompt, max_tokens and sampling on purpose; see stability.parquet"},
-        traffic={"source": "built-in fault probes (specdec.replay.faults, soak, recovery)"},
+        traffic={"source": "built-in fault probes (specdec.replay.stability.faults, soak, recovery)"},
         concurrency_levels=[cfg.concurrency], warmup_requests=0, host=host_facts(),
         capture={"source": "embedded", "path": "capture/"} if embedded else
                 {"source": "none", "reason": "external endpoint: its engine rows stay where its capture plugin writes them"},
