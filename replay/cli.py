@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from specdec.cli import finish_run, handle_errors
+from specdec.cli import finish_run, handle_errors, report_stopped_run
+from specdec.errors import SpecdecError
 from specdec.validate import (
     LevelList, MaxTokens, NonNegativeInt, PositiveFloat, PositiveInt, RunName, UnitInterval,
 )
@@ -97,6 +98,10 @@ def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, r
         speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
         progress=not no_progress,
     )
-    run_dir = run_replay(cfg)
+    try:
+        run_dir = run_replay(cfg)
+    except SpecdecError as exc:
+        report_stopped_run(exc)
+        raise
     click.echo(f"run written to {run_dir}")
     finish_run(run_dir)

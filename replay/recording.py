@@ -4,7 +4,9 @@
 run (replay, demo, stability): a ``kill`` (SIGTERM) gets the same clean-up as
 Ctrl-C, and however the block ends (done, error, interrupt) the part files
 are merged into one Parquet per record type and the manifest is written,
-``finished`` staying false unless the block set it.
+``finished`` staying false unless the block set it. A SpecdecError that
+stops the run carries ``run_dir``, so the command can still report what was
+recorded before it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from specdec.errors import SpecdecError
 from specdec.runfolder import CAPTURE_SUBDIR, RECORD_FILES, REQUESTS_SUBDIR, write_manifest
 
 log = logging.getLogger("specdec.replay")
@@ -27,6 +30,9 @@ def recording(run_dir: Path, manifest):
         previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         yield
+    except SpecdecError as exc:  # lets the CLI still report what was recorded
+        exc.run_dir = Path(run_dir)
+        raise
     finally:
         consolidate(run_dir)
         write_manifest(run_dir, manifest)

@@ -132,7 +132,11 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
     load_traffic(cfg.traffic)
     prepared = prepare_model()
     click.echo(f"model: {prepared.path}")
-    run_dir = run_replay(cfg.model_copy(update={"model": str(prepared.path)}))
+    try:
+        run_dir = run_replay(cfg.model_copy(update={"model": str(prepared.path)}))
+    except SpecdecError as exc:
+        report_stopped_run(exc)
+        raise
     finish_run(run_dir)
 
 
@@ -143,6 +147,21 @@ def parse_levels(text: str) -> list[int]:
         return LevelList.convert(text, None, None)
     except click.BadParameter as exc:
         raise click.BadParameter(exc.message, param_hint="'--levels'") from None
+
+
+def report_stopped_run(exc: SpecdecError) -> None:
+    """A run that stopped on an error (a failed warm-up, a dead server) still
+    gets its report of what was recorded, before the error is shown."""
+    run_dir = getattr(exc, "run_dir", None)
+    if run_dir is None:
+        return
+    from specdec.analytics.report import write_report
+
+    try:
+        path, _ = write_report(run_dir)
+    except SpecdecError:
+        return  # nothing usable was recorded; the error itself says why
+    click.echo(f"the run stopped; report of what was recorded before it: {path.resolve()}", err=True)
 
 
 def finish_run(run_dir: Path) -> None:

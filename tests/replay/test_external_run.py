@@ -233,3 +233,20 @@ def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixt
     assert "baseline c1" not in r.output.split("Error:")[-1]
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["finished"] is True  # it ran to the end; the levels failed their error budget
+
+
+def test_a_run_stopped_by_a_failed_warmup_still_reports_what_it_recorded(tmp_path, fixtures):
+    """The baseline arm ran; the speculative server refuses: the command fails
+    with the warm-up message, and the report of the baseline arm is written."""
+    from click.testing import CliRunner
+
+    from specdec.replay.cli import main as replay_main
+
+    with threaded(FakeVllm(), FakeVllm(status=501)) as (b, s):
+        r = CliRunner().invoke(replay_main, [
+            str(fixtures / "traffic_small.jsonl"), "--baseline-url", b, "--speculative-url", s,
+            "--runs-dir", str(tmp_path / "runs"), "--run-id", "half", "--levels", "1", "--no-progress"])
+    assert r.exit_code == 1 and "failed the warm-up request (HTTP 501)" in r.output
+    assert "report of what was recorded before it" in r.output
+    page = (tmp_path / "runs" / "half" / "report.html").read_text()
+    assert "Run finished: False" in page or "not finished" in page
