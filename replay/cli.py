@@ -14,9 +14,9 @@ import click
 from specdec.cli import finish_run, handle_errors, report_stopped_run
 from specdec.errors import SpecdecError
 from specdec.validate import (
-    LevelList, MaxTokens, NonNegativeInt, PositiveFloat, PositiveInt, RunName, UnitInterval,
+    LevelList, MaxTokens, NonNegativeInt, PositiveInt, RunName, UnitInterval,
 )
-from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig, default_of
+from specdec.replay.config import ReplayConfig, client_options, default_of
 
 
 def _d(name: str):
@@ -41,16 +41,7 @@ def _d(name: str):
 @click.option("--max-error-rate", type=UnitInterval, default=_d("max_error_rate"), show_default=True,
               help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
                    "lossless figure is computed from it and the command exits non-zero.")
-@click.option("--connect-timeout", type=PositiveFloat,
-              default=_d("connect_timeout_s"), show_default=True, help="Seconds to wait for a connection.")
-@click.option("--request-timeout", type=PositiveFloat,
-              default=_d("request_timeout_s"), show_default=True,
-              help="Seconds to wait for the next byte of a reply (the first one included). A hung server "
-                   "fails a request after connect + request timeout, about a minute by default; a long "
-                   "generation that keeps streaming never times out.")
-@click.option("--api-key-env", default=DEFAULT_API_KEY_ENV, show_default=True, metavar="NAME",
-              help="Environment variable holding the API key, sent as 'Authorization: Bearer'. "
-                   "Never written to any file.")
+@client_options()
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
               show_default=True, help="Parent of run folders; runs/latest points at the newest.")
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")

@@ -25,8 +25,62 @@ DEFAULT_SPEC_CONFIG: dict[str, Any] = {
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
-class ReplayConfig(BaseModel):
+class ClientOptions(BaseModel):
+    """How a command talks to servers: timeouts and where the API key is.
+    Shared by every command that sends requests (replay, demo, stability)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for a connection, seconds.")
+    request_timeout_s: float = Field(default=60.0, gt=0,
+                                     description="Longest wait for the next byte of a reply (the first included), seconds.")
+    api_key_env: str = Field(default=DEFAULT_API_KEY_ENV,
+                             description="Environment variable holding the API key sent as a bearer token.")
+
+    @field_validator("connect_timeout_s", "request_timeout_s")
+    @classmethod
+    def _finite_timeouts(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number of seconds")
+        return v
+
+    def api_key(self) -> str | None:
+        """Read at use, never stored in the config, the manifest or any file."""
+        return os.environ.get(self.api_key_env) or None
+
+    def client_settings(self):
+        from specdec.replay.client import ClientSettings
+
+        return ClientSettings(connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s,
+                              api_key=self.api_key())
+
+
+def client_options(api_key: bool = True):
+    """The click options of ClientOptions (defaults and meaning from the model);
+    they arrive as connect_timeout, request_timeout and api_key_env."""
+    import click
+
+    from specdec.validate import PositiveFloat
+
+    fields = ClientOptions.model_fields
+
+    def decorate(fn):
+        if api_key:
+            fn = click.option("--api-key-env", default=fields["api_key_env"].default, show_default=True,
+                              metavar="NAME", help="Environment variable holding the API key, sent as "
+                                                   "'Authorization: Bearer'. Never written to any file.")(fn)
+        fn = click.option("--request-timeout", type=PositiveFloat, default=fields["request_timeout_s"].default,
+                          show_default=True,
+                          help="Seconds to wait for the next byte of a reply (the first one included). A hung "
+                               "server fails within this time; a generation that keeps streaming never times out.")(fn)
+        fn = click.option("--connect-timeout", type=PositiveFloat, default=fields["connect_timeout_s"].default,
+                          show_default=True, help="Seconds to wait for a connection.")(fn)
+        return fn
+
+    return decorate
+
+
+class ReplayConfig(ClientOptions):
 
     traffic: Path = Field(description="Traffic mix (.parquet or .jsonl of TrafficRow).")
     runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
@@ -39,11 +93,6 @@ class ReplayConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0,
                                   description="A level whose share of failed requests exceeds this is marked failed.")
-    connect_timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for a connection, seconds.")
-    request_timeout_s: float = Field(default=60.0, gt=0,
-                                     description="Longest wait for the next byte of a reply (the first included), seconds.")
-    api_key_env: str = Field(default=DEFAULT_API_KEY_ENV,
-                             description="Environment variable holding the API key sent as a bearer token.")
     # embedded engine
     model: str | None = Field(default=None, description="Model folder; default: the prepared SmolLM2.")
     dtype: str = Field(default="bfloat16", description="Model dtype of both arms (embedded engine).")
@@ -72,7 +121,7 @@ class ReplayConfig(BaseModel):
             raise ValueError(f"arms must be baseline and/or speculative, got {sorted(bad) or v}")
         return v
 
-    @field_validator("connect_timeout_s", "request_timeout_s", "startup_timeout_s", "capture_wait_s")
+    @field_validator("startup_timeout_s", "capture_wait_s")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
@@ -82,10 +131,6 @@ class ReplayConfig(BaseModel):
     @property
     def external(self) -> bool:
         return bool(self.baseline_url or self.speculative_url)
-
-    def api_key(self) -> str | None:
-        """Read at use, never stored in the config, the manifest or any file."""
-        return os.environ.get(self.api_key_env) or None
 
 
 def default_of(name: str) -> Any:

@@ -51,11 +51,6 @@ def level_rows(traffic: Traffic, cfg: ReplayConfig) -> list[TrafficRow]:
     return rows
 
 
-def client_settings(cfg: ReplayConfig) -> ClientSettings:
-    return ClientSettings(connect_timeout_s=cfg.connect_timeout_s, request_timeout_s=cfg.request_timeout_s,
-                          api_key=cfg.api_key())
-
-
 async def run_level(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
                     make_id, settings: ClientSettings | None = None, on_done=None,
                     results: list | None = None) -> list[tuple[TrafficRow, StreamResult]]:
@@ -149,7 +144,7 @@ class ArmRunner:
                  progress: Progress):
         self.cfg, self.run_id, self.run_dir, self.traffic = cfg, run_id, run_dir, traffic
         self.progress = progress
-        self.settings = client_settings(cfg)
+        self.settings = cfg.client_settings()
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
         self.failed: dict[tuple[str, int], int] = {}  # (arm, level) -> failed requests
 

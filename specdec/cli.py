@@ -14,9 +14,9 @@ import click
 from pydantic import ValidationError
 
 from specdec.errors import SpecdecError
-from specdec.replay.config import default_of
+from specdec.replay.config import client_options, default_of
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
-from specdec.validate import LevelList, MaxTokens, PositiveFloat, PositiveInt, UnitInterval
+from specdec.validate import LevelList, MaxTokens, PositiveInt, UnitInterval
 
 
 def handle_errors(fn):
@@ -108,10 +108,7 @@ def report(run_dir: Path) -> None:
               help="Model dtype for both arms (float32 makes greedy outputs bit-stable).")
 @click.option("--max-error-rate", type=UnitInterval, default=default_of("max_error_rate"), show_default=True,
               help="A level whose share of failed requests exceeds this (0..1) is marked failed.")
-@click.option("--connect-timeout", type=PositiveFloat, default=default_of("connect_timeout_s"), show_default=True,
-              help="Seconds to wait for a connection (> 0).")
-@click.option("--request-timeout", type=PositiveFloat, default=default_of("request_timeout_s"), show_default=True,
-              help="Seconds to wait for the next byte of a reply, the first included (> 0).")
+@client_options(api_key=False)
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
 def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,

@@ -16,15 +16,16 @@ and the only targets are the embedded engine or a loopback ``--url``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import itertools
-import os
 from pathlib import Path
 from typing import Callable
 
 import click
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from specdec.replay.config import ClientOptions, client_options
 from specdec.schemas.strict import RunName
 from specdec.validate import PositiveFloat, StrictFloatType, StrictIntType
 from specdec.validate import RunName as RunNameParam
@@ -32,10 +33,10 @@ from specdec.validate import RunName as RunNameParam
 OUTCOME_RANK = {"skipped": 0, "ok": 1, "degraded": 2, "failed": 3}
 
 
-class StabilityConfig(BaseModel):
-    """The validated settings of one stability run (what the command builds)."""
-
-    model_config = ConfigDict(extra="forbid")
+class StabilityConfig(ClientOptions):
+    """The validated settings of one stability run (what the command builds);
+    timeouts and the API key's variable come from ClientOptions (the API key
+    is used with --url only)."""
 
     url: str | None = Field(default=None, description="Loopback endpoint to probe; None: start the embedded vLLM.")
     runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
@@ -43,19 +44,13 @@ class StabilityConfig(BaseModel):
     concurrency: int = Field(default=2, ge=1, le=64, description="Closed-loop concurrency of the soak; the burst sends 4x this at once.")
     soak_minutes: float = Field(default=2.0, gt=0, le=120, allow_inf_nan=False, description="Length of the soak, minutes.")
     rss_interval_s: float = Field(default=5.0, gt=0, le=600, allow_inf_nan=False, description="Seconds between RSS samples in the soak.")
-    connect_timeout_s: float = Field(default=10.0, gt=0, allow_inf_nan=False, description="Longest wait for a connection, seconds.")
-    request_timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False, description="Longest wait for the next byte of a reply, seconds.")
     probe_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="Longest time one probe may take (the soak gets its minutes on top).")
-    api_key_env: str = Field(default="OPENAI_API_KEY", description="Environment variable holding the API key (endpoint only); the key is never written anywhere.")
     served_model: str | None = Field(default=None, description="Model name to request; default: the first one GET /v1/models lists.")
     model: str | None = Field(default=None, description="Embedded: model folder; default: the prepared SmolLM2.")
     dtype: str = Field(default="float32", description="Embedded: model dtype (float32 keeps greedy outputs stable).")
     max_model_len: int = Field(default=2048, ge=64, description="Embedded: the server's maximum sequence length.")
     startup_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="Embedded: longest wait for the server to become healthy.")
 
-    def api_key(self) -> str | None:
-        """Read at use, never stored in the config, the manifest or any file."""
-        return os.environ.get(self.api_key_env) or None
 
 
 def default_of(name: str):
@@ -71,7 +66,6 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     run folder; returns (run folder, StabilityResult rows). The URL is checked
     before anything is created on disk."""
     from specdec.errors import SpecdecError
-    from specdec.replay.client import ClientSettings
     from specdec.replay.recording import recording
     from specdec.replay.stability.runner import probe_all
     from specdec.replay.stability.server import EmbeddedServer, EndpointServer, require_loopback
@@ -80,8 +74,9 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     from specdec.schemas.records import StabilityResult
 
     endpoint = require_loopback(cfg.url) if cfg.url is not None else None
-    settings = ClientSettings(connect_timeout_s=cfg.connect_timeout_s, request_timeout_s=cfg.request_timeout_s,
-                              api_key=cfg.api_key() if endpoint is not None else None)
+    settings = cfg.client_settings()
+    if endpoint is None:  # the embedded server wants no key: do not send the user's
+        settings = dataclasses.replace(settings, api_key=None)
     run_id = cfg.run_id or new_run_id()
     run_dir = cfg.runs_dir / run_id
     if run_dir.exists() and any(run_dir.iterdir()):
@@ -193,14 +188,9 @@ def table_text(rows) -> str:
               help="Concurrency of the soak, 1..64; the burst sends 4x this at once (embedded: also the server's max_num_seqs).")
 @click.option("--soak-minutes", type=StrictFloatType(0.0, 120.0, exclusive_min=True), default=default_of("soak_minutes"),
               show_default=True, help="Length of the soak in minutes (0 < x <= 120).")
-@click.option("--connect-timeout", type=PositiveFloat, default=default_of("connect_timeout_s"),
-              show_default=True, help="Seconds to wait for a connection.")
-@click.option("--request-timeout", type=PositiveFloat, default=default_of("request_timeout_s"),
-              show_default=True, help="Seconds to wait for the next byte of a reply.")
+@client_options()
 @click.option("--probe-timeout", type=PositiveFloat, default=default_of("probe_timeout_s"),
               show_default=True, help="Longest time one probe may take (the soak gets its minutes on top).")
-@click.option("--api-key-env", default=default_of("api_key_env"), show_default=True,
-              help="Environment variable with the API key for --url (sent as a bearer token, never written).")
 @click.option("--served-model", default=None, help="Model name for --url (default: the first of GET /v1/models).")
 def stability_command(**options) -> None:
     """Probe one server with faults on purpose and say whether it coped:
