@@ -16,7 +16,7 @@ from specdec.errors import SpecdecError
 from specdec.validate import (
     LevelList, MaxTokens, NonNegativeInt, PositiveInt, RunName, UnitInterval,
 )
-from specdec.replay.config import ReplayConfig, client_options, default_of
+from specdec.replay.config import ReplayConfig, client_options, default_of, schedule_options
 
 
 def _d(name: str):
@@ -42,6 +42,7 @@ def _d(name: str):
               help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
                    "lossless figure is computed from it and the command exits non-zero.")
 @client_options()
+@schedule_options
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
               show_default=True, help="Parent of run folders; runs/latest points at the newest.")
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
@@ -58,8 +59,8 @@ def _d(name: str):
 @handle_errors
 def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
-         runs_dir: Path, run_id, model, dtype, baseline_url, speculative_url, served_model, capture_dir,
-         no_progress) -> None:
+         repeats: int, verify: bool, prefix_cache: str, runs_dir: Path, run_id, model, dtype, baseline_url,
+         speculative_url, served_model, capture_dir, no_progress) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
     max_tokens, temperature) in two arms that differ only in speculation, then
     build the marts and the report.
@@ -85,6 +86,7 @@ def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, r
         arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
         max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
+        repeats=repeats, verify=verify, prefix_cache=prefix_cache,
         api_key_env=api_key_env, model=model, dtype=dtype, baseline_url=baseline_url,
         speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
         progress=not no_progress,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -55,6 +55,24 @@ class ClientOptions(BaseModel):
                               api_key=self.api_key())
 
 
+def schedule_options(fn):
+    """The click options of the schedule (--repeats, --verify/--no-verify,
+    --prefix-cache), defaults and meaning from ReplayConfig."""
+    import click
+
+    from specdec.validate import PositiveInt
+
+    fields = ReplayConfig.model_fields
+    fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
+                      default=fields["prefix_cache"].default, show_default=True,
+                      help=fields["prefix_cache"].description)(fn)
+    fn = click.option("--verify/--no-verify", default=fields["verify"].default, show_default=True,
+                      help=fields["verify"].description)(fn)
+    fn = click.option("--repeats", type=PositiveInt, default=fields["repeats"].default, show_default=True,
+                      help=fields["repeats"].description)(fn)
+    return fn
+
+
 def client_options(api_key: bool = True):
     """The click options of ClientOptions (defaults and meaning from the model);
     they arrive as connect_timeout, request_timeout and api_key_env."""
@@ -91,6 +109,15 @@ class ReplayConfig(ClientOptions):
     requests_per_level: int | None = Field(default=None, ge=1, description="Requests per level; default: every traffic row once.")
     warmup_requests: int = Field(default=2, ge=0, description="Requests sent before an arm's first level, not recorded.")
     max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")
+    repeats: int = Field(default=2, ge=1, le=100,
+                         description="Times each level runs per arm, arms interleaved (A B A B); 2 or more also "
+                                     "measure the baseline against itself (the A/A noise floor).")
+    verify: bool = Field(default=True, description="After each level, a greedy verification pass per arm with "
+                                                   "token ids and top-2 logprobs (lossless check), apart from the timed requests.")
+    prefix_cache: Literal["reset", "off", "keep"] = Field(
+        default="reset", description="reset: empty vLLM's prefix cache before every block (embedded servers run with "
+                                     "VLLM_SERVER_DEV_MODE=1 for that); off: embedded servers without prefix caching; "
+                                     "keep: do nothing (earlier blocks may warm later ones).")
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0,
                                   description="A level whose share of failed requests exceeds this is marked failed.")
     # embedded engine

@@ -13,6 +13,8 @@ COUNTERS = {
     "spec_num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "spec_num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
     "generation_tokens": "vllm:generation_tokens_total",
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
 }
 
 
@@ -56,3 +58,19 @@ async def read_counters(session: aiohttp.ClientSession, base_url, settings=None)
             return {k: None for k in COUNTERS}
         resp.raise_for_status()
         return parse_counters(await resp.text(errors="replace"))
+
+
+async def reset_prefix_cache(session: aiohttp.ClientSession, base_url, settings=None) -> bool:
+    """POST /reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1,
+    which specdec sets for the servers it starts). True if the server did it;
+    False if it has no such endpoint or refused (e.g. requests still running)."""
+    from specdec.replay.client import ClientSettings, as_endpoint, request_headers
+
+    ep = as_endpoint(base_url)
+    settings = settings or ClientSettings()
+    try:
+        async with session.post(ep.url("/reset_prefix_cache"), params=ep.params or None,
+                                headers=request_headers(settings, ep), timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            return 200 <= resp.status < 300
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return False

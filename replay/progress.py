@@ -44,12 +44,13 @@ class Progress:
         else:
             print(text, file=self.stream, flush=True)
 
-    def start_level(self, arm: str, level: int, total: int):
+    def start_level(self, arm: str, level: int, total: int, repeat: int | None = None):
         self._errors = self._done = 0
-        self._level = (arm, level, total, time.monotonic())
+        name = f"{arm} c={level}" + (f" r={repeat}" if repeat is not None else "")
+        self._level = (name, total, time.monotonic())
         if self._bar is not None:
-            return self._bar.add_task(f"{arm:<11} c={level:<3}", total=total, status="")
-        self.message(f"{arm} c={level}: {total} requests ...")
+            return self._bar.add_task(f"{name:<19}", total=total, status="")
+        self.message(f"{name}: {total} requests ...")
         return None
 
     def advance(self, task, res: StreamResult) -> None:
@@ -63,6 +64,6 @@ class Progress:
     def end_level(self, task) -> None:
         if self._bar is not None or self._level is None:
             return
-        arm, level, total, t0 = self._level
+        name, total, t0 = self._level
         failed = f", {self._errors} FAILED" if self._errors else ", 0 failed"
-        self.message(f"{arm} c={level}: {self._done}/{total} done{failed} in {time.monotonic() - t0:.1f} s")
+        self.message(f"{name}: {self._done}/{total} done{failed} in {time.monotonic() - t0:.1f} s")

@@ -21,21 +21,23 @@ import pyarrow as pa
 
 from specdec.errors import EngineError
 from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, stream_chat
+from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
-from specdec.replay.engine_metrics import read_counters
+from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
 from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
-from specdec.runfolder import counters_part, requests_part
+from specdec.replay.schedule import interleaved
+from specdec.runfolder import counters_part, greedy_part, requests_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, TrafficRow
 
 log = logging.getLogger("specdec.replay")
 
 
-def request_id(run_id: str, arm: str, level: int, seq: int) -> str:
+def request_id(run_id: str, arm: str, level: int, seq: int, repeat: int = 0) -> str:
     """Client request id; vLLM embeds it in its engine request id."""
-    return f"sd.{run_id}.{arm}.c{level}.{seq:05d}"
+    return f"sd.{run_id}.{arm}.c{level}.r{repeat}.{seq:05d}"
 
 
 def request_id_prefix(run_id: str) -> str:
@@ -56,27 +58,13 @@ async def run_level(session, base_url: str | Endpoint, model: str, rows: list[Tr
                     results: list | None = None) -> list[tuple[TrafficRow, StreamResult]]:
     """Keep `level` requests in flight until all rows are sent; return results in
     finish order. Pass `results` to keep what finished if the level is interrupted."""
-    results = [] if results is None else results
     ep = as_endpoint(base_url)
-    next_index = 0
 
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < len(rows):
-            i = next_index
-            next_index += 1
-            res = await stream_chat(session, ep, model, rows[i], make_id(i), settings)
-            results.append((rows[i], res))
-            if on_done is not None:
-                on_done(res)
+    async def send(i: int) -> tuple[TrafficRow, StreamResult]:
+        return rows[i], await stream_chat(session, ep, model, rows[i], make_id(i), settings)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(level, len(rows)))]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-    return results
+    return await closed_loop(len(rows), level, send, None if on_done is None else (lambda done: on_done(done[1])),
+                             results)
 
 
 def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, model: str) -> str:
@@ -125,11 +113,11 @@ async def settled_counters(session, ep: Endpoint, settings: ClientSettings, trie
         ) from None
 
 
-def results_table(run_id: str, arm: str, level: int, results) -> pa.Table:
+def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0) -> pa.Table:
     cols: dict[str, list] = {f: [] for f in RequestResult.model_fields}
     for row, res in results:
         values = {
-            "run_id": run_id, "arm": arm, "concurrency": level, "prompt_id": row.prompt_id,
+            "run_id": run_id, "arm": arm, "concurrency": level, "repeat": repeat, "prompt_id": row.prompt_id,
             "category": row.category, "max_tokens": row.max_tokens, "temperature": row.temperature,
         }
         for f in cols:
@@ -137,27 +125,35 @@ def results_table(run_id: str, arm: str, level: int, results) -> pa.Table:
     return table_from_columns(RequestResult, cols)
 
 
-class ArmRunner:
-    """Runs every level of one arm against one server and writes its files."""
+class Replayer:
+    """Runs a replay's schedule (``specdec.replay.schedule``) against one server
+    per arm, all kept up, and writes each block's files as soon as it ends."""
 
     def __init__(self, cfg: ReplayConfig, run_id: str, run_dir: Path, traffic: Traffic,
-                 progress: Progress):
+                 progress: Progress, eos_token_ids: frozenset[int] | None = None):
         self.cfg, self.run_id, self.run_dir, self.traffic = cfg, run_id, run_dir, traffic
         self.progress = progress
         self.settings = cfg.client_settings()
+        self.eos_token_ids = eos_token_ids
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
-        self.failed: dict[tuple[str, int], int] = {}  # (arm, level) -> failed requests
+        self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
 
-    async def run(self, arm: str, base_url: str | Endpoint) -> None:
+    async def run(self, endpoints: dict[str, str | Endpoint]) -> None:
         cfg = self.cfg
-        ep = as_endpoint(base_url)
+        eps = {arm: as_endpoint(url) for arm, url in endpoints.items()}
         rows = level_rows(self.traffic, cfg)
-        requests_part(self.run_dir, arm, 0).parent.mkdir(parents=True, exist_ok=True)
+        greedy = [r for r in rows if r.temperature == 0]
+        requests_part(self.run_dir, "x", 0).parent.mkdir(parents=True, exist_ok=True)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
-            await self._warmup(session, arm, ep, rows)
-            for level in cfg.levels:
-                await self._level(session, arm, ep, rows, level)
+            for arm, ep in eps.items():
+                await self._warmup(session, arm, ep, rows)
+            for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy)):
+                ep = eps[block.arm]
+                if block.kind == "timed":
+                    await self._block(session, block.arm, ep, rows, block.level, block.repeat)
+                else:
+                    await self._verify(session, block.arm, ep, greedy, block.level)
 
     async def _warmup(self, session, arm: str, ep: Endpoint, rows: list[TrafficRow]) -> None:
         """Unrecorded requests before the first level; ``--warmup 0`` still sends
@@ -174,32 +170,55 @@ class ArmRunner:
                     f"{failure_hint(ep, res, self.settings, self.cfg.served_model)}"
                 )
 
-    async def _level(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
-        self._snapshot(arm, level, "before", await settled_counters(session, ep, self.settings))
-        task = self.progress.start_level(arm, level, len(rows))
+    async def _prepare(self, session, ep: Endpoint) -> bool | None:
+        """Before a block: empty the prefix cache (``--prefix-cache reset``) so no
+        block is faster because an earlier one warmed it. True if the server
+        did it, False if it refused (then said in the snapshot), None if not asked."""
+        if self.cfg.prefix_cache != "reset":
+            return None
+        return await reset_prefix_cache(session, ep, self.settings)
+
+    async def _block(self, session, arm: str, ep: Endpoint, rows, level: int, repeat: int = 0) -> None:
+        reset = await self._prepare(session, ep)
+        self._snapshot(arm, level, repeat, "before", await settled_counters(session, ep, self.settings), reset)
+        task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
         results: list = []
         try:
             await run_level(
                 session, ep, self.cfg.served_model, rows, level,
-                lambda i: request_id(self.run_id, arm, level, i), self.settings,
+                lambda i: request_id(self.run_id, arm, level, i, repeat), self.settings,
                 on_done=lambda res: self.progress.advance(task, res), results=results,
             )
         finally:
             # keep whatever finished, even on Ctrl-C or a dead server
             if results:
-                write_parquet_atomic(results_table(self.run_id, arm, level, results),
-                                     requests_part(self.run_dir, arm, level))
-            self.failed[(arm, level)] = sum(not res.success for _, res in results)
-        self._snapshot(arm, level, "after", await settled_counters(session, ep, self.settings))
+                write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat),
+                                     requests_part(self.run_dir, arm, level, repeat))
+            self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
+        self._snapshot(arm, level, repeat, "after", await settled_counters(session, ep, self.settings))
         self.progress.end_level(task)
 
-    def _snapshot(self, arm: str, level: int, position: str, counters: dict) -> None:
-        """One snapshot per arm, level and position; each arm has its own file."""
+    async def _verify(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
+        """The lossless verification pass of one arm at one level (logprobs on)."""
+        from specdec.replay.verify import greedy_table, verify_pass
+
+        await self._prepare(session, ep)
+        self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
+        results = await verify_pass(session, ep, self.cfg.served_model, rows, level,
+                                    lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
+                                    self.settings, self.eos_token_ids)
+        path = greedy_part(self.run_dir, arm, level, 0)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
+
+    def _snapshot(self, arm: str, level: int, repeat: int, position: str, counters: dict,
+                  reset: bool | None = None) -> None:
+        """One snapshot per arm, level, repeat and position; each arm has its own file."""
         snaps = [s for s in self.snapshots.get(arm, [])
-                 if (s.concurrency, s.position) != (level, position)]
+                 if (s.concurrency, s.repeat, s.position) != (level, repeat, position)]
         snaps.append(MetricSnapshot(
-            run_id=self.run_id, arm=arm, concurrency=level, position=position,
-            wall_time_ns=time.time_ns(), **counters,
+            run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, position=position,
+            wall_time_ns=time.time_ns(), prefix_cache_reset=reset, **counters,
         ))
         self.snapshots[arm] = snaps
         write_parquet_atomic(table_from_records(MetricSnapshot, snaps), counters_part(self.run_dir, arm))

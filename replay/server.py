@@ -33,6 +33,7 @@ class ServerSpec:
     kv_cache_gib: int = 2
     seed: int = 0
     extra_args: tuple[str, ...] = ()
+    prefix_cache: str = "reset"  # ReplayConfig.prefix_cache: reset | off | keep
 
     def common_args(self) -> list[str]:
         return [
@@ -43,8 +44,13 @@ class ServerSpec:
             "--max-num-seqs", str(self.max_num_seqs),
             "--seed", str(self.seed),
             "--enforce-eager",
+            *(["--no-enable-prefix-caching"] if self.prefix_cache == "off" else []),
             *self.extra_args,
         ]
+
+    def env(self) -> dict[str, str]:
+        """Server environment: dev mode serves POST /reset_prefix_cache (loopback only)."""
+        return {"VLLM_SERVER_DEV_MODE": "1"} if self.prefix_cache == "reset" else {}
 
 
 def speculative_args(spec_config: dict | None) -> list[str]:
@@ -69,6 +75,7 @@ class LocalServer:
                  run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
         self.port = free_port()
         self.args = [*spec.common_args(), *speculative_args(spec_config)]
+        self.extra_env = spec.env()
         self.capture_dir, self.run_id, self.log_path = capture_dir, run_id, log_path
         self.startup_timeout_s = startup_timeout_s
         self.proc: subprocess.Popen | None = None
@@ -81,6 +88,7 @@ class LocalServer:
             ENV_CAPTURE_RUN_ID: self.run_id,
             "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
             "PYTHONUNBUFFERED": "1",
+            **self.extra_env,
         })
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")

@@ -76,6 +76,7 @@ class RequestResult(_Record):
     run_id: str = Field(description="Run identifier.")
     arm: Literal["baseline", "speculative"] = Field(description="Which server configuration served it.")
     concurrency: int = Field(description="Closed-loop concurrency level (in-flight requests).")
+    repeat: int = Field(default=0, description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B), both servers kept up, so host drift shows up as variance between repeats instead of bias.")
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
     category: str = Field(description="TrafficRow.category.")
@@ -104,12 +105,16 @@ class MetricSnapshot(_Record):
     run_id: str = Field(description="Run identifier.")
     arm: Literal["baseline", "speculative"] = Field(description="Server the counters were read from.")
     concurrency: int = Field(description="Level the snapshot brackets.")
+    repeat: int = Field(default=0, description="Repeat of the level the snapshot brackets, from 0.")
     position: Literal["before", "after"] = Field(description="Read before the level's first request or after its last.")
     wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
     spec_num_drafts: float | None = Field(description="vllm:spec_decode_num_drafts_total (verify rounds); None if absent.")
     spec_num_draft_tokens: float | None = Field(description="vllm:spec_decode_num_draft_tokens_total; None if absent.")
     spec_num_accepted_tokens: float | None = Field(description="vllm:spec_decode_num_accepted_tokens_total; None if absent.")
     generation_tokens: float | None = Field(description="vllm:generation_tokens_total; None if absent.")
+    prefix_cache_queries: float | None = Field(default=None, description="vllm:prefix_cache_queries_total (tokens looked up in the prefix cache); None if absent.")
+    prefix_cache_hits: float | None = Field(default=None, description="vllm:prefix_cache_hits_total (tokens found in the prefix cache); None if absent.")
+    prefix_cache_reset: bool | None = Field(default=None, description="Before-snapshots only: True if POST /reset_prefix_cache succeeded just before the block, False if it was refused (then earlier blocks may have warmed the cache), None if not tried.")
 
 
 class ArmConfig(_Record):
@@ -151,6 +156,7 @@ class RunManifest(_Record):
     max_error_rate: FiniteFloat = Field(default=0.05, ge=0.0, le=1.0, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
     capture: FreeForm = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
     timeouts: dict[Text, Annotated[FiniteFloat, Field(gt=0)]] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
+    schedule: FreeForm = Field(default_factory=dict, description="How blocks were sent: repeats, order (arms interleaved within each repeat, both servers up), the verification pass, and the prefix-cache policy (reset before each block, off, or keep).")
     notes: list[Text] = Field(default_factory=list)
     kind: Literal["replay", "stability"] = Field(default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes).")
 
@@ -177,3 +183,25 @@ class StabilityResult(_Record):
     rss_last_mb: float | None = Field(default=None, description="Last RSS sample of the probe, MiB; None if not sampled.")
     rss_max_mb: float | None = Field(default=None, description="Largest RSS sample of the probe, MiB; None if not sampled.")
     rss_slope_mb_per_min: float | None = Field(default=None, description="Least-squares slope of RSS over monotonic time, MiB per minute; None with fewer than 2 samples.")
+
+
+class GreedyCheck(_Record):
+    """One request of the lossless verification pass: a greedy request sent
+    apart from the timed ones (so logprobs cannot perturb timing), asking for
+    token ids and the top-2 logprobs at every position."""
+
+    run_id: str = Field(description="Run identifier.")
+    arm: Literal["baseline", "speculative"] = Field(description="Server that answered.")
+    concurrency: int = Field(description="Closed-loop concurrency of the pass (the level's batch shape).")
+    repeat: int = Field(description="Which verification pass of the level, from 0 (two baseline passes give the A/A floor).")
+    request_id: str = Field(description="Client request id, sent as X-Request-Id.")
+    prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
+    category: str = Field(description="TrafficRow.category.")
+    success: bool = Field(description="As RequestResult.success, and the logprobs were complete.")
+    error_type: str | None = Field(description="Failure class when success is false, else None.")
+    token_ids: list[int] = Field(description="Generated token ids in order.")
+    top1_logprobs: list[float] = Field(description="Per position: logprob of the most likely token (greedy: the emitted one).")
+    top2_logprobs: list[float | None] = Field(description="Per position: logprob of the second most likely token; None if not returned.")
+    natural_end_position: int | None = Field(default=None, description="First position (0-based) whose most likely token was end-of-sequence, so the model would have stopped there without ignore_eos; None if it never was, or if eos_token_ids is None.")
+    top2_token_ids: list[int | None] = Field(default_factory=list, description="Per position: token id of the second most likely token; None if not returned.")
+    eos_token_ids: list[int] | None = Field(default=None, description="End-of-sequence token ids natural_end_position was looked up with (the model folder's eos_token_id); None when unknown (an external server), then natural_end_position is None too.")

@@ -14,7 +14,7 @@ import click
 from pydantic import ValidationError
 
 from specdec.errors import SpecdecError
-from specdec.replay.config import client_options, default_of
+from specdec.replay.config import client_options, default_of, schedule_options
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
 from specdec.validate import LevelList, MaxTokens, PositiveInt, UnitInterval
 
@@ -109,11 +109,12 @@ def report(run_dir: Path) -> None:
 @click.option("--max-error-rate", type=UnitInterval, default=default_of("max_error_rate"), show_default=True,
               help="A level whose share of failed requests exceeds this (0..1) is marked failed.")
 @client_options(api_key=False)
+@schedule_options
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
 def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
          dtype: str, max_error_rate: float, connect_timeout: float, request_timeout: float,
-         no_progress: bool) -> None:
+         repeats: int, verify: bool, prefix_cache: str, no_progress: bool) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report."""
     from specdec.model import prepare_model
@@ -125,7 +126,8 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
     cfg = ReplayConfig(traffic=BUNDLED, runs_dir=runs_dir, levels=levels,
                        requests_per_level=requests_per_level, max_tokens=max_tokens,
                        dtype=dtype, max_error_rate=max_error_rate, connect_timeout_s=connect_timeout,
-                       request_timeout_s=request_timeout, progress=not no_progress)
+                       request_timeout_s=request_timeout, repeats=repeats, verify=verify,
+                       prefix_cache=prefix_cache, progress=not no_progress)
     load_traffic(cfg.traffic)
     prepared = prepare_model()
     click.echo(f"model: {prepared.path}")

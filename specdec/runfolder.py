@@ -8,6 +8,7 @@ A run folder ``runs/<run-id>/`` holds:
   requests.parquet         RequestResult rows from the client
   engine_counters.parquet  MetricSnapshot rows (before/after each level)
   stability.parquet        StabilityResult rows (``specdec stability`` only)
+  greedy_checks.parquet    GreedyCheck rows (the lossless verification pass)
   server-<arm>.log         an embedded server's log
   specdec.duckdb           the marts (``specdec analytics build``)
   report.html              the report (``specdec report``)
@@ -37,6 +38,7 @@ REPORT = "report.html"
 LATEST = "latest"
 CAPTURE_SUBDIR = "capture"
 REQUESTS_SUBDIR = "requests"
+GREEDY_SUBDIR = "greedy"
 
 #: Environment of a vLLM process with the capture plugin (read by capture.plugin).
 ENV_CAPTURE_DIR = "SPECDEC_CAPTURE_DIR"
@@ -71,6 +73,7 @@ class RecordFile:
             "requests": records.RequestResult,
             "engine_counters": records.MetricSnapshot,
             "stability": records.StabilityResult,
+            "greedy_checks": records.GreedyCheck,
         }[self.name]
 
 
@@ -79,6 +82,7 @@ RECORD_FILES: tuple[RecordFile, ...] = (
     RecordFile("requests", "requests.parquet", f"{REQUESTS_SUBDIR}/*.parquet", required_for=("replay",)),
     RecordFile("engine_counters", "engine_counters.parquet", "engine_counters-*.parquet", required_for=()),
     RecordFile("stability", "stability.parquet", "stability-*.parquet", required_for=("stability",)),
+    RecordFile("greedy_checks", "greedy_checks.parquet", f"{GREEDY_SUBDIR}/*.parquet", required_for=()),
 )
 
 
@@ -90,8 +94,12 @@ def capture_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CAPTURE_SUBDIR
 
 
-def requests_part(run_dir: Path, arm: str, level: int) -> Path:
-    return Path(run_dir) / REQUESTS_SUBDIR / f"{arm}-c{level:03d}.parquet"
+def requests_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path:
+    return Path(run_dir) / REQUESTS_SUBDIR / f"{arm}-c{level:03d}-r{repeat:02d}.parquet"
+
+
+def greedy_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path:
+    return Path(run_dir) / GREEDY_SUBDIR / f"{arm}-c{level:03d}-r{repeat:02d}.parquet"
 
 
 def counters_part(run_dir: Path, arm: str) -> Path:

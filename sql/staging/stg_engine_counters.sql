@@ -10,12 +10,16 @@ final as (
         run_id,
         arm,
         concurrency,
+        repeat,
         position,
         wall_time_ns,
         spec_num_drafts,
         spec_num_draft_tokens,
         spec_num_accepted_tokens,
-        generation_tokens
+        generation_tokens,
+        prefix_cache_queries,
+        prefix_cache_hits,
+        prefix_cache_reset
     from source
 )
 select * from final

@@ -9,6 +9,7 @@ final as (
         run_id,
         arm,
         concurrency,
+        repeat,
         request_id,
         prompt_id,
         category,

@@ -41,6 +41,7 @@ class FakeVllm:
         self.bodies: list[dict] = []
         self.auth_headers: list[str | None] = []
         self.metrics_reads = 0
+        self.resets = 0  # POST /reset_prefix_cache calls answered
 
     def _denied(self, request: web.Request) -> bool:
         self.auth_headers.append(request.headers.get("Authorization"))
@@ -77,6 +78,10 @@ class FakeVllm:
             return web.Response(status=401)
         return web.Response(text=self.metrics_text)
 
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        self.resets += 1
+        return web.Response(text="")
+
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
 
@@ -85,4 +90,5 @@ class FakeVllm:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/health", self.health)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return TestServer(app, host="127.0.0.1")

@@ -39,6 +39,8 @@ def threaded(*fakes: FakeVllm):
             app = web.Application()
             app.router.add_post("/v1/chat/completions", fake.chat)
             app.router.add_get("/metrics", fake.metrics)
+            if getattr(fake, "serves_reset", True):
+                app.router.add_post("/reset_prefix_cache", fake.reset_prefix_cache)
             runner = web.AppRunner(app, shutdown_timeout=0.2)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -64,7 +66,7 @@ def threaded(*fakes: FakeVllm):
 def _cfg(tmp_path, fixtures, **kw) -> ReplayConfig:
     base = dict(traffic=fixtures / "traffic_small.jsonl", runs_dir=tmp_path / "runs", run_id="x",
                 levels=[1, 2], warmup_requests=1, progress=False, capture_wait_s=0.0,
-                connect_timeout_s=2.0, request_timeout_s=2.0)
+                connect_timeout_s=2.0, request_timeout_s=2.0, repeats=1, verify=False)
     base.update(kw)
     return ReplayConfig(**base)
 
@@ -104,19 +106,31 @@ def test_hung_server_fails_fast_with_short_timeouts(tmp_path, fixtures):
 
 def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, monkeypatch):
     monkeypatch.setenv("SPECDEC_TEST_KEY", "sk-live-abcdef123456")
-    with threaded(FakeVllm(api_key="sk-live-abcdef123456"), FakeVllm(status=500)) as (b, s):
-        b_url = b.replace("http://", "http://alice:pa55word99@") + "?api_key=qwerty98765"
-        with pytest.raises(EngineError) as e:  # the speculative server fails its warm-up
-            run_replay(_cfg(tmp_path, fixtures, baseline_url=b_url, speculative_url=s,
-                            api_key_env="SPECDEC_TEST_KEY"))
-    run_dir = tmp_path / "runs" / "x"
-    everything = _all_text(run_dir) + str(e.value)
-    for secret in ("sk-live-abcdef123456", "pa55word99", "qwerty98765", "alice"):
+    secrets = ("sk-live-abcdef123456", "pa55word99", "qwerty98765", "alice")
+
+    def with_creds(url):
+        return url.replace("http://", "http://alice:pa55word99@") + "?api_key=qwerty98765"
+
+    key = "sk-live-abcdef123456"
+    # a complete run: both servers want the key
+    with threaded(FakeVllm(api_key=key), FakeVllm(api_key=key)) as (b, s):
+        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=with_creds(b), speculative_url=with_creds(s),
+                                  api_key_env="SPECDEC_TEST_KEY"))
+    everything = _all_text(run_dir)
+    for secret in secrets:
         assert secret not in everything, secret
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["arms"][0]["endpoint"].startswith("http://***@127.0.0.1")
-    # the baseline arm ran: its requests authenticated with the key
-    assert pq.read_table(run_dir / "requests.parquet").column("success").to_pylist() == [True] * 6
+    # the requests authenticated with the key
+    assert pq.read_table(run_dir / "requests.parquet").column("success").to_pylist() == [True] * 12
+    # a stopped run: the error text and files name no secret either
+    with threaded(FakeVllm(api_key=key), FakeVllm(status=500)) as (b, s):
+        with pytest.raises(EngineError) as e:  # the speculative server fails its warm-up
+            run_replay(_cfg(tmp_path, fixtures, run_id="y", baseline_url=with_creds(b),
+                            speculative_url=with_creds(s), api_key_env="SPECDEC_TEST_KEY"))
+    everything = _all_text(tmp_path / "runs" / "y") + str(e.value)
+    for secret in secrets:
+        assert secret not in everything, secret
 
 
 def test_missing_api_key_variable_is_refused_before_anything_is_created(tmp_path, fixtures):
@@ -225,7 +239,7 @@ def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixt
         r = CliRunner().invoke(replay_main, [
             str(fixtures / "traffic_small.jsonl"), "--baseline-url", b, "--speculative-url", s,
             "--runs-dir", str(tmp_path / "runs"), "--run-id", "flaky", "--levels", "1,2", "--warmup", "1",
-            "--no-progress"])
+            "--repeats", "1", "--no-verify", "--no-progress"])
     run_dir = tmp_path / "runs" / "flaky"
     assert r.exit_code == 1, r.output
     assert (run_dir / "report.html").is_file() and (run_dir / "specdec.duckdb").is_file()
@@ -235,18 +249,56 @@ def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixt
     assert manifest["finished"] is True  # it ran to the end; the levels failed their error budget
 
 
-def test_a_run_stopped_by_a_failed_warmup_still_reports_what_it_recorded(tmp_path, fixtures):
-    """The baseline arm ran; the speculative server refuses: the command fails
-    with the warm-up message, and the report of the baseline arm is written."""
+class DyingVllm(FakeVllm):
+    """Serves the first level, then its /metrics stops answering (a dead server)."""
+
+    async def metrics(self, request):
+        if self.metrics_reads >= 6:
+            self.metrics_reads += 1
+            return web.Response(status=500)
+        return await super().metrics(request)
+
+
+def test_a_run_stopped_by_a_dead_server_still_reports_what_it_recorded(tmp_path, fixtures):
+    """Level 1 ran in both arms; then the speculative server dies: the command
+    fails with that message, and the report of what was recorded is written."""
     from click.testing import CliRunner
 
     from specdec.replay.cli import main as replay_main
 
-    with threaded(FakeVllm(), FakeVllm(status=501)) as (b, s):
+    with threaded(FakeVllm(), DyingVllm()) as (b, s):
         r = CliRunner().invoke(replay_main, [
             str(fixtures / "traffic_small.jsonl"), "--baseline-url", b, "--speculative-url", s,
-            "--runs-dir", str(tmp_path / "runs"), "--run-id", "half", "--levels", "1", "--no-progress"])
-    assert r.exit_code == 1 and "failed the warm-up request (HTTP 501)" in r.output
+            "--runs-dir", str(tmp_path / "runs"), "--run-id", "half", "--levels", "1,2", "--repeats", "1",
+            "--no-verify", "--no-progress"])
+    assert r.exit_code == 1 and "stopped answering" in r.output
     assert "report of what was recorded before it" in r.output
     page = (tmp_path / "runs" / "half" / "report.html").read_text()
     assert "Run finished: False" in page or "not finished" in page
+
+
+def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_first(tmp_path, fixtures):
+    base, spec = FakeVllm(), FakeVllm(metrics_text=SPEC_METRICS)
+    spec.serves_reset = False  # a server without the dev endpoint: the snapshot must say so
+    with threaded(base, spec) as (b, s):
+        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s, repeats=2))
+    reqs = pq.read_table(run_dir / "requests.parquet").to_pylist()
+    assert sorted({(r["arm"], r["concurrency"], r["repeat"]) for r in reqs}) == [
+        (a, c, r) for a in ("baseline", "speculative") for c in (1, 2) for r in (0, 1)]
+    # blocks in send order: per level and repeat, baseline then speculative
+    first_send = {}
+    for r in reqs:
+        key = (r["concurrency"], r["repeat"], r["arm"])
+        first_send[key] = min(first_send.get(key, r["wall_send_ns"]), r["wall_send_ns"])
+    order = [k for k, _ in sorted(first_send.items(), key=lambda kv: kv[1])]
+    assert order == [(c, rep, a) for c in (1, 2) for rep in (0, 1) for a in ("baseline", "speculative")]
+    assert base.resets == 4  # one before each of its 4 blocks
+    snaps = pq.read_table(run_dir / "engine_counters.parquet").to_pylist()
+    before = {(s_["arm"], s_["concurrency"], s_["repeat"]): s_["prefix_cache_reset"]
+              for s_ in snaps if s_["position"] == "before"}
+    assert set(before.values()) == {True, False}
+    assert all(v is True for (a, _, _), v in before.items() if a == "baseline")
+    assert all(v is False for (a, _, _), v in before.items() if a == "speculative")
+    assert len(snaps) == 2 * 2 * 2 * 2  # arm x level x repeat x position, once each
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["schedule"]["repeats"] == 2 and manifest["schedule"]["prefix_cache"] == "reset"

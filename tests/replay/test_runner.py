@@ -2,7 +2,9 @@ import asyncio
 
 import pytest
 
+from specdec.replay.client import as_endpoint
 from specdec.replay.config import ReplayConfig
+from specdec.runfolder import requests_part
 from specdec.replay.runner import level_rows, request_id, results_table, run_level
 from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.schemas.records import RequestResult
@@ -50,23 +52,38 @@ def test_interrupted_level_keeps_finished_requests(tmp_path):
     import pyarrow.parquet as pq
 
     from specdec.replay.progress import Progress
-    from specdec.replay.runner import ArmRunner
+    from specdec.replay.runner import Replayer
 
     traffic = load_traffic(BUNDLED)
     cfg = ReplayConfig(traffic=BUNDLED, requests_per_level=40, progress=False)
     fake = FakeVllm(SSE, delay_s=0.05)  # ~0.2 s per request, one at a time
 
     async def go():
-        runner = ArmRunner(cfg, "r", tmp_path, traffic, Progress(False))
+        runner = Replayer(cfg, "r", tmp_path, traffic, Progress(False))
         (tmp_path / "requests").mkdir()
         async with serving(fake.server()) as (s, base):
-            task = asyncio.create_task(runner._level(s, "baseline", base, level_rows(traffic, cfg), 1))
+            task = asyncio.create_task(runner._block(s, "baseline", as_endpoint(base), level_rows(traffic, cfg), 1))
             await asyncio.sleep(1.0)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
 
     asyncio.run(go())
-    table = pq.read_table(tmp_path / "requests" / "baseline-c001.parquet")
+    table = pq.read_table(requests_part(tmp_path, "baseline", 1, 0))
     assert 1 <= table.num_rows < 40
     assert all(table.column("success").to_pylist())
+
+
+def test_interleaved_schedule_alternates_arms_within_each_repeat_then_verifies():
+    from specdec.replay.schedule import interleaved
+
+    blocks = [(b.kind, b.arm, b.level, b.repeat) for b in interleaved([1, 4], 2, ["baseline", "speculative"], True)]
+    assert blocks == [
+        ("timed", "baseline", 1, 0), ("timed", "speculative", 1, 0),
+        ("timed", "baseline", 1, 1), ("timed", "speculative", 1, 1),
+        ("verify", "baseline", 1, 0), ("verify", "speculative", 1, 0),
+        ("timed", "baseline", 4, 0), ("timed", "speculative", 4, 0),
+        ("timed", "baseline", 4, 1), ("timed", "speculative", 4, 1),
+        ("verify", "baseline", 4, 0), ("verify", "speculative", 4, 0),
+    ]
+    assert all(b.kind == "timed" for b in interleaved([1], 3, ["baseline"], False))
