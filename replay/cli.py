@@ -31,7 +31,7 @@ def _d(name: str):
 @click.option("--spec-config", default=None,
               help='vLLM --speculative-config JSON for the speculative arm (default: '
                    f'{json.dumps(_d("speculative_config"))}). With external URLs it is recorded as '
-                   '"declared by the user", not verified.')
+                   '"declared by the user", not verified. "null": an A/A run (both arms without speculation).')
 @click.option("--requests-per-level", type=PositiveInt, default=None,
               help="Requests per level (default: every traffic row once).")
 @click.option("--max-tokens", type=MaxTokens, default=None, help="Override every row's output length.")
@@ -79,8 +79,8 @@ def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, r
         spec = json.loads(spec_config) if spec_config else _d("speculative_config")
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--spec-config") from None
-    if not isinstance(spec, dict):
-        raise click.BadParameter("must be a JSON object", param_hint="--spec-config")
+    if spec is not None and not isinstance(spec, dict):
+        raise click.BadParameter("must be a JSON object, or null for an A/A run", param_hint="--spec-config")
     cfg = ReplayConfig(
         traffic=traffic, runs_dir=runs_dir, run_id=run_id, levels=levels,
         arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,

@@ -105,7 +105,10 @@ class ReplayConfig(ClientOptions):
     run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
     levels: list[int] = Field(default=list(DEFAULT_LEVELS), description="Closed-loop concurrency levels.")
     arms: list[str] = Field(default=["baseline", "speculative"], description="Arms to run, in order.")
-    speculative_config: dict[str, Any] = Field(default_factory=lambda: dict(DEFAULT_SPEC_CONFIG))
+    speculative_config: dict[str, Any] | None = Field(
+        default_factory=lambda: dict(DEFAULT_SPEC_CONFIG),
+        description="vLLM --speculative-config of the speculative arm; None runs an A/A experiment: both arms "
+                    "identical, so every speedup must come out within noise.")
     requests_per_level: int | None = Field(default=None, ge=1, description="Requests per level; default: every traffic row once.")
     warmup_requests: int = Field(default=2, ge=0, description="Requests sent before an arm's first level, not recorded.")
     max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")

@@ -119,6 +119,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
                                         "keep": "nothing done: a block may be faster because an earlier one warmed "
                                                 "the cache"}[cfg.prefix_cache]},
         notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."]
+        + (["A/A run: --spec-config null, both arms run without speculation; every speedup should be within noise."]
+           if cfg.speculative_config is None else [])
         + (["External servers: the speculative setting is as declared by the user (--spec-config), not verified."]
            if cfg.external else []),
     )
