@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -125,9 +126,13 @@ async def stream_chat(
 
 async def stream_payload(
     session: aiohttp.ClientSession, base_url: str | Endpoint, payload: dict, request_id: str,
-    settings: ClientSettings | None = None,
+    settings: ClientSettings | None = None, on_chunk: Callable[[dict], None] | None = None,
 ) -> StreamResult:
-    """POST any chat-completions payload as a stream and classify the outcome."""
+    """POST any chat-completions payload as a stream and classify the outcome.
+
+    ``on_chunk`` sees every stream event that parsed as a JSON object and is
+    not an error event, in order (e.g. to collect logprobs); whatever it
+    raises becomes a ``client_error`` row."""
     settings = settings or ClientSettings()
     ep = as_endpoint(base_url)
     res = StreamResult(request_id=request_id, wall_send_ns=time.time_ns())
@@ -146,7 +151,7 @@ async def stream_payload(
             if not ctype.startswith("text/event-stream"):
                 body = (await resp.content.read(4096)).decode("utf-8", "replace")
                 return res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
-            await _read_stream(resp, res, text_parts, t0)
+            await _read_stream(resp, res, text_parts, t0, on_chunk)
         if res.error_type is None:
             res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
             res.success = True
@@ -166,7 +171,8 @@ async def stream_payload(
     return res
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_parts: list[str], t0: int) -> None:
+async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_parts: list[str], t0: int,
+                       on_chunk: Callable[[dict], None] | None = None) -> None:
     """Consume server-sent events; sets an error on res instead of raising."""
     done = got_usage = False
     async for raw in resp.content:
@@ -189,6 +195,8 @@ async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_par
         if "error" in chunk:
             res.fail("stream_error", str(chunk["error"]))
             return
+        if on_chunk is not None:
+            on_chunk(chunk)
         for choice in chunk.get("choices") or ():
             content = (choice.get("delta") or {}).get("content")
             if isinstance(content, str) and content:

@@ -204,12 +204,16 @@ class Replayer:
 
         await self._prepare(session, ep)
         self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
-        results = await verify_pass(session, ep, self.cfg.served_model, rows, level,
-                                    lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
-                                    self.settings, self.eos_token_ids)
-        path = greedy_part(self.run_dir, arm, level, 0)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
+        results: list = []
+        try:
+            await verify_pass(session, ep, self.cfg.served_model, rows, level,
+                              lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
+                              self.settings, self.eos_token_ids, results=results)
+        finally:  # keep the checks that finished, even on Ctrl-C
+            if results:
+                path = greedy_part(self.run_dir, arm, level, 0)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
 
     def _snapshot(self, arm: str, level: int, repeat: int, position: str, counters: dict,
                   reset: bool | None = None) -> None:

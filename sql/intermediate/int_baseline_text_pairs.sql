@@ -1,0 +1,58 @@
+-- int_baseline_text_pairs
+-- Grain: one row per comparison of two successful greedy (temperature = 0) TIMED
+--   baseline requests for the same prompt occurrence (stg_requests):
+--   comparison = 'repeat'       repeat r vs repeat r + 1 at the same level
+--                'cross_level'  repeat 0 at this level vs repeat 0 at the run's lowest level
+--                               (rows only for levels above the lowest)
+-- Purpose: the A/A floor of the lossless check. The baseline against itself shows how
+--   often greedy text changes with no speculation at all: from run to run at one batch
+--   shape (repeat), and with the batch shape (cross_level). The timed text is used, as
+--   the baseline sent it under load; it carries no logprobs, so this is identity only.
+--   category, concurrency, prompt_id   of the compared requests (concurrency: the higher
+--                               level for cross_level)
+--   pair_index                  occurrence of the prompt within (level, repeat), from 0, by request_id
+--   repeat                      the first request's repeat (r; 0 for cross_level)
+--   other_repeat                the second request's repeat (r + 1; 0 for cross_level)
+--   other_concurrency           the second request's level (= concurrency for repeat;
+--                               the lowest level for cross_level)
+--   identical                   output_text byte-identical
+with requests as (
+    select
+        *,
+        row_number() over (partition by concurrency, repeat, prompt_id order by request_id) - 1 as pair_index
+    from stg_requests
+    where arm = 'baseline' and temperature = 0
+),
+ok as (
+    select * from requests where success
+),
+lowest as (
+    select min(concurrency) as concurrency from requests
+),
+repeat_pairs as (
+    select
+        'repeat' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
+        a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
+        a.output_text = b.output_text as identical
+    from ok a
+    join ok b
+      on b.concurrency = a.concurrency and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index
+     and b.repeat = a.repeat + 1
+),
+cross_pairs as (
+    select
+        'cross_level' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
+        a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
+        a.output_text = b.output_text as identical
+    from ok a
+    join ok b
+      on b.prompt_id = a.prompt_id and b.pair_index = a.pair_index and b.repeat = 0
+    join lowest on b.concurrency = lowest.concurrency
+    where a.repeat = 0 and a.concurrency > lowest.concurrency
+),
+final as (
+    select * from repeat_pairs
+    union all
+    select * from cross_pairs
+)
+select * from final

@@ -1,0 +1,30 @@
+-- stg_greedy_checks
+-- Grain: one row per request of the lossless verification pass (GreedyCheck):
+--   greedy requests sent apart from the timed ones, asking for token ids and
+--   the top-2 logprobs at every position (specdec.replay.verify).
+-- Purpose: the verification record, typed. Nothing is derived here.
+-- Columns: as schemas.records.GreedyCheck. Lists are per generated position,
+--   0-based in the record (DuckDB lists index from 1: position p is [p + 1]).
+with source as (
+    select * from raw_greedy_checks
+),
+final as (
+    select
+        run_id,
+        arm,
+        concurrency,
+        repeat,
+        request_id,
+        prompt_id,
+        category,
+        success,
+        error_type,
+        token_ids,
+        top1_logprobs,
+        top2_logprobs,
+        natural_end_position,
+        top2_token_ids,
+        eos_token_ids
+    from source
+)
+select * from final
