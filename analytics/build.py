@@ -4,6 +4,11 @@
 Every record file of the run-folder contract (``runfolder.RECORD_FILES``)
 becomes a raw table ``raw_<name>`` (empty, with the record's schema, when the
 run has no such file); ``raw_manifest`` holds the validated manifest as JSON.
+A few tables are computed in Python rather than SQL (``COMPUTED``): the
+bootstrap intervals ``int_speedup_intervals`` (``intervals.py``) and the
+sampling-mode tests ``sampling_tests`` (``sampling_test.py``). Each module's
+``create_table`` makes its table empty before the views, so the marts over it
+can be created; its ``fill`` computes the rows once every view exists.
 The raw tables are copies, so the database is self-contained: an analyst can
 open it from a notebook after the run folder has moved. Every model is a view,
 so its definition is visible with ``duckdb_views()``.
@@ -30,13 +35,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from specdec.analytics import intervals, sampling_test
 from specdec.analytics.models import discover
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RECORD_FILES, RecordFile, atomic_write_with, files_of, read_manifest
 from specdec.schemas.arrow import arrow_schema
 from specdec.schemas.records import SCHEMA_VERSION
 
-__all__ = ["DB_NAME", "build", "load_record_file", "read_parquet_checked"]
+__all__ = ["COMPUTED", "DB_NAME", "build", "load_record_file", "read_parquet_checked"]
+
+#: Modules that compute a table from the views, each with create_table(con) and fill(con).
+COMPUTED = (intervals, sampling_test)
 
 
 def _why(exc: Exception) -> str:
@@ -123,11 +132,15 @@ def build(run_dir: Path, db_path: Path | None = None) -> Path:
                     con.unregister("_arrow")
                 con.execute("create table raw_manifest (manifest json)")
                 con.execute("insert into raw_manifest values (?)", [manifest.model_dump_json()])
+                for computed in COMPUTED:
+                    computed.create_table(con)
                 for m in models:
                     try:
                         con.execute(f"create view {m.name} as\n{m.sql}")
                     except duckdb.Error as exc:
                         raise SpecdecError(f"{m.path}: {exc}") from None
+                for computed in COMPUTED:
+                    computed.fill(con)
             finally:
                 con.close()
         except BaseException:

@@ -5,7 +5,9 @@ vl-convert-python, so it renders with no network. Every number comes from the
 marts in ``specdec.duckdb``, read once into a ``ReportData``
 (``report_data.py``) that this module renders to HTML and ``summary.py`` to
 text; every table names the definition it uses. Failures come first: the
-notices and the per-level failure table open the page.
+notices and the per-level failure table open the page, then the verdict in
+words (``verdict.py``), each figure of it linked to the mart row it comes
+from (rows carry ``verdict.row_anchor`` ids).
 
 Every string from the run goes through ``html.esc`` or, inside ``<script>``,
 ``html.script_json`` (``analytics/html.py``): categories, prompts, outputs,
@@ -19,8 +21,10 @@ from pathlib import Path
 
 from specdec.analytics.build import build
 from specdec.analytics.html import banner, esc, script_json, table
+from specdec.analytics.intervals import METHOD
 from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
+from specdec.analytics.verdict import Sentence, row_anchor
 from specdec.runfolder import DB_NAME, REPORT, atomic_write_bytes
 
 __all__ = ["DEFINITIONS", "render_html", "summary_text", "write_report"]
@@ -28,14 +32,34 @@ __all__ = ["DEFINITIONS", "render_html", "summary_text", "write_report"]
 DEFINITIONS = {
     "mean_acceptance_length": "per-round: 1 + sum(accepted) / verify rounds, pooled over all rounds (includes the bonus token)",
     "acceptance_rate": "per-token: sum(accepted) / sum(proposed), pooled",
-    "speedup": "speculative / baseline mean per-request output tokens/s (tokens / end-to-end seconds, TTFT included); "
-               "'(system)' = ratio of whole-level output tokens/s (capacity); successful requests only; "
-               "n/a with excluded_reason when the level failed in either arm",
+    "speedup": "per category: geometric mean over paired prompts of baseline e2e / speculative e2e, a pair being "
+               "the same prompt at the same level and repeat (TTFT included; under forced length the same as the "
+               "per-prompt ratio of tokens/s). '(system)': geometric mean over repeats of the whole-level throughput "
+               "ratio, speculative block / baseline block of the same repeat (capacity). Successful requests only; "
+               "n/a with excluded_reason when the level failed in either arm. speedup_mean_of_rates is the old "
+               "ratio of mean per-request tokens/s, shown for comparison only (it favours requests that finish fast)",
+    "intervals": METHOD + " ci_low/ci_high: measurement noise for this prompt set; prompts_ci_low/high: also the "
+                 "choice of prompts from the category.",
+    "aa": "A/A control: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, with the "
+          "same statistic and its interval; aa_floor = max(aa_ci_high, 1 / aa_ci_low), the A/A interval mirrored "
+          "about 1. n/a with one repeat (and, for (system), with fewer than 3)",
+    "label": "from the measurement interval (the claim is about this prompt set): faster when ci_low > 1 and "
+             "ci_low > aa_floor; slower when ci_high < 1 and ci_high < 1 / aa_floor; otherwise within noise "
+             "(the A/A condition applies when there is an A/A floor); n/a without an interval (label_basis says why)",
+    "knee": "below_one_concurrency: first level whose interval's high end is below 1; gain_lost_concurrency: first "
+            "level past the peak where speedup - 1 < peak_fraction x (peak - 1); n/a when it never happens",
+    "prefix_cache": "prefix_cache_hit_rate = hits / queries, deltas of vLLM's prefix-cache counters around one block "
+                    "(one arm, level and repeat); prefix_cache_reset: the cache was reset just before the block",
     "tpot_ms": "(e2e - ttft) / (output tokens - 1), per request",
     "itl_chunk_gap_ms": "gap between streamed chunks; one chunk can carry several tokens under speculation",
     "error_rate": "requests_failed / requests of the arm and level; a level fails when error_rate > max_error_rate, "
                   "and no speedup or lossless figure is computed from it",
 }
+
+SPEEDUP_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "label", "pairs", "prompts",
+                   "repeats", "prompts_ci_low", "prompts_ci_high", "aa_speedup", "aa_ci_low", "aa_ci_high",
+                   "aa_floor", "aa_pairs", "speedup_mean_of_rates", "baseline_tokens_per_s",
+                   "speculative_tokens_per_s", "label_basis", "excluded_reason")
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}td.num{text-align:right}
@@ -63,11 +87,18 @@ def _charts(data: ReportData) -> dict[str, dict]:
             x=x,
             y=alt.Y("speedup:Q", title="speedup (speculative / baseline)"),
             color=alt.Color("category:N"),
-            tooltip=["category:N", "concurrency:Q", alt.Tooltip("speedup:Q", format=".2f")],
+            tooltip=["category:N", "concurrency:Q", alt.Tooltip("speedup:Q", format=".2f"),
+                     alt.Tooltip("ci_low:Q", format=".2f"), alt.Tooltip("ci_high:Q", format=".2f"),
+                     "label:N", "pairs:Q"],
         )
+        layers = base.mark_line(point=True)
+        bars = [r for r in speed if r["ci_low"] is not None and r["ci_high"] is not None]
+        if bars:  # the 95% measurement interval as an error bar
+            layers += alt.Chart(alt.Data(values=bars)).mark_rule(strokeWidth=2).encode(
+                x=x, y="ci_low:Q", y2="ci_high:Q", color=alt.Color("category:N"))
         rule = alt.Chart(alt.Data(values=[{"y": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
-        charts["speedup"] = (base.mark_line(point=True) + rule).properties(
-            width=520, height=300, title="Speedup vs concurrency, by category").to_dict()
+        charts["speedup"] = (layers + rule).properties(
+            width=520, height=300, title="Speedup vs concurrency, by category (bars: 95% interval)").to_dict()
     if thr:
         charts["throughput"] = alt.Chart(alt.Data(values=thr)).mark_line(point=True).encode(
             x=x,
@@ -81,8 +112,42 @@ def _tab(t: Table, **kw) -> str:
     return table(t.columns, t.rows, **kw)
 
 
+def _anchored(t: Table, name: str, *key: str) -> str:
+    """A mart's table whose rows carry the ids the verdict links to."""
+    ids = [row_anchor(name, *(r[k] for k in key)) for r in t.dicts()]
+    return table(t.columns, t.rows, table_id=row_anchor(name), row_ids=ids)
+
+
 def _defs(*keys: str) -> str:
     return "<ul>" + "".join(f"<li><b>{esc(k)}</b>: {esc(DEFINITIONS[k])}</li>" for k in keys) + "</ul>"
+
+
+def _sentence(s: Sentence) -> str:
+    return "".join(f'<a href="#{esc(p.anchor)}">{esc(p.text)}</a>' if p.anchor else esc(p.text) for p in s.parts)
+
+
+def _verdict(data: ReportData) -> str:
+    if not data.verdict:
+        return ""
+    items = "".join(f"<li>{_sentence(s)}</li>" for s in data.verdict)
+    return (f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>Labels: {esc(DEFINITIONS["label"])}. '
+            f"{esc(METHOD)}</p>")
+
+
+def _lossless(data: ReportData) -> list[tuple[str, str]]:
+    """The classified lossless check, when the database has its marts."""
+    out = []
+    if data.lossless is not None:
+        out.append(("Lossless: greedy token identity, classified (verification pass)",
+                    "<p>Per category and level: greedy pairs (speculative vs baseline, token ids), identical, "
+                    "near_tie (first divergence where the baseline's top-1 minus top-2 logprob margin is below "
+                    "near_tie_threshold: numerics), suspect (a divergence with a larger margin), beside the A/A "
+                    "floor (baseline vs baseline at the same level) and across levels (batch shape).</p>"
+                    + _anchored(data.lossless, "lossless", "category", "concurrency")))
+    if data.lossless_divergences is not None:
+        out.append(("Lossless: every non-identical greedy pair",
+                    _tab(data.lossless_divergences, table_id=row_anchor("lossless_divergences"))))
+    return out
 
 
 def _sections(data: ReportData) -> list[tuple[str, str]]:
@@ -94,15 +159,22 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         return out + [("Run manifest", f"<pre>{esc(m.model_dump_json(indent=2))}</pre>")]
     out.append(("Acceptance (speculative arm)", _defs("mean_acceptance_length", "acceptance_rate")
                 + _tab(data.acceptance)))
-    out.append(("Speedup", f"<p>{esc(DEFINITIONS['speedup'])}</p>" + _tab(data.speedup)))
+    out.append(("Speedup", _defs("speedup", "intervals", "aa", "label")
+                + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
+    out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
     out.append(("Latency", f"<p>tpot_ms: {esc(DEFINITIONS['tpot_ms'])}; itl_chunk_gap_ms: "
                            f"{esc(DEFINITIONS['itl_chunk_gap_ms'])}; successful requests only.</p>"
                 + _tab(data.latency)))
-    out.append(("Throughput (successful requests)", _tab(data.throughput)))
+    out.append(("Throughput (successful requests, repeats pooled)", _tab(data.throughput)))
+    out.append(("Blocks: throughput and prefix cache per arm, level and repeat",
+                _defs("prefix_cache") + _tab(data.blocks)))
     out.append(("Engine step timing (captured)", _tab(data.step_timing)))
-    out.append(("Greedy output equality (speculative vs baseline)",
-                "<p>Byte-identical output text for the same prompt at the same level, successful pairs only. "
-                "Reduced precision (bfloat16) and batch shape can change greedy outputs on their own.</p>"
+    out += _lossless(data)
+    out.append(("Timed-pass text identity (no margins)",
+                "<p>Byte-identical output text of the timed greedy requests, same prompt, level and repeat in "
+                "both arms, successful pairs only. No logprobs, so no divergence is classified here (see the "
+                "lossless section when the run has a verification pass); reduced precision (bfloat16) and batch "
+                "shape can change greedy outputs on their own.</p>"
                 + _tab(data.output_equality)))
     if data.capture_note:
         recon = banner("warn", data.capture_note) + _tab(data.reconciliation, css_class="flagged")
@@ -148,6 +220,7 @@ def render_html(data: ReportData) -> str:
 <h1>{esc(title)}</h1>
 {notices}
 <p>{_run_line(data)}</p>
+{_verdict(data)}
 {divs}
 {body}
 <script>{embeds}</script>

@@ -2,8 +2,13 @@
 read from the marts of ``specdec.duckdb`` once (manifest included, from
 ``raw_manifest``), then rendered by ``report.render_html`` and
 ``summary.summary_text``. The notices at the top of both (failed levels, an
-unfinished run, a run where every request failed, no captured rounds) are
-worded here, once, so the two renderings cannot disagree.
+unfinished run, a run where every request failed, no captured rounds) and the
+verdict in words (``verdict.py``, from the speedup, knee and lossless marts)
+are worded here, once, so the two renderings cannot disagree.
+
+The ``lossless`` and ``lossless_divergences`` marts are read when the
+database has them (``None`` otherwise), so a run built without the lossless
+verification pass still reports.
 """
 
 from __future__ import annotations
@@ -11,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from specdec.analytics.verdict import Sentence, verdict
 from specdec.schemas.records import RunManifest
 
-LEVEL_COLUMNS = ("arm", "concurrency", "requests", "requests_failed", "error_rate", "error_types",
+LEVEL_COLUMNS = ("arm", "concurrency", "repeats", "requests", "requests_failed", "error_rate", "error_types",
                  "http_statuses", "level_failed", "error_example")
 
 
@@ -43,20 +49,25 @@ class ReportData:
     manifest: RunManifest
     kind: str  # run kind: replay | stability
     levels: Table  # level_health
-    speedup: Table
+    speedup: Table  # every column of the speedup mart
+    knee: Table
     acceptance: Table  # speculative arm
     latency: Table
     throughput: Table
+    blocks: Table  # block_throughput: per arm, level and repeat, prefix cache included
     step_timing: Table
     output_equality: Table
     reconciliation: Table
     stability: Table | None  # None when the run has no stability mart or no rows
+    lossless: Table | None  # None when the database has no lossless mart
+    lossless_divergences: Table | None  # None when the database has no lossless_divergences mart
     requests_total: int
     requests_failed: int
     errors: str | None  # run-wide 'type: n; ...' over failed requests
     rounds_captured: int  # captured rows attributed to this run's requests
     capture_note: str | None  # set when no rounds were captured for the run
     notices: tuple[Notice, ...] = field(default=())
+    verdict: tuple[Sentence, ...] = field(default=())
 
     @property
     def has_replay(self) -> bool:
@@ -69,7 +80,8 @@ class ReportData:
         return [r for r in self.levels.dicts() if r["level_failed"]]
 
     def chart_speedup(self) -> list[dict]:
-        return [{"category": r["category"], "concurrency": r["concurrency"], "speedup": r["speedup"]}
+        """Speedup and its measurement interval (None when there is none)."""
+        return [{k: r[k] for k in ("category", "concurrency", "speedup", "ci_low", "ci_high", "label", "pairs")}
                 for r in self.speedup.dicts() if r["speedup"] is not None]
 
     def chart_throughput(self) -> list[dict]:
@@ -80,6 +92,10 @@ class ReportData:
 def _table(con, sql: str) -> Table:
     cur = con.execute(sql)
     return Table(tuple(d[0] for d in cur.description), tuple(tuple(r) for r in cur.fetchall()))
+
+
+def _view(con, name: str) -> Table | None:
+    return _table(con, f"select * from {name}") if _has_view(con, name) else None
 
 
 def _has_view(con, name: str) -> bool:
@@ -125,21 +141,28 @@ def load_report(con) -> ReportData:
     data = ReportData(
         manifest=manifest, kind=kind,
         levels=_table(con, f"select {', '.join(LEVEL_COLUMNS)} from level_health"),
-        speedup=_table(con, "select category, concurrency, baseline_tokens_per_s, speculative_tokens_per_s, "
-                            "speedup, excluded_reason from speedup"),
+        speedup=_table(con, "select * from speedup"),
+        knee=_table(con, "select * from knee"),
         acceptance=_table(con, "select * from acceptance where arm = 'speculative'"),
         latency=_table(con, """select arm, category, concurrency, requests_ok, requests_failed,
             ttft_ms_p50, ttft_ms_p95, ttft_ms_p99, tpot_ms_p50, tpot_ms_p95, tpot_ms_p99,
             itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p99, output_tokens_per_s_mean from latency"""),
         throughput=_table(con, "select * from throughput"),
+        blocks=_table(con, "select * from block_throughput"),
         step_timing=_table(con, "select * from step_timing"),
         output_equality=_table(con, "select * from output_equality"),
         reconciliation=_table(con, "select * from reconciliation"),
-        stability=stability, requests_total=total, requests_failed=failed, errors=errors,
+        stability=stability, lossless=_view(con, "lossless"),
+        lossless_divergences=_view(con, "lossless_divergences"),
+        requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )
     first_error = con.execute("select arg_min(error_message, wall_send_ns) from stg_requests where not success"
                               ).fetchone()[0]
+    if data.has_replay:
+        data = replace(data, verdict=verdict(data.speedup.dicts(), data.knee.dicts(),
+                                             data.lossless.dicts() if data.lossless is not None else None,
+                                             manifest.dtype))
     return _with_notices(data, first_error)
 
 

@@ -1,8 +1,9 @@
 """The terminal summary of a report: the same ``ReportData`` as the HTML, as text.
 
 Failures come first (the notices, then requests and failures per arm and
-level). Columns are as wide as their widest cell, so long category names never
-break the layout and nothing is truncated. Strings from the run are printed
+level), then the verdict in words (``verdict.py``). Columns are as wide as
+their widest cell, so long category names never break the layout and nothing
+is truncated. Strings from the run are printed
 with control characters, line separators and bidirectional overrides shown as
 ``\\uXXXX`` escapes: hostile text cannot move the cursor, recolour the terminal
 or fake a line.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import unicodedata
 
 from specdec.analytics.html import fmt
+from specdec.analytics.intervals import LEVEL, RESAMPLES, SEED
 from specdec.analytics.report_data import ReportData
 
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
@@ -76,6 +78,7 @@ def summary_text(data: ReportData) -> str:
         lines += text_table(cols, [[r[c] for c in cols] for r in st.dicts()])
     if not data.has_replay:
         return "\n".join(lines)
+    lines += _verdict_lines(data)
     lines += _speedup_lines(data)
     lines.append("acceptance, speculative arm (length = 1 + accepted/rounds; rate = accepted/proposed; pooled):")
     acc = data.acceptance.dicts()
@@ -85,20 +88,61 @@ def summary_text(data: ReportData) -> str:
     else:
         lines.append("  none (no captured rounds of replayed requests)")
     lines.append(_reconciliation_line(data))
-    eq = [r for r in data.output_equality.dicts() if r["excluded_reason"] is None]
-    pairs = sum(r["pairs"] for r in eq)
-    excluded = len(data.output_equality.rows) - len(eq)
-    if pairs:
-        line = f"greedy outputs identical across arms: {sum(r['identical'] for r in eq)}/{pairs}"
-        lines.append(line + (f" ({excluded} group(s) excluded: level failed)" if excluded else ""))
-    elif data.output_equality.rows:
-        lines.append("greedy outputs identical across arms: n/a (no successful pair"
-                     + (f"; {excluded} group(s) excluded: level failed)" if excluded else ")"))
+    lines.append(_prefix_cache_line(data))
+    lines.append(_text_identity_line(data))
     return "\n".join(lines)
 
 
+def _verdict_lines(data: ReportData) -> list[str]:
+    if not data.verdict:
+        return []
+    return (["verdict:"] + [f"  - {term(s.text)}" for s in data.verdict]
+            + [f"  (labels: {LEVEL:.0%} measurement interval against 1 and the A/A floor; paired bootstrap, "
+               f"{RESAMPLES} resamples, seed {SEED}; see the report)"])
+
+
+def _text_identity_line(data: ReportData) -> str:
+    """The timed requests' text, compared without logprobs (not the lossless verdict)."""
+    eq = [r for r in data.output_equality.dicts() if r["excluded_reason"] is None]
+    pairs = sum(r["pairs"] for r in eq)
+    excluded = len(data.output_equality.rows) - len(eq)
+    note = f" ({excluded} group(s) excluded: level failed)" if excluded else ""
+    head = "timed-pass text identity (no margins): "
+    if pairs:
+        return head + f"{sum(r['identical'] for r in eq)}/{pairs} greedy pairs identical" + note
+    if data.output_equality.rows:
+        return head + "n/a (no successful pair" + (f"; {note[2:-1]})" if excluded else ")")
+    return head + "n/a (no greedy request)"
+
+
+def _prefix_cache_line(data: ReportData) -> str:
+    blocks = data.blocks.dicts()
+    if not blocks:
+        return "prefix cache: n/a (no block)"
+    reset = sum(1 for b in blocks if b["prefix_cache_reset"] is True)
+    refused = sum(1 for b in blocks if b["prefix_cache_reset"] is False)
+    rates = [b["prefix_cache_hit_rate"] for b in blocks if b["prefix_cache_hit_rate"] is not None]
+    line = f"prefix cache: reset before {reset}/{len(blocks)} blocks (arm, level, repeat)"
+    if refused:
+        line += f", refused before {refused}"
+    if reset + refused < len(blocks):
+        line += f", not tried before {len(blocks) - reset - refused}"
+    if rates:
+        return line + f"; hit rate per block {_pct(min(rates))}-{_pct(max(rates))} (hits / queries)"
+    return line + "; hit rate n/a (the servers do not export prefix-cache counters)"
+
+
+def _cell(r: dict) -> str:
+    """'2.400 [2.20-2.60] faster': speedup, 95% measurement interval, label."""
+    out = fmt(r["speedup"])
+    if r["ci_low"] is not None and r["ci_high"] is not None:
+        out += f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]"
+    return out + (f" {r['label']}" if r["label"] else "")
+
+
 def _speedup_lines(data: ReportData) -> list[str]:
-    lines = ["speedup (speculative/baseline tokens/s; per category = mean per-request, (system) = whole level):"]
+    lines = ["speedup (speculative/baseline; per category = geometric mean of paired e2e ratios, (system) = "
+             "per-repeat level throughput ratios; [95% measurement interval] label):"]
     rows = data.speedup.dicts()
     if not rows:
         return lines + ["  n/a (no level has requests in either arm)"]
@@ -111,7 +155,7 @@ def _speedup_lines(data: ReportData) -> list[str]:
             cells.setdefault(cat, {})[conc] = "excluded"
             reasons.setdefault(r["excluded_reason"], []).append(f"{cat} c{conc}")
         else:
-            cells.setdefault(cat, {})[conc] = fmt(r["speedup"])
+            cells.setdefault(cat, {})[conc] = _cell(r)
     lines += text_table(["category"] + [f"c{c}" for c in levels],
                         [[cat] + [vals.get(c, "-") for c in levels] for cat, vals in cells.items()])
     for reason, where in reasons.items():

@@ -82,3 +82,18 @@ def test_report_of_an_all_failed_run_says_so_first(tmp_path):
     assert r.output.splitlines()[1].startswith("!! Every request failed (8 of 8)")
     assert "HTTP 404: Not Found" in r.output
     assert "Error: 4 level(s) failed" in r.output and "baseline c1" in r.output
+
+
+def test_report_prints_the_verdict_after_the_failures(tmp_path):
+    from tests.analytics.conftest import repeated_counters, repeated_requests, write_run
+
+    e2e = lambda arm, pid, level, r: 2000.0 if arm == "baseline" else 800.0  # noqa: E731
+    run_dir = write_run(tmp_path, requests=repeated_requests(e2e), rounds=[], counters=repeated_counters())
+    r = CliRunner().invoke(main, ["report", str(run_dir)])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    at = lines.index("verdict:")
+    assert lines.index("requests per arm and level (error_rate = failed / requests; a level fails above "
+                       "max_error_rate 0.05):") < at
+    assert lines[at + 1] == ("  - chat: faster at every level: 2.50x (95% CI 2.50-2.50) at c1, 2.50x (95% CI "
+                             "2.50-2.50) at c2 [n = 4 pairs per level: 2 prompts x 2 repeats].")

@@ -2,7 +2,8 @@
 -- Grain: one row per arm and concurrency level that has requests.
 -- Purpose: did the level work? Failures are data: counted, typed and judged
 --   against the run's error budget (manifest.max_error_rate).
---   requests         replayed requests of the level, successful or not
+--   repeats          repeats of the level (blocks with requests)
+--   requests         replayed requests of the level, all repeats, successful or not
 --   requests_ok      requests with success = true
 --   requests_failed  requests with success = false
 --   error_rate       requests_failed / requests   [share 0..1]
@@ -47,6 +48,7 @@ status_lists as (
 counts as (
     select
         arm, concurrency,
+        count(distinct repeat) as repeats,
         count(*) as requests,
         count(*) filter (where success) as requests_ok,
         count(*) filter (where not success) as requests_failed,
@@ -58,6 +60,7 @@ final as (
     select
         counts.arm,
         counts.concurrency,
+        counts.repeats,
         counts.requests,
         counts.requests_ok,
         counts.requests_failed,

@@ -6,6 +6,10 @@
 --   finished        manifest.finished: false when the run was interrupted or is still running
 --   max_error_rate  manifest.max_error_rate: a level whose error_rate exceeds it is failed [share 0..1]
 --   capture_source  manifest.capture.source: embedded | directory | none; NULL if not recorded
+--   dtype           manifest.dtype: the numeric precision both servers ran in (lossless conditions)
+--   knee_peak_fraction  manifest.knee_peak_fraction when the manifest has it, else the
+--                   default 0.5: the knee mart's "gain lost" level is the first level past
+--                   the peak where speedup - 1 < knee_peak_fraction * (peak - 1)  [share 0..1]
 with source as (
     select manifest from raw_manifest
 ),
@@ -14,7 +18,9 @@ final as (
         manifest ->> 'run_id' as run_id,
         cast(manifest ->> 'finished' as boolean) as finished,
         cast(manifest ->> 'max_error_rate' as double) as max_error_rate,
-        manifest -> 'capture' ->> 'source' as capture_source
+        manifest -> 'capture' ->> 'source' as capture_source,
+        manifest ->> 'dtype' as dtype,
+        coalesce(try_cast(manifest ->> 'knee_peak_fraction' as double), 0.5) as knee_peak_fraction
     from source
 )
 select * from final

@@ -1,7 +1,8 @@
 -- level_health
--- Grain: one row per arm and concurrency level that has requests.
+-- Grain: one row per arm and concurrency level that has requests (repeats pooled).
 -- Purpose: failures per level, shown first in the report and the terminal summary.
---   requests         replayed requests of the level, successful or not
+--   repeats          repeats of the level (blocks with requests)
+--   requests         replayed requests of the level, all repeats, successful or not
 --   requests_ok      requests with success = true
 --   requests_failed  requests with success = false
 --   error_rate       requests_failed / requests   [share 0..1]

@@ -1,16 +1,21 @@
 -- output_equality
 -- Grain: one row per category and concurrency level with greedy (temperature = 0)
 --   requests in either arm.
--- Purpose: the lossless check for greedy decoding: does speculation change the text?
---   Pairs: the same prompt at the same level in both arms (pair_index matches repeats).
+-- Purpose: timed-pass text identity (no margins): is the output text of the timed
+--   greedy requests the same in both arms? The classified lossless check (token
+--   ids, first divergence, logprob margin) is the lossless mart; this one only
+--   compares the text the timed requests returned, pooled over repeats.
+--   Pairs: the same prompt at the same level and repeat in both arms (pair_index
+--   matches repeated sends of a prompt within one block).
 --   pairs            pairs where both requests succeeded and temperature = 0
 --   identical        pairs whose output_text is byte-identical
 --   identical_share  identical / pairs (NULL when no pairs)
 --   excluded_reason  int_levels_compared.excluded_reason: the level failed in either
 --                    arm, or an arm did not run it; pairs, identical and
 --                    identical_share are then NULL (no lossless figure from it)
---   Caveat: in bfloat16 the batch shape alone can change greedy outputs; a
---   baseline-vs-baseline noise floor is needed before calling a difference a defect.
+--   Caveat: in bfloat16 the batch shape alone can change greedy outputs; a text
+--   difference here is no verdict (the lossless mart classifies each divergence
+--   by its logprob margin and sets it beside the baseline's own A/A floor).
 with requests as (
     select * from int_requests_measured where temperature = 0
 ),
@@ -24,7 +29,8 @@ pairs as (
     select b.category, b.concurrency, b.output_text = s.output_text as same
     from requests b
     join requests s
-      on s.prompt_id = b.prompt_id and s.concurrency = b.concurrency and s.pair_index = b.pair_index
+      on s.prompt_id = b.prompt_id and s.concurrency = b.concurrency and s.repeat = b.repeat
+     and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
 counted as (

@@ -2,20 +2,60 @@
 -- Grain: one row per category and concurrency level, plus category '(system)',
 --   for every group that has requests in either arm.
 -- Purpose: the effect of speculation, as a ratio of two arms that differ only in
---   the speculative setting (see manifest.arm_difference).
---   per category:  speedup = speculative output_tokens_per_s_mean
---                            / baseline output_tokens_per_s_mean   (from latency;
---                            mean over successful requests of tokens / e2e seconds, Spec-Bench style)
---   '(system)':    speedup = speculative / baseline output_tokens_per_s of the
---                            whole level (from throughput: capacity)
---   baseline_tokens_per_s, speculative_tokens_per_s  the two figures divided
---                  (successful requests only; NULL when the arm has none in the group)
---   definition     which ratio the row is: 'mean per-request tokens/s' or 'level tokens/s (capacity)'
---   excluded_reason  why speedup is NULL: the level failed in either arm or an arm
---                  did not run it (int_levels_compared.excluded_reason), else
---                  'no successful <arm> request in this group' (or baseline 0 tokens/s);
---                  NULL when speedup is computed
---   speedup is NULL exactly when excluded_reason is not NULL.
+--   the speculative setting (see manifest.arm_difference), with its intervals,
+--   its A/A noise floor and a label.
+--   speedup       per category: geometric mean over paired prompts of
+--                   baseline e2e_ms / speculative e2e_ms = exp(avg(log_ratio)) over
+--                   int_requests_paired (comparison 'ab': same prompt, level,
+--                   repeat and pair_index, both successful); under forced length the
+--                   two requests emit the same tokens, so this is also the mean
+--                   per-prompt ratio of tokens/s, and it does not favour the requests
+--                   that happen to finish fast
+--                 '(system)': geometric mean over repeats of the ratio of whole-level
+--                   throughput, speculative block / baseline block of the same repeat
+--                   (int_blocks_paired: one block = one arm, level and repeat)
+--   ci_low, ci_high  95% "measurement" interval: paired bootstrap with the prompts
+--                 fixed, each prompt's pairs resampled (residuals scaled by
+--                 sqrt(n/(n-1))); for '(system)' the per-repeat ratios resampled.
+--                 2000 resamples, seed 0, percentile interval, computed by
+--                 analytics/intervals.py into int_speedup_intervals. NULL when no
+--                 prompt has two pairs (one repeat) or, for '(system)', one repeat
+--   prompts_ci_low, prompts_ci_high  95% "prompts" interval: prompts resampled with
+--                 replacement within the category, each with all its pairs (covers
+--                 the choice of prompts too); NULL for '(system)' and with < 2 prompts
+--   pairs         per category: request pairs the speedup is computed from;
+--                 '(system)': block pairs (one per repeat)
+--   prompts       distinct prompts among those pairs (for '(system)': over all categories)
+--   repeats       distinct repeats among those pairs
+--   aa_speedup    the same statistic for the A/A control, baseline repeat r + 1 against
+--                 repeat r (all consecutive repeats): per category the geometric mean
+--                 of e2e(r) / e2e(r + 1) over int_requests_paired (comparison 'aa');
+--                 '(system)' the geometric mean of block throughput ratios (r + 1 / r).
+--                 NULL with one repeat
+--   aa_pairs      pairs the A/A figure is computed from (block pairs for '(system)')
+--   aa_ci_low, aa_ci_high  its 95% interval: per category the A/A pairs resampled by
+--                 prompt (the prompt's effect cancels in an A/A pair); '(system)' the
+--                 consecutive-repeat ratios resampled (needs 3 repeats). Same seed and count
+--   aa_floor      = greatest(aa_ci_high, 1 / aa_ci_low): the A/A interval mirrored
+--                 about 1, since which repeat is "treatment" is arbitrary; NULL without
+--                 an A/A interval
+--   label         from the measurement interval (the claim is about this prompt set):
+--                 'faster'  ci_low > 1 and, when there is an A/A floor, ci_low > aa_floor
+--                 'slower'  ci_high < 1 and, when there is an A/A floor, ci_high < 1 / aa_floor
+--                 'within noise' otherwise; NULL when there is no speedup or no interval
+--   label_basis   what the label rests on, in words (says when there is no interval or no A/A floor)
+--   speedup_mean_of_rates  per category only: speculative_tokens_per_s / baseline_tokens_per_s,
+--                 the old mean-of-rates ratio (it favours requests that finish fast; kept for
+--                 comparison); NULL for '(system)'
+--   baseline_tokens_per_s, speculative_tokens_per_s  per category: mean over successful
+--                 requests of output tokens / e2e seconds (latency.output_tokens_per_s_mean);
+--                 '(system)': whole-level throughput pooled over repeats (throughput.output_tokens_per_s)
+--   definition    which speedup the row is: 'geometric mean of paired e2e ratios' or
+--                 'geometric mean of per-repeat level throughput ratios (capacity)'
+--   excluded_reason  why speedup is NULL: the level failed in either arm or an arm did
+--                 not run it (int_levels_compared.excluded_reason), else 'no successful
+--                 <arm> request in this group', 'no prompt succeeded in both arms (no pair)';
+--                 NULL when speedup is computed. speedup is NULL exactly when excluded_reason is not NULL.
 with lat as (
     select * from latency
 ),
@@ -25,13 +65,22 @@ thr as (
 levels as (
     select * from int_levels_compared
 ),
+request_pairs as (
+    select * from int_requests_paired
+),
+block_pairs as (
+    select * from int_blocks_paired
+),
+intervals as (
+    select * from int_speedup_intervals
+),
 per_category as (
     select
         coalesce(b.category, s.category) as category,
         coalesce(b.concurrency, s.concurrency) as concurrency,
         b.output_tokens_per_s_mean as baseline_tokens_per_s,
         s.output_tokens_per_s_mean as speculative_tokens_per_s,
-        'mean per-request tokens/s' as definition
+        'geometric mean of paired e2e ratios' as definition
     from (select * from lat where arm = 'baseline') b
     full outer join (select * from lat where arm = 'speculative') s
       on s.category = b.category and s.concurrency = b.concurrency
@@ -42,7 +91,7 @@ system as (
         coalesce(b.concurrency, s.concurrency) as concurrency,
         b.output_tokens_per_s as baseline_tokens_per_s,
         s.output_tokens_per_s as speculative_tokens_per_s,
-        'level tokens/s (capacity)' as definition
+        'geometric mean of per-repeat level throughput ratios (capacity)' as definition
     from (select * from thr where arm = 'baseline') b
     full outer join (select * from thr where arm = 'speculative') s on s.concurrency = b.concurrency
 ),
@@ -51,9 +100,60 @@ groups as (
     union all
     select * from system
 ),
+category_stats as (
+    select
+        category, concurrency,
+        exp(avg(log_ratio) filter (where comparison = 'ab')) as speedup,
+        count(*) filter (where comparison = 'ab') as pairs,
+        count(distinct prompt_id) filter (where comparison = 'ab') as prompts,
+        count(distinct repeat) filter (where comparison = 'ab') as repeats,
+        exp(avg(log_ratio) filter (where comparison = 'aa')) as aa_speedup,
+        count(*) filter (where comparison = 'aa') as aa_pairs
+    from request_pairs
+    group by all
+),
+level_prompts as (
+    select concurrency, count(distinct prompt_id) as prompts
+    from request_pairs
+    where comparison = 'ab'
+    group by all
+),
+system_stats as (
+    select
+        '(system)' as category, concurrency,
+        exp(avg(log_ratio) filter (where comparison = 'ab')) as speedup,
+        count(*) filter (where comparison = 'ab') as pairs,
+        level_prompts.prompts,
+        count(distinct repeat) filter (where comparison = 'ab') as repeats,
+        exp(avg(log_ratio) filter (where comparison = 'aa')) as aa_speedup,
+        count(*) filter (where comparison = 'aa') as aa_pairs
+    from block_pairs
+    left join level_prompts using (concurrency)
+    group by all
+),
+stats as (
+    select * from category_stats
+    union all
+    select * from system_stats
+),
+cis as (
+    select
+        category, concurrency,
+        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'measurement') as ci_low,
+        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'measurement') as ci_high,
+        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_low,
+        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_high,
+        any_value(ci_low) filter (where comparison = 'aa' and "interval" = 'measurement') as aa_ci_low,
+        any_value(ci_high) filter (where comparison = 'aa' and "interval" = 'measurement') as aa_ci_high
+    from intervals
+    group by all
+),
 judged as (
     select
         groups.*,
+        stats.* exclude (category, concurrency),
+        cis.* exclude (category, concurrency),
+        greatest(cis.aa_ci_high, 1 / cis.aa_ci_low) as aa_floor,
         coalesce(
             levels.excluded_reason,
             case
@@ -63,20 +163,67 @@ judged as (
                     then 'baseline produced 0 tokens/s (nothing to divide by)'
                 when groups.speculative_tokens_per_s is null
                     then 'no successful speculative request in this group'
+                when stats.speedup is null and groups.category = '(system)'
+                    then 'no repeat has a throughput in both arms (no pair)'
+                when stats.speedup is null
+                    then 'no prompt succeeded in both arms (no pair)'
             end
         ) as excluded_reason
     from groups
     left join levels using (concurrency)
+    left join stats using (category, concurrency)
+    left join cis using (category, concurrency)
+),
+labelled as (
+    select
+        *,
+        case
+            when excluded_reason is not null or ci_low is null then null
+            when ci_low > 1 and (aa_floor is null or ci_low > aa_floor) then 'faster'
+            when ci_high < 1 and (aa_floor is null or ci_high < 1 / aa_floor) then 'slower'
+            else 'within noise'
+        end as label,
+        case
+            when excluded_reason is not null then null
+            when ci_low is null and category = '(system)'
+                then 'no interval: one repeat; needs --repeats 2 or more'
+            when ci_low is null
+                then 'no interval: one pair per prompt; needs --repeats 2 or more'
+            when aa_floor is null and category = '(system)'
+                then 'measurement interval against 1; no A/A floor, (system) needs 3 repeats'
+            when aa_floor is null and aa_pairs > 0
+                then 'measurement interval against 1; no A/A floor, needs A/A pairs of 2 prompts'
+            when aa_floor is null
+                then 'measurement interval against 1; no A/A floor, needs 2 repeats'
+            else 'measurement interval against 1 and the A/A floor'
+        end as label_basis
+    from judged
 ),
 final as (
     select
         category,
         concurrency,
+        case when excluded_reason is null then speedup end as speedup,
+        case when excluded_reason is null then ci_low end as ci_low,
+        case when excluded_reason is null then ci_high end as ci_high,
+        case when excluded_reason is null then prompts_ci_low end as prompts_ci_low,
+        case when excluded_reason is null then prompts_ci_high end as prompts_ci_high,
+        label,
+        label_basis,
+        coalesce(pairs, 0) as pairs,
+        coalesce(prompts, 0) as prompts,
+        coalesce(repeats, 0) as repeats,
+        case when excluded_reason is null then aa_speedup end as aa_speedup,
+        coalesce(aa_pairs, 0) as aa_pairs,
+        case when excluded_reason is null then aa_ci_low end as aa_ci_low,
+        case when excluded_reason is null then aa_ci_high end as aa_ci_high,
+        case when excluded_reason is null then aa_floor end as aa_floor,
+        case when excluded_reason is null and category <> '(system)'
+             then speculative_tokens_per_s / baseline_tokens_per_s end as speedup_mean_of_rates,
         baseline_tokens_per_s,
         speculative_tokens_per_s,
-        case when excluded_reason is null then speculative_tokens_per_s / baseline_tokens_per_s end as speedup,
         definition,
         excluded_reason
-    from judged
+    from labelled
 )
 select * from final order by category, concurrency

@@ -1,44 +1,39 @@
 -- throughput
--- Grain: one row per arm and concurrency level that has requests (all categories together).
+-- Grain: one row per arm and concurrency level that has requests (all categories
+--   and repeats together).
 -- Purpose: system throughput of a level (capacity), from the client's clock,
---   over successful requests only; failed requests are counted beside it.
---   requests_ok          successful requests of the level
+--   over successful requests only; failed requests are counted beside it. Each
+--   repeat's block is timed on its own (int_blocks_measured), so no interval
+--   spans the other arm's block; the level figure pools the blocks.
+--   repeats              blocks (repeats) of the level with requests
+--   requests_ok          successful requests of the level, all repeats
 --   requests_failed      requests of the level with success = false (see level_health)
 --   output_tokens        sum(output_tokens) over successful requests
---   level_seconds        = (max wall_end_ns - min wall_send_ns) / 1e9 over the level's
---                          successful requests; NULL when none succeeded
+--   level_seconds        = sum over the level's blocks of block_seconds, where
+--                          block_seconds = (max wall_end_ns - min wall_send_ns) / 1e9
+--                          over one block's successful requests; NULL when none succeeded
 --   output_tokens_per_s  = output_tokens / level_seconds   [tokens/s, whole server]
 --   requests_per_s       = requests_ok / level_seconds
+--   output_tokens_per_s_min, output_tokens_per_s_max
+--                        lowest and highest output_tokens_per_s of one block (one repeat)
 --   The per-second figures are NULL when no request of the level succeeded.
-with requests as (
-    select * from int_requests_measured
-),
-levels as (
-    select arm, concurrency, count(*) filter (where not success) as requests_failed
-    from stg_requests
-    group by all
-),
-measured as (
-    select
-        arm,
-        concurrency,
-        count(*) as requests_ok,
-        sum(output_tokens) as output_tokens,
-        (max(wall_end_ns) - min(wall_send_ns)) / 1e9 as level_seconds
-    from requests
-    group by arm, concurrency
+with blocks as (
+    select * from int_blocks_measured
 ),
 final as (
     select
-        levels.arm,
-        levels.concurrency,
-        coalesce(measured.requests_ok, 0) as requests_ok,
-        levels.requests_failed,
-        measured.output_tokens,
-        measured.level_seconds,
-        measured.output_tokens / nullif(measured.level_seconds, 0) as output_tokens_per_s,
-        measured.requests_ok / nullif(measured.level_seconds, 0) as requests_per_s
-    from levels
-    left join measured using (arm, concurrency)
+        arm,
+        concurrency,
+        count(*) as repeats,
+        sum(requests_ok) as requests_ok,
+        sum(requests_failed) as requests_failed,
+        sum(output_tokens) as output_tokens,
+        sum(block_seconds) as level_seconds,
+        sum(output_tokens) / nullif(sum(block_seconds), 0) as output_tokens_per_s,
+        sum(requests_ok) / nullif(sum(block_seconds), 0) as requests_per_s,
+        min(output_tokens_per_s) as output_tokens_per_s_min,
+        max(output_tokens_per_s) as output_tokens_per_s_max
+    from blocks
+    group by arm, concurrency
 )
 select * from final order by arm, concurrency

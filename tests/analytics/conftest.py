@@ -23,7 +23,13 @@ Engine counters match the captured rows for the speculative arm; NULL for baseli
 The speculative chat output at c2 differs from the baseline's.
 
 The manifest is a valid RunManifest (max_error_rate 0.05, finished, capture
-embedded). ``failed(request, ...)`` turns a request into a failure, for runs
+embedded).
+
+``repeated_requests`` / ``repeated_counters`` build a run with repeats instead:
+every (level, repeat) sends a baseline block then a speculative block, each
+block's requests all sent at the block's start (so block_seconds = the
+block's longest e2e), blocks 100 s apart; e2e times come from a function, so
+each test states its own ratios. ``failed(request, ...)`` turns a request into a failure, for runs
 with failed levels (e.g. baseline c2 with 1 of 2 requests failed -> error
 rate 0.5 > 0.05 -> the level failed).
 """
@@ -145,6 +151,56 @@ def make_manifest(**changes) -> RunManifest:
     )
     fields.update(changes)
     return RunManifest(**fields)
+
+
+PROMPTS = (("code-0", "code"), ("code-1", "code"), ("chat-0", "chat"), ("chat-1", "chat"))
+
+
+def blocks(levels=(1, 2), repeats: int = 2):
+    """(arm, level, repeat, start_ns) in the order a run sends them: per level,
+    per repeat, baseline then speculative."""
+    order = [(arm, level, r) for level in levels for r in range(repeats) for arm in ("baseline", "speculative")]
+    return [(arm, level, r, T0 + i * 100 * SEC) for i, (arm, level, r) in enumerate(order)]
+
+
+def repeated_requests(e2e, *, levels=(1, 2), repeats: int = 2, prompts=PROMPTS, tokens: int = 100,
+                      text=lambda arm, prompt_id, level, repeat: "same") -> list[RequestResult]:
+    """One request per prompt per block; ``e2e(arm, prompt_id, level, repeat)`` -> ms."""
+    out = []
+    for arm, level, r, start in blocks(levels, repeats):
+        for seq, (pid, cat) in enumerate(prompts):
+            ms = float(e2e(arm, pid, level, r))
+            out.append(RequestResult(
+                run_id=RUN, arm=arm, concurrency=level, repeat=r, request_id=f"sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}",
+                prompt_id=pid, category=cat, max_tokens=tokens, temperature=0.0, success=True, error_type=None,
+                error_message=None, wall_send_ns=start, ttft_ms=ms / 100, e2e_ms=ms, chunk_offsets_ms=[ms / 100, ms],
+                prompt_tokens=10, output_tokens=tokens, output_text=text(arm, pid, level, r), finish_reason="length",
+                spec_num_steps=None, spec_num_draft_tokens=None, spec_num_accepted_tokens=None))
+    return out
+
+
+def repeated_counters(*, levels=(1, 2), repeats: int = 2, hits=lambda arm, level, repeat: 0.0,
+                      queries: float = 1000.0, drafts=lambda arm, level, repeat: None) -> list[MetricSnapshot]:
+    """Before/after snapshots around every block: cumulative prefix-cache counters
+    (``queries`` looked up per block, ``hits(...)`` of them found) and, when
+    ``drafts(...)`` gives a number, that many verify rounds per block."""
+    out, seen_q, seen_h, seen_d = [], {}, {}, {}
+    for arm, level, r, start in blocks(levels, repeats):
+        d = drafts(arm, level, r)
+        for pos in ("before", "after"):
+            if pos == "after":
+                seen_q[arm] = seen_q.get(arm, 0.0) + queries
+                seen_h[arm] = seen_h.get(arm, 0.0) + hits(arm, level, r)
+                seen_d[arm] = seen_d.get(arm, 0.0) + (d or 0)
+            out.append(MetricSnapshot(
+                run_id=RUN, arm=arm, concurrency=level, repeat=r, position=pos,
+                wall_time_ns=start + (50 * SEC if pos == "after" else 0),
+                spec_num_drafts=seen_d.get(arm, 0.0) if d is not None else None,
+                spec_num_draft_tokens=4 * seen_d.get(arm, 0.0) if d is not None else None,
+                spec_num_accepted_tokens=seen_d.get(arm, 0.0) if d is not None else None,
+                generation_tokens=None, prefix_cache_queries=seen_q.get(arm, 0.0),
+                prefix_cache_hits=seen_h.get(arm, 0.0), prefix_cache_reset=True if pos == "before" else None))
+    return out
 
 
 def failed(req: RequestResult, error_type: str = "http_status", http_status: int | None = 500,

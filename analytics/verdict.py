@@ -1,0 +1,184 @@
+"""The verdict in words: a few sentences at the top of the report and the
+terminal summary, computed only from mart rows.
+
+Per category (and ``(system)``): where speculation pays (speedup, its 95%
+measurement interval, up to which concurrency), where it is within noise,
+where it costs, and from which level the gain falls below a fraction of its
+peak (``knee``, cited only after a peak labelled ``faster``); then the lossless
+result in one sentence, with its precision
+(dtype) and sample sizes, when the ``lossless`` mart exists. Labels are the
+``speedup`` mart's (``faster`` / ``slower`` / ``within noise``); nothing is
+judged again here.
+
+Everything takes plain rows (dicts with the marts' column names), so tests
+can change the data and watch the sentence change. A sentence is a tuple of
+parts; a part may carry the anchor of the mart row it comes from
+(``row_anchor``), which the HTML report turns into a link and gives the row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+__all__ = ["Part", "Sentence", "category_sentence", "lossless_sentence", "row_anchor", "verdict"]
+
+SYSTEM = "(system)"
+FULL_BASIS = "measurement interval against 1 and the A/A floor"
+
+
+@dataclass(frozen=True)
+class Part:
+    text: str
+    anchor: str | None = None  # id of the report element (mart row or table) it comes from
+
+
+@dataclass(frozen=True)
+class Sentence:
+    parts: tuple[Part, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts)
+
+
+def row_anchor(table: str, *key: object) -> str:
+    """A stable HTML id for one mart row (or a whole table with no key): the
+    table name, a readable slug of the key and a short hash, so hostile or
+    colliding category names still give distinct, inert ids."""
+    if not key:
+        return f"{table}-table"  # not the bare name: a chart's element may use it
+    raw = "\x1f".join(str(k) for k in key)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", raw).strip("-")[:40]
+    digest = hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{table}-{slug}-{digest}" if slug else f"{table}-{digest}"
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}x"
+
+
+def _ci(r: dict) -> str:
+    return f"95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}"
+
+
+def _figures(rows: Sequence[dict], with_ci: bool = True) -> list[Part]:
+    """'2.40x (95% CI 2.20-2.60) at c1, ...', each figure linked to its row."""
+    out: list[Part] = []
+    for i, r in enumerate(rows):
+        ci = f" ({_ci(r)})" if with_ci and r.get("ci_low") is not None else ""
+        out.append(Part(f"{_x(r['speedup'])}{ci} at c{r['concurrency']}",
+                        row_anchor("speedup", r["category"], r["concurrency"])))
+        if i < len(rows) - 1:
+            out.append(Part(", "))
+    return out
+
+
+def _count(rows: Sequence[dict], col: str, noun: str) -> str:
+    """'24 pairs', '1 pair', '20-24 pairs' over the rows."""
+    values = sorted({r[col] for r in rows})
+    n = f"{values[0]}" if len(values) == 1 else f"{values[0]}-{values[-1]}"
+    return f"{n} {noun}" + ("" if n == "1" else "s")
+
+
+def _sample(cat: str, rows: Sequence[dict]) -> str:
+    """The sample size behind the figures: pairs (prompts x repeats) per level."""
+    if cat == SYSTEM:
+        return f"n = {_count(rows, 'repeats', 'repeat')} per level, whole-level throughput"
+    return (f"n = {_count(rows, 'pairs', 'pair')} per level: {_count(rows, 'prompts', 'prompt')} x "
+            f"{_count(rows, 'repeats', 'repeat')}")
+
+
+def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None) -> Sentence:
+    """One category's verdict from its speedup rows (any order) and its knee row."""
+    rows = sorted(rows, key=lambda r: r["concurrency"])
+    computed = [r for r in rows if r.get("speedup") is not None]
+    excluded = [r for r in rows if r.get("speedup") is None]
+    parts: list[Part] = [Part(f"{cat}: ")]
+    if not computed:
+        reason = excluded[0]["excluded_reason"] if excluded else "no level measured"
+        parts.append(Part(f"no speedup figure at any level ({reason})",
+                          row_anchor("speedup", cat, excluded[0]["concurrency"]) if excluded else None))
+        return Sentence(tuple(parts))
+    by_label = {lab: [r for r in computed if r.get("label") == lab]
+                for lab in ("faster", "within noise", "slower", None)}
+    clauses: list[list[Part]] = []
+    faster = by_label["faster"]
+    if faster:
+        head = ("faster at every level" if faster == computed
+                else f"faster up to concurrency {faster[-1]['concurrency']}"
+                if len(faster) > 1 and faster == computed[:len(faster)] else "faster")
+        clauses.append([Part(head + ": ")] + _figures(faster))
+    noise = by_label["within noise"]
+    if noise:
+        head = "within noise at every level" if noise == computed else "within noise"
+        clauses.append([Part(head + ": ")] + _figures(noise))
+    slower = by_label["slower"]
+    if slower:
+        head = "slower at every level" if slower == computed else "slower"
+        clauses.append([Part(head + ": ")] + _figures(slower))
+    unlabelled = by_label[None]
+    if unlabelled:
+        basis = unlabelled[0].get("label_basis") or "no interval"
+        clauses.append(_figures(unlabelled, with_ci=False) + [Part(f" ({basis})")])
+    for reason in dict.fromkeys(r["excluded_reason"] for r in excluded):  # one clause per reason
+        clause = [Part("no figure at ")]
+        for i, r in enumerate(r for r in excluded if r["excluded_reason"] == reason):
+            anchor = row_anchor("speedup", cat, r["concurrency"])
+            clause += [Part(", " if i else ""), Part(f"c{r['concurrency']}", anchor)]
+        clauses.append(clause + [Part(f" ({reason})")])
+    if knee and knee.get("gain_lost_concurrency") is not None and knee.get("peak_label") == "faster":
+        frac = knee.get("peak_fraction") or 0.5
+        clauses.append([Part(f"gain below {frac:.0%} of its peak ({_x(knee['peak_speedup'])} at "
+                             f"c{knee['peak_concurrency']}) from c{knee['gain_lost_concurrency']}",
+                             row_anchor("knee", cat))])
+    for i, clause in enumerate(clauses):
+        parts += clause
+        parts.append(Part("; " if i < len(clauses) - 1 else ""))
+    labelled = [r for r in computed if r.get("label") is not None]
+    bases = {r.get("label_basis") for r in labelled}
+    note = ""
+    if labelled and bases != {FULL_BASIS}:
+        note = "; labels from " + " / ".join(sorted(b for b in bases if b))
+    parts.append(Part(f" [{_sample(cat, computed)}{note}]."))
+    return Sentence(tuple(p for p in parts if p.text))
+
+
+def lossless_sentence(rows: Sequence[dict], dtype: str | None) -> Sentence:
+    """The lossless result in one sentence, from the lossless mart's rows."""
+    dtypes = sorted({r["dtype"] for r in rows if r.get("dtype")})
+    dtype = ", ".join(dtypes) if dtypes else dtype  # the mart's own record first, else the manifest's
+    rows = [r for r in rows if r.get("pairs") is not None]
+    total = lambda col: sum(r.get(col) or 0 for r in rows)  # noqa: E731
+    pairs, suspect = total("pairs"), total("suspect")
+    if not pairs:
+        return Sentence((Part("lossless: not verified", row_anchor("lossless")),
+                         Part(" (no greedy pair in the verification pass).")))
+    identical, near = total("identical"), total("near_tie")
+    aa_pairs, aa_identical = total("aa_pairs"), total("aa_identical")
+    thresholds = sorted({r["near_tie_threshold"] for r in rows if r.get("near_tie_threshold") is not None})
+    levels = sorted({r["concurrency"] for r in rows})
+    where = f"c{levels[0]}" if len(levels) == 1 else f"c{levels[0]}-c{levels[-1]}"
+    margin = f" (margin below {thresholds[0]:g})" if len(thresholds) == 1 else ""
+    aa = f"; A/A floor {aa_identical}/{aa_pairs} identical" if aa_pairs else "; no A/A floor"
+    head = f"lossless: {suspect} suspect divergence{'s' if suspect != 1 else ''} in {pairs} greedy pairs"
+    anchor = row_anchor("lossless_divergences") if suspect else row_anchor("lossless")
+    detail = (f" ({dtype or 'dtype not recorded'}, {where}; {identical}/{pairs} identical, "
+              f"{near} near-tie{'s' if near != 1 else ''}{margin}{aa}).")
+    return Sentence((Part(head, anchor), Part(detail)))
+
+
+def verdict(speedup: Iterable[dict], knee: Iterable[dict] = (), lossless: Sequence[dict] | None = None,
+            dtype: str | None = None) -> tuple[Sentence, ...]:
+    """Every sentence: categories in name order, '(system)' last, then lossless."""
+    by_cat: dict[str, list[dict]] = {}
+    for r in speedup:
+        by_cat.setdefault(r["category"], []).append(r)
+    knees = {k["category"]: k for k in knee}
+    order = sorted(c for c in by_cat if c != SYSTEM) + ([SYSTEM] if SYSTEM in by_cat else [])
+    out = [category_sentence(c, by_cat[c], knees.get(c)) for c in order]
+    if lossless is not None:
+        out.append(lossless_sentence(lossless, dtype))
+    return tuple(out)

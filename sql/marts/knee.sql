@@ -1,0 +1,75 @@
+-- knee
+-- Grain: one row per category of the speedup mart ('(system)' included).
+-- Purpose: where the speculative gain ends as concurrency rises, from the speedup
+--   mart's rows that have a speedup (failed or unpaired levels are left out).
+--   levels                 levels with a speedup
+--   levels_with_interval   of those, levels with a measurement interval (ci_high)
+--   peak_speedup           the largest speedup over those levels
+--   peak_concurrency       the lowest level at which it occurs
+--   peak_label             the speedup mart's label at that level: a "gain" that is
+--                          'within noise' (or NULL, no interval) is no gain to lose, so
+--                          read gain_lost_concurrency with it (the verdict cites it only
+--                          after a 'faster' peak)
+--   peak_fraction          int_run_settings.knee_peak_fraction (default 0.5)
+--   below_one_concurrency  the first (lowest) level whose interval's high end is below 1:
+--                          speculation is measurably slower from there; NULL when no
+--                          level's ci_high < 1 (or no level has an interval)
+--   gain_lost_concurrency  the first level above peak_concurrency where the gain has
+--                          fallen below peak_fraction of the peak gain:
+--                          speedup - 1 < peak_fraction * (peak_speedup - 1);
+--                          NULL when it never does within the measured levels, or when
+--                          peak_speedup <= 1 (no gain to lose)
+with speedup_rows as (
+    select * from speedup where speedup is not null
+),
+settings as (
+    select knee_peak_fraction as peak_fraction from int_run_settings
+),
+categories as (
+    select distinct category from speedup
+),
+peaks as (
+    select
+        category,
+        count(*) as levels,
+        count(ci_high) as levels_with_interval,
+        max(speedup) as peak_speedup,
+        first(concurrency order by speedup desc, concurrency) as peak_concurrency,
+        first(label order by speedup desc, concurrency) as peak_label
+    from speedup_rows
+    group by category
+),
+below_one as (
+    select category, min(concurrency) as below_one_concurrency
+    from speedup_rows
+    where ci_high < 1
+    group by category
+),
+gain_lost as (
+    select s.category, min(s.concurrency) as gain_lost_concurrency
+    from speedup_rows s
+    join peaks p using (category)
+    cross join settings
+    where p.peak_speedup > 1
+      and s.concurrency > p.peak_concurrency
+      and s.speedup - 1 < settings.peak_fraction * (p.peak_speedup - 1)
+    group by s.category
+),
+final as (
+    select
+        categories.category,
+        coalesce(peaks.levels, 0) as levels,
+        coalesce(peaks.levels_with_interval, 0) as levels_with_interval,
+        peaks.peak_speedup,
+        peaks.peak_concurrency,
+        peaks.peak_label,
+        settings.peak_fraction,
+        below_one.below_one_concurrency,
+        gain_lost.gain_lost_concurrency
+    from categories
+    cross join settings
+    left join peaks using (category)
+    left join below_one using (category)
+    left join gain_lost using (category)
+)
+select * from final order by category

@@ -1,0 +1,111 @@
+"""The report with repeats: the verdict at the top of both renderings with
+links to the rows it cites, interval error bars, the speedup table with both
+definitions, the prefix cache, and the lossless section when its marts exist."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import duckdb
+import pytest
+
+from specdec.analytics.build import build
+from specdec.analytics.report import render_html
+from specdec.analytics.report_data import load_report
+from specdec.analytics.summary import summary_text
+from specdec.analytics.verdict import row_anchor
+
+from .conftest import repeated_counters, repeated_requests, write_run
+
+SPEC = {"code-0": 1000.0, "code-1": 125.0, "chat-0": 1600.0, "chat-1": 1600.0}
+
+
+def steady(arm, pid, level, repeat):
+    return (2000.0 if pid != "code-1" else 1000.0) if arm == "baseline" else SPEC[pid]
+
+
+LOSSLESS = """create or replace view lossless as select * from (values
+    ('code', 1, 'bfloat16', 4, 3, 1, 0, 0.75, 2, 1, 0.5, null, null, 0.05),
+    ('chat', 1, 'bfloat16', 4, 4, 0, 0, 1.0, 2, 2, 1.0, null, null, 0.05))
+    t(category, concurrency, dtype, pairs, identical, near_tie, suspect, identity_share, aa_pairs, aa_identical,
+      aa_identity_share, cross_level_pairs, cross_level_identical, near_tie_threshold)"""
+DIVERGENCES = """create or replace view lossless_divergences as select * from (values
+    ('code', 1, 'code-1', 17, 0.01, 'near_tie')) t(category, concurrency, prompt_id, first_divergence_position,
+    baseline_margin, class)"""
+
+
+def data_of(run_dir, *sql):
+    con = duckdb.connect(str(build(run_dir)))
+    try:
+        for s in sql:
+            con.execute(s)
+        return load_report(con)
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def repeated(tmp_path):
+    return write_run(tmp_path, requests=repeated_requests(steady, levels=(1,)), rounds=[],
+                     counters=repeated_counters(levels=(1,), hits=lambda a, lv, r: 100.0 * r))
+
+
+def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
+    data = data_of(repeated, LOSSLESS, DIVERGENCES)
+    page, summary = render_html(data), summary_text(data)
+    lines = summary.splitlines()
+    at = lines.index("verdict:")
+    assert lines[at + 1] == ("  - chat: faster at every level: 1.25x (95% CI 1.25-1.25) at c1 "
+                             "[n = 4 pairs per level: 2 prompts x 2 repeats].")
+    assert lines[at + 2].startswith("  - code: faster at every level: 4.00x (95% CI 4.00-4.00) at c1")
+    assert lines[at + 4] == ("  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
+                             "1 near-tie (margin below 0.05); A/A floor 3/4 identical).")
+    assert lines[at - 1].split()[0] == "speculative"  # after the failures table, before any figure
+    # in the page: right after the run line, before the charts and every section
+    assert page.index('<h2 id="verdict">') < page.index('<div id="speedup">') < page.index("<h2>Speedup")
+    # every link in the verdict points at an element of the page
+    verdict_html = page[page.index('<h2 id="verdict">'):page.index('<div id="speedup">')]
+    targets = re.findall(r'href="#([^"]+)"', verdict_html)
+    assert row_anchor("speedup", "code", 1) in targets and row_anchor("lossless") in targets
+    assert len(re.findall(r' id="([^"]+)"', page)) == len(set(re.findall(r' id="([^"]+)"', page)))  # ids unique
+    for t in targets:
+        assert f'id="{t}"' in page, t
+    assert "2000 resamples, seed 0" in verdict_html
+
+
+def test_speedup_table_chart_and_prefix_cache(repeated):
+    data = data_of(repeated)
+    page, summary = render_html(data), summary_text(data)
+    head = page[page.index("<h2>Speedup"):page.index("<h2>Knee")]
+    for col in ("<th>ci_low</th>", "<th>prompts_ci_high</th>", "<th>label</th>", "<th>pairs</th>",
+                "<th>aa_floor</th>", "<th>speedup_mean_of_rates</th>", "geometric mean over paired prompts"):
+        assert col in head, col
+    # the chart draws the interval as a rule from ci_low to ci_high
+    spec = json.loads(re.search(r"vegaEmbed\('#speedup', (.*), \{actions: false\}\);", page).group(1))
+    bars = [layer for layer in spec["layer"] if layer.get("encoding", {}).get("y2")]
+    assert bars and bars[0]["encoding"]["y"]["field"] == "ci_low" and bars[0]["encoding"]["y2"]["field"] == "ci_high"
+    # the summary's table: speedup, interval, label
+    row = next(ln for ln in summary.splitlines() if ln.startswith("  code "))
+    assert row.split(None, 1)[1].strip() == "4.000 [4.00-4.00] faster"
+    # prefix cache: 100 of 1000 tokens in repeat 1, reset before every block
+    assert "prefix cache: reset before 4/4 blocks (arm, level, repeat); hit rate per block 0.0%-10.0%" in summary
+    assert "<h2>Blocks: throughput and prefix cache per arm, level and repeat</h2>" in page
+
+
+def test_lossless_section_when_its_marts_exist(repeated):
+    page = render_html(data_of(repeated, LOSSLESS, DIVERGENCES))
+    at = page.index("<h2>Lossless: greedy token identity, classified")
+    assert at < page.index("<h2>Lossless: every non-identical greedy pair") < page.index(
+        "<h2>Timed-pass text identity (no margins)")
+    assert '<table id="lossless-table">' in page and '<table id="lossless_divergences-table">' in page
+    assert f'<tr id="{row_anchor("lossless", "code", 1)}">' in page
+    assert "<td>near_tie</td>" in page and "<th>first_divergence_position</th>" in page
+
+
+def test_no_lossless_section_or_sentence_without_its_marts(repeated):
+    data = data_of(repeated, "drop view if exists lossless_divergences", "drop view if exists lossless")
+    page, summary = render_html(data), summary_text(data)
+    assert data.lossless is None and data.lossless_divergences is None
+    assert "Lossless" not in page and "lossless:" not in summary
+    assert "<h2>Timed-pass text identity (no margins)</h2>" in page
