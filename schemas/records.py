@@ -205,3 +205,28 @@ class GreedyCheck(_Record):
     natural_end_position: int | None = Field(default=None, description="First position (0-based) whose most likely token was end-of-sequence, so the model would have stopped there without ignore_eos; None if it never was, or if eos_token_ids is None.")
     top2_token_ids: list[int | None] = Field(default_factory=list, description="Per position: token id of the second most likely token; None if not returned.")
     eos_token_ids: list[int] | None = Field(default=None, description="End-of-sequence token ids natural_end_position was looked up with (the model folder's eos_token_id); None when unknown (an external server), then natural_end_position is None too.")
+
+
+class SampleCheck(_Record):
+    """One request of the sampling-mode check: a prompt with temperature > 0
+    sent N times per arm with a fixed list of seeds, logprobs on, apart from
+    the timed requests. If speculation leaves the output distribution
+    unchanged, statistics of these samples must match between the arms."""
+
+    run_id: str = Field(description="Run identifier.")
+    arm: Literal["baseline", "speculative"] = Field(description="Server that answered.")
+    concurrency: int = Field(description="Closed-loop concurrency of the pass.")
+    request_id: str = Field(description="Client request id, sent as X-Request-Id.")
+    prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
+    category: str = Field(description="TrafficRow.category.")
+    sample_index: int = Field(description="Index in the seed list, from 0; the same index uses the same seed in both arms.")
+    seed: int = Field(description="Sampling seed sent.")
+    temperature: float = Field(description="Temperature sent.")
+    top_p: float | None = Field(default=None, description="top_p sent; None if not sent.")
+    max_tokens: int = Field(description="Output length requested (ignore_eos).")
+    success: bool = Field(description="As RequestResult.success, and the logprobs were complete.")
+    error_type: str | None = Field(description="Failure class when success is false, else None.")
+    output_tokens: int | None = Field(description="Completion tokens per usage.")
+    sequence_logprob: float | None = Field(description="Sum over positions of the emitted token's logprob as the server reports it (the target's; vLLM returns target logprobs under speculation) [nats].")
+    natural_end_position: int | None = Field(default=None, description="First position (0-based) whose emitted token was end-of-sequence (the natural length under ignore_eos); None if never or unknown.")
+    eos_token_ids: list[int] | None = Field(default=None, description="End-of-sequence token ids natural_end_position was looked up with (the model folder's); None when unknown (an external server): then natural_end_position is None too, and the natural length is not tested.")

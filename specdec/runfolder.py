@@ -9,6 +9,7 @@ A run folder ``runs/<run-id>/`` holds:
   engine_counters.parquet  MetricSnapshot rows (before/after each level)
   stability.parquet        StabilityResult rows (``specdec stability`` only)
   greedy_checks.parquet    GreedyCheck rows (the lossless verification pass)
+  sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
   server-<arm>.log         an embedded server's log
   specdec.duckdb           the marts (``specdec analytics build``)
   report.html              the report (``specdec report``)
@@ -39,6 +40,7 @@ LATEST = "latest"
 CAPTURE_SUBDIR = "capture"
 REQUESTS_SUBDIR = "requests"
 GREEDY_SUBDIR = "greedy"
+SAMPLES_SUBDIR = "samples"
 
 #: Environment of a vLLM process with the capture plugin (read by capture.plugin).
 ENV_CAPTURE_DIR = "SPECDEC_CAPTURE_DIR"
@@ -74,6 +76,7 @@ class RecordFile:
             "engine_counters": records.MetricSnapshot,
             "stability": records.StabilityResult,
             "greedy_checks": records.GreedyCheck,
+            "sample_checks": records.SampleCheck,
         }[self.name]
 
 
@@ -83,6 +86,7 @@ RECORD_FILES: tuple[RecordFile, ...] = (
     RecordFile("engine_counters", "engine_counters.parquet", "engine_counters-*.parquet", required_for=()),
     RecordFile("stability", "stability.parquet", "stability-*.parquet", required_for=("stability",)),
     RecordFile("greedy_checks", "greedy_checks.parquet", f"{GREEDY_SUBDIR}/*.parquet", required_for=()),
+    RecordFile("sample_checks", "sample_checks.parquet", f"{SAMPLES_SUBDIR}/*.parquet", required_for=()),
 )
 
 
@@ -100,6 +104,10 @@ def requests_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path:
 
 def greedy_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path:
     return Path(run_dir) / GREEDY_SUBDIR / f"{arm}-c{level:03d}-r{repeat:02d}.parquet"
+
+
+def samples_part(run_dir: Path, arm: str, level: int) -> Path:
+    return Path(run_dir) / SAMPLES_SUBDIR / f"{arm}-c{level:03d}.parquet"
 
 
 def counters_part(run_dir: Path, arm: str) -> Path:

@@ -1,5 +1,7 @@
 """A short real run end to end: two local vLLM CPU servers (baseline, ngram k=4),
-closed-loop replay at two levels, DuckDB marts, report."""
+closed-loop replay at two levels, two interleaved repeats and the lossless
+verification pass, DuckDB marts, report. In float32, so that speculation must
+change no greedy token (issue 6, item 7)."""
 
 import json
 
@@ -18,7 +20,7 @@ def run(tmp_path_factory, model_dir, fixtures):
     runs = tmp_path_factory.mktemp("runs")
     cfg = ReplayConfig(traffic=fixtures / "traffic_small.jsonl", runs_dir=runs, run_id="e2e",
                        levels=[1, 2], max_tokens=24, warmup_requests=1, model=model_dir,
-                       progress=False)
+                       dtype="float32", repeats=2, verify=True, progress=False)
     run_dir = run_replay(cfg)
     report, summary = write_report(run_dir)
     return run_dir, report, summary
@@ -54,7 +56,7 @@ def test_requests_succeed_and_manifest_proves_one_difference(run):
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     n, ok, tokens = con.execute("select count(*), count(*) filter (success), min(output_tokens) "
                                 "from stg_requests").fetchone()
-    assert n == 2 * 2 * 3 and ok == n and tokens == 24
+    assert n == 2 * 2 * 2 * 3 and ok == n and tokens == 24  # arms x levels x repeats x prompts
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["finished"] is True
     assert all(d.startswith(("--speculative-config", "--per-request-spec-decode-metrics"))
@@ -78,3 +80,27 @@ def test_report_is_self_contained(run):
     assert "<script src=" not in page and "vegaEmbed('#speedup'" in page
     assert "sum(accepted) / sum(proposed)" in page  # the definition is printed beside the number
     assert "reconciliation with vLLM counters: exact" in summary
+
+
+def test_verification_pass_has_complete_logprobs(run, model_dir):
+    from specdec.replay.verify import eos_ids_for_model
+
+    run_dir, _, _ = run
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    n, bad = con.execute("select count(*), count(*) filter (where not success or len(token_ids) <> 24 "
+                         "or len(top2_logprobs) <> 24 or list_contains(top2_logprobs, null)) "
+                         "from stg_greedy_checks").fetchone()
+    assert n == 2 * 2 * 3 and bad == 0  # arms x levels x prompts
+    assert eos_ids_for_model(model_dir) == frozenset({2})  # SmolLM2-Instruct: <|im_end|>
+    # greedy: the top-1 logprob is never below the top-2
+    assert con.execute("select count(*) from (select unnest(list_transform(range(1, len(token_ids) + 1), "
+                       "lambda i: top1_logprobs[i] >= top2_logprobs[i])) as ok from stg_greedy_checks) "
+                       "where not ok").fetchone()[0] == 0
+
+
+def test_float32_speculation_changes_no_greedy_token(run):
+    run_dir, _, _ = run
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    got = con.execute("select sum(pairs), sum(identical), sum(near_tie), sum(suspect) from lossless").fetchone()
+    assert got == (2 * 3, 2 * 3, 0, 0)  # levels x prompts, every pair token-identical
+    assert con.execute("select count(*) from lossless_divergences").fetchone()[0] == 0
