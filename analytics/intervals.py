@@ -13,23 +13,24 @@ Method (stated again in the ``speedup`` mart header and in the report):
   interval, so one group's interval does not depend on which other groups the
   run has. The interval is the percentile interval: the 2.5% and 97.5%
   quantiles of the resampled statistic (95%).
-- **measurement** (per category and level, ``comparison = 'ab'``): the
-  prompts are fixed; within each prompt its pairs (repeats, and repeated sends
-  of the prompt in one block) are resampled with replacement. Technically a
-  residual bootstrap: a prompt's pairs are its mean plus its residuals, and
-  the residuals are scaled by ``sqrt(n / (n - 1))`` so that a prompt with few
-  pairs (n = 2 with two repeats) does not understate its spread. Prompts with
-  one pair contribute their value unchanged; with one pair for every prompt
-  (one repeat) there is no measurement interval (NULL). Covers request-to-
-  request noise for this prompt set; a drift shared by a whole block is what
-  the A/A floor is for.
+- **measurement** (per category and level, and ``(system)``; ``comparison =
+  'ab'``): the prompts are fixed and the *repeats* are resampled, because the
+  noise that matters is shared by a whole block (one arm running one level
+  once): on this 2-core machine two blocks of the same arm and prompts differ
+  by up to 10% while requests within a block move together. A request-level
+  bootstrap treats them as independent and gave "faster" for an A/A run (both
+  arms identical). So each repeat r of a group gives one paired block figure
+  m_r (the mean log ratio over the group's prompts in that repeat, or the
+  block throughput log ratio for ``(system)``); its residuals
+  (m_r - mean m) * sqrt(R / (R - 1)) are pooled over every group of the run
+  (categories, levels and ``(system)``: one machine, one noise), and a
+  resample is mean m + the mean of R residuals drawn from the pool (a residual
+  bootstrap with pooled block variance). Request-to-request noise is inside
+  each m_r. NULL with one repeat (no block residual), or fewer than 2 residuals.
 - **prompts** (per category and level): prompts resampled with replacement
   within the category, each with all its pairs (a cluster bootstrap). Covers
   the choice of prompts from the category as well as the measurement noise.
   NULL with fewer than 2 prompts.
-- **(system)** (``comparison = 'ab'``): the per-repeat ratios of whole-level
-  throughput (``int_blocks_paired``) resampled with replacement; with 2 repeats
-  this is the range of the two ratios; NULL with one repeat.
 - **A/A** (``comparison = 'aa'``, baseline repeat r + 1 against repeat r): per
   category, the A/A pairs resampled by prompt (cluster bootstrap). Both sides
   of an A/A pair are the same server on the same prompt, so the prompt's effect
@@ -50,8 +51,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "cluster_interval", "compute",
-           "create_table", "fill", "geometric_mean", "measurement_interval"]
+__all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "block_interval", "block_residuals",
+           "cluster_interval", "compute", "create_table", "fill", "geometric_mean", "measurement_interval"]
 
 RESAMPLES = 2000
 SEED = 0
@@ -61,9 +62,10 @@ SYSTEM = "(system)"
 
 #: One line for the report: how the intervals are computed.
 METHOD = (f"{LEVEL:.0%} percentile bootstrap intervals, {RESAMPLES} resamples, seed {SEED} "
-          "(numpy default_rng, fresh per group). measurement: prompts fixed, each prompt's pairs resampled "
-          "(residuals scaled by sqrt(n/(n-1))); prompts: prompts resampled within the category with their "
-          "pairs; (system): per-repeat throughput ratios resampled; A/A: A/A pairs resampled by prompt.")
+          "(numpy default_rng, fresh per group). measurement (categories and (system)): prompts fixed, repeats "
+          "resampled: per-repeat block figures plus residuals drawn from the run's pooled block residuals "
+          "(scaled by sqrt(R/(R-1))), so noise shared by a whole block counts; prompts: prompts resampled "
+          "within the category with their pairs; A/A: A/A pairs resampled by prompt.")
 
 _COLUMNS = """comparison varchar, category varchar, concurrency integer, "interval" varchar,
     ci_low double, ci_high double, resamples integer, seed integer, method varchar"""
@@ -104,6 +106,30 @@ def measurement_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEE
     return _quantiles((total + shift) / count)
 
 
+def block_interval(block_means: Sequence[float], pool: Sequence[float], *, seed: int = SEED,
+                   resamples: int = RESAMPLES) -> Interval | None:
+    """Repeats resampled: mean(block_means) plus the mean of R residuals drawn
+    from the pooled block residuals. None with one repeat or a pool of < 2."""
+    means = np.asarray(block_means, dtype=float)
+    residuals = np.asarray(pool, dtype=float)
+    if len(means) < 2 or len(residuals) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    draws = residuals[rng.integers(0, len(residuals), size=(resamples, len(means)))]
+    return _quantiles(means.mean() + draws.mean(axis=1))
+
+
+def block_residuals(groups: Iterable[Sequence[float]]) -> list[float]:
+    """Scaled residuals (m_r - mean m) * sqrt(R / (R - 1)) of every group with R >= 2."""
+    out: list[float] = []
+    for means in groups:
+        r = len(means)
+        if r >= 2:
+            mean = sum(means) / r
+            out += [(m - mean) * math.sqrt(r / (r - 1)) for m in means]
+    return out
+
+
 def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
                      resamples: int = RESAMPLES) -> Interval | None:
     """Clusters (prompts, or single repeats) resampled with replacement, each
@@ -121,17 +147,24 @@ def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
 def compute(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> list[tuple]:
     """Rows of ``int_speedup_intervals``.
 
-    ``pairs``: (comparison, category, concurrency, prompt_id, log_ratio) from
-    ``int_requests_paired``; ``blocks``: (comparison, concurrency, log_ratio)
-    from ``int_blocks_paired``. Returns (comparison, category, concurrency,
-    interval, ci_low, ci_high, resamples, seed, method) for every interval that
-    exists."""
+    ``pairs``: (comparison, category, concurrency, prompt_id, repeat, log_ratio)
+    from ``int_requests_paired``; ``blocks``: (comparison, concurrency, repeat,
+    log_ratio) from ``int_blocks_paired``. Returns (comparison, category,
+    concurrency, interval, ci_low, ci_high, resamples, seed, method) for every
+    interval that exists."""
     by_prompt: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for comparison, category, concurrency, prompt_id, log_ratio in pairs:
+    by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for comparison, category, concurrency, prompt_id, repeat, log_ratio in pairs:
         by_prompt[comparison, category, concurrency][prompt_id].append(log_ratio)
+        by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
     by_level: dict[tuple, list[list[float]]] = defaultdict(list)
-    for comparison, concurrency, log_ratio in blocks:
+    for comparison, concurrency, repeat, log_ratio in blocks:
         by_level[comparison, concurrency].append([log_ratio])
+        by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
+
+    # per group, its per-repeat block figures; their residuals pooled over the run
+    block_means = {key: [sum(v) / len(v) for _, v in sorted(reps.items())] for key, reps in by_repeat.items()}
+    pool = block_residuals(means for key, means in sorted(block_means.items()) if key[0] == "ab")
 
     out = []
 
@@ -139,16 +172,21 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> list[tuple]:
         if ci is not None:
             out.append((*key, interval, ci[0], ci[1], RESAMPLES, SEED, method))
 
+    measurement = "repeats resampled: block figures plus pooled block residuals, prompts fixed"
     for key in sorted(by_prompt):
         clusters = [by_prompt[key][p] for p in sorted(by_prompt[key])]
         if key[0] == "ab":
-            add(key, "measurement", "per-prompt residual resampling, prompts fixed", measurement_interval(clusters))
+            add(key, "measurement", measurement, block_interval(block_means[key], pool))
             add(key, "prompts", "prompts resampled within the category", cluster_interval(clusters))
         else:
             add(key, "measurement", "A/A pairs resampled by prompt", cluster_interval(clusters))
     for (comparison, concurrency) in sorted(by_level):
-        add((comparison, SYSTEM, concurrency), "measurement", "per-repeat level throughput ratios resampled",
-            cluster_interval(by_level[comparison, concurrency]))
+        key = (comparison, SYSTEM, concurrency)
+        if comparison == "ab":
+            add(key, "measurement", measurement, block_interval(block_means[key], pool))
+        else:
+            add(key, "measurement", "consecutive-repeat throughput ratios resampled",
+                cluster_interval(by_level[comparison, concurrency]))
     return out
 
 
@@ -159,9 +197,10 @@ def create_table(con) -> None:
 
 def fill(con) -> None:
     """Compute every interval from the paired views and insert them."""
-    pairs = con.execute("select comparison, category, concurrency, prompt_id, log_ratio from int_requests_paired "
+    pairs = con.execute("select comparison, category, concurrency, prompt_id, repeat, log_ratio "
+                        "from int_requests_paired "
                         "order by comparison, category, concurrency, prompt_id, repeat, pair_index").fetchall()
-    blocks = con.execute("select comparison, concurrency, log_ratio from int_blocks_paired "
+    blocks = con.execute("select comparison, concurrency, repeat, log_ratio from int_blocks_paired "
                          "order by comparison, concurrency, repeat").fetchall()
     rows = compute(pairs, blocks)
     if rows:

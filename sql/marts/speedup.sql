@@ -14,12 +14,13 @@
 --                 '(system)': geometric mean over repeats of the ratio of whole-level
 --                   throughput, speculative block / baseline block of the same repeat
 --                   (int_blocks_paired: one block = one arm, level and repeat)
---   ci_low, ci_high  95% "measurement" interval: paired bootstrap with the prompts
---                 fixed, each prompt's pairs resampled (residuals scaled by
---                 sqrt(n/(n-1))); for '(system)' the per-repeat ratios resampled.
+--   ci_low, ci_high  95% "measurement" interval, prompts fixed and repeats resampled:
+--                 each repeat's block figure (mean log ratio over the group's prompts in
+--                 that repeat; '(system)': the block throughput log ratio) plus residuals
+--                 drawn from the run's pooled block residuals (scaled by sqrt(R/(R-1))),
+--                 because noise shared by a whole block dominates on a small host.
 --                 2000 resamples, seed 0, percentile interval, computed by
---                 analytics/intervals.py into int_speedup_intervals. NULL when no
---                 prompt has two pairs (one repeat) or, for '(system)', one repeat
+--                 analytics/intervals.py into int_speedup_intervals. NULL with one repeat
 --   prompts_ci_low, prompts_ci_high  95% "prompts" interval: prompts resampled with
 --                 replacement within the category, each with all its pairs (covers
 --                 the choice of prompts too); NULL for '(system)' and with < 2 prompts
