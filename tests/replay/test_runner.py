@@ -74,16 +74,16 @@ def test_interrupted_level_keeps_finished_requests(tmp_path):
     assert all(table.column("success").to_pylist())
 
 
-def test_interleaved_schedule_alternates_arms_within_each_repeat_then_verifies():
+def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_verifies():
     from specdec.replay.schedule import interleaved
 
     blocks = [(b.kind, b.arm, b.level, b.repeat) for b in interleaved([1, 4], 2, ["baseline", "speculative"], True)]
     assert blocks == [
         ("timed", "baseline", 1, 0), ("timed", "speculative", 1, 0),
-        ("timed", "baseline", 1, 1), ("timed", "speculative", 1, 1),
+        ("timed", "speculative", 1, 1), ("timed", "baseline", 1, 1),
         ("verify", "baseline", 1, 0), ("verify", "speculative", 1, 0),
         ("timed", "baseline", 4, 0), ("timed", "speculative", 4, 0),
-        ("timed", "baseline", 4, 1), ("timed", "speculative", 4, 1),
+        ("timed", "speculative", 4, 1), ("timed", "baseline", 4, 1),
         ("verify", "baseline", 4, 0), ("verify", "speculative", 4, 0),
     ]
     assert all(b.kind == "timed" for b in interleaved([1], 3, ["baseline"], False))
