@@ -60,12 +60,14 @@ def schedule_options(fn):
     --prefix-cache), defaults and meaning from ReplayConfig."""
     import click
 
-    from specdec.validate import PositiveInt
+    from specdec.validate import NonNegativeInt, PositiveInt
 
     fields = ReplayConfig.model_fields
     fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
                       default=fields["prefix_cache"].default, show_default=True,
                       help=fields["prefix_cache"].description)(fn)
+    fn = click.option("--samples", type=NonNegativeInt, default=fields["samples"].default, show_default=True,
+                      help=fields["samples"].description)(fn)
     fn = click.option("--verify/--no-verify", default=fields["verify"].default, show_default=True,
                       help=fields["verify"].description)(fn)
     fn = click.option("--repeats", type=PositiveInt, default=fields["repeats"].default, show_default=True,
@@ -117,6 +119,9 @@ class ReplayConfig(ClientOptions):
                                      "measure the baseline against itself (the A/A noise floor).")
     verify: bool = Field(default=True, description="After each level, a greedy verification pass per arm with "
                                                    "token ids and top-2 logprobs (lossless check), apart from the timed requests.")
+    samples: int = Field(default=16, ge=0, le=1000,
+                         description="Rows with temperature > 0: after each level, each such prompt is sampled with "
+                                     "this many fixed seeds per arm (logprobs on) for the distribution check; 0: off.")
     prefix_cache: Literal["reset", "off", "keep"] = Field(
         default="reset", description="reset: empty vLLM's prefix cache before every block (embedded servers run with "
                                      "VLLM_SERVER_DEV_MODE=1 for that); off: embedded servers without prefix caching; "

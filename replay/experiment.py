@@ -108,10 +108,13 @@ def run_replay(cfg: ReplayConfig) -> Path:
         max_error_rate=cfg.max_error_rate, capture=capture,
         timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
         schedule={"repeats": cfg.repeats,
-                  "order": "per level and repeat, the arms one after the other (A B A B ...), all servers up",
+                  "order": "per level, repeats with the arms counterbalanced (A B, B A, A B, ...), all servers up",
                   "verify": cfg.verify,
                   "verify_note": "greedy verification pass per arm after each level, with token ids and top-2 "
                                  "logprobs, apart from the timed requests so logprobs cannot perturb timing",
+                  "samples": cfg.samples,
+                  "samples_note": "rows with temperature > 0: each prompt once per seed of derive_seeds(0, samples), "
+                                  "the same seeds in every arm, logprobs on, after each level",
                   "prefix_cache": cfg.prefix_cache,
                   "prefix_cache_note": {"reset": "POST /reset_prefix_cache before every block (embedded servers run "
                                                  "with VLLM_SERVER_DEV_MODE=1); the before-snapshot says if it worked",

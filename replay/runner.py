@@ -28,7 +28,8 @@ from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
 from specdec.replay.schedule import interleaved
-from specdec.runfolder import counters_part, greedy_part, requests_part
+from specdec.replay.sampling import sampled_rows
+from specdec.runfolder import counters_part, greedy_part, requests_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, TrafficRow
 
@@ -143,17 +144,20 @@ class Replayer:
         eps = {arm: as_endpoint(url) for arm, url in endpoints.items()}
         rows = level_rows(self.traffic, cfg)
         greedy = [r for r in rows if r.temperature == 0]
+        sampled = sampled_rows(rows) if cfg.samples else []
         requests_part(self.run_dir, "x", 0).parent.mkdir(parents=True, exist_ok=True)
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             for arm, ep in eps.items():
                 await self._warmup(session, arm, ep, rows)
-            for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy)):
+            for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy), bool(sampled)):
                 ep = eps[block.arm]
                 if block.kind == "timed":
                     await self._block(session, block.arm, ep, rows, block.level, block.repeat)
-                else:
+                elif block.kind == "verify":
                     await self._verify(session, block.arm, ep, greedy, block.level)
+                else:
+                    await self._sample(session, block.arm, ep, sampled, block.level)
 
     async def _warmup(self, session, arm: str, ep: Endpoint, rows: list[TrafficRow]) -> None:
         """Unrecorded requests before the first level; ``--warmup 0`` still sends
@@ -214,6 +218,25 @@ class Replayer:
                 path = greedy_part(self.run_dir, arm, level, 0)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
+
+    async def _sample(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
+        """The sampling-mode pass of one arm at one level: each prompt with
+        temperature > 0 once per seed of the same fixed list in every arm."""
+        from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
+
+        await self._prepare(session, ep)
+        seeds = derive_seeds(0, self.cfg.samples)
+        self.progress.message(f"{arm} c={level}: sampling pass ({len(rows)} prompts x {len(seeds)} seeds, logprobs on)")
+        results: list = []
+        try:
+            await sample_pass(session, ep, self.cfg.served_model, rows, level,
+                              lambda i: f"{request_id(self.run_id, arm, level, i)}.sample",
+                              self.settings, seeds, self.eos_token_ids, results=results)
+        finally:  # keep the samples that finished, even on Ctrl-C
+            if results:
+                path = samples_part(self.run_dir, arm, level)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_parquet_atomic(sample_table(self.run_id, arm, level, results), path)
 
     def _snapshot(self, arm: str, level: int, repeat: int, position: str, counters: dict,
                   reset: bool | None = None) -> None:

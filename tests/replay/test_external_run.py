@@ -285,13 +285,14 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
     reqs = pq.read_table(run_dir / "requests.parquet").to_pylist()
     assert sorted({(r["arm"], r["concurrency"], r["repeat"]) for r in reqs}) == [
         (a, c, r) for a in ("baseline", "speculative") for c in (1, 2) for r in (0, 1)]
-    # blocks in send order: per level and repeat, baseline then speculative
+    # blocks in send order: per level and repeat, the arms counterbalanced (A B, then B A)
     first_send = {}
     for r in reqs:
         key = (r["concurrency"], r["repeat"], r["arm"])
         first_send[key] = min(first_send.get(key, r["wall_send_ns"]), r["wall_send_ns"])
     order = [k for k, _ in sorted(first_send.items(), key=lambda kv: kv[1])]
-    assert order == [(c, rep, a) for c in (1, 2) for rep in (0, 1) for a in ("baseline", "speculative")]
+    assert order == [(c, rep, a) for c in (1, 2) for rep in (0, 1)
+                     for a in (("baseline", "speculative") if rep == 0 else ("speculative", "baseline"))]
     assert base.resets == 4  # one before each of its 4 blocks
     snaps = pq.read_table(run_dir / "engine_counters.parquet").to_pylist()
     before = {(s_["arm"], s_["concurrency"], s_["repeat"]): s_["prefix_cache_reset"]
@@ -302,3 +303,23 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
     assert len(snaps) == 2 * 2 * 2 * 2  # arm x level x repeat x position, once each
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["schedule"]["repeats"] == 2 and manifest["schedule"]["prefix_cache"] == "reset"
+
+
+def test_rows_with_temperature_get_a_seeded_sampling_pass_in_every_arm(tmp_path, fixtures):
+    sse = (fixtures / "vllm_chat_stream_logprobs.sse").read_bytes()  # a real stream with logprobs, 16 tokens
+    traffic = tmp_path / "mix.jsonl"
+    traffic.write_text(json.dumps({"prompt_id": "warm", "category": "chat", "prompt": "Say hi", "max_tokens": 16,
+                                   "temperature": 0.8}) + "\n")
+    base, spec = FakeVllm(sse), FakeVllm(sse)
+    with threaded(base, spec) as (b, s):
+        run_dir = run_replay(_cfg(tmp_path, fixtures, traffic=traffic, baseline_url=b, speculative_url=s,
+                                  levels=[1], samples=3))
+    rows = pq.read_table(run_dir / "sample_checks.parquet").to_pylist()
+    assert sorted((r["arm"], r["sample_index"]) for r in rows) == [
+        (a, i) for a in ("baseline", "speculative") for i in range(3)]
+    seeds = {a: [r["seed"] for r in sorted(rows, key=lambda r: r["sample_index"]) if r["arm"] == a]
+             for a in ("baseline", "speculative")}
+    assert seeds["baseline"] == seeds["speculative"] and len(set(seeds["baseline"])) == 3
+    sent = [b_ for b_ in spec.bodies if "seed" in b_]
+    assert sorted(b_["seed"] for b_ in sent) == sorted(seeds["speculative"])
+    assert all(b_["temperature"] == 0.8 and b_["logprobs"] for b_ in sent)

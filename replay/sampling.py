@@ -1,0 +1,156 @@
+"""The sampling-mode check: prompts with temperature > 0 sent N times per arm,
+once per seed of a fixed seed list, with logprobs on, so that statistics of
+the samples can be compared between the arms (``analytics/sampling_test.py``).
+
+If speculation leaves the output distribution unchanged, every statistic of
+the samples has the same distribution in both arms. Two are recorded per
+sample: the sequence log-probability under the target (the sum of the emitted
+tokens' logprobs: vLLM reports the target's, from the raw logits, before
+temperature, under speculation too) and the natural length (the first
+position whose emitted token was end-of-sequence; ``ignore_eos`` keeps the
+fixed length, so generation carries on past it).
+
+Like the lossless verification pass (``verify.py``), it runs apart from the
+timed requests (logprobs add work per token) and reuses that pass's stream
+and logprob parsing: a request is ``verify_payload`` with the row's
+temperature (or ``temperature_override``), a ``seed`` and ``top_logprobs: 0``
+(only the emitted token's logprob is needed). A prompt that occurs several
+times in ``rows`` is sampled once per seed: the same prompt and seed on one
+server gives the same sample, and a duplicate would count twice.
+
+``temperature_override`` replaces every row's temperature: the hook a test
+uses to plant a defect (an arm that samples at a slightly different
+temperature must be detected). Failures are data, typed as in the
+verification pass (``verify.VERIFY_ERROR_TYPES``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from specdec.replay.client import ClientSettings, as_endpoint, stream_payload
+from specdec.replay.closed_loop import closed_loop
+from specdec.replay.urls import Endpoint
+from specdec.replay.verify import VerifyResult, verify_payload
+from specdec.schemas.arrow import table_from_columns
+from specdec.schemas.records import SampleCheck, TrafficRow
+
+__all__ = ["DEFAULT_SEEDS", "SampleResult", "derive_seeds", "sample_one", "sample_pass", "sample_payload",
+           "sample_table", "sampled_rows"]
+
+_SEED_RANGE = 2**31  # seeds are sent as non-negative 32-bit integers
+
+
+def derive_seeds(base: int, n: int) -> list[int]:
+    """``n`` seeds derived from ``base``: seed i is the first 8 bytes of
+    sha256("<base>:<i>") modulo 2**31. The same (base, n) always gives the same
+    list, and two bases give unrelated lists (for two independent halves of an
+    A/A check)."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    return [int.from_bytes(hashlib.sha256(f"{base}:{i}".encode()).digest()[:8], "big") % _SEED_RANGE
+            for i in range(n)]
+
+
+#: The seed list of a run unless told otherwise: 16 seeds from base 0, the same in both arms.
+DEFAULT_SEEDS: list[int] = derive_seeds(0, 16)
+
+
+def sampled_rows(rows: list[TrafficRow]) -> list[TrafficRow]:
+    """The rows with temperature > 0, each prompt_id once (first occurrence)."""
+    seen: set[str] = set()
+    out = []
+    for row in rows:
+        if row.temperature > 0 and row.prompt_id not in seen:
+            seen.add(row.prompt_id)
+            out.append(row)
+    return out
+
+
+def sample_payload(model: str, row: TrafficRow, seed: int, temperature: float) -> dict:
+    """The verification body with the row's sampling settings and a seed;
+    only the emitted token's logprob is asked for (top_logprobs 0)."""
+    return {**verify_payload(model, row), "temperature": temperature, "seed": seed, "top_logprobs": 0}
+
+
+@dataclass
+class SampleResult(VerifyResult):
+    """One sampled request: the verification pass's per-position record (token
+    ids, end-of-sequence position) plus the emitted token's logprob at every
+    position and what was sent."""
+
+    sample_index: int = 0
+    seed: int = 0
+    temperature: float = 0.0
+    emitted_logprobs: list[float] = field(default_factory=list)
+
+    def _position(self, entry: dict) -> None:
+        super()._position(entry)
+        self.emitted_logprobs.append(float(entry["logprob"]))  # the sampled token's, not the top-1's
+
+    @property
+    def sequence_logprob(self) -> float | None:
+        """Sum of the emitted tokens' logprobs [nats]; None unless the request succeeded."""
+        if self.stream is None or not self.stream.success:
+            return None
+        return float(sum(self.emitted_logprobs))
+
+
+async def sample_one(session, base_url: str | Endpoint, model: str, row: TrafficRow, request_id: str,
+                     sample_index: int, seed: int, temperature: float,
+                     settings: ClientSettings | None = None,
+                     eos_token_ids: frozenset[int] | None = None) -> SampleResult:
+    """One seeded request with logprobs; never raises (failures are rows)."""
+    out = SampleResult(eos_token_ids=eos_token_ids, sample_index=sample_index, seed=seed, temperature=temperature)
+    out.stream = await stream_payload(session, base_url, sample_payload(model, row, seed, temperature),
+                                      request_id, settings, on_chunk=out.collect)
+    out.finish()
+    return out
+
+
+async def sample_pass(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
+                      make_id, settings: ClientSettings | None, seeds: list[int],
+                      eos_token_ids: frozenset[int] | None = None,
+                      temperature_override: float | None = None,
+                      results: list | None = None) -> list[tuple[TrafficRow, SampleResult]]:
+    """Send every row with temperature > 0 (each prompt once, see
+    ``sampled_rows``) once per seed, ``level`` requests in flight (the closed
+    loop of the timed requests); return (row, result) in finish order.
+
+    Requests go seed by seed (all prompts with seed 0, then seed 1, ...), so a
+    batch mixes prompts. ``make_id(i)`` names request i of the pass.
+    ``temperature_override`` replaces the rows' temperature (a planted defect).
+    Pass ``results`` to keep what finished if the pass is interrupted."""
+    ep = as_endpoint(base_url)
+    prompts = sampled_rows(rows)
+    jobs = [(row, k, seed) for k, seed in enumerate(seeds) for row in prompts]
+
+    async def send(i: int) -> tuple[TrafficRow, SampleResult]:
+        row, k, seed = jobs[i]
+        temperature = row.temperature if temperature_override is None else temperature_override
+        return row, await sample_one(session, ep, model, row, make_id(i), k, seed, temperature, settings,
+                                     eos_token_ids)
+
+    return await closed_loop(len(jobs), level, send, results=results)
+
+
+def sample_table(run_id: str, arm: str, level: int, results: list[tuple[TrafficRow, SampleResult]]) -> pa.Table:
+    """SampleCheck rows of one sampling pass (one arm and level)."""
+    cols: dict[str, list] = {f: [] for f in SampleCheck.model_fields}
+    for row, res in results:
+        values = {
+            "run_id": run_id, "arm": arm, "concurrency": level,
+            "request_id": res.stream.request_id, "prompt_id": row.prompt_id, "category": row.category,
+            "sample_index": res.sample_index, "seed": res.seed, "temperature": res.temperature,
+            "top_p": None, "max_tokens": row.max_tokens,
+            "success": res.stream.success, "error_type": res.stream.error_type,
+            "output_tokens": res.stream.output_tokens, "sequence_logprob": res.sequence_logprob,
+            "natural_end_position": res.natural_end_position,
+            "eos_token_ids": None if res.eos_token_ids is None else sorted(res.eos_token_ids),
+        }
+        for f in cols:
+            cols[f].append(values[f])
+    return table_from_columns(SampleCheck, cols)

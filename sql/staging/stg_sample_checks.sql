@@ -1,0 +1,36 @@
+-- stg_sample_checks
+-- Grain: one row per request of the sampling-mode check (SampleCheck): a prompt
+--   with temperature > 0 sent once per seed of a fixed seed list, per arm and
+--   level, logprobs on, apart from the timed requests (specdec.replay.sampling).
+-- Purpose: the sample record, typed. Nothing is derived here.
+-- Columns: as schemas.records.SampleCheck, in its field order.
+--   sequence_logprob      sum of the emitted tokens' logprobs under the target [nats];
+--                         NULL when the request failed
+--   natural_end_position  first position (0-based) whose emitted token was
+--                         end-of-sequence; NULL if none within max_tokens, or unknown
+--                         (eos_token_ids NULL)
+with source as (
+    select * from raw_sample_checks
+),
+final as (
+    select
+        run_id,
+        arm,
+        concurrency,
+        request_id,
+        prompt_id,
+        category,
+        sample_index,
+        seed,
+        temperature,
+        top_p,
+        max_tokens,
+        success,
+        error_type,
+        output_tokens,
+        sequence_logprob,
+        natural_end_position,
+        eos_token_ids
+    from source
+)
+select * from final

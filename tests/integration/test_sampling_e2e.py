@@ -1,0 +1,112 @@
+"""The sampling-mode test on the embedded engine (issue 6, item 8; acceptance 3):
+one vLLM CPU server, a few open-ended prompts sampled at temperature 1.0 with
+seeds, logprobs on.
+
+- A/A: two passes with two different seed lists (the same seeds on the same
+  server would give the same samples, a trivially passing A/A) must not be
+  told apart: p >= 0.05 / 2 for both statistics.
+- A planted defect: a third pass, with a third seed list, samples at
+  temperature 0.7 instead of 1.0 ("an arm that samples at a slightly different
+  temperature"); the test must reject it on the sequence logprob (p < 0.025).
+
+4 prompts x 24 seeds = 96 samples of 32 tokens per pass, 8 in flight: about
+85 s on 2 cores, server start included. Seen (vLLM 0.32 CPU, float32): A/A
+p = 0.79 (sequence logprob) and 1.0 (natural length: almost every sample runs
+to 32 tokens); the 0.7 arm D = 0.66, p = 2e-18 on the sequence logprob, whose
+smallest detectable D at these sizes is 0.21."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import duckdb
+import pyarrow as pa
+import pytest
+
+from specdec.analytics import sampling_test as st
+from specdec.analytics.models import discover
+from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
+from specdec.replay.server import LocalServer, ServerSpec
+from specdec.replay.verify import eos_ids_for_model
+from specdec.schemas.records import TrafficRow
+
+pytestmark = pytest.mark.engine
+
+PROMPTS = ["Write a short story about a dragon.", "Describe your favourite food.",
+           "Tell me something about the ocean.", "Write a poem about autumn."]
+ROWS = [TrafficRow(prompt_id=f"s{i}", category="chat", prompt=p, max_tokens=32, temperature=1.0)
+        for i, p in enumerate(PROMPTS)]
+SEEDS = 24
+LEVEL = 8
+
+
+@pytest.fixture(scope="module")
+def passes(tmp_path_factory, model_dir):
+    """Three sampling passes on one server: (label, temperature override, seed base)."""
+    tmp = tmp_path_factory.mktemp("sampling")
+    eos = eos_ids_for_model(model_dir)
+    spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="keep")
+    with LocalServer(spec, None, tmp / "capture", "sampling", tmp / "server.log") as server:
+        async def go() -> dict[str, pa.Table]:
+            out = {}
+            async with aiohttp.ClientSession() as session:
+                for label, override, base in (("a1", None, 1), ("a2", None, 2), ("defect", 0.7, 3)):
+                    results = await sample_pass(session, server.base_url, "specdec-target", ROWS, LEVEL,
+                                                lambda i, label=label: f"sd.sampling.{label}.{i:05d}", None,
+                                                derive_seeds(base, SEEDS), eos, temperature_override=override)
+                    out[label] = results
+            return out
+
+        results = asyncio.run(go())
+    return {label: (res, eos) for label, res in results.items()}
+
+
+def compared(passes, baseline: str, speculative: str) -> dict[str, dict]:
+    """The sampling mart's rows for two passes labelled as the two arms."""
+    tables = [sample_table("sampling", "baseline", LEVEL, passes[baseline][0]),
+              sample_table("sampling", "speculative", LEVEL, passes[speculative][0])]
+    con = duckdb.connect()
+    con.register("_raw", pa.concat_tables(tables))
+    con.execute("create table raw_sample_checks as select * from _raw")
+    models = {m.name: m for m in discover()}
+    con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
+    st.create_table(con)
+    con.execute(f"create view sampling as\n{models['sampling'].sql}")
+    st.fill(con)
+    cur = con.execute("select * from sampling")
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    for r in rows:  # shown with -s: the figures behind the verdicts
+        print(f"{baseline} vs {speculative} {r['statistic']}: D={r['ks_statistic']:.3f} p={r['p_value']:.4g} "
+              f"n={r['n_baseline']}/{r['n_speculative']} means {r['mean_baseline']:.2f}/{r['mean_speculative']:.2f} "
+              f"min D {r['min_detectable_d']:.3f} -> {r['verdict']}")
+    return {r["statistic"]: r for r in rows}
+
+
+def test_every_sample_succeeded_with_logprobs(passes):
+    for label, (results, eos) in passes.items():
+        assert eos, "the model folder names its end-of-sequence ids"
+        assert len(results) == len(ROWS) * SEEDS, label
+        bad = [(r.stream.error_type, r.stream.error_message) for _, r in results if not r.stream.success]
+        assert not bad, (label, bad[:3])
+        assert all(len(r.emitted_logprobs) == 32 for _, r in results)
+    # different seeds give different samples (else the A/A below would be trivial)
+    a1 = {(row.prompt_id, r.sample_index): r.token_ids for row, r in passes["a1"][0]}
+    a2 = {(row.prompt_id, r.sample_index): r.token_ids for row, r in passes["a2"][0]}
+    assert sum(a1[k] != a2[k] for k in a1) > len(a1) // 2
+
+
+def test_aa_with_two_seed_lists_is_not_rejected(passes):
+    rows = compared(passes, "a1", "a2")
+    assert set(rows) == {"sequence_logprob", "natural_length"}
+    for stat, r in rows.items():
+        assert r["n_baseline"] == r["n_speculative"] == len(ROWS) * SEEDS, stat
+        assert r["p_value"] >= st.ALPHA and r["verdict"] == st.SAME, (stat, r["p_value"])
+
+
+def test_an_arm_sampling_at_a_slightly_lower_temperature_is_detected(passes):
+    rows = compared(passes, "a1", "defect")
+    lp = rows["sequence_logprob"]
+    assert lp["p_value"] < st.ALPHA and lp["verdict"] == st.DIFFERS, lp["p_value"]
+    assert lp["mean_speculative"] > lp["mean_baseline"]  # cooler sampling picks likelier tokens
