@@ -18,7 +18,7 @@ from specdec.schemas.strict import (
 )
 
 #: Written into every Parquet file's key-value metadata as ``schema_version``.
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: repeat, http_status, process_token, prefix-cache counters; greedy/sample checks
 
 
 class _Record(BaseModel):

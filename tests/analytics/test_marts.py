@@ -9,7 +9,7 @@ from pytest import approx
 from specdec.analytics.build import build
 from specdec.errors import InputFileError
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
-from specdec.schemas.records import MetricSnapshot
+from specdec.schemas.records import SCHEMA_VERSION, MetricSnapshot
 
 
 def by(rows: list[dict], *keys: str) -> dict:
@@ -126,7 +126,7 @@ def test_output_equality(query):
 
 def test_build_names_a_file_missing_a_column(run_dir):
     path = run_dir / "requests.parquet"
-    table = pq.read_table(path).drop_columns(["ttft_ms"]).replace_schema_metadata({b"schema_version": b"1"})
+    table = pq.read_table(path).drop_columns(["ttft_ms"]).replace_schema_metadata({b"schema_version": SCHEMA_VERSION.encode()})
     pq.write_table(table, path)
     with pytest.raises(InputFileError, match="missing column") as exc:
         build(run_dir)
@@ -135,8 +135,8 @@ def test_build_names_a_file_missing_a_column(run_dir):
 
 def test_build_names_a_file_with_the_wrong_schema_version(run_dir):
     path = run_dir / "requests.parquet"
-    pq.write_table(pq.read_table(path).replace_schema_metadata({b"schema_version": b"2"}), path)
-    with pytest.raises(InputFileError, match="schema_version is '2'") as exc:
+    pq.write_table(pq.read_table(path).replace_schema_metadata({b"schema_version": b"1"}), path)
+    with pytest.raises(InputFileError, match="schema_version is '1'") as exc:
         build(run_dir)
     assert str(path) in str(exc.value)
 
