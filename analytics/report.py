@@ -147,6 +147,11 @@ def _lossless(data: ReportData) -> list[tuple[str, str]]:
     if data.lossless_divergences is not None:
         out.append(("Lossless: every non-identical greedy pair",
                     _tab(data.lossless_divergences, table_id=row_anchor("lossless_divergences"))))
+    if data.sampling is not None:
+        from specdec.analytics.sampling_test import METHOD as SAMPLING_METHOD
+
+        out.append(("Lossless under sampling: same output distribution? (sampling pass)",
+                    f"<p>{esc(SAMPLING_METHOD)}</p>" + _tab(data.sampling, table_id=row_anchor("sampling"))))
     return out
 
 

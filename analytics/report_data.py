@@ -61,6 +61,7 @@ class ReportData:
     stability: Table | None  # None when the run has no stability mart or no rows
     lossless: Table | None  # None when the database has no lossless mart
     lossless_divergences: Table | None  # None when the database has no lossless_divergences mart
+    sampling: Table | None  # the sampling-mode tests; None when the run has none
     requests_total: int
     requests_failed: int
     errors: str | None  # run-wide 'type: n; ...' over failed requests
@@ -96,6 +97,10 @@ def _table(con, sql: str) -> Table:
 
 def _view(con, name: str) -> Table | None:
     return _table(con, f"select * from {name}") if _has_view(con, name) else None
+
+
+def _nonempty(t: Table | None) -> Table | None:
+    return t if t is not None and t.rows else None
 
 
 def _has_view(con, name: str) -> bool:
@@ -154,6 +159,7 @@ def load_report(con) -> ReportData:
         reconciliation=_table(con, "select * from reconciliation"),
         stability=stability, lossless=_view(con, "lossless"),
         lossless_divergences=_view(con, "lossless_divergences"),
+        sampling=_nonempty(_view(con, "sampling")),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )

@@ -90,6 +90,8 @@ def summary_text(data: ReportData) -> str:
     lines.append(_reconciliation_line(data))
     lines.append(_prefix_cache_line(data))
     lines.append(_text_identity_line(data))
+    if data.sampling is not None:
+        lines.append(_sampling_line(data))
     return "\n".join(lines)
 
 
@@ -113,6 +115,20 @@ def _text_identity_line(data: ReportData) -> str:
     if data.output_equality.rows:
         return head + "n/a (no successful pair" + (f"; {note[2:-1]})" if excluded else ")")
     return head + "n/a (no greedy request)"
+
+
+def _sampling_line(data: ReportData) -> str:
+    """The sampling-mode check in one line: which groups differ, out of how many tested."""
+    tested = [r for r in data.sampling.dicts() if r["verdict"] is not None]
+    differ = [r for r in tested if r["verdict"] == "differs"]
+    head = "sampling (temperature > 0, KS test per category, level and statistic, Bonferroni): "
+    if not tested:
+        return head + "no test could be made (see the report)"
+    if not differ:
+        return head + f"same distribution in all {len(tested)} tests"
+    listed = ", ".join(f"{term(r['category'])} c{r['concurrency']} {r['statistic']} (p={r['p_value']:.2g})"
+                       for r in differ)
+    return head + f"DIFFERS in {len(differ)} of {len(tested)} tests: {listed}"
 
 
 def _prefix_cache_line(data: ReportData) -> str:

@@ -161,7 +161,7 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None) -> Sentence:
     thresholds = sorted({r["near_tie_threshold"] for r in rows if r.get("near_tie_threshold") is not None})
     levels = sorted({r["concurrency"] for r in rows})
     where = f"c{levels[0]}" if len(levels) == 1 else f"c{levels[0]}-c{levels[-1]}"
-    margin = f" (margin below {thresholds[0]:g})" if len(thresholds) == 1 else ""
+    margin = f" (margin at most {thresholds[0]:g})" if len(thresholds) == 1 else ""
     aa = f"; A/A floor {aa_identical}/{aa_pairs} identical" if aa_pairs else "; no A/A floor"
     head = f"lossless: {suspect} suspect divergence{'s' if suspect != 1 else ''} in {pairs} greedy pairs"
     anchor = row_anchor("lossless_divergences") if suspect else row_anchor("lossless")

@@ -60,7 +60,7 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
                              "[n = 4 pairs per level: 2 prompts x 2 repeats].")
     assert lines[at + 2].startswith("  - code: faster at every level: 4.00x (95% CI 4.00-4.00) at c1")
     assert lines[at + 4] == ("  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
-                             "1 near-tie (margin below 0.05); A/A floor 3/4 identical).")
+                             "1 near-tie (margin at most 0.05); A/A floor 3/4 identical).")
     assert lines[at - 1].split()[0] == "speculative"  # after the failures table, before any figure
     # in the page: right after the run line, before the charts and every section
     assert page.index('<h2 id="verdict">') < page.index('<div id="speedup">') < page.index("<h2>Speedup")

@@ -189,3 +189,24 @@ def test_staging_columns_are_the_record_fields_and_the_mart_header_names_every_c
     assert cols == st.SAMPLING_TESTS_SCHEMA.names
     header = " ".join(line for line in models["sampling"].sql.splitlines() if line.lstrip().startswith("--"))
     assert [c for c in cols if c not in header] == []
+
+
+def test_report_and_summary_show_the_sampling_check_and_name_what_differs(tmp_path):
+    """A run with a sampling pass: the report has its table, the summary a line
+    that names the group whose distribution differs."""
+    from specdec.analytics.report import write_report
+    from specdec.runfolder import record_file
+    from specdec.schemas.arrow import write_parquet_atomic
+    from tests.analytics.conftest import write_run
+
+    rng = np.random.default_rng(3)
+    base = list(rng.normal(-40.0, 3.0, 48))
+    spec = list(rng.normal(-60.0, 3.0, 48))  # a broken arm: far less likely samples
+    run_dir = write_run(tmp_path)
+    write_parquet_atomic(table_from_records(SampleCheck, two_arms(base, spec)),
+                         run_dir / record_file("sample_checks").consolidated)
+    path, summary = write_report(run_dir)
+    page = path.read_text()
+    assert "Lossless under sampling" in page and "Kolmogorov-Smirnov" in page
+    line = next(s for s in summary.splitlines() if s.startswith("sampling"))
+    assert "DIFFERS in 1 of 2 tests: chat c1 sequence_logprob" in line

@@ -77,7 +77,7 @@ LOSSLESS = [dict(category="code", concurrency=1, dtype="bfloat16", pairs=48, ide
 def test_lossless_sentence_and_its_change():
     s = lossless_sentence(LOSSLESS, "float32")
     assert s.text == ("lossless: 0 suspect divergences in 96 greedy pairs (bfloat16, c1-c4; 56/96 identical, "
-                      "40 near-ties (margin below 0.05); A/A floor 31/48 identical).")
+                      "40 near-ties (margin at most 0.05); A/A floor 31/48 identical).")
     assert s.parts[0].anchor == row_anchor("lossless") == "lossless-table"
     worse = [dict(LOSSLESS[0], near_tie=17, suspect=3), LOSSLESS[1]]
     s = lossless_sentence(worse, "float32")
