@@ -31,7 +31,7 @@ def _d(name: str):
 @click.option("--spec-config", default=None,
               help='vLLM --speculative-config JSON for the speculative arm (default: '
                    f'{json.dumps(_d("speculative_config"))}). With external URLs it is recorded as '
-                   '"declared by the user", not verified. "null": an A/A run (both arms without speculation).')
+                   '"declared by the user", not verified. "null": an A/A run (both arms without speculation, one embedded server for both).')
 @click.option("--requests-per-level", type=PositiveInt, default=None,
               help="Requests per level (default: every traffic row once).")
 @click.option("--max-tokens", type=MaxTokens, default=None, help="Override every row's output length.")

@@ -122,7 +122,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
                                         "keep": "nothing done: a block may be faster because an earlier one warmed "
                                                 "the cache"}[cfg.prefix_cache]},
         notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."]
-        + (["A/A run: --spec-config null, both arms run without speculation; every speedup should be within noise."]
+        + (["A/A run: --spec-config null, both arms are the same embedded server (or the two given URLs); "
+            "every speedup should be within noise."]
            if cfg.speculative_config is None else [])
         + (["External servers: the speculative setting is as declared by the user (--spec-config), not verified."]
            if cfg.external else []),
@@ -138,6 +139,12 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 if cfg.external:
                     progress.message(f"{arm.name} arm: {arm.endpoint}")
                     endpoints[arm.name] = getattr(cfg, f"{arm.name}_url")
+                    continue
+                if cfg.speculative_config is None and endpoints:
+                    # A/A: both arms are the same configuration, so the same server
+                    # (the baseline measured against itself); two processes would
+                    # add their own difference (up to 5% seen here) to the noise
+                    endpoints[arm.name] = next(iter(endpoints.values()))
                     continue
                 progress.message(f"starting vLLM for the {arm.name} arm (log: {server_log(run_dir, arm.name)})")
                 srv = servers.enter_context(LocalServer(spec, arm.speculative_config, capture_dir(run_dir), run_id,

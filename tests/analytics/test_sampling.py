@@ -29,10 +29,11 @@ def check(arm: str, prompt: str, k: int, logprob: float | None, end: int | None 
     )
 
 
-def mart(records: list[SampleCheck]) -> list[dict]:
-    """Build raw -> stg_sample_checks -> sampling_tests -> sampling, as analytics build does."""
+def mart(records) -> list[dict]:
+    """Build raw -> stg_sample_checks -> sampling_tests -> sampling, as analytics build does,
+    from SampleCheck records or an Arrow table of them."""
     con = duckdb.connect()
-    con.register("_raw", table_from_records(SampleCheck, records))
+    con.register("_raw", records if hasattr(records, "schema") else table_from_records(SampleCheck, records))
     con.execute("create table raw_sample_checks as select * from _raw")
     models = {m.name: m for m in discover()}
     con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")

@@ -1,5 +1,6 @@
 """A/A on the embedded engine: both arms without speculation (--spec-config
-null), two interleaved repeats, the prefix cache emptied before every block.
+null), served by the same server, two interleaved repeats, the prefix cache
+emptied before every block.
 
 Two arms that do not differ must come out "within noise" at every level, and
 a block must not be faster because the same prompts ran before it."""
@@ -28,12 +29,18 @@ def test_identical_arms_are_within_noise_at_every_level(con):
     rows = con.execute("select category, concurrency, speedup, ci_low, ci_high, label, pairs "
                        "from speedup order by all").fetchall()
     assert {(r[0], r[1]) for r in rows} >= {("(system)", 1), ("(system)", 2), ("code", 1), ("code", 2)}
+    misses = []
     for category, level, speedup, low, high, label, pairs in rows:
         assert pairs > 0 and speedup is not None, (category, level)
-        if category == "(system)":
-            continue  # two repeats give one block ratio: no (system) interval
-        assert low is not None and low <= 1.0 <= high, (category, level, low, high)
+        assert 0.8 < speedup < 1.25, (category, level, speedup)  # nothing like a real gain
         assert label == "within noise", (category, level, speedup, low, high, label)
+        assert low is not None, (category, level)
+        if not low <= 1.0 <= high:
+            misses.append((category, level, low, high))
+    # Each interval is 95%: over the 8 groups here (3 categories and (system), 2
+    # levels) a calibrated method misses 1 somewhere about a third of the time,
+    # so the test allows one miss; the labels above must all hold.
+    assert len(misses) <= 1, misses
 
 
 def test_every_block_starts_with_an_empty_prefix_cache(con):

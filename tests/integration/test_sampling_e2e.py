@@ -20,16 +20,15 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
-import duckdb
 import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_test as st
-from specdec.analytics.models import discover
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.replay.server import LocalServer, ServerSpec
 from specdec.replay.verify import eos_ids_for_model
 from specdec.schemas.records import TrafficRow
+from tests.analytics.test_sampling import mart
 
 pytestmark = pytest.mark.engine
 
@@ -66,17 +65,7 @@ def compared(passes, baseline: str, speculative: str) -> dict[str, dict]:
     """The sampling mart's rows for two passes labelled as the two arms."""
     tables = [sample_table("sampling", "baseline", LEVEL, passes[baseline][0]),
               sample_table("sampling", "speculative", LEVEL, passes[speculative][0])]
-    con = duckdb.connect()
-    con.register("_raw", pa.concat_tables(tables))
-    con.execute("create table raw_sample_checks as select * from _raw")
-    models = {m.name: m for m in discover()}
-    con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
-    st.create_table(con)
-    con.execute(f"create view sampling as\n{models['sampling'].sql}")
-    st.fill(con)
-    cur = con.execute("select * from sampling")
-    names = [d[0] for d in cur.description]
-    rows = [dict(zip(names, r)) for r in cur.fetchall()]
+    rows = mart(pa.concat_tables(tables))
     for r in rows:  # shown with -s: the figures behind the verdicts
         print(f"{baseline} vs {speculative} {r['statistic']}: D={r['ks_statistic']:.3f} p={r['p_value']:.4g} "
               f"n={r['n_baseline']}/{r['n_speculative']} means {r['mean_baseline']:.2f}/{r['mean_speculative']:.2f} "
