@@ -21,26 +21,36 @@ Method (stated again in the ``speedup`` mart header and in the report):
   bootstrap treats them as independent and gave "faster" for an A/A run (both
   arms identical). So each repeat r of a group gives one paired block figure
   m_r (the mean log ratio over the group's prompts in that repeat, or the
-  block throughput log ratio for ``(system)``); its residuals
-  (m_r - mean m) * sqrt(R / (R - 1)) are pooled over every group of the run
-  (categories, levels and ``(system)``: one machine, one noise), and a
-  resample is mean m + the mean of R residuals drawn from the pool (a residual
-  bootstrap with pooled block variance). Request-to-request noise is inside
-  each m_r. NULL with one repeat (no block residual), or fewer than 2 residuals.
+  block throughput log ratio for ``(system)``), and a resample is mean m + the
+  mean of R values drawn from the run's *noise pool* (a residual bootstrap with
+  pooled block noise). NULL with one repeat, or a pool of fewer than 2 values.
+- **the noise pool** (one machine, one noise; every group of the run, on the
+  log scale) is one of two sets of values, each value a difference of two
+  blocks, so each has the variance of a block figure's noise:
+  - the A/B residuals (m_r - mean m) * sqrt(R / (R - 1)) of every group;
+  - the A/A block figures d_r (baseline block of repeat r + 1 against repeat
+    r, same prompts; for ``(system)`` the throughput ratio), *not* centred:
+    both blocks ran the same configuration, so anything but 0 is noise,
+    including drift of the host (or a fresh server) between the two blocks;
+    each with its mirror -d, since which repeat is the A/A "treatment" is
+    arbitrary (so the pool is symmetric and shifts no interval).
+  Whichever set has the larger mean square is the pool (the larger of two
+  estimates of the same noise: the conservative choice). The A/A set is there
+  because A/B residuals alone missed noise that moves whole repeats together:
+  in an A/A run on one server (both arms the same) on this machine, a probe of
+  6 repeats had the A/B figures of all categories at +3% in repeats 0-3 and
+  -3% in 4-5, which a few repeats cannot tell from an effect, and a
+  clean-clone CI run with 3 repeats labelled code at level 1 "slower", 0.967
+  [0.946-0.985], from A/B residuals only.
 - **prompts** (per category and level): prompts resampled with replacement
   within the category, each with all its pairs (a cluster bootstrap). Covers
   the choice of prompts from the category as well as the measurement noise.
   NULL with fewer than 2 prompts.
-- **A/A** (``comparison = 'aa'``, baseline repeat r + 1 against repeat r): per
-  category, the A/A pairs resampled by prompt (cluster bootstrap). Both sides
-  of an A/A pair are the same server on the same prompt, so the prompt's effect
-  cancels and their spread across prompts is measurement noise; this works
-  from 2 repeats, where each prompt has one A/A pair. For (system), the
-  consecutive-repeat throughput ratios are resampled (needs 3 repeats: 2 ratios).
-  A prompt's consecutive A/A log ratios telescope (their sum is first minus
-  last repeat), so with 3 or more repeats the A/A statistic sees the noise of
-  the middle repeats only through the other prompts; the floor is the interval
-  of that statistic, not of every repeat's noise.
+- **A/A** (``comparison = 'aa'``): per group (category and level, and
+  ``(system)``), the A/A block figures d_r of the group (R - 1 of them) plus
+  the mean of R - 1 values drawn from the same noise pool. From 2 repeats
+  (one A/A block figure), for ``(system)`` too. The A/A floor of the
+  ``speedup`` mart mirrors this interval about 1.
 """
 
 from __future__ import annotations
@@ -52,7 +62,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "block_interval", "block_residuals",
-           "cluster_interval", "compute", "create_table", "fill", "geometric_mean", "measurement_interval"]
+           "cluster_interval", "compute", "create_table", "fill", "geometric_mean", "measurement_interval",
+           "noise_pool"]
 
 RESAMPLES = 2000
 SEED = 0
@@ -63,9 +74,11 @@ SYSTEM = "(system)"
 #: One line for the report: how the intervals are computed.
 METHOD = (f"{LEVEL:.0%} percentile bootstrap intervals, {RESAMPLES} resamples, seed {SEED} "
           "(numpy default_rng, fresh per group). measurement (categories and (system)): prompts fixed, repeats "
-          "resampled: per-repeat block figures plus residuals drawn from the run's pooled block residuals "
-          "(scaled by sqrt(R/(R-1))), so noise shared by a whole block counts; prompts: prompts resampled "
-          "within the category with their pairs; A/A: A/A pairs resampled by prompt.")
+          "resampled: the mean of the per-repeat block figures plus the mean of R values drawn from the run's "
+          "noise pool: every group's A/B block residuals (scaled by sqrt(R/(R-1))) or every A/A block figure "
+          "(baseline repeat r+1 against r, not centred, with its mirror), whichever set has the larger mean square, so noise "
+          "shared by a whole block or repeat counts; prompts: prompts resampled within the category with their pairs; A/A: the A/A block "
+          "figures plus R-1 values drawn from the same pool.")
 
 _COLUMNS = """comparison varchar, category varchar, concurrency integer, "interval" varchar,
     ci_low double, ci_high double, resamples integer, seed integer, method varchar"""
@@ -106,17 +119,35 @@ def measurement_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEE
     return _quantiles((total + shift) / count)
 
 
-def block_interval(block_means: Sequence[float], pool: Sequence[float], *, seed: int = SEED,
-                   resamples: int = RESAMPLES) -> Interval | None:
-    """Repeats resampled: mean(block_means) plus the mean of R residuals drawn
-    from the pooled block residuals. None with one repeat or a pool of < 2."""
+def block_interval(block_means: Sequence[float], pool: Sequence[float], *, min_blocks: int = 2,
+                   seed: int = SEED, resamples: int = RESAMPLES) -> Interval | None:
+    """Blocks resampled: mean(block_means) plus the mean of as many values
+    drawn from the noise pool as there are block figures. None with fewer than
+    ``min_blocks`` block figures (2 for an A/B group: one repeat says nothing
+    of its own spread; 1 for an A/A group, whose figures are noise by
+    construction) or a pool of fewer than 2 values."""
     means = np.asarray(block_means, dtype=float)
     residuals = np.asarray(pool, dtype=float)
-    if len(means) < 2 or len(residuals) < 2:
+    if len(means) < max(min_blocks, 1) or len(residuals) < 2:
         return None
     rng = np.random.default_rng(seed)
     draws = residuals[rng.integers(0, len(residuals), size=(resamples, len(means)))]
     return _quantiles(means.mean() + draws.mean(axis=1))
+
+
+def noise_pool(ab_groups: Iterable[Sequence[float]], aa_groups: Iterable[Sequence[float]]) -> list[float]:
+    """The run's noise pool: the A/B block residuals of every group with 2 or
+    more repeats, or every A/A block figure d as it is (not centred) together
+    with -d (which repeat is the A/A "treatment" is arbitrary, so the pool is
+    symmetric about 0 and does not shift the intervals), whichever has the
+    larger mean square (the A/B residuals on a tie or with no A/A figure)."""
+    ab = block_residuals(ab_groups)
+    aa = [float(v) for means in aa_groups for d in means for v in (d, -d)]
+    return aa if _mean_square(aa) > _mean_square(ab) else ab
+
+
+def _mean_square(values: Sequence[float]) -> float:
+    return sum(v * v for v in values) / len(values) if values else 0.0
 
 
 def block_residuals(groups: Iterable[Sequence[float]]) -> list[float]:
@@ -157,14 +188,13 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> list[tuple]:
     for comparison, category, concurrency, prompt_id, repeat, log_ratio in pairs:
         by_prompt[comparison, category, concurrency][prompt_id].append(log_ratio)
         by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
-    by_level: dict[tuple, list[list[float]]] = defaultdict(list)
     for comparison, concurrency, repeat, log_ratio in blocks:
-        by_level[comparison, concurrency].append([log_ratio])
         by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
 
-    # per group, its per-repeat block figures; their residuals pooled over the run
+    # per group, its per-repeat block figures; the run's noise pool from all of them
     block_means = {key: [sum(v) / len(v) for _, v in sorted(reps.items())] for key, reps in by_repeat.items()}
-    pool = block_residuals(means for key, means in sorted(block_means.items()) if key[0] == "ab")
+    pool = noise_pool((m for k, m in sorted(block_means.items()) if k[0] == "ab"),
+                      (m for k, m in sorted(block_means.items()) if k[0] == "aa"))
 
     out = []
 
@@ -172,21 +202,16 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> list[tuple]:
         if ci is not None:
             out.append((*key, interval, ci[0], ci[1], RESAMPLES, SEED, method))
 
-    measurement = "repeats resampled: block figures plus pooled block residuals, prompts fixed"
-    for key in sorted(by_prompt):
-        clusters = [by_prompt[key][p] for p in sorted(by_prompt[key])]
+    measurement = "repeats resampled: block figures plus the run's pooled block noise, prompts fixed"
+    aa = "A/A block figures plus the run's pooled block noise"
+    for key in sorted(block_means):
         if key[0] == "ab":
             add(key, "measurement", measurement, block_interval(block_means[key], pool))
-            add(key, "prompts", "prompts resampled within the category", cluster_interval(clusters))
+            if key[1] != SYSTEM:
+                clusters = [by_prompt[key][p] for p in sorted(by_prompt[key])]
+                add(key, "prompts", "prompts resampled within the category", cluster_interval(clusters))
         else:
-            add(key, "measurement", "A/A pairs resampled by prompt", cluster_interval(clusters))
-    for (comparison, concurrency) in sorted(by_level):
-        key = (comparison, SYSTEM, concurrency)
-        if comparison == "ab":
-            add(key, "measurement", measurement, block_interval(block_means[key], pool))
-        else:
-            add(key, "measurement", "consecutive-repeat throughput ratios resampled",
-                cluster_interval(by_level[comparison, concurrency]))
+            add(key, "measurement", aa, block_interval(block_means[key], pool, min_blocks=1))
     return out
 
 

@@ -42,7 +42,7 @@ DEFINITIONS = {
                  "choice of prompts from the category.",
     "aa": "A/A control: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, with the "
           "same statistic and its interval; aa_floor = max(aa_ci_high, 1 / aa_ci_low), the A/A interval mirrored "
-          "about 1. n/a with one repeat (and, for (system), with fewer than 3)",
+          "about 1. n/a with one repeat",
     "label": "from the measurement interval (the claim is about this prompt set): faster when ci_low > 1 and "
              "ci_low > aa_floor; slower when ci_high < 1 and ci_high < 1 / aa_floor; otherwise within noise "
              "(the A/A condition applies when there is an A/A floor); n/a without an interval (label_basis says why)",
@@ -155,6 +155,23 @@ def _lossless(data: ReportData) -> list[tuple[str, str]]:
     return out
 
 
+def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
+    """The speedup split at the natural end (mart speedup_natural_end), when the
+    report data carries it and it has rows."""
+    t = getattr(data, "speedup_natural_end", None)  # a ReportData field once report_data.py loads the mart
+    if t is None or not t.rows:
+        return []
+    return [("Speedup before and after the natural end (greedy pairs)",
+             "<p>With ignore_eos the model runs past where it would have stopped (the natural end: the "
+             "baseline verification's first end-of-sequence position), often into repetitive text that drafts "
+             "predict well. Per segment: geometric mean over greedy pairs of baseline / speculative time in "
+             "the segment; before = send to the first streamed chunk that reaches the natural end (from the "
+             "server's per-chunk token counts, exact to one chunk), after = from there to the end of the "
+             "stream. A prompt that never ended counts whole as before (pairs_never_ended); pairs that cannot "
+             "be split are listed as unknown with their reason. No intervals yet.</p>"
+             + _tab(t, table_id=row_anchor("speedup_natural_end")))]
+
+
 def _sections(data: ReportData) -> list[tuple[str, str]]:
     m = data.manifest
     out = []
@@ -167,6 +184,7 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     out.append(("Speedup", _defs("speedup", "intervals", "aa", "label")
                 + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
     out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
+    out += _natural_end_speedup(data)
     out.append(("Latency", f"<p>tpot_ms: {esc(DEFINITIONS['tpot_ms'])}; itl_chunk_gap_ms: "
                            f"{esc(DEFINITIONS['itl_chunk_gap_ms'])}; successful requests only.</p>"
                 + _tab(data.latency)))

@@ -57,7 +57,7 @@ class ClientOptions(BaseModel):
 
 def schedule_options(fn):
     """The click options of the schedule (--repeats, --verify/--no-verify,
-    --prefix-cache), defaults and meaning from ReplayConfig."""
+    --samples, --restart-servers, --prefix-cache), defaults and meaning from ReplayConfig."""
     import click
 
     from specdec.validate import NonNegativeInt, PositiveInt
@@ -66,6 +66,9 @@ def schedule_options(fn):
     fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
                       default=fields["prefix_cache"].default, show_default=True,
                       help=fields["prefix_cache"].description)(fn)
+    fn = click.option("--restart-servers", type=click.Choice(["repeat", "never"]),
+                      default=fields["restart_servers"].default, show_default=True,
+                      help=fields["restart_servers"].description)(fn)
     fn = click.option("--samples", type=NonNegativeInt, default=fields["samples"].default, show_default=True,
                       help=fields["samples"].description)(fn)
     fn = click.option("--verify/--no-verify", default=fields["verify"].default, show_default=True,
@@ -122,6 +125,12 @@ class ReplayConfig(ClientOptions):
     samples: int = Field(default=16, ge=0, le=1000,
                          description="Rows with temperature > 0: after each level, each such prompt is sampled with "
                                      "this many fixed seeds per arm (logprobs on) for the distribution check; 0: off.")
+    restart_servers: Literal["repeat", "never"] = Field(
+        default="repeat", description="repeat: embedded servers are started afresh before every repeat after the "
+                                      "first (repeats then run one after another, all levels each), so the speed of "
+                                      "one server process enters the intervals instead of biasing every figure; "
+                                      "never: one server per arm for the whole run. External servers are never "
+                                      "restarted.")
     prefix_cache: Literal["reset", "off", "keep"] = Field(
         default="reset", description="reset: empty vLLM's prefix cache before every block (embedded servers run with "
                                      "VLLM_SERVER_DEV_MODE=1 for that); off: embedded servers without prefix caching; "

@@ -101,7 +101,11 @@ def run_replay(cfg: ReplayConfig) -> Path:
         max_error_rate=cfg.max_error_rate, capture=capture,
         timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
         schedule={"repeats": cfg.repeats,
-                  "order": "per level, repeats with the arms counterbalanced (A B, B A, A B, ...), all servers up",
+                  "order": ("repeat-major: fresh embedded servers before every repeat after the first, then every "
+                            "level with the arms counterbalanced by repeat and level (A B, B A, ...)"
+                            if cfg.restart_servers == "repeat" and not cfg.external and cfg.repeats > 1 else
+                            "per level, repeats with the arms counterbalanced (A B, B A, A B, ...), all servers up"),
+                  "restart_servers": cfg.restart_servers if not cfg.external else "never (external servers)",
                   "verify": cfg.verify,
                   "verify_note": "greedy verification pass per arm after each level, with token ids and top-2 "
                                  "logprobs, apart from the timed requests so logprobs cannot perturb timing",
@@ -125,31 +129,63 @@ def run_replay(cfg: ReplayConfig) -> Path:
     write_manifest(run_dir, manifest)
 
     with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
-        with Progress(cfg.progress) as progress, contextlib.ExitStack() as servers:
-            endpoints: dict[str, str] = {}
-            for arm in arms:
-                if cfg.external:
+        with Progress(cfg.progress) as progress, EmbeddedServers(cfg, spec, arms, run_dir, run_id, progress) as servers:
+            endpoints = servers.start() if not cfg.external else {
+                arm.name: getattr(cfg, f"{arm.name}_url") for arm in arms}
+            if cfg.external:
+                for arm in arms:
                     progress.message(f"{arm.name} arm: {arm.endpoint}")
-                    endpoints[arm.name] = getattr(cfg, f"{arm.name}_url")
-                    continue
-                if cfg.speculative_config is None and endpoints:
-                    # A/A: both arms are the same configuration, so the same server
-                    # (the baseline measured against itself); two processes would
-                    # add their own difference (up to 5% seen here) to the noise
-                    endpoints[arm.name] = next(iter(endpoints.values()))
-                    continue
-                progress.message(f"starting vLLM for the {arm.name} arm (log: {server_log(run_dir, arm.name)})")
-                srv = servers.enter_context(LocalServer(spec, arm.speculative_config, capture_dir(run_dir), run_id,
-                                                        server_log(run_dir, arm.name), cfg.startup_timeout_s))
-                endpoints[arm.name] = srv.base_url
+            restart = servers.restart if servers.restarts else None
             runner = Replayer(cfg, run_id, run_dir, traffic, progress, eos_token_ids=eos_ids)
-            asyncio.run(runner.run(endpoints))
+            asyncio.run(runner.run(endpoints, restart=restart))
             if cfg.capture_dir is not None:
                 progress.message(f"importing this run's captured rounds from {cfg.capture_dir}")
                 manifest.capture = import_capture(cfg.capture_dir, run_dir, run_id, request_id_prefix(run_id),
                                                   cfg.capture_wait_s)
         manifest.finished = True
     return run_dir
+
+
+class EmbeddedServers:
+    """The embedded vLLM servers of a run: one per arm (one for both in an A/A
+    run: the baseline measured against itself; two processes would add their
+    own difference, up to 5% seen here, to the noise). With
+    ``--restart-servers repeat`` they are stopped and started afresh before
+    each repeat after the first (``restart``), all stopped before any starts,
+    so no more than one server per arm is ever up. External servers: nothing."""
+
+    def __init__(self, cfg: ReplayConfig, spec: ServerSpec | None, arms: list[ArmConfig], run_dir: Path,
+                 run_id: str, progress: Progress):
+        self.cfg, self.spec, self.arms, self.run_dir, self.run_id = cfg, spec, arms, run_dir, run_id
+        self.progress = progress
+        self.restarts = not cfg.external and cfg.restart_servers == "repeat" and cfg.repeats > 1
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> "EmbeddedServers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def start(self, repeat: int = 0) -> dict[str, str]:
+        endpoints: dict[str, str] = {}
+        for arm in self.arms:
+            if self.cfg.speculative_config is None and endpoints:
+                endpoints[arm.name] = next(iter(endpoints.values()))
+                continue
+            log = server_log(self.run_dir, arm.name)
+            when = f" for repeat {repeat}" if repeat else ""
+            self.progress.message(f"starting vLLM for the {arm.name} arm{when} (log: {log})")
+            srv = self._stack.enter_context(LocalServer(self.spec, arm.speculative_config, capture_dir(self.run_dir),
+                                                        self.run_id, log, self.cfg.startup_timeout_s))
+            endpoints[arm.name] = srv.base_url
+        return endpoints
+
+    def restart(self, repeat: int) -> dict[str, str]:
+        """Stop every server, then start fresh ones; their new endpoints."""
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        return self.start(repeat)
 
 
 def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None) -> ArmConfig:

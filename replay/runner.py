@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
@@ -120,6 +121,8 @@ def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0) -
         values = {
             "run_id": run_id, "arm": arm, "concurrency": level, "repeat": repeat, "prompt_id": row.prompt_id,
             "category": row.category, "max_tokens": row.max_tokens, "temperature": row.temperature,
+            # None (unknown) unless the server reported a running count for every content chunk
+            "chunk_tokens": res.chunk_tokens if len(res.chunk_tokens) == len(res.chunk_offsets_ms) else None,
         }
         for f in cols:
             cols[f].append(values[f] if f in values else getattr(res, f))
@@ -139,7 +142,12 @@ class Replayer:
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
 
-    async def run(self, endpoints: dict[str, str | Endpoint]) -> None:
+    async def run(self, endpoints: dict[str, str | Endpoint],
+                  restart: Callable[[int], dict[str, str]] | None = None) -> None:
+        """``restart(repeat)``, when given, stops the servers and starts fresh
+        ones (blocking; run in a thread), returning their endpoints: the
+        schedule is then repeat-major, with a restart before every repeat
+        after the first, and each fresh server is warmed up like the first."""
         cfg = self.cfg
         eps = {arm: as_endpoint(url) for arm, url in endpoints.items()}
         rows = level_rows(self.traffic, cfg)
@@ -150,7 +158,13 @@ class Replayer:
         async with aiohttp.ClientSession(connector=connector) as session:
             for arm, ep in eps.items():
                 await self._warmup(session, arm, ep, rows)
-            for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy), bool(sampled)):
+            for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy), bool(sampled),
+                                     restart=restart is not None):
+                if block.kind == "restart":
+                    eps = {arm: as_endpoint(url) for arm, url in (await asyncio.to_thread(restart, block.repeat)).items()}
+                    for arm, ep in eps.items():
+                        await self._warmup(session, arm, ep, rows)
+                    continue
                 ep = eps[block.arm]
                 if block.kind == "timed":
                     await self._block(session, block.arm, ep, rows, block.level, block.repeat)

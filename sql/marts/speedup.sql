@@ -15,10 +15,12 @@
 --                   throughput, speculative block / baseline block of the same repeat
 --                   (int_blocks_paired: one block = one arm, level and repeat)
 --   ci_low, ci_high  95% "measurement" interval, prompts fixed and repeats resampled:
---                 each repeat's block figure (mean log ratio over the group's prompts in
---                 that repeat; '(system)': the block throughput log ratio) plus residuals
---                 drawn from the run's pooled block residuals (scaled by sqrt(R/(R-1))),
---                 because noise shared by a whole block dominates on a small host.
+--                 the mean of each repeat's block figure (mean log ratio over the group's
+--                 prompts in that repeat; '(system)': the block throughput log ratio) plus
+--                 the mean of R values drawn from the run's noise pool: every group's A/B
+--                 block residuals (scaled by sqrt(R/(R-1))) or every A/A block figure (with
+--                 its mirror), whichever set has the larger mean square, because noise
+--                 shared by a whole block or repeat dominates on a small host.
 --                 2000 resamples, seed 0, percentile interval, computed by
 --                 analytics/intervals.py into int_speedup_intervals. NULL with one repeat
 --   prompts_ci_low, prompts_ci_high  95% "prompts" interval: prompts resampled with
@@ -34,9 +36,9 @@
 --                 '(system)' the geometric mean of block throughput ratios (r + 1 / r).
 --                 NULL with one repeat
 --   aa_pairs      pairs the A/A figure is computed from (block pairs for '(system)')
---   aa_ci_low, aa_ci_high  its 95% interval: per category the A/A pairs resampled by
---                 prompt (the prompt's effect cancels in an A/A pair); '(system)' the
---                 consecutive-repeat ratios resampled (needs 3 repeats). Same seed and count
+--   aa_ci_low, aa_ci_high  its 95% interval: the mean of the group's A/A block figures
+--                 (R - 1 of them) plus the mean of R - 1 values drawn from the same noise
+--                 pool; from 2 repeats, for '(system)' too. Same seed and count
 --   aa_floor      = greatest(aa_ci_high, 1 / aa_ci_low): the A/A interval mirrored
 --                 about 1, since which repeat is "treatment" is arbitrary; NULL without
 --                 an A/A interval
@@ -190,10 +192,6 @@ labelled as (
                 then 'no interval: one repeat; needs --repeats 2 or more'
             when ci_low is null
                 then 'no interval: one pair per prompt; needs --repeats 2 or more'
-            when aa_floor is null and category = '(system)'
-                then 'measurement interval against 1; no A/A floor, (system) needs 3 repeats'
-            when aa_floor is null and aa_pairs > 0
-                then 'measurement interval against 1; no A/A floor, needs A/A pairs of 2 prompts'
             when aa_floor is null
                 then 'measurement interval against 1; no A/A floor, needs 2 repeats'
             else 'measurement interval against 1 and the A/A floor'

@@ -6,7 +6,9 @@ import math
 
 from pytest import approx
 
-from specdec.analytics.intervals import cluster_interval, compute, geometric_mean, measurement_interval
+from specdec.analytics.intervals import (
+    block_interval, cluster_interval, compute, geometric_mean, measurement_interval, noise_pool,
+)
 
 L2, L8 = math.log(2), math.log(8)
 
@@ -57,8 +59,8 @@ def test_compute_is_reproducible_and_makes_every_interval_kind():
     assert full == compute(pairs + other, blocks)  # a fixed seed: the same intervals every time
     kinds = {(r[0], r[1], r[3]) for r in full}
     assert kinds == {("ab", "code", "measurement"), ("ab", "code", "prompts"), ("ab", "chat", "measurement"),
-                     ("aa", "code", "measurement"), ("ab", "(system)", "measurement")}
-    # chat has one prompt (no prompts interval); (system) A/A has one ratio (no interval)
+                     ("aa", "code", "measurement"), ("ab", "(system)", "measurement"), ("aa", "(system)", "measurement")}
+    # chat has one prompt (no prompts interval); an A/A group has an interval from one block figure
     assert all(r[6:8] == (2000, 0) for r in full)
 
 
@@ -80,3 +82,49 @@ def test_noise_shared_by_a_block_widens_the_measurement_interval():
     assert low < 1.0 < high  # code moved up in both repeats, but by no more than blocks do
     request_level = measurement_interval([[v for c, _, _, p, _, v in pairs if p == f"code{i}"] for i in range(8)])
     assert request_level[0] > 1.0  # the request-level bootstrap would have called it faster
+
+def test_block_interval_by_hand():
+    """Pool {+a, -a}: the mean of two draws is +a (1/4), 0 (1/2) or -a (1/4), so
+    an A/B group whose two repeats both gave m is [m - a, m + a]; an A/A group
+    with one block figure d draws once: [d - a, d + a]."""
+    a, m, d = math.log(1.1), math.log(2.0), math.log(0.97)
+    lo, hi = block_interval([m, m], [a, -a])
+    assert (lo, hi) == (approx(2.0 / 1.1), approx(2.0 * 1.1))
+    lo, hi = block_interval([d], [a, -a], min_blocks=1)
+    assert (lo, hi) == (approx(0.97 / 1.1), approx(0.97 * 1.1))
+    assert block_interval([m], [a, -a]) is None  # an A/B group needs two repeats of its own
+
+
+def test_noise_pool_is_the_larger_of_two_noise_estimates():
+    # A/B: residuals (m_r - mean) * sqrt(R / (R - 1)), here +-0.1 * sqrt(2), mean square 0.02
+    assert noise_pool([[0.1, 0.3]], [[0.04, 0.05], [-0.02]]) == [approx(-0.1 * 2 ** 0.5), approx(0.1 * 2 ** 0.5)]
+    # A/A figures as they are (not centred), each with its mirror: mean square of
+    # 0.2, 0.1, -0.2 is 0.03 > 0.02
+    assert noise_pool([[0.1, 0.3]], [[0.2, 0.1], [-0.2]]) == [0.2, -0.2, 0.1, -0.1, -0.2, 0.2]
+    assert noise_pool([[0.5]], []) == []  # one repeat: no residual, no A/A figure
+
+
+def test_a_shift_shared_by_every_repeat_is_within_the_aa_noise():
+    """The clean-clone CI failure, rebuilt: an A/A run on one server, three
+    repeats; every A/B block figure of every group within 0.5% of -3.3%
+    (repeats that move together), while the baseline's own consecutive blocks
+    moved by 3-4%. From A/B residuals alone the interval was about
+    [0.96, 0.975] ("slower"); with the A/A block figures in the pool it
+    contains 1."""
+    shift = math.log(0.967)
+    pairs, blocks = [], []
+    for level in (1, 2):
+        for category in ("code", "chat", "structured"):
+            for p in range(4):
+                for r, wobble in enumerate((0.004, -0.003, 0.0)):
+                    pairs.append(("ab", category, level, f"{category}{p}", r, shift + wobble + 0.001 * p))
+            for r, d in ((1, math.log(1.035)), (2, math.log(0.965))):
+                pairs += [("aa", category, level, f"{category}{p}", r, d) for p in range(4)]
+        blocks += [("ab", level, r, shift + w) for r, w in enumerate((0.004, -0.003, 0.0))]
+        blocks += [("aa", level, 1, math.log(1.04)), ("aa", level, 2, math.log(0.96))]
+    rows = {(r[0], r[1], r[2], r[3]): (r[4], r[5]) for r in compute(pairs, blocks)}
+    low, high = rows["ab", "code", 1, "measurement"]
+    assert low < 1.0 < high
+    ab_only = block_interval([shift + 0.004, shift - 0.003, shift],
+                             noise_pool([[shift + w for w in (0.004, -0.003, 0.0)]] * 8, []))
+    assert ab_only[1] < 1.0  # the old pool (A/B residuals only) said "slower"

@@ -4,6 +4,8 @@ prefix cache, and pairing by repeat in the other marts."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from pytest import approx
 
@@ -73,10 +75,14 @@ def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path,
     r = 2 ** 0.5 / 2
     assert (sys["speedup"], sys["ci_low"], sys["ci_high"], sys["pairs"], sys["repeats"]) == (
         approx(4.0), approx(4 * 4 ** -r), approx(4 * 4 ** r), 2, 2)
-    # A/A: baseline repeat 1 over repeat 0 = 100/200; one ratio, so no interval (needs 3 repeats)
-    assert (sys["aa_speedup"], sys["aa_pairs"], sys["aa_ci_low"], sys["aa_floor"]) == (approx(0.5), 1, None, None)
-    assert sys["label"] == "faster"
-    assert sys["label_basis"] == "measurement interval against 1; no A/A floor, (system) needs 3 repeats"
+    # A/A: baseline repeat 1 over repeat 0 = 100/200, one block figure d = ln 0.5 in every
+    # group; its mirror too: the A/A pool's mean square (ln 2)^2 is below the A/B residuals'
+    # (ln 4)^2 / 2, so the pool is +-r ln 4 and the A/A interval 0.5 x 4^(-+r) (one draw)
+    assert (sys["aa_speedup"], sys["aa_pairs"]) == (approx(0.5), 1)
+    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 4 ** -r), approx(0.5 * 4 ** r))
+    assert sys["aa_floor"] == approx(2 * 4 ** r)  # 5.3: the baseline halved its own speed
+    # 4x, but [1.5, 10.6] does not clear a baseline that moved 2x between its own repeats
+    assert (sys["label"], sys["label_basis"]) == ("within noise", "measurement interval against 1 and the A/A floor")
 
 
 LABELS = {1: 2.5, 2: 0.4, 4: None, 8: 1.5}  # speculative ratio per level (None: 1.25 then 0.8)
@@ -84,8 +90,8 @@ LABELS = {1: 2.5, 2: 0.4, 4: None, 8: 1.5}  # speculative ratio per level (None:
 
 def labelled(arm, pid, level, r):
     base = 2000.0
-    if level == 8 and r == 1:  # a noisy baseline at c8: repeat 1 is 2x faster or 2x slower
-        base = 1000.0 if pid.endswith("0") else 4000.0
+    if level == 8 and r == 1:  # the host slows at c8 repeat 1: both arms 1.1x slower
+        base = 2200.0
     if arm == "baseline":
         return base
     ratio = LABELS[level] if LABELS[level] is not None else (1.25 if r == 0 else 0.8)
@@ -95,14 +101,28 @@ def labelled(arm, pid, level, r):
 def test_labels_from_the_interval_and_the_aa_floor(tmp_path, query):
     run_with(tmp_path, labelled, levels=(1, 2, 4, 8))
     got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")
-    # block residuals of this run (pooled): only c4 moves between repeats (1.25, 0.8)
-    assert got[1,]["label"] == "faster"  # 2.5 in both repeats, interval [2.1, 2.9], A/A floor 1
-    assert got[2,]["label"] == "slower"  # 0.4, interval [0.34, 0.47]
+    # Noise pool of this run: only c4 moves between repeats (A/B figures ln 1.25 and
+    # ln 0.8), so code, chat and (system) there have residuals +-s, s = sqrt(2) ln 1.25:
+    # 6 of the 24 A/B residuals; the A/A figures (ln(1/1.1) at c8 in 3 groups, with
+    # mirrors) have the smaller mean square, so the pool is the A/B residuals: a draw
+    # is 0 (3/4), +s or -s (1/8 each), the mean of two draws -s/2 or less with
+    # probability 1/64 + 2 (1/8)(3/4) > 2.5%, of exactly -s 1/64 < 2.5%.
+    s = 2 ** 0.5 * math.log(1.25)
+    # c1: 2.5 in both repeats, interval 2.5 exp(-+s/2); A/A figure 0 plus one draw: [e^-s, e^s]
+    c1 = got[1,]
+    assert (c1["ci_low"], c1["ci_high"]) == (approx(2.5 * math.exp(-s / 2)), approx(2.5 * math.exp(s / 2)))
+    assert (c1["aa_ci_low"], c1["aa_ci_high"], c1["aa_floor"]) == (
+        approx(math.exp(-s)), approx(math.exp(s)), approx(math.exp(s)))
+    assert c1["label"] == "faster"  # 2.13 clears the floor 1.37
+    assert got[2,]["label"] == "slower"  # 0.4, interval [0.34, 0.47], below 1 / 1.37
     c4 = got[4,]  # ratios 1.25 and 0.8 in the two repeats: the interval contains 1
     assert c4["ci_low"] < 1 < c4["ci_high"] and c4["label"] == "within noise"
-    c8 = got[8,]  # 1.5 in both repeats, interval above 1, but the A/A interval is [0.5, 2]: floor 2
-    assert c8["ci_low"] > 1 and c8["ci_high"] < 2
-    assert (c8["aa_ci_low"], c8["aa_ci_high"], c8["aa_floor"]) == (approx(0.5), approx(2.0), approx(2.0))
+    # c8: 1.5 in both repeats, interval [1.28, 1.76] above 1; but the baseline moved by
+    # 1/1.1 between its own repeats: A/A interval (1/1.1) exp(-+s), floor 1.1 e^s = 1.51
+    c8 = got[8,]
+    assert (c8["ci_low"], c8["ci_high"]) == (approx(1.5 * math.exp(-s / 2)), approx(1.5 * math.exp(s / 2)))
+    assert (c8["aa_ci_low"], c8["aa_ci_high"], c8["aa_floor"]) == (
+        approx(math.exp(-s) / 1.1), approx(math.exp(s) / 1.1), approx(1.1 * math.exp(s)))
     assert c8["label"] == "within noise"
 
 

@@ -53,7 +53,7 @@ def test_no_interval_and_excluded_levels_are_said():
 
 
 def test_a_label_without_aa_floor_says_so():
-    basis = "measurement interval against 1; no A/A floor, (system) needs 3 repeats"
+    basis = "measurement interval against 1; no A/A floor, needs 2 repeats"
     s = category_sentence("(system)", [row(1, 3.0, 2.0, 4.0, "faster", cat="(system)", basis=basis)])
     assert s.text.endswith("[n = 2 repeats per level, whole-level throughput; labels from " + basis + "].")
 
