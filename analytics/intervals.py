@@ -51,6 +51,11 @@ Method (stated again in the ``speedup`` mart header and in the report):
   the mean of R - 1 values drawn from the same noise pool. From 2 repeats
   (one A/A block figure), for ``(system)`` too. The A/A floor of the
   ``speedup`` mart mirrors this interval about 1.
+- **segments** (``segment`` = 'before_natural_end' / 'after_natural_end',
+  per category and level; ``speedup_natural_end``): the measurement interval
+  of the segment's paired log ratios (``int_natural_end_pairs``), block
+  figures per repeat plus the run's noise pool, as above. ``segment`` is NULL
+  on every other row.
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ METHOD = (f"{LEVEL:.0%} percentile bootstrap intervals, {RESAMPLES} resamples, s
           "shared by a whole block or repeat counts; prompts: prompts resampled within the category with their pairs; A/A: the A/A block "
           "figures plus R-1 values drawn from the same pool.")
 
-_COLUMNS = """comparison varchar, category varchar, concurrency integer, "interval" varchar,
+_COLUMNS = """comparison varchar, category varchar, concurrency integer, segment varchar, "interval" varchar,
     ci_low double, ci_high double, resamples integer, seed integer, method varchar"""
 
 Interval = tuple[float, float]
@@ -175,14 +180,18 @@ def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
     return _quantiles(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
 
 
-def compute(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> list[tuple]:
+def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = ()) -> list[tuple]:
     """Rows of ``int_speedup_intervals``.
 
     ``pairs``: (comparison, category, concurrency, prompt_id, repeat, log_ratio)
     from ``int_requests_paired``; ``blocks``: (comparison, concurrency, repeat,
-    log_ratio) from ``int_blocks_paired``. Returns (comparison, category,
-    concurrency, interval, ci_low, ci_high, resamples, seed, method) for every
-    interval that exists."""
+    log_ratio) from ``int_blocks_paired``; ``segments``: (category,
+    concurrency, segment, prompt_id, repeat, log_ratio) from
+    ``int_natural_end_pairs`` (split pairs only). Returns (comparison,
+    category, concurrency, segment, interval, ci_low, ci_high, resamples, seed,
+    method) for every interval that exists; ``segment`` is NULL except for the
+    speedup before and after the natural end, whose measurement interval uses
+    the same noise pool as the whole requests (one machine, one noise)."""
     by_prompt: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for comparison, category, concurrency, prompt_id, repeat, log_ratio in pairs:
@@ -190,29 +199,40 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> list[tuple]:
         by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
     for comparison, concurrency, repeat, log_ratio in blocks:
         by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
+    by_segment: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for category, concurrency, segment, _prompt_id, repeat, log_ratio in segments:
+        by_segment[category, concurrency, segment][repeat].append(log_ratio)
 
     # per group, its per-repeat block figures; the run's noise pool from all of them
-    block_means = {key: [sum(v) / len(v) for _, v in sorted(reps.items())] for key, reps in by_repeat.items()}
+    block_means = {key: _means(reps) for key, reps in by_repeat.items()}
     pool = noise_pool((m for k, m in sorted(block_means.items()) if k[0] == "ab"),
                       (m for k, m in sorted(block_means.items()) if k[0] == "aa"))
 
     out = []
 
-    def add(key, interval, method, ci):
+    def add(key, segment, interval, method, ci):
         if ci is not None:
-            out.append((*key, interval, ci[0], ci[1], RESAMPLES, SEED, method))
+            out.append((*key, segment, interval, ci[0], ci[1], RESAMPLES, SEED, method))
 
     measurement = "repeats resampled: block figures plus the run's pooled block noise, prompts fixed"
     aa = "A/A block figures plus the run's pooled block noise"
     for key in sorted(block_means):
         if key[0] == "ab":
-            add(key, "measurement", measurement, block_interval(block_means[key], pool))
+            add(key, None, "measurement", measurement, block_interval(block_means[key], pool))
             if key[1] != SYSTEM:
                 clusters = [by_prompt[key][p] for p in sorted(by_prompt[key])]
-                add(key, "prompts", "prompts resampled within the category", cluster_interval(clusters))
+                add(key, None, "prompts", "prompts resampled within the category", cluster_interval(clusters))
         else:
-            add(key, "measurement", aa, block_interval(block_means[key], pool, min_blocks=1))
+            add(key, None, "measurement", aa, block_interval(block_means[key], pool, min_blocks=1))
+    for (category, concurrency, segment) in sorted(by_segment):
+        add(("ab", category, concurrency), segment, "measurement", measurement,
+            block_interval(_means(by_segment[category, concurrency, segment]), pool))
     return out
+
+
+def _means(reps: dict[int, list[float]]) -> list[float]:
+    """Per repeat (in repeat order), the mean of its log ratios: the block figures."""
+    return [sum(v) / len(v) for _, v in sorted(reps.items())]
 
 
 def create_table(con) -> None:
@@ -227,6 +247,9 @@ def fill(con) -> None:
                         "order by comparison, category, concurrency, prompt_id, repeat, pair_index").fetchall()
     blocks = con.execute("select comparison, concurrency, repeat, log_ratio from int_blocks_paired "
                          "order by comparison, concurrency, repeat").fetchall()
-    rows = compute(pairs, blocks)
+    segments = con.execute("select category, concurrency, segment, prompt_id, repeat, log_ratio "
+                           "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
+                           "order by category, concurrency, segment, prompt_id, repeat, pair_index").fetchall()
+    rows = compute(pairs, blocks, segments)
     if rows:
-        con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)

@@ -158,7 +158,7 @@ def _lossless(data: ReportData) -> list[tuple[str, str]]:
 def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
     """The speedup split at the natural end (mart speedup_natural_end), when the
     report data carries it and it has rows."""
-    t = getattr(data, "speedup_natural_end", None)  # a ReportData field once report_data.py loads the mart
+    t = data.speedup_natural_end
     if t is None or not t.rows:
         return []
     return [("Speedup before and after the natural end (greedy pairs)",
@@ -168,7 +168,8 @@ def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
              "the segment; before = send to the first streamed chunk that reaches the natural end (from the "
              "server's per-chunk token counts, exact to one chunk), after = from there to the end of the "
              "stream. A prompt that never ended counts whole as before (pairs_never_ended); pairs that cannot "
-             "be split are listed as unknown with their reason. No intervals yet.</p>"
+             "be split are listed as unknown with their reason. ci_low/ci_high and label as in the speedup table "
+             "(the same noise pool; the A/A floor of whole requests at that category and level).</p>"
              + _tab(t, table_id=row_anchor("speedup_natural_end")))]
 
 

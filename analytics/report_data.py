@@ -62,6 +62,7 @@ class ReportData:
     lossless: Table | None  # None when the database has no lossless mart
     lossless_divergences: Table | None  # None when the database has no lossless_divergences mart
     sampling: Table | None  # the sampling-mode tests; None when the run has none
+    speedup_natural_end: Table | None  # speedup before/after the natural end; None when the run has no such rows
     requests_total: int
     requests_failed: int
     errors: str | None  # run-wide 'type: n; ...' over failed requests
@@ -160,6 +161,7 @@ def load_report(con) -> ReportData:
         stability=stability, lossless=_view(con, "lossless"),
         lossless_divergences=_view(con, "lossless_divergences"),
         sampling=_nonempty(_view(con, "sampling")),
+        speedup_natural_end=_nonempty(_view(con, "speedup_natural_end")),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )

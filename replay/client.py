@@ -7,6 +7,13 @@ server-sent-event stream ends with ``[DONE]`` after a usage block and carries
 no error event: a stream cut off early, a plain JSON reply or a missing usage
 block would otherwise be counted as a complete, comparable output.
 
+The timed requests also ask for per-chunk usage (vLLM's
+``stream_options.continuous_usage_stats``): each content chunk then says how
+many output tokens the server had streamed so far (``chunk_tokens``), so the
+time to a given output position can be read off the stream. The final usage
+block is read as before, so a server that ignores the option still succeeds;
+its ``chunk_tokens`` is then empty (unknown), never partly filled.
+
 Latencies use the monotonic clock; the send time is also stamped on the wall
 clock for joining with engine traces. The API key is sent as a bearer token
 and is never stored on the result; error texts are redacted of credentials.
@@ -77,6 +84,9 @@ class StreamResult:
     ttft_ms: float | None = None
     e2e_ms: float | None = None
     chunk_offsets_ms: list[float] = field(default_factory=list)
+    # cumulative completion tokens per content chunk, aligned with chunk_offsets_ms;
+    # empty when any content chunk lacked a usable count (per-chunk usage unknown)
+    chunk_tokens: list[int] = field(default_factory=list)
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     output_text: str = ""
@@ -92,7 +102,14 @@ class StreamResult:
         return self
 
 
-def build_payload(model: str, row: TrafficRow) -> dict:
+def build_payload(model: str, row: TrafficRow, *, per_chunk_usage: bool = False) -> dict:
+    """The chat request for row. ``per_chunk_usage`` also asks for the running
+    completion-token count in every chunk (vLLM's continuous_usage_stats; the
+    timed requests set it, the verification and sampling passes, which build
+    on this body, do not need it)."""
+    stream_options = {"include_usage": True}
+    if per_chunk_usage:
+        stream_options["continuous_usage_stats"] = True
     return {
         "model": model,
         "messages": [{"role": "user", "content": row.prompt}],
@@ -100,7 +117,7 @@ def build_payload(model: str, row: TrafficRow) -> dict:
         "temperature": row.temperature,
         "ignore_eos": True,  # vLLM extension: forces the fixed output length
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": stream_options,
     }
 
 
@@ -121,7 +138,9 @@ async def stream_chat(
     session: aiohttp.ClientSession, base_url: str | Endpoint, model: str, row: TrafficRow,
     request_id: str, settings: ClientSettings | None = None,
 ) -> StreamResult:
-    return await stream_payload(session, base_url, build_payload(model, row), request_id, settings)
+    """One timed request: the row's payload with per-chunk usage."""
+    return await stream_payload(session, base_url, build_payload(model, row, per_chunk_usage=True), request_id,
+                                settings)
 
 
 async def stream_payload(
@@ -175,6 +194,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_par
                        on_chunk: Callable[[dict], None] | None = None) -> None:
     """Consume server-sent events; sets an error on res instead of raising."""
     done = got_usage = False
+    per_chunk = True  # every content chunk so far carried a usable running token count
     async for raw in resp.content:
         line = raw.strip()
         if not line.startswith(b"data:"):
@@ -197,6 +217,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_par
             return
         if on_chunk is not None:
             on_chunk(chunk)
+        usage = chunk.get("usage")
         for choice in chunk.get("choices") or ():
             content = (choice.get("delta") or {}).get("content")
             if isinstance(content, str) and content:
@@ -204,11 +225,14 @@ async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_par
                     res.ttft_ms = now_ms
                 res.chunk_offsets_ms.append(now_ms)
                 text_parts.append(content)
+                per_chunk = per_chunk and _running_count(res.chunk_tokens, usage)
             if isinstance(choice.get("finish_reason"), str):
                 res.finish_reason = choice["finish_reason"]
-        usage = chunk.get("usage")
         if isinstance(usage, dict) and usage:
             got_usage = _read_usage(res, usage, chunk)
+    if not per_chunk or (res.chunk_tokens and res.output_tokens is not None
+                         and res.chunk_tokens[-1] > res.output_tokens):
+        res.chunk_tokens.clear()  # unknown, never partly filled
     if not done:
         res.fail("stream_truncated", f"the stream ended before [DONE] after {len(res.chunk_offsets_ms)} content chunk(s)")
     elif not got_usage:
@@ -219,6 +243,17 @@ async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_par
 def _count(value) -> int | None:
     """A token count as the server sent it, if it is a non-negative integer."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _running_count(counts: list[int], usage) -> bool:
+    """Append a content chunk's running completion-token count (its per-chunk
+    usage); False, clearing counts, if the chunk has none or it went down."""
+    n = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
+    if n is None or (counts and n < counts[-1]):
+        counts.clear()
+        return False
+    counts.append(n)
+    return True
 
 
 def _read_usage(res: StreamResult, usage: dict, chunk: dict) -> bool:

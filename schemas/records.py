@@ -90,6 +90,7 @@ class RequestResult(_Record):
     ttft_ms: float | None = Field(description="Send to first content chunk, monotonic clock, ms.")
     e2e_ms: float | None = Field(description="Send to end of stream, monotonic clock, ms.")
     chunk_offsets_ms: list[float] = Field(description="Arrival of each content chunk, ms after send (monotonic).")
+    chunk_tokens: list[int] | None = Field(default=None, description="Per content chunk, aligned with chunk_offsets_ms: output tokens streamed up to and including that chunk [tokens, cumulative], as the server's per-chunk usage reported them (stream_options.continuous_usage_stats). A chunk can carry several tokens (speculation, merged engine steps). None when the server did not report a usable count for every content chunk (e.g. it ignores continuous_usage_stats), so it is never partly filled.")
     prompt_tokens: int | None = Field(description="Prompt tokens per the server's usage block.")
     output_tokens: int | None = Field(description="Completion tokens per the server's usage block.")
     output_text: str = Field(description="Concatenated generated text.")
@@ -156,7 +157,7 @@ class RunManifest(_Record):
     max_error_rate: FiniteFloat = Field(default=0.05, ge=0.0, le=1.0, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
     capture: FreeForm = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
     timeouts: dict[Text, Annotated[FiniteFloat, Field(gt=0)]] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
-    schedule: FreeForm = Field(default_factory=dict, description="How blocks were sent: repeats, order (arms interleaved within each repeat, both servers up), the verification pass, and the prefix-cache policy (reset before each block, off, or keep).")
+    schedule: FreeForm = Field(default_factory=dict, description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the verification and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).")
     notes: list[Text] = Field(default_factory=list)
     kind: Literal["replay", "stability"] = Field(default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes).")
 

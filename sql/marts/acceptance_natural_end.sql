@@ -5,7 +5,7 @@
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it
 --   would have stopped, into repetitive text that drafts predict well; this splits
 --   draft acceptance at that point so the tail cannot flatter the figure.
---   The natural end of a prompt is stg_greedy_checks.natural_end_position of the
+--   The natural end of a prompt (int_natural_ends) is stg_greedy_checks.natural_end_position of the
 --   baseline's verification request for the same prompt at the same level (repeat 0;
 --   the earliest if the prompt was sent more than once): the first position whose
 --   greedy token was end-of-sequence. In float32 the same prompt gives the same text
@@ -27,8 +27,8 @@
 --   mean_acceptance_length   1 + tokens_accepted / verify_rounds (as acceptance; includes the
 --                    bonus token; NULL without verify rounds)
 --   acceptance_rate  tokens_accepted / tokens_proposed (NULL when none proposed)
---   Not split here: the speedup. The client sees chunks, not tokens, so time per output
---   position is not measured; splitting end-to-end time at the natural end would need it.
+--   The speedup split at the same natural end is speedup_natural_end (time to the natural
+--   end from the server's per-chunk running token count, exact to one chunk).
 with rounds as (
     select * from int_rounds_attributed where arm = 'speculative' and is_verify_round
 ),
@@ -36,13 +36,7 @@ requests as (
     select request_id, prompt_tokens from stg_requests where arm = 'speculative' and temperature = 0
 ),
 ends as (
-    select
-        concurrency, prompt_id,
-        min(natural_end_position) as natural_end_position,
-        bool_and(eos_token_ids is not null) as eos_known
-    from stg_greedy_checks
-    where arm = 'baseline' and success and repeat = 0
-    group by all
+    select * from int_natural_ends
 ),
 placed as (
     select

@@ -75,7 +75,7 @@ block_pairs as (
     select * from int_blocks_paired
 ),
 intervals as (
-    select * from int_speedup_intervals
+    select * from int_speedup_intervals where segment is null
 ),
 per_category as (
     select

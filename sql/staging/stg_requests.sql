@@ -1,6 +1,9 @@
 -- stg_requests
 -- Grain: one row per replayed request (RequestResult).
 -- Purpose: the client-side record, typed. Nothing is derived here.
+--   chunk_tokens: per content chunk, aligned with chunk_offsets_ms, the running
+--   output-token count the server reported [tokens]; NULL when it did not report
+--   one for every content chunk (per-chunk usage unknown).
 with source as (
     select * from raw_requests
 ),
@@ -23,6 +26,7 @@ final as (
         ttft_ms,
         e2e_ms,
         chunk_offsets_ms,
+        chunk_tokens,
         prompt_tokens,
         output_tokens,
         output_text,

@@ -57,11 +57,12 @@ def test_compute_is_reproducible_and_makes_every_interval_kind():
     blocks = [("ab", 1, 0, 0.7), ("ab", 1, 1, 0.8), ("aa", 1, 1, 0.01)]
     full = compute(pairs + other, blocks)
     assert full == compute(pairs + other, blocks)  # a fixed seed: the same intervals every time
-    kinds = {(r[0], r[1], r[3]) for r in full}
+    kinds = {(r[0], r[1], r[4]) for r in full}
+    assert all(r[3] is None for r in full)  # no segment rows without segments
     assert kinds == {("ab", "code", "measurement"), ("ab", "code", "prompts"), ("ab", "chat", "measurement"),
                      ("aa", "code", "measurement"), ("ab", "(system)", "measurement"), ("aa", "(system)", "measurement")}
     # chat has one prompt (no prompts interval); an A/A group has an interval from one block figure
-    assert all(r[6:8] == (2000, 0) for r in full)
+    assert all(r[7:9] == (2000, 0) for r in full)
 
 
 def test_noise_shared_by_a_block_widens_the_measurement_interval():
@@ -77,7 +78,7 @@ def test_noise_shared_by_a_block_widens_the_measurement_interval():
             jitter = 0.002 * (p % 3 - 1)
             pairs += [("ab", category, 1, f"{category}{p}", 0, r0 + jitter),
                       ("ab", category, 1, f"{category}{p}", 1, r1 + jitter)]
-    rows = {(r[1], r[3]): (r[4], r[5]) for r in compute(pairs, [])}
+    rows = {(r[1], r[4]): (r[5], r[6]) for r in compute(pairs, [])}
     low, high = rows["code", "measurement"]
     assert low < 1.0 < high  # code moved up in both repeats, but by no more than blocks do
     request_level = measurement_interval([[v for c, _, _, p, _, v in pairs if p == f"code{i}"] for i in range(8)])
@@ -122,9 +123,24 @@ def test_a_shift_shared_by_every_repeat_is_within_the_aa_noise():
                 pairs += [("aa", category, level, f"{category}{p}", r, d) for p in range(4)]
         blocks += [("ab", level, r, shift + w) for r, w in enumerate((0.004, -0.003, 0.0))]
         blocks += [("aa", level, 1, math.log(1.04)), ("aa", level, 2, math.log(0.96))]
-    rows = {(r[0], r[1], r[2], r[3]): (r[4], r[5]) for r in compute(pairs, blocks)}
+    rows = {(r[0], r[1], r[2], r[4]): (r[5], r[6]) for r in compute(pairs, blocks)}
     low, high = rows["ab", "code", 1, "measurement"]
     assert low < 1.0 < high
     ab_only = block_interval([shift + 0.004, shift - 0.003, shift],
                              noise_pool([[shift + w for w in (0.004, -0.003, 0.0)]] * 8, []))
     assert ab_only[1] < 1.0  # the old pool (A/B residuals only) said "slower"
+
+
+def test_segments_get_a_measurement_interval_from_the_same_pool():
+    """Two repeats of code at c1 with whole-request figures ln 2 -+ a: pool
+    {+-s}, s = sqrt(2) a, and the mean of two draws is -s, 0 or +s (1/4, 1/2,
+    1/4), so the interval is 2 exp(-+s). The 'before' segment has the same
+    figure, ln 3, in both repeats (no spread of its own), yet its interval is
+    3 exp(-+s): the noise comes from the run's pool."""
+    a = 0.1
+    pairs = [("ab", "code", 1, p, r, math.log(2) + (a if r else -a)) for p in ("x", "y") for r in (0, 1)]
+    segments = [("code", 1, "before_natural_end", p, r, math.log(3)) for p in ("x", "y") for r in (0, 1)]
+    rows = {(r[1], r[3], r[4]): (r[5], r[6]) for r in compute(pairs, [], segments)}
+    s = math.sqrt(2) * a
+    assert rows["code", None, "measurement"] == (approx(2 * math.exp(-s)), approx(2 * math.exp(s)))
+    assert rows["code", "before_natural_end", "measurement"] == (approx(3 * math.exp(-s)), approx(3 * math.exp(s)))

@@ -1,4 +1,5 @@
 import asyncio
+import json
 import time
 
 import pytest
@@ -34,8 +35,11 @@ def test_records_recorded_vllm_stream(fixtures):
     assert res.ttft_ms == res.chunk_offsets_ms[0]
     assert res.e2e_ms >= res.chunk_offsets_ms[-1]
     assert fake.request_ids == ["sd.t.speculative.c1.00000"]
+    # this recording has usage in the final chunk only: per-chunk counts are unknown
+    assert res.chunk_tokens == []
     body = fake.bodies[0]
-    assert body["stream_options"] == {"include_usage": True} and body["ignore_eos"] is True
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert body["ignore_eos"] is True
 
 
 @pytest.mark.parametrize("status", [401, 404, 500, 501])
@@ -130,3 +134,55 @@ def test_payload_is_greedy_chat_with_forced_length():
     p = build_payload("m", ROW)
     assert p["messages"] == [{"role": "user", "content": "Repeat exactly"}]
     assert p["max_tokens"] == 12 and p["temperature"] == 0.0 and p["stream"] is True
+
+
+def _event(content: str | None, completion_tokens=None, choices: bool = True) -> bytes:
+    """One stream event as vLLM 0.32 writes it with continuous_usage_stats: a content
+    delta and, when given, the running completion-token count in its usage."""
+    chunk: dict = {"choices": [{"index": 0, "delta": {"content": content}}] if choices else []}
+    if completion_tokens is not None:
+        chunk["usage"] = {"prompt_tokens": 3, "completion_tokens": completion_tokens}
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _final(completion_tokens: int = 8) -> bytes:
+    return (b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d},'
+            b'"metrics":{"speculative_decoding":{"num_spec_steps":2,"num_draft_tokens":8,'
+            b'"num_accepted_draft_tokens":5}}}\n\ndata: [DONE]\n\n' % completion_tokens)
+
+
+def test_per_chunk_usage_gives_the_running_token_count_of_every_content_chunk():
+    sse = (_event("", 0)            # the role chunk: no content, not a chunk of its own
+           + _event("a", 1)
+           + _event("bcde", 5)      # a verify round: four tokens in one chunk
+           + _event("", 6)          # a token that streamed no text yet (held back)
+           + _event("fg", 8)
+           + _final(8))
+    res = _run(FakeVllm(sse))
+    assert res.success and res.output_tokens == 8 and res.prompt_tokens == 3
+    assert res.chunk_tokens == [1, 5, 8] and len(res.chunk_offsets_ms) == 3
+    assert res.output_text == "abcdefg"
+    assert (res.spec_num_steps, res.spec_num_draft_tokens, res.spec_num_accepted_tokens) == (2, 8, 5)
+    # the last usage block is still the one that decides: a non-integer total fails as before
+    sse = _event("a", 1) + b'data: {"choices":[],"usage":{"completion_tokens":"1"}}\n\ndata: [DONE]\n\n'
+    res = _run(FakeVllm(sse))
+    assert not res.success and res.error_type == "no_usage" and res.chunk_tokens == [1]
+
+
+@pytest.mark.parametrize("sse", [
+    GOOD_SSE,                                                  # usage in the final chunk only
+    _event("a", 1) + _event("b") + _event("c", 3) + _final(3),  # one content chunk without a count
+    _event("a", 2) + _event("b", 1) + _final(2),                # a count that went down
+    _event("a", 1) + _event("b", "2") + _final(2),              # a count that is not an integer
+    _event("a", 1) + _event("b", 9) + _final(2),                # above the final usage's total
+], ids=["final-only", "gap", "decreasing", "not-int", "above-total"])
+def test_per_chunk_counts_are_all_or_nothing(sse):
+    res = _run(FakeVllm(sse))
+    assert res.success and res.error_type is None  # the final usage block decides, as before
+    assert res.chunk_tokens == [] and len(res.chunk_offsets_ms) >= 2
+
+
+def test_only_the_timed_request_asks_for_per_chunk_usage():
+    assert build_payload("m", ROW)["stream_options"] == {"include_usage": True}
+    assert build_payload("m", ROW, per_chunk_usage=True)["stream_options"] == \
+        {"include_usage": True, "continuous_usage_stats": True}

@@ -1,0 +1,166 @@
+-- int_natural_end_pairs
+-- Grain: one row per greedy A/B pair and segment. A pair is a row of int_requests_paired
+--   with comparison 'ab' (baseline and speculative request for the same prompt, level,
+--   repeat and pair_index, both successful, e2e > 0) whose two requests ran at
+--   temperature 0. A pair split at the natural end gives two rows ('before_natural_end',
+--   'after_natural_end'); a pair whose prompt never ended gives one 'before_natural_end'
+--   row; a pair that cannot be split gives one 'unknown' row saying why.
+-- Purpose: with ignore_eos and a fixed length the model often runs past where it would
+--   have stopped, into repetitive text that drafts predict well; these are the paired
+--   per-segment times speedup_natural_end is computed from (and the rows to resample
+--   for its intervals: comparison, category, concurrency, segment, prompt_id, repeat,
+--   log_ratio).
+--   natural_end_position  P, from int_natural_ends (the baseline's verification request for
+--                   the prompt at this level, repeat 0): the first output position (0-based)
+--                   whose greedy token was end-of-sequence, so the model would have emitted
+--                   P tokens [positions 0 .. P-1] and stopped
+--   reference_end_ms, treatment_end_ms   time to the natural end of the baseline / speculative
+--                   request [ms after send, monotonic]: the arrival offset
+--                   (stg_requests.chunk_offsets_ms) of the first content chunk whose running
+--                   token count (stg_requests.chunk_tokens) is >= P, i.e. the chunk that
+--                   carries position P - 1. Exact to one chunk: a chunk can carry several
+--                   tokens (a verify round's accepted drafts and bonus token, or engine steps
+--                   merged while the stream lagged), so tokens after P - 1 that arrive in that
+--                   chunk count as before the end. NULL when P is NULL, when no content chunk
+--                   reaches P, and on 'unknown' rows
+--   segment         'before_natural_end'  reference_ms / treatment_ms = the *_end_ms times
+--                                         (send to the natural end: TTFT included); when the
+--                                         prompt never ended within max_tokens (P NULL, known
+--                                         end-of-sequence ids) the whole request, = e2e_ms
+--                   'after_natural_end'   = e2e_ms - *_end_ms (the forced tail, to the end of
+--                                         the stream)
+--                   'unknown'             the pair is not split; times and ratio NULL
+--   unknown_reason  why a pair is 'unknown', in this order (NULL for the other segments):
+--                   'no_natural_end'            no successful baseline verification request for
+--                                               the prompt at this level, or end-of-sequence
+--                                               ids unknown (external server)
+--                   'natural_end_at_start'      P = 0: nothing before the end, so prefill and
+--                                               the first token would fall on either side
+--                   'natural_end_past_output'   P >= the output tokens of either request: it
+--                                               emitted no token after the end (shorter than
+--                                               the verification request; not expected under
+--                                               forced length)
+--                   'no_chunk_tokens'           either request has no per-chunk token counts
+--                                               (the server ignored continuous_usage_stats), or
+--                                               they do not align with its chunk offsets
+--                   'natural_end_not_in_chunks' no content chunk of either request reaches P
+--                                               (the tokens up to P - 1 streamed no text)
+--                   'empty_segment'             a segment time <= 0 in either request
+--                                               (nothing to divide)
+--   never_ended     true: the prompt never ended (the whole request is 'before'); false: the
+--                   pair is split at P; NULL for 'unknown'
+--   reference_ms, treatment_ms   the segment's time in the baseline / speculative request [ms]
+--   ratio           = reference_ms / treatment_ms (> 1: speculation was faster in the segment)
+--   log_ratio       = ln(ratio); a geometric mean is exp(avg(log_ratio))
+with pairs as (
+    select * from int_requests_paired where comparison = 'ab'
+),
+requests as (
+    select * from int_requests_measured where temperature = 0
+),
+ends as (
+    select * from int_natural_ends
+),
+joined as (
+    select
+        pairs.comparison,
+        pairs.category,
+        pairs.concurrency,
+        pairs.repeat,
+        pairs.prompt_id,
+        pairs.pair_index,
+        ends.eos_known,
+        ends.natural_end_position,
+        pairs.reference_e2e_ms,
+        pairs.treatment_e2e_ms,
+        pairs.reference_output_tokens,
+        pairs.treatment_output_tokens,
+        b.chunk_offsets_ms as reference_offsets,
+        b.chunk_tokens as reference_tokens,
+        s.chunk_offsets_ms as treatment_offsets,
+        s.chunk_tokens as treatment_tokens
+    from pairs
+    join requests b
+      on b.arm = 'baseline' and b.category = pairs.category and b.concurrency = pairs.concurrency
+     and b.repeat = pairs.repeat and b.prompt_id = pairs.prompt_id and b.pair_index = pairs.pair_index
+    join requests s
+      on s.arm = 'speculative' and s.category = pairs.category and s.concurrency = pairs.concurrency
+     and s.repeat = pairs.repeat and s.prompt_id = pairs.prompt_id and s.pair_index = pairs.pair_index
+    left join ends on ends.concurrency = pairs.concurrency and ends.prompt_id = pairs.prompt_id
+),
+timed as (
+    select
+        *,
+        len(reference_tokens) = len(reference_offsets) and len(treatment_tokens) = len(treatment_offsets)
+            as chunks_known,
+        case when len(reference_tokens) = len(reference_offsets) then reference_offsets[list_position(
+            list_transform(reference_tokens, lambda n: n >= natural_end_position), true)] end as reference_end_ms,
+        case when len(treatment_tokens) = len(treatment_offsets) then treatment_offsets[list_position(
+            list_transform(treatment_tokens, lambda n: n >= natural_end_position), true)] end as treatment_end_ms
+    from joined
+),
+classified as (
+    select
+        *,
+        case
+            when eos_known is not true then 'no_natural_end'
+            when natural_end_position is null then null
+            when natural_end_position = 0 then 'natural_end_at_start'
+            when natural_end_position >= reference_output_tokens
+              or natural_end_position >= treatment_output_tokens then 'natural_end_past_output'
+            when chunks_known is not true then 'no_chunk_tokens'
+            when reference_end_ms is null or treatment_end_ms is null then 'natural_end_not_in_chunks'
+            when reference_end_ms <= 0 or treatment_end_ms <= 0
+              or reference_e2e_ms <= reference_end_ms or treatment_e2e_ms <= treatment_end_ms
+                then 'empty_segment'
+        end as unknown_reason
+    from timed
+),
+segments as (
+    select classified.*, seg.segment
+    from classified
+    join (values ('before_natural_end'), ('after_natural_end'), ('unknown')) as seg(segment)
+      on case
+             when classified.unknown_reason is not null then seg.segment = 'unknown'
+             when classified.natural_end_position is null then seg.segment = 'before_natural_end'
+             else seg.segment <> 'unknown'
+         end
+),
+measured as (
+    select
+        *,
+        case
+            when segment = 'unknown' then null
+            when natural_end_position is null then reference_e2e_ms
+            when segment = 'before_natural_end' then reference_end_ms
+            else reference_e2e_ms - reference_end_ms
+        end as reference_ms,
+        case
+            when segment = 'unknown' then null
+            when natural_end_position is null then treatment_e2e_ms
+            when segment = 'before_natural_end' then treatment_end_ms
+            else treatment_e2e_ms - treatment_end_ms
+        end as treatment_ms
+    from segments
+),
+final as (
+    select
+        comparison,
+        category,
+        concurrency,
+        segment,
+        prompt_id,
+        repeat,
+        pair_index,
+        natural_end_position,
+        unknown_reason,
+        case when segment <> 'unknown' then natural_end_position is null end as never_ended,
+        case when segment <> 'unknown' then reference_end_ms end as reference_end_ms,
+        case when segment <> 'unknown' then treatment_end_ms end as treatment_end_ms,
+        reference_ms,
+        treatment_ms,
+        reference_ms / treatment_ms as ratio,
+        ln(reference_ms / treatment_ms) as log_ratio
+    from measured
+)
+select * from final
