@@ -103,22 +103,32 @@ class StreamResult:
 
 
 def build_payload(model: str, row: TrafficRow, *, per_chunk_usage: bool = False) -> dict:
-    """The chat request for row. ``per_chunk_usage`` also asks for the running
+    """The chat request for row: its messages (or prompt) and the sampling
+    settings it was recorded with, forced to max_tokens. ``per_chunk_usage`` also asks for the running
     completion-token count in every chunk (vLLM's continuous_usage_stats; the
     timed requests set it, the verification and sampling passes, which build
     on this body, do not need it)."""
     stream_options = {"include_usage": True}
     if per_chunk_usage:
         stream_options["continuous_usage_stats"] = True
-    return {
+    payload = {
         "model": model,
-        "messages": [{"role": "user", "content": row.prompt}],
+        "messages": row.chat(),
         "max_tokens": row.max_tokens,
         "temperature": row.temperature,
         "ignore_eos": True,  # vLLM extension: forces the fixed output length
         "stream": True,
         "stream_options": stream_options,
     }
+    # the row's other settings as the client sent them; stop strings are not
+    # sent (they would end a request before its recorded length)
+    for name in ("top_p", "top_k", "seed"):
+        if getattr(row, name) is not None:
+            payload[name] = getattr(row, name)
+    for name in ("response_format", "tools"):
+        if getattr(row, name) is not None:
+            payload[name] = json.loads(getattr(row, name))
+    return payload
 
 
 def as_endpoint(base_url: str | Endpoint) -> Endpoint:

@@ -94,6 +94,10 @@ def run_replay(cfg: ReplayConfig) -> Path:
         model=model, model_source=model_source, dtype=cfg.dtype if not cfg.external else "unknown",
         arms=arms, arm_difference=arm_difference(arms),
         sampling={"endpoint": CHAT_PATH, "stream": True, "ignore_eos": True,
+                  "forced_length": "every request is sent with ignore_eos and max_tokens = its row's max_tokens "
+                                   "(a recording's response length), stop strings left out, so both arms do "
+                                   "the same work; the row's messages, top_p, top_k, seed, response_format and "
+                                   "tools are sent as recorded",
                   "temperatures": sorted({r.temperature for r in rows}),
                   "max_tokens": sorted({r.max_tokens for r in rows})},
         traffic=traffic.summary(), concurrency_levels=cfg.levels,

@@ -1,4 +1,6 @@
-"""Load and validate a traffic mix (Parquet or JSON Lines of TrafficRow).
+"""Load and validate a traffic mix (Parquet or JSON Lines of TrafficRow,
+format version ``TRAFFIC_SCHEMA_VERSION``; a version-1 file is a valid
+version-2 file).
 
 Every problem is reported with the file, the row and the field. A row is
 1-based, as a person counts: in JSON Lines it is the line number (blank lines
@@ -25,9 +27,11 @@ Parquet (``.parquet``)
     fields an integer column (a double column of whole numbers is refused:
     that usually means the writer saw a NaN), float fields a float or integer
     column.
-  * A null in any column is refused with the row (``temperature`` included:
-    leave the column out to get the default 0), and so is a string value that
-    is not UTF-8 (Arrow does not check it on read), with the byte offset.
+  * A null is refused with the row in a required column and in
+    ``temperature`` (leave the column out to get the default 0); the optional
+    fields of format version 2 (``messages``, ``arrival_ms``, ``session_id``
+    ...) may be null, meaning "not recorded". A string value that is not UTF-8
+    (Arrow does not check it on read) is refused with the byte offset.
 """
 
 from __future__ import annotations
@@ -235,12 +239,20 @@ def _read_parquet(path: Path) -> list[tuple[int, dict]]:
         if not _accepts(field.type, column.type):
             raise InputFileError(path, f"column has Arrow type {column.type}, expected {field.type}",
                                  field=field.name)
-        if column.null_count:
+        if column.null_count and not _nullable(field.name):
             first = pc.index(column.is_null(), True).as_py()
             raise InputFileError(path, f"null value ({column.null_count} in this column)",
                                  row=first + 1, field=field.name)
         _check_utf8(path, field.name, column)
     return list(enumerate(table.to_pylist(), start=1))
+
+
+def _nullable(name: str) -> bool:
+    """Whether a TrafficRow field may be null in Parquet: the optional fields of
+    the version-2 format (None = not recorded). ``temperature`` is not: leave
+    its column out to get the default 0."""
+    info = TrafficRow.model_fields[name]
+    return not info.is_required() and info.default is None
 
 
 def _check_utf8(path: Path, name: str, column) -> None:

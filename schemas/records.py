@@ -8,9 +8,10 @@ monotonic clock, ``wall_*_ns`` Unix wall-clock nanoseconds); ``None`` means
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.schemas.strict import (
     MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, FiniteFloat, FreeForm, Label, Prompt, RunName,
@@ -53,21 +54,106 @@ class RoundTrace(_Record):
     wall_time_ns: int = Field(description="Unix wall clock when the step's output was processed, ns.")
 
 
+#: Version of the traffic-file format (TrafficRow). 1: prompt_id, category,
+#: prompt, max_tokens, temperature. 2 adds, all optional: chat messages, the
+#: sampling settings and model name as sent, arrival time, session and turn, the
+#: recorded response, tier, source, structured-output constraint and tools.
+#: Every version-1 file is a valid version-2 file.
+TRAFFIC_SCHEMA_VERSION = "2"
+
+TIERS = ("high", "medium", "low")
+"""Predictability tiers of a traffic row's content: high (code generation and
+editing, structured output and format conversion, template filling), medium
+(summarization, rewriting, translation), low (open chat, creative writing,
+advice)."""
+
+
 class TrafficRow(_Record):
-    """One prompt of a traffic mix (the input of specdec-replay).
+    """One request of a traffic mix (the input of specdec-replay).
 
     Read from a user's file, so every field is strict (see ``strict.py``): no
     ``"12"`` -> 12, no ``true`` -> 1, no ``1.0`` -> 1, finite floats only,
     labels without surrounding whitespace or control characters, prompts that
     are not whitespace only. ``max_tokens`` is also checked against the model's
     context length when it is known (``specdec.replay.traffic.load_traffic``).
+
+    The content is either ``prompt`` (one user message) or ``messages`` (the
+    chat messages as sent, earlier turns of a session included), never both.
+    Replay forces every request to produce ``max_tokens`` tokens (``ignore_eos``)
+    so both arms do the same work; a recording sets ``max_tokens`` to the
+    recorded response length. Fields a version-1 file does not have are None
+    ("not recorded"), never a default that pretends to be a recording.
     """
 
     prompt_id: Label = Field(max_length=MAX_LABEL_LEN, description="Stable identifier, unique within the file; no surrounding whitespace or control characters.")
-    category: Label = Field(max_length=MAX_LABEL_LEN, description="Task category used to group results (e.g. code, structured, chat); no surrounding whitespace or control characters.")
-    prompt: Prompt = Field(description="The user message sent to the chat endpoint; any Unicode text except NUL, not whitespace only.")
-    max_tokens: StrictInt = Field(gt=0, le=MAX_TOKENS_CEILING, description=f"Forced output length in tokens (sent with ignore_eos), 1..{MAX_TOKENS_CEILING:,}.")
+    category: Label = Field(max_length=MAX_LABEL_LEN, description="Task category used to group results (e.g. code, structured, chat; 'unknown' when a recorder could not tell); no surrounding whitespace or control characters.")
+    prompt: Prompt | None = Field(default=None, description="The user message sent to the chat endpoint (a single-turn request); any Unicode text except NUL, not whitespace only. None when messages is given.")
+    messages: Text | None = Field(default=None, description="The chat messages as sent, as a JSON array of OpenAI chat message objects (each with a string 'role'), earlier turns of the session included. None when prompt is given.")
+    max_tokens: StrictInt = Field(gt=0, le=MAX_TOKENS_CEILING, description=f"Forced output length in tokens (sent with ignore_eos), 1..{MAX_TOKENS_CEILING:,}; a recording sets it to the recorded response length.")
     temperature: FiniteFloat = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE, description="Sampling temperature, 0..2; 0 means greedy.")
+    top_p: FiniteFloat | None = Field(default=None, gt=0.0, le=1.0, description="Nucleus sampling as sent, (0, 1]; None: not sent.")
+    top_k: StrictInt | None = Field(default=None, ge=-1, description="Top-k sampling as sent (vLLM extension; -1 or 0 means off); None: not sent.")
+    seed: StrictInt | None = Field(default=None, description="Sampling seed as sent; None: not sent.")
+    stop: list[Text] | None = Field(default=None, description="Stop strings as sent (recorded for fidelity; replay forces the recorded length, so they do not end a replayed request); None: not sent.")
+    model: Text | None = Field(default=None, description="The model name as the client sent it (replay sends to the served model instead); None: not recorded.")
+    arrival_ms: FiniteFloat | None = Field(default=None, ge=0.0, description="Arrival time, ms from the start of the recording or trace (the open-loop clock); None: not recorded.")
+    session_id: Label | None = Field(default=None, max_length=MAX_LABEL_LEN, description="Conversation the request belongs to; None: a standalone request.")
+    turn_index: StrictInt | None = Field(default=None, ge=0, description="Turn within the session, from 0; None without a session.")
+    input_tokens: StrictInt | None = Field(default=None, ge=0, description="Input length in tokens as recorded or given by a trace; None: not recorded.")
+    recorded_output_tokens: StrictInt | None = Field(default=None, ge=0, description="Response length in tokens as recorded (or given by a trace); None: not recorded.")
+    ended_naturally: StrictBool | None = Field(default=None, description="True when the recorded response ended by itself (finish_reason 'stop'), False when it hit a length limit; None: not recorded.")
+    tier: Literal["high", "medium", "low"] | None = Field(default=None, description="Predictability tier of the content (see TIERS); None: not assigned.")
+    source: Label | None = Field(default=None, max_length=MAX_LABEL_LEN, description="Where the row comes from: e.g. 'bundled', 'proxy', 'azure-llm-2023', 'mooncake', 'burstgpt', or a user's own label; None: not said.")
+    response_format: Text | None = Field(default=None, description="Structured-output constraint as sent (the request's response_format, JSON text); None: none.")
+    tools: Text | None = Field(default=None, description="Tool definitions as sent (the request's tools, JSON text); None: none.")
+    content_note: Text | None = Field(default=None, description="What an importer did to give the row its content (pool prompt, composed context, how the input length was reached); None: the content is the recorded one.")
+
+    @field_validator("messages")
+    @classmethod
+    def _messages(cls, value: str | None) -> str | None:
+        if value is not None:
+            chat_messages(value)
+        return value
+
+    @field_validator("response_format", "tools")
+    @classmethod
+    def _json_text(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"must be JSON text ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _together(self) -> "TrafficRow":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of the fields prompt (one user message) and messages "
+                             "(a JSON array of chat messages)")
+        if (self.turn_index is None) != (self.session_id is None):
+            raise ValueError("the fields session_id and turn_index go together: give both or neither")
+        return self
+
+    def chat(self) -> list[dict]:
+        """The messages to send: ``messages`` parsed, or one user message."""
+        if self.messages is not None:
+            return chat_messages(self.messages)
+        return [{"role": "user", "content": self.prompt}]
+
+
+def chat_messages(text: str) -> list[dict]:
+    """Parse and check a ``messages`` value: a non-empty JSON array of objects,
+    each with a string ``role``; raises ValueError saying what is wrong."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"messages must be a JSON array of chat messages ({exc})") from None
+    if not isinstance(value, list) or not value:
+        raise ValueError("messages must be a non-empty JSON array of chat messages")
+    for i, message in enumerate(value):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ValueError(f"messages[{i}] must be an object with a string 'role'")
+    return value
 
 
 class RequestResult(_Record):
@@ -76,7 +162,7 @@ class RequestResult(_Record):
     run_id: str = Field(description="Run identifier.")
     arm: Literal["baseline", "speculative"] = Field(description="Which server configuration served it.")
     concurrency: int = Field(description="Closed-loop concurrency level (in-flight requests).")
-    repeat: int = Field(default=0, description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B), both servers kept up, so host drift shows up as variance between repeats instead of bias.")
+    repeat: int = Field(default=0, description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B, order counterbalanced), so host drift shows up as variance between repeats instead of bias; embedded servers are fresh per repeat by default (manifest.schedule.restart_servers).")
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
     category: str = Field(description="TrafficRow.category.")

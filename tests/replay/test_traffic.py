@@ -243,7 +243,11 @@ def test_parquet_column_of_the_wrong_type_is_named_and_compatible_types_pass(tmp
 
 def test_parquet_nulls_name_the_row_and_missing_or_unknown_columns_are_named(tmp_path):
     p = _parquet(tmp_path, BASE_COLS | {"prompt": ["x", None]})
-    with pytest.raises(InputFileError, match=rf"{p}, row 2, field 'prompt': null value"):
+    # prompt is optional in format version 2 (messages may stand instead), so the row has no content
+    with pytest.raises(InputFileError, match=rf"{p}, row 2: .*exactly one of the fields prompt .* and messages"):
+        load_traffic(p)
+    p = _parquet(tmp_path, BASE_COLS | {"max_tokens": [8, None]})
+    with pytest.raises(InputFileError, match=rf"{p}, row 2, field 'max_tokens': null value"):
         load_traffic(p)
     p = _parquet(tmp_path, BASE_COLS | {"temperature": [0.0, None]})
     with pytest.raises(InputFileError, match=r"row 2, field 'temperature': null value"):
@@ -252,8 +256,8 @@ def test_parquet_nulls_name_the_row_and_missing_or_unknown_columns_are_named(tmp
     del cols["max_tokens"]
     with pytest.raises(InputFileError, match=r"field 'max_tokens': missing column"):
         load_traffic(_parquet(tmp_path, cols))
-    with pytest.raises(InputFileError, match=r"field 'top_k': unknown column"):
-        load_traffic(_parquet(tmp_path, BASE_COLS | {"top_k": [1, 1]}))
+    with pytest.raises(InputFileError, match=r"field 'priority': unknown column"):
+        load_traffic(_parquet(tmp_path, BASE_COLS | {"priority": [1, 1]}))
 
 
 def test_parquet_nan_temperature_and_bad_text_name_the_row(tmp_path):
