@@ -7,7 +7,7 @@ import math
 from pytest import approx
 
 from specdec.analytics.intervals import (
-    block_interval, cluster_interval, compute, geometric_mean, measurement_interval, noise_pool,
+    block_interval, cluster_interval, compute, geometric_mean, request_level_interval, noise_pool,
 )
 
 L2, L8 = math.log(2), math.log(8)
@@ -20,7 +20,7 @@ def test_geometric_mean_of_ratios():
 
 def test_identical_ratios_give_a_zero_width_interval_at_that_ratio():
     clusters = [[math.log(2.5)] * 3, [math.log(2.5)] * 2]
-    for ci in (measurement_interval(clusters), cluster_interval(clusters)):
+    for ci in (request_level_interval(clusters), cluster_interval(clusters)):
         assert ci == (approx(2.5), approx(2.5))
 
 
@@ -31,19 +31,19 @@ def test_prompts_interval_of_a_symmetric_case():
     assert cluster_interval([[-L2], [L2]]) == (approx(0.5), approx(2.0))
 
 
-def test_measurement_interval_of_one_prompt_with_two_pairs():
+def test_request_level_interval_of_one_prompt_with_two_pairs():
     """Pairs with log ratios 0 and 2a (mean a): residuals +-a, scaled by
     sqrt(2/1); a resample of two is a + sqrt(2) a x {+1 (1/4), 0 (1/2), -1 (1/4)},
     so the 95% interval is exp(a -+ sqrt(2) a)."""
     a = math.log(1.5)
-    lo, hi = measurement_interval([[0.0, 2 * a]])
+    lo, hi = request_level_interval([[0.0, 2 * a]])
     assert lo == approx(math.exp(a - math.sqrt(2) * a))
     assert hi == approx(math.exp(a + math.sqrt(2) * a))
 
 
 def test_no_interval_without_something_to_resample():
     # one pair per prompt (one repeat): measurement noise cannot be estimated
-    assert measurement_interval([[L2], [L8]]) is None
+    assert request_level_interval([[L2], [L8]]) is None
     # one prompt (or one repeat for '(system)'): nothing to resample between
     assert cluster_interval([[L2, L8]]) is None
 
@@ -65,7 +65,7 @@ def test_compute_is_reproducible_and_makes_every_interval_kind():
     assert all(r[7:9] == (2000, 0) for r in full)
 
 
-def test_noise_shared_by_a_block_widens_the_measurement_interval():
+def test_noise_shared_by_a_block_widens_the_request_level_interval():
     """An A/A-like group: within each repeat every prompt moves together (+4%
     in repeat 0, -4% in repeat 1 ... and the next group the other way round).
     Requests alone look precise; the blocks say the truth: 1 is inside."""
@@ -81,7 +81,7 @@ def test_noise_shared_by_a_block_widens_the_measurement_interval():
     rows = {(r[1], r[4]): (r[5], r[6]) for r in compute(pairs, [])}
     low, high = rows["code", "measurement"]
     assert low < 1.0 < high  # code moved up in both repeats, but by no more than blocks do
-    request_level = measurement_interval([[v for c, _, _, p, _, v in pairs if p == f"code{i}"] for i in range(8)])
+    request_level = request_level_interval([[v for c, _, _, p, _, v in pairs if p == f"code{i}"] for i in range(8)])
     assert request_level[0] > 1.0  # the request-level bootstrap would have called it faster
 
 def test_block_interval_by_hand():
@@ -131,7 +131,7 @@ def test_a_shift_shared_by_every_repeat_is_within_the_aa_noise():
     assert ab_only[1] < 1.0  # the old pool (A/B residuals only) said "slower"
 
 
-def test_segments_get_a_measurement_interval_from_the_same_pool():
+def test_segments_get_a_request_level_interval_from_the_same_pool():
     """Two repeats of code at c1 with whole-request figures ln 2 -+ a: pool
     {+-s}, s = sqrt(2) a, and the mean of two draws is -s, 0 or +s (1/4, 1/2,
     1/4), so the interval is 2 exp(-+s). The 'before' segment has the same
