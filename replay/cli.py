@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from specdec.cli import finish_run, handle_errors, report_stopped_run
 from specdec.errors import SpecdecError
@@ -17,6 +18,8 @@ from specdec.validate import (
     LevelList, MaxTokens, NonNegativeInt, PositiveInt, RunName, UnitInterval,
 )
 from specdec.replay.config import ReplayConfig, client_options, default_of, schedule_options
+from specdec.replay.traffic_tools import MixParam
+from specdec.replay.load import load_options
 
 
 def _d(name: str):
@@ -41,8 +44,14 @@ def _d(name: str):
 @click.option("--max-error-rate", type=UnitInterval, default=_d("max_error_rate"), show_default=True,
               help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
                    "lossless figure is computed from it and the command exits non-zero.")
+@click.option("--mix", type=MixParam(), default=None, metavar="CATEGORY=SHARE,...",
+              help="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): the weights of "
+                   "the overall speedup (mart speedup_weighted), recorded in the manifest. Default: the traffic "
+                   "file's own shares. It does not change what is sent: to send a re-weighted traffic, make one "
+                   "with `specdec traffic mix`.")
 @client_options()
 @schedule_options
+@load_options
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
               show_default=True, help="Parent of run folders; runs/latest points at the newest.")
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
@@ -59,11 +68,21 @@ def _d(name: str):
 @handle_errors
 def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
-         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, runs_dir: Path, run_id, model, dtype, baseline_url,
-         speculative_url, served_model, capture_dir, no_progress) -> None:
+         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, load: str, time_scales,
+         rates, arrival_seed: int, runs_dir: Path, run_id, model, dtype, baseline_url,
+         speculative_url, served_model, capture_dir, no_progress, mix=None) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
     max_tokens, temperature) in two arms that differ only in speculation, then
     build the marts and the report.
+
+    \b
+    Load (--load): closed (default) keeps C requests in flight per level of
+    --levels; recorded sends the rows on their recorded clock (arrival_ms),
+    one level per --time-scale (0.1 = ten times faster); poisson sends
+    Poisson arrivals, one level per --rates (requests/s), seeded by
+    --arrival-seed so both arms get the same times. In open loop the
+    concurrency column holds the level's key (1..N in load order), and every
+    request records its intended and actual send time (schedule lag).
 
     \b
     Without --baseline-url/--speculative-url it starts a local vLLM server per
@@ -81,15 +100,23 @@ def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, r
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--spec-config") from None
     if spec is not None and not isinstance(spec, dict):
         raise click.BadParameter("must be a JSON object, or null for an A/A run", param_hint="--spec-config")
+    load_kw: dict = {"load": load, "arrival_seed": arrival_seed}
+    if time_scales is not None:
+        load_kw["time_scales"] = time_scales
+    if rates is not None:
+        load_kw["rates"] = rates
+    if load == "closed" or click.get_current_context().get_parameter_source("levels") != ParameterSource.DEFAULT:
+        # open loop: levels are derived from --time-scale/--rates; an explicit --levels is refused
+        load_kw["levels"] = levels
     cfg = ReplayConfig(
-        traffic=traffic, runs_dir=runs_dir, run_id=run_id, levels=levels,
+        traffic=traffic, runs_dir=runs_dir, run_id=run_id, **load_kw,
         arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
         max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
         repeats=repeats, verify=verify, samples=samples, restart_servers=restart_servers, prefix_cache=prefix_cache,
         api_key_env=api_key_env, model=model, dtype=dtype, baseline_url=baseline_url,
         speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
-        progress=not no_progress,
+        progress=not no_progress, mix=mix,
     )
     try:
         run_dir = run_replay(cfg)

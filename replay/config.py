@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.schemas.strict import RunName
 
@@ -108,7 +108,19 @@ class ReplayConfig(ClientOptions):
     traffic: Path = Field(description="Traffic mix (.parquet or .jsonl of TrafficRow).")
     runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
     run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
-    levels: list[int] = Field(default=list(DEFAULT_LEVELS), description="Closed-loop concurrency levels.")
+    levels: list[int] = Field(default=list(DEFAULT_LEVELS), description="Closed-loop concurrency levels. Open loop "
+                              "(--load recorded|poisson): set to the level keys 1..N, one per time scale or rate.")
+    load: Literal["closed", "recorded", "poisson"] = Field(
+        default="closed", description="closed: stepped concurrency (--levels); recorded: open loop on the rows' "
+                                      "recorded arrival_ms, once per --time-scale; poisson: open-loop Poisson arrivals, "
+                                      "once per --rates. Open-loop levels are keyed 1..N in the concurrency column "
+                                      "(specdec.replay.load).")
+    time_scales: list[float] = Field(default=[1.0], description="--load recorded: time scales, one level each "
+                                                                "(0.1 = ten times faster; a 60 s trace in 6 s).")
+    rates: list[float] | None = Field(default=None, description="--load poisson: request rates in requests/s, "
+                                                                "one level each (required with --load poisson).")
+    arrival_seed: int = Field(default=0, description="--load poisson: seed of the arrival times (the same times in "
+                                                     "every arm and repeat).")
     arms: list[str] = Field(default=["baseline", "speculative"], description="Arms to run, in order.")
     speculative_config: dict[str, Any] | None = Field(
         default_factory=lambda: dict(DEFAULT_SPEC_CONFIG),
@@ -137,6 +149,12 @@ class ReplayConfig(ClientOptions):
                                      "keep: do nothing (earlier blocks may warm later ones).")
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0,
                                   description="A level whose share of failed requests exceeds this is marked failed.")
+    mix: dict[str, float] | None = Field(
+        default=None, description="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): "
+                                  "the weights of the overall speedup in the speedup_weighted mart (recorded in the "
+                                  "manifest); default: the traffic file's own shares. It does not change what is "
+                                  "sent (a category's speedup does not depend on the weights); to send a "
+                                  "re-weighted traffic, make one with `specdec traffic mix`.")
     # embedded engine
     model: str | None = Field(default=None, description="Model folder; default: the prepared SmolLM2.")
     dtype: str = Field(default="bfloat16", description="Model dtype of both arms (embedded engine).")
@@ -171,6 +189,38 @@ class ReplayConfig(ClientOptions):
         if not math.isfinite(v):
             raise ValueError("must be a finite number of seconds")
         return v
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        from specdec.replay.traffic_mix import check_mix
+
+        return None if v is None else check_mix(v)
+
+    @field_validator("time_scales", "rates")
+    @classmethod
+    def _load_values(cls, v, info):
+        from specdec.replay.load import check_values
+
+        return check_values(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _load_levels(self) -> "ReplayConfig":
+        """Open loop: the options of the other modes are refused, and levels
+        become the level keys 1..N (specdec.replay.load)."""
+        if self.load != "recorded" and self.time_scales != [1.0]:
+            raise ValueError("time_scales (--time-scale) is for --load recorded")
+        if self.load != "poisson" and self.rates is not None:
+            raise ValueError("rates (--rates) is for --load poisson")
+        if self.load == "poisson" and self.rates is None:
+            raise ValueError("--load poisson needs rates (--rates R1,R2,... in requests/s)")
+        if self.load != "closed":
+            keys = list(range(1, len(self.time_scales if self.load == "recorded" else self.rates) + 1))
+            if "levels" in self.model_fields_set and self.levels not in (list(DEFAULT_LEVELS), keys):
+                raise ValueError("levels (--levels) are closed-loop concurrencies; open loop steps "
+                                 "--time-scale or --rates")
+            self.levels = keys
+        return self
 
     @property
     def external(self) -> bool:

@@ -16,11 +16,15 @@ from specdec.replay.capture_import import import_capture
 from specdec.replay.client import CHAT_PATH
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.host import engine_facts, host_facts, package_version
+from specdec.replay.load import plans as load_plans
+from specdec.replay.load import summary as load_summary
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
 from specdec.replay.server import LocalServer, ServerSpec, speculative_args
 from specdec.replay.traffic import load_traffic
+from specdec.replay.traffic_mix import unknown_categories
+from specdec.replay.traffic_profile import manifest_traffic
 from specdec.replay.urls import parse_endpoint
 from specdec.runfolder import (
     capture_dir, claim_run_dir, open_run_dir, server_log, write_manifest,
@@ -56,7 +60,10 @@ def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
 def run_replay(cfg: ReplayConfig) -> Path:
     max_model_len = None if cfg.external else ServerSpec.max_model_len
     traffic = load_traffic(cfg.traffic, max_model_len=max_model_len)
+    if cfg.mix and unknown_categories(cfg.mix, traffic.categories):
+        raise SpecdecError(f"--mix: {unknown_categories(cfg.mix, traffic.categories)}")
     _check_inputs(cfg, max_model_len)
+    load_plans(cfg, traffic, level_rows(traffic, cfg))  # an unfit file for the load mode stops the run here
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
 
     model_source: dict = {}
@@ -100,11 +107,11 @@ def run_replay(cfg: ReplayConfig) -> Path:
                                    "tools are sent as recorded",
                   "temperatures": sorted({r.temperature for r in rows}),
                   "max_tokens": sorted({r.max_tokens for r in rows})},
-        traffic=traffic.summary(), concurrency_levels=cfg.levels,
+        traffic=manifest_traffic(traffic), mix=cfg.mix, concurrency_levels=cfg.levels,
         warmup_requests=cfg.warmup_requests, host=host_facts(),
         max_error_rate=cfg.max_error_rate, capture=capture,
         timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
-        schedule={"repeats": cfg.repeats,
+        schedule={"repeats": cfg.repeats, "load": load_summary(cfg),
                   "order": ("repeat-major: fresh embedded servers before every repeat after the first, then every "
                             "level with the arms counterbalanced by repeat and level (A B, B A, ...)"
                             if cfg.restart_servers == "repeat" and not cfg.external and cfg.repeats > 1 else

@@ -1,10 +1,11 @@
-"""Closed-loop replay of a traffic mix, arm by arm, level by level.
+"""Replay of a traffic mix, arm by arm, level by level.
 
 For each arm: reach the server, send warm-up requests (any failure there stops
 the run at once with a message that names the URL, the status and the likely
 fix), then for each concurrency level C keep exactly C requests in flight
-until the level's requests are done, bracketed by two reads of the engine's
-counters. Results are written per level as soon as the level ends, so an
+until the level's requests are done (or, in open loop, send each request at
+its planned time: ``specdec.replay.load``), bracketed by two reads of the
+engine's counters. Results are written per level as soon as the level ends, so an
 interrupted run keeps every finished level (and the in-flight level's
 completed requests).
 """
@@ -21,10 +22,13 @@ import aiohttp
 import pyarrow as pa
 
 from specdec.errors import EngineError
+from specdec.replay.arrivals import session_predecessors
 from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, stream_chat
 from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
+from specdec.replay.load import LoadLevel, load_levels, plans
+from specdec.replay.open_loop import SendTime, run_open_level
 from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
@@ -57,16 +61,22 @@ def level_rows(traffic: Traffic, cfg: ReplayConfig) -> list[TrafficRow]:
 
 async def run_level(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
                     make_id, settings: ClientSettings | None = None, on_done=None,
-                    results: list | None = None) -> list[tuple[TrafficRow, StreamResult]]:
-    """Keep `level` requests in flight until all rows are sent; return results in
-    finish order. Pass `results` to keep what finished if the level is interrupted."""
+                    results: list | None = None, sends: dict | None = None) -> list[tuple[TrafficRow, StreamResult]]:
+    """Keep `level` requests in flight until all rows are sent, a session's turns
+    one after the other; return results in finish order. Pass `results` to keep
+    what finished if the level is interrupted, and `sends` to receive request
+    id -> SendTime (no intended time: closed loop)."""
     ep = as_endpoint(base_url)
+    t0 = time.perf_counter_ns()
 
     async def send(i: int) -> tuple[TrafficRow, StreamResult]:
-        return rows[i], await stream_chat(session, ep, model, rows[i], make_id(i), settings)
+        rid = make_id(i)
+        if sends is not None:
+            sends[rid] = SendTime(None, (time.perf_counter_ns() - t0) / 1e6)
+        return rows[i], await stream_chat(session, ep, model, rows[i], rid, settings)
 
     return await closed_loop(len(rows), level, send, None if on_done is None else (lambda done: on_done(done[1])),
-                             results)
+                             results, after=session_predecessors(rows))
 
 
 def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, model: str) -> str:
@@ -115,14 +125,23 @@ async def settled_counters(session, ep: Endpoint, settings: ClientSettings, trie
         ) from None
 
 
-def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0) -> pa.Table:
+def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0, load: LoadLevel | None = None,
+                  sends: dict[str, SendTime] | None = None) -> pa.Table:
+    """One block's RequestResult table; ``load`` (default: closed loop at
+    ``level``) and ``sends`` (request id -> SendTime) fill the load columns."""
+    load = load or LoadLevel(level, "closed", float(level))
+    sends = sends or {}
     cols: dict[str, list] = {f: [] for f in RequestResult.model_fields}
     for row, res in results:
+        when = sends.get(res.request_id)
         values = {
             "run_id": run_id, "arm": arm, "concurrency": level, "repeat": repeat, "prompt_id": row.prompt_id,
             "category": row.category, "max_tokens": row.max_tokens, "temperature": row.temperature,
             # None (unknown) unless the server reported a running count for every content chunk
             "chunk_tokens": res.chunk_tokens if len(res.chunk_tokens) == len(res.chunk_offsets_ms) else None,
+            "load_mode": load.mode, "level_value": load.value,
+            "intended_send_ms": when and when.intended_ms, "actual_send_ms": when and when.actual_ms,
+            "schedule_lag_ms": when and when.lag_ms, "session_wait_ms": when and when.session_wait_ms,
         }
         for f in cols:
             cols[f].append(values[f] if f in values else getattr(res, f))
@@ -141,6 +160,8 @@ class Replayer:
         self.eos_token_ids = eos_token_ids
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
+        self.loads = {lv.key: lv for lv in load_levels(cfg)}  # level key -> LoadLevel
+        self._plans: dict | None = None  # level key -> arrival plan (None: closed loop), same for every block
 
     async def run(self, endpoints: dict[str, str | Endpoint],
                   restart: Callable[[int], dict[str, str]] | None = None) -> None:
@@ -151,6 +172,7 @@ class Replayer:
         cfg = self.cfg
         eps = {arm: as_endpoint(url) for arm, url in endpoints.items()}
         rows = level_rows(self.traffic, cfg)
+        self._plans = plans(cfg, self.traffic, rows)  # traffic unfit for the load mode stops the run here
         greedy = [r for r in rows if r.temperature == 0]
         sampled = sampled_rows(rows) if cfg.samples else []
         requests_part(self.run_dir, "x", 0).parent.mkdir(parents=True, exist_ok=True)
@@ -196,21 +218,33 @@ class Replayer:
             return None
         return await reset_prefix_cache(session, ep, self.settings)
 
+    def _plan(self, rows, level: int):
+        """The level's arrival plan (None: closed loop), computed once for all levels."""
+        if self._plans is None:
+            self._plans = plans(self.cfg, self.traffic, rows)
+        return self._plans.get(level)
+
     async def _block(self, session, arm: str, ep: Endpoint, rows, level: int, repeat: int = 0) -> None:
+        load = self.loads.get(level) or LoadLevel(level, "closed", float(level))
+        plan = self._plan(rows, level)
         reset = await self._prepare(session, ep)
         self._snapshot(arm, level, repeat, "before", await settled_counters(session, ep, self.settings), reset)
+        if load.mode != "closed":
+            self.progress.message(f"{arm} {load.label}")
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
         results: list = []
+        sends: dict[str, SendTime] = {}
+        run = run_level if plan is None else run_open_level
         try:
-            await run_level(
-                session, ep, self.cfg.served_model, rows, level,
+            await run(
+                session, ep, self.cfg.served_model, rows, level if plan is None else plan,
                 lambda i: request_id(self.run_id, arm, level, i, repeat), self.settings,
-                on_done=lambda res: self.progress.advance(task, res), results=results,
+                on_done=lambda res: self.progress.advance(task, res), results=results, sends=sends,
             )
         finally:
             # keep whatever finished, even on Ctrl-C or a dead server
             if results:
-                write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat),
+                write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends),
                                      requests_part(self.run_dir, arm, level, repeat))
             self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
         self._snapshot(arm, level, repeat, "after", await settled_counters(session, ep, self.settings))

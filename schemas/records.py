@@ -161,7 +161,7 @@ class RequestResult(_Record):
 
     run_id: str = Field(description="Run identifier.")
     arm: Literal["baseline", "speculative"] = Field(description="Which server configuration served it.")
-    concurrency: int = Field(description="Closed-loop concurrency level (in-flight requests).")
+    concurrency: int = Field(description="The level key: in closed loop the concurrency (in-flight requests); in open loop (load_mode recorded or poisson) the level's rank 1..N by rising load, its setting in level_value.")
     repeat: int = Field(default=0, description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B, order counterbalanced), so host drift shows up as variance between repeats instead of bias; embedded servers are fresh per repeat by default (manifest.schedule.restart_servers).")
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
@@ -184,6 +184,12 @@ class RequestResult(_Record):
     spec_num_steps: int | None = Field(description="Engine's per-request count of verify rounds; None without speculation.")
     spec_num_draft_tokens: int | None = Field(description="Engine's per-request proposed draft tokens; None without speculation.")
     spec_num_accepted_tokens: int | None = Field(description="Engine's per-request accepted draft tokens; None without speculation.")
+    load_mode: Literal["closed", "recorded", "poisson"] = Field(default="closed", description="How the level sent requests (specdec.replay.load): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.")
+    level_value: float | None = Field(default=None, description="The level's setting: the concurrency (closed), the time scale (recorded; 0.1 = ten times faster) or the offered rate in requests/s (poisson); None if not recorded.")
+    intended_send_ms: float | None = Field(default=None, description="When the schedule meant to send the request, ms after the block's start (monotonic clock): the planned arrival, or the previous turn's finish if later; None in closed loop (a request goes when a slot frees).")
+    actual_send_ms: float | None = Field(default=None, description="When the client sent the request, ms after the block's start (monotonic clock); None if not recorded.")
+    schedule_lag_ms: float | None = Field(default=None, description="actual_send_ms - intended_send_ms [ms]: delay the client added to the schedule; None in closed loop.")
+    session_wait_ms: float | None = Field(default=None, description="Open loop: ms the request was held past its planned arrival because the previous turn of its session had not finished (0 if not held); None in closed loop or without a previous turn.")
 
 
 class MetricSnapshot(_Record):
@@ -246,6 +252,7 @@ class RunManifest(_Record):
     schedule: FreeForm = Field(default_factory=dict, description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the verification and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).")
     notes: list[Text] = Field(default_factory=list)
     kind: Literal["replay", "stability"] = Field(default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes).")
+    mix: dict[Text, Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]] | None = Field(default=None, description="Category shares given with specdec-replay --mix (summing to 1): the weights of the speedup_weighted mart. They do not change what was sent. None: the mart uses the traffic file's own shares (traffic.category_shares).")
 
 
 class StabilityResult(_Record):

@@ -4,6 +4,12 @@
 --   chunk_tokens: per content chunk, aligned with chunk_offsets_ms, the running
 --   output-token count the server reported [tokens]; NULL when it did not report
 --   one for every content chunk (per-chunk usage unknown).
+--   load_mode, level_value: how the level sent requests (closed | recorded |
+--   poisson) and its setting (concurrency, time scale, or rate in requests/s);
+--   in open loop, concurrency holds the level's key 1..N (specdec.replay.load).
+--   intended_send_ms, actual_send_ms: planned and actual send time, ms after the
+--   block's start (monotonic); schedule_lag_ms = actual - intended (NULL in
+--   closed loop); session_wait_ms: held for the previous turn of a session.
 with source as (
     select * from raw_requests
 ),
@@ -33,7 +39,13 @@ final as (
         finish_reason,
         spec_num_steps,
         spec_num_draft_tokens,
-        spec_num_accepted_tokens
+        spec_num_accepted_tokens,
+        load_mode,
+        level_value,
+        intended_send_ms,
+        actual_send_ms,
+        schedule_lag_ms,
+        session_wait_ms
     from source
 )
 select * from final
