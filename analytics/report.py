@@ -173,6 +173,68 @@ def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
              + _tab(t, table_id=row_anchor("speedup_natural_end")))]
 
 
+WEIGHTED_COLUMNS = ("category", "concurrency", "speedup", "speedup_unweighted", "speedup_geomean", "speedup_covered",
+                    "share", "share_used", "run_share", "baseline_time_share", "saved_fraction", "pairs",
+                    "baseline_e2e_ms_mean", "speculative_e2e_ms_mean", "covered_share", "note", "excluded_reason")
+
+
+def _traffic_charts(data: ReportData) -> str:
+    """The traffic's category shares (and the --mix shares when given) and, when
+    its rows have arrival times, its arrival-rate curve, from the manifest."""
+    import altair as alt
+
+    traffic, m = data.manifest.traffic or {}, data.manifest
+    recorded = traffic.get("category_shares")
+    shares = [{"category": c, "share": v, "weights": "traffic file"}
+              for c, v in (recorded.items() if isinstance(recorded, dict) else ())]
+    shares += [{"category": c, "share": v, "weights": "given --mix"} for c, v in (m.mix or {}).items()]
+    charts = {}
+    if shares:
+        charts["traffic_shares"] = alt.Chart(alt.Data(values=shares)).mark_bar().encode(
+            x=alt.X("share:Q", title="share of requests", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("category:N", title=None), yOffset="weights:N", color="weights:N",
+            tooltip=["category:N", "weights:N", alt.Tooltip("share:Q", format=".1%")],
+        ).properties(width=420, title="Category shares").to_dict()
+    curve = traffic.get("arrival_rate")
+    try:  # written by replay (traffic_profile.manifest_traffic); anything else is left undrawn
+        points = [{"t_s": curve["start_s"] + i * curve["bin_s"], "requests_per_s": float(r)}
+                  for i, r in enumerate(curve["requests_per_s"])]
+        title = (f"Arrival rate of the traffic ({curve['bin_s']:g} s bins, {int(curve['known'])} of "
+                 f"{int(curve['of'])} rows timed)")
+    except (TypeError, ValueError, KeyError):
+        points = []
+    if points:
+        charts["traffic_arrival"] = alt.Chart(alt.Data(values=points)).mark_line(interpolate="step-after").encode(
+            x=alt.X("t_s:Q", title="time from the start of the recording (s)"),
+            y=alt.Y("requests_per_s:Q", title="requests/s"),
+        ).properties(width=520, height=200, title=title).to_dict()
+    return "".join(f'<div id="{k}"></div><script>vegaEmbed(\'#{k}\', {script_json(v)}, {{actions: false}});</script>'
+                   for k, v in charts.items())
+
+
+def _weighted_speedup(data: ReportData) -> list[tuple[str, str]]:
+    """The speedup weighted by the service's category shares (mart
+    speedup_weighted) with each category's contribution, and the traffic's
+    shares and arrival-rate curve."""
+    t, charts = data.speedup_weighted, _traffic_charts(data)
+    if t is None and not charts:
+        return []
+    source = next((r["weights_source"] for r in t.dicts() if r["weights_source"]), None) if t is not None else None
+    text = ("<p>How much faster the service is with its own mix of categories (weights: "
+            f"{esc(source or 'none recorded')}). '(weighted)' rows: speedup = sum of share x baseline mean e2e / "
+            "sum of share x speculative mean e2e, the ratio of the mix's mean request times (at a fixed "
+            "concurrency also its throughput ratio); speedup_unweighted = geometric mean of every pair of the "
+            "level (the run's own mix, run_share); speedup_geomean = the weighted geometric mean of the "
+            "categories' figures. Category rows: speedup = baseline / speculative mean e2e of the category's "
+            "pairs, saved_fraction = its share of the mix's baseline time saved (the categories' sum is "
+            "1 - 1 / speedup). A category with a share but no figure makes the weighted speedup n/a "
+            "(excluded_reason names it); speedup_covered renormalises over the others. The per-category times "
+            "were measured in this run's mix; no interval yet. Re-weight what is sent with "
+            "<code>specdec traffic mix</code>.</p>")
+    table_html = _tab(t.pick(*WEIGHTED_COLUMNS), table_id=row_anchor("speedup_weighted")) if t is not None else ""
+    return [("Speedup weighted by the traffic's category shares", text + charts + table_html)]
+
+
 def _sections(data: ReportData) -> list[tuple[str, str]]:
     m = data.manifest
     out = []
@@ -186,6 +248,7 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
                 + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
     out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
     out += _natural_end_speedup(data)
+    out += _weighted_speedup(data)
     out.append(("Latency", f"<p>tpot_ms: {esc(DEFINITIONS['tpot_ms'])}; itl_chunk_gap_ms: "
                            f"{esc(DEFINITIONS['itl_chunk_gap_ms'])}; successful requests only.</p>"
                 + _tab(data.latency)))

@@ -70,6 +70,7 @@ class ReportData:
     capture_note: str | None  # set when no rounds were captured for the run
     notices: tuple[Notice, ...] = field(default=())
     verdict: tuple[Sentence, ...] = field(default=())
+    speedup_weighted: Table | None = None  # mart speedup_weighted; None when the database has no such rows
 
     @property
     def has_replay(self) -> bool:
@@ -162,6 +163,7 @@ def load_report(con) -> ReportData:
         lossless_divergences=_view(con, "lossless_divergences"),
         sampling=_nonempty(_view(con, "sampling")),
         speedup_natural_end=_nonempty(_view(con, "speedup_natural_end")),
+        speedup_weighted=_nonempty(_view(con, "speedup_weighted")),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )
