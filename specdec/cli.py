@@ -185,6 +185,7 @@ def finish_run(run_dir: Path) -> None:
         )
 
 from specdec.replay.stability import stability_command; main.add_command(stability_command, "stability")  # noqa: E402,E702
+from specdec.replay.traffic_cli import traffic; main.add_command(traffic, "traffic")  # noqa: E402,E702
 
 if __name__ == "__main__":  # pragma: no cover
     main()

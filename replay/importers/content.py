@@ -1,0 +1,206 @@
+"""Give each imported trace row real content from the prompt pool.
+
+Per row, all choices are seeded and deterministic (``unit_hash`` of the seed and
+the row's key):
+
+* category: ``--category C`` (C a category or a tier), else ``--mix`` (a
+  weighted draw; weights are normalized), else the trace's own label (Azure's
+  code / conversation files); a session's turns share one category;
+* prompt: one of the category's prompts, among those that fit the row's input
+  length (the shortest when none fits);
+* context, in front of the prompt, until the chat reaches the input length
+  (``specdec.replay.prompt_pool.compose``):
+  - Mooncake ``hash_ids``: each hash id (a 512-token prefix block in the trace)
+    is given its own run of material units, the first time it is seen, from one
+    global stream of material; a row's context is its blocks in order, so rows
+    sharing leading hash ids share leading text and prefix caching sees it;
+  - sessions (BurstGPT ``Session ID``): a turn's messages are the previous
+    turn's messages, a stand-in assistant reply (material, about the previous
+    turn's recorded output length, at most ``MAX_REPLY_TOKENS``) and a new user
+    message; when that history is already longer than the turn's input length
+    the turn is composed alone and the note says so;
+  - otherwise: the pieces the prompt's category reads first (code for code,
+    documents for summaries, dialogues for chat), same language first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from specdec.errors import SpecdecError
+from specdec.replay.prompt_pool import (
+    KIND_PREFERENCE, Composed, Pool, PoolPrompt, TokenCounter, Unit, compose, split_units, unit_hash,
+)
+
+#: Tokens of one Mooncake prefix block (trace-formats.md).
+BLOCK_TOKENS = 512
+#: Longest stand-in assistant reply between two turns of a session.
+MAX_REPLY_TOKENS = 256
+_LANG_RANK = {"en": {"en": 0, "mixed": 1, "zh": 2}, "zh": {"zh": 0, "mixed": 1, "en": 2},
+              "mixed": {"mixed": 0, "en": 1, "zh": 1}}
+
+
+@dataclass
+class Assigned:
+    category: str
+    tier: str
+    messages: list[dict]
+    note: str
+    status: str
+
+
+@dataclass
+class _Session:
+    choice: str
+    messages: list[dict] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)  # the session's material, in order
+    offset: int = 0  # units of it already used
+    last_output: int = 0
+
+
+class ContentAssigner:
+    """Assigns pool content to rows, in arrival order (the order matters for
+    Mooncake blocks and sessions, so it is part of the determinism)."""
+
+    def __init__(self, pool: Pool, counter: TokenCounter, seed: int, category: str | None = None,
+                 mix: dict[str, float] | None = None, max_input_tokens: int | None = None):
+        self.pool, self.counter, self.seed = pool, counter, seed
+        self.category, self.max_input_tokens = category, max_input_tokens
+        for key in [category] if category else list(mix or {}):
+            if not pool.matching(key):
+                raise SpecdecError(f"{key!r} is neither a category nor a tier of the prompt pool "
+                                   f"(categories: {', '.join(pool.categories())}; tiers: high, medium, low)")
+        total = sum((mix or {}).values())
+        self.mix = [(k, w / total) for k, w in sorted((mix or {}).items()) if w > 0] if mix else None
+        self._units: dict[str, list[Unit]] = {}
+        self._base: dict[str, int] = {}
+        self._stream: list[Unit] | None = None
+        self._blocks: dict[int, list[int]] = {}
+        self._cursor = 0
+        self._sessions: dict[str, _Session] = {}
+        self.statuses: Counter[str] = Counter()
+        self.capped = 0
+
+    # -------------------------------------------------------------- choices
+    def choose(self, key: str, label: str | None) -> str:
+        if self.category:
+            return self.category
+        if self.mix:
+            u, acc = unit_hash(self.seed, "category", key), 0.0
+            for name, weight in self.mix:
+                acc += weight
+                if u < acc:
+                    return name
+            return self.mix[-1][0]
+        if label is None or not self.pool.matching(label):
+            raise SpecdecError("this trace carries no category the prompt pool knows: give --category or --mix")
+        return label
+
+    def _prompt(self, choice: str, key: str, target: int) -> PoolPrompt:
+        candidates = self.pool.matching(choice)
+        fitting = [p for p in candidates if self._base_tokens(p) <= target]
+        if not fitting:
+            return min(candidates, key=lambda p: (self._base_tokens(p), p.id))
+        return fitting[int(unit_hash(self.seed, "prompt", key) * len(fitting))]
+
+    def _base_tokens(self, p: PoolPrompt) -> int:
+        if p.id not in self._base:
+            self._base[p.id] = self.counter.chat([{"role": "user", "content": p.text}])
+        return self._base[p.id]
+
+    def _piece_units(self, piece_id: str) -> list[Unit]:
+        if piece_id not in self._units:
+            piece = next(p for p in self.pool.pieces if p.id == piece_id)
+            self._units[piece_id] = split_units(piece, self.counter)
+        return self._units[piece_id]
+
+    def _ordered_units(self, prompt: PoolPrompt, key: str) -> list[Unit]:
+        kinds = KIND_PREFERENCE.get(prompt.category, ("document", "code", "dialogue"))
+        ranks = _LANG_RANK[prompt.language]
+        order = sorted(self.pool.pieces, key=lambda p: (kinds.index(p.kind), ranks[p.language],
+                                                        unit_hash(self.seed, "piece", key, p.id)))
+        return [u for p in order for u in self._piece_units(p.id)]
+
+    # -------------------------------------------------------------- Mooncake blocks
+    def _block(self, hash_id: int) -> list[int]:
+        if self._stream is None:
+            order = sorted(self.pool.pieces, key=lambda p: unit_hash(self.seed, "stream", p.id))
+            self._stream = [u for p in order for u in self._piece_units(p.id)]
+        if hash_id not in self._blocks:
+            idx, tokens = [], 0
+            while tokens < BLOCK_TOKENS and len(idx) < len(self._stream):
+                idx.append(self._cursor)
+                tokens += self._stream[self._cursor].tokens
+                self._cursor = (self._cursor + 1) % len(self._stream)
+            self._blocks[hash_id] = idx
+        return self._blocks[hash_id]
+
+    def _block_units(self, hash_ids: tuple[int, ...]) -> tuple[list[Unit], int]:
+        """A row's blocks in order, stopping before a block whose material the
+        row already holds (the row is longer than all material); returns the
+        units and how many blocks were used."""
+        used: set[int] = set()
+        out: list[Unit] = []
+        for n, h in enumerate(hash_ids):
+            idx = self._block(h)
+            if used.intersection(idx):
+                return out, n
+            used.update(idx)
+            out.extend(self._stream[i] for i in idx)
+        return out, len(hash_ids)
+
+    # -------------------------------------------------------------- one row
+    def assign(self, key: str, input_tokens: int, output_tokens: int, *, label: str | None = None,
+               hash_ids: tuple[int, ...] = (), session: str | None = None, cap: int | None = None) -> Assigned:
+        """Content for one row; ``cap`` (the room the row's output leaves in
+        the served model's context) and ``max_input_tokens`` bound the target."""
+        target, extra = input_tokens, {}
+        limit = min((c for c in (cap, self.max_input_tokens) if c is not None), default=None)
+        if limit is not None and target > limit:
+            target, extra["capped_from"] = limit, input_tokens
+            self.capped += 1
+        state = None
+        if session is not None:
+            state = self._sessions.get(session)
+            if state is None:
+                state = self._sessions[session] = _Session(self.choose(f"session:{session}", label))
+            choice = state.choice
+        else:
+            choice = self.choose(key, label)
+        prompt = self._prompt(choice, key, target)
+        if hash_ids:
+            units, n_blocks = self._block_units(hash_ids)
+            extra["hash_blocks"] = f"{n_blocks} of {len(hash_ids)}"
+            done = compose(prompt, target, units, self.counter)
+        elif state is not None:
+            if not state.units:
+                state.units = self._ordered_units(prompt, f"session:{session}")
+            done = self._session_turn(state, prompt, target, extra)
+            state.last_output = output_tokens
+        else:
+            done = compose(prompt, target, self._ordered_units(prompt, key), self.counter)
+        self.statuses[done.status] += 1
+        return Assigned(prompt.category, prompt.tier, done.messages, done.note(**extra), done.status)
+
+    def _session_turn(self, state: _Session, prompt: PoolPrompt, target: int, extra: dict) -> Composed:
+        units = state.units
+        history: list[dict] = []
+        if state.messages:
+            reply_units, used = [], 0
+            for u in units[state.offset:]:
+                if used + u.tokens > min(max(state.last_output, 1), MAX_REPLY_TOKENS) and reply_units:
+                    break
+                reply_units.append(u)
+                used += u.tokens
+            state.offset += len(reply_units)
+            reply = "".join(u.text for u in reply_units).strip() or "OK."
+            history = state.messages + [{"role": "assistant", "content": reply}]
+            extra["history"] = f"{len(state.messages)} earlier message(s) + stand-in reply of {used} tokens"
+        done = compose(prompt, target, units[state.offset:], self.counter, history)
+        if history and done.status == "over":
+            extra["history"] = "dropped: the earlier turns are longer than this turn's input length"
+            done = compose(prompt, target, units[state.offset:], self.counter)
+        state.offset += done.n_units
+        state.messages = done.messages
+        return done
