@@ -56,6 +56,9 @@ Method (stated again in the ``speedup`` mart header and in the report):
   of the segment's paired log ratios (``int_natural_end_pairs``), block
   figures per repeat plus the run's noise pool, as above. ``segment`` is NULL
   on every other row.
+- **weighted** (category '(weighted)', ``speedup_weighted``): per repeat the
+  block figure ln(sum_c w_c Tb_c / sum_c w_c Ts_c) over the level's weighted
+  categories (repeats where each has pairs), plus the run's noise pool.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ from collections import defaultdict
 from typing import Iterable, Sequence
 
 import numpy as np
+
+from specdec.analytics.models import has_view
 
 __all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "block_interval", "block_residuals",
            "cluster_interval", "compute", "create_table", "fill", "geometric_mean", "request_level_interval",
@@ -207,8 +212,7 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
 
     # per group, its per-repeat block figures; the run's noise pool from all of them
     block_means = {key: _means(reps) for key, reps in by_repeat.items()}
-    pool = noise_pool((m for k, m in sorted(block_means.items()) if k[0] == "ab"),
-                      (m for k, m in sorted(block_means.items()) if k[0] == "aa"))
+    pool = _pool(block_means)
 
     out = []
 
@@ -229,6 +233,47 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     for (category, concurrency, segment) in sorted(by_segment):
         add(("ab", category, concurrency), segment, "measurement", measurement,
             block_interval(_means(by_segment[category, concurrency, segment]), pool))
+    return out
+
+
+def _pool(block_means: dict[tuple, list[float]]) -> list[float]:
+    return noise_pool((m for k, m in sorted(block_means.items()) if k[0] == "ab"),
+                      (m for k, m in sorted(block_means.items()) if k[0] == "aa"))
+
+
+def weighted(pairs: Iterable[tuple], blocks: Iterable[tuple], times: Iterable[tuple]) -> list[tuple]:
+    """Rows of ``int_speedup_intervals`` for the weighted overall speedup
+    (``speedup_weighted``, category '(weighted)').
+
+    ``pairs`` and ``blocks`` as for ``compute`` (they give the run's noise
+    pool); ``times``: (concurrency, repeat, category, weight, baseline mean
+    e2e, speculative mean e2e) per weighted category (weight > 0) with pairs in
+    that repeat. A repeat's block figure is ln(sum w Tb / sum w Ts) over the
+    level's weighted categories, used only when every one of them has pairs in
+    that repeat; the interval needs 2 such repeats, like the speedup mart's."""
+    by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for comparison, category, concurrency, _prompt_id, repeat, log_ratio in pairs:
+        by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
+    for comparison, concurrency, repeat, log_ratio in blocks:
+        by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
+    pool = _pool({key: _means(reps) for key, reps in by_repeat.items()})
+
+    level_categories: dict[int, set[str]] = defaultdict(set)
+    sums: dict[tuple[int, int], list] = defaultdict(lambda: [0.0, 0.0, set()])
+    for concurrency, repeat, category, weight, base_ms, spec_ms in times:
+        level_categories[concurrency].add(category)
+        acc = sums[concurrency, repeat]
+        acc[0] += weight * base_ms
+        acc[1] += weight * spec_ms
+        acc[2].add(category)
+    out = []
+    for level in sorted(level_categories):
+        figures = [math.log(b / s) for (lv, _r), (b, s, cats) in sorted(sums.items())
+                   if lv == level and cats == level_categories[level] and b > 0 and s > 0]
+        ci = block_interval(figures, pool)
+        if ci is not None:
+            out.append(("ab", "(weighted)", level, None, "measurement", ci[0], ci[1], RESAMPLES, SEED,
+                        "repeats resampled: per-repeat weighted mean e2e ratio plus the run's pooled block noise"))
     return out
 
 
@@ -253,5 +298,14 @@ def fill(con) -> None:
                            "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
                            "order by category, concurrency, segment, prompt_id, repeat, pair_index").fetchall()
     rows = compute(pairs, blocks, segments)
+    if has_view(con, "speedup_weighted"):
+        times = con.execute("""
+            select p.concurrency, p.repeat, p.category, w.share_used,
+                   avg(p.reference_e2e_ms), avg(p.treatment_e2e_ms)
+            from int_requests_paired p
+            join speedup_weighted w on w.category = p.category and w.concurrency = p.concurrency
+            where p.comparison = 'ab' and w.category <> '(weighted)' and w.share_used > 0
+            group by all order by all""").fetchall()
+        rows += weighted(pairs, blocks, times)
     if rows:
         con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)

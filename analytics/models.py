@@ -77,3 +77,8 @@ def order(models: list[SqlModel]) -> list[SqlModel]:
 
 def _strip_comments(sql: str) -> str:
     return re.sub(r"--[^\n]*", "", sql)
+
+
+def has_view(con, name: str) -> bool:
+    """Whether the database has a view (a model) of this name."""
+    return bool(con.execute("select count(*) from duckdb_views() where view_name = ?", [name]).fetchone()[0])

@@ -173,7 +173,7 @@ def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
              + _tab(t, table_id=row_anchor("speedup_natural_end")))]
 
 
-WEIGHTED_COLUMNS = ("category", "concurrency", "speedup", "speedup_unweighted", "speedup_geomean", "speedup_covered",
+WEIGHTED_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "speedup_unweighted", "speedup_geomean", "speedup_covered",
                     "share", "share_used", "run_share", "baseline_time_share", "saved_fraction", "pairs",
                     "baseline_e2e_ms_mean", "speculative_e2e_ms_mean", "covered_share", "note", "excluded_reason")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from specdec.analytics.models import has_view
 from specdec.analytics.verdict import Sentence, verdict
 from specdec.schemas.records import RunManifest
 
@@ -98,15 +99,11 @@ def _table(con, sql: str) -> Table:
 
 
 def _view(con, name: str) -> Table | None:
-    return _table(con, f"select * from {name}") if _has_view(con, name) else None
+    return _table(con, f"select * from {name}") if has_view(con, name) else None
 
 
 def _nonempty(t: Table | None) -> Table | None:
     return t if t is not None and t.rows else None
-
-
-def _has_view(con, name: str) -> bool:
-    return bool(con.execute("select count(*) from duckdb_views() where view_name = ?", [name]).fetchone()[0])
 
 
 def capture_source(manifest: RunManifest) -> str:
@@ -137,7 +134,7 @@ def load_report(con) -> ReportData:
     if errors and statuses:
         errors += f" ({statuses})"
     stability = None
-    if _has_view(con, "stability"):
+    if has_view(con, "stability"):
         st = _table(con, "select * from stability")
         stability = st if st.rows else None
     capture_note = None

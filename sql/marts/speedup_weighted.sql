@@ -56,8 +56,12 @@
 --   share_used, run_share, baseline_time_share  NULL
 -- Caveats: the per-category times were measured in the run's own mix at that concurrency;
 --   re-weighting assumes a category's times do not depend on what it is batched with. To
---   measure a mix itself, replay a file re-weighted with `specdec traffic mix`. No interval
---   yet: analytics/intervals.py bootstraps only the speedup mart's figures.
+--   measure a mix itself, replay a file re-weighted with `specdec traffic mix`.
+--   ci_low, ci_high  '(weighted)' rows only: the 95% measurement interval of speedup, computed
+--                    by analytics/intervals.py as the speedup mart's: per repeat the block figure
+--                    ln(sum_c share_used_c Tb_c,r / sum_c share_used_c Ts_c,r) (repeats in which
+--                    every weighted category has a pair), plus values drawn from the run's noise
+--                    pool; NULL with fewer than 2 such repeats, or when speedup is NULL
 --   definition       which figure the row's speedup is, in words
 --   note             what to know about the row: a category with no share contributes nothing;
 --                    a category with a share but no figure is left out of speedup_covered
@@ -265,6 +269,14 @@ final as (
         case when excluded_reason is null or speedup_covered is not null then speculative_e2e_ms_mean end
             as speculative_e2e_ms_mean,
         case when excluded_reason is null then speedup end as speedup,
+        case when excluded_reason is null and category = '(weighted)' then (
+            select i.ci_low from int_speedup_intervals i
+            where i.category = '(weighted)' and i.concurrency = all_rows.concurrency
+              and i.comparison = 'ab' and i."interval" = 'measurement') end as ci_low,
+        case when excluded_reason is null and category = '(weighted)' then (
+            select i.ci_high from int_speedup_intervals i
+            where i.category = '(weighted)' and i.concurrency = all_rows.concurrency
+              and i.comparison = 'ab' and i."interval" = 'measurement') end as ci_high,
         case when excluded_reason is null then speedup_geomean end as speedup_geomean,
         speedup_unweighted,
         speedup_covered,

@@ -158,3 +158,29 @@ def test_the_report_draws_no_arrival_curve_for_untimed_traffic(tmp_path):
     page = write_report(tmp_path)[0].read_text(encoding="utf-8")
     assert '<div id="traffic_shares"></div>' in page
     assert "traffic_arrival" not in page
+
+
+def test_the_weighted_figure_has_a_measurement_interval(tmp_path, query):
+    """Repeat 1 runs the speculative arm 1.2x slower for every prompt: weighted
+    block figures (shares 0.5/0.5) ln(3000 / 2000) and ln(3000 / 2400). Every
+    group's A/B figures move by ln 1.2 between the repeats, so every residual
+    is +-s, s = sqrt(2) ln(1.2) / 2; the baseline never moves (every A/A
+    figure 0), so the pool is the A/B residuals, and the interval is the mean
+    of the two block figures times exp(-+s) (the mean of two draws)."""
+    slow = lambda arm, pid, level, r: e2e(arm, pid, level, r) * (1.2 if arm == "speculative" and r == 1 else 1)  # noqa
+    run(tmp_path, requests=repeated_requests(slow), traffic=traffic(code=0.5, chat=0.5))
+    w = rows(query)["(weighted)"]
+    figures = [math.log(3000 / 2000), math.log(3000 / 2400)]
+    centre = math.exp(sum(figures) / 2)
+    assert w["ci_low"] < centre < w["ci_high"]
+    # every group's residual is +-ln(1.2)/2 x sqrt(2); the mean of two draws reaches +-that
+    s = math.log(1.2) / 2 * math.sqrt(2)
+    assert (w["ci_low"], w["ci_high"]) == (approx(centre * math.exp(-s)), approx(centre * math.exp(s)))
+    assert rows(query)["code"]["ci_low"] is None  # category rows: their interval is in the speedup mart
+
+
+def test_one_repeat_gives_no_weighted_interval(tmp_path, query):
+    write_run(tmp_path, requests=repeated_requests(e2e, levels=(1,), repeats=1), rounds=[],
+              counters=repeated_counters(levels=(1,), repeats=1),
+              manifest=make_manifest(traffic=traffic(code=0.5, chat=0.5)))
+    assert rows(query)["(weighted)"]["ci_low"] is None
