@@ -1,5 +1,6 @@
 """``specdec-capture``: run a vLLM server with the capture plugin switched on
-(the sidecar use), and summarize a capture folder."""
+(the sidecar use), summarize a capture folder, and record a service's own
+traffic with a transparent reverse proxy (``proxy``, ``proxy-export``)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,71 @@ def selfcheck(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
     click.echo(text)
     if not result["match"]:
         raise SystemExit(1)
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", value
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or not host:
+        raise click.BadParameter(f"{value!r}: expected HOST:PORT, e.g. 127.0.0.1:8001")
+    return host.strip("[]"), int(port)
+
+
+@main.command()
+@click.option("--upstream", required=True, help="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000.")
+@click.option("--listen", default="127.0.0.1:8001", show_default=True,
+              help="HOST:PORT to listen on: loopback unless you say otherwise (port 0: any free port).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder of the traffic part files (date=YYYY-MM-DD/part-*.parquet).")
+@click.option("--content", type=click.Choice(["hash", "keep"]), default="hash", show_default=True,
+              help="hash: keep roles and structure, replace every text by sha256:<hex>:<tokens>; "
+                   "keep: record the content as sent.")
+@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="JSON category rules on route, model or message content (see specdec.capture.proxy_rules).")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="tokenizer.json for the token lengths of --content hash (default: a stated approximation).")
+@click.option("--flush-s", type=float, default=2.0, show_default=True, callback=_flush_s_option,
+              help="Seconds between Parquet flushes (0.01 to 3600).")
+@handle_errors
+def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None:
+    """Forward an OpenAI-compatible API unchanged (streaming included) and
+    record each chat/completions request as a traffic row.
+
+    \b
+    Category: the X-Specdec-Category header, else --rules, else 'unknown'.
+    Session: the X-Specdec-Session header (turn = earlier assistant messages).
+    Authorization and cookies pass through and are never recorded. Counters:
+    GET /specdec/stats on the proxy. Stop with Ctrl-C (or SIGTERM): every
+    recorded row is written first. Then: specdec-capture proxy-export.
+    """
+    from specdec.capture.proxy import ProxySettings, run_proxy
+    from specdec.capture.settings import SettingError, usable_dir
+
+    host, port = _listen(listen)
+    try:
+        out_dir = usable_dir(out_dir, "--out")
+    except SettingError as exc:
+        raise click.ClickException(str(exc)) from None
+    settings = ProxySettings(upstream=upstream, host=host, port=port, out_dir=out_dir, content=content,
+                             rules=rules, tokenizer=tokenizer, flush_s=flush_s)
+    run_proxy(settings, announce=lambda text: click.echo(text))
+
+
+@main.command("proxy-export")
+@click.argument("proxy_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("traffic.parquet"),
+              show_default=True, help="The traffic file to write.")
+@click.option("--since", default=None, metavar="YYYY-MM-DD", help="First date partition to include.")
+@click.option("--until", default=None, metavar="YYYY-MM-DD", help="Last date partition to include.")
+@handle_errors
+def proxy_export(proxy_dir, out, since, until) -> None:
+    """Merge a proxy's part files into one traffic file for specdec-replay."""
+    import json
+
+    from specdec.capture.proxy_export import export_traffic
+
+    click.echo(json.dumps(export_traffic(proxy_dir, out, since, until)))
 
 
 if __name__ == "__main__":  # pragma: no cover

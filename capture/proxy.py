@@ -1,0 +1,247 @@
+"""``specdec-capture proxy``: a transparent reverse proxy in front of an
+OpenAI-compatible server that records the traffic it sees (the staging use).
+
+Every request is forwarded as it came (method, path, query, body, headers
+except hop-by-hop ones, ``Host``, ``Content-Length`` and the proxy's own
+``X-Specdec-*`` instructions, which are not sent upstream). The response goes
+back chunk by chunk as it arrives, unchanged: status, reason, headers (except
+hop-by-hop ones) and body bytes; compressed bodies stay compressed (the
+upstream client neither decompresses nor adds Accept-Encoding, User-Agent,
+Accept or Content-Type headers the client did not send, and keeps no cookies).
+``Authorization`` and ``Cookie`` pass through and are never recorded: the
+recorder sees only the request body, the path and the two X-Specdec headers.
+
+Chat and completions requests (``POST .../chat/completions``,
+``POST .../completions``) are handed to the recorder (``proxy_writer``) after
+the last byte went back to the client; the proxy keeps only references to the
+bytes in the meantime. A failure to record is counted, never raised.
+``GET /specdec/stats`` answers with the proxy's counters (never forwarded).
+An unreachable upstream gets a 502 from the proxy itself, in the OpenAI error
+shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+from yarl import URL
+
+from specdec.capture.proxy_record import Exchange, RowMaker, is_recorded_route
+from specdec.capture.proxy_redact import Redactor
+from specdec.capture.proxy_rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
+from specdec.capture.proxy_writer import DEFAULT_FLUSH_S, Recorder
+
+log = logging.getLogger("specdec.capture.proxy")
+
+STATS_PATH = "/specdec/stats"
+OWN_HEADER_PREFIX = "x-specdec-"
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+                        "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
+MAX_BODY_BYTES = 256 * 2**20
+DEFAULT_PORT = 8001
+#: On SIGINT/SIGTERM, streams in flight get this long to finish (and be recorded).
+SHUTDOWN_GRACE_S = 15.0
+
+
+class ProxySettings(BaseModel):
+    """The validated options of ``specdec-capture proxy``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    upstream: str = Field(description="Base URL of the server to forward to, e.g. http://127.0.0.1:8000.")
+    host: str = Field(default="127.0.0.1", description="Address to listen on (loopback unless told otherwise).")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port to listen on; 0: any free port.")
+    out_dir: Path = Field(description="Folder of the date-partitioned traffic Parquet files.")
+    content: Literal["keep", "hash"] = Field(default="hash", description="hash: texts replaced by hash and token "
+                                                                         "length; keep: content recorded as sent.")
+    rules: Path | None = Field(default=None, description="JSON file of category rules (see proxy_rules).")
+    tokenizer: Path | None = Field(default=None, description="tokenizer.json for token lengths in hash mode.")
+    flush_s: float = Field(default=DEFAULT_FLUSH_S, gt=0, description="Seconds between Parquet flushes.")
+
+
+def _drop(headers, extra: frozenset[str]) -> list[tuple[str, str]]:
+    named = {t.strip().lower() for t in headers.get("Connection", "").split(",") if t.strip()}
+    drop = HOP_BY_HOP | named | extra
+    return [(k, v) for k, v in headers.items()
+            if k.lower() not in drop and not k.lower().startswith(OWN_HEADER_PREFIX)]
+
+
+def request_headers(headers) -> list[tuple[str, str]]:
+    """Headers sent upstream: the client's, less hop-by-hop, Host, Content-Length and X-Specdec-*."""
+    return _drop(headers, frozenset({"host", "content-length"}))
+
+
+def response_headers(headers) -> list[tuple[str, str]]:
+    """Headers sent back: the upstream's, less hop-by-hop ones."""
+    named = {t.strip().lower() for t in headers.get("Connection", "").split(",") if t.strip()}
+    return [(k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP | named]
+
+
+class Proxy:
+    """The aiohttp application and its upstream session."""
+
+    def __init__(self, upstream_base: str, recorder: Recorder | None):
+        self.base = upstream_base.rstrip("/")
+        self.recorder = recorder
+        self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "submit_failures": 0}
+        self.session: aiohttp.ClientSession | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get(STATS_PATH, self.stats)
+        app.router.add_route("*", "/{tail:.*}", self.forward)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, app) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+
+    async def _close(self, app) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def stats(self, request: web.Request) -> web.Response:
+        rec = self.recorder.stats() if self.recorder is not None else None
+        return web.json_response({"proxy": self.counts, "recording": rec})
+
+    def _exchange(self, request: web.Request) -> Exchange | None:
+        rec = self.recorder
+        if rec is None or not is_recorded_route(request.method, request.path):
+            return None
+        try:
+            return Exchange(prompt_id=rec.new_prompt_id(), path=request.path, arrival_ms=rec.arrival_ms(),
+                            wall_ns=time.time_ns(), body=b"", category=request.headers.get(CATEGORY_HEADER),
+                            session=request.headers.get(SESSION_HEADER))
+        except Exception:  # never let recording touch the request
+            self.counts["submit_failures"] += 1
+            return None
+
+    async def forward(self, request: web.Request) -> web.StreamResponse:
+        self.counts["requests"] += 1
+        ex = self._exchange(request)
+        body = await request.read()
+        if ex is not None:
+            ex.body = body
+        url = URL(self.base + request.raw_path, encoded=True)
+        try:
+            upstream = await self.session.request(request.method, url, headers=request_headers(request.headers),
+                                                  data=body or None, allow_redirects=False)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            self.counts["upstream_unreachable"] += 1
+            return web.json_response({"error": {"message": f"specdec proxy: upstream not reachable "
+                                                           f"({type(exc).__name__})",
+                                                "type": "upstream_unreachable", "code": 502}}, status=502)
+        try:
+            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                      headers=response_headers(upstream.headers))
+            if ex is not None:
+                ex.status = upstream.status
+                ex.content_type = upstream.headers.get("Content-Type", "")
+                ex.content_encoding = upstream.headers.get("Content-Encoding", "")
+            await resp.prepare(request)
+            chunks = ex.chunks if ex is not None else None
+            async for chunk in upstream.content.iter_any():
+                if chunks is not None:
+                    chunks.append(chunk)
+                await resp.write(chunk)
+            await resp.write_eof()
+            if ex is not None:
+                ex.complete = True
+            return resp
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            self.counts["client_gone"] += 1  # the client left: stop the upstream stream too
+            upstream.close()
+            return resp
+        finally:
+            upstream.release()
+            if ex is not None:
+                try:
+                    self.recorder.submit(ex)
+                except Exception:
+                    self.counts["submit_failures"] += 1
+
+
+@dataclass
+class Running:
+    """A started proxy (``start_proxy``): its URL and how to stop it."""
+
+    url: str
+    runner: web.AppRunner
+    recorder: Recorder | None
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+        if self.recorder is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.recorder.close)
+
+
+def make_recorder(settings: ProxySettings) -> Recorder:
+    rules = load_rules(settings.rules) if settings.rules is not None else CategoryRules()
+    redactor = None
+    if settings.content == "hash":
+        redactor = Redactor.from_tokenizer_file(settings.tokenizer) if settings.tokenizer else Redactor()
+    return Recorder(settings.out_dir, RowMaker(rules, redactor), settings.flush_s)
+
+
+async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None) -> Running:
+    """Start the proxy on the running loop (the recorder's thread too)."""
+    from specdec.replay.urls import parse_endpoint
+
+    endpoint = parse_endpoint(settings.upstream, option="--upstream")
+    if endpoint.query or endpoint.user or endpoint.password:
+        from specdec.errors import SpecdecError
+
+        raise SpecdecError("--upstream: give the URL without credentials or query; the clients' own "
+                           "Authorization header passes through")
+    recorder = (recorder or make_recorder(settings)).start()
+    runner = web.AppRunner(Proxy(endpoint.base, recorder).app(), access_log=None, handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_GRACE_S)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        recorder.close()
+        from specdec.errors import SpecdecError
+
+        raise SpecdecError(f"--listen {settings.host}:{settings.port}: cannot listen there "
+                           f"({exc.strerror or exc})") from None
+    host, port = runner.addresses[0][:2]
+    host = f"[{host}]" if ":" in host else host
+    return Running(f"http://{host}:{port}", runner, recorder)
+
+
+def run_proxy(settings: ProxySettings, announce=print) -> None:
+    """Serve until SIGINT or SIGTERM, then write every recorded row and stop."""
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        running = await start_proxy(settings)
+        announce(f"specdec proxy listening on {running.url} -> {settings.upstream} "
+                 f"(recording into {settings.out_dir}, content: {settings.content}; stats: {running.url}{STATS_PATH})")
+        try:
+            await stop.wait()
+        finally:
+            await running.stop()
+            stats = running.recorder.stats()
+            announce(f"specdec proxy stopped: {stats['rows_written']} rows written, "
+                     f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written")
+
+    asyncio.run(main())
