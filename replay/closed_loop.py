@@ -43,13 +43,7 @@ async def closed_loop(count: int, level: int, send: Callable[[int], Awaitable[T]
             if on_done is not None:
                 on_done(out)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(level, count))]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for t in tasks:
-            t.cancel()
-    return results
+    return await _pool(worker, min(level, count), results)
 
 
 async def _ordered(count: int, level: int, send, on_done, results: list, after: Sequence[int | None]) -> list:
@@ -74,7 +68,13 @@ async def _ordered(count: int, level: int, send, on_done, results: list, after: 
             if on_done is not None:
                 on_done(out)
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(level, count))]
+    return await _pool(worker, min(level, count), results)
+
+
+async def _pool(worker, n: int, results: list) -> list:
+    """Run n copies of worker until all return; cancel the rest if one fails
+    or the caller is cancelled (Ctrl-C): results keeps what finished."""
+    tasks = [asyncio.create_task(worker()) for _ in range(n)]
     try:
         await asyncio.gather(*tasks)
     finally:

@@ -48,12 +48,7 @@ def interleaved(levels: list[int], repeats: int, arms: list[str], verify: bool,
         for repeat in range(repeats):
             for arm in (arms if repeat % 2 == 0 else arms[::-1]):
                 yield Block("timed", arm, level, repeat)
-        if verify:
-            for arm in arms:
-                yield Block("verify", arm, level, 0)
-        if sample:
-            for arm in arms:
-                yield Block("sample", arm, level, 0)
+        yield from _passes(level, arms, verify, sample)
 
 
 def _repeat_major(levels: list[int], repeats: int, arms: list[str], verify: bool,
@@ -65,9 +60,12 @@ def _repeat_major(levels: list[int], repeats: int, arms: list[str], verify: bool
             for arm in (arms if (repeat + i) % 2 == 0 else arms[::-1]):
                 yield Block("timed", arm, level, repeat)
     for level in levels:
-        if verify:
+        yield from _passes(level, arms, verify, sample)
+
+
+def _passes(level: int, arms: list[str], verify: bool, sample: bool) -> Iterator[Block]:
+    """A level's untimed passes, per arm: the lossless verification, then sampling."""
+    for kind, wanted in (("verify", verify), ("sample", sample)):
+        if wanted:
             for arm in arms:
-                yield Block("verify", arm, level, 0)
-        if sample:
-            for arm in arms:
-                yield Block("sample", arm, level, 0)
+                yield Block(kind, arm, level, 0)
