@@ -79,8 +79,11 @@ def _charts(data: ReportData) -> dict[str, dict]:
     # collapse and label the point with a neighbouring tick
     domain = ([levels[0], levels[-1]] if len(levels) > 1 else
               [levels[0] / 2, levels[0] * 2] if levels else alt.Undefined)
+    load = ((data.manifest.schedule or {}).get("load") or {}) if data.manifest is not None else {}
+    mode = load.get("mode", "closed") if isinstance(load, dict) else "closed"
+    x_title = "concurrent requests" if mode == "closed" else f"level (open loop, {mode}: see level_value)"
     x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False),
-              title="concurrent requests", axis=alt.Axis(values=levels, format="d"))
+              title=x_title, axis=alt.Axis(values=levels, format="d"))
     charts = {}
     if speed:
         base = alt.Chart(alt.Data(values=speed)).encode(
@@ -229,7 +232,8 @@ def _weighted_speedup(data: ReportData) -> list[tuple[str, str]]:
             "pairs, saved_fraction = its share of the mix's baseline time saved (the categories' sum is "
             "1 - 1 / speedup). A category with a share but no figure makes the weighted speedup n/a "
             "(excluded_reason names it); speedup_covered renormalises over the others. The per-category times "
-            "were measured in this run's mix; no interval yet. Re-weight what is sent with "
+            "were measured in this run's mix. ci_low/ci_high ((weighted) rows): the 95% measurement interval, per-repeat "
+            "weighted figures plus the run's noise pool, as in the speedup table. Re-weight what is sent with "
             "<code>specdec traffic mix</code>.</p>")
     table_html = _tab(t.pick(*WEIGHTED_COLUMNS), table_id=row_anchor("speedup_weighted")) if t is not None else ""
     return [("Speedup weighted by the traffic's category shares", text + charts + table_html)]
