@@ -32,10 +32,12 @@ from specdec.replay.arrivals import Arrival
 T = TypeVar("T")
 
 #: Below this many ms before a target, sleep_until yields instead of sleeping
-#: (asyncio timers fire up to about 1 ms late on Linux). 0.5 rather than 1.5:
-#: benchmarks/replay_client.py at 150 req/s open loop measured the client at
-#: 2.6-2.9 CPU s per 100k tokens with 1.5 (the busy wait) and 1.06 with 0.5,
-#: for a p99 schedule lag of 2.1 ms instead of 1.7-2.2 ms on this 2-core host.
+#: (asyncio timers fire up to about 1 ms late on Linux). A trade-off, measured
+#: with benchmarks/replay_client.py --clients specdec --loads open --spin-ms S
+#: (150 req/s, alternating, this 2-core host): S = 1.5 gave 3.22 CPU s per 100k
+#: tokens and a p99 schedule lag of 2.06 ms (twice); S = 0.5 gave 2.01-2.62 s
+#: and 2.98-3.45 ms. 0.5 is kept: about 25% less client CPU for about 1 ms more
+#: lag at p99, small beside request latencies of hundreds of ms.
 SPIN_MS = 0.5
 
 
