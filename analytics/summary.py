@@ -80,6 +80,7 @@ def summary_text(data: ReportData) -> str:
         return "\n".join(lines)
     lines += _verdict_lines(data)
     lines += _speedup_lines(data)
+    lines += _weighted_lines(data)
     lines.append("acceptance, speculative arm (length = 1 + accepted/rounds; rate = accepted/proposed; pooled):")
     acc = data.acceptance.dicts()
     if acc:
@@ -101,6 +102,26 @@ def _verdict_lines(data: ReportData) -> list[str]:
     return (["verdict:"] + [f"  - {term(s.text)}" for s in data.verdict]
             + [f"  (labels: {LEVEL:.0%} measurement interval against 1 and the A/A floor; paired bootstrap, "
                f"{RESAMPLES} resamples, seed {SEED}; see the report)"])
+
+
+def _weighted_lines(data: ReportData) -> list[str]:
+    """The overall speedup weighted by the traffic's category shares (mart
+    speedup_weighted), one cell per level, beside the unweighted figure."""
+    t = data.speedup_weighted
+    rows = [r for r in t.dicts() if r["category"] == "(weighted)"] if t is not None else []
+    if not rows:
+        return []
+    source = next((r["weights_source"] for r in rows if r["weights_source"]), None)
+    cells = []
+    for r in rows:
+        if r["speedup"] is None:
+            cells.append([f"c{r['concurrency']}", "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
+            continue
+        ci = f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r["ci_low"] is not None else ""
+        cells.append([f"c{r['concurrency']}", f"{r['speedup']:.3f}{ci}", r["speedup_unweighted"], "-"])
+    return ([f"speedup weighted by the traffic's category shares ({term(source or 'no weights')}; ratio of "
+             "weighted mean e2e times; mart speedup_weighted):"]
+            + text_table(["level", "weighted [95% interval]", "unweighted", "excluded"], cells))
 
 
 def _text_identity_line(data: ReportData) -> str:

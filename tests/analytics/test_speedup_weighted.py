@@ -184,3 +184,18 @@ def test_one_repeat_gives_no_weighted_interval(tmp_path, query):
               counters=repeated_counters(levels=(1,), repeats=1),
               manifest=make_manifest(traffic=traffic(code=0.5, chat=0.5)))
     assert rows(query)["(weighted)"]["ci_low"] is None
+
+
+def test_terminal_summary_shows_the_weighted_figure(tmp_path, query):
+    from specdec.analytics.build import build
+    from specdec.analytics.report_data import load_report
+    from specdec.analytics.summary import summary_text
+
+    import duckdb
+
+    run(tmp_path, traffic=traffic(code=0.1, chat=0.9))
+    con = duckdb.connect(str(build(tmp_path)), read_only=True)
+    text = summary_text(load_report(con))
+    assert "speedup weighted by the traffic's category shares (traffic file shares;" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("c1 "))
+    assert "1.071" in line and "1.732" in line  # 3000 / 2800, beside the unweighted sqrt(3)
