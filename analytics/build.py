@@ -5,7 +5,7 @@ Every record file of the run-folder contract (``runfolder.RECORD_FILES``)
 becomes a raw table ``raw_<name>`` (empty, with the record's schema, when the
 run has no such file); ``raw_manifest`` holds the validated manifest as JSON.
 A few tables are computed in Python rather than SQL (``COMPUTED``): the
-bootstrap intervals ``int_speedup_intervals`` (``intervals.py``) and the
+speedup intervals ``int_speedup_intervals`` (``intervals.py``) and the
 sampling-mode tests ``sampling_tests`` (``sampling_test.py``). Each module's
 ``create_table`` makes its table empty before the views, so the marts over it
 can be created; its ``fill`` computes the rows once every view exists.

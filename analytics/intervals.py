@@ -1,29 +1,32 @@
-"""Bootstrap confidence intervals of the speedup, computed at build time.
+"""Confidence intervals of the speedup, computed at build time.
 
 ``build`` creates the table ``int_speedup_intervals`` empty before the SQL
 models (so the ``speedup`` mart can be created over it), then fills it from the
 paired rows once every view exists (``fill``). Everything is a geometric mean
-of paired ratios, so the bootstrap works on ``log_ratio`` and the statistic of
-a resample is ``exp(sum of its log ratios / its number of pairs)``.
+of paired ratios, so intervals are built on ``log_ratio`` and mapped back with
+``exp``.
 
 Method (stated again in the ``speedup`` mart header and in the report):
 
-- **resamples and seed**: ``RESAMPLES`` = 2000 resamples; a fresh
-  ``numpy.random.default_rng(SEED)`` with ``SEED`` = 0 for every group and
-  interval, so one group's interval does not depend on which other groups the
-  run has. The interval is the percentile interval: the 2.5% and 97.5%
-  quantiles of the resampled statistic (95%).
 - **measurement** (per category and level, and ``(system)``; ``comparison =
-  'ab'``): the prompts are fixed and the *repeats* are resampled, because the
-  noise that matters is shared by a whole block (one arm running one level
-  once): on this 2-core machine two blocks of the same arm and prompts differ
-  by up to 10% while requests within a block move together. A request-level
-  bootstrap treats them as independent and gave "faster" for an A/A run (both
-  arms identical). So each repeat r of a group gives one paired block figure
-  m_r (the mean log ratio over the group's prompts in that repeat, or the
-  block throughput log ratio for ``(system)``), and a resample is mean m + the
-  mean of R values drawn from the run's *noise pool* (a residual bootstrap with
-  pooled block noise). NULL with one repeat, or a pool of fewer than 2 values.
+  'ab'``): the prompts are fixed and the noise that counts is the noise of a
+  whole *block* (one arm running one level once): on this 2-core machine two
+  blocks of the same arm and prompts differ by up to 10% while requests within
+  a block move together (a request-level bootstrap treats them as independent
+  and gave "faster" for an A/A run). So each repeat r of a group gives one
+  paired block figure m_r (the mean log ratio over the group's prompts in that
+  repeat, or the block throughput log ratio for ``(system)``), and the
+  interval is a **Student t interval over repeats with a pooled variance**:
+  mean m +- t(0.975, df) * sqrt(s2 / R), s2 and df from the run's noise pool.
+  NULL with one repeat, or a pool with no degree of freedom.
+
+  Why t and not a bootstrap (the method until this change): with 2-3 repeats a
+  residual bootstrap draws from a handful of values and cannot produce tails
+  wider than they are, so its "95%" interval behaved like a +-1.96 sigma
+  interval with sigma estimated from 2-4 degrees of freedom. A clean-clone CI
+  run of the A/A engine test (both arms the same server) had every group at
+  level 1 near 0.94 [0.90-0.98]. The t quantile is what pays for a variance
+  estimated from few values (t(0.975, 4) = 2.78 against 1.96).
 - **the noise pool** (one machine, one noise; every group of the run, on the
   log scale) is one of two sets of values, each value a difference of two
   blocks, so each has the variance of a block figure's noise:
@@ -31,49 +34,61 @@ Method (stated again in the ``speedup`` mart header and in the report):
   - the A/A block figures d_r (baseline block of repeat r + 1 against repeat
     r, same prompts; for ``(system)`` the throughput ratio), *not* centred:
     both blocks ran the same configuration, so anything but 0 is noise,
-    including drift of the host (or a fresh server) between the two blocks;
-    each with its mirror -d, since which repeat is the A/A "treatment" is
-    arbitrary (so the pool is symmetric and shifts no interval).
-  Whichever set has the larger mean square is the pool (the larger of two
+    including drift of the host (or a fresh server) between the two blocks.
+  s2 is the mean square of whichever set is larger (the larger of two
   estimates of the same noise: the conservative choice). The A/A set is there
   because A/B residuals alone missed noise that moves whole repeats together:
-  in an A/A run on one server (both arms the same) on this machine, a probe of
-  6 repeats had the A/B figures of all categories at +3% in repeats 0-3 and
-  -3% in 4-5, which a few repeats cannot tell from an effect, and a
-  clean-clone CI run with 3 repeats labelled code at level 1 "slower", 0.967
-  [0.946-0.985], from A/B residuals only.
-- **prompts** (per category and level): prompts resampled with replacement
-  within the category, each with all its pairs (a cluster bootstrap). Covers
-  the choice of prompts from the category as well as the measurement noise.
-  NULL with fewer than 2 prompts.
+  in an A/A probe of 6 repeats the A/B figures of all categories were at +3%
+  in repeats 0-3 and -3% in 4-5.
+- **degrees of freedom**: the groups of one level share their blocks, so their
+  residuals are not independent: each level counts once, df = sum over levels
+  of (R_level - 1) (R_level: the most repeats of any group at that level; for
+  the A/A set, the most A/A figures). Levels are counted as independent,
+  which they are not quite when a server process is reused across levels (see
+  ``replay/schedule.py``); the conservative choice of the pool offsets that,
+  and ``tests/analytics/test_intervals.py`` checks the coverage on simulated
+  runs with noise shared across levels.
+- **prompts** (per category and level): a paired bootstrap, prompts resampled
+  with replacement within the category, each with all its pairs (a cluster
+  bootstrap): ``RESAMPLES`` = 2000 resamples, a fresh
+  ``numpy.random.default_rng(SEED)`` with ``SEED`` = 0 per group (so one
+  group's interval does not depend on which other groups the run has), the
+  2.5% and 97.5% quantiles. Covers the choice of prompts from the category as
+  well as the measurement noise. NULL with fewer than 2 prompts.
 - **A/A** (``comparison = 'aa'``): per group (category and level, and
-  ``(system)``), the A/A block figures d_r of the group (R - 1 of them) plus
-  the mean of R - 1 values drawn from the same noise pool. From 2 repeats
-  (one A/A block figure), for ``(system)`` too. The A/A floor of the
+  ``(system)``), the t interval of the group's A/A block figures d_r (R - 1 of
+  them): mean d +- t(0.975, df) * sqrt(s2 / (R - 1)), same pool. From 2
+  repeats (one A/A block figure), for ``(system)`` too. The A/A floor of the
   ``speedup`` mart mirrors this interval about 1.
 - **segments** (``segment`` = 'before_natural_end' / 'after_natural_end',
   per category and level; ``speedup_natural_end``): the measurement interval
   of the segment's paired log ratios (``int_natural_end_pairs``), block
-  figures per repeat plus the run's noise pool, as above. ``segment`` is NULL
+  figures per repeat and the run's noise pool, as above. ``segment`` is NULL
   on every other row.
 - **weighted** (category '(weighted)', ``speedup_weighted``): per repeat the
   block figure ln(sum_c w_c Tb_c / sum_c w_c Ts_c) over the level's weighted
-  categories (repeats where each has pairs), plus the run's noise pool.
+  categories (repeats where each has pairs), and the run's noise pool.
+
+Rows of the table carry ``resamples`` and ``seed`` for the bootstrap
+intervals and NULL in both for the t intervals, and ``df`` for the t
+intervals (NULL for the bootstrap).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from specdec.analytics.models import has_view
 
-__all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "block_interval", "block_residuals",
-           "cluster_interval", "compute", "create_table", "fill", "geometric_mean", "request_level_interval",
-           "noise_pool"]
+__all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "NoisePool", "block_interval",
+           "block_residuals", "cluster_interval", "compute", "create_table", "fill", "geometric_mean",
+           "noise_pool", "request_level_interval", "t_quantile"]
 
 RESAMPLES = 2000
 SEED = 0
@@ -82,18 +97,19 @@ TABLE = "int_speedup_intervals"
 SYSTEM = "(system)"
 
 #: One line for the report: how the intervals are computed.
-METHOD = (f"{LEVEL:.0%} percentile bootstrap intervals, {RESAMPLES} resamples, seed {SEED} "
-          "(numpy default_rng, fresh per group). measurement (categories and (system)): prompts fixed, repeats "
-          "resampled: the mean of the per-repeat block figures plus the mean of R values drawn from the run's "
-          "noise pool: every group's A/B block residuals (scaled by sqrt(R/(R-1))) or every A/A block figure "
-          "(baseline repeat r+1 against r, not centred, with its mirror), whichever set has the larger mean square, so noise "
-          "shared by a whole block or repeat counts; prompts: prompts resampled within the category with their pairs; A/A: the A/A block "
-          "figures plus R-1 values drawn from the same pool.")
+METHOD = (f"{LEVEL:.0%} intervals. measurement (categories and (system)): prompts fixed, a Student t interval over "
+          "repeats, mean of the per-repeat block figures +- t(df) * sqrt(s2 / R), s2 the run's pooled block noise: "
+          "every group's A/B block residuals (scaled by sqrt(R/(R-1))) or every A/A block figure (baseline repeat "
+          "r+1 against r, not centred), whichever has the larger mean square, so noise shared by a whole block or "
+          "repeat counts; df = sum over levels of (repeats - 1). prompts: paired bootstrap, prompts resampled "
+          f"within the category with their pairs, {RESAMPLES} resamples, seed {SEED} (numpy default_rng, fresh per "
+          "group), percentile interval. A/A: the t interval of the A/A block figures with the same s2 and df.")
 
 _COLUMNS = """comparison varchar, category varchar, concurrency integer, segment varchar, "interval" varchar,
-    ci_low double, ci_high double, resamples integer, seed integer, method varchar"""
+    ci_low double, ci_high double, resamples integer, seed integer, df integer, method varchar"""
 
 Interval = tuple[float, float]
+GroupKey = tuple  # (comparison, category, concurrency)
 
 
 def geometric_mean(log_ratios: Iterable[float]) -> float:
@@ -106,6 +122,81 @@ def _quantiles(log_stats: np.ndarray) -> Interval:
     tail = (1 - LEVEL) / 2
     lo, hi = np.quantile(log_stats, [tail, 1 - tail])
     return float(math.exp(lo)), float(math.exp(hi))
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularized incomplete beta (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def _t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p quantile of Student's t with ``df`` degrees of freedom (bisection
+    on the CDF through the regularized incomplete beta; checked against scipy
+    in the tests). ``df`` = inf gives the normal quantile."""
+    if not 0.0 < p < 1.0 or not df > 0:
+        raise ValueError(f"t_quantile: p={p}, df={df}")
+    if math.isinf(df):
+        return NormalDist().inv_cdf(p)
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while _t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if _t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * max(1.0, hi):
+            break
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class NoisePool:
+    """The run's estimate of the noise of one block figure (log scale):
+    ``values``, the set chosen (A/B scaled residuals, or A/A block figures
+    with their mirrors), its ``mean_square`` (s2) and its degrees of freedom."""
+
+    values: tuple[float, ...]
+    df: int
+    source: str  # 'ab_residuals' | 'aa_figures' | 'none'
+
+    @property
+    def mean_square(self) -> float:
+        return _mean_square(self.values)
 
 
 def request_level_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
@@ -131,31 +222,45 @@ def request_level_interval(clusters: Sequence[Sequence[float]], *, seed: int = S
     return _quantiles((total + shift) / count)
 
 
-def block_interval(block_means: Sequence[float], pool: Sequence[float], *, min_blocks: int = 2,
-                   seed: int = SEED, resamples: int = RESAMPLES) -> Interval | None:
-    """Blocks resampled: mean(block_means) plus the mean of as many values
-    drawn from the noise pool as there are block figures. None with fewer than
-    ``min_blocks`` block figures (2 for an A/B group: one repeat says nothing
-    of its own spread; 1 for an A/A group, whose figures are noise by
-    construction) or a pool of fewer than 2 values."""
-    means = np.asarray(block_means, dtype=float)
-    residuals = np.asarray(pool, dtype=float)
-    if len(means) < max(min_blocks, 1) or len(residuals) < 2:
+def block_interval(block_means: Sequence[float], pool: NoisePool, *, min_blocks: int = 2) -> Interval | None:
+    """The t interval of a group's block figures: mean +- t(0.975, pool.df) *
+    sqrt(pool.mean_square / n), n the number of block figures. None with fewer
+    than ``min_blocks`` block figures (2 for an A/B group: one repeat says
+    nothing of its own spread; 1 for an A/A group, whose figures are noise by
+    construction) or a pool without a degree of freedom."""
+    n = len(block_means)
+    if n < max(min_blocks, 1) or pool.df < 1 or not pool.values:
         return None
-    rng = np.random.default_rng(seed)
-    draws = residuals[rng.integers(0, len(residuals), size=(resamples, len(means)))]
-    return _quantiles(means.mean() + draws.mean(axis=1))
+    centre = sum(block_means) / n
+    half = t_quantile(1 - (1 - LEVEL) / 2, pool.df) * math.sqrt(pool.mean_square / n)
+    return math.exp(centre - half), math.exp(centre + half)
 
 
-def noise_pool(ab_groups: Iterable[Sequence[float]], aa_groups: Iterable[Sequence[float]]) -> list[float]:
-    """The run's noise pool: the A/B block residuals of every group with 2 or
-    more repeats, or every A/A block figure d as it is (not centred) together
-    with -d (which repeat is the A/A "treatment" is arbitrary, so the pool is
-    symmetric about 0 and does not shift the intervals), whichever has the
-    larger mean square (the A/B residuals on a tie or with no A/A figure)."""
-    ab = block_residuals(ab_groups)
-    aa = [float(v) for means in aa_groups for d in means for v in (d, -d)]
-    return aa if _mean_square(aa) > _mean_square(ab) else ab
+def noise_pool(block_means: Mapping[GroupKey, Sequence[float]]) -> NoisePool:
+    """The run's noise pool from every group's block figures, keyed by
+    (comparison, category, concurrency): the A/B block residuals of every
+    group with 2 or more repeats, or every A/A block figure d as it is (not
+    centred) together with -d (which repeat is the A/A "treatment" is
+    arbitrary, so the pool is symmetric about 0), whichever has the larger mean
+    square (the A/B residuals on a tie or with no A/A figure). Degrees of
+    freedom: per level, the most (repeats - 1) of any A/B group there, or the
+    most A/A figures of any A/A group there, summed over levels."""
+    ab = {k: m for k, m in block_means.items() if k[0] == "ab"}
+    aa = {k: m for k, m in block_means.items() if k[0] == "aa"}
+    ab_values = block_residuals(ab[k] for k in sorted(ab))
+    aa_values = [float(v) for k in sorted(aa) for d in aa[k] for v in (d, -d)]
+    if _mean_square(aa_values) > _mean_square(ab_values):
+        return NoisePool(tuple(aa_values), _df_per_level(aa, lambda n: n), "aa_figures")
+    if ab_values:
+        return NoisePool(tuple(ab_values), _df_per_level(ab, lambda n: n - 1), "ab_residuals")
+    return NoisePool((), 0, "none")
+
+
+def _df_per_level(groups: Mapping[GroupKey, Sequence[float]], df_of) -> int:
+    per_level: dict[int, int] = defaultdict(int)
+    for (_comparison, _category, concurrency), means in groups.items():
+        per_level[concurrency] = max(per_level[concurrency], max(df_of(len(means)), 0))
+    return sum(per_level.values())
 
 
 def _mean_square(values: Sequence[float]) -> float:
@@ -187,6 +292,25 @@ def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
     return _quantiles(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
 
 
+def _by_group(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> tuple[dict, dict]:
+    """Per group (comparison, category, concurrency): the log ratios by prompt,
+    and by repeat (blocks go to the group '(system)')."""
+    by_prompt: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for comparison, category, concurrency, prompt_id, repeat, log_ratio in pairs:
+        by_prompt[comparison, category, concurrency][prompt_id].append(log_ratio)
+        by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
+    for comparison, concurrency, repeat, log_ratio in blocks:
+        by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
+    return by_prompt, by_repeat
+
+
+def _t_row(key: tuple, segment, ci: Interval | None, pool: NoisePool, method: str) -> list[tuple]:
+    if ci is None:
+        return []
+    return [(*key, segment, "measurement", ci[0], ci[1], None, None, pool.df, f"{method} ({pool.source}, df {pool.df})")]
+
+
 def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = ()) -> list[tuple]:
     """Rows of ``int_speedup_intervals``.
 
@@ -196,49 +320,35 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     concurrency, segment, prompt_id, repeat, log_ratio) from
     ``int_natural_end_pairs`` (split pairs only). Returns (comparison,
     category, concurrency, segment, interval, ci_low, ci_high, resamples, seed,
-    method) for every interval that exists; ``segment`` is NULL except for the
-    speedup before and after the natural end, whose measurement interval uses
-    the same noise pool as the whole requests (one machine, one noise)."""
-    by_prompt: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for comparison, category, concurrency, prompt_id, repeat, log_ratio in pairs:
-        by_prompt[comparison, category, concurrency][prompt_id].append(log_ratio)
-        by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
-    for comparison, concurrency, repeat, log_ratio in blocks:
-        by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
+    df, method) for every interval that exists; ``segment`` is NULL except for
+    the speedup before and after the natural end, whose measurement interval
+    uses the same noise pool as the whole requests (one machine, one noise)."""
+    by_prompt, by_repeat = _by_group(pairs, blocks)
     by_segment: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for category, concurrency, segment, _prompt_id, repeat, log_ratio in segments:
         by_segment[category, concurrency, segment][repeat].append(log_ratio)
 
     # per group, its per-repeat block figures; the run's noise pool from all of them
     block_means = {key: _means(reps) for key, reps in by_repeat.items()}
-    pool = _pool(block_means)
+    pool = noise_pool(block_means)
 
-    out = []
-
-    def add(key, segment, interval, method, ci):
-        if ci is not None:
-            out.append((*key, segment, interval, ci[0], ci[1], RESAMPLES, SEED, method))
-
-    measurement = "repeats resampled: block figures plus the run's pooled block noise, prompts fixed"
-    aa = "A/A block figures plus the run's pooled block noise"
+    out: list[tuple] = []
+    measurement = "t interval over repeats: block figures with the run's pooled block noise, prompts fixed"
+    aa = "t interval of the A/A block figures with the run's pooled block noise"
     for key in sorted(block_means):
         if key[0] == "ab":
-            add(key, None, "measurement", measurement, block_interval(block_means[key], pool))
+            out += _t_row(key, None, block_interval(block_means[key], pool), pool, measurement)
             if key[1] != SYSTEM:
-                clusters = [by_prompt[key][p] for p in sorted(by_prompt[key])]
-                add(key, None, "prompts", "prompts resampled within the category", cluster_interval(clusters))
+                ci = cluster_interval([by_prompt[key][p] for p in sorted(by_prompt[key])])
+                if ci is not None:
+                    out.append((*key, None, "prompts", ci[0], ci[1], RESAMPLES, SEED, None,
+                                "paired bootstrap: prompts resampled within the category"))
         else:
-            add(key, None, "measurement", aa, block_interval(block_means[key], pool, min_blocks=1))
+            out += _t_row(key, None, block_interval(block_means[key], pool, min_blocks=1), pool, aa)
     for (category, concurrency, segment) in sorted(by_segment):
-        add(("ab", category, concurrency), segment, "measurement", measurement,
-            block_interval(_means(by_segment[category, concurrency, segment]), pool))
+        out += _t_row(("ab", category, concurrency), segment,
+                      block_interval(_means(by_segment[category, concurrency, segment]), pool), pool, measurement)
     return out
-
-
-def _pool(block_means: dict[tuple, list[float]]) -> list[float]:
-    return noise_pool((m for k, m in sorted(block_means.items()) if k[0] == "ab"),
-                      (m for k, m in sorted(block_means.items()) if k[0] == "aa"))
 
 
 def weighted(pairs: Iterable[tuple], blocks: Iterable[tuple], times: Iterable[tuple]) -> list[tuple]:
@@ -251,12 +361,8 @@ def weighted(pairs: Iterable[tuple], blocks: Iterable[tuple], times: Iterable[tu
     that repeat. A repeat's block figure is ln(sum w Tb / sum w Ts) over the
     level's weighted categories, used only when every one of them has pairs in
     that repeat; the interval needs 2 such repeats, like the speedup mart's."""
-    by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for comparison, category, concurrency, _prompt_id, repeat, log_ratio in pairs:
-        by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
-    for comparison, concurrency, repeat, log_ratio in blocks:
-        by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
-    pool = _pool({key: _means(reps) for key, reps in by_repeat.items()})
+    _, by_repeat = _by_group(pairs, blocks)
+    pool = noise_pool({key: _means(reps) for key, reps in by_repeat.items()})
 
     level_categories: dict[int, set[str]] = defaultdict(set)
     sums: dict[tuple[int, int], list] = defaultdict(lambda: [0.0, 0.0, set()])
@@ -266,14 +372,12 @@ def weighted(pairs: Iterable[tuple], blocks: Iterable[tuple], times: Iterable[tu
         acc[0] += weight * base_ms
         acc[1] += weight * spec_ms
         acc[2].add(category)
-    out = []
+    out: list[tuple] = []
     for level in sorted(level_categories):
         figures = [math.log(b / s) for (lv, _r), (b, s, cats) in sorted(sums.items())
                    if lv == level and cats == level_categories[level] and b > 0 and s > 0]
-        ci = block_interval(figures, pool)
-        if ci is not None:
-            out.append(("ab", "(weighted)", level, None, "measurement", ci[0], ci[1], RESAMPLES, SEED,
-                        "repeats resampled: per-repeat weighted mean e2e ratio plus the run's pooled block noise"))
+        out += _t_row(("ab", "(weighted)", level), None, block_interval(figures, pool), pool,
+                      "t interval over repeats: per-repeat weighted mean e2e ratio with the run's pooled block noise")
     return out
 
 
@@ -308,4 +412,4 @@ def fill(con) -> None:
             group by all order by all""").fetchall()
         rows += weighted(pairs, blocks, times)
     if rows:
-        con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)

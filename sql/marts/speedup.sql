@@ -14,18 +14,19 @@
 --                 '(system)': geometric mean over repeats of the ratio of whole-level
 --                   throughput, speculative block / baseline block of the same repeat
 --                   (int_blocks_paired: one block = one arm, level and repeat)
---   ci_low, ci_high  95% "measurement" interval, prompts fixed and repeats resampled:
---                 the mean of each repeat's block figure (mean log ratio over the group's
---                 prompts in that repeat; '(system)': the block throughput log ratio) plus
---                 the mean of R values drawn from the run's noise pool: every group's A/B
---                 block residuals (scaled by sqrt(R/(R-1))) or every A/A block figure (with
---                 its mirror), whichever set has the larger mean square, because noise
---                 shared by a whole block or repeat dominates on a small host.
---                 2000 resamples, seed 0, percentile interval, computed by
---                 analytics/intervals.py into int_speedup_intervals. NULL with one repeat
---   prompts_ci_low, prompts_ci_high  95% "prompts" interval: prompts resampled with
---                 replacement within the category, each with all its pairs (covers
---                 the choice of prompts too); NULL for '(system)' and with < 2 prompts
+--   ci_low, ci_high  95% "measurement" interval, prompts fixed: a Student t interval over
+--                 repeats. Each repeat gives a block figure (mean log ratio over the group's
+--                 prompts in that repeat; '(system)': the block throughput log ratio); the
+--                 interval is mean +- t(0.975, df) * sqrt(s2 / R), where s2 is the run's pooled
+--                 block noise: the mean square of every group's A/B block residuals (scaled by
+--                 sqrt(R/(R-1))) or of every A/A block figure, whichever is larger, because noise
+--                 shared by a whole block or repeat dominates on a small host; df = sum over
+--                 levels of (repeats - 1). Computed by analytics/intervals.py into
+--                 int_speedup_intervals (its df column). NULL with one repeat
+--   prompts_ci_low, prompts_ci_high  95% "prompts" interval, a paired bootstrap: prompts
+--                 resampled with replacement within the category, each with all its pairs
+--                 (covers the choice of prompts too), 2000 resamples, seed 0, percentile
+--                 interval; NULL for '(system)' and with < 2 prompts
 --   pairs         per category: request pairs the speedup is computed from;
 --                 '(system)': block pairs (one per repeat)
 --   prompts       distinct prompts among those pairs (for '(system)': over all categories)
@@ -36,9 +37,9 @@
 --                 '(system)' the geometric mean of block throughput ratios (r + 1 / r).
 --                 NULL with one repeat
 --   aa_pairs      pairs the A/A figure is computed from (block pairs for '(system)')
---   aa_ci_low, aa_ci_high  its 95% interval: the mean of the group's A/A block figures
---                 (R - 1 of them) plus the mean of R - 1 values drawn from the same noise
---                 pool; from 2 repeats, for '(system)' too. Same seed and count
+--   aa_ci_low, aa_ci_high  its 95% interval: the t interval of the group's A/A block
+--                 figures (R - 1 of them), mean +- t(0.975, df) * sqrt(s2 / (R - 1)), same s2
+--                 and df; from 2 repeats, for '(system)' too
 --   aa_floor      = greatest(aa_ci_high, 1 / aa_ci_low): the A/A interval mirrored
 --                 about 1, since which repeat is "treatment" is arbitrary; NULL without
 --                 an A/A interval

@@ -32,8 +32,8 @@
 --   excluded_reason  int_levels_compared.excluded_reason: the level failed in either arm or
 --                    an arm did not run it, so no speedup is computed from it; else NULL
 --   ci_low, ci_high  95% measurement interval of the segment's speedup: per repeat the mean
---                    log ratio of the segment's pairs (its block figure), plus values drawn
---                    from the run's noise pool, exactly as speedup's ci_low/ci_high
+--                    log ratio of the segment's pairs (its block figure), t interval over
+--                    repeats with the run's pooled block noise, exactly as speedup's ci_low/ci_high
 --                    (analytics/intervals.py, int_speedup_intervals rows with this segment);
 --                    NULL for 'unknown', with one repeat, or when the level is excluded
 --   aa_floor         the speedup mart's aa_floor of the same category and level (the A/A

@@ -71,7 +71,7 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     assert len(re.findall(r' id="([^"]+)"', page)) == len(set(re.findall(r' id="([^"]+)"', page)))  # ids unique
     for t in targets:
         assert f'id="{t}"' in page, t
-    assert "2000 resamples, seed 0" in verdict_html
+    assert "Student t interval over repeats" in verdict_html and "2000 resamples, seed 0" in verdict_html
 
 
 def test_speedup_table_chart_and_prefix_cache(repeated):

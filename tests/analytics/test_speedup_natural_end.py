@@ -217,17 +217,19 @@ def test_report_shows_the_split():
 
 
 def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
-    """Code at level 1, prompts q0 and q1, two repeats; repeat 1 runs every time
-    1.1x slower in both arms. Baseline: end at 400 of 1000 ms, speculative 200 of
-    500: every pair 2.0 in both segments and whole. The A/B figures never move
-    (no residual); the A/A figures are ln(1/1.1) in every group, so the noise
-    pool is {+-ln 1.1} and a segment's interval is 2 x 1.1^(-+1) (mean of two
-    draws: -ln 1.1 with probability 1/4). A/A floor: d = -ln 1.1 plus one draw,
-    [1/1.21, 1], mirrored: 1.21. 1.82 clears it: faster."""
+    """Code at level 1, prompts q0 and q1, three repeats; repeat 1 runs every
+    time 1.1x slower in both arms. Baseline: end at 400 of 1000 ms, speculative
+    200 of 500: every pair 2.0 in both segments and whole. The A/B figures never
+    move (no residual); the A/A figures are -+ln 1.1 for code and -+b for
+    (system), b = ln(11000 / 11100) (a block lasts 10 s between its two sends
+    plus the last request), so s2 = ((ln 1.1)^2 + b^2) / 2 with df 2 (one
+    level, two A/A figures), and a segment's interval is 2 exp(-+t(0.975, 2)
+    sqrt(s2 / 3)) = [1.69, 2.37]. A/A: mean figure 0 +- t sqrt(s2 / 2),
+    mirrored: floor 1.23. 1.69 clears it: faster."""
     from tests.analytics.conftest import SEC, repeated_counters
 
     out = []
-    for r, scale in ((0, 1.0), (1, 1.1)):
+    for r, scale in ((0, 1.0), (1, 1.1), (2, 1.0)):
         for i, (arm, (offsets, tokens, e2e)) in enumerate(zip(("baseline", "speculative"), SPLIT)):
             start = T0 + (2 * r + i) * 100 * SEC
             for seq, prompt in enumerate(("q0", "q1")):
@@ -241,13 +243,15 @@ def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
                     spec_num_accepted_tokens=None))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    write_run(run_dir, repeated_counters(levels=(1,)), requests=out, rounds=[])
+    write_run(run_dir, repeated_counters(levels=(1,), repeats=3), requests=out, rounds=[])
     write_parquet_atomic(table_from_records(GreedyCheck, [check(1, "q0", 4), check(1, "q1", 4)]),
                          run_dir / record_file("greedy_checks").consolidated)
     got = {r["segment"]: r for r in rows(run_dir, "select * from speedup_natural_end")}
     assert set(got) == {"before_natural_end", "after_natural_end"}
+    t2, s2 = 4.302652729749464, (math.log(1.1) ** 2 + math.log(11000 / 11100) ** 2) / 2
     for seg in got.values():
-        assert (seg["speedup"], seg["pairs"], seg["repeats"]) == (pytest.approx(2.0), 4, 2)
-        assert (seg["ci_low"], seg["ci_high"]) == (pytest.approx(2 / 1.1), pytest.approx(2 * 1.1))
-        assert seg["aa_floor"] == pytest.approx(1.21)
+        assert (seg["speedup"], seg["pairs"], seg["repeats"]) == (pytest.approx(2.0), 6, 3)
+        assert (seg["ci_low"], seg["ci_high"]) == (pytest.approx(2 * math.exp(-t2 * math.sqrt(s2 / 3))),
+                                                   pytest.approx(2 * math.exp(t2 * math.sqrt(s2 / 3))))
+        assert seg["aa_floor"] == pytest.approx(math.exp(t2 * math.sqrt(s2 / 2)))
         assert seg["label"] == "faster"

@@ -165,17 +165,18 @@ def test_the_weighted_figure_has_a_measurement_interval(tmp_path, query):
     block figures (shares 0.5/0.5) ln(3000 / 2000) and ln(3000 / 2400). Every
     group's A/B figures move by ln 1.2 between the repeats, so every residual
     is +-s, s = sqrt(2) ln(1.2) / 2; the baseline never moves (every A/A
-    figure 0), so the pool is the A/B residuals, and the interval is the mean
-    of the two block figures times exp(-+s) (the mean of two draws)."""
+    figure 0), so s2 = s^2 from the A/B residuals, df 2 (levels 1 and 2, two
+    repeats each), and the interval is the mean of the two block figures times
+    exp(-+t(0.975, 2) s / sqrt 2)."""
     slow = lambda arm, pid, level, r: e2e(arm, pid, level, r) * (1.2 if arm == "speculative" and r == 1 else 1)  # noqa
     run(tmp_path, requests=repeated_requests(slow), traffic=traffic(code=0.5, chat=0.5))
     w = rows(query)["(weighted)"]
     figures = [math.log(3000 / 2000), math.log(3000 / 2400)]
     centre = math.exp(sum(figures) / 2)
     assert w["ci_low"] < centre < w["ci_high"]
-    # every group's residual is +-ln(1.2)/2 x sqrt(2); the mean of two draws reaches +-that
     s = math.log(1.2) / 2 * math.sqrt(2)
-    assert (w["ci_low"], w["ci_high"]) == (approx(centre * math.exp(-s)), approx(centre * math.exp(s)))
+    h = 4.302652729749464 * s / math.sqrt(2)
+    assert (w["ci_low"], w["ci_high"]) == (approx(centre * math.exp(-h)), approx(centre * math.exp(h)))
     assert rows(query)["code"]["ci_low"] is None  # category rows: their interval is in the speedup mart
 
 
