@@ -17,6 +17,7 @@ from specdec.runfolder import (
     ENV_CAPTURE_FLUSH_S,
     ENV_CAPTURE_RUN_ID,
     ROUND_PART_GLOB,
+    TRAFFIC_PART_LAYOUT,
     files_of,
     record_file,
 )
@@ -152,7 +153,7 @@ def _listen(value: str) -> tuple[str, int]:
 @click.option("--listen", default="127.0.0.1:8001", show_default=True,
               help="HOST:PORT to listen on: loopback unless you say otherwise (port 0: any free port).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder of the traffic part files (date=YYYY-MM-DD/part-*.parquet).")
+              help=f"Folder of the traffic part files ({TRAFFIC_PART_LAYOUT}).")
 @click.option("--content", type=click.Choice(["hash", "keep"]), default="hash", show_default=True,
               help="hash: keep roles and structure, replace every text by sha256:<hex>:<tokens>; "
                    "keep: record the content as sent.")

@@ -16,15 +16,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from specdec.capture.proxy_writer import PART_GLOB
+from specdec.runfolder import TRAFFIC_PART_GLOB, traffic_part_date
 from specdec.errors import InputFileError
 from specdec.schemas.records import TrafficRow
 
 
 def part_files(out_dir: Path, since: str | None = None, until: str | None = None) -> list[Path]:
     files = []
-    for path in sorted(Path(out_dir).glob(PART_GLOB)):
-        date = path.parent.name.removeprefix("date=")
+    for path in sorted(Path(out_dir).glob(TRAFFIC_PART_GLOB)):
+        date = traffic_part_date(path)
         if (since is None or date >= since) and (until is None or date <= until):
             files.append(path)
     return files
@@ -38,7 +38,7 @@ def export_traffic(out_dir: Path, out: Path, since: str | None = None, until: st
 
     files = part_files(out_dir, since, until)
     if not files:
-        raise InputFileError(out_dir, f"no proxy part files ({PART_GLOB})")
+        raise InputFileError(out_dir, f"no proxy part files ({TRAFFIC_PART_GLOB})")
     loaded: list[tuple[int, TrafficRow]] = []
     for path in files:
         try:

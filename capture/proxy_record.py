@@ -8,7 +8,10 @@ only keeps references to the bytes that went through. What a row holds:
   replayed as one chat user message; said in ``content_note``), redacted in
   hash mode (``proxy_redact``);
 * sampling settings as sent; a request without ``temperature`` is recorded
-  as 1.0, the OpenAI API default (the server may apply a model default instead);
+  as 1.0, the OpenAI API default, and ``content_note`` says so
+  (``NO_TEMPERATURE_NOTE``): the server may have applied its model's default
+  instead (vLLM reads the model's generation_config), which the proxy cannot
+  see;
 * ``max_tokens`` = ``recorded_output_tokens`` = the response's length:
   ``usage.completion_tokens`` when the response has a usage block, else the
   number of stream chunks that carried output (content, reasoning or tool
@@ -41,6 +44,8 @@ from specdec.schemas.records import TrafficRow
 
 SOURCE = "proxy"
 COMPLETIONS_NOTE = "recorded from /completions: replay sends the prompt as one chat user message"
+NO_TEMPERATURE_NOTE = ("temperature not sent: recorded as 1.0 (the OpenAI default); the server may have applied "
+                       "its model's default instead, so check it before reading this row as sampled")
 COUNTED_NOTE = ("recorded length counted from the stream's output chunks (the response had no usage block; "
                 "a chunk can carry more than one token)")
 
@@ -192,6 +197,8 @@ class RowMaker:
             raise NotRecorded("empty_response")
         if resp.counted:
             notes.append(COUNTED_NOTE)
+        if req.get("temperature") is None:
+            notes.append(NO_TEMPERATURE_NOTE)
         model = req.get("model") if isinstance(req.get("model"), str) else None
         category = ex.category or self.rules.category(ex.path, model, text)
         red = self.redactor

@@ -8,7 +8,8 @@ logged once per kind. A failed write keeps the rows and retries at the next
 flush, up to ``max_pending_rows``; beyond that the oldest rows are dropped and
 counted. ``close`` writes what is left (the CLI calls it on SIGINT/SIGTERM).
 
-Layout under the output folder (UTC date of the request's arrival)::
+Layout under the output folder (UTC date of the request's arrival), defined
+in ``specdec.runfolder`` (``traffic_part``)::
 
     date=YYYY-MM-DD/part-<process_token>-<seq>.parquet
 
@@ -30,18 +31,13 @@ from pathlib import Path
 from typing import Callable
 
 from specdec.capture.proxy_record import Exchange, NotRecorded, RowMaker
-from specdec.runfolder import process_token
+from specdec.runfolder import process_token, traffic_part
 from specdec.schemas.records import TRAFFIC_SCHEMA_VERSION, TrafficRow
 
 log = logging.getLogger("specdec.capture.proxy")
 
-PART_GLOB = "date=*/part-*.parquet"
 DEFAULT_FLUSH_S = 2.0
 DEFAULT_MAX_PENDING_ROWS = 100_000
-
-
-def part_path(out_dir: Path, date: str, token: str, seq: int) -> Path:
-    return Path(out_dir) / f"date={date}" / f"part-{token}-{seq:06d}.parquet"
 
 
 def _default_write(table, path: Path) -> None:
@@ -175,7 +171,7 @@ class Recorder:
         for date, rows in by_date.items():
             try:
                 self._seq += 1
-                self.write(self._table(rows), part_path(self.out_dir, date, self.token, self._seq))
+                self.write(self._table(rows), traffic_part(self.out_dir, date, self.token, self._seq))
                 with self._lock:
                     self.counts["rows_written"] += len(rows)
                     self.counts["files_written"] += 1

@@ -60,8 +60,9 @@ def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
 def run_replay(cfg: ReplayConfig) -> Path:
     max_model_len = None if cfg.external else ServerSpec.max_model_len
     traffic = load_traffic(cfg.traffic, max_model_len=max_model_len)
-    if cfg.mix and unknown_categories(cfg.mix, traffic.categories):
-        raise SpecdecError(f"--mix: {unknown_categories(cfg.mix, traffic.categories)}")
+    unknown = unknown_categories(cfg.mix, traffic.categories) if cfg.mix else None
+    if unknown:
+        raise SpecdecError(f"--mix: {unknown}")
     _check_inputs(cfg, max_model_len)
     load_plans(cfg, traffic, level_rows(traffic, cfg))  # an unfit file for the load mode stops the run here
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)

@@ -132,6 +132,21 @@ def round_part_name(token: str, seq: int) -> str:
     return f"rounds-{token}-{seq:06d}.parquet"
 
 
+#: The recording proxy's traffic part files under its ``--out`` folder (UTC
+#: date of each request's arrival): ``date=YYYY-MM-DD/part-<token>-<seq>.parquet``.
+TRAFFIC_PART_GLOB = "date=*/part-*.parquet"
+TRAFFIC_PART_LAYOUT = "date=YYYY-MM-DD/part-*.parquet"
+
+
+def traffic_part(out_dir: Path, date: str, token: str, seq: int) -> Path:
+    return Path(out_dir) / f"date={date}" / f"part-{token}-{seq:06d}.parquet"
+
+
+def traffic_part_date(path: Path) -> str:
+    """The date of a traffic part file, from its partition folder."""
+    return Path(path).parent.name.removeprefix("date=")
+
+
 def files_of(run_dir: Path, rec: RecordFile) -> list[Path]:
     """The consolidated file if present, else the part files (sorted)."""
     run_dir = Path(run_dir)

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 import specdec.capture.proxy as proxy_mod
 from specdec.capture.cli import main
 from specdec.capture.proxy_record import Exchange, RowMaker
-from specdec.capture.proxy_writer import PART_GLOB, Recorder
+from specdec.capture.proxy_writer import Recorder
+from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
 from specdec.replay.traffic import load_traffic
 from tests.replay.fake_server import FakeVllm
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specdec.capture.proxy_record import COUNTED_NOTE, Exchange, NotRecorded, RowMaker
+from specdec.capture.proxy_record import COUNTED_NOTE, NO_TEMPERATURE_NOTE, Exchange, NotRecorded, RowMaker
 from specdec.capture.proxy_redact import Redactor, approx_tokens
 from specdec.capture.proxy_rules import CategoryRule, CategoryRules, load_rules
 from specdec.errors import InputFileError
@@ -51,8 +51,9 @@ def test_without_a_usage_block_the_length_is_counted_from_output_chunks():
     sse = SSE.replace(b',"usage":{"prompt_tokens":11,"completion_tokens":3}', b"")
     row = RowMaker().row(exchange({"messages": CHAT[:2]}, sse))
     # the role-only first chunk carries no output: 2, not 3
-    assert row["max_tokens"] == 2 and row["input_tokens"] is None and row["content_note"] == COUNTED_NOTE
-    assert row["temperature"] == 1.0  # not sent: the OpenAI default
+    assert row["max_tokens"] == 2 and row["input_tokens"] is None
+    # not sent: the OpenAI default, and the row says it was not sent
+    assert row["temperature"] == 1.0 and row["content_note"] == f"{COUNTED_NOTE}; {NO_TEMPERATURE_NOTE}"
     assert row["session_id"] is None and row["turn_index"] is None
 
 
