@@ -79,11 +79,17 @@ def _charts(data: ReportData) -> dict[str, dict]:
     # collapse and label the point with a neighbouring tick
     domain = ([levels[0], levels[-1]] if len(levels) > 1 else
               [levels[0] / 2, levels[0] * 2] if levels else alt.Undefined)
-    load = ((data.manifest.schedule or {}).get("load") or {}) if data.manifest is not None else {}
-    mode = load.get("mode", "closed") if isinstance(load, dict) else "closed"
-    x_title = "concurrent requests" if mode == "closed" else f"level (open loop, {mode}: see level_value)"
+    names = data.level_names
+    if names:  # open loop: the key is a position; the axis shows each level's setting
+        mode = (data.manifest.schedule or {}).get("load", {}).get("mode")
+        x_title = {"poisson": "offered load (Poisson arrivals)",
+                   "recorded": "recorded clock, time scale (smaller: faster)"}.get(mode, "level")
+        label_expr = " : ".join(f"datum.value == {k} ? {json.dumps(v)}" for k, v in sorted(names.items()))
+        axis = alt.Axis(values=levels, labelExpr=f"{label_expr} : 'level ' + datum.value")
+    else:
+        x_title, axis = "concurrent requests", alt.Axis(values=levels, format="d")
     x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False),
-              title=x_title, axis=alt.Axis(values=levels, format="d"))
+              title=x_title, axis=axis)
     charts = {}
     if speed:
         base = alt.Chart(alt.Data(values=speed)).encode(

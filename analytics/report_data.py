@@ -18,6 +18,7 @@ from typing import Literal
 
 from specdec.analytics.models import has_view
 from specdec.analytics.verdict import Sentence, verdict
+from specdec.levels import name_of, names_from_load
 from specdec.schemas.records import RunManifest
 
 LEVEL_COLUMNS = ("arm", "concurrency", "repeats", "requests", "requests_failed", "error_rate", "error_types",
@@ -78,6 +79,17 @@ class ReportData:
         """False for a run of another kind (stability) that sent no replay traffic:
         the replay sections are then left out rather than shown empty."""
         return self.kind == "replay" or self.requests_total > 0
+
+    @property
+    def level_names(self) -> dict[int, str]:
+        """Level key -> name for open-loop runs ('0.5 req/s', 'time x0.25'),
+        from the manifest's schedule; empty in closed loop (names are c<key>)."""
+        schedule = self.manifest.schedule if self.manifest is not None else None
+        return names_from_load((schedule or {}).get("load"))
+
+    def level(self, key: int) -> str:
+        """The name of level ``key`` for a reader (``specdec.levels``)."""
+        return name_of(key, self.level_names)
 
     @property
     def failed_levels(self) -> list[dict]:
@@ -169,12 +181,12 @@ def load_report(con) -> ReportData:
     if data.has_replay:
         data = replace(data, verdict=verdict(data.speedup.dicts(), data.knee.dicts(),
                                              data.lossless.dicts() if data.lossless is not None else None,
-                                             manifest.dtype))
+                                             manifest.dtype, data.level_names))
     return _with_notices(data, first_error)
 
 
-def _level_name(r: dict) -> str:
-    return f"{r['arm']} c{r['concurrency']}"
+def _level_name(r: dict, names: dict[int, str] | None = None) -> str:
+    return f"{r['arm']} {name_of(r['concurrency'], names)}"
 
 
 def _with_notices(data: ReportData, first_error: str | None) -> ReportData:
@@ -193,7 +205,7 @@ def _with_notices(data: ReportData, first_error: str | None) -> ReportData:
         out.append(Notice("alarm", text))
     failed = data.failed_levels
     if failed:
-        listed = ", ".join(f"{_level_name(r)} ({r['requests_failed']}/{r['requests']} failed: {r['error_types']})"
+        listed = ", ".join(f"{_level_name(r, data.level_names)} ({r['requests_failed']}/{r['requests']} failed: {r['error_types']})"
                            for r in failed)
         out.append(Notice("alarm", f"{len(failed)} level(s) failed (error rate above max_error_rate "
                                    f"{m.max_error_rate:g}): {listed}; no speedup or lossless figure computed "

@@ -67,7 +67,7 @@ def summary_text(data: ReportData) -> str:
     if data.levels.rows:
         lines.append(f"requests per arm and level (error_rate = failed / requests; a level fails above "
                      f"max_error_rate {m.max_error_rate:g}):")
-        rows = [[r["arm"], f"c{r['concurrency']}", r["requests"], r["requests_failed"], _pct(r["error_rate"]),
+        rows = [[r["arm"], data.level(r["concurrency"]), r["requests"], r["requests_failed"], _pct(r["error_rate"]),
                  r["error_types"] or "-", "FAILED" if r["level_failed"] else "ok"] for r in data.levels.dicts()]
         lines += text_table(["arm", "level", "requests", "failed", "error_rate", "errors", "status"], rows)
     if data.stability is not None:
@@ -115,10 +115,10 @@ def _weighted_lines(data: ReportData) -> list[str]:
     cells = []
     for r in rows:
         if r["speedup"] is None:
-            cells.append([f"c{r['concurrency']}", "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
+            cells.append([data.level(r["concurrency"]), "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
             continue
         ci = f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r["ci_low"] is not None else ""
-        cells.append([f"c{r['concurrency']}", f"{r['speedup']:.3f}{ci}", r["speedup_unweighted"], "-"])
+        cells.append([data.level(r["concurrency"]), f"{r['speedup']:.3f}{ci}", r["speedup_unweighted"], "-"])
     return ([f"speedup weighted by the traffic's category shares ({term(source or 'no weights')}; ratio of "
              "weighted mean e2e times; mart speedup_weighted):"]
             + text_table(["level", "weighted [95% interval]", "unweighted", "excluded"], cells))
@@ -190,10 +190,10 @@ def _speedup_lines(data: ReportData) -> list[str]:
         cat, conc = r["category"], r["concurrency"]
         if r["excluded_reason"] is not None:
             cells.setdefault(cat, {})[conc] = "excluded"
-            reasons.setdefault(r["excluded_reason"], []).append(f"{cat} c{conc}")
+            reasons.setdefault(r["excluded_reason"], []).append(f"{cat} {data.level(conc)}")
         else:
             cells.setdefault(cat, {})[conc] = _cell(r)
-    lines += text_table(["category"] + [f"c{c}" for c in levels],
+    lines += text_table(["category"] + [data.level(c) for c in levels],
                         [[cat] + [vals.get(c, "-") for c in levels] for cat, vals in cells.items()])
     for reason, where in reasons.items():
         lines.append(f"  excluded: {term(reason)}: {term(', '.join(where))}")

@@ -21,7 +21,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
+
+from specdec.levels import name_of
+
+Names = Mapping[int, str] | None  # level key -> name (open loop); None: c<key>
 
 __all__ = ["Part", "Sentence", "category_sentence", "lossless_sentence", "row_anchor", "verdict"]
 
@@ -56,6 +60,10 @@ def row_anchor(table: str, *key: object) -> str:
     return f"{table}-{slug}-{digest}" if slug else f"{table}-{digest}"
 
 
+def _up_to(key: int, names: Names) -> str:
+    return f"concurrency {key}" if key not in (names or {}) else name_of(key, names)
+
+
 def _x(v: float) -> str:
     return f"{v:.2f}x"
 
@@ -64,12 +72,12 @@ def _ci(r: dict) -> str:
     return f"95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}"
 
 
-def _figures(rows: Sequence[dict], with_ci: bool = True) -> list[Part]:
+def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None) -> list[Part]:
     """'2.40x (95% CI 2.20-2.60) at c1, ...', each figure linked to its row."""
     out: list[Part] = []
     for i, r in enumerate(rows):
         ci = f" ({_ci(r)})" if with_ci and r.get("ci_low") is not None else ""
-        out.append(Part(f"{_x(r['speedup'])}{ci} at c{r['concurrency']}",
+        out.append(Part(f"{_x(r['speedup'])}{ci} at {name_of(r['concurrency'], names)}",
                         row_anchor("speedup", r["category"], r["concurrency"])))
         if i < len(rows) - 1:
             out.append(Part(", "))
@@ -91,8 +99,9 @@ def _sample(cat: str, rows: Sequence[dict]) -> str:
             f"{_count(rows, 'repeats', 'repeat')}")
 
 
-def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None) -> Sentence:
-    """One category's verdict from its speedup rows (any order) and its knee row."""
+def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, names: Names = None) -> Sentence:
+    """One category's verdict from its speedup rows (any order) and its knee row;
+    ``names``: level key -> name for open-loop levels (``specdec.levels``)."""
     rows = sorted(rows, key=lambda r: r["concurrency"])
     computed = [r for r in rows if r.get("speedup") is not None]
     excluded = [r for r in rows if r.get("speedup") is None]
@@ -108,31 +117,32 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None) 
     faster = by_label["faster"]
     if faster:
         head = ("faster at every level" if faster == computed
-                else f"faster up to concurrency {faster[-1]['concurrency']}"
+                else f"faster up to {_up_to(faster[-1]['concurrency'], names)}"
                 if len(faster) > 1 and faster == computed[:len(faster)] else "faster")
-        clauses.append([Part(head + ": ")] + _figures(faster))
+        clauses.append([Part(head + ": ")] + _figures(faster, names=names))
     noise = by_label["within noise"]
     if noise:
         head = "within noise at every level" if noise == computed else "within noise"
-        clauses.append([Part(head + ": ")] + _figures(noise))
+        clauses.append([Part(head + ": ")] + _figures(noise, names=names))
     slower = by_label["slower"]
     if slower:
         head = "slower at every level" if slower == computed else "slower"
-        clauses.append([Part(head + ": ")] + _figures(slower))
+        clauses.append([Part(head + ": ")] + _figures(slower, names=names))
     unlabelled = by_label[None]
     if unlabelled:
         basis = unlabelled[0].get("label_basis") or "no interval"
-        clauses.append(_figures(unlabelled, with_ci=False) + [Part(f" ({basis})")])
+        clauses.append(_figures(unlabelled, with_ci=False, names=names) + [Part(f" ({basis})")])
     for reason in dict.fromkeys(r["excluded_reason"] for r in excluded):  # one clause per reason
         clause = [Part("no figure at ")]
         for i, r in enumerate(r for r in excluded if r["excluded_reason"] == reason):
             anchor = row_anchor("speedup", cat, r["concurrency"])
-            clause += [Part(", " if i else ""), Part(f"c{r['concurrency']}", anchor)]
+            clause += [Part(", " if i else ""), Part(name_of(r["concurrency"], names), anchor)]
         clauses.append(clause + [Part(f" ({reason})")])
     if knee and knee.get("gain_lost_concurrency") is not None and knee.get("peak_label") == "faster":
         frac = knee.get("peak_fraction") or 0.5
         clauses.append([Part(f"gain below {frac:.0%} of its peak ({_x(knee['peak_speedup'])} at "
-                             f"c{knee['peak_concurrency']}) from c{knee['gain_lost_concurrency']}",
+                             f"{name_of(knee['peak_concurrency'], names)}) from "
+                             f"{name_of(knee['gain_lost_concurrency'], names)}",
                              row_anchor("knee", cat))])
     for i, clause in enumerate(clauses):
         parts += clause
@@ -146,7 +156,7 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None) 
     return Sentence(tuple(p for p in parts if p.text))
 
 
-def lossless_sentence(rows: Sequence[dict], dtype: str | None) -> Sentence:
+def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = None) -> Sentence:
     """The lossless result in one sentence, from the lossless mart's rows."""
     dtypes = sorted({r["dtype"] for r in rows if r.get("dtype")})
     dtype = ", ".join(dtypes) if dtypes else dtype  # the mart's own record first, else the manifest's
@@ -160,7 +170,9 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None) -> Sentence:
     aa_pairs, aa_identical = total("aa_pairs"), total("aa_identical")
     thresholds = sorted({r["near_tie_threshold"] for r in rows if r.get("near_tie_threshold") is not None})
     levels = sorted({r["concurrency"] for r in rows})
-    where = f"c{levels[0]}" if len(levels) == 1 else f"c{levels[0]}-c{levels[-1]}"
+    where = (name_of(levels[0], names) if len(levels) == 1
+             else f"{name_of(levels[0], names)} to {name_of(levels[-1], names)}" if names
+             else f"c{levels[0]}-c{levels[-1]}")
     margin = f" (margin at most {thresholds[0]:g})" if len(thresholds) == 1 else ""
     aa = f"; A/A floor {aa_identical}/{aa_pairs} identical" if aa_pairs else "; no A/A floor"
     head = f"lossless: {suspect} suspect divergence{'s' if suspect != 1 else ''} in {pairs} greedy pairs"
@@ -171,14 +183,15 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None) -> Sentence:
 
 
 def verdict(speedup: Iterable[dict], knee: Iterable[dict] = (), lossless: Sequence[dict] | None = None,
-            dtype: str | None = None) -> tuple[Sentence, ...]:
-    """Every sentence: categories in name order, '(system)' last, then lossless."""
+            dtype: str | None = None, names: Names = None) -> tuple[Sentence, ...]:
+    """Every sentence: categories in name order, '(system)' last, then lossless.
+    ``names``: level key -> name for open-loop runs (``specdec.levels``)."""
     by_cat: dict[str, list[dict]] = {}
     for r in speedup:
         by_cat.setdefault(r["category"], []).append(r)
     knees = {k["category"]: k for k in knee}
     order = sorted(c for c in by_cat if c != SYSTEM) + ([SYSTEM] if SYSTEM in by_cat else [])
-    out = [category_sentence(c, by_cat[c], knees.get(c)) for c in order]
+    out = [category_sentence(c, by_cat[c], knees.get(c), names) for c in order]
     if lossless is not None:
-        out.append(lossless_sentence(lossless, dtype))
+        out.append(lossless_sentence(lossless, dtype, names))
     return tuple(out)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import click
 
 from specdec.errors import SpecdecError
+from specdec.levels import level_name
 from specdec.replay.arrivals import Arrival, poisson_plan, recorded_plan
 from specdec.validate import StrictFloatType
 
@@ -45,6 +46,11 @@ class LoadLevel:
     key: int  # the `concurrency` column: the concurrency (closed) or the position from 1 (open loop)
     mode: str  # closed | recorded | poisson
     value: float  # concurrency, time scale, or rate in requests/s
+
+    @property
+    def name(self) -> str:
+        """Short name for reports ('c4', '0.5 req/s', 'time x0.25'): ``specdec.levels``."""
+        return level_name(self.mode, self.key, self.value)
 
     @property
     def label(self) -> str:

@@ -109,3 +109,31 @@ def test_no_lossless_section_or_sentence_without_its_marts(repeated):
     assert data.lossless is None and data.lossless_divergences is None
     assert "Lossless" not in page and "lossless:" not in summary
     assert "<h2>Timed-pass text identity (no margins)</h2>" in page
+
+
+def test_open_loop_levels_are_named_by_their_setting(tmp_path):
+    """An open-loop run keys its levels 1, 2, ... (``concurrency``); a reader
+    sees the rates: in the verdict, the summary's tables and the chart's axis."""
+    from .conftest import make_manifest
+
+    load = {"mode": "poisson", "arrival_seed": 0,
+            "levels": [{"key": 1, "value": 0.5}, {"key": 2, "value": 2.0}]}
+    run_dir = write_run(tmp_path, requests=repeated_requests(steady, levels=(1, 2)), rounds=[],
+                        counters=repeated_counters(levels=(1, 2)),
+                        manifest=make_manifest(schedule={"repeats": 2, "load": load}))
+    data = data_of(run_dir)
+    assert data.level_names == {1: "0.5 req/s", 2: "2 req/s"}
+    summary, page = summary_text(data), render_html(data)
+    verdict = summary[summary.index("verdict:"):summary.index("speedup (")]
+    assert "at 0.5 req/s" in verdict and "at 2 req/s" in verdict and " c1" not in verdict
+    speedup_head = summary[summary.index("speedup ("):].splitlines()[1]
+    assert "0.5 req/s" in speedup_head and "2 req/s" in speedup_head and "c1" not in speedup_head
+    # the chart's x axis: the key's position on the scale, the rate as its label
+    assert 'datum.value == 1 ? \\"0.5 req/s\\"' in page or "datum.value == 1 ? \"0.5 req/s\"" in page
+    assert "offered load (Poisson arrivals)" in page
+
+
+def test_closed_loop_levels_keep_their_concurrency_names(repeated):
+    data = data_of(repeated)
+    assert data.level_names == {} and data.level(4) == "c4"
+    assert "at c1" in summary_text(data)
