@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from specdec.analytics import intervals, sampling_test
+from specdec.analytics import settings as analysis_settings
 from specdec.analytics.models import discover
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RECORD_FILES, RecordFile, atomic_write_with, files_of, read_manifest
@@ -109,8 +110,10 @@ def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay") -> pa
     return pa.concat_tables(tables)
 
 
-def build(run_dir: Path, db_path: Path | None = None) -> Path:
-    """Check every input, then write the database atomically; return its path."""
+def build(run_dir: Path, db_path: Path | None = None, slo: "analysis_settings.Slo | None" = None) -> Path:
+    """Check every input, then write the database atomically; return its path.
+    ``slo``: the latency SLO of the capacity_under_slo mart (``analytics/settings.py``;
+    its defaults when None)."""
     import duckdb
 
     run_dir = Path(run_dir)
@@ -132,6 +135,7 @@ def build(run_dir: Path, db_path: Path | None = None) -> Path:
                     con.unregister("_arrow")
                 con.execute("create table raw_manifest (manifest json)")
                 con.execute("insert into raw_manifest values (?)", [manifest.model_dump_json()])
+                analysis_settings.create_table(con, slo)
                 for computed in COMPUTED:
                     computed.create_table(con)
                 for m in models:

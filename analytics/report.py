@@ -52,6 +52,16 @@ DEFINITIONS = {
                     "(one arm, level and repeat); prefix_cache_reset: the cache was reset just before the block",
     "tpot_ms": "(e2e - ttft) / (output tokens - 1), per request",
     "itl_chunk_gap_ms": "gap between streamed chunks; one chunk can carry several tokens under speculation",
+    "capacity_under_slo": "the highest measured concurrency up to which every level meets the SLO (p95 TTFT and p95 TPOT over "
+                "all successful requests of the arm at that level, and the level's error budget); a pass above a "
+                "failing level does not count; sustains_all_measured: the limit lies above the levels measured; "
+                "capacity_ratio = speculative / baseline max_concurrency, as coarse as the level grid",
+    "acceptance_positions": "position i of a draft is accepted when the round accepted i or more tokens; "
+                            "acceptance_at_position = such rounds / verify rounds (summed over positions: mean "
+                            "acceptance length - 1); conditional_acceptance: given the draft got to i; "
+                            "first_rejection_share: rounds whose first rejected token is at i",
+    "acceptance_by_context": "verify rounds by the request's context length before the step (prompt + output so "
+                             "far); tokens_per_round: tokens one target forward yields, bonus token included",
     "error_rate": "requests_failed / requests of the arm and level; a level fails when error_rate > max_error_rate, "
                   "and no speedup or lossless figure is computed from it",
 }
@@ -254,6 +264,12 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         return out + [("Run manifest", f"<pre>{esc(m.model_dump_json(indent=2))}</pre>")]
     out.append(("Acceptance (speculative arm)", _defs("mean_acceptance_length", "acceptance_rate")
                 + _tab(data.acceptance)))
+    if data.acceptance_positions is not None:
+        out.append(("Acceptance by draft position (speculative arm)",
+                    _defs("acceptance_positions") + _tab(data.acceptance_positions)))
+    if data.acceptance_by_context is not None:
+        out.append(("Acceptance by context length (speculative arm)",
+                    _defs("acceptance_by_context") + _tab(data.acceptance_by_context)))
     out.append(("Speedup", _defs("speedup", "intervals", "aa", "label")
                 + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
     out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
@@ -263,6 +279,11 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
                            f"{esc(DEFINITIONS['itl_chunk_gap_ms'])}; successful requests only.</p>"
                 + _tab(data.latency)))
     out.append(("Throughput (successful requests, repeats pooled)", _tab(data.throughput)))
+    if data.capacity is not None:
+        slo = data.capacity.dicts()[0]
+        out.append((f"Capacity under an SLO (p95 TTFT <= {slo['slo_ttft_p95_ms']:g} ms, p95 TPOT <= "
+                    f"{slo['slo_tpot_p95_ms']:g} ms; {slo['slo_source']})",
+                    _defs("capacity_under_slo") + _tab(data.capacity, table_id=row_anchor("capacity_under_slo"))))
     out.append(("Blocks: throughput and prefix cache per arm, level and repeat",
                 _defs("prefix_cache") + _tab(data.blocks)))
     out.append(("Engine step timing (captured)", _tab(data.step_timing)))
@@ -324,12 +345,13 @@ def render_html(data: ReportData) -> str:
 </body></html>"""
 
 
-def write_report(run_dir: Path) -> tuple[Path, str]:
-    """Rebuild the marts, write ``report.html`` atomically, return it and the summary."""
+def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
+    """Rebuild the marts (``slo``: the capacity_under_slo mart's SLO, ``analytics/settings.py``),
+    write ``report.html`` atomically, return it and the summary."""
     import duckdb
 
     run_dir = Path(run_dir)
-    db = build(run_dir)
+    db = build(run_dir, slo=slo)
     con = duckdb.connect(str(db), read_only=True)
     try:
         data = load_report(con)

@@ -73,6 +73,9 @@ class ReportData:
     notices: tuple[Notice, ...] = field(default=())
     verdict: tuple[Sentence, ...] = field(default=())
     speedup_weighted: Table | None = None  # mart speedup_weighted; None when the database has no such rows
+    capacity: Table | None = None  # mart capacity_under_slo: highest concurrency per arm under the analysis's SLO
+    acceptance_positions: Table | None = None  # per-position acceptance and first rejection (speculative arm)
+    acceptance_by_context: Table | None = None  # acceptance by context-length bucket (speculative arm)
 
     @property
     def has_replay(self) -> bool:
@@ -112,6 +115,10 @@ def _table(con, sql: str) -> Table:
 
 def _view(con, name: str) -> Table | None:
     return _table(con, f"select * from {name}") if has_view(con, name) else None
+
+
+def _where(con, name: str, condition: str) -> Table | None:
+    return _table(con, f"select * from {name} where {condition}") if has_view(con, name) else None
 
 
 def _nonempty(t: Table | None) -> Table | None:
@@ -173,6 +180,9 @@ def load_report(con) -> ReportData:
         sampling=_nonempty(_view(con, "sampling")),
         speedup_natural_end=_nonempty(_view(con, "speedup_natural_end")),
         speedup_weighted=_nonempty(_view(con, "speedup_weighted")),
+        capacity=_nonempty(_view(con, "capacity_under_slo")),
+        acceptance_positions=_nonempty(_where(con, "acceptance_positions", "arm = 'speculative'")),
+        acceptance_by_context=_nonempty(_where(con, "acceptance_by_context", "arm = 'speculative'")),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )

@@ -88,6 +88,7 @@ def summary_text(data: ReportData) -> str:
                             [[r["category"], r["mean_acceptance_length"], r["acceptance_rate"]] for r in acc])
     else:
         lines.append("  none (no captured rounds of replayed requests)")
+    lines += _capacity_lines(data)
     lines.append(_reconciliation_line(data))
     lines.append(_prefix_cache_line(data))
     lines.append(_text_identity_line(data))
@@ -122,6 +123,25 @@ def _weighted_lines(data: ReportData) -> list[str]:
     return ([f"speedup weighted by the traffic's category shares ({term(source or 'no weights')}; ratio of "
              "weighted mean e2e times; mart speedup_weighted):"]
             + text_table(["level", "weighted [95% interval]", "unweighted", "excluded"], cells))
+
+
+def _capacity_lines(data: ReportData) -> list[str]:
+    """Highest concurrency each arm sustains under the SLO (mart capacity_under_slo)."""
+    if data.capacity is None:
+        return []
+    rows = data.capacity.dicts()
+    slo = rows[0]
+    cells = []
+    for r in rows:
+        limit = ("none measured" if r["max_concurrency"] is None else
+                 f"{data.level(r['max_concurrency'])}{' or more' if r['sustains_all_measured'] else ''}")
+        fails = ("-" if r["first_failing_level"] is None else
+                 f"{data.level(r['first_failing_level'])} ({r['first_failing_reason']})")
+        ratio = "-" if r["capacity_ratio"] is None else f"{r['capacity_ratio']:.2f}x"
+        cells.append([r["arm"], limit, fails, ratio])
+    return ([f"capacity under p95 TTFT <= {slo['slo_ttft_p95_ms']:g} ms and p95 TPOT <= {slo['slo_tpot_p95_ms']:g} ms "
+             f"({slo['slo_source']} SLO; mart capacity_under_slo):"]
+            + text_table(["arm", "sustains", "first failing level", "vs baseline"], cells))
 
 
 def _text_identity_line(data: ReportData) -> str:

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from specdec.errors import SpecdecError
 from specdec.replay.config import client_options, default_of, schedule_options
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
-from specdec.validate import LevelList, MaxTokens, PositiveInt, UnitInterval
+from specdec.validate import LevelList, MaxTokens, PositiveFloat, PositiveInt, UnitInterval
 
 
 #: The demo's levels: with 2 interleaved repeats and a verification pass per
@@ -42,6 +42,27 @@ def handle_errors(fn):
 run_dir_arg = click.argument(
     "run_dir", type=click.Path(file_okay=False, path_type=Path), default="runs/latest",
 )
+
+
+def slo_options(fn):
+    """--slo-ttft-p95-ms and --slo-tpot-p95-ms: the latency SLO of the capacity_under_slo
+    mart (analytics/settings.py); the command gets them as ``slo_ttft_p95_ms``
+    and ``slo_tpot_p95_ms`` and turns them into a Slo with ``slo_of``."""
+    fn = click.option("--slo-tpot-p95-ms", type=PositiveFloat, default=None,
+                      help="Capacity SLO: p95 time per output token at most this many ms (default 100).")(fn)
+    fn = click.option("--slo-ttft-p95-ms", type=PositiveFloat, default=None,
+                      help="Capacity SLO: p95 time to first token at most this many ms (default 2000).")(fn)
+    return fn
+
+
+def slo_of(ttft_p95_ms: float | None, tpot_p95_ms: float | None):
+    """The Slo of the two options; None (the defaults, said as 'default') when neither is given."""
+    from specdec.analytics.settings import DEFAULT_SLO, Slo
+
+    if ttft_p95_ms is None and tpot_p95_ms is None:
+        return None
+    return Slo(ttft_p95_ms=DEFAULT_SLO.ttft_p95_ms if ttft_p95_ms is None else ttft_p95_ms,
+               tpot_p95_ms=DEFAULT_SLO.tpot_p95_ms if tpot_p95_ms is None else tpot_p95_ms, source="given")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,24 +102,28 @@ def analytics() -> None:
 
 @analytics.command("build")
 @run_dir_arg
+@slo_options
 @handle_errors
-def analytics_build(run_dir: Path) -> None:
+def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None) -> None:
     """Run the SQL models (staging -> intermediate -> marts) over RUN_DIR's
-    Parquet files into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest)."""
+    Parquet files into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
+    The SLO options set the latency target of the capacity mart."""
     from specdec.analytics.build import build
 
-    db = build(run_dir)
+    db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms))
     click.echo(f"built {db}")
 
 
 @main.command()
 @run_dir_arg
+@slo_options
 @handle_errors
-def report(run_dir: Path) -> None:
+def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None) -> None:
     """Write RUN_DIR/report.html (self-contained, opens offline) and print a
     short summary. Rebuilds RUN_DIR/specdec.duckdb first so the report matches the files.
+    The SLO options set the latency target of the capacity mart.
     Exits 1 (after writing the report) when any level failed its error budget."""
-    finish_run(run_dir)
+    finish_run(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms))
 
 
 @main.command()
@@ -169,12 +194,12 @@ def report_stopped_run(exc: SpecdecError) -> None:
     click.echo(f"the run stopped; report of what was recorded before it: {path.resolve()}", err=True)
 
 
-def finish_run(run_dir: Path) -> None:
+def finish_run(run_dir: Path, slo=None) -> None:
     """After a replay: build the marts, write the report, print the summary,
     and exit 1 (after writing everything) when any level failed."""
     from specdec.analytics.report import failed_levels, write_report
 
-    path, summary = write_report(run_dir)
+    path, summary = write_report(run_dir, slo=slo)
     click.echo(summary)
     click.echo(f"report: {path.resolve()}")
     failed = failed_levels(run_dir)
