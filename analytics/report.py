@@ -60,6 +60,12 @@ DEFINITIONS = {
                             "acceptance_at_position = such rounds / verify rounds (summed over positions: mean "
                             "acceptance length - 1); conditional_acceptance: given the draft got to i; "
                             "first_rejection_share: rounds whose first rejected token is at i",
+    "acceptance_definitions": "the same rounds as vLLM (pooled: 1 + sum(a) / rounds; sum(a) / sum(k)), AIPerf (mean "
+                              "per request of mean (a + 1); (a + 1) / (k + 1) pooled), Spec-Bench (mean tokens per "
+                              "decode step, no-draft steps included), SGLang (output tokens / verify rounds) and "
+                              "llama.cpp (accepted / tested, = vLLM's rate here) define them; (all): pooled over "
+                              "categories, with the macro average over categories beside it. A figure quoted from "
+                              "another tool compares with its own column only",
     "acceptance_by_context": "verify rounds by the request's context length before the step (prompt + output so "
                              "far); tokens_per_round: tokens one target forward yields, bonus token included",
     "error_rate": "requests_failed / requests of the arm and level; a level fails when error_rate > max_error_rate, "
@@ -264,6 +270,9 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         return out + [("Run manifest", f"<pre>{esc(m.model_dump_json(indent=2))}</pre>")]
     out.append(("Acceptance (speculative arm)", _defs("mean_acceptance_length", "acceptance_rate")
                 + _tab(data.acceptance)))
+    if data.acceptance_definitions is not None:
+        out.append(("Acceptance under the field's definitions (speculative arm)",
+                    _defs("acceptance_definitions") + _tab(data.acceptance_definitions)))
     if data.acceptance_positions is not None:
         out.append(("Acceptance by draft position (speculative arm)",
                     _defs("acceptance_positions") + _tab(data.acceptance_positions)))

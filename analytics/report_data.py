@@ -76,6 +76,7 @@ class ReportData:
     capacity: Table | None = None  # mart capacity_under_slo: highest concurrency per arm under the analysis's SLO
     acceptance_positions: Table | None = None  # per-position acceptance and first rejection (speculative arm)
     acceptance_by_context: Table | None = None  # acceptance by context-length bucket (speculative arm)
+    acceptance_definitions: Table | None = None  # the field's definitions side by side (speculative arm)
 
     @property
     def has_replay(self) -> bool:
@@ -183,6 +184,7 @@ def load_report(con) -> ReportData:
         capacity=_nonempty(_view(con, "capacity_under_slo")),
         acceptance_positions=_nonempty(_where(con, "acceptance_positions", "arm = 'speculative'")),
         acceptance_by_context=_nonempty(_where(con, "acceptance_by_context", "arm = 'speculative'")),
+        acceptance_definitions=_nonempty(_where(con, "acceptance_definitions", "arm = 'speculative'")),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )

@@ -1,0 +1,91 @@
+-- acceptance_definitions
+-- Grain: one row per arm and category, plus category '(all)' per arm, over the captured
+--   rounds of replayed requests (int_rounds_attributed), all levels and repeats.
+-- Purpose: the same rounds under each definition the field uses, side by side, so a
+--   number quoted from another tool can be compared like for like
+--   (../shared/reference/metric-definitions.md; the sources named per column).
+--   Notation per verify round: k = tokens_proposed > 0, a = tokens_accepted; a decode
+--   step with k = 0 is not a verify round.
+--   verify_rounds, requests   rounds with k > 0; requests with at least one such round
+--   decode_steps_no_draft     decode steps with k = 0 (counted in specbench only)
+--   rounds_all_rejected       verify rounds with a = 0
+--   vllm_mean_acceptance_length   1 + sum(a) / verify_rounds, pooled (vLLM; AIPerf's
+--                             "token-weighted acceptance length" is the same formula)
+--   vllm_draft_acceptance_rate    sum(a) / sum(k), pooled (vLLM; llama.cpp's acceptance
+--                             rate, accepted / drafts actually tested, is the same here
+--                             because k counts the drafts the target verified)
+--   aiperf_acceptance_length_per_request  per request the mean of (a + 1) over its verify
+--                             rounds, then the mean over requests (a macro average: every
+--                             request weighs the same, however many rounds it had)
+--   acceptance_rate_per_request   per request sum(a) / sum(k), then the mean over requests
+--   aiperf_accepted_per_verified  sum(a + 1) / sum(k + 1), pooled over verify rounds
+--   specbench_mean_accepted_tokens  mean tokens emitted per decode step, every decode step
+--                             of the arm's requests included (k = 0 steps emit 1): 1.00 for
+--                             plain decoding (Spec-Bench's "mean accepted tokens")
+--   sglang_accept_length      sum of the requests' output tokens / verify_rounds (SGLang's
+--                             tests; the numerator counts the token of the prefill step too)
+--   macro_over_categories_length  '(all)' rows only: the mean over categories of
+--                             vllm_mean_acceptance_length (AIPerf speed-bench's "overall"),
+--                             beside the pooled figure of the same row
+--   Every ratio is NULL when its denominator is 0 (e.g. the baseline arm: no verify round).
+with rounds as (
+    select arm, category, request_id, phase, tokens_proposed as k, tokens_accepted as a, tokens_emitted,
+           is_verify_round
+    from int_rounds_attributed
+),
+per_request as (
+    select arm, category, request_id,
+           count(*) filter (where is_verify_round) as verify_rounds,
+           avg(a + 1) filter (where is_verify_round) as mean_length,
+           sum(a) filter (where is_verify_round) / nullif(sum(k) filter (where is_verify_round), 0) as rate
+    from rounds group by all
+),
+outputs as (
+    select arm, category, request_id, output_tokens from stg_requests where success
+),
+grouped as (
+    select r.arm, grouping(r.category) = 1 as is_all, coalesce(r.category, '(all)') as category,
+        count(*) filter (where r.is_verify_round) as verify_rounds,
+        count(distinct r.request_id) filter (where r.is_verify_round) as requests,
+        count(*) filter (where r.phase = 'decode' and not r.is_verify_round) as decode_steps_no_draft,
+        count(*) filter (where r.is_verify_round and r.a = 0) as rounds_all_rejected,
+        1 + sum(r.a) filter (where r.is_verify_round)
+            / nullif(count(*) filter (where r.is_verify_round), 0) as vllm_mean_acceptance_length,
+        sum(r.a) filter (where r.is_verify_round)
+            / nullif(sum(r.k) filter (where r.is_verify_round), 0) as vllm_draft_acceptance_rate,
+        sum(r.a + 1) filter (where r.is_verify_round)
+            / nullif(sum(r.k + 1) filter (where r.is_verify_round), 0) as aiperf_accepted_per_verified,
+        avg(r.tokens_emitted) filter (where r.phase = 'decode') as specbench_mean_accepted_tokens
+    from rounds r
+    group by grouping sets ((r.arm, r.category), (r.arm))
+),
+request_means as (
+    select arm, coalesce(category, '(all)') as category,
+           avg(mean_length) filter (where verify_rounds > 0) as aiperf_acceptance_length_per_request,
+           avg(rate) filter (where verify_rounds > 0) as acceptance_rate_per_request
+    from per_request
+    group by grouping sets ((arm, category), (arm))
+),
+sglang as (
+    select p.arm, coalesce(p.category, '(all)') as category,
+           sum(o.output_tokens) filter (where p.verify_rounds > 0) / nullif(sum(p.verify_rounds), 0)
+               as sglang_accept_length
+    from per_request p join outputs o using (arm, category, request_id)
+    group by grouping sets ((p.arm, p.category), (p.arm))
+),
+macro as (
+    select arm, avg(vllm_mean_acceptance_length) as macro_over_categories_length
+    from grouped where not is_all group by arm
+),
+final as (
+    select g.arm, g.category, g.verify_rounds, g.requests, g.decode_steps_no_draft, g.rounds_all_rejected,
+           g.vllm_mean_acceptance_length, g.vllm_draft_acceptance_rate,
+           m.aiperf_acceptance_length_per_request, m.acceptance_rate_per_request,
+           g.aiperf_accepted_per_verified, g.specbench_mean_accepted_tokens, s.sglang_accept_length,
+           case when g.is_all then c.macro_over_categories_length end as macro_over_categories_length
+    from grouped g
+    left join request_means m on m.arm = g.arm and m.category = g.category
+    left join sglang s on s.arm = g.arm and s.category = g.category
+    left join macro c on c.arm = g.arm
+)
+select * from final order by arm, category = '(all)', category
