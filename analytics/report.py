@@ -60,6 +60,9 @@ DEFINITIONS = {
                             "acceptance_at_position = such rounds / verify rounds (summed over positions: mean "
                             "acceptance length - 1); conditional_acceptance: given the draft got to i; "
                             "first_rejection_share: rounds whose first rejected token is at i",
+    "speedup_by_input_length": "input_bucket by prompt tokens: short < 256, medium 256-1023, long >= 1024; "
+                               "speedup: geometric mean of paired e2e ratios, every category pooled, no interval "
+                               "(read the speedup table's intervals for claims)",
     "acceptance_definitions": "the same rounds as vLLM (pooled: 1 + sum(a) / rounds; sum(a) / sum(k)), AIPerf (mean "
                               "per request of mean (a + 1); (a + 1) / (k + 1) pooled), Spec-Bench (mean tokens per "
                               "decode step, no-draft steps included), SGLang (output tokens / verify rounds) and "
@@ -287,6 +290,9 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     out.append(("Latency", f"<p>tpot_ms: {esc(DEFINITIONS['tpot_ms'])}; itl_chunk_gap_ms: "
                            f"{esc(DEFINITIONS['itl_chunk_gap_ms'])}; successful requests only.</p>"
                 + _tab(data.latency)))
+    if data.by_input_length is not None:
+        out.append(("Speedup and latency by input length", _defs("speedup_by_input_length")
+                    + _tab(data.by_input_length)))
     out.append(("Throughput (successful requests, repeats pooled)", _tab(data.throughput)))
     if data.capacity is not None:
         slo = data.capacity.dicts()[0]
