@@ -114,6 +114,18 @@ def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_m
     click.echo(f"built {db}")
 
 
+@analytics.command("docs")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/data-dictionary.md"),
+              show_default=True, help="Where to write the data dictionary (Markdown).")
+@handle_errors
+def analytics_docs(out: Path) -> None:
+    """Write the data dictionary: every record file's fields (from the pydantic
+    schemas) and every SQL model's header (grain, formulas, units, pooling)."""
+    from specdec.analytics.docs import write
+
+    click.echo(f"wrote {write(out)}")
+
+
 @main.command()
 @run_dir_arg
 @slo_options
