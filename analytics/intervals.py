@@ -28,26 +28,30 @@ Method (stated again in the ``speedup`` mart header and in the report):
   level 1 near 0.94 [0.90-0.98]. The t quantile is what pays for a variance
   estimated from few values (t(0.975, 4) = 2.78 against 1.96).
 - **the noise pool** (one machine, one noise; every group of the run, on the
-  log scale) is one of two sets of values, each value a difference of two
-  blocks, so each has the variance of a block figure's noise:
+  log scale) is two sets of values, each value a difference of two blocks, so
+  each has the variance of a block figure's noise:
   - the A/B residuals (m_r - mean m) * sqrt(R / (R - 1)) of every group;
   - the A/A block figures d_r (baseline block of repeat r + 1 against repeat
     r, same prompts; for ``(system)`` the throughput ratio), *not* centred:
     both blocks ran the same configuration, so anything but 0 is noise,
     including drift of the host (or a fresh server) between the two blocks.
-  s2 is the mean square of whichever set is larger (the larger of two
-  estimates of the same noise: the conservative choice). The A/A set is there
-  because A/B residuals alone missed noise that moves whole repeats together:
-  in an A/A probe of 6 repeats the A/B figures of all categories were at +3%
-  in repeats 0-3 and -3% in 4-5.
+  s2 pools the two sets' mean squares, weighted by their degrees of freedom,
+  and df is the sum of theirs (two estimates of the same noise, pooled as a
+  pooled variance is). The A/A set is there because A/B residuals alone missed
+  noise that moves whole repeats together: in an A/A probe of 6 repeats the
+  A/B figures of all categories were at +3% in repeats 0-3 and -3% in 4-5.
+  (Taking the larger of the two sets instead, tried for a day, covered 1 in
+  98-99% of simulated no-effect runs: so wide that the demo's code speedup of
+  2.4x read "within noise".)
 - **degrees of freedom**: the groups of one level share their blocks, so their
   residuals are not independent: each level counts once, df = sum over levels
   of (R_level - 1) (R_level: the most repeats of any group at that level; for
-  the A/A set, the most A/A figures). Levels are counted as independent,
-  which they are not quite when a server process is reused across levels (see
-  ``replay/schedule.py``); the conservative choice of the pool offsets that,
-  and ``tests/analytics/test_intervals.py`` checks the coverage on simulated
-  runs with noise shared across levels.
+  the A/A set, the most A/A figures at that level), summed over the two sets.
+  Levels are counted as independent, which they are not quite when a server
+  process is reused across levels (see ``replay/schedule.py``);
+  ``tests/analytics/test_intervals.py`` checks the coverage on simulated runs,
+  with and without noise shared across levels: 3-5.5% of intervals miss a
+  true ratio of 1 (the residual bootstrap this replaced: 4.5-8.6%).
 - **prompts** (per category and level): a paired bootstrap, prompts resampled
   with replacement within the category, each with all its pairs (a cluster
   bootstrap): ``RESAMPLES`` = 2000 resamples, a fresh
@@ -99,9 +103,9 @@ SYSTEM = "(system)"
 #: One line for the report: how the intervals are computed.
 METHOD = (f"{LEVEL:.0%} intervals. measurement (categories and (system)): prompts fixed, a Student t interval over "
           "repeats, mean of the per-repeat block figures +- t(df) * sqrt(s2 / R), s2 the run's pooled block noise: "
-          "every group's A/B block residuals (scaled by sqrt(R/(R-1))) or every A/A block figure (baseline repeat "
-          "r+1 against r, not centred), whichever has the larger mean square, so noise shared by a whole block or "
-          "repeat counts; df = sum over levels of (repeats - 1). prompts: paired bootstrap, prompts resampled "
+          "every group's A/B block residuals (scaled by sqrt(R/(R-1))) and every A/A block figure (baseline repeat "
+          "r+1 against r, not centred), their mean squares pooled by degrees of freedom, so noise shared by a whole "
+          "block or repeat counts; df = sum over levels of (repeats - 1), for each set. prompts: paired bootstrap, prompts resampled "
           f"within the category with their pairs, {RESAMPLES} resamples, seed {SEED} (numpy default_rng, fresh per "
           "group), percentile interval. A/A: the t interval of the A/A block figures with the same s2 and df.")
 
@@ -186,17 +190,33 @@ def t_quantile(p: float, df: float) -> float:
 
 @dataclass(frozen=True)
 class NoisePool:
-    """The run's estimate of the noise of one block figure (log scale):
-    ``values``, the set chosen (A/B scaled residuals, or A/A block figures
-    with their mirrors), its ``mean_square`` (s2) and its degrees of freedom."""
+    """The run's estimate of the noise of one block figure (log scale): the
+    A/B scaled residuals and the A/A block figures (each with its mirror),
+    each set with its degrees of freedom; ``mean_square`` (s2) pools the two
+    sets' mean squares weighted by their degrees of freedom, ``df`` is their sum."""
 
-    values: tuple[float, ...]
-    df: int
-    source: str  # 'ab_residuals' | 'aa_figures' | 'none'
+    ab_values: tuple[float, ...] = ()
+    ab_df: int = 0
+    aa_values: tuple[float, ...] = ()
+    aa_df: int = 0
+
+    @property
+    def df(self) -> int:
+        return (self.ab_df if self.ab_values else 0) + (self.aa_df if self.aa_values else 0)
 
     @property
     def mean_square(self) -> float:
-        return _mean_square(self.values)
+        if not self.df:
+            return 0.0
+        ab = self.ab_df * _mean_square(self.ab_values) if self.ab_values else 0.0
+        aa = self.aa_df * _mean_square(self.aa_values) if self.aa_values else 0.0
+        return (ab + aa) / self.df
+
+    @property
+    def source(self) -> str:
+        parts = [f"A/B residuals df {self.ab_df}" if self.ab_values else "",
+                 f"A/A figures df {self.aa_df}" if self.aa_values else ""]
+        return " + ".join(p for p in parts if p) or "none"
 
 
 def request_level_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
@@ -229,7 +249,7 @@ def block_interval(block_means: Sequence[float], pool: NoisePool, *, min_blocks:
     nothing of its own spread; 1 for an A/A group, whose figures are noise by
     construction) or a pool without a degree of freedom."""
     n = len(block_means)
-    if n < max(min_blocks, 1) or pool.df < 1 or not pool.values:
+    if n < max(min_blocks, 1) or pool.df < 1:
         return None
     centre = sum(block_means) / n
     half = t_quantile(1 - (1 - LEVEL) / 2, pool.df) * math.sqrt(pool.mean_square / n)
@@ -239,21 +259,17 @@ def block_interval(block_means: Sequence[float], pool: NoisePool, *, min_blocks:
 def noise_pool(block_means: Mapping[GroupKey, Sequence[float]]) -> NoisePool:
     """The run's noise pool from every group's block figures, keyed by
     (comparison, category, concurrency): the A/B block residuals of every
-    group with 2 or more repeats, or every A/A block figure d as it is (not
+    group with 2 or more repeats, and every A/A block figure d as it is (not
     centred) together with -d (which repeat is the A/A "treatment" is
-    arbitrary, so the pool is symmetric about 0), whichever has the larger mean
-    square (the A/B residuals on a tie or with no A/A figure). Degrees of
-    freedom: per level, the most (repeats - 1) of any A/B group there, or the
-    most A/A figures of any A/A group there, summed over levels."""
+    arbitrary, so the set is symmetric about 0). Degrees of freedom per set:
+    per level, the most (repeats - 1) of any A/B group there, or the most A/A
+    figures of any A/A group there, summed over levels."""
     ab = {k: m for k, m in block_means.items() if k[0] == "ab"}
     aa = {k: m for k, m in block_means.items() if k[0] == "aa"}
     ab_values = block_residuals(ab[k] for k in sorted(ab))
     aa_values = [float(v) for k in sorted(aa) for d in aa[k] for v in (d, -d)]
-    if _mean_square(aa_values) > _mean_square(ab_values):
-        return NoisePool(tuple(aa_values), _df_per_level(aa, lambda n: n), "aa_figures")
-    if ab_values:
-        return NoisePool(tuple(ab_values), _df_per_level(ab, lambda n: n - 1), "ab_residuals")
-    return NoisePool((), 0, "none")
+    return NoisePool(tuple(ab_values), _df_per_level(ab, lambda n: n - 1),
+                     tuple(aa_values), _df_per_level(aa, lambda n: n))
 
 
 def _df_per_level(groups: Mapping[GroupKey, Sequence[float]], df_of) -> int:
@@ -308,7 +324,7 @@ def _by_group(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> tuple[dict, di
 def _t_row(key: tuple, segment, ci: Interval | None, pool: NoisePool, method: str) -> list[tuple]:
     if ci is None:
         return []
-    return [(*key, segment, "measurement", ci[0], ci[1], None, None, pool.df, f"{method} ({pool.source}, df {pool.df})")]
+    return [(*key, segment, "measurement", ci[0], ci[1], None, None, pool.df, f"{method} ({pool.source})")]
 
 
 def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = ()) -> list[tuple]:

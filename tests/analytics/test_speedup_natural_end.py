@@ -220,12 +220,14 @@ def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
     """Code at level 1, prompts q0 and q1, three repeats; repeat 1 runs every
     time 1.1x slower in both arms. Baseline: end at 400 of 1000 ms, speculative
     200 of 500: every pair 2.0 in both segments and whole. The A/B figures never
-    move (no residual); the A/A figures are -+ln 1.1 for code and -+b for
-    (system), b = ln(11000 / 11100) (a block lasts 10 s between its two sends
-    plus the last request), so s2 = ((ln 1.1)^2 + b^2) / 2 with df 2 (one
-    level, two A/A figures), and a segment's interval is 2 exp(-+t(0.975, 2)
-    sqrt(s2 / 3)) = [1.69, 2.37]. A/A: mean figure 0 +- t sqrt(s2 / 2),
-    mirrored: floor 1.23. 1.69 clears it: faster."""
+    move for code; (system) moves a little, since a block lasts 10 s between its
+    two sends plus the last request: figures ln(11000/10500), ln(11100/10550),
+    ln(11000/10500), so the A/B residuals are those of (system) (df 2); the
+    A/A figures are -+ln 1.1 for
+    code and -+b for (system), b = ln(11000 / 11100): mean square
+    ((ln 1.1)^2 + b^2) / 2, df 2. Pooled (df 4), and a segment's
+    interval is 2 exp(-+t(0.975, 4) sqrt(s2 / 3)) = [1.85, 2.16]. A/A: mean
+    figure 0 +- t sqrt(s2 / 2), mirrored: floor 1.10. 1.85 clears it: faster."""
     from tests.analytics.conftest import SEC, repeated_counters
 
     out = []
@@ -248,10 +250,14 @@ def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
                          run_dir / record_file("greedy_checks").consolidated)
     got = {r["segment"]: r for r in rows(run_dir, "select * from speedup_natural_end")}
     assert set(got) == {"before_natural_end", "after_natural_end"}
-    t2, s2 = 4.302652729749464, (math.log(1.1) ** 2 + math.log(11000 / 11100) ** 2) / 2
+    system = [math.log(11000 / 10500), math.log(11100 / 10550), math.log(11000 / 10500)]
+    centre = sum(system) / 3
+    ab_ms = sum(((f - centre) * math.sqrt(3 / 2)) ** 2 for f in system) / 6  # code's 3 residuals are 0
+    aa_ms = (math.log(1.1) ** 2 + math.log(11000 / 11100) ** 2) / 2
+    t4, s2 = 2.7764451051977987, (2 * ab_ms + 2 * aa_ms) / 4
     for seg in got.values():
         assert (seg["speedup"], seg["pairs"], seg["repeats"]) == (pytest.approx(2.0), 6, 3)
-        assert (seg["ci_low"], seg["ci_high"]) == (pytest.approx(2 * math.exp(-t2 * math.sqrt(s2 / 3))),
-                                                   pytest.approx(2 * math.exp(t2 * math.sqrt(s2 / 3))))
-        assert seg["aa_floor"] == pytest.approx(math.exp(t2 * math.sqrt(s2 / 2)))
+        assert (seg["ci_low"], seg["ci_high"]) == (pytest.approx(2 * math.exp(-t4 * math.sqrt(s2 / 3))),
+                                                   pytest.approx(2 * math.exp(t4 * math.sqrt(s2 / 3))))
+        assert seg["aa_floor"] == pytest.approx(math.exp(t4 * math.sqrt(s2 / 2)))
         assert seg["label"] == "faster"
