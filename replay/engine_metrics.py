@@ -1,7 +1,9 @@
-"""Read vLLM's cumulative Prometheus counters from ``/metrics``.
+"""Read vLLM's Prometheus metrics from ``/metrics``: the cumulative counters
+around each block, and two gauges sampled during it (``replay/resources.py``).
 
-Counters are summed over label sets (engine, model_name); a counter the server
-does not export (no speculation in the baseline) is None, not 0.
+Counters are summed over label sets (engine, model_name); a metric the server
+does not export (no speculation in the baseline) is None, not 0. Gauges: the
+KV-cache usage is the largest over engines, the running requests their sum.
 """
 
 from __future__ import annotations
@@ -18,11 +20,28 @@ COUNTERS = {
 }
 
 
+GAUGES = {
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", max),
+    "requests_running": ("vllm:num_requests_running", sum),
+}
+
+
 def parse_counters(text: str) -> dict[str, float | None]:
-    """Sum the wanted counters in a Prometheus text exposition. A sample line is
-    ``name[{labels}] value [timestamp]``; unparsable values are skipped."""
-    wanted = {v: k for k, v in COUNTERS.items()}
-    out: dict[str, float | None] = {k: None for k in COUNTERS}
+    """Sum the wanted counters in a Prometheus text exposition."""
+    values = _samples(text, {v: k for k, v in COUNTERS.items()})
+    return {k: (sum(values[k]) if values[k] else None) for k in COUNTERS}
+
+
+def parse_gauges(text: str) -> dict[str, float | None]:
+    """The gauges of ``GAUGES``, each combined over label sets as stated there."""
+    values = _samples(text, {name: k for k, (name, _how) in GAUGES.items()})
+    return {k: (how(values[k]) if values[k] else None) for k, (_name, how) in GAUGES.items()}
+
+
+def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
+    """Metric name -> key in ``wanted``; every sample value per key. A sample
+    line is ``name[{labels}] value [timestamp]``; unparsable values are skipped."""
+    out: dict[str, list[float]] = {k: [] for k in wanted.values()}
     for line in text.splitlines():
         if not line or line[0] == "#":
             continue
@@ -39,25 +58,37 @@ def parse_counters(text: str) -> dict[str, float | None]:
             continue
         fields = rest.split()
         try:
-            value = float(fields[0])
+            out[key].append(float(fields[0]))
         except (IndexError, ValueError):
             continue
-        out[key] = (out[key] or 0.0) + value
     return out
 
 
 async def read_counters(session: aiohttp.ClientSession, base_url, settings=None) -> dict[str, float | None]:
     """Counters of a server; all None if it has no /metrics (not vLLM)."""
+    text = await _metrics_text(session, base_url, settings)
+    return {k: None for k in COUNTERS} if text is None else parse_counters(text)
+
+
+async def read_gauges(session: aiohttp.ClientSession, base_url, settings=None,
+                      timeout_s: float = 30) -> dict[str, float | None]:
+    """The gauges of a server; all None if it has no /metrics."""
+    text = await _metrics_text(session, base_url, settings, timeout_s)
+    return {k: None for k in GAUGES} if text is None else parse_gauges(text)
+
+
+async def _metrics_text(session: aiohttp.ClientSession, base_url, settings=None, timeout_s: float = 30) -> str | None:
+    """The /metrics page; None when the server has none (404)."""
     from specdec.replay.client import ClientSettings, as_endpoint, request_headers
 
     ep = as_endpoint(base_url)
     settings = settings or ClientSettings()
-    async with session.get(ep.url("/metrics"), params=ep.params or None,
-                           headers=request_headers(settings, ep), timeout=aiohttp.ClientTimeout(total=30)) as resp:
+    async with session.get(ep.url("/metrics"), params=ep.params or None, headers=request_headers(settings, ep),
+                           timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
         if resp.status == 404:
-            return {k: None for k in COUNTERS}
+            return None
         resp.raise_for_status()
-        return parse_counters(await resp.text(errors="replace"))
+        return await resp.text(errors="replace")
 
 
 async def reset_prefix_cache(session: aiohttp.ClientSession, base_url, settings=None) -> bool:

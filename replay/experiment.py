@@ -148,7 +148,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 for arm in arms:
                     progress.message(f"{arm.name} arm: {arm.endpoint}")
             restart = servers.restart if servers.restarts else None
-            runner = Replayer(cfg, run_id, run_dir, traffic, progress, eos_token_ids=eos_ids)
+            runner = Replayer(cfg, run_id, run_dir, traffic, progress, eos_token_ids=eos_ids, pid_of=servers.pid_of)
             asyncio.run(runner.run(endpoints, restart=restart))
             if cfg.capture_dir is not None:
                 progress.message(f"importing this run's captured rounds from {cfg.capture_dir}")
@@ -172,6 +172,7 @@ class EmbeddedServers:
         self.progress = progress
         self.restarts = not cfg.external and cfg.restart_servers == "repeat" and cfg.repeats > 1
         self._stack = contextlib.ExitStack()
+        self._servers: dict[str, LocalServer] = {}  # arm -> the server started for it (shared in A/A)
 
     def __enter__(self) -> "EmbeddedServers":
         return self
@@ -184,6 +185,7 @@ class EmbeddedServers:
         for arm in self.arms:
             if self.cfg.speculative_config is None and endpoints:
                 endpoints[arm.name] = next(iter(endpoints.values()))
+                self._servers[arm.name] = next(iter(self._servers.values()))
                 continue
             log = server_log(self.run_dir, arm.name)
             when = f" for repeat {repeat}" if repeat else ""
@@ -191,12 +193,19 @@ class EmbeddedServers:
             srv = self._stack.enter_context(LocalServer(self.spec, arm.speculative_config, capture_dir(self.run_dir),
                                                         self.run_id, log, self.cfg.startup_timeout_s))
             endpoints[arm.name] = srv.base_url
+            self._servers[arm.name] = srv
         return endpoints
+
+    def pid_of(self, arm: str) -> int | None:
+        """PID of the server process now serving ``arm`` (None: none started by specdec)."""
+        srv = self._servers.get(arm)
+        return srv.proc.pid if srv is not None and srv.proc is not None else None
 
     def restart(self, repeat: int) -> dict[str, str]:
         """Stop every server, then start fresh ones; their new endpoints."""
         self._stack.close()
         self._stack = contextlib.ExitStack()
+        self._servers = {}
         return self.start(repeat)
 
 

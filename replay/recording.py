@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specdec.errors import SpecdecError
-from specdec.runfolder import CAPTURE_SUBDIR, GREEDY_SUBDIR, SAMPLES_SUBDIR, RECORD_FILES, REQUESTS_SUBDIR, write_manifest
+from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, write_manifest
 
 log = logging.getLogger("specdec.replay")
 
@@ -64,7 +64,7 @@ def consolidate(run_dir: Path) -> None:
             continue
         for p in parts:
             p.unlink()
-    for sub in (CAPTURE_SUBDIR, REQUESTS_SUBDIR, GREEDY_SUBDIR, SAMPLES_SUBDIR):
+    for sub in PART_SUBDIRS:
         d = run_dir / sub
         if d.is_dir() and not any(d.iterdir()):
             d.rmdir()

@@ -34,9 +34,10 @@ from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
 from specdec.replay.schedule import interleaved
 from specdec.replay.sampling import sampled_rows
-from specdec.runfolder import counters_part, greedy_part, requests_part, samples_part
+from specdec.replay.resources import sample_block
+from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
-from specdec.schemas.records import MetricSnapshot, RequestResult, TrafficRow
+from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceSample, TrafficRow
 
 log = logging.getLogger("specdec.replay")
 
@@ -153,8 +154,12 @@ class Replayer:
     per arm, all kept up, and writes each block's files as soon as it ends."""
 
     def __init__(self, cfg: ReplayConfig, run_id: str, run_dir: Path, traffic: Traffic,
-                 progress: Progress, eos_token_ids: frozenset[int] | None = None):
+                 progress: Progress, eos_token_ids: frozenset[int] | None = None,
+                 pid_of: Callable[[str], int | None] | None = None):
+        """``pid_of(arm)``: the PID of the server process specdec started for
+        that arm (its memory is sampled during each block), None otherwise."""
         self.cfg, self.run_id, self.run_dir, self.traffic = cfg, run_id, run_dir, traffic
+        self.pid_of = pid_of or (lambda arm: None)
         self.progress = progress
         self.settings = cfg.client_settings()
         self.eos_token_ids = eos_token_ids
@@ -235,6 +240,9 @@ class Replayer:
         results: list = []
         sends: dict[str, SendTime] = {}
         run = run_level if plan is None else run_open_level
+        samples: list[dict] = []
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(sample_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
         try:
             await run(
                 session, ep, self.cfg.served_model, rows, level if plan is None else plan,
@@ -247,8 +255,23 @@ class Replayer:
                 write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends),
                                      requests_part(self.run_dir, arm, level, repeat))
             self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
+            await self._end_sampling(sampler, stop, samples, arm, level, repeat)
         self._snapshot(arm, level, repeat, "after", await settled_counters(session, ep, self.settings))
         self.progress.end_level(task)
+
+    async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,
+                            level: int, repeat: int) -> None:
+        """Stop the block's resource sampler (one last sample) and write what it took."""
+        stop.set()
+        try:
+            await asyncio.wait_for(sampler, timeout=10)
+        except (asyncio.TimeoutError, asyncio.CancelledError, Exception) as exc:  # sampling never fails a block
+            log.warning("resource sampling of %s c%d r%d ended with %s", arm, level, repeat, type(exc).__name__)
+        if samples:
+            rows = [ResourceSample(run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, **s) for s in samples]
+            path = resources_part(self.run_dir, arm, level, repeat)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_atomic(table_from_records(ResourceSample, rows), path)
 
     async def _verify(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
         """The lossless verification pass of one arm at one level (logprobs on)."""

@@ -210,6 +210,21 @@ class MetricSnapshot(_Record):
     prefix_cache_reset: bool | None = Field(default=None, description="Before-snapshots only: True if POST /reset_prefix_cache succeeded just before the block, False if it was refused (then earlier blocks may have warmed the cache), None if not tried.")
 
 
+class ResourceSample(_Record):
+    """What a server held while a block ran: sampled about once a second by
+    replay (``replay/resources.py``), from the block's first request to its last."""
+
+    run_id: str = Field(description="Run identifier.")
+    arm: Literal["baseline", "speculative"] = Field(description="Server the sample was taken from.")
+    concurrency: int = Field(description="Level key of the block (the concurrency in closed loop).")
+    repeat: int = Field(default=0, description="Repeat of the block, from 0.")
+    t_ms: float = Field(description="Time of the sample, ms after the block's sampler started (monotonic clock).")
+    wall_time_ns: int = Field(description="Unix wall clock of the sample, ns.")
+    rss_bytes: int | None = Field(description="Resident memory of the server's whole process tree (API server and engine core processes: the sum of their RSS, so pages shared between them count once per process) [bytes]; None for a server specdec did not start (no process to read).")
+    kv_cache_usage: float | None = Field(description="vllm:kv_cache_usage_perc, the share of the KV cache in use, 0..1 (the largest over engines); None if the server does not export it.")
+    requests_running: float | None = Field(description="vllm:num_requests_running (summed over engines); None if not exported.")
+
+
 class ArmConfig(_Record):
     """One arm of an experiment: a server configuration."""
 

@@ -10,6 +10,7 @@ A run folder ``runs/<run-id>/`` holds:
   stability.parquet        StabilityResult rows (``specdec stability`` only)
   greedy_checks.parquet    GreedyCheck rows (the lossless verification pass)
   sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
+  resources.parquet        ResourceSample rows (server memory and KV-cache use, ~1/s per block)
   server-<arm>.log         an embedded server's log
   specdec.duckdb           the marts (``specdec analytics build``)
   report.html              the report (``specdec report``)
@@ -41,6 +42,9 @@ CAPTURE_SUBDIR = "capture"
 REQUESTS_SUBDIR = "requests"
 GREEDY_SUBDIR = "greedy"
 SAMPLES_SUBDIR = "samples"
+RESOURCES_SUBDIR = "resources"
+#: Folders that hold only part files; removed by consolidation once empty.
+PART_SUBDIRS = (CAPTURE_SUBDIR, REQUESTS_SUBDIR, GREEDY_SUBDIR, SAMPLES_SUBDIR, RESOURCES_SUBDIR)
 
 #: Environment of a vLLM process with the capture plugin (read by capture.plugin).
 ENV_CAPTURE_DIR = "SPECDEC_CAPTURE_DIR"
@@ -77,6 +81,7 @@ class RecordFile:
             "stability": records.StabilityResult,
             "greedy_checks": records.GreedyCheck,
             "sample_checks": records.SampleCheck,
+            "resources": records.ResourceSample,
         }[self.name]
 
 
@@ -87,6 +92,7 @@ RECORD_FILES: tuple[RecordFile, ...] = (
     RecordFile("stability", "stability.parquet", "stability-*.parquet", required_for=("stability",)),
     RecordFile("greedy_checks", "greedy_checks.parquet", f"{GREEDY_SUBDIR}/*.parquet", required_for=()),
     RecordFile("sample_checks", "sample_checks.parquet", f"{SAMPLES_SUBDIR}/*.parquet", required_for=()),
+    RecordFile("resources", "resources.parquet", f"{RESOURCES_SUBDIR}/*.parquet", required_for=()),
 )
 
 
@@ -108,6 +114,10 @@ def greedy_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path:
 
 def samples_part(run_dir: Path, arm: str, level: int) -> Path:
     return Path(run_dir) / SAMPLES_SUBDIR / f"{arm}-c{level:03d}.parquet"
+
+
+def resources_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path:
+    return Path(run_dir) / RESOURCES_SUBDIR / f"{arm}-c{level:03d}-r{repeat:02d}.parquet"
 
 
 def counters_part(run_dir: Path, arm: str) -> Path:

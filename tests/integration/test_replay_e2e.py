@@ -104,3 +104,21 @@ def test_float32_speculation_changes_no_greedy_token(run):
     got = con.execute("select sum(pairs), sum(identical), sum(near_tie), sum(suspect) from lossless").fetchone()
     assert got == (2 * 3, 2 * 3, 0, 0)  # levels x prompts, every pair token-identical
     assert con.execute("select count(*) from lossless_divergences").fetchone()[0] == 0
+
+
+def test_resource_cost_reads_the_server_process_tree_and_kv_cache(run):
+    """Embedded servers: memory from the server's process tree (API server and
+    engine core), KV-cache use from /metrics, for every arm and level."""
+    run_dir, _, _ = run
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    try:
+        rows = con.execute("select arm, concurrency, samples, repeats, rss_peak_mib, rss_mean_mib, "
+                           "kv_cache_usage_peak from resource_cost order by all").fetchall()
+    finally:
+        con.close()
+    assert [(r[0], r[1]) for r in rows] == [(a, c) for a in ("baseline", "speculative") for c in (1, 2)]
+    for arm, level, samples, repeats, peak, mean, kv in rows:
+        assert samples >= 2 * repeats and repeats == 2, (arm, level)
+        # SmolLM2-135M in float32 plus vLLM: several hundred MiB, the engine core included
+        assert 300 < mean <= peak < 20_000, (arm, level, peak)
+        assert kv is not None and 0.0 <= kv <= 1.0, (arm, level)

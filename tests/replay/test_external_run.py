@@ -323,3 +323,23 @@ def test_rows_with_temperature_get_a_seeded_sampling_pass_in_every_arm(tmp_path,
     sent = [b_ for b_ in spec.bodies if "seed" in b_]
     assert sorted(b_["seed"] for b_ in sent) == sorted(seeds["speculative"])
     assert all(b_["temperature"] == 0.8 and b_["logprobs"] for b_ in sent)
+
+
+def test_every_block_gets_resource_samples_read_from_metrics(tmp_path, fixtures):
+    """External servers: no process to read (rss_bytes None), the gauges from
+    /metrics; at least two samples per block (one at its start, one at its end)."""
+    gauges = "vllm:kv_cache_usage_perc{engine=\"0\"} 0.125\nvllm:num_requests_running{engine=\"0\"} 2\n"
+    base, spec = FakeVllm(metrics_text=gauges), FakeVllm(metrics_text=SPEC_METRICS)
+    with threaded(base, spec) as (b, s):
+        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
+    rows = pq.read_table(run_dir / "resources.parquet").to_pylist()
+    per_block = {}
+    for r in rows:
+        per_block.setdefault((r["arm"], r["concurrency"], r["repeat"]), []).append(r)
+    assert sorted(per_block) == [(a, c, 0) for a in ("baseline", "speculative") for c in (1, 2)]
+    assert all(len(v) >= 2 for v in per_block.values())
+    assert {r["rss_bytes"] for r in rows} == {None}
+    assert {r["kv_cache_usage"] for r in rows if r["arm"] == "baseline"} == {0.125}
+    assert {r["requests_running"] for r in rows if r["arm"] == "baseline"} == {2.0}
+    assert {r["kv_cache_usage"] for r in rows if r["arm"] == "speculative"} == {None}  # not exported there
+    assert not (run_dir / "resources").exists()  # part files merged, their folder removed

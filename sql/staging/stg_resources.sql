@@ -1,0 +1,16 @@
+-- stg_resources
+-- Grain: one row per resource sample: arm, concurrency level, repeat and time.
+-- Purpose: what a server held while a block ran (ResourceSample, replay/resources.py),
+--   sampled about once a second from the block's start to its end.
+--   rss_bytes         resident memory of the server's process tree [bytes]; NULL for a
+--                     server specdec did not start
+--   kv_cache_usage    vllm:kv_cache_usage_perc [share 0..1]; NULL if not exported
+--   requests_running  vllm:num_requests_running; NULL if not exported
+with source as (
+    select * from raw_resources
+),
+final as (
+    select run_id, arm, concurrency, repeat, t_ms, wall_time_ns, rss_bytes, kv_cache_usage, requests_running
+    from source
+)
+select * from final
