@@ -60,6 +60,10 @@ DEFINITIONS = {
                             "acceptance_at_position = such rounds / verify rounds (summed over positions: mean "
                             "acceptance length - 1); conditional_acceptance: given the draft got to i; "
                             "first_rejection_share: rounds whose first rejected token is at i",
+    "resource_cost": "sampled about once a second during every block: rss = resident memory of the server's process "
+                     "tree (API server and engine core; n/a for servers specdec did not start), kv_cache_usage = "
+                     "vllm:kv_cache_usage_perc (0..1); rss_peak_vs_baseline = the speculative arm's peak / the "
+                     "baseline's at the same level",
     "speedup_by_input_length": "input_bucket by prompt tokens: short < 256, medium 256-1023, long >= 1024; "
                                "speedup: geometric mean of paired e2e ratios, every category pooled, no interval "
                                "(read the speedup table's intervals for claims)",
@@ -273,6 +277,11 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         return out + [("Run manifest", f"<pre>{esc(m.model_dump_json(indent=2))}</pre>")]
     out.append(("Acceptance (speculative arm)", _defs("mean_acceptance_length", "acceptance_rate")
                 + _tab(data.acceptance)))
+    out.append(("Speedup", _defs("speedup", "intervals", "aa", "label")
+                + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
+    out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
+    out += _natural_end_speedup(data)
+    out += _weighted_speedup(data)
     if data.acceptance_definitions is not None:
         out.append(("Acceptance under the field's definitions (speculative arm)",
                     _defs("acceptance_definitions") + _tab(data.acceptance_definitions)))
@@ -282,11 +291,6 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     if data.acceptance_by_context is not None:
         out.append(("Acceptance by context length (speculative arm)",
                     _defs("acceptance_by_context") + _tab(data.acceptance_by_context)))
-    out.append(("Speedup", _defs("speedup", "intervals", "aa", "label")
-                + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
-    out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
-    out += _natural_end_speedup(data)
-    out += _weighted_speedup(data)
     out.append(("Latency", f"<p>tpot_ms: {esc(DEFINITIONS['tpot_ms'])}; itl_chunk_gap_ms: "
                            f"{esc(DEFINITIONS['itl_chunk_gap_ms'])}; successful requests only.</p>"
                 + _tab(data.latency)))
@@ -294,6 +298,9 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         out.append(("Speedup and latency by input length", _defs("speedup_by_input_length")
                     + _tab(data.by_input_length)))
     out.append(("Throughput (successful requests, repeats pooled)", _tab(data.throughput)))
+    if data.resource_cost is not None:
+        out.append(("Resource cost: server memory and KV cache per arm and level",
+                    _defs("resource_cost") + _tab(data.resource_cost)))
     if data.capacity is not None:
         slo = data.capacity.dicts()[0]
         out.append((f"Capacity under an SLO (p95 TTFT <= {slo['slo_ttft_p95_ms']:g} ms, p95 TPOT <= "

@@ -78,6 +78,7 @@ class ReportData:
     acceptance_by_context: Table | None = None  # acceptance by context-length bucket (speculative arm)
     acceptance_definitions: Table | None = None  # the field's definitions side by side (speculative arm)
     by_input_length: Table | None = None  # mart speedup_by_input_length
+    resource_cost: Table | None = None  # mart resource_cost: memory and KV cache per arm and level
 
     @property
     def has_replay(self) -> bool:
@@ -187,6 +188,7 @@ def load_report(con) -> ReportData:
         acceptance_by_context=_nonempty(_where(con, "acceptance_by_context", "arm = 'speculative'")),
         acceptance_definitions=_nonempty(_where(con, "acceptance_definitions", "arm = 'speculative'")),
         by_input_length=_nonempty(_view(con, "speedup_by_input_length")),
+        resource_cost=_nonempty(_view(con, "resource_cost")),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )
