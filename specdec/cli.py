@@ -223,6 +223,7 @@ def finish_run(run_dir: Path, slo=None) -> None:
 
 from specdec.replay.stability import stability_command; main.add_command(stability_command, "stability")  # noqa: E402,E702
 from specdec.replay.traffic_cli import traffic; main.add_command(traffic, "traffic")  # noqa: E402,E702
+from specdec.validate_cli import validate_command; main.add_command(validate_command, "validate")  # noqa: E402,E702
 
 if __name__ == "__main__":  # pragma: no cover
     main()
