@@ -25,7 +25,8 @@ from specdec.analytics.intervals import METHOD
 from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
-from specdec.runfolder import DB_NAME, REPORT, atomic_write_bytes
+from specdec.levels import name_of
+from specdec.runfolder import DB_NAME, REPORT, atomic_write_bytes, chart_png
 
 __all__ = ["DEFINITIONS", "render_html", "summary_text", "write_report"]
 
@@ -137,6 +138,28 @@ def _charts(data: ReportData) -> dict[str, dict]:
             y=alt.Y("output_tokens_per_s:Q", title="output tokens/s (whole level)"),
             color="arm:N",
         ).properties(width=520, height=260, title="System throughput by arm").to_dict()
+    if data.acceptance_positions is not None:
+        charts["acceptance_positions"] = alt.Chart(alt.Data(values=[
+            {k: r[k] for k in ("category", "position", "acceptance_at_position", "conditional_acceptance")}
+            for r in data.acceptance_positions.dicts()])).mark_line(point=True).encode(
+            x=alt.X("position:O", title="draft position"),
+            y=alt.Y("acceptance_at_position:Q", title="share of rounds accepted up to this position",
+                    scale=alt.Scale(domain=[0, 1])),
+            color="category:N",
+            tooltip=["category:N", "position:O", alt.Tooltip("acceptance_at_position:Q", format=".3f"),
+                     alt.Tooltip("conditional_acceptance:Q", format=".3f")],
+        ).properties(width=420, height=240, title="Acceptance by draft position (speculative arm)").to_dict()
+    if data.latency_cdf is not None:
+        names = data.level_names
+        rows = [{"arm": r["arm"], "level": name_of(r["concurrency"], names), "share": r["share"], "e2e_ms": r["e2e_ms"]}
+                for r in data.latency_cdf.dicts() if r["e2e_ms"] is not None]
+        charts["latency_cdf"] = alt.Chart(alt.Data(values=rows)).mark_line().encode(
+            x=alt.X("e2e_ms:Q", title="end-to-end latency (ms)"),
+            y=alt.Y("share:Q", title="share of requests at or below", scale=alt.Scale(domain=[0, 1])),
+            color="arm:N", strokeDash="arm:N",
+            facet=alt.Facet("level:N", columns=4, title=None, sort=list(dict.fromkeys(r["level"] for r in rows))),
+            tooltip=["arm:N", "level:N", alt.Tooltip("share:Q", format=".0%"), alt.Tooltip("e2e_ms:Q", format=".0f")],
+        ).properties(width=240, height=180, title="Latency CDF per arm and level (successful requests)").to_dict()
     return charts
 
 
@@ -211,6 +234,12 @@ WEIGHTED_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "
 
 
 def _traffic_charts(data: ReportData) -> str:
+    """The traffic charts as page elements (``_traffic_chart_specs``)."""
+    return "".join(f'<div id="{k}"></div><script>vegaEmbed(\'#{k}\', {script_json(v)}, {{actions: false}});</script>'
+                   for k, v in _traffic_chart_specs(data).items())
+
+
+def _traffic_chart_specs(data: ReportData) -> dict[str, dict]:
     """The traffic's category shares (and the --mix shares when given) and, when
     its rows have arrival times, its arrival-rate curve, from the manifest."""
     import altair as alt
@@ -240,8 +269,12 @@ def _traffic_charts(data: ReportData) -> str:
             x=alt.X("t_s:Q", title="time from the start of the recording (s)"),
             y=alt.Y("requests_per_s:Q", title="requests/s"),
         ).properties(width=520, height=200, title=title).to_dict()
-    return "".join(f'<div id="{k}"></div><script>vegaEmbed(\'#{k}\', {script_json(v)}, {{actions: false}});</script>'
-                   for k, v in charts.items())
+    return charts
+
+
+def chart_specs(data: ReportData) -> dict[str, dict]:
+    """Every chart of the report by its element id (the same specs the page embeds)."""
+    return {**_charts(data), **(_traffic_chart_specs(data) if data.has_replay else {})}
 
 
 def _weighted_speedup(data: ReportData) -> list[tuple[str, str]]:
@@ -367,9 +400,24 @@ def render_html(data: ReportData) -> str:
 </body></html>"""
 
 
+def write_chart_pngs(data: ReportData, run_dir: Path) -> list[Path]:
+    """Each chart of the report as a PNG beside it (``runfolder.chart_png``),
+    rendered by vl-convert from the same Vega-Lite spec the page embeds."""
+    from altair.utils._importers import vl_version_for_vl_convert
+    import vl_convert
+
+    out = []
+    for name, spec in chart_specs(data).items():
+        path = chart_png(run_dir, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, vl_convert.vegalite_to_png(spec, vl_version=vl_version_for_vl_convert(), scale=2))
+        out.append(path)
+    return out
+
+
 def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
     """Rebuild the marts (``slo``: the capacity_under_slo mart's SLO, ``analytics/settings.py``),
-    write ``report.html`` atomically, return it and the summary."""
+    write ``report.html`` atomically and each chart as a PNG, return the report and the summary."""
     import duckdb
 
     run_dir = Path(run_dir)
@@ -381,6 +429,7 @@ def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
         con.close()
     out = run_dir / REPORT
     atomic_write_bytes(out, render_html(data).encode("utf-8", "backslashreplace"))
+    write_chart_pngs(data, run_dir)
     return out, summary_text(data)
 
 

@@ -79,6 +79,7 @@ class ReportData:
     acceptance_definitions: Table | None = None  # the field's definitions side by side (speculative arm)
     by_input_length: Table | None = None  # mart speedup_by_input_length
     resource_cost: Table | None = None  # mart resource_cost: memory and KV cache per arm and level
+    latency_cdf: Table | None = None  # per arm and level: e2e and TTFT at each percentile 1..99 (the CDF chart)
 
     @property
     def has_replay(self) -> bool:
@@ -118,6 +119,22 @@ def _table(con, sql: str) -> Table:
 
 def _view(con, name: str) -> Table | None:
     return _table(con, f"select * from {name}") if has_view(con, name) else None
+
+
+def _latency_cdf(con) -> Table | None:
+    """Per arm and level, e2e and TTFT at the percentiles 1..99 of the successful
+    requests (quantile_cont): a CDF of 99 points whatever the run's size."""
+    if not has_view(con, "int_requests_measured"):
+        return None
+    return _table(con, """
+        with q as (
+            select arm, concurrency,
+                   quantile_cont(e2e_ms, [i / 100 for i in range(1, 100)]) as e2e,
+                   quantile_cont(ttft_ms, [i / 100 for i in range(1, 100)]) as ttft
+            from int_requests_measured group by all
+        )
+        select arm, concurrency, unnest(range(1, 100)) / 100 as share, unnest(e2e) as e2e_ms, unnest(ttft) as ttft_ms
+        from q order by arm, concurrency, share""")
 
 
 def _where(con, name: str, condition: str) -> Table | None:
@@ -189,6 +206,7 @@ def load_report(con) -> ReportData:
         acceptance_definitions=_nonempty(_where(con, "acceptance_definitions", "arm = 'speculative'")),
         by_input_length=_nonempty(_view(con, "speedup_by_input_length")),
         resource_cost=_nonempty(_view(con, "resource_cost")),
+        latency_cdf=_nonempty(_latency_cdf(con)),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )

@@ -14,6 +14,7 @@ A run folder ``runs/<run-id>/`` holds:
   server-<arm>.log         an embedded server's log
   specdec.duckdb           the marts (``specdec analytics build``)
   report.html              the report (``specdec report``)
+  charts/<chart>.png       each chart of the report as a PNG (``specdec report``)
 
 While a run is in progress, or if it was interrupted, the same records sit in
 part files (``capture/rounds-*.parquet``, ``requests/*.parquet``,
@@ -37,6 +38,7 @@ from specdec.errors import InputFileError
 MANIFEST = "manifest.json"
 DB_NAME = "specdec.duckdb"
 REPORT = "report.html"
+CHARTS_SUBDIR = "charts"
 LATEST = "latest"
 CAPTURE_SUBDIR = "capture"
 REQUESTS_SUBDIR = "requests"
@@ -98,6 +100,10 @@ RECORD_FILES: tuple[RecordFile, ...] = (
 
 def record_file(name: str) -> RecordFile:
     return next(r for r in RECORD_FILES if r.name == name)
+
+
+def chart_png(run_dir: Path, chart: str) -> Path:
+    return Path(run_dir) / CHARTS_SUBDIR / f"{chart}.png"
 
 
 def capture_dir(run_dir: Path) -> Path:
