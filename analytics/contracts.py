@@ -268,7 +268,7 @@ def traffic_frame(path: Path) -> Frame:
     path = Path(path)
     if not path.is_file():
         raise InputFileError(path, "no such file")
-    records = tr._read_parquet(path) if path.suffix.lower() == ".parquet" else tr._read_jsonl(path, path.read_bytes())
+    records = tr.read_traffic_records(path)
     if not records:
         raise InputFileError(path, "the file holds no rows")
 
@@ -282,7 +282,7 @@ def traffic_frame(path: Path) -> Frame:
             problems.append(None)
         except ValidationError as exc:
             err = exc.errors()[0]
-            problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {tr._describe(err)}")
+            problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {tr.describe_error(err)}")
     df = pd.DataFrame({
         "prompt_id": pd.Series([r.get("prompt_id") if isinstance(r.get("prompt_id"), str) else None
                                 for _, r in records], dtype=object),

@@ -70,6 +70,27 @@ class Traffic:
         }
 
 
+def read_traffic_records(path: str | Path) -> list[tuple[int, dict]]:
+    """The rows of a traffic file as (row number from 1, raw dict), before any
+    validation (``load_traffic`` validates them; ``specdec validate`` lists
+    every offending row instead). A file that cannot be read is an
+    InputFileError naming it (and the line, for JSON Lines)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(path, "no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return _read_parquet(path)
+    if suffix in (".jsonl", ".ndjson"):
+        return _read_jsonl(path, path.read_bytes())
+    raise InputFileError(path, "unknown format: expected .parquet or .jsonl")
+
+
+def describe_error(err: dict) -> str:
+    """Pydantic's message for one error of a row, plus what was found when the type was wrong."""
+    return _describe(err)
+
+
 def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
     """Read and validate a traffic file; raise InputFileError naming file, row
     and field on the first problem.
@@ -85,18 +106,10 @@ def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
     if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
                                       or max_model_len < 2):
         raise ValueError(f"max_model_len must be an integer >= 2, got {max_model_len!r}")
-    if not path.is_file():
-        raise InputFileError(path, "no such file")
-    raw = path.read_bytes()
-    suffix = path.suffix.lower()
-    if suffix == ".parquet":
-        records = _read_parquet(path)
-    elif suffix in (".jsonl", ".ndjson"):
-        records = _read_jsonl(path, raw)
-    else:
-        raise InputFileError(path, "unknown format: expected .parquet or .jsonl")
+    records = read_traffic_records(path)
     if not records:
         raise InputFileError(path, "the file holds no rows")
+    raw = path.read_bytes()  # for the file's hash in the manifest
     rows: list[TrafficRow] = []
     seen: dict[str, int] = {}
     for row_no, rec in records:
