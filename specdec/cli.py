@@ -114,6 +114,24 @@ def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_m
     click.echo(f"built {db}")
 
 
+@main.command()
+@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object with every table instead of text.")
+@handle_errors
+def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
+    """Two runs' marts side by side: the settings that differ, speedup per
+    category and level (intervals, labels, B/A, whether the intervals
+    overlap), acceptance and throughput. Each run's database is rebuilt first."""
+    import json as _json
+    from dataclasses import asdict
+
+    from specdec.analytics.compare import compare as run_compare, render_text
+
+    result = run_compare(run_a, run_b)
+    click.echo(_json.dumps(asdict(result), default=str) if as_json else render_text(result))
+
+
 @analytics.command("docs")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/data-dictionary.md"),
               show_default=True, help="Where to write the data dictionary (Markdown).")

@@ -1,0 +1,159 @@
+"""``specdec compare RUN_A RUN_B``: two runs' marts side by side, with the
+differences, for the questions analysts ask across runs: did a new draft
+model, engine version or host change acceptance, the speedup, its label?
+
+Each run's database is rebuilt from its files first (``build``), so both are
+current; then both are attached read-only to one in-memory DuckDB and joined
+on the marts' keys. What is compared:
+
+* settings: every manifest field that differs (model, dtype, engine, arms'
+  speculative settings, levels, traffic file hash, host ...), so a difference
+  in figures can be read against a difference in conditions;
+* speedup (mart ``speedup``): per category and level, each run's speedup,
+  measurement interval and label, ``b_over_a`` = B / A, ``overlap`` (the two
+  95% intervals share a point: a difference the runs' own noise can explain),
+  and ``label_changed``;
+* acceptance (mart ``acceptance``, speculative arm): per category, each run's
+  mean acceptance length and acceptance rate and B - A;
+* throughput (mart ``throughput``): per arm and level, output tokens/s of each
+  run and B / A.
+
+A group present in one run only is kept, with NULL on the other side.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.analytics.build import build
+from specdec.runfolder import read_manifest
+
+__all__ = ["Comparison", "compare", "settings_diff", "render_text"]
+
+SPEEDUP = """
+    select coalesce(a.category, b.category) as category, coalesce(a.concurrency, b.concurrency) as concurrency,
+           a.speedup as a_speedup, a.ci_low as a_ci_low, a.ci_high as a_ci_high, a.label as a_label,
+           b.speedup as b_speedup, b.ci_low as b_ci_low, b.ci_high as b_ci_high, b.label as b_label,
+           b.speedup / a.speedup as b_over_a,
+           case when a.ci_low is null or b.ci_low is null then null
+                else a.ci_low <= b.ci_high and b.ci_low <= a.ci_high end as overlap,
+           a.label is distinct from b.label as label_changed
+    from run_a.speedup a full join run_b.speedup b on a.category = b.category and a.concurrency = b.concurrency
+"""
+ACCEPTANCE = """
+    select coalesce(a.category, b.category) as category,
+           a.mean_acceptance_length as a_length, b.mean_acceptance_length as b_length,
+           b.mean_acceptance_length - a.mean_acceptance_length as length_b_minus_a,
+           a.acceptance_rate as a_rate, b.acceptance_rate as b_rate,
+           b.acceptance_rate - a.acceptance_rate as rate_b_minus_a
+    from (select * from run_a.acceptance where arm = 'speculative') a
+    full join (select * from run_b.acceptance where arm = 'speculative') b on a.category = b.category
+"""
+THROUGHPUT = """
+    select coalesce(a.arm, b.arm) as arm, coalesce(a.concurrency, b.concurrency) as concurrency,
+           a.output_tokens_per_s as a_tokens_per_s, b.output_tokens_per_s as b_tokens_per_s,
+           b.output_tokens_per_s / a.output_tokens_per_s as b_over_a
+    from run_a.throughput a full join run_b.throughput b on a.arm = b.arm and a.concurrency = b.concurrency
+"""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    run_a: str
+    run_b: str
+    settings: list[dict]  # field, a, b
+    speedup: list[dict]
+    acceptance: list[dict]
+    throughput: list[dict]
+
+
+def _flatten(value, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flatten(v, f"{prefix}[{i}]"))
+        return out
+    return {prefix: value}
+
+
+#: Manifest fields that differ between any two runs and say nothing about conditions.
+_IGNORED = ("run_id", "created_wall", "finished", "capture.path", "model_source.")
+
+
+def settings_diff(manifest_a, manifest_b) -> list[dict]:
+    """Every manifest field (flattened, e.g. ``arms[1].speculative_config.num_speculative_tokens``)
+    whose value differs, identifiers and timestamps left out."""
+    a = _flatten(json.loads(manifest_a.model_dump_json()))
+    b = _flatten(json.loads(manifest_b.model_dump_json()))
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == i or key.startswith(i) for i in _IGNORED):
+            continue
+        if a.get(key) != b.get(key):
+            out.append({"field": key, "a": a.get(key), "b": b.get(key)})
+    return out
+
+
+def _rows(con, sql: str) -> list[dict]:
+    cur = con.execute(sql)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def compare(run_a: Path, run_b: Path) -> Comparison:
+    import duckdb
+
+    db_a, db_b = build(Path(run_a)), build(Path(run_b))
+    con = duckdb.connect()
+    try:
+        con.execute("attach ? as run_a (read_only)", [str(db_a)])
+        con.execute("attach ? as run_b (read_only)", [str(db_b)])
+        return Comparison(
+            run_a=str(run_a), run_b=str(run_b),
+            settings=settings_diff(read_manifest(Path(run_a)), read_manifest(Path(run_b))),
+            speedup=_rows(con, f"select * from ({SPEEDUP}) order by category = '(system)', category, concurrency"),
+            acceptance=_rows(con, f"select * from ({ACCEPTANCE}) order by category"),
+            throughput=_rows(con, f"select * from ({THROUGHPUT}) order by arm, concurrency"))
+    finally:
+        con.close()
+
+
+def _num(v, digits: int = 3) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def _ci(lo, hi) -> str:
+    return "" if lo is None else f" [{lo:.2f}-{hi:.2f}]"
+
+
+def render_text(c: Comparison) -> str:
+    from specdec.analytics.summary import term, text_table
+
+    lines = [f"A: {term(c.run_a)}", f"B: {term(c.run_b)}",
+             f"settings that differ ({len(c.settings)}; run ids and timestamps left out):"]
+    lines += (text_table(["field", "A", "B"], [[s["field"], json.dumps(s["a"]), json.dumps(s["b"])]
+                                               for s in c.settings]) if c.settings else ["  none"])
+    lines.append("speedup (95% measurement interval, label; overlap: the intervals share a point):")
+    lines += text_table(
+        ["category", "level", "A", "A label", "B", "B label", "B/A", "overlap", "label changed"],
+        [[r["category"], f"c{r['concurrency']}", _num(r["a_speedup"]) + _ci(r["a_ci_low"], r["a_ci_high"]),
+          r["a_label"] or "n/a", _num(r["b_speedup"]) + _ci(r["b_ci_low"], r["b_ci_high"]), r["b_label"] or "n/a",
+          _num(r["b_over_a"]), "n/a" if r["overlap"] is None else ("yes" if r["overlap"] else "NO"),
+          "YES" if r["label_changed"] else "no"] for r in c.speedup])
+    lines.append("acceptance, speculative arm (pooled mean acceptance length and rate):")
+    lines += (text_table(["category", "A length", "B length", "B-A", "A rate", "B rate", "B-A"],
+                         [[r["category"], _num(r["a_length"]), _num(r["b_length"]), _num(r["length_b_minus_a"]),
+                           _num(r["a_rate"]), _num(r["b_rate"]), _num(r["rate_b_minus_a"])] for r in c.acceptance])
+              if c.acceptance else ["  none (no captured rounds in either run)"])
+    lines.append("throughput (output tokens/s, whole level):")
+    lines += text_table(["arm", "level", "A", "B", "B/A"],
+                        [[r["arm"], f"c{r['concurrency']}", _num(r["a_tokens_per_s"], 1), _num(r["b_tokens_per_s"], 1),
+                          _num(r["b_over_a"])] for r in c.throughput])
+    return "\n".join(lines)
