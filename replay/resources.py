@@ -55,10 +55,12 @@ def process_tree_rss(pid: int | None) -> int | None:
 async def sample_block(session: aiohttp.ClientSession, ep, settings, pid: int | None, out: list[dict],
                        stop: asyncio.Event, interval_s: float = INTERVAL_S) -> None:
     """Append one sample (t_ms, wall_time_ns, rss_bytes, kv_cache_usage,
-    requests_running) at once and then every ``interval_s`` until ``stop`` is
-    set, and one more when it is (the block's end state)."""
+    requests_running) at once, one every ``interval_s`` while the block runs,
+    and one when ``stop`` is set (the block's end state): at least two per
+    block, however short."""
     start = time.monotonic()
-    while True:
+
+    async def take() -> None:
         t_ms = (time.monotonic() - start) * 1000.0
         wall = time.time_ns()
         rss = await asyncio.to_thread(process_tree_rss, pid)
@@ -67,9 +69,11 @@ async def sample_block(session: aiohttp.ClientSession, ep, settings, pid: int | 
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
             gauges = {k: None for k in GAUGES}
         out.append({"t_ms": t_ms, "wall_time_ns": wall, "rss_bytes": rss, **gauges})
-        if stop.is_set():
-            return
+
+    await take()
+    while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
         except asyncio.TimeoutError:
-            pass
+            await take()
+    await take()

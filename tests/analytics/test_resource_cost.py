@@ -67,3 +67,18 @@ def test_sample_block_samples_until_stopped_and_once_more():
     assert len(out) >= 4
     assert [s["t_ms"] for s in out] == sorted(s["t_ms"] for s in out)
     assert all(s["rss_bytes"] and s["kv_cache_usage"] is None and s["requests_running"] is None for s in out)
+
+
+def test_a_block_shorter_than_one_sample_still_gets_its_start_and_end():
+    """Stop already set when sampling starts (a block that ended at once): two samples."""
+    import aiohttp
+
+    async def go():
+        out, stop = [], asyncio.Event()
+        stop.set()
+        async with aiohttp.ClientSession() as session:
+            await sample_block(session, "http://127.0.0.1:9", None, None, out, stop, interval_s=10)
+        return out
+
+    out = asyncio.run(go())
+    assert len(out) == 2 and out[0]["t_ms"] <= out[1]["t_ms"] and out[0]["rss_bytes"] is None
