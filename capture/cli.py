@@ -188,6 +188,51 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None
     run_proxy(settings, announce=lambda text: click.echo(text))
 
 
+@main.command()
+@click.option("--capture-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help=f"The server's SPECDEC_CAPTURE_DIR (`serve --dir`), where the plugin writes {ROUND_PART_GLOB}.")
+@click.option("--lake", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Root of the Parquet lake: rounds/date=YYYY-MM-DD/run_id=RUN/ and counters/date=YYYY-MM-DD/.")
+@click.option("--server", required=True, help="Base URL of the vLLM server whose /metrics is read, "
+                                              "e.g. http://127.0.0.1:8000.")
+@click.option("--listen", default="127.0.0.1:9464", show_default=True,
+              help="HOST:PORT of the sidecar's own /metrics and /healthz: loopback unless you say otherwise "
+                   "(port 0: any free port).")
+@click.option("--compact-s", type=float, default=10.0, show_default=True,
+              help="Seconds between moves of finished part files into the lake.")
+@click.option("--scrape-s", type=float, default=5.0, show_default=True,
+              help="Seconds between reads of the server's /metrics (written to the lake at least every 30 s).")
+@click.option("--window-s", type=float, default=60.0, show_default=True,
+              help="Window of the rolling acceptance rate and length gauges, in seconds of row wall time.")
+@handle_errors
+def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s) -> None:
+    """Run beside a vLLM server with capture on: compact its part files into a
+    Parquet lake, record its /metrics counters there, and serve live
+    acceptance metrics for Prometheus (alert rules: capture/alerts/specdec-alerts.yml).
+
+    \b
+    Stop with Ctrl-C (or SIGTERM): one last compaction and every counter row
+    are written first. A part file that cannot be read stays in place and is
+    counted (specdec_sidecar_rows_dropped_total).
+    """
+    from pydantic import ValidationError
+
+    from specdec.capture.settings import SettingError, usable_dir
+    from specdec.capture.sidecar import SidecarSettings, run_sidecar
+
+    host, port = _listen(listen)
+    try:
+        capture_dir, lake = usable_dir(capture_dir, "--capture-dir"), usable_dir(lake, "--lake")
+        settings = SidecarSettings(capture_dir=capture_dir, lake=lake, server=server, host=host, port=port,
+                                   compact_s=compact_s, scrape_s=scrape_s, window_s=window_s)
+    except SettingError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise click.BadParameter(err["msg"], param_hint="--" + str(err["loc"][0]).replace("_", "-")) from None
+    run_sidecar(settings, announce=lambda text: click.echo(text))
+
+
 @main.command("proxy-export")
 @click.argument("proxy_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("traffic.parquet"),

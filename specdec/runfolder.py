@@ -276,3 +276,47 @@ def read_manifest(run_dir: Path):
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or None
         raise InputFileError(path, err["msg"], field=field) from None
+
+
+# ------------------------------------------------------------------- lake
+#: The sidecar's Parquet lake (``specdec-capture sidecar --lake LAKE``), hive
+#: layout, date = UTC date of each row's wall_time_ns:
+#:   rounds/date=YYYY-MM-DD/run_id=<run_id>/part-<token>-<seq>.parquet  RoundTrace rows
+#:   counters/date=YYYY-MM-DD/part-<token>-<seq>.parquet               CounterScrape rows
+#: A run_id is percent-encoded in its folder name (``lake_partition_value``).
+LAKE_ROUNDS_SUBDIR = "rounds"
+LAKE_COUNTERS_SUBDIR = "counters"
+LAKE_ROUNDS_GLOB = f"{LAKE_ROUNDS_SUBDIR}/date=*/run_id=*/part-*.parquet"
+LAKE_COUNTERS_GLOB = f"{LAKE_COUNTERS_SUBDIR}/date=*/part-*.parquet"
+
+
+def lake_partition_value(value: str) -> str:
+    """A hive partition value safe as one folder name: percent-encoded
+    (``urllib.parse.quote``, nothing kept but letters, digits and ``_.-~``);
+    a value of dots only is encoded too, the empty string is Hive's
+    ``__HIVE_DEFAULT_PARTITION__``."""
+    from urllib.parse import quote
+
+    text = quote(value, safe="")
+    if not text:
+        return "__HIVE_DEFAULT_PARTITION__"
+    return text.replace(".", "%2E") if set(text) == {"."} else text
+
+
+def lake_rounds_part(lake: Path, date: str, run_id: str, token: str, seq: int) -> Path:
+    return (Path(lake) / LAKE_ROUNDS_SUBDIR / f"date={date}" / f"run_id={lake_partition_value(run_id)}"
+            / f"part-{token}-{seq:06d}.parquet")
+
+
+def lake_counters_part(lake: Path, date: str, token: str, seq: int) -> Path:
+    return Path(lake) / LAKE_COUNTERS_SUBDIR / f"date={date}" / f"part-{token}-{seq:06d}.parquet"
+
+
+def round_part_key(path: Path) -> tuple[str, int] | None:
+    """(process token, sequence) of a capture part file named by
+    ``round_part_name``; None for any other name."""
+    name = Path(path).name
+    if not (name.startswith("rounds-") and name.endswith(".parquet")):
+        return None
+    token, _, seq = name[len("rounds-"):-len(".parquet")].rpartition("-")
+    return (token, int(seq)) if token and seq.isdigit() else None

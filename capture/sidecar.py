@@ -1,0 +1,238 @@
+"""``specdec-capture sidecar``: one process beside a vLLM server that has the
+capture plugin on. It
+
+* compacts the plugin's part files into a Parquet lake every ``compact_s``
+  seconds (``sidecar_lake.Compactor``; layout in ``specdec.runfolder``);
+* reads the server's ``/metrics`` every ``scrape_s`` seconds into
+  ``CounterScrape`` rows, written to the lake at least every
+  ``counters_flush_s`` seconds (``sidecar_lake.CounterLake``);
+* serves its own Prometheus endpoint (``/metrics``, ``/healthz``) from the
+  rows it compacts (``sidecar_metrics``).
+
+Blocking file I/O runs in worker threads; the endpoint stays responsive. It
+runs until SIGINT or SIGTERM, then does one last compaction and writes every
+buffered counter row, so nothing already recorded is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake
+from specdec.capture.sidecar_metrics import LiveMetrics
+from specdec.capture.sidecar_records import CounterScrape
+
+log = logging.getLogger("specdec.capture.sidecar")
+
+DEFAULT_PORT = 9464
+METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class SidecarSettings(BaseModel):
+    """The validated options of ``specdec-capture sidecar``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capture_dir: Path = Field(description="The plugin's SPECDEC_CAPTURE_DIR, where its part files appear.")
+    lake: Path = Field(description="Root of the Parquet lake (rounds/ and counters/ below it).")
+    server: str = Field(description="Base URL of the vLLM server whose /metrics is read, e.g. http://127.0.0.1:8000.")
+    host: str = Field(default="127.0.0.1", description="Address of the sidecar's own endpoint (loopback unless told otherwise).")
+    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port of the sidecar's own endpoint; 0: any free port.")
+    compact_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds between compaction passes.")
+    scrape_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between reads of the server's /metrics.")
+    window_s: float = Field(default=60.0, gt=0, le=86400, description="Window of the rolling acceptance gauges [s].")
+    counters_flush_s: float = Field(default=30.0, gt=0, le=30, description="Most seconds a counter row waits before it is written to the lake.")
+
+    @field_validator("server")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r}: expected an http:// or https:// base URL")
+        return value.rstrip("/")
+
+
+class Sidecar:
+    """The running parts; ``start`` opens the endpoint, ``serve`` loops until
+    told to stop, ``close`` does the final compaction and flush."""
+
+    def __init__(self, settings: SidecarSettings, clock_ns: Callable[[], int] = time.time_ns):
+        self.settings = settings
+        self.clock_ns = clock_ns  # the window's "now" (tests give a fixed one)
+        self.compactor = Compactor(settings.capture_dir, settings.lake)
+        self.counter_lake = CounterLake(settings.lake)
+        self.metrics = LiveMetrics(settings.server, settings.window_s)
+        self.session: aiohttp.ClientSession | None = None
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+        self._last_counter_flush = time.monotonic()
+        self._closed = False
+
+    # ---------------------------------------------------------- endpoint
+    async def start(self) -> str:
+        self.session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self.runner.setup()
+        try:
+            await web.TCPSite(self.runner, self.settings.host, self.settings.port).start()
+        except OSError as exc:
+            await self.runner.cleanup()
+            await self.session.close()
+            from specdec.errors import SpecdecError
+
+            raise SpecdecError(f"--listen {self.settings.host}:{self.settings.port}: cannot listen there "
+                               f"({exc.strerror or exc})") from None
+        host, port = self.runner.addresses[0][:2]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        return self.url
+
+    def _sync_gauges(self) -> None:
+        m = self.metrics
+        m.gauges["specdec_sidecar_unreadable_files"] = self.compactor.unreadable
+        m.gauges["specdec_sidecar_counter_rows_pending"] = len(self.counter_lake.rows)
+        m.counters["specdec_sidecar_counter_rows_written_total"] = self.counter_lake.rows_written
+        m.counters["specdec_sidecar_counter_rows_dropped_total"] = self.counter_lake.rows_dropped
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self._sync_gauges()
+        return web.Response(body=self.metrics.render(self.clock_ns()).encode(),
+                            headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        self._sync_gauges()
+        return web.json_response({"ok": True, "counters": self.metrics.counters, "gauges": self.metrics.gauges})
+
+    # -------------------------------------------------------------- work
+    async def compact(self) -> CompactResult:
+        """One compaction pass (in a worker thread), then the live metrics."""
+        result = await asyncio.to_thread(self.compactor.compact_once)
+        c = self.metrics.counters
+        c["specdec_sidecar_rows_written_total"] += result.rows
+        c["specdec_sidecar_files_compacted_total"] += result.files
+        c["specdec_sidecar_rows_dropped_total"] += result.rows_dropped
+        c["specdec_sidecar_unreadable_files_total"] += result.unreadable_files
+        c["specdec_sidecar_compaction_failures_total"] += result.write_failures
+        c["specdec_sidecar_compactions_total"] += 1
+        for table in result.tables:
+            self.metrics.observe_rounds(table)
+        now = time.time()
+        self.metrics.gauges["specdec_sidecar_last_compaction_timestamp_seconds"] = now
+        if result.rows:
+            self.metrics.gauges["specdec_sidecar_last_rows_timestamp_seconds"] = now
+        return result
+
+    async def scrape(self) -> CounterScrape:
+        """Read the server's /metrics once into a row (a failure is a row too)."""
+        from specdec.replay.engine_metrics import COUNTERS, GAUGES, parse_counters, parse_gauges
+
+        wall = time.time_ns()
+        values: dict[str, float | None] = dict.fromkeys([*COUNTERS, *GAUGES])
+        error = None
+        timeout = aiohttp.ClientTimeout(total=min(30.0, max(2.0, self.settings.scrape_s)))
+        try:
+            async with self.session.get(self.settings.server + "/metrics", timeout=timeout) as resp:
+                text = await resp.text(errors="replace")
+                if resp.status != 200:
+                    error = f"HTTP {resp.status} from {self.settings.server}/metrics"
+                else:
+                    values = {**parse_counters(text), **parse_gauges(text)}
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        row = CounterScrape(wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error,
+                            **values)
+        self.metrics.counters["specdec_sidecar_scrapes_total"] += 1
+        if error is None:
+            self.metrics.server_values = values
+        else:
+            self.metrics.counters["specdec_sidecar_scrape_failures_total"] += 1
+        self.counter_lake.add(row)
+        return row
+
+    async def flush_counters(self) -> int:
+        """Write the buffered counter rows to the lake (in a worker thread); rows written."""
+        self._last_counter_flush = time.monotonic()
+        rows = self.counter_lake.take()
+        if not rows:
+            return 0
+        left = await asyncio.to_thread(self.counter_lake.write, rows)
+        if left:
+            self.counter_lake.put_back(left)
+        return len(rows) - len(left)
+
+    async def _scrape_tick(self) -> None:
+        await self.scrape()
+        if time.monotonic() - self._last_counter_flush >= self.settings.counters_flush_s - self.settings.scrape_s / 2:
+            await self.flush_counters()
+
+    # -------------------------------------------------------------- loop
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Compact and scrape on their intervals until ``stop`` is set, then ``close``."""
+        try:
+            await asyncio.gather(self._every(self.settings.compact_s, self.compact, stop),
+                                 self._every(self.settings.scrape_s, self._scrape_tick, stop))
+        finally:
+            await self.close()
+
+    @staticmethod
+    async def _every(interval: float, work: Callable[[], Awaitable], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await work()
+            except Exception:  # noqa: BLE001 - a failed pass is logged, the next one runs
+                log.exception("specdec-sidecar: %s failed", getattr(work, "__name__", work))
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def close(self) -> None:
+        """One last compaction, every buffered counter row written, endpoint closed (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self.compact()
+            await self.flush_counters()
+        finally:
+            if self.runner is not None:
+                await self.runner.cleanup()
+            if self.session is not None:
+                await self.session.close()
+
+    def summary(self) -> dict:
+        self._sync_gauges()
+        return {**self.metrics.counters, "unreadable_files_now": self.compactor.unreadable,
+                "counter_rows_not_written": len(self.counter_lake.rows)}
+
+
+def run_sidecar(settings: SidecarSettings, announce=print) -> dict:
+    """Run until SIGINT or SIGTERM; return the final counters."""
+
+    async def main() -> dict:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        sidecar = Sidecar(settings)
+        url = await sidecar.start()
+        announce(f"specdec sidecar listening on {url} (metrics: {url}/metrics): compacting {settings.capture_dir} "
+                 f"into {settings.lake} every {settings.compact_s:g} s, reading {settings.server}/metrics "
+                 f"every {settings.scrape_s:g} s")
+        await sidecar.serve(stop)
+        summary = sidecar.summary()
+        announce("specdec sidecar stopped: " + json.dumps(summary))
+        return summary
+
+    return asyncio.run(main())

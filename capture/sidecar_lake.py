@@ -1,0 +1,210 @@
+"""The sidecar's Parquet lake: move the capture plugin's finished part files
+into the hive layout, and write counter scrapes beside them.
+
+Layout and names: ``specdec.runfolder`` (``lake_rounds_part``,
+``lake_counters_part``). A part file ``rounds-<token>-<seq>.parquet`` becomes
+one lake file per (UTC date of ``wall_time_ns``, ``run_id``) it holds, named
+``part-<token>-<seq>.parquet`` in that partition, so a name never collides and
+compacting the same part twice (a crash between the lake write and the
+delete) rewrites the same file instead of duplicating rows.
+
+Never lose a row: every lake file is written atomically (temp file, fsync,
+rename), and the source part is deleted only after all its lake files are in
+place. The plugin writes its parts atomically too, so a file matching
+``rounds-*.parquet`` is finished; its temp files start with a dot and are
+skipped. A part that cannot be read (or does not hold RoundTrace columns) is
+left in place and counted once, with the rows its footer declares (0 when
+even the footer is unreadable); it is tried again only if its size or
+modification time changes. A lake write that fails (full disk) leaves the
+source in place for the next pass.
+
+Runs in a worker thread (blocking file I/O); results go back as plain data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from specdec.runfolder import (
+    ROUND_PART_GLOB,
+    lake_counters_part,
+    lake_rounds_part,
+    process_token,
+    round_part_key,
+)
+from specdec.schemas.arrow import arrow_schema, table_from_records, write_parquet_atomic
+from specdec.schemas.records import RoundTrace
+
+log = logging.getLogger("specdec.capture.sidecar")
+
+NS_PER_DAY = 86_400 * 10**9
+#: Columns the sidecar's live metrics need from each compacted part.
+METRIC_COLUMNS = ("process_token", "step_index", "tokens_proposed", "tokens_accepted",
+                  "draft_ms", "verify_ms", "wall_time_ns")
+
+
+def utc_date(wall_time_ns: int) -> str:
+    return dt.datetime.fromtimestamp(wall_time_ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
+@dataclass
+class CompactResult:
+    """What one compaction pass did."""
+
+    files: int = 0  # part files moved into the lake
+    rows: int = 0  # rows written to the lake
+    unreadable_files: int = 0  # newly found unreadable parts (each counted once)
+    rows_dropped: int = 0  # rows those parts declare
+    write_failures: int = 0  # parts left in place because a lake write or delete failed
+    tables: list[pa.Table] = field(default_factory=list)  # METRIC_COLUMNS of the rows moved
+    errors: list[str] = field(default_factory=list)
+
+
+class Compactor:
+    """Moves finished part files from ``capture_dir`` into ``lake``."""
+
+    def __init__(self, capture_dir: Path, lake: Path):
+        self.capture_dir, self.lake = Path(capture_dir), Path(lake)
+        self.schema = arrow_schema(RoundTrace)
+        self._bad: dict[Path, tuple[int, int]] = {}  # unreadable part -> (size, mtime_ns) when found
+        self.unreadable = 0  # unreadable parts left in place after the last pass (read from the event loop)
+
+    def finished_parts(self) -> list[Path]:
+        if not self.capture_dir.is_dir():
+            return []
+        return sorted(p for p in self.capture_dir.glob(ROUND_PART_GLOB)
+                      if not p.name.startswith(".") and round_part_key(p) is not None and p.is_file())
+
+    def compact_once(self) -> CompactResult:
+        result = CompactResult()
+        parts = self.finished_parts()
+        for gone in set(self._bad) - set(parts):  # removed or renamed by someone else
+            del self._bad[gone]
+        for path in parts:
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            if self._bad.get(path) == (st.st_size, st.st_mtime_ns):
+                continue  # known bad and unchanged: left in place, already counted
+            try:
+                table = self._read(path)
+            except Exception as exc:  # noqa: BLE001 - any unreadable file is data, not a crash
+                self._bad[path] = (st.st_size, st.st_mtime_ns)
+                result.unreadable_files += 1
+                result.rows_dropped += _declared_rows(path)
+                result.errors.append(f"{path}: cannot read ({type(exc).__name__}: {exc}); left in place")
+                log.error("specdec-sidecar: %s", result.errors[-1])
+                continue
+            self._bad.pop(path, None)
+            try:
+                self._move(path, table)
+            except Exception as exc:  # noqa: BLE001 - full disk, lost mount: retry next pass
+                result.write_failures += 1
+                result.errors.append(f"{path}: not moved ({type(exc).__name__}: {exc}); retried next pass")
+                log.error("specdec-sidecar: %s", result.errors[-1])
+                continue
+            result.files += 1
+            result.rows += table.num_rows
+            result.tables.append(table.select(list(METRIC_COLUMNS)))
+        self.unreadable = len(self._bad)
+        return result
+
+    def _read(self, path: Path) -> pa.Table:
+        table = pq.read_table(path)
+        missing = [n for n in self.schema.names if n not in table.column_names]
+        if missing:
+            raise ValueError(f"not a RoundTrace part: missing column(s) {', '.join(missing)}")
+        return table.select(self.schema.names).cast(self.schema)
+
+    def _move(self, path: Path, table: pa.Table) -> None:
+        token, seq = round_part_key(path)
+        for (day, run_id), part in split_by_day_and_run(table):
+            out = lake_rounds_part(self.lake, utc_date(day * NS_PER_DAY), run_id, token, seq)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            write_parquet_atomic(part, out)
+        path.unlink()  # only now: every row is in the lake
+
+
+def split_by_day_and_run(table: pa.Table) -> list[tuple[tuple[int, str], pa.Table]]:
+    """The table's rows grouped by (UTC day number of wall_time_ns, run_id), in that order."""
+    if table.num_rows == 0:
+        return []
+    day = pc.divide(table["wall_time_ns"], pa.scalar(NS_PER_DAY, pa.int64()))  # >= 0: truncation = floor
+    keyed = table.append_column("__day", day)
+    keys = keyed.group_by(["__day", "run_id"]).aggregate([]).sort_by([("__day", "ascending"), ("run_id", "ascending")])
+    out = []
+    for d, r in zip(keys["__day"].to_pylist(), keys["run_id"].to_pylist()):
+        mask = pc.and_(pc.equal(keyed["__day"], d), pc.equal(keyed["run_id"], r))
+        out.append(((d, r), table.filter(mask)))
+    return out
+
+
+def _declared_rows(path: Path) -> int:
+    """Rows an unreadable part's footer declares; 0 when the footer is unreadable too."""
+    try:
+        return pq.read_metadata(path).num_rows
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+class CounterLake:
+    """Buffers CounterScrape rows and writes them as date-partitioned part files.
+
+    ``add``, ``take`` and ``put_back`` run on the event loop; ``write`` (one at
+    a time) in a worker thread."""
+
+    def __init__(self, lake: Path, max_rows: int = 100_000):
+        self.lake = Path(lake)
+        self.token = process_token()
+        self.seq = 0
+        self.max_rows = max_rows
+        self.rows: list = []
+        self.rows_written = self.rows_dropped = self.write_failures = 0
+
+    def add(self, row) -> None:
+        self.rows.append(row)
+        self._bound()
+
+    def take(self) -> list:
+        rows, self.rows = self.rows, []
+        return rows
+
+    def put_back(self, rows: list) -> None:
+        self.rows[:0] = rows
+        self._bound()
+
+    def _bound(self) -> None:
+        if len(self.rows) > self.max_rows:  # the lake has refused writes for long: drop the oldest
+            self.rows_dropped += len(self.rows) - self.max_rows
+            del self.rows[: len(self.rows) - self.max_rows]
+
+    def write(self, rows: list) -> list:
+        """Write ``rows`` (one file per UTC date); return the rows not written (kept for a retry)."""
+        from specdec.capture.sidecar_records import CounterScrape
+
+        by_date: dict[str, list] = {}
+        for row in rows:
+            by_date.setdefault(utc_date(row.wall_time_ns), []).append(row)
+        left: list = []
+        for date, group in sorted(by_date.items()):
+            path = lake_counters_part(self.lake, date, self.token, self.seq)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_parquet_atomic(table_from_records(CounterScrape, group), path)
+            except Exception as exc:  # noqa: BLE001 - keep the rows, retry at the next flush
+                self.write_failures += 1
+                log.error("specdec-sidecar: could not write %s (%s: %s); %d counter rows kept for the next flush",
+                          path, type(exc).__name__, exc, len(group))
+                left.extend(group)
+                continue
+            self.seq += 1
+            self.rows_written += len(group)
+        return left
