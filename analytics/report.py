@@ -294,8 +294,8 @@ def _weighted_speedup(data: ReportData) -> list[tuple[str, str]]:
             "pairs, saved_fraction = its share of the mix's baseline time saved (the categories' sum is "
             "1 - 1 / speedup). A category with a share but no figure makes the weighted speedup n/a "
             "(excluded_reason names it); speedup_covered renormalises over the others. The per-category times "
-            "were measured in this run's mix. ci_low/ci_high ((weighted) rows): the 95% measurement interval, per-repeat "
-            "weighted figures plus the run's noise pool, as in the speedup table. Re-weight what is sent with "
+            "were measured in this run's mix. ci_low/ci_high ((weighted) rows): the 95% measurement interval, a t interval "
+            "over the per-repeat weighted figures with the run's pooled block noise, as in the speedup table. Re-weight what is sent with "
             "<code>specdec traffic mix</code>.</p>")
     table_html = _tab(t.pick(*WEIGHTED_COLUMNS), table_id=row_anchor("speedup_weighted")) if t is not None else ""
     return [("Speedup weighted by the traffic's category shares", text + charts + table_html)]
