@@ -86,7 +86,7 @@ def test_hostile_text_is_escaped_and_the_charts_still_render(tmp_path):
         m = re.fullmatch(r"vegaEmbed\('#(\w+)', (.*), \{actions: false\}\);", line)
         assert m, line
         specs[m.group(1)] = json.loads(m.group(2))
-    assert set(specs) == {"speedup", "throughput"}
+    assert set(specs) == {"speedup", "throughput", "acceptance_positions", "latency_cdf"}
     assert SCRIPT in set(strings(specs["speedup"]))
     assert "<" not in parsed.scripts[1] and "\u2028" not in parsed.scripts[1]
     # the terminal summary shows the line separator escaped, not as a line break
