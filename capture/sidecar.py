@@ -198,12 +198,17 @@ class Sidecar:
                 pass
 
     async def close(self) -> None:
-        """One last compaction, every buffered counter row written, endpoint closed (idempotent)."""
+        """One last compaction, one last scrape (the server's counters as they
+        stand at the stop, so the lake's last counter row is not up to
+        ``scrape_s`` old), every buffered counter row written, endpoint closed
+        (idempotent)."""
         if self._closed:
             return
         self._closed = True
         try:
             await self.compact()
+            if self.session is not None:
+                await self.scrape()
             await self.flush_counters()
         finally:
             if self.runner is not None:
