@@ -327,14 +327,16 @@ def _t_row(key: tuple, segment, ci: Interval | None, pool: NoisePool, method: st
     return [(*key, segment, "measurement", ci[0], ci[1], None, None, pool.df, f"{method} ({pool.source})")]
 
 
-def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = ()) -> list[tuple]:
+def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = (),
+            times: Iterable[tuple] = ()) -> list[tuple]:
     """Rows of ``int_speedup_intervals``.
 
     ``pairs``: (comparison, category, concurrency, prompt_id, repeat, log_ratio)
     from ``int_requests_paired``; ``blocks``: (comparison, concurrency, repeat,
     log_ratio) from ``int_blocks_paired``; ``segments``: (category,
     concurrency, segment, prompt_id, repeat, log_ratio) from
-    ``int_natural_end_pairs`` (split pairs only). Returns (comparison,
+    ``int_natural_end_pairs`` (split pairs only); ``times``: the weighted
+    categories' mean times per level and repeat (``_weighted``). Returns (comparison,
     category, concurrency, segment, interval, ci_low, ci_high, resamples, seed,
     df, method) for every interval that exists; ``segment`` is NULL except for
     the speedup before and after the natural end, whose measurement interval
@@ -364,22 +366,18 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     for (category, concurrency, segment) in sorted(by_segment):
         out += _t_row(("ab", category, concurrency), segment,
                       block_interval(_means(by_segment[category, concurrency, segment]), pool), pool, measurement)
-    return out
+    return out + _weighted(times, pool)
 
 
-def weighted(pairs: Iterable[tuple], blocks: Iterable[tuple], times: Iterable[tuple]) -> list[tuple]:
+def _weighted(times: Iterable[tuple], pool: NoisePool) -> list[tuple]:
     """Rows of ``int_speedup_intervals`` for the weighted overall speedup
-    (``speedup_weighted``, category '(weighted)').
+    (``speedup_weighted``, category '(weighted)'), with the run's noise pool.
 
-    ``pairs`` and ``blocks`` as for ``compute`` (they give the run's noise
-    pool); ``times``: (concurrency, repeat, category, weight, baseline mean
-    e2e, speculative mean e2e) per weighted category (weight > 0) with pairs in
+    ``times``: (concurrency, repeat, category, weight, baseline mean e2e,
+    speculative mean e2e) per weighted category (weight > 0) with pairs in
     that repeat. A repeat's block figure is ln(sum w Tb / sum w Ts) over the
     level's weighted categories, used only when every one of them has pairs in
     that repeat; the interval needs 2 such repeats, like the speedup mart's."""
-    _, by_repeat = _by_group(pairs, blocks)
-    pool = noise_pool({key: _means(reps) for key, reps in by_repeat.items()})
-
     level_categories: dict[int, set[str]] = defaultdict(set)
     sums: dict[tuple[int, int], list] = defaultdict(lambda: [0.0, 0.0, set()])
     for concurrency, repeat, category, weight, base_ms, spec_ms in times:
@@ -417,7 +415,7 @@ def fill(con) -> None:
     segments = con.execute("select category, concurrency, segment, prompt_id, repeat, log_ratio "
                            "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
                            "order by category, concurrency, segment, prompt_id, repeat, pair_index").fetchall()
-    rows = compute(pairs, blocks, segments)
+    times = []
     if has_view(con, "speedup_weighted"):
         times = con.execute("""
             select p.concurrency, p.repeat, p.category, w.share_used,
@@ -426,6 +424,6 @@ def fill(con) -> None:
             join speedup_weighted w on w.category = p.category and w.concurrency = p.concurrency
             where p.comparison = 'ab' and w.category <> '(weighted)' and w.share_used > 0
             group by all order by all""").fetchall()
-        rows += weighted(pairs, blocks, times)
+    rows = compute(pairs, blocks, segments, times)
     if rows:
         con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
