@@ -135,19 +135,20 @@ class Sidecar:
 
     async def scrape(self) -> CounterScrape:
         """Read the server's /metrics once into a row (a failure is a row too)."""
-        from specdec.replay.engine_metrics import COUNTERS, GAUGES, parse_counters, parse_gauges
+        from specdec.replay.engine_metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
 
         wall = time.time_ns()
         values: dict[str, float | None] = dict.fromkeys([*COUNTERS, *GAUGES])
         error = None
-        timeout = aiohttp.ClientTimeout(total=min(30.0, max(2.0, self.settings.scrape_s)))
         try:
-            async with self.session.get(self.settings.server + "/metrics", timeout=timeout) as resp:
-                text = await resp.text(errors="replace")
-                if resp.status != 200:
-                    error = f"HTTP {resp.status} from {self.settings.server}/metrics"
-                else:
-                    values = {**parse_counters(text), **parse_gauges(text)}
+            text = await metrics_text(self.session, self.settings.server,
+                                      timeout_s=min(30.0, max(2.0, self.settings.scrape_s)))
+            if text is None:
+                error = f"HTTP 404 from {self.settings.server}/metrics"
+            else:
+                values = parse_metrics(text)
+        except aiohttp.ClientResponseError as exc:
+            error = f"HTTP {exc.status} from {self.settings.server}/metrics"
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         row = CounterScrape(wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error,

@@ -32,6 +32,11 @@ def parse_counters(text: str) -> dict[str, float | None]:
     return {k: (sum(values[k]) if values[k] else None) for k in COUNTERS}
 
 
+def parse_metrics(text: str) -> dict[str, float | None]:
+    """Every counter of ``COUNTERS`` and gauge of ``GAUGES`` in one page."""
+    return {**parse_counters(text), **parse_gauges(text)}
+
+
 def parse_gauges(text: str) -> dict[str, float | None]:
     """The gauges of ``GAUGES``, each combined over label sets as stated there."""
     values = _samples(text, {name: k for k, (name, _how) in GAUGES.items()})
@@ -66,19 +71,20 @@ def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
 
 async def read_counters(session: aiohttp.ClientSession, base_url, settings=None) -> dict[str, float | None]:
     """Counters of a server; all None if it has no /metrics (not vLLM)."""
-    text = await _metrics_text(session, base_url, settings)
+    text = await metrics_text(session, base_url, settings)
     return {k: None for k in COUNTERS} if text is None else parse_counters(text)
 
 
 async def read_gauges(session: aiohttp.ClientSession, base_url, settings=None,
                       timeout_s: float = 30) -> dict[str, float | None]:
     """The gauges of a server; all None if it has no /metrics."""
-    text = await _metrics_text(session, base_url, settings, timeout_s)
+    text = await metrics_text(session, base_url, settings, timeout_s)
     return {k: None for k in GAUGES} if text is None else parse_gauges(text)
 
 
-async def _metrics_text(session: aiohttp.ClientSession, base_url, settings=None, timeout_s: float = 30) -> str | None:
-    """The /metrics page; None when the server has none (404)."""
+async def metrics_text(session: aiohttp.ClientSession, base_url, settings=None, timeout_s: float = 30) -> str | None:
+    """The /metrics page; None when the server has none (404). Any other
+    status that is not a success raises aiohttp.ClientResponseError."""
     from specdec.replay.client import ClientSettings, as_endpoint, request_headers
 
     ep = as_endpoint(base_url)
