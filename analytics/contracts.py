@@ -266,9 +266,7 @@ def traffic_frame(path: Path) -> Frame:
     from specdec.schemas.records import TrafficRow
 
     path = Path(path)
-    if not path.is_file():
-        raise InputFileError(path, "no such file")
-    records = tr.read_traffic_records(path)
+    records = tr.read_traffic_records(path)  # names the file when it is missing or unreadable
     if not records:
         raise InputFileError(path, "the file holds no rows")
 

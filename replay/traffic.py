@@ -70,25 +70,21 @@ class Traffic:
         }
 
 
-def read_traffic_records(path: str | Path) -> list[tuple[int, dict]]:
+def read_traffic_records(path: str | Path, raw: bytes | None = None) -> list[tuple[int, dict]]:
     """The rows of a traffic file as (row number from 1, raw dict), before any
     validation (``load_traffic`` validates them; ``specdec validate`` lists
-    every offending row instead). A file that cannot be read is an
-    InputFileError naming it (and the line, for JSON Lines)."""
+    every offending row instead). ``raw``: the file's bytes when the caller
+    has read them already. A file that cannot be read is an InputFileError
+    naming it (and the line, for JSON Lines)."""
     path = Path(path)
-    if not path.is_file():
+    if raw is None and not path.is_file():
         raise InputFileError(path, "no such file")
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return _read_parquet(path)
     if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(path, path.read_bytes())
+        return _read_jsonl(path, path.read_bytes() if raw is None else raw)
     raise InputFileError(path, "unknown format: expected .parquet or .jsonl")
-
-
-def describe_error(err: dict) -> str:
-    """Pydantic's message for one error of a row, plus what was found when the type was wrong."""
-    return _describe(err)
 
 
 def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
@@ -106,10 +102,12 @@ def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
     if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
                                       or max_model_len < 2):
         raise ValueError(f"max_model_len must be an integer >= 2, got {max_model_len!r}")
-    records = read_traffic_records(path)
+    if not path.is_file():
+        raise InputFileError(path, "no such file")
+    raw = path.read_bytes()  # parsed (JSON Lines) and hashed for the manifest: one read
+    records = read_traffic_records(path, raw)
     if not records:
         raise InputFileError(path, "the file holds no rows")
-    raw = path.read_bytes()  # for the file's hash in the manifest
     rows: list[TrafficRow] = []
     seen: dict[str, int] = {}
     for row_no, rec in records:
@@ -118,7 +116,7 @@ def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
         except ValidationError as exc:
             err = exc.errors()[0]
             field = ".".join(str(p) for p in err["loc"]) or None
-            raise InputFileError(path, _describe(err), row=row_no, field=field) from None
+            raise InputFileError(path, describe_error(err), row=row_no, field=field) from None
         if max_model_len is not None and row.max_tokens >= max_model_len:
             raise InputFileError(
                 path, f"max_tokens {row.max_tokens} does not fit the model's context of {max_model_len} "
@@ -149,7 +147,7 @@ def _json_type(value: object) -> str:
     return {dict: "object", list: "array"}.get(type(value), type(value).__name__)
 
 
-def _describe(err: dict) -> str:
+def describe_error(err: dict) -> str:
     """Pydantic's message, plus what was found when the type was wrong."""
     msg = err["msg"]
     if err["type"].endswith("_type") or err["type"] in ("finite_number",):
