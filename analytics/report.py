@@ -150,7 +150,6 @@ def _charts(data: ReportData) -> dict[str, dict]:
                      alt.Tooltip("conditional_acceptance:Q", format=".3f")],
         ).properties(width=420, height=240, title="Acceptance by draft position (speculative arm)").to_dict()
     if data.latency_cdf is not None:
-        names = data.level_names
         rows = [{"arm": r["arm"], "level": name_of(r["concurrency"], names), "share": r["share"], "e2e_ms": r["e2e_ms"]}
                 for r in data.latency_cdf.dicts() if r["e2e_ms"] is not None]
         charts["latency_cdf"] = alt.Chart(alt.Data(values=rows)).mark_line().encode(

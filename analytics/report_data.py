@@ -14,6 +14,7 @@ verification pass still reports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Literal
 
 from specdec.analytics.models import has_view
@@ -87,7 +88,7 @@ class ReportData:
         the replay sections are then left out rather than shown empty."""
         return self.kind == "replay" or self.requests_total > 0
 
-    @property
+    @cached_property
     def level_names(self) -> dict[int, str]:
         """Level key -> name for open-loop runs ('0.5 req/s', 'time x0.25'),
         from the manifest's schedule; empty in closed loop (names are c<key>)."""
