@@ -93,13 +93,15 @@ def run_kind(manifest) -> str:
     return getattr(manifest, "kind", None) or "replay"
 
 
-def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay") -> pa.Table:
-    """All rows of one record type: the consolidated file or its part files.
-    An absent record gives an empty table with the right schema, unless a run
-    of this kind must have it (``RecordFile.required_for``): then it is an
-    error naming the file."""
+def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
+                     files: list[Path] | None = None) -> pa.Table:
+    """All rows of one record type: the consolidated file or its part files
+    (``files``, when the caller has listed them: ``files_of``). An absent
+    record gives an empty table with the right schema, unless a run of this
+    kind must have it (``RecordFile.required_for``): then it is an error
+    naming the file."""
     schema = arrow_schema(rec.record())
-    files = files_of(run_dir, rec)
+    files = files_of(run_dir, rec) if files is None else files
     if not files:
         if kind in rec.required_for:
             raise InputFileError(Path(run_dir) / rec.consolidated,

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specdec.errors import InputFileError, SpecdecError
+from specdec.replay.engine_metrics import COUNTERS as ENGINE_COUNTERS
 
 MAX_EXAMPLES = 5
 TRAFFIC_SUFFIXES = (".jsonl", ".ndjson", ".parquet")
@@ -144,8 +145,7 @@ def requests_checks(run_id: str, categories: list[str] | None) -> list[Check]:
     return out
 
 
-COUNTERS = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "generation_tokens",
-            "prefix_cache_queries", "prefix_cache_hits")
+COUNTERS = tuple(ENGINE_COUNTERS)  # the MetricSnapshot columns replay fills from /metrics
 
 
 def counters_checks(run_id: str) -> list[Check]:
@@ -175,23 +175,17 @@ def declared_categories(manifest) -> list[str] | None:
     """The manifest's ``traffic.categories`` (a list, or the {category: rows}
     map ``Traffic.summary`` writes); None when not declared."""
     cats = (manifest.traffic or {}).get("categories")
-    if isinstance(cats, dict):
-        return [str(c) for c in cats]
-    if isinstance(cats, list):
-        return [str(c) for c in cats]
-    return None
+    return [str(c) for c in cats] if isinstance(cats, (dict, list)) else None
 
 
 # ------------------------------------------------------------------ inputs
-def _record_frame(run_dir: Path, rec, table, keys: tuple[str, ...]) -> Frame:
-    """The table as pandas, with each row traced to its file and row (from 0)."""
+def _record_frame(rec, files: list[Path], table, keys: tuple[str, ...]) -> Frame:
+    """The table (read from ``files``, in order) as pandas, with each row
+    traced to its file and row (from 0)."""
     import bisect
 
     import pyarrow.parquet as pq
 
-    from specdec.runfolder import files_of
-
-    files = files_of(run_dir, rec)
     starts, total = [], 0
     for f in files:
         starts.append(total)
@@ -239,8 +233,9 @@ def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
     kind, run_id = run_kind(manifest), manifest.run_id
     out = []
     for rec in RECORD_FILES:
-        table = load_record_file(run_dir, rec, kind)
-        if not files_of(run_dir, rec):
+        files = files_of(run_dir, rec)  # listed once: the rows are traced to the files they were read from
+        table = load_record_file(run_dir, rec, kind, files)
+        if not files:
             continue  # the run has no such record (an optional one)
         if rec.name == "rounds":
             table, checks = _rounds_table(table), rounds_checks(run_id)
@@ -252,7 +247,7 @@ def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
             table, checks = table.select(["run_id", *KEYS["engine_counters"], *COUNTERS]), counters_checks(run_id)
         else:
             table, checks = table.select(["run_id"]), [_run_id(run_id)]
-        out.append((_record_frame(run_dir, rec, table, KEYS.get(rec.name, ())), checks))
+        out.append((_record_frame(rec, files, table, KEYS.get(rec.name, ())), checks))
     return out
 
 
