@@ -129,12 +129,8 @@ def _num(v, digits: int = 3) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-def _ci(lo, hi) -> str:
-    return "" if lo is None else f" [{lo:.2f}-{hi:.2f}]"
-
-
 def render_text(c: Comparison) -> str:
-    from specdec.analytics.summary import term, text_table
+    from specdec.analytics.summary import ci_text, term, text_table
 
     lines = [f"A: {term(c.run_a)}", f"B: {term(c.run_b)}",
              f"settings that differ ({len(c.settings)}; run ids and timestamps left out):"]
@@ -143,8 +139,8 @@ def render_text(c: Comparison) -> str:
     lines.append("speedup (95% measurement interval, label; overlap: the intervals share a point):")
     lines += text_table(
         ["category", "level", "A", "A label", "B", "B label", "B/A", "overlap", "label changed"],
-        [[r["category"], f"c{r['concurrency']}", _num(r["a_speedup"]) + _ci(r["a_ci_low"], r["a_ci_high"]),
-          r["a_label"] or "n/a", _num(r["b_speedup"]) + _ci(r["b_ci_low"], r["b_ci_high"]), r["b_label"] or "n/a",
+        [[r["category"], f"c{r['concurrency']}", _num(r["a_speedup"]) + ci_text(r["a_ci_low"], r["a_ci_high"]),
+          r["a_label"] or "n/a", _num(r["b_speedup"]) + ci_text(r["b_ci_low"], r["b_ci_high"]), r["b_label"] or "n/a",
           _num(r["b_over_a"]), "n/a" if r["overlap"] is None else ("yes" if r["overlap"] else "NO"),
           "YES" if r["label_changed"] else "no"] for r in c.speedup])
     lines.append("acceptance, speculative arm (pooled mean acceptance length and rate):")

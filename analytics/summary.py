@@ -118,8 +118,8 @@ def _weighted_lines(data: ReportData) -> list[str]:
         if r["speedup"] is None:
             cells.append([data.level(r["concurrency"]), "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
             continue
-        ci = f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]" if r["ci_low"] is not None else ""
-        cells.append([data.level(r["concurrency"]), f"{r['speedup']:.3f}{ci}", r["speedup_unweighted"], "-"])
+        cells.append([data.level(r["concurrency"]), f"{r['speedup']:.3f}{ci_text(r['ci_low'], r['ci_high'])}",
+                      r["speedup_unweighted"], "-"])
     return ([f"speedup weighted by the traffic's category shares ({term(source or 'no weights')}; ratio of "
              "weighted mean e2e times; mart speedup_weighted):"]
             + text_table(["level", "weighted [95% interval]", "unweighted", "excluded"], cells))
@@ -189,12 +189,14 @@ def _prefix_cache_line(data: ReportData) -> str:
     return line + "; hit rate n/a (the servers do not export prefix-cache counters)"
 
 
+def ci_text(low: float | None, high: float | None) -> str:
+    """' [2.20-2.60]': an interval after its figure; '' without one."""
+    return "" if low is None or high is None else f" [{low:.2f}-{high:.2f}]"
+
+
 def _cell(r: dict) -> str:
     """'2.400 [2.20-2.60] faster': speedup, 95% measurement interval, label."""
-    out = fmt(r["speedup"])
-    if r["ci_low"] is not None and r["ci_high"] is not None:
-        out += f" [{r['ci_low']:.2f}-{r['ci_high']:.2f}]"
-    return out + (f" {r['label']}" if r["label"] else "")
+    return fmt(r["speedup"]) + ci_text(r["ci_low"], r["ci_high"]) + (f" {r['label']}" if r["label"] else "")
 
 
 def _speedup_lines(data: ReportData) -> list[str]:
