@@ -150,12 +150,23 @@ def round_part_name(token: str, seq: int) -> str:
 
 #: The recording proxy's traffic part files under its ``--out`` folder (UTC
 #: date of each request's arrival): ``date=YYYY-MM-DD/part-<token>-<seq>.parquet``.
-TRAFFIC_PART_GLOB = "date=*/part-*.parquet"
+#: A part file in a date partition (the proxy's traffic, the sidecar's lake):
+#: ``date=YYYY-MM-DD/part-<token>-<seq>.parquet`` under its root.
+DATED_PART_GLOB = "date=*/part-*.parquet"
+TRAFFIC_PART_GLOB = DATED_PART_GLOB
 TRAFFIC_PART_LAYOUT = "date=YYYY-MM-DD/part-*.parquet"
 
 
+def _part_name(token: str, seq: int) -> str:
+    return f"part-{token}-{seq:06d}.parquet"
+
+
+def dated_part(root: Path, date: str, token: str, seq: int) -> Path:
+    return Path(root) / f"date={date}" / _part_name(token, seq)
+
+
 def traffic_part(out_dir: Path, date: str, token: str, seq: int) -> Path:
-    return Path(out_dir) / f"date={date}" / f"part-{token}-{seq:06d}.parquet"
+    return dated_part(out_dir, date, token, seq)
 
 
 def traffic_part_date(path: Path) -> str:
@@ -287,7 +298,7 @@ def read_manifest(run_dir: Path):
 LAKE_ROUNDS_SUBDIR = "rounds"
 LAKE_COUNTERS_SUBDIR = "counters"
 LAKE_ROUNDS_GLOB = f"{LAKE_ROUNDS_SUBDIR}/date=*/run_id=*/part-*.parquet"
-LAKE_COUNTERS_GLOB = f"{LAKE_COUNTERS_SUBDIR}/date=*/part-*.parquet"
+LAKE_COUNTERS_GLOB = f"{LAKE_COUNTERS_SUBDIR}/{DATED_PART_GLOB}"
 
 
 def lake_partition_value(value: str) -> str:
@@ -305,11 +316,11 @@ def lake_partition_value(value: str) -> str:
 
 def lake_rounds_part(lake: Path, date: str, run_id: str, token: str, seq: int) -> Path:
     return (Path(lake) / LAKE_ROUNDS_SUBDIR / f"date={date}" / f"run_id={lake_partition_value(run_id)}"
-            / f"part-{token}-{seq:06d}.parquet")
+            / _part_name(token, seq))
 
 
 def lake_counters_part(lake: Path, date: str, token: str, seq: int) -> Path:
-    return Path(lake) / LAKE_COUNTERS_SUBDIR / f"date={date}" / f"part-{token}-{seq:06d}.parquet"
+    return dated_part(Path(lake) / LAKE_COUNTERS_SUBDIR, date, token, seq)
 
 
 def round_part_key(path: Path) -> tuple[str, int] | None:
