@@ -21,7 +21,6 @@ recordings of several proxy processes on one clock.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import queue
 import threading
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from specdec.capture.proxy_record import Exchange, NotRecorded, RowMaker
-from specdec.runfolder import process_token, traffic_part
+from specdec.runfolder import partition_date, process_token, traffic_part
 from specdec.schemas.records import TRAFFIC_SCHEMA_VERSION, TrafficRow
 
 log = logging.getLogger("specdec.capture.proxy")
@@ -132,7 +131,7 @@ class Recorder:
         except Exception as exc:  # a parse error, anything: counted, never raised
             self._fail("bad_exchange", exc)
             return
-        date = dt.datetime.fromtimestamp(ex.wall_ns / 1e9, dt.timezone.utc).date().isoformat()
+        date = partition_date(ex.wall_ns)
         with self._lock:
             self._pending.append((date, row))
             self.counts["rows_recorded"] += 1

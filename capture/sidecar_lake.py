@@ -23,7 +23,6 @@ Runs in a worker thread (blocking file I/O); results go back as plain data.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from specdec.runfolder import (
     ROUND_PART_GLOB,
     lake_counters_part,
     lake_rounds_part,
+    partition_date,
     process_token,
     round_part_key,
 )
@@ -48,10 +48,6 @@ NS_PER_DAY = 86_400 * 10**9
 #: Columns the sidecar's live metrics need from each compacted part.
 METRIC_COLUMNS = ("process_token", "step_index", "tokens_proposed", "tokens_accepted",
                   "draft_ms", "verify_ms", "wall_time_ns")
-
-
-def utc_date(wall_time_ns: int) -> str:
-    return dt.datetime.fromtimestamp(wall_time_ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
 @dataclass
@@ -127,7 +123,7 @@ class Compactor:
     def _move(self, path: Path, table: pa.Table) -> None:
         token, seq = round_part_key(path)
         for (day, run_id), part in split_by_day_and_run(table):
-            out = lake_rounds_part(self.lake, utc_date(day * NS_PER_DAY), run_id, token, seq)
+            out = lake_rounds_part(self.lake, partition_date(day * NS_PER_DAY), run_id, token, seq)
             out.parent.mkdir(parents=True, exist_ok=True)
             write_parquet_atomic(part, out)
         path.unlink()  # only now: every row is in the lake
@@ -192,7 +188,7 @@ class CounterLake:
 
         by_date: dict[str, list] = {}
         for row in rows:
-            by_date.setdefault(utc_date(row.wall_time_ns), []).append(row)
+            by_date.setdefault(partition_date(row.wall_time_ns), []).append(row)
         left: list = []
         for date, group in sorted(by_date.items()):
             path = lake_counters_part(self.lake, date, self.token, self.seq)

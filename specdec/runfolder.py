@@ -157,6 +157,13 @@ TRAFFIC_PART_GLOB = DATED_PART_GLOB
 TRAFFIC_PART_LAYOUT = "date=YYYY-MM-DD/part-*.parquet"
 
 
+def partition_date(wall_time_ns: int) -> str:
+    """The ``date=`` partition (UTC, YYYY-MM-DD) of a Unix wall time in ns."""
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(wall_time_ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%d")
+
+
 def _part_name(token: str, seq: int) -> str:
     return f"part-{token}-{seq:06d}.parquet"
 
