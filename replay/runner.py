@@ -265,7 +265,7 @@ class Replayer:
         stop.set()
         try:
             await asyncio.wait_for(sampler, timeout=10)
-        except (asyncio.TimeoutError, asyncio.CancelledError, Exception) as exc:  # sampling never fails a block
+        except (asyncio.CancelledError, Exception) as exc:  # a timeout included: sampling never fails a block
             log.warning("resource sampling of %s c%d r%d ended with %s", arm, level, repeat, type(exc).__name__)
         if samples:
             rows = [ResourceSample(run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, **s) for s in samples]
