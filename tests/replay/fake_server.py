@@ -17,15 +17,40 @@ GOOD_SSE = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
             b'data: [DONE]\n\n')
 
 
+#: The streaming transport ``serving`` hands out: "aiohttp" (a ClientSession) or
+#: "pool" (specdec's own ``http_stream.StreamPool``); the client tests run under both.
+TRANSPORT = {"name": "aiohttp"}
+
+
 @asynccontextmanager
-async def serving(server: TestServer):
-    """Start `server`; yield (client session, base URL); close both."""
+async def serving(server: TestServer, transport: str | None = None):
+    """Start `server`; yield (client, base URL); close both. The client is an
+    aiohttp session or a StreamPool (``transport``, default ``TRANSPORT``)."""
+    from specdec.replay.http_stream import StreamPool
+
     await server.start_server()
     try:
-        async with aiohttp.ClientSession() as session:
-            yield session, str(server.make_url("")).rstrip("/")
+        if (transport or TRANSPORT["name"]) == "pool":
+            async with StreamPool() as pool:
+                yield pool, str(server.make_url("")).rstrip("/")
+        else:
+            async with aiohttp.ClientSession() as session:
+                yield session, str(server.make_url("")).rstrip("/")
     finally:
         await server.close()
+
+
+def both_transports():
+    """An autouse fixture for a test module: every test runs over aiohttp and over the StreamPool."""
+    import pytest
+
+    @pytest.fixture(autouse=True, params=["aiohttp", "pool"])
+    def transport(request):
+        TRANSPORT["name"] = request.param
+        yield request.param
+        TRANSPORT["name"] = "aiohttp"
+
+    return transport
 
 
 class FakeVllm:

@@ -13,8 +13,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from specdec.replay.client import _FAST_CHUNK, ClientSettings, stream_payload
-from tests.replay.fake_server import serving
+from specdec.replay.client import ClientSettings, stream_payload
+from specdec.replay.sse import FAST_CHUNK as _FAST_CHUNK
+from tests.replay.fake_server import both_transports, serving
+
+transport = both_transports()
 
 HEAD = '{"id":"chatcmpl-sd.r.1","object":"chat.completion.chunk","created":1795953683,"model":"m","choices":['
 
