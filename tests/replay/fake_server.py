@@ -65,6 +65,7 @@ class FakeVllm:
         self.request_ids: list[str] = []
         self.bodies: list[dict] = []
         self.auth_headers: list[str | None] = []
+        self.user_agents: list[str | None] = []  # of the chat requests: which transport sent them
         self.metrics_reads = 0
         self.resets = 0  # POST /reset_prefix_cache calls answered
 
@@ -74,6 +75,7 @@ class FakeVllm:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         self.request_ids.append(request.headers.get("X-Request-Id", ""))
+        self.user_agents.append(request.headers.get("User-Agent"))
         self.bodies.append(await request.json())
         if self._denied(request):
             return web.json_response({"error": "invalid api key"}, status=401)

@@ -190,10 +190,14 @@ def test_external_capture_dir_and_one_counter_snapshot_per_arm_level_position(tm
 
 
 def test_without_capture_dir_the_manifest_says_no_rounds(tmp_path, fixtures):
-    with threaded(FakeVllm(), FakeVllm()) as (b, s):
+    fakes = FakeVllm(), FakeVllm()
+    with threaded(*fakes) as (b, s):
         run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["capture"]["source"] == "none" and "no --capture-dir" in manifest["capture"]["reason"]
+    # every streamed request went over specdec's own transport (replay/http_stream.py), not aiohttp
+    for fake in fakes:
+        assert fake.user_agents and set(fake.user_agents) == {"specdec"}
 
 
 def test_no_progress_prints_one_line_per_level_and_arm(tmp_path, fixtures, capsys):
