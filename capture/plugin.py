@@ -78,6 +78,7 @@ class _State:
         from specdec.capture.writer import RoundWriter
 
         self.writer = RoundWriter(out_dir, flush_s=flush_s, max_rows=max_rows, max_bytes=max_bytes)
+        self.writer.status_extra = lambda: {"run_id": self.run_id, "hook_failures": self.errors}
         self.run_id = run_id
         self.new_process()
 

@@ -7,7 +7,9 @@ capture plugin on. It
   ``CounterScrape`` rows, written to the lake at least every
   ``counters_flush_s`` seconds (``sidecar_lake.CounterLake``);
 * serves its own Prometheus endpoint (``/metrics``, ``/healthz``) from the
-  rows it compacts (``sidecar_metrics``).
+  rows it compacts (``sidecar_metrics``), and from the capture status files
+  the engine processes keep beside their part files (hook failures, rows the
+  engine-side writer dropped, write errors: counts that live inside vLLM).
 
 Blocking file I/O runs in worker threads; the endpoint stays responsive. It
 runs until SIGINT or SIGTERM, then does one last compaction and writes every
@@ -28,7 +30,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake
+from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
 from specdec.capture.sidecar_records import CounterScrape
 
@@ -118,6 +120,7 @@ class Sidecar:
     async def compact(self) -> CompactResult:
         """One compaction pass (in a worker thread), then the live metrics."""
         result = await asyncio.to_thread(self.compactor.compact_once)
+        self.metrics.capture = await asyncio.to_thread(read_capture_status, self.settings.capture_dir)
         c = self.metrics.counters
         c["specdec_sidecar_rows_written_total"] += result.rows
         c["specdec_sidecar_files_compacted_total"] += result.files

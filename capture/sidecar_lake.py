@@ -23,6 +23,7 @@ Runs in a worker thread (blocking file I/O); results go back as plain data.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from specdec.runfolder import (
+    CAPTURE_STATUS_GLOB,
     ROUND_PART_GLOB,
     lake_counters_part,
     lake_rounds_part,
@@ -61,6 +63,29 @@ class CompactResult:
     write_failures: int = 0  # parts left in place because a lake write or delete failed
     tables: list[pa.Table] = field(default_factory=list)  # METRIC_COLUMNS of the rows moved
     errors: list[str] = field(default_factory=list)
+
+
+def read_capture_status(capture_dir: Path) -> dict[str, int]:
+    """The engine processes' capture counters (``capture.writer`` status files),
+    summed: hook_failures, rows_dropped, write_errors, rows_written,
+    rows_pending, plus ``processes`` (files read) and ``unreadable`` (files
+    that are not a JSON object of counts; skipped, never fatal)."""
+    out = {"hook_failures": 0, "rows_dropped": 0, "write_errors": 0, "rows_written": 0, "rows_pending": 0,
+           "processes": 0, "unreadable": 0}
+    for path in sorted(Path(capture_dir).glob(CAPTURE_STATUS_GLOB)):
+        try:
+            status = json.loads(path.read_text())
+            counts = {key: status.get(key, 0) for key in ("hook_failures", "rows_dropped", "write_errors",
+                                                         "rows_written", "rows_pending")}
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
+                raise ValueError("a count is not a non-negative integer")
+        except (OSError, ValueError, AttributeError):
+            out["unreadable"] += 1
+            continue
+        for key, value in counts.items():
+            out[key] += value
+        out["processes"] += 1
+    return out
 
 
 class Compactor:

@@ -16,8 +16,11 @@ From the rows it compacts (``sidecar_lake.METRIC_COLUMNS``), labelled
   timings are per step, repeated on each of its rows), NULL timings skipped.
   Bucket upper bounds (ms): ``BUCKETS_MS``.
 
-The sidecar's own counters (``specdec_sidecar_*``) and the last values read
-from the server's ``/metrics`` (``specdec_server_*``) are rendered too;
+The sidecar's own counters (``specdec_sidecar_*``), the engine processes'
+capture counters from their status files (``specdec_capture_*``: hook
+failures, rows dropped by the engine-side writer, write errors; absent until
+a status file was read) and the last values read from the server's
+``/metrics`` (``specdec_server_*``) are rendered too;
 ``METRIC_NAMES`` lists every name, for the alert rules' test.
 """
 
@@ -53,13 +56,30 @@ OWN_GAUGES = {
     "specdec_sidecar_unreadable_files": "Unreadable capture part files left in the capture folder now.",
     "specdec_sidecar_counter_rows_pending": "Counter scrape rows waiting to be written to the lake.",
 }
+#: From the capturing engine processes' status files (``capture.writer``), summed
+#: over every process that ever wrote one into the capture folder.
+CAPTURE_COUNTERS = {
+    "hook_failures": ("specdec_capture_hook_failures_total",
+                      "Capture hook calls that failed inside the engine (logged once per process, never raised into vLLM)."),
+    "rows_dropped": ("specdec_capture_engine_rows_dropped_total",
+                     "Round rows the engine-side writer dropped because its memory bound was full (disk refusing writes)."),
+    "write_errors": ("specdec_capture_write_errors_total",
+                     "Failed part-file writes inside the engine (the rows are kept and retried)."),
+    "rows_written": ("specdec_capture_engine_rows_written_total", "Round rows the engine processes wrote to part files."),
+}
+CAPTURE_GAUGES = {
+    "rows_pending": ("specdec_capture_rows_pending", "Round rows held in engine memory, not yet in a part file."),
+    "processes": ("specdec_capture_processes", "Engine processes that wrote a capture status file."),
+    "unreadable": ("specdec_capture_status_unreadable", "Capture status files that could not be read."),
+}
 SERVER_COUNTERS = {key: f"specdec_server_{key}_total" for key in COUNTERS}
 SERVER_GAUGES = {key: f"specdec_server_{key}" for key in GAUGES}
 WINDOW_GAUGES = ("specdec_acceptance_rate", "specdec_acceptance_length", "specdec_window_verify_rounds")
 HISTOGRAMS = {"draft_ms": "specdec_draft_ms", "verify_ms": "specdec_verify_ms"}
 
 METRIC_NAMES = frozenset(
-    [*OWN_COUNTERS, *OWN_GAUGES, *SERVER_COUNTERS.values(), *SERVER_GAUGES.values(), *WINDOW_GAUGES,
+    [*OWN_COUNTERS, *OWN_GAUGES, *(n for n, _ in CAPTURE_COUNTERS.values()), *(n for n, _ in CAPTURE_GAUGES.values()),
+     *SERVER_COUNTERS.values(), *SERVER_GAUGES.values(), *WINDOW_GAUGES,
      *(f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("bucket", "sum", "count"))])
 
 
@@ -94,6 +114,7 @@ class LiveMetrics:
         self.counters = dict.fromkeys(OWN_COUNTERS, 0)
         self.gauges = dict.fromkeys(OWN_GAUGES, 0.0)
         self.server_values: dict[str, float | None] = {}
+        self.capture: dict[str, int] = {}  # CAPTURE_COUNTERS / CAPTURE_GAUGES keys -> value; empty: no status read yet
 
     def observe_rounds(self, table: pa.Table) -> None:
         """Add compacted rows (``sidecar_lake.METRIC_COLUMNS``) to the window and histograms."""
@@ -149,6 +170,10 @@ class LiveMetrics:
             _metric(lines, name, "counter", help_, [("", self.counters[name])])
         for name, help_ in OWN_GAUGES.items():
             _metric(lines, name, "gauge", help_, [("", self.gauges[name])])
+        if self.capture:
+            for kind, names in (("counter", CAPTURE_COUNTERS), ("gauge", CAPTURE_GAUGES)):
+                for key, (name, help_) in names.items():
+                    _metric(lines, name, kind, help_, [("", self.capture.get(key, 0))])
         for kind, names in (("counter", SERVER_COUNTERS), ("gauge", SERVER_GAUGES)):
             for key, name in names.items():
                 value = self.server_values.get(key)

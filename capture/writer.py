@@ -17,6 +17,14 @@ bytes; rows past the bound are dropped, newest first, and counted in
 rows start being dropped, and when writing works again, with the count
 dropped meanwhile; rows still unwritten at close are logged as lost.
 
+Status. After each flush (and at close) the thread rewrites, when anything
+changed, ``status-<token>.json`` in the same folder
+(``runfolder.capture_status_name``): rows written, dropped and pending, write
+errors, and what ``status_extra`` adds (the plugin: its hook failures and run
+id). These counts live inside the engine process; the file is how the
+sidecar exports them. It is best effort: a failed status write is counted in
+``status_errors`` and never touches the rows.
+
 Byte estimate, cheap on purpose (no ``sys.getsizeof``): ``ROW_BYTES`` per row
 (the 15 list slots plus the int and float objects a row adds) plus the length
 of the row's strings (run_id, engine_request_id, phase). The strings are
@@ -35,6 +43,7 @@ interval even if it dies later without running any exit hook.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import multiprocessing.util
 import os
@@ -45,7 +54,8 @@ from pathlib import Path
 from typing import Callable
 
 from specdec.capture.settings import DEFAULT_FLUSH_S, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, flush_seconds
-from specdec.runfolder import ENV_CAPTURE_MAX_BYTES, ENV_CAPTURE_MAX_ROWS, process_token, round_part_name
+from specdec.runfolder import (ENV_CAPTURE_MAX_BYTES, ENV_CAPTURE_MAX_ROWS, atomic_write_text, capture_status_name,
+                               process_token, round_part_name)
 from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
 
@@ -82,6 +92,8 @@ class RoundWriter:
         self.max_bytes = max_bytes
         self._clock = clock
         self._start_thread = start_thread
+        #: More counters for the status file (the plugin adds its hook failures)
+        self.status_extra: Callable[[], dict] | None = None
         self._closed = False
         self._new_process()
         _WRITERS.add(self)
@@ -108,6 +120,8 @@ class RoundWriter:
         self._retry_at = 0.0
         self._dropped_since_ok = 0
         self._drop_logged = self._loss_logged = False
+        self._last_status: dict | None = None
+        self.status_errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self._closed:
@@ -227,12 +241,37 @@ class RoundWriter:
     def _loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.flush_s):
             self.flush(only_if_due=True)
+            self.write_status()
+
+    def status(self) -> dict:
+        """This process's capture counters (the file ``write_status`` keeps)."""
+        extra = self.status_extra() if self.status_extra is not None else {}
+        return {"process_token": self.token, "pid": os.getpid(), "rows_written": self.rows_written,
+                "rows_dropped": self.rows_dropped, "write_errors": self.write_errors,
+                "rows_pending": self.pending(), **extra}
+
+    def write_status(self) -> bool:
+        """Rewrite ``status-<token>.json`` in the capture folder (atomically)
+        when the counters changed since the last write; never raises (a full
+        disk costs the status file, counted in ``status_errors``)."""
+        try:
+            status = self.status()
+            if status == self._last_status:
+                return False
+            atomic_write_text(self.out_dir / capture_status_name(self.token),
+                              json.dumps({**status, "updated_wall_ns": time.time_ns()}))
+            self._last_status = status
+            return True
+        except Exception:  # noqa: BLE001 - status is best effort; the rows matter
+            self.status_errors += 1
+            return False
 
     def close(self) -> None:
         """Stop the thread and write what is pending (idempotent)."""
         self._closed = True
         self._stop.set()
         self.flush()
+        self.write_status()
         left = self.pending()
         if left and not self._loss_logged:
             self._loss_logged = True

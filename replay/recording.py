@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specdec.errors import SpecdecError
-from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, write_manifest
+from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
 
 log = logging.getLogger("specdec.replay")
 
@@ -64,6 +64,10 @@ def consolidate(run_dir: Path) -> None:
             continue
         for p in parts:
             p.unlink()
+    try:
+        merge_capture_status(run_dir)
+    except Exception as exc:  # a status file is not a record: never fail the run for it
+        log.error("could not merge the capture status files (%s); they are kept in capture/", exc)
     for sub in PART_SUBDIRS:
         d = run_dir / sub
         if d.is_dir() and not any(d.iterdir()):

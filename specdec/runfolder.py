@@ -11,6 +11,8 @@ A run folder ``runs/<run-id>/`` holds:
   greedy_checks.parquet    GreedyCheck rows (the lossless verification pass)
   sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
   resources.parquet        ResourceSample rows (server memory and KV-cache use, ~1/s per block)
+  capture_status.json      each capturing engine process's own counters (hook failures, rows
+                           dropped or written by its writer), merged from capture/status-*.json
   server-<arm>.log         an embedded server's log
   specdec.duckdb           the marts (``specdec analytics build``)
   report.html              the report (``specdec report``)
@@ -146,6 +148,47 @@ def process_token() -> str:
 
 def round_part_name(token: str, seq: int) -> str:
     return f"rounds-{token}-{seq:06d}.parquet"
+
+
+#: Each capturing engine process's own counters (hook failures, rows dropped
+#: by the writer's bound, write errors), a small JSON file in the capture
+#: folder rewritten when they change (``capture.writer``); the sidecar reads
+#: them (``capture.sidecar``), since those counts live inside the engine.
+CAPTURE_STATUS_GLOB = "status-*.json"
+
+
+def capture_status_name(token: str) -> str:
+    return f"status-{token}.json"
+
+
+#: A run folder's capture status files, merged at the end of the run: a JSON
+#: list with one object per engine process (``merge_capture_status``).
+CAPTURE_STATUS = "capture_status.json"
+
+
+def merge_capture_status(run_dir: Path) -> int:
+    """Move the capture folder's status files into ``CAPTURE_STATUS`` (added to
+    what it already holds); return how many were merged. A file that is not a
+    JSON object stays where it is."""
+    run_dir = Path(run_dir)
+    files = sorted(capture_dir(run_dir).glob(CAPTURE_STATUS_GLOB))
+    if not files:
+        return 0
+    target = run_dir / CAPTURE_STATUS
+    merged = json.loads(target.read_text()) if target.exists() else []
+    taken = []
+    for f in files:
+        try:
+            status = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(status, dict):
+            merged.append(status)
+            taken.append(f)
+    atomic_write_text(target, json.dumps(merged, indent=1) + "\n")
+    for f in taken:
+        f.unlink()
+    return len(taken)
 
 
 #: The recording proxy's traffic part files under its ``--out`` folder (UTC

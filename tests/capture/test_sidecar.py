@@ -34,6 +34,7 @@ from specdec.runfolder import (
 )
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
+from tests.capture.rows import rows
 from tests.replay.fake_server import FakeVllm, serving
 
 NOW_NS = 1_780_000_000 * 10**9  # 2026-05-28 20:26:40 UTC
@@ -181,6 +182,50 @@ def test_unreadable_parts_show_on_the_endpoint(tmp_path):
     assert m["specdec_sidecar_unreadable_files_total"] == 2
     assert m["specdec_sidecar_unreadable_files"] == 2
     assert m["specdec_sidecar_rows_written_total"] == 0
+
+
+def test_engine_capture_status_files_are_summed_onto_the_endpoint(tmp_path):
+    # the counts that live inside the engine (hook failures, rows the writer
+    # dropped) reach the sidecar through each process's status file
+    import json
+
+    from specdec.capture import plugin
+    from specdec.capture.writer import RoundWriter
+    from specdec.runfolder import capture_status_name
+
+    s = _settings(tmp_path)
+    st = plugin._State(s.capture_dir, "r1", flush_s=600)  # a real engine process's state and writer
+    st.fail("update_from_output/after", RuntimeError("moved internals"))
+    st.fail("update_from_output/after", RuntimeError("moved internals"))
+    assert st.writer.write_status()
+    other = RoundWriter(s.capture_dir, start_thread=False, max_rows=1)
+    other.append_rows(rows(3))  # 2 past the bound: dropped and counted
+    other.write_status()
+    (s.capture_dir / capture_status_name("99-broken")).write_text("{not json")
+
+    async def body(sc):
+        await sc.compact()
+        return _samples(await _get(sc.url + "/metrics"))
+
+    m = _with_sidecar(s, body)
+    assert m["specdec_capture_hook_failures_total"] == 2
+    assert m["specdec_capture_engine_rows_dropped_total"] == 2
+    assert m["specdec_capture_processes"] == 2 and m["specdec_capture_status_unreadable"] == 1
+    assert json.loads((s.capture_dir / capture_status_name(st.writer.token)).read_text())["run_id"] == "r1"
+    st.writer.close()
+    other.close()
+
+
+def test_without_status_files_the_capture_metrics_read_zero_processes(tmp_path):
+    s = _settings(tmp_path)
+    s.capture_dir.mkdir()
+
+    async def body(sc):
+        await sc.compact()
+        return await _get(sc.url + "/metrics")
+
+    text = _with_sidecar(s, body)
+    assert "specdec_capture_processes 0" in text  # the folder was read: no engine process wrote a status yet
 
 
 # ----------------------------------------------------------- live metrics
@@ -348,6 +393,7 @@ def _rendered_names() -> set[str]:
 
     m = LiveMetrics("http://s", 60)
     m.server_values = dict.fromkeys([*COUNTERS, *GAUGES], 1.0)
+    m.capture = {"processes": 1}
     return {re.split(r"[{ ]", line)[0] for line in m.render(NOW_NS).splitlines() if not line.startswith("#")}
 
 

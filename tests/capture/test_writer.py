@@ -81,3 +81,54 @@ def test_pending_bytes_estimate_is_row_bytes_plus_string_lengths(tmp_path):
     w = RoundWriter(tmp_path, start_thread=False)
     w.append_rows(rows(2))
     assert w.pending_bytes() == 2 * (ROW_BYTES + 26)
+
+
+def test_status_file_is_rewritten_only_when_the_counts_change(tmp_path):
+    import json
+
+    from specdec.runfolder import capture_status_name
+
+    w = RoundWriter(tmp_path, start_thread=False)
+    w.status_extra = lambda: {"hook_failures": 0}
+    assert w.write_status()
+    path = tmp_path / capture_status_name(w.token)
+    first = json.loads(path.read_text())
+    assert (first["rows_written"], first["rows_dropped"], first["hook_failures"]) == (0, 0, 0)
+    assert not w.write_status()  # nothing changed: no write
+    w.append_rows(rows(2))
+    w.flush()
+    assert w.write_status()
+    assert json.loads(path.read_text())["rows_written"] == 2
+    assert not list(tmp_path.glob(".status-*"))  # written atomically: no temp file left
+
+
+def test_a_failing_status_write_is_counted_and_never_touches_rows(tmp_path, monkeypatch):
+    w = RoundWriter(tmp_path, start_thread=False)
+
+    def full_disk(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer_mod, "atomic_write_text", full_disk)
+    w.append_rows(rows(2))
+    assert not w.write_status() and w.status_errors == 1
+    assert w.flush() == 2 and _steps(tmp_path) == [0, 1]
+
+
+def test_consolidation_merges_the_status_files_into_the_run_folder(tmp_path):
+    import json
+
+    from specdec.replay.recording import consolidate
+    from specdec.runfolder import CAPTURE_STATUS, capture_dir, capture_status_name
+
+    cap = capture_dir(tmp_path)
+    w = RoundWriter(cap, start_thread=False)
+    w.status_extra = lambda: {"hook_failures": 1, "run_id": "r"}
+    w.append_rows(rows(2))
+    w.flush()
+    w.write_status()
+    (cap / capture_status_name("7-bad")).write_text("[not, an object")
+    consolidate(tmp_path)
+    merged = json.loads((tmp_path / CAPTURE_STATUS).read_text())
+    assert [(m["process_token"], m["rows_written"], m["hook_failures"]) for m in merged] == [(w.token, 2, 1)]
+    assert (tmp_path / "rounds.parquet").exists()
+    assert [p.name for p in cap.iterdir()] == [capture_status_name("7-bad")]  # unreadable: left in place

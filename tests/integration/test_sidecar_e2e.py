@@ -110,6 +110,9 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     assert 0 < during["specdec_acceptance_rate"] <= 1
     assert during["specdec_acceptance_length"] >= 1
     assert live["specdec_sidecar_rows_dropped_total"] == 0 and live["specdec_draft_ms_count"] > 0
+    # the engine processes' own capture counters, from their status files
+    assert live["specdec_capture_processes"] >= 1 and live["specdec_capture_hook_failures_total"] == 0
+    assert live["specdec_capture_engine_rows_dropped_total"] == 0
 
     # the lake holds the rounds, partitioned by date and run
     rows = _lake_rounds(lake)
