@@ -204,27 +204,48 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None
               help="Seconds between reads of the server's /metrics (written to the lake at least every 30 s).")
 @click.option("--window-s", type=float, default=60.0, show_default=True,
               help="Window of the rolling acceptance rate and length gauges, in seconds of row wall time.")
+@click.option("--proxy-listen", default=None, metavar="HOST:PORT",
+              help="Also run the recording proxy (as `specdec-capture proxy`) in this process, in front of "
+                   "--server, listening here (loopback unless you say otherwise).")
+@click.option("--proxy-out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=f"Folder of the proxy's traffic part files ({TRAFFIC_PART_LAYOUT}); default: LAKE/traffic.")
+@click.option("--proxy-content", type=click.Choice(["hash", "keep"]), default="hash", show_default=True,
+              help="The proxy's --content: hash (texts replaced by sha256:<hex>:<tokens>) or keep.")
+@click.option("--proxy-rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The proxy's --rules: JSON category rules (see specdec.capture.proxy_rules).")
 @handle_errors
-def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s) -> None:
+def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, proxy_listen, proxy_out,
+            proxy_content, proxy_rules) -> None:
     """Run beside a vLLM server with capture on: compact its part files into a
     Parquet lake, record its /metrics counters there, and serve live
     acceptance metrics for Prometheus (alert rules: capture/alerts/specdec-alerts.yml).
 
     \b
+    With --proxy-listen the same process also records the server's traffic
+    (the recording proxy, in front of --server): point clients at it.
     Stop with Ctrl-C (or SIGTERM): one last compaction and every counter row
-    are written first. A part file that cannot be read stays in place and is
-    counted (specdec_sidecar_rows_dropped_total).
+    (and every recorded traffic row) are written first. A part file that
+    cannot be read stays in place and is counted (specdec_sidecar_rows_dropped_total).
     """
     from pydantic import ValidationError
 
     from specdec.capture.settings import SettingError, usable_dir
     from specdec.capture.sidecar import SidecarSettings, run_sidecar
 
+    from specdec.capture.proxy import ProxySettings
+
     host, port = _listen(listen)
+    if proxy_listen is None and (proxy_out is not None or proxy_rules is not None):
+        raise click.UsageError("--proxy-out and --proxy-rules need --proxy-listen (the proxy is off without it)")
     try:
         capture_dir, lake = usable_dir(capture_dir, "--capture-dir"), usable_dir(lake, "--lake")
+        proxy = None
+        if proxy_listen is not None:
+            proxy_host, proxy_port = _listen(proxy_listen)
+            proxy = ProxySettings(upstream=server, host=proxy_host, port=proxy_port, content=proxy_content,
+                                  rules=proxy_rules, out_dir=usable_dir(proxy_out or lake / "traffic", "--proxy-out"))
         settings = SidecarSettings(capture_dir=capture_dir, lake=lake, server=server, host=host, port=port,
-                                   compact_s=compact_s, scrape_s=scrape_s, window_s=window_s)
+                                   compact_s=compact_s, scrape_s=scrape_s, window_s=window_s, proxy=proxy)
     except SettingError as exc:
         raise click.ClickException(str(exc)) from None
     except ValidationError as exc:

@@ -11,6 +11,13 @@ capture plugin on. It
   the engine processes keep beside their part files (hook failures, rows the
   engine-side writer dropped, write errors: counts that live inside vLLM).
 
+With ``--proxy-listen`` the same process also runs the recording proxy
+(``capture.proxy``) in front of the same server: one command beside a
+staging server records its traffic and its rounds. The rolling gauges and
+histograms carry the label ``model`` (the server's ``/v1/models``) once the
+server has named it; round rows do not carry a category, so there is no
+per-category label.
+
 Blocking file I/O runs in worker threads; the endpoint stays responsive. It
 runs until SIGINT or SIGTERM, then does one last compaction and writes every
 buffered counter row, so nothing already recorded is lost.
@@ -30,6 +37,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specdec.capture.proxy import ProxySettings, start_proxy
 from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
 from specdec.capture.sidecar_records import CounterScrape
@@ -54,6 +62,8 @@ class SidecarSettings(BaseModel):
     scrape_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between reads of the server's /metrics.")
     window_s: float = Field(default=60.0, gt=0, le=86400, description="Window of the rolling acceptance gauges [s].")
     counters_flush_s: float = Field(default=30.0, gt=0, le=30, description="Most seconds a counter row waits before it is written to the lake.")
+    proxy: ProxySettings | None = Field(default=None, description="The recording proxy to run in the same process "
+                                                                   "(its upstream: this server); None: no proxy.")
 
     @field_validator("server")
     @classmethod
@@ -154,6 +164,8 @@ class Sidecar:
             error = f"HTTP {exc.status} from {self.settings.server}/metrics"
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
+        if error is None and self.metrics.model is None:
+            self.metrics.model = await served_model(self.session, self.settings.server)
         row = CounterScrape(wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error,
                             **values)
         self.metrics.counters["specdec_sidecar_scrapes_total"] += 1
@@ -226,8 +238,24 @@ class Sidecar:
                 "counter_rows_not_written": len(self.counter_lake.rows)}
 
 
+async def served_model(session: aiohttp.ClientSession, server: str) -> str | None:
+    """The model the server serves (the first id of its /v1/models), for the
+    ``model`` label; None when it does not say (asked again at the next scrape)."""
+    try:
+        async with session.get(f"{server}/v1/models", timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            if resp.status != 200:
+                return None
+            data = (await resp.json(content_type=None)).get("data") or []
+            ids = [m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+            return ids[0] if ids else None
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError, AttributeError):
+        return None
+
+
 def run_sidecar(settings: SidecarSettings, announce=print) -> dict:
-    """Run until SIGINT or SIGTERM; return the final counters."""
+    """Run until SIGINT or SIGTERM; return the final counters. With
+    ``settings.proxy`` the recording proxy runs in the same process and loop,
+    in front of the same server, and stops (every recorded row written) first."""
 
     async def main() -> dict:
         stop = asyncio.Event()
@@ -239,7 +267,20 @@ def run_sidecar(settings: SidecarSettings, announce=print) -> dict:
         announce(f"specdec sidecar listening on {url} (metrics: {url}/metrics): compacting {settings.capture_dir} "
                  f"into {settings.lake} every {settings.compact_s:g} s, reading {settings.server}/metrics "
                  f"every {settings.scrape_s:g} s")
-        await sidecar.serve(stop)
+        proxy = None
+        try:
+            if settings.proxy is not None:
+                proxy = await start_proxy(settings.proxy)
+                announce(f"specdec proxy listening on {proxy.url} -> {settings.server} (recording into "
+                         f"{settings.proxy.out_dir}, content: {settings.proxy.content})")
+            await sidecar.serve(stop)
+        finally:
+            await sidecar.close()
+            if proxy is not None:
+                await proxy.stop()
+                stats = proxy.recorder.stats()
+                announce(f"specdec proxy stopped: {stats['rows_written']} rows written, "
+                         f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written")
         summary = sidecar.summary()
         announce("specdec sidecar stopped: " + json.dumps(summary))
         return summary

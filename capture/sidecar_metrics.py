@@ -2,7 +2,8 @@
 hand: format 0.0.4, no client library).
 
 From the rows it compacts (``sidecar_lake.METRIC_COLUMNS``), labelled
-``server`` (the rows do not name the model):
+``server`` and, once the server's ``/v1/models`` has named it, ``model``
+(the rows themselves name neither; one sidecar watches one server):
 
 * ``specdec_acceptance_rate``: sum(tokens_accepted) / sum(tokens_proposed)
   over the rows whose ``wall_time_ns`` lies in the last ``window_s`` seconds
@@ -114,6 +115,7 @@ class LiveMetrics:
         self.counters = dict.fromkeys(OWN_COUNTERS, 0)
         self.gauges = dict.fromkeys(OWN_GAUGES, 0.0)
         self.server_values: dict[str, float | None] = {}
+        self.model: str | None = None  # the server's model (/v1/models), a label once known
         self.capture: dict[str, int] = {}  # CAPTURE_COUNTERS / CAPTURE_GAUGES keys -> value; empty: no status read yet
 
     def observe_rounds(self, table: pa.Table) -> None:
@@ -150,22 +152,23 @@ class LiveMetrics:
 
     def render(self, now_ns: int) -> str:
         lab = f'server="{_escape(self.server)}"'
+        win_lab = lab if self.model is None else f'{lab},model="{_escape(self.model)}"'
         rate, length, rounds = self.window(now_ns)
         win = f"{self.window_ns / 1e9:g} s"
         lines: list[str] = []
         _metric(lines, "specdec_acceptance_rate", "gauge",
                 f"Accepted / proposed draft tokens of the rounds captured in the last {win}; NaN: no verify round.",
-                [(lab, rate)])
+                [(win_lab, rate)])
         _metric(lines, "specdec_acceptance_length", "gauge",
-                f"1 + accepted tokens / verify rounds over the last {win}; NaN: no verify round.", [(lab, length)])
+                f"1 + accepted tokens / verify rounds over the last {win}; NaN: no verify round.", [(win_lab, length)])
         _metric(lines, "specdec_window_verify_rounds", "gauge",
-                f"Verify rounds (tokens_proposed > 0) captured in the last {win}.", [(lab, rounds)])
+                f"Verify rounds (tokens_proposed > 0) captured in the last {win}.", [(win_lab, rounds)])
         for col, name in HISTOGRAMS.items():
             hist = self.hist[col]
             lines.append(f"# HELP {name} Per engine step {col.replace('_ms', '')} time of the compacted rounds [ms].")
             lines.append(f"# TYPE {name} histogram")
-            lines += [f'{name}_bucket{{{lab},le="{le}"}} {n}' for le, n in hist.cumulative()]
-            lines += [f"{name}_sum{{{lab}}} {_num(hist.sum)}", f"{name}_count{{{lab}}} {hist.count}"]
+            lines += [f'{name}_bucket{{{win_lab},le="{le}"}} {n}' for le, n in hist.cumulative()]
+            lines += [f"{name}_sum{{{win_lab}}} {_num(hist.sum)}", f"{name}_count{{{win_lab}}} {hist.count}"]
         for name, help_ in OWN_COUNTERS.items():
             _metric(lines, name, "counter", help_, [("", self.counters[name])])
         for name, help_ in OWN_GAUGES.items():

@@ -417,3 +417,54 @@ def test_alert_rules_parse_and_use_only_exported_metrics():
             "specdec_server_generation_tokens_total"} <= used
     low = next(r for r in rules if r["alert"] == "SpecdecAcceptanceLow")
     assert low["for"] == "10m"
+
+
+def test_one_sidecar_process_also_records_traffic_through_its_proxy(tmp_path):
+    # issue 8: "one process, one command; it also serves the recording proxy"
+    import json
+    import urllib.request
+
+    from specdec.runfolder import TRAFFIC_PART_GLOB
+    from tests.replay.test_external_run import threaded
+
+    cap, lake = tmp_path / "cap", tmp_path / "lake"
+    fake = FakeVllm()
+    with threaded(fake) as (server,):
+        proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", "--capture-dir", str(cap),
+                                 "--lake", str(lake), "--server", server, "--listen", "127.0.0.1:0",
+                                 "--proxy-listen", "127.0.0.1:0", "--compact-s", "3600", "--scrape-s", "3600"],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            sidecar_url = proc.stdout.readline().split("listening on ")[1].split()[0]
+            proxy_line = proc.stdout.readline()
+            assert "specdec proxy listening on http://127.0.0.1:" in proxy_line, proxy_line
+            proxy_url = proxy_line.split("listening on ")[1].split()[0]
+            body = json.dumps({"model": "fake-model", "stream": True,
+                               "messages": [{"role": "user", "content": "hello there"}]}).encode()
+            req = urllib.request.Request(proxy_url + "/v1/chat/completions", data=body,
+                                         headers={"Content-Type": "application/json",
+                                                  "X-Specdec-Category": "code"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                streamed = r.read()
+            with urllib.request.urlopen(sidecar_url + "/metrics", timeout=10) as r:
+                metrics = r.read().decode()
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, out
+    assert b"data: [DONE]" in streamed and fake.bodies[0]["messages"][0]["content"] == "hello there"
+    assert "specdec proxy stopped: 1 rows written" in out
+    parts = list((lake / "traffic").glob(TRAFFIC_PART_GLOB))
+    rows = [r for p in parts for r in pq.read_table(p).to_pylist()]
+    assert [r["category"] for r in rows] == ["code"]
+    assert "hello there" not in json.dumps(rows, default=str)  # hash mode by default
+    # the server named its model: the rolling gauges carry it
+    assert f'specdec_acceptance_rate{{server="{server}",model="fake-model"}} NaN' in metrics
+
+
+def test_proxy_options_need_proxy_listen(tmp_path):
+    res = CliRunner().invoke(capture_cli, ["sidecar", "--capture-dir", str(tmp_path / "c"), "--lake",
+                                           str(tmp_path / "l"), "--server", "http://x", "--proxy-out", str(tmp_path)])
+    assert res.exit_code == 2 and "--proxy-listen" in res.output

@@ -109,6 +109,9 @@ class FakeVllm:
         self.resets += 1
         return web.Response(text="")
 
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
 
@@ -117,5 +120,6 @@ class FakeVllm:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return TestServer(app, host="127.0.0.1")

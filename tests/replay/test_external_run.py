@@ -39,6 +39,7 @@ def threaded(*fakes: FakeVllm):
             app = web.Application()
             app.router.add_post("/v1/chat/completions", fake.chat)
             app.router.add_get("/metrics", fake.metrics)
+            app.router.add_get("/v1/models", fake.models)
             if getattr(fake, "serves_reset", True):
                 app.router.add_post("/reset_prefix_cache", fake.reset_prefix_cache)
             runner = web.AppRunner(app, shutdown_timeout=0.2)
