@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
@@ -353,20 +354,30 @@ def test_stopping_compacts_and_flushes_what_is_left(tmp_path):
     assert len(_lake_rows(s.lake, LAKE_COUNTERS_GLOB)) == 2
 
 
-def test_the_cli_sidecar_stops_on_sigterm_and_loses_nothing(tmp_path):
-    cap, lake = tmp_path / "cap", tmp_path / "lake"
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", "--capture-dir", str(cap),
-                             "--lake", str(lake), "--server", "http://127.0.0.1:9", "--listen", "127.0.0.1:0",
-                             "--compact-s", "3600", "--scrape-s", "3600"], stdout=subprocess.PIPE, text=True)
+@contextmanager
+def _cli_sidecar(*args: str):
+    """The CLI sidecar in a subprocess: yields (process, result); on leaving the
+    block it gets SIGTERM and result["out"] holds all it printed (killed if it hangs)."""
+    proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", *args],
+                            stdout=subprocess.PIPE, text=True)
+    result: dict = {}
     try:
-        line = proc.stdout.readline()
-        assert "listening on http://127.0.0.1:" in line, line
-        _part(cap, 0, [_round(4, 4), _round(4, 0, step=1), _round(0, 0, step=2)])
+        yield proc, result
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        result["out"], _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_the_cli_sidecar_stops_on_sigterm_and_loses_nothing(tmp_path):
+    cap, lake = tmp_path / "cap", tmp_path / "lake"
+    with _cli_sidecar("--capture-dir", str(cap), "--lake", str(lake), "--server", "http://127.0.0.1:9",
+                      "--listen", "127.0.0.1:0", "--compact-s", "3600", "--scrape-s", "3600") as (proc, result):
+        line = proc.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        _part(cap, 0, [_round(4, 4), _round(4, 0, step=1), _round(0, 0, step=2)])
+    out = result["out"]
     assert proc.returncode == 0, out
     assert '"specdec_sidecar_rows_written_total": 3' in out
     assert len(_lake_rows(lake)) == 3 and not list(cap.glob("rounds-*"))
@@ -429,30 +440,22 @@ def test_one_sidecar_process_also_records_traffic_through_its_proxy(tmp_path):
 
     cap, lake = tmp_path / "cap", tmp_path / "lake"
     fake = FakeVllm()
-    with threaded(fake) as (server,):
-        proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", "--capture-dir", str(cap),
-                                 "--lake", str(lake), "--server", server, "--listen", "127.0.0.1:0",
-                                 "--proxy-listen", "127.0.0.1:0", "--compact-s", "3600", "--scrape-s", "3600"],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            sidecar_url = proc.stdout.readline().split("listening on ")[1].split()[0]
-            proxy_line = proc.stdout.readline()
-            assert "specdec proxy listening on http://127.0.0.1:" in proxy_line, proxy_line
-            proxy_url = proxy_line.split("listening on ")[1].split()[0]
-            body = json.dumps({"model": "fake-model", "stream": True,
-                               "messages": [{"role": "user", "content": "hello there"}]}).encode()
-            req = urllib.request.Request(proxy_url + "/v1/chat/completions", data=body,
-                                         headers={"Content-Type": "application/json",
-                                                  "X-Specdec-Category": "code"})
-            with urllib.request.urlopen(req, timeout=10) as r:
-                streamed = r.read()
-            with urllib.request.urlopen(sidecar_url + "/metrics", timeout=10) as r:
-                metrics = r.read().decode()
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with threaded(fake) as (server,), _cli_sidecar(
+            "--capture-dir", str(cap), "--lake", str(lake), "--server", server, "--listen", "127.0.0.1:0",
+            "--proxy-listen", "127.0.0.1:0", "--compact-s", "3600", "--scrape-s", "3600") as (proc, result):
+        sidecar_url = proc.stdout.readline().split("listening on ")[1].split()[0]
+        proxy_line = proc.stdout.readline()
+        assert "specdec proxy listening on http://127.0.0.1:" in proxy_line, proxy_line
+        proxy_url = proxy_line.split("listening on ")[1].split()[0]
+        body = json.dumps({"model": "fake-model", "stream": True,
+                           "messages": [{"role": "user", "content": "hello there"}]}).encode()
+        req = urllib.request.Request(proxy_url + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json", "X-Specdec-Category": "code"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            streamed = r.read()
+        with urllib.request.urlopen(sidecar_url + "/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+    out = result["out"]
     assert proc.returncode == 0, out
     assert b"data: [DONE]" in streamed and fake.bodies[0]["messages"][0]["content"] == "hello there"
     assert "specdec proxy stopped: 1 rows written" in out
