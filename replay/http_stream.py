@@ -257,7 +257,11 @@ class Connection(asyncio.Protocol):
     def _end_of_body(self) -> None:
         self._body_done = True
         if self._sink is not None and not self._consumer_done:
-            self._sink(b"", time.perf_counter_ns())
+            try:
+                self._sink(b"", time.perf_counter_ns())
+            except Exception as exc:  # the consumer's own failure, at the end of a close-framed body
+                self._keep = False
+                self._fail(exc)
             self._consumer_finished()
         elif self._sink is None:
             self._early.append((b"", time.perf_counter_ns()))
@@ -389,7 +393,7 @@ class Connection(asyncio.Protocol):
         self._handed_back = True
         if self.state == _DONE:
             self._recycle()
-        elif self.state == _BODY and self._consumer_done and not self._body_done:
+        elif self.state == _BODY and self._consumer_done and not self._body_done and self._keep and not self.lost:
             self._disarm()
             self._arm(5.0)
         elif self.state != _IDLE:

@@ -175,3 +175,25 @@ def run_url_scheme(scheme: str):
         return res, server
 
     return asyncio.run(go())
+
+
+def test_a_consumer_failure_at_the_end_of_a_close_framed_reply_is_a_row_not_a_hang():
+    # the last event has no newline: the parser reads it only at the connection's close
+    reply = [b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+             b'data: {"choices":[{"delta":{"content":"a"}}]}']
+
+    def boom(chunk):
+        raise RuntimeError("consumer broke")
+
+    async def go():
+        server = Scripted([reply], close_after=1)
+        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+        async with StreamPool() as pool:
+            res = await asyncio.wait_for(stream_payload(pool, base, {"model": "m", "messages": []}, "r",
+                                                        ClientSettings(request_timeout_s=30), on_chunk=boom), 5)
+        srv.close()
+        return res
+
+    res = asyncio.run(go())
+    assert res.error_type == "client_error" and "consumer broke" in res.error_message
