@@ -103,14 +103,24 @@ def analytics() -> None:
 @analytics.command("build")
 @run_dir_arg
 @slo_options
+@click.option("--copy", is_flag=True,
+              help="Copy the rows into the database (self-contained, as large as the data) instead of "
+                   "views that read the Parquet files in place.")
+@click.option("--check", type=click.Choice(["auto", "full", "footer"]), default="auto", show_default=True,
+              help="How deeply each input file is checked first: footer (metadata: schema, nulls, run ids), "
+                   "full (every page read too), auto (full when the inputs are at most 256 MiB).")
 @handle_errors
-def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None) -> None:
-    """Run the SQL models (staging -> intermediate -> marts) over RUN_DIR's
-    Parquet files into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
+def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None,
+                    copy: bool, check: str) -> None:
+    """Run the SQL models (staging -> intermediate -> marts) over the Parquet
+    files of RUN_DIR into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
+    RUN_DIR is a run folder, a folder of run folders, or the sidecar's Parquet
+    lake (rounds/, counters/); every mart is keyed by run_id. The database reads
+    the Parquet in place, by absolute path (--copy: a self-contained copy).
     The SLO options set the latency target of the capacity mart."""
     from specdec.analytics.build import build
 
-    db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms))
+    db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check)
     click.echo(f"built {db}")
 
 
