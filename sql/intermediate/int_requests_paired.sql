@@ -1,6 +1,6 @@
 -- int_requests_paired
--- Grain: one row per pair of successful requests for the same prompt at the same
---   level, in one of two comparisons:
+-- Grain: one row per run_id and pair of successful requests for the same prompt at
+--   the same level of that run, in one of two comparisons:
 --   comparison = 'ab'       (A/B) reference = baseline, treatment = speculative, same
 --                           repeat and pair_index (the A B of one repeat run back to back)
 --   comparison = 'aa'       (A/A) reference = baseline repeat r, treatment = baseline repeat
@@ -21,24 +21,25 @@ with requests as (
 ),
 speculative_pairs as (
     select
-        'ab' as comparison, b.category, b.concurrency, s.repeat, b.prompt_id, b.pair_index,
+        b.run_id, 'ab' as comparison, b.category, b.concurrency, s.repeat, b.prompt_id, b.pair_index,
         b.e2e_ms as reference_e2e_ms, s.e2e_ms as treatment_e2e_ms,
         b.output_tokens as reference_output_tokens, s.output_tokens as treatment_output_tokens
     from requests b
     join requests s
-      on s.prompt_id = b.prompt_id and s.category = b.category and s.concurrency = b.concurrency
-     and s.repeat = b.repeat and s.pair_index = b.pair_index
+      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.category = b.category
+     and s.concurrency = b.concurrency and s.repeat = b.repeat and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
 aa_pairs as (
     select
-        'aa' as comparison, b.category, b.concurrency, l.repeat, b.prompt_id, b.pair_index,
+        b.run_id, 'aa' as comparison, b.category, b.concurrency, l.repeat, b.prompt_id, b.pair_index,
         b.e2e_ms as reference_e2e_ms, l.e2e_ms as treatment_e2e_ms,
         b.output_tokens as reference_output_tokens, l.output_tokens as treatment_output_tokens
     from requests b
     join requests l
-      on l.prompt_id = b.prompt_id and l.category = b.category and l.concurrency = b.concurrency
-     and l.repeat = b.repeat + 1 and l.pair_index = b.pair_index
+      on l.run_id = b.run_id and l.prompt_id = b.prompt_id and l.category = b.category
+     and l.concurrency = b.concurrency and l.repeat = b.repeat + 1 and l.pair_index = b.pair_index
+
     where b.arm = 'baseline' and l.arm = 'baseline'
 ),
 pairs as (

@@ -1,5 +1,6 @@
 -- acceptance
--- Grain: one row per arm and category (pooled over concurrency levels).
+-- Grain: one row per run_id, arm and category (pooled over the run's concurrency levels
+--   and repeats; never over runs).
 -- Purpose: draft acceptance under two explicit definitions, from the captured rounds.
 --   A verify round is a captured row with tokens_proposed > 0 (k > 0).
 --   mean_acceptance_length   = 1 + sum(tokens_accepted) / verify_rounds
@@ -16,6 +17,7 @@ with rounds as (
 ),
 final as (
     select
+        run_id,
         arm,
         category,
         count(*) filter (where is_verify_round) as verify_rounds,
@@ -26,6 +28,7 @@ final as (
         count(*) filter (where phase = 'decode' and not is_verify_round) as decode_steps_no_draft,
         count(*) filter (where is_verify_round and tokens_accepted = 0) as rounds_all_rejected
     from rounds
-    group by arm, category
+    group by run_id, arm, category
 )
-select * from final order by arm, category
+select * from final order by run_id, arm, category
+

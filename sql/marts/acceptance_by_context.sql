@@ -1,6 +1,6 @@
 -- acceptance_by_context
--- Grain: one row per arm, category and context-length bucket that has verify rounds,
---   pooled over concurrency levels and repeats.
+-- Grain: one row per run_id, arm, category and context-length bucket that has verify
+--   rounds, pooled over the run's concurrency levels and repeats.
 -- Purpose: does acceptance hold up as the context grows (long prompts, long outputs)?
 --   context_len is the request's tokens already computed before the round's step
 --   (prompt + output so far), from the capture.
@@ -28,7 +28,7 @@ with rounds as (
 ),
 final as (
     select
-        arm, category,
+        run_id, arm, category,
         case when context_low = 4096 then '4096+'
              else context_low || '-' || (case when context_low = 0 then 256 else context_low * 2 end - 1) end
             as context_bucket,
@@ -42,4 +42,5 @@ final as (
     from rounds
     group by all
 )
-select * from final order by arm, category, context_low
+select * from final order by run_id, arm, category, context_low
+

@@ -1,6 +1,6 @@
 -- acceptance_natural_end
--- Grain: one row per category, concurrency level and segment (before / after the
---   natural end) of the speculative arm's greedy (temperature = 0) timed requests,
+-- Grain: one row per run_id, category, concurrency level and segment (before / after
+--   the natural end) of the speculative arm's greedy (temperature = 0) timed requests,
 --   pooled over repeats.
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it
 --   would have stopped, into repetitive text that drafts predict well; this splits
@@ -33,13 +33,14 @@ with rounds as (
     select * from int_rounds_attributed where arm = 'speculative' and is_verify_round
 ),
 requests as (
-    select request_id, prompt_tokens from stg_requests where arm = 'speculative' and temperature = 0
+    select run_id, request_id, prompt_tokens from stg_requests where arm = 'speculative' and temperature = 0
 ),
 ends as (
     select * from int_natural_ends
 ),
 placed as (
     select
+        rounds.run_id,
         rounds.category,
         rounds.concurrency,
         rounds.request_id,
@@ -53,11 +54,13 @@ placed as (
             else 'after_natural_end'
         end as segment
     from rounds
-    join requests using (request_id)
-    left join ends on ends.concurrency = rounds.concurrency and ends.prompt_id = rounds.prompt_id
+    join requests using (run_id, request_id)
+    left join ends
+      on ends.run_id = rounds.run_id and ends.concurrency = rounds.concurrency and ends.prompt_id = rounds.prompt_id
 ),
 final as (
     select
+        run_id,
         category,
         concurrency,
         segment,
@@ -70,4 +73,5 @@ final as (
     from placed
     group by all
 )
-select * from final order by category, concurrency, segment
+select * from final order by run_id, category, concurrency, segment
+

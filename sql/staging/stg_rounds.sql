@@ -1,5 +1,5 @@
 -- stg_rounds
--- Grain: one row per request per engine step that emitted tokens (RoundTrace).
+-- Grain: one row per run_id, request and engine step that emitted tokens (RoundTrace).
 -- Purpose: the captured engine trace, typed, with the client request id
 --   recovered from vLLM's engine request id ("chatcmpl-<X-Request-Id>-<8 hex>").
 -- Columns: as schemas.records.RoundTrace, plus

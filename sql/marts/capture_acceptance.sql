@@ -1,0 +1,41 @@
+-- capture_acceptance
+-- Grain: one row per run_id of the captured rounds (stg_rounds): every captured row of
+--   the run, whether or not it belongs to a replayed request (warm-up requests, and any
+--   other traffic the engine served under that run id, count too).
+-- Purpose: acceptance as the engine saw it, per run, without the client's record: the
+--   figure for a run the sidecar's Parquet lake holds (the lake has rounds, no requests
+--   to attribute them to), the same definitions as acceptance. For a replayed run, quote
+--   acceptance (per arm and category, replayed requests only).
+--   rows              captured rows (one per request per engine step that emitted tokens)
+--   engine_requests   distinct engine request ids among them
+--   engines           distinct process_token values (engine process incarnations)
+--   verify_rounds     rows with tokens_proposed > 0
+--   tokens_proposed, tokens_accepted   summed over the run's rows
+--   mean_acceptance_length  = 1 + tokens_accepted / verify_rounds (per round, pooled, the
+--                     bonus token included); NULL without verify rounds
+--   acceptance_rate   = tokens_accepted / tokens_proposed (per token, pooled); NULL when
+--                     nothing was proposed
+--   first_wall_time_ns, last_wall_time_ns  wall clock of the run's first and last captured
+--                     step [Unix ns]
+with rounds as (
+    select run_id, engine_request_id, process_token, tokens_proposed, tokens_accepted, wall_time_ns
+    from stg_rounds
+),
+final as (
+    select
+        run_id,
+        count(*) as rows,
+        count(distinct engine_request_id) as engine_requests,
+        count(distinct process_token) as engines,
+        count(*) filter (where tokens_proposed > 0) as verify_rounds,
+        coalesce(sum(tokens_proposed), 0) as tokens_proposed,
+        coalesce(sum(tokens_accepted), 0) as tokens_accepted,
+        1 + sum(tokens_accepted) / nullif(count(*) filter (where tokens_proposed > 0), 0)
+            as mean_acceptance_length,
+        sum(tokens_accepted) / nullif(sum(tokens_proposed), 0) as acceptance_rate,
+        min(wall_time_ns) as first_wall_time_ns,
+        max(wall_time_ns) as last_wall_time_ns
+    from rounds
+    group by run_id
+)
+select * from final order by run_id
