@@ -312,6 +312,8 @@ def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
     sums = np.array([a.sum() for a in arrays])
     counts = np.array([len(a) for a in arrays], dtype=float)
     idx = rng.integers(0, len(arrays), size=(resamples, len(arrays)))
+    if (counts == counts[0]).all():  # every cluster as large (prompts x repeats): the same count in every resample
+        return _quantiles(sums[idx].sum(axis=1) / (counts[0] * len(arrays)))
     return _quantiles(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
 
 
@@ -449,4 +451,3 @@ def fill(con) -> None:
                                times.get(run_id, ()))]
     if rows:
         con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-
