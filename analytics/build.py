@@ -21,12 +21,25 @@ or are deleted (consolidating a run's part files deletes the parts: build
 again after it). ``copy=True`` (``--copy``) copies the rows into tables
 instead: a self-contained database, as large as the data, slower to build.
 
+**Models.** The macros of ``sql/macros.sql`` are created first, then every
+model as a view, in dependency order. Then the *materialized* models
+(``models.SqlModel.materialized``: every mart, and the few intermediate
+models over the rounds that say so in their header) are computed once each,
+in dependency order, into a table ``stored.<name>``, and their view becomes
+``select * from stored.<name>``: a mart is computed at build, not at every
+query, and a model reads the materialized models before it instead of
+computing them again (at tens of millions of rounds the difference is
+seconds per query). The table ``sql_models`` holds every model's SQL (name,
+layer, materialized, path, sql), since ``duckdb_views()`` shows a
+materialized model's view only.
+
 A few tables are computed in Python rather than SQL (``COMPUTED``), one run
 at a time: the speedup intervals ``int_speedup_intervals`` (``intervals.py``)
 and the sampling-mode tests ``sampling_tests`` (``sampling_test.py``). Each
 module's ``create_table`` makes its table empty before the views, so the marts
-over it can be created; its ``fill`` computes the rows once every view exists.
-Every model is a view, so its definition is visible with ``duckdb_views()``.
+over it can be created; its ``fill`` computes the rows once every view exists
+and the materialized intermediate models are in place, before the marts are
+materialized.
 
 Inputs are checked before anything is written, each problem a named
 ``InputFileError`` (file, row group or row, column), never a traceback: a
@@ -54,7 +67,7 @@ import pyarrow as pa
 from specdec.analytics import intervals, sampling_test
 from specdec.analytics import settings as analysis_settings
 from specdec.analytics.checks import read_parquet_checked
-from specdec.analytics.models import discover
+from specdec.analytics.models import discover, macros_sql
 from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, atomic_write_with, files_of
@@ -124,6 +137,41 @@ def _create_manifest(con, inputs: Inputs) -> None:
         con.executemany("insert into raw_manifest values (?, ?, ?)", rows)
 
 
+def _materialize(con, m) -> None:
+    """Compute a model once into stored.<name>; its view reads the table from now on."""
+    import duckdb
+
+    try:
+        con.execute(f'create table stored."{m.name}" as select * from "{m.name}"')
+    except duckdb.Error as exc:
+        raise SpecdecError(f"{m.path}: {' '.join(str(exc).split())}") from None
+    con.execute(f'create or replace view "{m.name}" as select * from stored."{m.name}"')
+
+
+def _create_models(con, models) -> None:
+    import duckdb
+
+    con.execute(macros_sql())
+    for m in models:
+        try:
+            con.execute(f"create view {m.name} as\n{m.sql}")
+        except duckdb.Error as exc:
+            raise SpecdecError(f"{m.path}: {exc}") from None
+    con.execute("create schema stored")
+    for m in models:
+        if m.materialized and m.layer != "marts":
+            _materialize(con, m)
+    for computed in COMPUTED:
+        computed.fill(con)
+    for m in models:
+        if m.materialized and m.layer == "marts":
+            _materialize(con, m)
+    con.execute("create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, "
+                "sql varchar)")
+    con.executemany("insert into sql_models values (?, ?, ?, ?, ?)",
+                    [(m.name, m.layer, m.materialized, str(m.path), m.sql) for m in models])
+
+
 def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo | None" = None, *,
           copy: bool = False, check: Check = "auto") -> Path:
     """Check every input, then write the database atomically; return its path.
@@ -146,13 +194,7 @@ def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo |
                 analysis_settings.create_table(con, slo)
                 for computed in COMPUTED:
                     computed.create_table(con)
-                for m in models:
-                    try:
-                        con.execute(f"create view {m.name} as\n{m.sql}")
-                    except duckdb.Error as exc:
-                        raise SpecdecError(f"{m.path}: {exc}") from None
-                for computed in COMPUTED:
-                    computed.fill(con)
+                _create_models(con, models)
             finally:
                 con.close()
         except BaseException:

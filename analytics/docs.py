@@ -113,7 +113,14 @@ def render() -> str:
 
               f"- `{settings.TABLE}`: the analysis's settings, one row: the capacity SLO "
               "(`slo_ttft_p95_ms`, `slo_tpot_p95_ms`, `slo_source`; `analytics/settings.py`).", ""]
+    from specdec.analytics.models import macros_sql
+
+    lines += ["## SQL macros (`sql/macros.sql`)", "", "```text", sql_header(macros_sql()), "```", ""]
     models = discover()
+    lines += ["Staging models are views over the raw relations; every mart, and each intermediate model whose "
+              "header says `Materialized: table`, is computed once at build into a table (`stored.<name>`, read "
+              "through a view of its name); the rest are views, computed when read. Table `sql_models` holds "
+              "every model's SQL.", ""]
     for layer in LAYERS:
         lines += [f"## SQL models: {layer}", ""]
         for m in (m for m in models if m.layer == layer):

@@ -212,7 +212,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
     total, failed, n_rounds = m.value(
         "select (select count(*) from stg_requests where run_id = $run_id),"
         " (select count(*) filter (where not success) from stg_requests where run_id = $run_id),"
-        " (select count(*) from int_rounds_attributed where run_id = $run_id)")
+        " (select coalesce(sum(rounds), 0) from int_round_counts where run_id = $run_id)")
     errors = m.value(
         "select string_agg(t || ': ' || n, '; ' order by n desc, t) from "
         "(select coalesce(error_type, '(untyped)') t, count(*) n from stg_requests"
