@@ -49,7 +49,6 @@ cross_pairs as (
     join ok b
       on b.run_id = a.run_id and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index and b.repeat = 0
     join lowest on lowest.run_id = a.run_id and b.concurrency = lowest.concurrency
-
     where a.repeat = 0 and a.concurrency > lowest.concurrency
 ),
 final as (

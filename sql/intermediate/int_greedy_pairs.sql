@@ -113,6 +113,5 @@ final as (
         end as after_natural_end
     from positioned
     left join threshold on threshold.run_id = positioned.run_id
-
 )
 select * from final

@@ -76,6 +76,5 @@ final as (
     left join settings using (run_id)
     left join type_lists using (run_id, arm, concurrency)
     left join status_lists using (run_id, arm, concurrency)
-
 )
 select * from final

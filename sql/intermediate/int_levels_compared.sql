@@ -37,6 +37,5 @@ final as (
         end as excluded_reason
     from baseline b
     full outer join speculative s on s.run_id = b.run_id and s.concurrency = b.concurrency
-
 )
 select * from final

@@ -5,6 +5,7 @@
 --   temperature 0. A pair split at the natural end gives two rows ('before_natural_end',
 --   'after_natural_end'); a pair whose prompt never ended gives one 'before_natural_end'
 --   row; a pair that cannot be split gives one 'unknown' row saying why.
+-- Materialized: table, computed once at build (several marts and the intervals read it).
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it would
 --   have stopped, into repetitive text that drafts predict well; these are the paired
 --   per-segment times speedup_natural_end is computed from (and the rows to resample
@@ -151,7 +152,6 @@ final as (
     select
         run_id,
         comparison,
-
         category,
         concurrency,
         segment,

@@ -23,7 +23,6 @@ final as (
         run_id,
         concurrency,
         prompt_id,
-
         min(natural_end_position) as natural_end_position,
         bool_and(eos_token_ids is not null) as eos_known
     from checks

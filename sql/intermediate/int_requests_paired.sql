@@ -6,6 +6,7 @@
 --   comparison = 'aa'       (A/A) reference = baseline repeat r, treatment = baseline repeat
 --                           r + 1 (consecutive repeats of the same server, same pair_index):
 --                           the A/A control, whose ratio is 1 up to measurement noise
+-- Materialized: table, computed once at build (several marts and the intervals read it).
 -- Purpose: the paired rows every per-category speedup, its intervals
 --   (analytics/intervals.py) and the A/A noise floor are computed from.
 --   repeat              the treatment's repeat (r + 1 for 'aa')
@@ -39,7 +40,6 @@ aa_pairs as (
     join requests l
       on l.run_id = b.run_id and l.prompt_id = b.prompt_id and l.category = b.category
      and l.concurrency = b.concurrency and l.repeat = b.repeat + 1 and l.pair_index = b.pair_index
-
     where b.arm = 'baseline' and l.arm = 'baseline'
 ),
 pairs as (

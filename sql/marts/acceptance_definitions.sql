@@ -29,16 +29,18 @@
 --                             vllm_mean_acceptance_length (AIPerf speed-bench's "overall"),
 --                             beside the pooled figure of the same row
 --   Every ratio is NULL when its denominator is 0 (e.g. the baseline arm: no verify round).
+--   The rounds are read counted (int_round_counts): a group of n rounds with k proposed, a
+--   accepted and e emitted in all counts n times, so every sum below is weighted by n.
 with rounds as (
-    select run_id, arm, category, request_id, phase, tokens_proposed as k, tokens_accepted as a, tokens_emitted,
-           is_verify_round
-    from int_rounds_attributed
+    select run_id, arm, category, request_id, phase, tokens_proposed as k, tokens_accepted as a,
+           tokens_emitted as emitted, rounds as n, is_verify_round
+    from int_round_counts
 ),
 per_request as (
     select run_id, arm, category, request_id,
-           count(*) filter (where is_verify_round) as verify_rounds,
-           avg(a + 1) filter (where is_verify_round) as mean_length,
-           sum(a) filter (where is_verify_round) / nullif(sum(k) filter (where is_verify_round), 0) as rate
+           coalesce(sum(n) filter (where is_verify_round), 0) as verify_rounds,
+           sum((a + 1) * n) filter (where is_verify_round) / sum(n) filter (where is_verify_round) as mean_length,
+           sum(a * n) filter (where is_verify_round) / nullif(sum(k * n) filter (where is_verify_round), 0) as rate
     from rounds group by all
 ),
 outputs as (
@@ -46,17 +48,19 @@ outputs as (
 ),
 grouped as (
     select r.run_id, r.arm, grouping(r.category) = 1 as is_all, coalesce(r.category, '(all)') as category,
-        count(*) filter (where r.is_verify_round) as verify_rounds,
+        cast(coalesce(sum(r.n) filter (where r.is_verify_round), 0) as bigint) as verify_rounds,
         count(distinct r.request_id) filter (where r.is_verify_round) as requests,
-        count(*) filter (where r.phase = 'decode' and not r.is_verify_round) as decode_steps_no_draft,
-        count(*) filter (where r.is_verify_round and r.a = 0) as rounds_all_rejected,
-        1 + sum(r.a) filter (where r.is_verify_round)
-            / nullif(count(*) filter (where r.is_verify_round), 0) as vllm_mean_acceptance_length,
-        sum(r.a) filter (where r.is_verify_round)
-            / nullif(sum(r.k) filter (where r.is_verify_round), 0) as vllm_draft_acceptance_rate,
-        sum(r.a + 1) filter (where r.is_verify_round)
-            / nullif(sum(r.k + 1) filter (where r.is_verify_round), 0) as aiperf_accepted_per_verified,
-        avg(r.tokens_emitted) filter (where r.phase = 'decode') as specbench_mean_accepted_tokens
+        cast(coalesce(sum(r.n) filter (where r.phase = 'decode' and not r.is_verify_round), 0) as bigint)
+            as decode_steps_no_draft,
+        cast(coalesce(sum(r.n) filter (where r.is_verify_round and r.a = 0), 0) as bigint) as rounds_all_rejected,
+        1 + sum(r.a * r.n) filter (where r.is_verify_round)
+            / nullif(sum(r.n) filter (where r.is_verify_round), 0) as vllm_mean_acceptance_length,
+        sum(r.a * r.n) filter (where r.is_verify_round)
+            / nullif(sum(r.k * r.n) filter (where r.is_verify_round), 0) as vllm_draft_acceptance_rate,
+        sum((r.a + 1) * r.n) filter (where r.is_verify_round)
+            / nullif(sum((r.k + 1) * r.n) filter (where r.is_verify_round), 0) as aiperf_accepted_per_verified,
+        sum(r.emitted) filter (where r.phase = 'decode') / sum(r.n) filter (where r.phase = 'decode')
+            as specbench_mean_accepted_tokens
     from rounds r
     group by grouping sets ((r.run_id, r.arm, r.category), (r.run_id, r.arm))
 ),
@@ -90,4 +94,3 @@ final as (
     left join macro c on c.run_id = g.run_id and c.arm = g.arm
 )
 select * from final order by run_id, arm, category = '(all)', category
-

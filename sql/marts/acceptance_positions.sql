@@ -23,8 +23,8 @@
 --                       (the same on every row of the group)
 --   NULL shares are not applicable (no verify round).
 with rounds as (
-    select run_id, arm, category, tokens_proposed as k, tokens_accepted as a, count(*) as n
-    from int_rounds_attributed
+    select run_id, arm, category, tokens_proposed as k, tokens_accepted as a, cast(sum(rounds) as bigint) as n
+    from int_round_counts
     where is_verify_round
     group by all
 ),
@@ -60,4 +60,3 @@ final as (
     join groups g on g.run_id = c.run_id and g.arm = c.arm and g.category = c.category
 )
 select * from final order by run_id, arm, category, position
-

@@ -24,4 +24,3 @@ final as (
     select * from blocks
 )
 select * from final order by run_id, concurrency, repeat, arm
-

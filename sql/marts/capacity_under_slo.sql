@@ -82,4 +82,3 @@ final as (
     left join levels m on m.run_id = c.run_id and m.arm = c.arm and m.concurrency = c.max_concurrency
 )
 select * from final order by run_id, arm
-

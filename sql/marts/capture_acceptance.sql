@@ -17,24 +17,25 @@
 --                     nothing was proposed
 --   first_wall_time_ns, last_wall_time_ns  wall clock of the run's first and last captured
 --                     step [Unix ns]
+--   (Read counted from int_round_groups: a group of n rows with k proposed and a accepted
+--   adds n rows, n k and n a.)
 with rounds as (
-    select run_id, engine_request_id, process_token, tokens_proposed, tokens_accepted, wall_time_ns
-    from stg_rounds
+    select * from int_round_groups
 ),
 final as (
     select
         run_id,
-        count(*) as rows,
+        cast(sum(rounds) as bigint) as rows,
         count(distinct engine_request_id) as engine_requests,
         count(distinct process_token) as engines,
-        count(*) filter (where tokens_proposed > 0) as verify_rounds,
-        coalesce(sum(tokens_proposed), 0) as tokens_proposed,
-        coalesce(sum(tokens_accepted), 0) as tokens_accepted,
-        1 + sum(tokens_accepted) / nullif(count(*) filter (where tokens_proposed > 0), 0)
+        cast(coalesce(sum(rounds) filter (where tokens_proposed > 0), 0) as bigint) as verify_rounds,
+        coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
+        coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,
+        1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where tokens_proposed > 0), 0)
             as mean_acceptance_length,
-        sum(tokens_accepted) / nullif(sum(tokens_proposed), 0) as acceptance_rate,
-        min(wall_time_ns) as first_wall_time_ns,
-        max(wall_time_ns) as last_wall_time_ns
+        sum(tokens_accepted * rounds) / nullif(sum(tokens_proposed * rounds), 0) as acceptance_rate,
+        min(first_wall_time_ns) as first_wall_time_ns,
+        max(last_wall_time_ns) as last_wall_time_ns
     from rounds
     group by run_id
 )

@@ -75,4 +75,3 @@ final as (
     left join gain_lost using (run_id, category)
 )
 select * from final order by run_id, category
-

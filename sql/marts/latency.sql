@@ -55,4 +55,3 @@ final as (
     left join gaps using (run_id, arm, category, concurrency)
 )
 select * from final order by run_id, arm, category, concurrency
-

@@ -20,4 +20,3 @@ final as (
     select * from health
 )
 select * from final order by run_id, arm, concurrency
-

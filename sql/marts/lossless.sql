@@ -167,4 +167,3 @@ final as (
     from joined
 )
 select * from final order by run_id, category, concurrency
-

@@ -53,4 +53,3 @@ final as (
     left join levels using (run_id, category, concurrency)
 )
 select * from final order by run_id, category, concurrency, prompt_id, pair_index
-

@@ -53,4 +53,3 @@ final as (
     left join levels using (run_id, concurrency)
 )
 select * from final order by run_id, category, concurrency
-

@@ -38,11 +38,11 @@ deltas as (
 captured as (
     select
         run_id, arm, concurrency, repeat,
-        count(*) as captured_rows,
-        count(*) filter (where is_verify_round) as captured_rounds,
-        coalesce(sum(tokens_proposed), 0) as captured_proposed,
-        coalesce(sum(tokens_accepted), 0) as captured_accepted
-    from int_rounds_attributed
+        cast(sum(rounds) as bigint) as captured_rows,
+        cast(coalesce(sum(rounds) filter (where is_verify_round), 0) as bigint) as captured_rounds,
+        coalesce(sum(tokens_proposed * rounds), 0) as captured_proposed,
+        coalesce(sum(tokens_accepted * rounds), 0) as captured_accepted
+    from int_round_counts
     group by run_id, arm, concurrency, repeat
 ),
 per_block as (
@@ -79,4 +79,3 @@ final as (
     group by run_id, arm, concurrency
 )
 select * from final order by run_id, arm, concurrency
-

@@ -35,4 +35,3 @@ final as (
     left join per_level b on b.run_id = p.run_id and b.arm = 'baseline' and b.concurrency = p.concurrency
 )
 select * from final order by run_id, arm, concurrency
-

@@ -66,4 +66,3 @@ final as (
     from tests
 )
 select * from final order by run_id, category, concurrency, statistic
-

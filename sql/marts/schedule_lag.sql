@@ -69,4 +69,3 @@ final as (
     join spans using (run_id, arm, concurrency)
 )
 select * from final order by run_id, arm, concurrency
-

@@ -233,4 +233,3 @@ final as (
     from labelled
 )
 select * from final order by run_id, category, concurrency
-

@@ -58,4 +58,3 @@ final as (
     left join paired p using (run_id, input_bucket, concurrency)
 )
 select * from final order by run_id, input_low, concurrency
-

@@ -115,4 +115,3 @@ final as (
     from joined
 )
 select * from final order by run_id, category, concurrency, segment, unknown_reason
-

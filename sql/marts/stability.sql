@@ -47,4 +47,3 @@ final as (
     group by run_id, fault
 )
 select * exclude (first_wall_start_ns) from final order by run_id, first_wall_start_ns, fault
-

@@ -10,13 +10,28 @@
 --                      NULL when no drafter ran (baseline)
 --   draft_share        sum(draft_ms) / (sum(draft_ms) + sum(verify_ms)) over steps with drafts
 --   batch_size_mean    mean requests per step
-with steps as (
+--   (The rows of replayed requests: stg_rounds joined to int_engine_requests, the same rows
+--   as int_rounds_attributed, looked up per engine request instead of parsed per row. A row
+--   whose step scheduled one request, batch_size = 1, is the only row of its step, so it is
+--   a step as it is; only the rows of larger batches are grouped into steps: the same steps,
+--   and most steps of a run (every step at concurrency 1) skip the grouping.)
+with rounds as (
+    select r.run_id, e.arm, e.concurrency, r.process_token, r.step_index, r.batch_size, r.verify_ms, r.draft_ms
+    from stg_rounds r
+    join (select * from int_engine_requests where replayed) e using (run_id, engine_request_id)
+    where r.phase = 'decode'
+),
+steps as (
+    select run_id, arm, concurrency, process_token, step_index, batch_size, verify_ms, draft_ms
+    from rounds
+    where batch_size = 1
+    union all
     select run_id, arm, concurrency, process_token, step_index,
            any_value(batch_size) as batch_size,
            any_value(verify_ms) as verify_ms,
            max(draft_ms) as draft_ms
-    from int_rounds_attributed
-    where phase = 'decode'
+    from rounds
+    where batch_size <> 1
     group by run_id, arm, concurrency, process_token, step_index
 ),
 final as (
@@ -31,4 +46,3 @@ final as (
     group by run_id, arm, concurrency
 )
 select * from final order by run_id, arm, concurrency
-

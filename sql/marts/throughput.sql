@@ -38,4 +38,3 @@ final as (
     group by run_id, arm, concurrency
 )
 select * from final order by run_id, arm, concurrency
-
