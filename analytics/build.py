@@ -29,9 +29,11 @@ in dependency order, into a table ``stored.<name>``, and their view becomes
 ``select * from stored.<name>``: a mart is computed at build, not at every
 query, and a model reads the materialized models before it instead of
 computing them again (at tens of millions of rounds the difference is
-seconds per query). The table ``sql_models`` holds every model's SQL (name,
-layer, materialized, path, sql), since ``duckdb_views()`` shows a
-materialized model's view only.
+seconds per query). The computed tables below are filled, in a second
+connection on a worker thread, while the marts that do not read them are
+materialized; the marts that do come last. The table ``sql_models`` holds
+every model's SQL (name, layer, materialized, path, sql), since
+``duckdb_views()`` shows a materialized model's view only.
 
 A few tables are computed in Python rather than SQL (``COMPUTED``), one run
 at a time: the speedup intervals ``int_speedup_intervals`` (``intervals.py``)
@@ -59,7 +61,11 @@ failure.
 from __future__ import annotations
 
 import json
+import logging
+import re
+import time
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,6 +80,8 @@ from specdec.runfolder import DB_NAME, RecordFile, atomic_write_with, files_of
 from specdec.schemas.arrow import arrow_schema
 
 __all__ = ["COMPUTED", "DB_NAME", "build", "load_record_file", "read_parquet_checked", "run_kind"]
+
+log = logging.getLogger("specdec.analytics.build")
 
 #: Modules that compute a table from the views, each with create_table(con) and fill(con).
 COMPUTED = (intervals, sampling_test)
@@ -141,14 +149,40 @@ def _materialize(con, m) -> None:
     """Compute a model once into stored.<name>; its view reads the table from now on."""
     import duckdb
 
+    started = time.perf_counter()
     try:
         con.execute(f'create table stored."{m.name}" as select * from "{m.name}"')
     except duckdb.Error as exc:
         raise SpecdecError(f"{m.path}: {' '.join(str(exc).split())}") from None
     con.execute(f'create or replace view "{m.name}" as select * from stored."{m.name}"')
+    log.debug("materialized %s in %.3f s", m.name, time.perf_counter() - started)
+
+
+def _reads_computed(models) -> set[str]:
+    """Names of the models that read a computed table, directly or through other models."""
+    tables = [c.TABLE for c in COMPUTED]
+    out: set[str] = set()
+    for m in models:  # dependency order: a model's dependencies are decided before it
+        body = re.sub(r"--[^\n]*", "", m.sql)
+        if m.depends_on & out or any(re.search(rf"\b{t}\b", body) for t in tables):
+            out.add(m.name)
+    return out
+
+
+def _fill(con) -> None:
+    try:
+        for computed in COMPUTED:
+            started = time.perf_counter()
+            computed.fill(con)
+            log.debug("filled %s in %.3f s", computed.TABLE, time.perf_counter() - started)
+    finally:
+        con.close()
 
 
 def _create_models(con, models) -> None:
+    """Views, then the materialized intermediate models, then the computed tables and the
+    marts that do not read them at once (the intervals are Python, mostly on one core; the
+    marts DuckDB's), then the marts that read the computed tables."""
     import duckdb
 
     con.execute(macros_sql())
@@ -161,10 +195,18 @@ def _create_models(con, models) -> None:
     for m in models:
         if m.materialized and m.layer != "marts":
             _materialize(con, m)
-    for computed in COMPUTED:
-        computed.fill(con)
-    for m in models:
-        if m.materialized and m.layer == "marts":
+    marts = [m for m in models if m.materialized and m.layer == "marts"]
+    later = _reads_computed(models)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        filled = pool.submit(_fill, con.cursor())
+        try:
+            for m in marts:
+                if m.name not in later:
+                    _materialize(con, m)
+        finally:
+            filled.result()
+    for m in marts:
+        if m.name in later:
             _materialize(con, m)
     con.execute("create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, "
                 "sql varchar)")
@@ -180,7 +222,10 @@ def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo |
     instead of views over the files. ``check``: 'auto', 'full' or 'footer' (``sources.py``)."""
     import duckdb
 
+    started = time.perf_counter()
     inputs = find_inputs(Path(path), check)
+    log.debug("found and checked %s (%s, %s check) in %.3f s", inputs.root, inputs.layout,
+              "full" if inputs.full_check else "footer", time.perf_counter() - started)
     models = discover()
     db_path = Path(db_path or inputs.root / DB_NAME)
 
