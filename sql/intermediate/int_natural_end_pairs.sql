@@ -57,7 +57,7 @@ with pairs as (
     select * from int_requests_paired where comparison = 'ab'
 ),
 requests as (
-    select * from int_requests_measured where temperature = 0
+    select run_id, request_id, chunk_offsets_ms, chunk_tokens from stg_requests where temperature = 0
 ),
 ends as (
     select * from int_natural_ends
@@ -82,14 +82,8 @@ joined as (
         s.chunk_offsets_ms as treatment_offsets,
         s.chunk_tokens as treatment_tokens
     from pairs
-    join requests b
-      on b.run_id = pairs.run_id and b.arm = 'baseline' and b.category = pairs.category
-     and b.concurrency = pairs.concurrency
-     and b.repeat = pairs.repeat and b.prompt_id = pairs.prompt_id and b.pair_index = pairs.pair_index
-    join requests s
-      on s.run_id = pairs.run_id and s.arm = 'speculative' and s.category = pairs.category
-     and s.concurrency = pairs.concurrency
-     and s.repeat = pairs.repeat and s.prompt_id = pairs.prompt_id and s.pair_index = pairs.pair_index
+    join requests b on b.run_id = pairs.run_id and b.request_id = pairs.reference_request_id
+    join requests s on s.run_id = pairs.run_id and s.request_id = pairs.treatment_request_id
     left join ends
       on ends.run_id = pairs.run_id and ends.concurrency = pairs.concurrency and ends.prompt_id = pairs.prompt_id
 ),

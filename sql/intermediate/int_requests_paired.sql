@@ -14,6 +14,7 @@
 --   reference_output_tokens, treatment_output_tokens   their output lengths (equal
 --                       under forced length, ignore_eos; then the e2e ratio is also
 --                       the ratio of per-request tokens/s)
+--   reference_request_id, treatment_request_id   the two requests (stg_requests.request_id)
 --   ratio               = reference_e2e_ms / treatment_e2e_ms  (> 1: the treatment was faster)
 --   log_ratio           = ln(ratio); a geometric mean is exp(avg(log_ratio))
 --   Pairs with an e2e time <= 0 (nothing to divide) are left out.
@@ -24,7 +25,8 @@ speculative_pairs as (
     select
         b.run_id, 'ab' as comparison, b.category, b.concurrency, s.repeat, b.prompt_id, b.pair_index,
         b.e2e_ms as reference_e2e_ms, s.e2e_ms as treatment_e2e_ms,
-        b.output_tokens as reference_output_tokens, s.output_tokens as treatment_output_tokens
+        b.output_tokens as reference_output_tokens, s.output_tokens as treatment_output_tokens,
+        b.request_id as reference_request_id, s.request_id as treatment_request_id
     from requests b
     join requests s
       on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.category = b.category
@@ -35,7 +37,8 @@ aa_pairs as (
     select
         b.run_id, 'aa' as comparison, b.category, b.concurrency, l.repeat, b.prompt_id, b.pair_index,
         b.e2e_ms as reference_e2e_ms, l.e2e_ms as treatment_e2e_ms,
-        b.output_tokens as reference_output_tokens, l.output_tokens as treatment_output_tokens
+        b.output_tokens as reference_output_tokens, l.output_tokens as treatment_output_tokens,
+        b.request_id as reference_request_id, l.request_id as treatment_request_id
     from requests b
     join requests l
       on l.run_id = b.run_id and l.prompt_id = b.prompt_id and l.category = b.category

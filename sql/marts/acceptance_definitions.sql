@@ -39,37 +39,38 @@ with rounds as (
 per_request as (
     select run_id, arm, category, request_id,
            coalesce(sum(n) filter (where is_verify_round), 0) as verify_rounds,
-           sum((a + 1) * n) filter (where is_verify_round) / sum(n) filter (where is_verify_round) as mean_length,
-           sum(a * n) filter (where is_verify_round) / nullif(sum(k * n) filter (where is_verify_round), 0) as rate
+           coalesce(sum(a * n) filter (where is_verify_round), 0) as accepted,
+           coalesce(sum(k * n) filter (where is_verify_round), 0) as proposed,
+           coalesce(sum(n) filter (where phase = 'decode' and not is_verify_round), 0) as decode_no_draft,
+           coalesce(sum(n) filter (where is_verify_round and a = 0), 0) as all_rejected,
+           sum(emitted) filter (where phase = 'decode') as decode_emitted,
+           sum(n) filter (where phase = 'decode') as decode_steps
     from rounds group by all
+),
+request_figures as (
+    select *,
+           (accepted + verify_rounds) / nullif(verify_rounds, 0) as mean_length,  -- mean of (a + 1) over its rounds
+           accepted / nullif(proposed, 0) as rate
+    from per_request
 ),
 outputs as (
     select run_id, arm, category, request_id, output_tokens from stg_requests where success
 ),
 grouped as (
     select r.run_id, r.arm, grouping(r.category) = 1 as is_all, coalesce(r.category, '(all)') as category,
-        cast(coalesce(sum(r.n) filter (where r.is_verify_round), 0) as bigint) as verify_rounds,
-        count(distinct r.request_id) filter (where r.is_verify_round) as requests,
-        cast(coalesce(sum(r.n) filter (where r.phase = 'decode' and not r.is_verify_round), 0) as bigint)
-            as decode_steps_no_draft,
-        cast(coalesce(sum(r.n) filter (where r.is_verify_round and r.a = 0), 0) as bigint) as rounds_all_rejected,
-        1 + sum(r.a * r.n) filter (where r.is_verify_round)
-            / nullif(sum(r.n) filter (where r.is_verify_round), 0) as vllm_mean_acceptance_length,
-        sum(r.a * r.n) filter (where r.is_verify_round)
-            / nullif(sum(r.k * r.n) filter (where r.is_verify_round), 0) as vllm_draft_acceptance_rate,
-        sum((r.a + 1) * r.n) filter (where r.is_verify_round)
-            / nullif(sum((r.k + 1) * r.n) filter (where r.is_verify_round), 0) as aiperf_accepted_per_verified,
-        sum(r.emitted) filter (where r.phase = 'decode') / sum(r.n) filter (where r.phase = 'decode')
-            as specbench_mean_accepted_tokens
-    from rounds r
+        cast(sum(r.verify_rounds) as bigint) as verify_rounds,
+        count(*) filter (where r.verify_rounds > 0) as requests,
+        cast(sum(r.decode_no_draft) as bigint) as decode_steps_no_draft,
+        cast(sum(r.all_rejected) as bigint) as rounds_all_rejected,
+        1 + sum(r.accepted) / nullif(sum(r.verify_rounds), 0) as vllm_mean_acceptance_length,
+        sum(r.accepted) / nullif(sum(r.proposed), 0) as vllm_draft_acceptance_rate,
+        (sum(r.accepted) + sum(r.verify_rounds)) / nullif(sum(r.proposed) + sum(r.verify_rounds), 0)
+            as aiperf_accepted_per_verified,
+        sum(r.decode_emitted) / sum(r.decode_steps) as specbench_mean_accepted_tokens,
+        avg(r.mean_length) filter (where r.verify_rounds > 0) as aiperf_acceptance_length_per_request,
+        avg(r.rate) filter (where r.verify_rounds > 0) as acceptance_rate_per_request
+    from request_figures r
     group by grouping sets ((r.run_id, r.arm, r.category), (r.run_id, r.arm))
-),
-request_means as (
-    select run_id, arm, coalesce(category, '(all)') as category,
-           avg(mean_length) filter (where verify_rounds > 0) as aiperf_acceptance_length_per_request,
-           avg(rate) filter (where verify_rounds > 0) as acceptance_rate_per_request
-    from per_request
-    group by grouping sets ((run_id, arm, category), (run_id, arm))
 ),
 sglang as (
     select p.run_id, p.arm, coalesce(p.category, '(all)') as category,
@@ -85,11 +86,10 @@ macro as (
 final as (
     select g.run_id, g.arm, g.category, g.verify_rounds, g.requests, g.decode_steps_no_draft, g.rounds_all_rejected,
            g.vllm_mean_acceptance_length, g.vllm_draft_acceptance_rate,
-           m.aiperf_acceptance_length_per_request, m.acceptance_rate_per_request,
+           g.aiperf_acceptance_length_per_request, g.acceptance_rate_per_request,
            g.aiperf_accepted_per_verified, g.specbench_mean_accepted_tokens, s.sglang_accept_length,
            case when g.is_all then c.macro_over_categories_length end as macro_over_categories_length
     from grouped g
-    left join request_means m on m.run_id = g.run_id and m.arm = g.arm and m.category = g.category
     left join sglang s on s.run_id = g.run_id and s.arm = g.arm and s.category = g.category
     left join macro c on c.run_id = g.run_id and c.arm = g.arm
 )

@@ -17,26 +17,36 @@
 --                     nothing was proposed
 --   first_wall_time_ns, last_wall_time_ns  wall clock of the run's first and last captured
 --                     step [Unix ns]
---   (Read counted from int_round_groups: a group of n rows with k proposed and a accepted
---   adds n rows, n k and n a.)
+--   (The counts are read counted from int_round_groups: a group of n rows with k proposed
+--   and a accepted adds n rows, n k and n a; engines and wall times from stg_rounds.)
 with rounds as (
     select * from int_round_groups
 ),
-final as (
+engines as (
+    select run_id, count(distinct process_token) as engines,
+           min(wall_time_ns) as first_wall_time_ns, max(wall_time_ns) as last_wall_time_ns
+    from stg_rounds
+    group by run_id
+),
+counted as (
     select
         run_id,
         cast(sum(rounds) as bigint) as rows,
         count(distinct engine_request_id) as engine_requests,
-        count(distinct process_token) as engines,
         cast(coalesce(sum(rounds) filter (where tokens_proposed > 0), 0) as bigint) as verify_rounds,
         coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
         coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,
         1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where tokens_proposed > 0), 0)
             as mean_acceptance_length,
-        sum(tokens_accepted * rounds) / nullif(sum(tokens_proposed * rounds), 0) as acceptance_rate,
-        min(first_wall_time_ns) as first_wall_time_ns,
-        max(last_wall_time_ns) as last_wall_time_ns
+        sum(tokens_accepted * rounds) / nullif(sum(tokens_proposed * rounds), 0) as acceptance_rate
     from rounds
     group by run_id
+),
+final as (
+    select counted.run_id, counted.rows, counted.engine_requests, engines.engines, counted.verify_rounds,
+           counted.tokens_proposed, counted.tokens_accepted, counted.mean_acceptance_length,
+           counted.acceptance_rate, engines.first_wall_time_ns, engines.last_wall_time_ns
+    from counted
+    join engines using (run_id)
 )
 select * from final order by run_id
