@@ -2,10 +2,11 @@
 -- Grain: one row per run_id, engine request of a replayed request, phase,
 --   tokens_proposed, tokens_accepted and context bucket that has captured rounds: the rows
 --   of int_rounds_attributed, counted (int_round_groups of replayed requests).
---   A view (not materialized: writing it costs what joining it again does): the marts over
---   the rounds (acceptance, acceptance_by_context, acceptance_definitions,
---   acceptance_natural_end, acceptance_positions, reconciliation) read a few rows per
---   request instead of every captured row.
+-- Materialized: table, computed once at build, so the marts over the rounds (acceptance,
+--   acceptance_by_context, acceptance_definitions, acceptance_natural_end,
+--   acceptance_positions, reconciliation) read a few rows per request instead of every
+--   captured row, without each joining the groups to their requests again (at 50 million
+--   rounds, 2.5 million groups: half a second per mart).
 -- Purpose: the captured rounds of the run's replayed requests, with the request's
 --   attributes.
 --   arm, concurrency, repeat, category, prompt_id, request_id   of the replayed request
