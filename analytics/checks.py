@@ -75,6 +75,8 @@ def _castable(have: pa.DataType, want: pa.DataType) -> bool:
     t = pa.types
     if have.equals(want) or t.is_null(have):
         return True
+    if t.is_dictionary(have):  # a dictionary-encoded column reads as the values it holds
+        return _castable(have.value_type, want)
     if t.is_integer(want):
         return t.is_integer(have)
     if t.is_floating(want):

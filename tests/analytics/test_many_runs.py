@@ -276,3 +276,19 @@ def test_the_commands_on_a_folder_of_runs(runs):
     assert compared.exit_code == 0 and "A: a" in compared.output and "B: c" in compared.output
     missing = CliRunner().invoke(main, ["compare", "a", "c"])  # without --in: two folders, which do not exist
     assert missing.exit_code == 2 and "--in PATH" in missing.output
+
+
+def test_a_dictionary_typed_column_reads_as_its_values(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    run_dir = repeated_run(tmp_path / "a", "a")
+    want = rows(build(run_dir), "select * from speedup order by all")
+    path = run_dir / "requests.parquet"
+    table = pq.read_table(path)
+    i = table.schema.get_field_index("category")
+    table = table.set_column(i, pa.field("category", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+                             table.column(i).dictionary_encode())
+    pq.write_table(table, path)
+    for check in ("full", "footer"):
+        assert rows(build(run_dir, check=check), "select * from speedup order by all") == want
