@@ -122,9 +122,10 @@ def raw_select(con, raw: RawInput) -> str:
     """The query of one raw relation: the record's columns, cast to its types,
     from exactly the listed files (absolute paths). Hive partitioning is off:
     DuckDB would replace the file's run_id by the folder's, auto-typed ('001'
-    would read 1); the build has checked that the two agree."""
+    would read 1); the build has checked that the two agree. The paths are resolved
+    (``runs/latest`` is a link that moves on to the next run: the view must not)."""
     cols = ", ".join(f'cast("{name}" as {dtype}) as "{name}"' for name, dtype in _column_types(con, raw.schema))
-    files = ", ".join(_quoted(str(f)) for f in raw.files)
+    files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
     return f"select {cols} from read_parquet([{files}], hive_partitioning = false)"
 
 

@@ -127,7 +127,7 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
             raise InputFileError(run_dir / MANIFEST, f"run_id {manifest.run_id!r} is also the run of "
                                  f"{runs[manifest.run_id].source_path}: each run is built once "
                                  "(is one folder a copy of the other?)", field="run_id")
-        runs[manifest.run_id] = Run(manifest.run_id, run_dir.absolute(), manifest)
+        runs[manifest.run_id] = Run(manifest.run_id, run_dir.resolve(), manifest)
         whose = f"the run folder's manifest.json ({run_dir / MANIFEST}) says the run"
         for table, found in _run_folder_files(run_dir, manifest).items():
             files[table] += [(f, manifest.run_id, whose) for f in found]
@@ -144,7 +144,7 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
                     raise InputFileError(f, f"the lake holds rounds of run {run_id!r}, and so does its run folder "
                                             f"{runs[run_id].source_path}: they would count twice "
                                             "(move one of them away)", field="run_id")
-                runs.setdefault(run_id, Run(run_id, root, None))
+                runs.setdefault(run_id, Run(run_id, root.resolve(), None))
     every = [f for listed in files.values() for f, _, _ in listed]
     full = check == "full" or (check == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)
     for table, listed in files.items():

@@ -292,3 +292,12 @@ def test_a_dictionary_typed_column_reads_as_its_values(tmp_path):
     pq.write_table(table, path)
     for check in ("full", "footer"):
         assert rows(build(run_dir, check=check), "select * from speedup order by all") == want
+
+
+def test_a_build_through_the_latest_link_names_the_run_folder_itself(tmp_path):
+    run_dir = repeated_run(tmp_path / "a", "a")
+    os.symlink("a", tmp_path / "latest")
+    db = build(tmp_path / "latest")
+    (sql,) = [r["sql"] for r in rows(db, "select sql from duckdb_views() where view_name = 'raw_requests'")]
+    assert str(run_dir.resolve() / "requests.parquet") in sql and "latest" not in sql
+    assert rows(db, "select source_path from raw_manifest") == [{"source_path": str(run_dir.resolve())}]
