@@ -18,9 +18,13 @@
 --   first_wall_time_ns, last_wall_time_ns  wall clock of the run's first and last captured
 --                     step [Unix ns]
 --   (The counts are read counted from int_round_groups: a group of n rows with k proposed
---   and a accepted adds n rows, n k and n a; engines and wall times from stg_rounds.)
+--   and a accepted adds n rows, n k and n a; engine requests from int_engine_requests (one
+--   row each), engines and wall times from stg_rounds.)
 with rounds as (
     select * from int_round_groups
+),
+engine_requests as (
+    select run_id, count(*) as engine_requests from int_engine_requests group by run_id
 ),
 engines as (
     select run_id, count(distinct process_token) as engines,
@@ -32,7 +36,6 @@ counted as (
     select
         run_id,
         cast(sum(rounds) as bigint) as rows,
-        count(distinct engine_request_id) as engine_requests,
         cast(coalesce(sum(rounds) filter (where tokens_proposed > 0), 0) as bigint) as verify_rounds,
         coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
         coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,
@@ -43,10 +46,11 @@ counted as (
     group by run_id
 ),
 final as (
-    select counted.run_id, counted.rows, counted.engine_requests, engines.engines, counted.verify_rounds,
+    select counted.run_id, counted.rows, engine_requests.engine_requests, engines.engines, counted.verify_rounds,
            counted.tokens_proposed, counted.tokens_accepted, counted.mean_acceptance_length,
            counted.acceptance_rate, engines.first_wall_time_ns, engines.last_wall_time_ns
     from counted
     join engines using (run_id)
+    join engine_requests using (run_id)
 )
 select * from final order by run_id
