@@ -1,23 +1,55 @@
-"""``specdec analytics build RUN_DIR``: load a run's Parquet files into
-``RUN_DIR/specdec.duckdb`` and create the SQL models over them.
+"""``specdec analytics build PATH``: one DuckDB database, ``PATH/specdec.duckdb``,
+over the Parquet files of one run or of many, with the SQL models over them.
 
-Every record file of the run-folder contract (``runfolder.RECORD_FILES``)
-becomes a raw table ``raw_<name>`` (empty, with the record's schema, when the
-run has no such file); ``raw_manifest`` holds the validated manifest as JSON.
-A few tables are computed in Python rather than SQL (``COMPUTED``): the
-speedup intervals ``int_speedup_intervals`` (``intervals.py``) and the
-sampling-mode tests ``sampling_tests`` (``sampling_test.py``). Each module's
-``create_table`` makes its table empty before the views, so the marts over it
-can be created; its ``fill`` computes the rows once every view exists.
-The raw tables are copies, so the database is self-contained: an analyst can
-open it from a notebook after the run folder has moved. Every model is a view,
-so its definition is visible with ``duckdb_views()``.
+PATH is a run folder, a folder of run folders, the sidecar's Parquet lake, or
+a folder holding run folders and a lake (``sources.py`` says how each is
+read). Every record of the run-folder contract (``runfolder.RECORD_FILES``)
+and of the lake (``runfolder.LAKE_RECORDS``) becomes a raw relation
+``raw_<name>``: a **view over the Parquet files in place** (``read_parquet``
+of the listed files, nothing copied), or an empty table with the record's
+schema when no file holds that record. ``raw_manifest`` holds one row per run:
+``run_id``, ``source_path`` (its run folder, or the lake) and the validated
+manifest as JSON (NULL for a run only the lake holds).
 
-Inputs are checked before anything is written, and each problem is a named
+**Many runs.** ``run_id`` is in the grain of every intermediate model and
+mart (and ``repeat`` wherever a model is per repeat), so nothing pools across
+runs: a run's figures in a many-run database equal the same run built alone.
+
+**Not self-contained.** The raw views name the Parquet files by absolute
+path: the database reads them at every query, so it breaks when they move
+or are deleted (consolidating a run's part files deletes the parts: build
+again after it). ``copy=True`` (``--copy``) copies the rows into tables
+instead: a self-contained database, as large as the data, slower to build.
+
+**Models.** The macros of ``sql/macros.sql`` are created first, then every
+model as a view, in dependency order. Then the *materialized* models
+(``models.SqlModel.materialized``: every mart, and the few intermediate
+models over the rounds that say so in their header) are computed once each,
+in dependency order, into a table ``stored.<name>``, and their view becomes
+``select * from stored.<name>``: a mart is computed at build, not at every
+query, and a model reads the materialized models before it instead of
+computing them again (at tens of millions of rounds the difference is
+seconds per query). The computed tables below are filled, in a second
+connection on a worker thread, while the marts that do not read them are
+materialized; the marts that do come last. The table ``sql_models`` holds
+every model's SQL (name, layer, materialized, path, sql), since
+``duckdb_views()`` shows a materialized model's view only.
+
+A few tables are computed in Python rather than SQL (``COMPUTED``), one run
+at a time: the speedup intervals ``int_speedup_intervals`` (``intervals.py``)
+and the sampling-mode tests ``sampling_tests`` (``sampling_test.py``). Each
+module's ``create_table`` makes its table empty before the views, so the marts
+over it can be created; its ``fill`` computes the rows once every view exists
+and the materialized intermediate models are in place, before the marts are
+materialized.
+
+Inputs are checked before anything is written, each problem a named
 ``InputFileError`` (file, row group or row, column), never a traceback: a
-missing required file, a file that is not readable Parquet (footer or any row
-group), a wrong schema version, a missing or mistyped column, a null in a
-column the record declares required, a malformed manifest.
+missing required file, a file that is not readable Parquet, a wrong schema
+version, a missing or mistyped column, a null in a column the record declares
+required, a row of another run, a malformed manifest. Footers are checked for
+every file; every page is read (checksums, values) when the inputs are small
+or ``check='full'`` (``checks.py`` says exactly what each depth covers).
 
 The database is written under a unique temporary name beside its final name
 and renamed (``runfolder.atomic_write_with``), so two builds of the same folder
@@ -28,78 +60,40 @@ failure.
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import time
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from specdec.analytics import intervals, sampling_test
 from specdec.analytics import settings as analysis_settings
-from specdec.analytics.models import discover
+from specdec.analytics.checks import read_parquet_checked
+from specdec.analytics.models import discover, macros_sql
+from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
 from specdec.errors import InputFileError, SpecdecError
-from specdec.runfolder import DB_NAME, RECORD_FILES, RecordFile, atomic_write_with, files_of, read_manifest
+from specdec.runfolder import DB_NAME, RecordFile, atomic_write_with, files_of
 from specdec.schemas.arrow import arrow_schema
-from specdec.schemas.records import SCHEMA_VERSION
 
-__all__ = ["COMPUTED", "DB_NAME", "build", "load_record_file", "read_parquet_checked"]
+__all__ = ["COMPUTED", "DB_NAME", "build", "load_record_file", "read_parquet_checked", "run_kind"]
+
+log = logging.getLogger("specdec.analytics.build")
 
 #: Modules that compute a table from the views, each with create_table(con) and fill(con).
 COMPUTED = (intervals, sampling_test)
 
 
-def _why(exc: Exception) -> str:
-    """pyarrow's message on one line."""
-    return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
-    """Read one Parquet file as ``schema``; every problem names the file and,
-    where known, the row group, row and column."""
-    try:
-        pf = pq.ParquetFile(path, page_checksum_verification=True)
-    except Exception as exc:  # pyarrow raises several types for a bad footer
-        raise InputFileError(path, f"not a readable Parquet file, truncated or corrupted ({_why(exc)})") from None
-    with pf:
-        version = (pf.schema_arrow.metadata or {}).get(b"schema_version", b"").decode() or None
-        if version != SCHEMA_VERSION:
-            raise InputFileError(path, f"schema_version is {version!r}, this specdec reads {SCHEMA_VERSION!r}")
-        present = set(pf.schema_arrow.names)
-        missing = [n for n in schema.names if n not in present]
-        if missing:
-            raise InputFileError(path, "missing column(s)", field=", ".join(missing))
-        groups = []
-        for i in range(pf.num_row_groups):
-            try:
-                groups.append(pf.read_row_group(i, columns=schema.names))
-            except Exception as exc:  # decompression, page header, checksum ...
-                raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
-                                           f"the file is corrupted or truncated ({_why(exc)})") from None
-    table = pa.concat_tables(groups) if groups else pf.schema_arrow.empty_table().select(schema.names)
-    for field, column in zip(schema, table.columns):
-        if not field.nullable and column.null_count:
-            first = pc.index(pc.is_null(column), True).as_py()
-            raise InputFileError(path, f"{column.null_count} null value(s) in a required column "
-                                       "(row counted from 0 in the file)", row=first, field=field.name)
-    try:
-        return table.cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as exc:
-        raise InputFileError(path, f"a column has the wrong type ({_why(exc)})") from None
-
-
-def run_kind(manifest) -> str:
-    """The manifest's run kind ('replay' unless it says otherwise)."""
-    return getattr(manifest, "kind", None) or "replay"
-
-
 def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
                      files: list[Path] | None = None) -> pa.Table:
-    """All rows of one record type: the consolidated file or its part files
-    (``files``, when the caller has listed them: ``files_of``). An absent
-    record gives an empty table with the right schema, unless a run of this
-    kind must have it (``RecordFile.required_for``): then it is an error
-    naming the file."""
+    """All rows of one record type of one run folder, read and checked in full:
+    the consolidated file or its part files (``files``, when the caller has
+    listed them: ``files_of``). An absent record gives an empty table with the
+    right schema, unless a run of this kind must have it
+    (``RecordFile.required_for``): then it is an error naming the file."""
     schema = arrow_schema(rec.record())
     files = files_of(run_dir, rec) if files is None else files
     if not files:
@@ -108,45 +102,145 @@ def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
                                  f"missing, and no part files {rec.part_glob} either: "
                                  f"the run recorded no {rec.name} (did it start?)")
         return schema.empty_table()
-    tables = [read_parquet_checked(f, schema) for f in files]
-    return pa.concat_tables(tables)
+    return pa.concat_tables([read_parquet_checked(f, schema) for f in files])
 
 
-def build(run_dir: Path, db_path: Path | None = None, slo: "analysis_settings.Slo | None" = None) -> Path:
-    """Check every input, then write the database atomically; return its path.
-    ``slo``: the latency SLO of the capacity_under_slo mart (``analytics/settings.py``;
-    its defaults when None)."""
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _column_types(con, schema: pa.Schema) -> list[tuple[str, str]]:
+    """(name, DuckDB type) of the record's columns, as DuckDB maps its Arrow schema."""
+    con.register("_record_schema", schema.empty_table())
+    try:
+        return [(r[0], r[1]) for r in con.execute("describe select * from _record_schema").fetchall()]
+    finally:
+        con.unregister("_record_schema")
+
+
+def raw_select(con, raw: RawInput) -> str:
+    """The query of one raw relation: the record's columns, cast to its types,
+    from exactly the listed files (absolute paths). Hive partitioning is off:
+    DuckDB would replace the file's run_id by the folder's, auto-typed ('001'
+    would read 1); the build has checked that the two agree. The paths are resolved
+    (``runs/latest`` is a link that moves on to the next run: the view must not)."""
+    cols = ", ".join(f'cast("{name}" as {dtype}) as "{name}"' for name, dtype in _column_types(con, raw.schema))
+    files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
+    return f"select {cols} from read_parquet([{files}], hive_partitioning = false)"
+
+
+def _create_raw(con, raw: RawInput, copy: bool) -> None:
+    if not raw.files:
+        con.register("_empty", raw.schema.empty_table())
+        con.execute(f"create table {raw.table} as select * from _empty")
+        con.unregister("_empty")
+        return
+    con.execute(f"create {'table' if copy else 'view'} {raw.table} as {raw_select(con, raw)}")
+
+
+def _create_manifest(con, inputs: Inputs) -> None:
+    con.execute("create table raw_manifest (run_id varchar, source_path varchar, manifest json)")
+    rows = [(r.run_id, str(r.source_path), None if r.manifest is None else r.manifest.model_dump_json())
+            for r in inputs.runs]
+    if rows:
+        con.executemany("insert into raw_manifest values (?, ?, ?)", rows)
+
+
+def _materialize(con, m) -> None:
+    """Compute a model once into stored.<name>; its view reads the table from now on."""
     import duckdb
 
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise SpecdecError(f"{run_dir}: no such run folder")
-    manifest = read_manifest(run_dir)
-    kind = run_kind(manifest)
-    raw = {rec.raw_table: load_record_file(run_dir, rec, kind) for rec in RECORD_FILES}
+    started = time.perf_counter()
+    try:
+        con.execute(f'create table stored."{m.name}" as select * from "{m.name}"')
+    except duckdb.Error as exc:
+        raise SpecdecError(f"{m.path}: {' '.join(str(exc).split())}") from None
+    con.execute(f'create or replace view "{m.name}" as select * from stored."{m.name}"')
+    log.debug("materialized %s in %.3f s", m.name, time.perf_counter() - started)
+
+
+def _reads_computed(models) -> set[str]:
+    """Names of the models that read a computed table, directly or through other models."""
+    tables = [c.TABLE for c in COMPUTED]
+    out: set[str] = set()
+    for m in models:  # dependency order: a model's dependencies are decided before it
+        body = re.sub(r"--[^\n]*", "", m.sql)
+        if m.depends_on & out or any(re.search(rf"\b{t}\b", body) for t in tables):
+            out.add(m.name)
+    return out
+
+
+def _fill(con) -> None:
+    try:
+        for computed in COMPUTED:
+            started = time.perf_counter()
+            computed.fill(con)
+            log.debug("filled %s in %.3f s", computed.TABLE, time.perf_counter() - started)
+    finally:
+        con.close()
+
+
+def _create_models(con, models) -> None:
+    """Views, then the materialized intermediate models, then the computed tables and the
+    marts that do not read them at once (the intervals are Python, mostly on one core; the
+    marts DuckDB's), then the marts that read the computed tables."""
+    import duckdb
+
+    con.execute(macros_sql())
+    for m in models:
+        try:
+            con.execute(f"create view {m.name} as\n{m.sql}")
+        except duckdb.Error as exc:
+            raise SpecdecError(f"{m.path}: {exc}") from None
+    con.execute("create schema stored")
+    for m in models:
+        if m.materialized and m.layer != "marts":
+            _materialize(con, m)
+    marts = [m for m in models if m.materialized and m.layer == "marts"]
+    later = _reads_computed(models)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        filled = pool.submit(_fill, con.cursor())
+        try:
+            for m in marts:
+                if m.name not in later:
+                    _materialize(con, m)
+        finally:
+            filled.result()
+    for m in marts:
+        if m.name in later:
+            _materialize(con, m)
+    con.execute("create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, "
+                "sql varchar)")
+    con.executemany("insert into sql_models values (?, ?, ?, ?, ?)",
+                    [(m.name, m.layer, m.materialized, str(m.path), m.sql) for m in models])
+
+
+def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo | None" = None, *,
+          copy: bool = False, check: Check = "auto") -> Path:
+    """Check every input, then write the database atomically; return its path.
+    ``slo``: the latency SLO of the capacity_under_slo mart (``analytics/settings.py``;
+    its defaults when None). ``copy``: copy the rows into the database (self-contained)
+    instead of views over the files. ``check``: 'auto', 'full' or 'footer' (``sources.py``)."""
+    import duckdb
+
+    started = time.perf_counter()
+    inputs = find_inputs(Path(path), check)
+    log.debug("found and checked %s (%s, %s check) in %.3f s", inputs.root, inputs.layout,
+              "full" if inputs.full_check else "footer", time.perf_counter() - started)
     models = discover()
-    db_path = Path(db_path or run_dir / DB_NAME)
+    db_path = Path(db_path or inputs.root / DB_NAME)
 
     def write(tmp: Path) -> None:
         try:
             con = duckdb.connect(str(tmp))
             try:
-                for table_name, arrow in raw.items():
-                    con.register("_arrow", arrow)
-                    con.execute(f"create table {table_name} as select * from _arrow")
-                    con.unregister("_arrow")
-                con.execute("create table raw_manifest (manifest json)")
-                con.execute("insert into raw_manifest values (?)", [manifest.model_dump_json()])
+                for raw in inputs.raw:
+                    _create_raw(con, raw, copy)
+                _create_manifest(con, inputs)
                 analysis_settings.create_table(con, slo)
                 for computed in COMPUTED:
                     computed.create_table(con)
-                for m in models:
-                    try:
-                        con.execute(f"create view {m.name} as\n{m.sql}")
-                    except duckdb.Error as exc:
-                        raise SpecdecError(f"{m.path}: {exc}") from None
-                for computed in COMPUTED:
-                    computed.fill(con)
+                _create_models(con, models)
             finally:
                 con.close()
         except BaseException:
@@ -156,6 +250,21 @@ def build(run_dir: Path, db_path: Path | None = None, slo: "analysis_settings.Sl
 
     atomic_write_with(db_path, write)
     return db_path
+
+
+def runs_of(con) -> list[str]:
+    """The run ids a database holds (raw_manifest), sorted."""
+    return [r[0] for r in con.execute("select run_id from raw_manifest order by run_id").fetchall()]
+
+
+def manifest_of(con, run_id: str):
+    """The RunManifest of one run of a database; None for a run only the lake holds."""
+    from specdec.schemas.records import RunManifest
+
+    row = con.execute("select manifest from raw_manifest where run_id = ?", [run_id]).fetchone()
+    if row is None:
+        raise SpecdecError(f"no run {run_id!r} in this database (it holds: {', '.join(runs_of(con)) or 'none'})")
+    return None if row[0] is None else RunManifest.model_validate(json.loads(row[0]))
 
 
 def _remove_sidecars(db_file: Path) -> None:

@@ -2,9 +2,12 @@
 differences, for the questions analysts ask across runs: did a new draft
 model, engine version or host change acceptance, the speedup, its label?
 
-Each run's database is rebuilt from its files first (``build``), so both are
-current; then both are attached read-only to one in-memory DuckDB and joined
-on the marts' keys. What is compared:
+Two run folders (``compare``): each run's database is rebuilt from its files
+first (``build``), so both are current; then both are attached read-only to
+one in-memory DuckDB. Two runs of one many-run database (``compare_in``,
+``specdec compare --in PATH RUN_ID_A RUN_ID_B``): PATH is built once and
+attached. Either way each side is one run's rows of the marts (every mart is
+keyed by run_id), joined on the marts' other keys. What is compared:
 
 * settings: every manifest field that differs (model, dtype, engine, arms'
   speculative settings, levels, traffic file hash, host ...), so a difference
@@ -27,10 +30,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.analytics.build import build
+from specdec.analytics.build import build, manifest_of
+from specdec.errors import SpecdecError
 from specdec.runfolder import read_manifest
 
-__all__ = ["Comparison", "compare", "settings_diff", "render_text"]
+__all__ = ["Comparison", "compare", "compare_in", "settings_diff", "render_text"]
 
 SPEEDUP = """
     select coalesce(a.category, b.category) as category, coalesce(a.concurrency, b.concurrency) as concurrency,
@@ -40,7 +44,7 @@ SPEEDUP = """
            case when a.ci_low is null or b.ci_low is null then null
                 else a.ci_low <= b.ci_high and b.ci_low <= a.ci_high end as overlap,
            a.label is distinct from b.label as label_changed
-    from run_a.speedup a full join run_b.speedup b on a.category = b.category and a.concurrency = b.concurrency
+    from {a_speedup} a full join {b_speedup} b on a.category = b.category and a.concurrency = b.concurrency
 """
 ACCEPTANCE = """
     select coalesce(a.category, b.category) as category,
@@ -48,14 +52,14 @@ ACCEPTANCE = """
            b.mean_acceptance_length - a.mean_acceptance_length as length_b_minus_a,
            a.acceptance_rate as a_rate, b.acceptance_rate as b_rate,
            b.acceptance_rate - a.acceptance_rate as rate_b_minus_a
-    from (select * from run_a.acceptance where arm = 'speculative') a
-    full join (select * from run_b.acceptance where arm = 'speculative') b on a.category = b.category
+    from (select * from {a_acceptance} where arm = 'speculative') a
+    full join (select * from {b_acceptance} where arm = 'speculative') b on a.category = b.category
 """
 THROUGHPUT = """
     select coalesce(a.arm, b.arm) as arm, coalesce(a.concurrency, b.concurrency) as concurrency,
            a.output_tokens_per_s as a_tokens_per_s, b.output_tokens_per_s as b_tokens_per_s,
            b.output_tokens_per_s / a.output_tokens_per_s as b_over_a
-    from run_a.throughput a full join run_b.throughput b on a.arm = b.arm and a.concurrency = b.concurrency
+    from {a_throughput} a full join {b_throughput} b on a.arm = b.arm and a.concurrency = b.concurrency
 """
 
 
@@ -101,26 +105,58 @@ def settings_diff(manifest_a, manifest_b) -> list[dict]:
     return out
 
 
-def _rows(con, sql: str) -> list[dict]:
-    cur = con.execute(sql)
+def _rows(con, sql: str, runs: dict[str, str]) -> list[dict]:
+    cur = con.execute(sql, runs)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
+def _tables(con, a_db: str, b_db: str, runs: dict[str, str]) -> dict[str, list[dict]]:
+    """The three comparisons, side A the rows of run ``runs['a']`` of database
+    ``a_db`` (an attached alias), side B likewise."""
+    rel = {f"{side}_{mart}": f"(select * from {db}.{mart} where run_id = ${side})"
+           for side, db in (("a", a_db), ("b", b_db)) for mart in ("speedup", "acceptance", "throughput")}
+    return {
+        "speedup": _rows(con, f"select * from ({SPEEDUP.format(**rel)}) "
+                              "order by category = '(system)', category, concurrency", runs),
+        "acceptance": _rows(con, f"select * from ({ACCEPTANCE.format(**rel)}) order by category", runs),
+        "throughput": _rows(con, f"select * from ({THROUGHPUT.format(**rel)}) order by arm, concurrency", runs),
+    }
+
+
 def compare(run_a: Path, run_b: Path) -> Comparison:
+    """Two run folders, each rebuilt first."""
     import duckdb
 
+    manifest_a, manifest_b = read_manifest(Path(run_a)), read_manifest(Path(run_b))
     db_a, db_b = build(Path(run_a)), build(Path(run_b))
     con = duckdb.connect()
     try:
         con.execute("attach ? as run_a (read_only)", [str(db_a)])
         con.execute("attach ? as run_b (read_only)", [str(db_b)])
-        return Comparison(
-            run_a=str(run_a), run_b=str(run_b),
-            settings=settings_diff(read_manifest(Path(run_a)), read_manifest(Path(run_b))),
-            speedup=_rows(con, f"select * from ({SPEEDUP}) order by category = '(system)', category, concurrency"),
-            acceptance=_rows(con, f"select * from ({ACCEPTANCE}) order by category"),
-            throughput=_rows(con, f"select * from ({THROUGHPUT}) order by arm, concurrency"))
+        tables = _tables(con, "run_a", "run_b", {"a": manifest_a.run_id, "b": manifest_b.run_id})
+        return Comparison(run_a=str(run_a), run_b=str(run_b), settings=settings_diff(manifest_a, manifest_b),
+                          **tables)
+    finally:
+        con.close()
+
+
+def compare_in(path: Path, run_a: str, run_b: str) -> Comparison:
+    """Two runs of the database built from ``path`` (a folder of run folders, a lake ...)."""
+    import duckdb
+
+    db = build(Path(path))
+    con = duckdb.connect()
+    try:
+        con.execute("attach ? as runs (read_only)", [str(db)])
+        con.execute("use runs")
+        manifests = [manifest_of(con, r) for r in (run_a, run_b)]
+        for run_id, manifest in zip((run_a, run_b), manifests):
+            if manifest is None:
+                raise SpecdecError(f"run {run_id!r} has no manifest (only the lake holds it): "
+                                   "it has no speedup or throughput to compare")
+        tables = _tables(con, "runs", "runs", {"a": run_a, "b": run_b})
+        return Comparison(run_a=run_a, run_b=run_b, settings=settings_diff(*manifests), **tables)
     finally:
         con.close()
 

@@ -2,9 +2,9 @@
 places the definitions live, so it cannot drift from them:
 
 * the pydantic records (``specdec/schemas/records.py``): every field of every
-  record file of a run folder (``runfolder.RECORD_FILES``), of the traffic file
-  and of the manifest, with its type, whether it may be null, and its
-  description;
+  record file of a run folder (``runfolder.RECORD_FILES``) and of the sidecar's
+  lake (``runfolder.LAKE_RECORDS``), of the traffic file and of the manifest,
+  with its type, whether it may be null, and its description;
 * the SQL models (``sql/``): each model's header comment (grain, purpose,
   formulas, units, pooling), layer by layer, and the tables computed in Python
   at build time.
@@ -74,7 +74,7 @@ def sql_header(sql: str) -> str:
 
 def render() -> str:
     from specdec.analytics import intervals, sampling_test, settings
-    from specdec.runfolder import RECORD_FILES
+    from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
     from specdec.schemas.records import RunManifest, TrafficRow
 
     lines = ["# specdec data dictionary", "",
@@ -82,7 +82,8 @@ def render() -> str:
              "do not edit by hand. NULL means \"not applicable\" or \"not recorded\", never zero.", ""]
     lines += ["## Run folder record files (Parquet)", "",
               "Each record is written as part files while a run goes and merged into one file when it ends; "
-              "`specdec analytics build` loads each into a raw table `raw_<name>`.", ""]
+              "`specdec analytics build` reads each in place as a raw view `raw_<name>` (over every run of the "
+              "folder, or the lake, it is given; `--copy` copies the rows into tables instead).", ""]
     for rec in RECORD_FILES:
         model = rec.record()
         lines += [f"### `{rec.consolidated}` ({model.__name__}, table `{rec.raw_table}`)", "",
@@ -90,16 +91,36 @@ def render() -> str:
                   f"Part files: `{rec.part_glob}`. Required for run kinds: {', '.join(rec.required_for) or 'none'}.",
                   ""]
         lines += record_table(model) + [""]
+    lines += ["## Sidecar lake record files (Parquet, hive layout)", "",
+              "`specdec-capture sidecar --lake LAKE` writes them; `specdec analytics build LAKE` reads them "
+              "in place.", ""]
+    for lrec in LAKE_RECORDS:
+        model = lrec.record()
+        lines += [f"### `{lrec.glob}` ({model.__name__}, table `{lrec.raw_table}`)", "",
+                  _cell((model.__doc__ or "").strip().split("\n\n")[0]), ""]
+        lines += record_table(model) + [""]
     lines += ["## Traffic file (TrafficRow, JSON Lines or Parquet)", ""] + record_table(TrafficRow) + [""]
-    lines += ["## Run manifest (`manifest.json`, table `raw_manifest`)", ""] + record_table(RunManifest) + [""]
+    lines += ["## Run manifest (`manifest.json`, table `raw_manifest`)", "",
+              "`raw_manifest` has one row per run of the database: `run_id`, `source_path` (the run folder, or "
+              "the lake for a run only the lake holds) and `manifest`, the validated manifest as JSON (NULL for "
+              "a run only the lake holds).", ""] + record_table(RunManifest) + [""]
     lines += ["## Tables computed at build time", "",
+              "Computed one run at a time; each row carries its `run_id`.", "",
               f"- `{intervals.TABLE}`: the speedup intervals (`analytics/intervals.py`): "
               f"{_cell(intervals.METHOD)}",
               f"- `{sampling_test.TABLE}`: the sampling-mode tests (`analytics/sampling_test.py`): "
               f"{_cell(sampling_test.METHOD)}",
+
               f"- `{settings.TABLE}`: the analysis's settings, one row: the capacity SLO "
               "(`slo_ttft_p95_ms`, `slo_tpot_p95_ms`, `slo_source`; `analytics/settings.py`).", ""]
+    from specdec.analytics.models import macros_sql
+
+    lines += ["## SQL macros (`sql/macros.sql`)", "", "```text", sql_header(macros_sql()), "```", ""]
     models = discover()
+    lines += ["Staging models are views over the raw relations; every mart, and each intermediate model whose "
+              "header says `Materialized: table`, is computed once at build into a table (`stored.<name>`, read "
+              "through a view of its name); the rest are views, computed when read. Table `sql_models` holds "
+              "every model's SQL.", ""]
     for layer in LAYERS:
         lines += [f"## SQL models: {layer}", ""]
         for m in (m for m in models if m.layer == layer):

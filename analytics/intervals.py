@@ -76,6 +76,12 @@ Method (stated again in the ``speedup`` mart header and in the report):
 Rows of the table carry ``resamples`` and ``seed`` for the bootstrap
 intervals and NULL in both for the t intervals, and ``df`` for the t
 intervals (NULL for the bootstrap).
+
+**One run at a time.** A database can hold many runs (``build``); ``fill``
+splits the paired rows by ``run_id`` and calls ``compute`` once per run, so
+each run's intervals use that run's noise pool only (one machine, one noise:
+another run may have run on another host) and every row carries its
+``run_id``. ``compute`` itself knows nothing of runs.
 """
 
 from __future__ import annotations
@@ -109,8 +115,9 @@ METHOD = (f"{LEVEL:.0%} intervals. measurement (categories and (system)): prompt
           f"within the category with their pairs, {RESAMPLES} resamples, seed {SEED} (numpy default_rng, fresh per "
           "group), percentile interval. A/A: the t interval of the A/A block figures with the same s2 and df.")
 
-_COLUMNS = """comparison varchar, category varchar, concurrency integer, segment varchar, "interval" varchar,
-    ci_low double, ci_high double, resamples integer, seed integer, df integer, method varchar"""
+_COLUMNS = """run_id varchar, comparison varchar, category varchar, concurrency integer, segment varchar,
+    "interval" varchar, ci_low double, ci_high double, resamples integer, seed integer, df integer,
+    method varchar"""
 
 Interval = tuple[float, float]
 GroupKey = tuple  # (comparison, category, concurrency)
@@ -304,7 +311,10 @@ def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
     rng = np.random.default_rng(seed)
     sums = np.array([a.sum() for a in arrays])
     counts = np.array([len(a) for a in arrays], dtype=float)
-    idx = rng.integers(0, len(arrays), size=(resamples, len(arrays)))
+    # int32 indices (a cluster count is far below 2**31): half the memory traffic of int64
+    idx = rng.integers(0, len(arrays), size=(resamples, len(arrays)), dtype=np.int32)
+    if (counts == counts[0]).all():  # every cluster as large (prompts x repeats): the same count in every resample
+        return _quantiles(sums[idx].sum(axis=1) / (counts[0] * len(arrays)))
     return _quantiles(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
 
 
@@ -405,25 +415,40 @@ def create_table(con) -> None:
     con.execute(f"create table {TABLE} ({_COLUMNS})")
 
 
+def _by_run(rows: list[tuple]) -> dict[str, list[tuple]]:
+    """Rows whose first value is the run_id, grouped by it (run_id dropped), in order."""
+    out: dict[str, list[tuple]] = defaultdict(list)
+    for row in rows:
+        out[row[0]].append(row[1:])
+    return out
+
+
 def fill(con) -> None:
-    """Compute every interval from the paired views and insert them."""
-    pairs = con.execute("select comparison, category, concurrency, prompt_id, repeat, log_ratio "
-                        "from int_requests_paired "
-                        "order by comparison, category, concurrency, prompt_id, repeat, pair_index").fetchall()
-    blocks = con.execute("select comparison, concurrency, repeat, log_ratio from int_blocks_paired "
-                         "order by comparison, concurrency, repeat").fetchall()
-    segments = con.execute("select category, concurrency, segment, prompt_id, repeat, log_ratio "
-                           "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
-                           "order by category, concurrency, segment, prompt_id, repeat, pair_index").fetchall()
-    times = []
+    """Compute every interval from the paired views, one run at a time, and insert them."""
+    pairs = _by_run(con.execute(
+        "select run_id, comparison, category, concurrency, prompt_id, repeat, log_ratio "
+        "from int_requests_paired "
+        "order by run_id, comparison, category, concurrency, prompt_id, repeat, pair_index").fetchall())
+    blocks = _by_run(con.execute(
+        "select run_id, comparison, concurrency, repeat, log_ratio from int_blocks_paired "
+        "order by run_id, comparison, concurrency, repeat").fetchall())
+    segments = _by_run(con.execute(
+        "select run_id, category, concurrency, segment, prompt_id, repeat, log_ratio "
+        "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
+        "order by run_id, category, concurrency, segment, prompt_id, repeat, pair_index").fetchall())
+    times: dict[str, list[tuple]] = {}
     if has_view(con, "speedup_weighted"):
-        times = con.execute("""
-            select p.concurrency, p.repeat, p.category, w.share_used,
+        times = _by_run(con.execute("""
+            select p.run_id, p.concurrency, p.repeat, p.category, w.share_used,
                    avg(p.reference_e2e_ms), avg(p.treatment_e2e_ms)
             from int_requests_paired p
-            join speedup_weighted w on w.category = p.category and w.concurrency = p.concurrency
+            join speedup_weighted w
+              on w.run_id = p.run_id and w.category = p.category and w.concurrency = p.concurrency
             where p.comparison = 'ab' and w.category <> '(weighted)' and w.share_used > 0
-            group by all order by all""").fetchall()
-    rows = compute(pairs, blocks, segments, times)
+            group by all order by all""").fetchall())
+    rows = [(run_id, *row)
+            for run_id in sorted(set(pairs) | set(blocks) | set(segments) | set(times))
+            for row in compute(pairs.get(run_id, ()), blocks.get(run_id, ()), segments.get(run_id, ()),
+                               times.get(run_id, ()))]
     if rows:
-        con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)

@@ -3,6 +3,11 @@
 One model per file, file name = view name, in three layers (staging,
 intermediate, marts). A model depends on every other model whose name it
 mentions as a word; models are created in layer order, then dependency order.
+
+A model is **materialized** (computed once at build into a table, see
+``build.py``) when it is a mart, or when its header has a line starting
+``-- Materialized: table``; every other model stays a view, computed when read.
+``sql/macros.sql`` holds the macros the models share (``macros_sql``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from pathlib import Path
 from specdec.errors import SpecdecError
 
 LAYERS = ("staging", "intermediate", "marts")
+MATERIALIZED = "-- Materialized: table"
 
 
 @dataclass(frozen=True)
@@ -25,9 +31,19 @@ class SqlModel:
     sql: str
     depends_on: frozenset[str]
 
+    @property
+    def materialized(self) -> bool:
+        """Computed once at build into a table: every mart, and a model whose header says so."""
+        return self.layer == "marts" or any(line.startswith(MATERIALIZED) for line in self.sql.splitlines())
+
 
 def sql_root() -> Path:
     return Path(str(resources.files("specdec.sql")))
+
+
+def macros_sql(root: Path | None = None) -> str:
+    """The macros the models share (``sql/macros.sql``), created before them."""
+    return ((root or sql_root()) / "macros.sql").read_text()
 
 
 def discover(root: Path | None = None) -> list[SqlModel]:

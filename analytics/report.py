@@ -416,7 +416,10 @@ def write_chart_pngs(data: ReportData, run_dir: Path) -> list[Path]:
 
 def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
     """Rebuild the marts (``slo``: the capacity_under_slo mart's SLO, ``analytics/settings.py``),
-    write ``report.html`` atomically and each chart as a PNG, return the report and the summary."""
+    write ``report.html`` atomically and each chart as a PNG, return the report and the summary.
+    A report is of one run: a folder whose database holds several is refused, the runs named
+    (``report_data.report_run``)."""
+
     import duckdb
 
     run_dir = Path(run_dir)

@@ -9,7 +9,14 @@ are worded here, once, so the two renderings cannot disagree.
 The ``lossless`` and ``lossless_divergences`` marts are read when the
 database has them (``None`` otherwise), so a run built without the lossless
 verification pass still reports.
+
+A report is of one run. ``load_report`` reads the database's only run, or the
+run it is given (``run_id``); a database of many runs without a ``run_id`` is
+refused with a message naming them (``report_run``). The rows of that run are
+read and the ``run_id`` column left out, so the model, and what the report
+shows, is the same as for a one-run database.
 """
+
 
 from __future__ import annotations
 
@@ -113,33 +120,68 @@ class ReportData:
                 for r in self.throughput.dicts() if r["output_tokens_per_s"] is not None]
 
 
-def _table(con, sql: str) -> Table:
-    cur = con.execute(sql)
-    return Table(tuple(d[0] for d in cur.description), tuple(tuple(r) for r in cur.fetchall()))
+class _Marts:
+    """Reads the marts of one run of a database: rows of other runs are left
+    out and the run_id column dropped, so the report model is the same for a
+    one-run database and for one run of many (a relation without run_id, e.g.
+    a view a test put in place, is read whole)."""
+
+    def __init__(self, con, run_id: str):
+        self.con, self.run_id = con, run_id
+
+    def table(self, sql: str) -> Table:
+        cur = self.con.execute(sql)
+        columns = tuple(d[0] for d in cur.description)
+        rows = cur.fetchall()
+        if "run_id" not in columns:
+            return Table(columns, tuple(tuple(r) for r in rows))
+        i = columns.index("run_id")
+        return Table(columns[:i] + columns[i + 1:],
+                     tuple(tuple(r[:i]) + tuple(r[i + 1:]) for r in rows if r[i] == self.run_id))
+
+    def view(self, name: str) -> Table | None:
+        return self.table(f"select * from {name}") if has_view(self.con, name) else None
+
+    def where(self, name: str, condition: str) -> Table | None:
+        return self.table(f"select * from {name} where {condition}") if has_view(self.con, name) else None
+
+    def value(self, sql: str):
+        """One value of a query over this run's rows (``$run_id`` in ``sql``)."""
+        return self.con.execute(sql, {"run_id": self.run_id}).fetchone()
 
 
-def _view(con, name: str) -> Table | None:
-    return _table(con, f"select * from {name}") if has_view(con, name) else None
-
-
-def _latency_cdf(con) -> Table | None:
+def _latency_cdf(m: _Marts) -> Table | None:
     """Per arm and level, e2e and TTFT at the percentiles 1..99 of the successful
     requests (quantile_cont): a CDF of 99 points whatever the run's size."""
-    if not has_view(con, "int_requests_measured"):
+    if not has_view(m.con, "int_requests_measured"):
         return None
-    return _table(con, """
+    return m.table("""
         with q as (
-            select arm, concurrency,
+            select run_id, arm, concurrency,
                    quantile_cont(e2e_ms, [i / 100 for i in range(1, 100)]) as e2e,
                    quantile_cont(ttft_ms, [i / 100 for i in range(1, 100)]) as ttft
             from int_requests_measured group by all
         )
-        select arm, concurrency, unnest(range(1, 100)) / 100 as share, unnest(e2e) as e2e_ms, unnest(ttft) as ttft_ms
+        select run_id, arm, concurrency, unnest(range(1, 100)) / 100 as share, unnest(e2e) as e2e_ms,
+               unnest(ttft) as ttft_ms
         from q order by arm, concurrency, share""")
 
 
-def _where(con, name: str, condition: str) -> Table | None:
-    return _table(con, f"select * from {name} where {condition}") if has_view(con, name) else None
+def report_run(con, run_id: str | None = None) -> str:
+    """The run a report shows: ``run_id``, or the database's only run. A
+    database of many runs is refused, naming them: the report is of one run."""
+    from specdec.errors import SpecdecError
+
+    runs = [r[0] for r in con.execute("select run_id from raw_manifest order by run_id").fetchall()]
+    if run_id is None:
+        if len(runs) != 1:
+            listed = ", ".join(runs) or "none"
+            raise SpecdecError(f"the database holds {len(runs)} runs ({listed}); a report shows one run: "
+                               "report a run folder on its own (specdec report RUNS/<run>)")
+        run_id = runs[0]
+    elif run_id not in runs:
+        raise SpecdecError(f"no run {run_id!r} in this database (it holds: {', '.join(runs) or 'none'})")
+    return run_id
 
 
 def _nonempty(t: Table | None) -> Table | None:
@@ -156,26 +198,34 @@ def capture_source(manifest: RunManifest) -> str:
     return "; ".join(parts)
 
 
-def load_report(con) -> ReportData:
-    """Read every mart the report shows, once."""
-    manifest = RunManifest.model_validate_json(con.execute("select manifest from raw_manifest").fetchone()[0])
+def load_report(con, run_id: str | None = None) -> ReportData:
+    """Read every mart the report shows, once, for one run (``report_run``)."""
+    from specdec.errors import SpecdecError
+
+    run_id = report_run(con, run_id)
+    m = _Marts(con, run_id)
+    (text,) = m.value("select manifest from raw_manifest where run_id = $run_id")
+    if text is None:
+        raise SpecdecError(f"run {run_id!r} has no manifest (only the lake holds it): the report needs a run folder")
+    manifest = RunManifest.model_validate_json(text)
     kind = getattr(manifest, "kind", None) or "replay"
-    total, failed, n_rounds = con.execute(
-        "select (select count(*) from stg_requests), (select count(*) filter (where not success) from stg_requests),"
-        " (select count(*) from int_rounds_attributed)").fetchone()
-    errors = con.execute(
+    total, failed, n_rounds = m.value(
+        "select (select count(*) from stg_requests where run_id = $run_id),"
+        " (select count(*) filter (where not success) from stg_requests where run_id = $run_id),"
+        " (select coalesce(sum(rounds), 0) from int_round_counts where run_id = $run_id)")
+    errors = m.value(
         "select string_agg(t || ': ' || n, '; ' order by n desc, t) from "
-        "(select coalesce(error_type, '(untyped)') t, count(*) n from stg_requests where not success group by 1)"
-    ).fetchone()[0]
-    statuses = con.execute(
+        "(select coalesce(error_type, '(untyped)') t, count(*) n from stg_requests"
+        " where run_id = $run_id and not success group by 1)")[0]
+    statuses = m.value(
         "select string_agg('HTTP ' || s || ': ' || n, '; ' order by n desc, s) from "
-        "(select http_status s, count(*) n from stg_requests where not success and http_status is not null group by 1)"
-    ).fetchone()[0]
+        "(select http_status s, count(*) n from stg_requests"
+        " where run_id = $run_id and not success and http_status is not null group by 1)")[0]
     if errors and statuses:
         errors += f" ({statuses})"
     stability = None
     if has_view(con, "stability"):
-        st = _table(con, "select * from stability")
+        st = m.table("select * from stability")
         stability = st if st.rows else None
     capture_note = None
     if n_rounds == 0 and total:
@@ -184,35 +234,36 @@ def load_report(con) -> ReportData:
                         "diffs below compare nothing.")
     data = ReportData(
         manifest=manifest, kind=kind,
-        levels=_table(con, f"select {', '.join(LEVEL_COLUMNS)} from level_health"),
-        speedup=_table(con, "select * from speedup"),
-        knee=_table(con, "select * from knee"),
-        acceptance=_table(con, "select * from acceptance where arm = 'speculative'"),
-        latency=_table(con, """select arm, category, concurrency, requests_ok, requests_failed,
+        levels=m.table(f"select run_id, {', '.join(LEVEL_COLUMNS)} from level_health"),
+        speedup=m.table("select * from speedup"),
+        knee=m.table("select * from knee"),
+        acceptance=m.table("select * from acceptance where arm = 'speculative'"),
+        latency=m.table("""select run_id, arm, category, concurrency, requests_ok, requests_failed,
             ttft_ms_p50, ttft_ms_p95, ttft_ms_p99, tpot_ms_p50, tpot_ms_p95, tpot_ms_p99,
             itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p99, output_tokens_per_s_mean from latency"""),
-        throughput=_table(con, "select * from throughput"),
-        blocks=_table(con, "select * from block_throughput"),
-        step_timing=_table(con, "select * from step_timing"),
-        output_equality=_table(con, "select * from output_equality"),
-        reconciliation=_table(con, "select * from reconciliation"),
-        stability=stability, lossless=_view(con, "lossless"),
-        lossless_divergences=_view(con, "lossless_divergences"),
-        sampling=_nonempty(_view(con, "sampling")),
-        speedup_natural_end=_nonempty(_view(con, "speedup_natural_end")),
-        speedup_weighted=_nonempty(_view(con, "speedup_weighted")),
-        capacity=_nonempty(_view(con, "capacity_under_slo")),
-        acceptance_positions=_nonempty(_where(con, "acceptance_positions", "arm = 'speculative'")),
-        acceptance_by_context=_nonempty(_where(con, "acceptance_by_context", "arm = 'speculative'")),
-        acceptance_definitions=_nonempty(_where(con, "acceptance_definitions", "arm = 'speculative'")),
-        by_input_length=_nonempty(_view(con, "speedup_by_input_length")),
-        resource_cost=_nonempty(_view(con, "resource_cost")),
-        latency_cdf=_nonempty(_latency_cdf(con)),
+        throughput=m.table("select * from throughput"),
+        blocks=m.table("select * from block_throughput"),
+        step_timing=m.table("select * from step_timing"),
+        output_equality=m.table("select * from output_equality"),
+        reconciliation=m.table("select * from reconciliation"),
+        stability=stability, lossless=m.view("lossless"),
+        lossless_divergences=m.view("lossless_divergences"),
+        sampling=_nonempty(m.view("sampling")),
+        speedup_natural_end=_nonempty(m.view("speedup_natural_end")),
+        speedup_weighted=_nonempty(m.view("speedup_weighted")),
+        capacity=_nonempty(m.view("capacity_under_slo")),
+        acceptance_positions=_nonempty(m.where("acceptance_positions", "arm = 'speculative'")),
+        acceptance_by_context=_nonempty(m.where("acceptance_by_context", "arm = 'speculative'")),
+        acceptance_definitions=_nonempty(m.where("acceptance_definitions", "arm = 'speculative'")),
+        by_input_length=_nonempty(m.view("speedup_by_input_length")),
+        resource_cost=_nonempty(m.view("resource_cost")),
+        latency_cdf=_nonempty(_latency_cdf(m)),
         requests_total=total, requests_failed=failed, errors=errors,
         rounds_captured=n_rounds, capture_note=capture_note,
     )
-    first_error = con.execute("select arg_min(error_message, wall_send_ns) from stg_requests where not success"
-                              ).fetchone()[0]
+    first_error = m.value("select arg_min(error_message, wall_send_ns) from stg_requests"
+                          " where run_id = $run_id and not success")[0]
+
     if data.has_replay:
         data = replace(data, verdict=verdict(data.speedup.dicts(), data.knee.dicts(),
                                              data.lossless.dicts() if data.lossless is not None else None,

@@ -3,7 +3,9 @@ unchanged at temperature > 0? Computed in Python (numpy only) from
 ``stg_sample_checks`` into the table ``sampling_tests``, which the mart
 ``sampling`` reads.
 
-Method, per category and concurrency level, baseline against speculative:
+Method, per run, category and concurrency level, baseline against speculative
+(a run's arms are compared with each other only: many runs in one database
+never pool):
 
 - **samples**: the successful samples of each arm whose (prompt, sample index)
   also has a successful sample in the other arm, so both arms weigh every
@@ -61,7 +63,7 @@ METHOD = ("two-sample Kolmogorov-Smirnov test, asymptotic p-value Q(sqrt(nm/(n+m
           "sample index, successful in both arms; natural_length censored at max_tokens")
 
 SAMPLING_TESTS_SCHEMA = pa.schema([
-    ("category", pa.string()), ("concurrency", pa.int64()), ("statistic", pa.string()),
+    ("run_id", pa.string()), ("category", pa.string()), ("concurrency", pa.int64()), ("statistic", pa.string()),
     ("n_baseline", pa.int64()), ("n_speculative", pa.int64()),
     ("failed_baseline", pa.int64()), ("failed_speculative", pa.int64()),
     ("censored_baseline", pa.int64()), ("censored_speculative", pa.int64()),
@@ -73,9 +75,9 @@ SAMPLING_TESTS_SCHEMA = pa.schema([
 
 _SAMPLES_SQL = """
     select arm, category, concurrency, prompt_id, sample_index, success, sequence_logprob,
-           natural_end_position, max_tokens, eos_token_ids is not null as eos_known
+           natural_end_position, max_tokens, eos_token_ids is not null as eos_known, run_id
     from stg_sample_checks
-    order by category, concurrency, arm, prompt_id, sample_index, request_id"""
+    order by run_id, category, concurrency, arm, prompt_id, sample_index, request_id"""
 
 
 # ------------------------------------------------------------------ the test
@@ -143,16 +145,18 @@ def compare(x, y, alpha: float = ALPHA) -> dict:
 # ------------------------------------------------------------------ the table
 def _rows(samples: list[tuple]) -> list[dict]:
     """Test rows from (arm, category, concurrency, prompt_id, sample_index,
-    success, sequence_logprob, natural_end_position, max_tokens, eos_known)."""
+    success, sequence_logprob, natural_end_position, max_tokens, eos_known,
+    run_id), one group per (run_id, category, concurrency)."""
     groups: dict[tuple, dict[str, list]] = defaultdict(lambda: {"baseline": [], "speculative": []})
     for s in samples:
-        groups[s[1], s[2]][s[0]].append(s)
+        groups[s[10], s[1], s[2]][s[0]].append(s)
     out = []
-    for (category, level), arms in sorted(groups.items()):
+    for (run_id, category, level), arms in sorted(groups.items()):
         ok = {arm: {(s[3], s[4]) for s in rows if _usable(s)} for arm, rows in arms.items()}
         both = ok["baseline"] & ok["speculative"]
         used = {arm: [s for s in rows if _usable(s) and (s[3], s[4]) in both] for arm, rows in arms.items()}
-        base = {"category": category, "concurrency": level,
+        base = {"run_id": run_id, "category": category, "concurrency": level,
+
                 "failed_baseline": sum(not s[5] for s in arms["baseline"]),
                 "failed_speculative": sum(not s[5] for s in arms["speculative"])}
         for statistic in STATISTICS:

@@ -103,33 +103,55 @@ def analytics() -> None:
 @analytics.command("build")
 @run_dir_arg
 @slo_options
+@click.option("--copy", is_flag=True,
+              help="Copy the rows into the database (self-contained, as large as the data) instead of "
+                   "views that read the Parquet files in place.")
+@click.option("--check", type=click.Choice(["auto", "full", "footer"]), default="auto", show_default=True,
+              help="How deeply each input file is checked first: footer (metadata: schema, nulls, run ids), "
+                   "full (every page read too), auto (full when the inputs are at most 256 MiB).")
 @handle_errors
-def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None) -> None:
-    """Run the SQL models (staging -> intermediate -> marts) over RUN_DIR's
-    Parquet files into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
+def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None,
+                    copy: bool, check: str) -> None:
+    """Run the SQL models (staging -> intermediate -> marts) over the Parquet
+    files of RUN_DIR into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
+    RUN_DIR is a run folder, a folder of run folders, or the sidecar's Parquet
+    lake (rounds/, counters/); every mart is keyed by run_id. The database reads
+    the Parquet in place, by absolute path (--copy: a self-contained copy).
     The SLO options set the latency target of the capacity mart."""
     from specdec.analytics.build import build
 
-    db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms))
+    db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check)
     click.echo(f"built {db}")
 
 
 @main.command()
-@click.argument("run_a", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("run_b", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--in", "within", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="RUN_A and RUN_B are run ids of the database built from this folder (a folder of run "
+                   "folders, or a lake) instead of two run folders.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with every table instead of text.")
 @handle_errors
-def compare(run_a: Path, run_b: Path, as_json: bool) -> None:
+def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
     """Two runs' marts side by side: the settings that differ, speedup per
     category and level (intervals, labels, B/A, whether the intervals
-    overlap), acceptance and throughput. Each run's database is rebuilt first."""
+    overlap), acceptance and throughput. RUN_A and RUN_B are two run folders,
+    each rebuilt first, or with --in two run ids of one database."""
     import json as _json
     from dataclasses import asdict
 
-    from specdec.analytics.compare import compare as run_compare, render_text
+    from specdec.analytics.compare import compare as run_compare, compare_in, render_text
 
-    result = run_compare(run_a, run_b)
+    if within is not None:
+        result = compare_in(within, run_a, run_b)
+    else:
+        for name, value in (("RUN_A", run_a), ("RUN_B", run_b)):
+            if not Path(value).is_dir():
+                raise click.BadParameter(f"Directory {value!r} does not exist (or pass --in PATH to compare "
+                                         "two run ids of one database).", param_hint=f"'{name}'")
+        result = run_compare(Path(run_a), Path(run_b))
     click.echo(_json.dumps(asdict(result), default=str) if as_json else render_text(result))
+
 
 
 @analytics.command("docs")
@@ -150,7 +172,9 @@ def analytics_docs(out: Path) -> None:
 @handle_errors
 def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None) -> None:
     """Write RUN_DIR/report.html (self-contained, opens offline) and print a
-    short summary. Rebuilds RUN_DIR/specdec.duckdb first so the report matches the files.
+    short summary of one run: RUN_DIR is a run folder (a folder of many runs is
+    refused, naming them). Rebuilds RUN_DIR/specdec.duckdb first so the report matches the files.
+
     The SLO options set the latency target of the capacity mart.
     Exits 1 (after writing the report) when any level failed its error budget."""
     finish_run(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms))

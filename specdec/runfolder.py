@@ -373,7 +373,57 @@ def lake_counters_part(lake: Path, date: str, token: str, seq: int) -> Path:
     return dated_part(Path(lake) / LAKE_COUNTERS_SUBDIR, date, token, seq)
 
 
+@dataclass(frozen=True)
+class LakeRecord:
+    """One record type of the sidecar's lake: the glob of its files under the
+    lake root and the raw table ``specdec analytics build`` reads it as."""
+
+    name: str  # suffix of the raw table (raw_<name>)
+    glob: str
+    run_partitioned: bool  # files sit in run_id=<run_id> partitions (and hold that run only)
+
+    @property
+    def raw_table(self) -> str:
+        return f"raw_{self.name}"
+
+    def record(self):
+        """The pydantic model of the rows (imported lazily)."""
+        if self.name == "rounds":
+            from specdec.schemas.records import RoundTrace
+
+            return RoundTrace
+        from specdec.capture.sidecar_records import CounterScrape
+
+        return CounterScrape
+
+
+LAKE_RECORDS: tuple[LakeRecord, ...] = (
+    LakeRecord("rounds", LAKE_ROUNDS_GLOB, run_partitioned=True),
+    LakeRecord("counter_scrapes", LAKE_COUNTERS_GLOB, run_partitioned=False),
+)
+
+
+def is_lake(path: Path) -> bool:
+    """Whether ``path`` is (or holds) the sidecar's lake: a rounds/ or counters/ folder."""
+    return (Path(path) / LAKE_ROUNDS_SUBDIR).is_dir() or (Path(path) / LAKE_COUNTERS_SUBDIR).is_dir()
+
+
+def lake_files(lake: Path, rec: LakeRecord) -> list[Path]:
+    """The lake's finished files of one record, sorted (temporary files start with a dot)."""
+    return sorted(p for p in Path(lake).glob(rec.glob) if not p.name.startswith("."))
+
+
+def lake_run_id(path: Path) -> str:
+    """The run_id of a lake rounds file, from its ``run_id=`` partition folder:
+    the inverse of ``lake_partition_value``."""
+    from urllib.parse import unquote
+
+    value = Path(path).parent.name.removeprefix("run_id=")
+    return "" if value == "__HIVE_DEFAULT_PARTITION__" else unquote(value)
+
+
 def round_part_key(path: Path) -> tuple[str, int] | None:
+
     """(process token, sequence) of a capture part file named by
     ``round_part_name``; None for any other name."""
     name = Path(path).name

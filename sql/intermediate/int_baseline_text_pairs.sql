@@ -1,6 +1,6 @@
 -- int_baseline_text_pairs
--- Grain: one row per comparison of two successful greedy (temperature = 0) TIMED
---   baseline requests for the same prompt occurrence (stg_requests):
+-- Grain: one row per run_id and comparison of two successful greedy (temperature = 0)
+--   TIMED baseline requests of that run for the same prompt occurrence (stg_requests):
 --   comparison = 'repeat'       repeat r vs repeat r + 1 at the same level
 --                'cross_level'  repeat 0 at this level vs repeat 0 at the run's lowest level
 --                               (rows only for levels above the lowest)
@@ -19,7 +19,8 @@
 with requests as (
     select
         *,
-        row_number() over (partition by concurrency, repeat, prompt_id order by request_id) - 1 as pair_index
+        row_number() over (partition by run_id, concurrency, repeat, prompt_id order by request_id) - 1
+            as pair_index
     from stg_requests
     where arm = 'baseline' and temperature = 0
 ),
@@ -27,27 +28,27 @@ ok as (
     select * from requests where success
 ),
 lowest as (
-    select min(concurrency) as concurrency from requests
+    select run_id, min(concurrency) as concurrency from requests group by run_id
 ),
 repeat_pairs as (
     select
-        'repeat' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
+        a.run_id, 'repeat' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
         a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
         a.output_text = b.output_text as identical
     from ok a
     join ok b
-      on b.concurrency = a.concurrency and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index
-     and b.repeat = a.repeat + 1
+      on b.run_id = a.run_id and b.concurrency = a.concurrency and b.prompt_id = a.prompt_id
+     and b.pair_index = a.pair_index and b.repeat = a.repeat + 1
 ),
 cross_pairs as (
     select
-        'cross_level' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
+        a.run_id, 'cross_level' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
         a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
         a.output_text = b.output_text as identical
     from ok a
     join ok b
-      on b.prompt_id = a.prompt_id and b.pair_index = a.pair_index and b.repeat = 0
-    join lowest on b.concurrency = lowest.concurrency
+      on b.run_id = a.run_id and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index and b.repeat = 0
+    join lowest on lowest.run_id = a.run_id and b.concurrency = lowest.concurrency
     where a.repeat = 0 and a.concurrency > lowest.concurrency
 ),
 final as (

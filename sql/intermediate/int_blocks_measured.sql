@@ -1,5 +1,5 @@
 -- int_blocks_measured
--- Grain: one row per arm, concurrency level and repeat that has requests: one
+-- Grain: one row per run_id, arm, concurrency level and repeat that has requests: one
 --   block, the requests of one level sent to one server in one repeat (a run
 --   with R repeats sends, per level, baseline r0, speculative r0, baseline r1, ...).
 -- Purpose: throughput of one block, from the client's clock, and the engine's
@@ -31,7 +31,7 @@ counters as (
     select * from stg_engine_counters
 ),
 counted as (
-    select arm, concurrency, repeat,
+    select run_id, arm, concurrency, repeat,
            count(*) as requests,
            count(*) filter (where success) as requests_ok,
            count(*) filter (where not success) as requests_failed
@@ -39,7 +39,7 @@ counted as (
     group by all
 ),
 timed as (
-    select arm, concurrency, repeat,
+    select run_id, arm, concurrency, repeat,
            sum(output_tokens) as output_tokens,
            (max(wall_end_ns) - min(wall_send_ns)) / 1e9 as block_seconds
     from measured
@@ -47,18 +47,18 @@ timed as (
 ),
 cache as (
     select
-        a.arm, a.concurrency, a.repeat,
+        a.run_id, a.arm, a.concurrency, a.repeat,
         a.prefix_cache_queries - b.prefix_cache_queries as prefix_cache_queries,
         a.prefix_cache_hits - b.prefix_cache_hits as prefix_cache_hits,
         b.prefix_cache_reset
     from counters a
     join counters b
-      on a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
+      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
     where a.position = 'after' and b.position = 'before'
 ),
 final as (
     select
-        counted.arm, counted.concurrency, counted.repeat,
+        counted.run_id, counted.arm, counted.concurrency, counted.repeat,
         counted.requests, counted.requests_ok, counted.requests_failed,
         timed.output_tokens,
         timed.block_seconds,
@@ -69,7 +69,7 @@ final as (
         cache.prefix_cache_hits / nullif(cache.prefix_cache_queries, 0) as prefix_cache_hit_rate,
         cache.prefix_cache_reset
     from counted
-    left join timed using (arm, concurrency, repeat)
-    left join cache using (arm, concurrency, repeat)
+    left join timed using (run_id, arm, concurrency, repeat)
+    left join cache using (run_id, arm, concurrency, repeat)
 )
 select * from final

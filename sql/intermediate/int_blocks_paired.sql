@@ -1,5 +1,5 @@
 -- int_blocks_paired
--- Grain: one row per pair of blocks at the same level (see int_blocks_measured),
+-- Grain: one row per run_id and pair of blocks at the same level (see int_blocks_measured),
 --   both with a throughput, in one of two comparisons:
 --   comparison = 'ab'       reference = baseline block of repeat r, treatment = the
 --                           speculative block of the same repeat (run right after it)
@@ -15,17 +15,17 @@ with measured_blocks as (
     select * from int_blocks_measured where output_tokens_per_s > 0
 ),
 speculative_pairs as (
-    select 'ab' as comparison, b.concurrency, s.repeat,
+    select b.run_id, 'ab' as comparison, b.concurrency, s.repeat,
            b.output_tokens_per_s as reference_tokens_per_s, s.output_tokens_per_s as treatment_tokens_per_s
     from measured_blocks b
-    join measured_blocks s on s.concurrency = b.concurrency and s.repeat = b.repeat
+    join measured_blocks s on s.run_id = b.run_id and s.concurrency = b.concurrency and s.repeat = b.repeat
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
 aa_pairs as (
-    select 'aa' as comparison, b.concurrency, l.repeat,
+    select b.run_id, 'aa' as comparison, b.concurrency, l.repeat,
            b.output_tokens_per_s as reference_tokens_per_s, l.output_tokens_per_s as treatment_tokens_per_s
     from measured_blocks b
-    join measured_blocks l on l.concurrency = b.concurrency and l.repeat = b.repeat + 1
+    join measured_blocks l on l.run_id = b.run_id and l.concurrency = b.concurrency and l.repeat = b.repeat + 1
     where b.arm = 'baseline' and l.arm = 'baseline'
 ),
 pairs as (

@@ -1,14 +1,14 @@
 -- int_chunk_gaps
--- Grain: one row per gap between consecutive streamed content chunks of a request.
+-- Grain: one row per run_id and gap between consecutive streamed content chunks of a request.
 -- Purpose: inter-chunk latency. With speculation one chunk can carry several
 --   tokens, so a chunk gap is not a per-token latency (see tpot_ms for that).
 --   chunk_gap_ms = chunk_offsets_ms[i+1] - chunk_offsets_ms[i]   [ms]
 with requests as (
-    select request_id, arm, concurrency, category, chunk_offsets_ms from int_requests_measured
+    select run_id, request_id, arm, concurrency, repeat, category, chunk_offsets_ms from int_requests_measured
 ),
 final as (
     select
-        request_id, arm, concurrency, category,
+        run_id, request_id, arm, concurrency, repeat, category,
         unnest(list_transform(range(1, len(chunk_offsets_ms)),
                               lambda i: chunk_offsets_ms[i + 1] - chunk_offsets_ms[i])) as chunk_gap_ms
     from requests

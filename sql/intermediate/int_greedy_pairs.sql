@@ -1,5 +1,5 @@
 -- int_greedy_pairs
--- Grain: one row per prompt occurrence and concurrency level with a successful
+-- Grain: one row per run_id, prompt occurrence and concurrency level with a successful
 --   verification request in both arms: the speculative arm's greedy output
 --   against the baseline's, same prompt, same level (same batch shape), repeat 0
 --   of the verification pass in each arm (stg_greedy_checks).
@@ -37,17 +37,19 @@
 with checks as (
     select
         *,
-        row_number() over (partition by arm, concurrency, repeat, prompt_id order by request_id) - 1 as pair_index
+        row_number() over (partition by run_id, arm, concurrency, repeat, prompt_id order by request_id) - 1
+            as pair_index
     from stg_greedy_checks
 ),
 ok as (
     select * from checks where success and repeat = 0
 ),
 threshold as (
-    select near_tie_threshold from int_lossless_settings
+    select run_id, near_tie_threshold from int_lossless_settings
 ),
 joined as (
     select
+        b.run_id,
         b.category,
         b.concurrency,
         b.prompt_id,
@@ -67,7 +69,8 @@ joined as (
         b.eos_token_ids is not null as eos_known
     from ok b
     join ok s
-      on s.prompt_id = b.prompt_id and s.concurrency = b.concurrency and s.pair_index = b.pair_index
+      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.concurrency = b.concurrency
+     and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
 positioned as (
@@ -79,6 +82,7 @@ positioned as (
 ),
 final as (
     select
+        positioned.run_id,
         category,
         concurrency,
         prompt_id,
@@ -108,6 +112,6 @@ final as (
             else first_divergence_position > baseline_natural_end_position
         end as after_natural_end
     from positioned
-    cross join threshold
+    left join threshold on threshold.run_id = positioned.run_id
 )
 select * from final

@@ -1,5 +1,5 @@
 -- int_level_health
--- Grain: one row per arm and concurrency level that has requests.
+-- Grain: one row per run_id, arm and concurrency level that has requests.
 -- Purpose: did the level work? Failures are data: counted, typed and judged
 --   against the run's error budget (manifest.max_error_rate).
 --   repeats          repeats of the level (blocks with requests)
@@ -20,34 +20,35 @@ with requests as (
     select * from stg_requests
 ),
 settings as (
-    select max_error_rate from int_run_settings
+    select run_id, max_error_rate from int_run_settings
 ),
 types as (
-    select arm, concurrency, coalesce(error_type, '(untyped)') as error_type, count(*) as n
+    select run_id, arm, concurrency, coalesce(error_type, '(untyped)') as error_type, count(*) as n
     from requests
     where not success
     group by all
 ),
 type_lists as (
-    select arm, concurrency, string_agg(error_type || ': ' || n, '; ' order by n desc, error_type) as error_types
+    select run_id, arm, concurrency,
+           string_agg(error_type || ': ' || n, '; ' order by n desc, error_type) as error_types
     from types
     group by all
 ),
 statuses as (
-    select arm, concurrency, http_status, count(*) as n
+    select run_id, arm, concurrency, http_status, count(*) as n
     from requests
     where not success and http_status is not null
     group by all
 ),
 status_lists as (
-    select arm, concurrency,
+    select run_id, arm, concurrency,
            string_agg(cast(http_status as varchar) || ': ' || n, '; ' order by n desc, http_status) as http_statuses
     from statuses
     group by all
 ),
 counts as (
     select
-        arm, concurrency,
+        run_id, arm, concurrency,
         count(distinct repeat) as repeats,
         count(*) as requests,
         count(*) filter (where success) as requests_ok,
@@ -58,6 +59,7 @@ counts as (
 ),
 final as (
     select
+        counts.run_id,
         counts.arm,
         counts.concurrency,
         counts.repeats,
@@ -71,8 +73,8 @@ final as (
         settings.max_error_rate,
         counts.requests_failed / counts.requests > settings.max_error_rate as level_failed
     from counts
-    cross join settings
-    left join type_lists using (arm, concurrency)
-    left join status_lists using (arm, concurrency)
+    left join settings using (run_id)
+    left join type_lists using (run_id, arm, concurrency)
+    left join status_lists using (run_id, arm, concurrency)
 )
 select * from final

@@ -1,5 +1,5 @@
 -- int_levels_compared
--- Grain: one row per concurrency level that has requests in either arm.
+-- Grain: one row per run_id and concurrency level that has requests in either arm.
 -- Purpose: may the two arms be compared at this level? Speedup and output
 --   equality take their exclusion rule from here, so it is defined once.
 --   baseline_failed      int_level_health.level_failed of the baseline arm; NULL if it has no requests
@@ -20,6 +20,7 @@ speculative as (
 ),
 final as (
     select
+        coalesce(b.run_id, s.run_id) as run_id,
         coalesce(b.concurrency, s.concurrency) as concurrency,
         b.level_failed as baseline_failed,
         s.level_failed as speculative_failed,
@@ -35,6 +36,6 @@ final as (
             when s.concurrency is null then 'speculative arm has no requests at this level'
         end as excluded_reason
     from baseline b
-    full outer join speculative s on s.concurrency = b.concurrency
+    full outer join speculative s on s.run_id = b.run_id and s.concurrency = b.concurrency
 )
 select * from final

@@ -1,5 +1,5 @@
 -- int_lossless_settings
--- Grain: one row (the run).
+-- Grain: one row per run_id (as int_run_settings).
 -- Purpose: the constants of the lossless check, defined once.
 --   dtype               manifest.dtype ('unknown' if absent; external servers record 'unknown')
 --   near_tie_threshold  the baseline top-1 minus top-2 logprob margin below which a greedy
@@ -18,22 +18,16 @@
 --                       token shows a margin of whole nats, far above each threshold. The A/A
 --                       floor (lossless: baseline against itself) is the empirical check on them.
 --   max_error_rate      int_run_settings.max_error_rate, for the verification pass's own failures
-with source as (
-    select manifest from raw_manifest
-),
-settings as (
-    select max_error_rate from int_run_settings
-),
-typed as (
-    select coalesce(manifest ->> 'dtype', 'unknown') as dtype from source
+with settings as (
+    select run_id, dtype, max_error_rate from int_run_settings
 ),
 final as (
     select
-        typed.dtype,
-        cast(case typed.dtype when 'float32' then 0.001 when 'float16' then 0.03 else 0.25 end as double)
-            as near_tie_threshold,
-        settings.max_error_rate
-    from typed
-    cross join settings
+        run_id,
+        coalesce(dtype, 'unknown') as dtype,
+        cast(case coalesce(dtype, 'unknown') when 'float32' then 0.001 when 'float16' then 0.03 else 0.25 end
+             as double) as near_tie_threshold,
+        max_error_rate
+    from settings
 )
 select * from final

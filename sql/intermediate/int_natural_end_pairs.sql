@@ -1,14 +1,15 @@
 -- int_natural_end_pairs
--- Grain: one row per greedy A/B pair and segment. A pair is a row of int_requests_paired
+-- Grain: one row per run_id, greedy A/B pair and segment. A pair is a row of int_requests_paired
 --   with comparison 'ab' (baseline and speculative request for the same prompt, level,
 --   repeat and pair_index, both successful, e2e > 0) whose two requests ran at
 --   temperature 0. A pair split at the natural end gives two rows ('before_natural_end',
 --   'after_natural_end'); a pair whose prompt never ended gives one 'before_natural_end'
 --   row; a pair that cannot be split gives one 'unknown' row saying why.
+-- Materialized: table, computed once at build (several marts and the intervals read it).
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it would
 --   have stopped, into repetitive text that drafts predict well; these are the paired
 --   per-segment times speedup_natural_end is computed from (and the rows to resample
---   for its intervals: comparison, category, concurrency, segment, prompt_id, repeat,
+--   for its intervals: run_id, comparison, category, concurrency, segment, prompt_id, repeat,
 --   log_ratio).
 --   natural_end_position  P, from int_natural_ends (the baseline's verification request for
 --                   the prompt at this level, repeat 0): the first output position (0-based)
@@ -56,13 +57,14 @@ with pairs as (
     select * from int_requests_paired where comparison = 'ab'
 ),
 requests as (
-    select * from int_requests_measured where temperature = 0
+    select run_id, request_id, chunk_offsets_ms, chunk_tokens from stg_requests where temperature = 0
 ),
 ends as (
     select * from int_natural_ends
 ),
 joined as (
     select
+        pairs.run_id,
         pairs.comparison,
         pairs.category,
         pairs.concurrency,
@@ -80,13 +82,10 @@ joined as (
         s.chunk_offsets_ms as treatment_offsets,
         s.chunk_tokens as treatment_tokens
     from pairs
-    join requests b
-      on b.arm = 'baseline' and b.category = pairs.category and b.concurrency = pairs.concurrency
-     and b.repeat = pairs.repeat and b.prompt_id = pairs.prompt_id and b.pair_index = pairs.pair_index
-    join requests s
-      on s.arm = 'speculative' and s.category = pairs.category and s.concurrency = pairs.concurrency
-     and s.repeat = pairs.repeat and s.prompt_id = pairs.prompt_id and s.pair_index = pairs.pair_index
-    left join ends on ends.concurrency = pairs.concurrency and ends.prompt_id = pairs.prompt_id
+    join requests b on b.run_id = pairs.run_id and b.request_id = pairs.reference_request_id
+    join requests s on s.run_id = pairs.run_id and s.request_id = pairs.treatment_request_id
+    left join ends
+      on ends.run_id = pairs.run_id and ends.concurrency = pairs.concurrency and ends.prompt_id = pairs.prompt_id
 ),
 timed as (
     select
@@ -145,6 +144,7 @@ measured as (
 ),
 final as (
     select
+        run_id,
         comparison,
         category,
         concurrency,

@@ -1,5 +1,5 @@
 -- int_natural_ends
--- Grain: one row per concurrency level and prompt that has a successful baseline
+-- Grain: one row per run_id, concurrency level and prompt that has a successful baseline
 --   verification request at repeat 0 (stg_greedy_checks).
 -- Purpose: where the model would have stopped without ignore_eos, looked up once
 --   for the models that split a request there (int_natural_end_pairs; the same
@@ -20,6 +20,7 @@ with checks as (
 ),
 final as (
     select
+        run_id,
         concurrency,
         prompt_id,
         min(natural_end_position) as natural_end_position,

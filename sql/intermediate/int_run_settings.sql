@@ -1,8 +1,12 @@
 -- int_run_settings
--- Grain: one row (the run).
+-- Grain: one row per run_id (every run of raw_manifest: one per run folder, and one
+--   per run that only the sidecar's lake holds, whose manifest is NULL).
 -- Purpose: the manifest settings the marts read, typed, from raw_manifest
---   (the validated RunManifest as JSON). Nothing is derived here.
---   run_id          manifest.run_id
+--   (the validated RunManifest of each run as JSON). Nothing is derived here.
+--   run_id          the run (manifest.run_id, or the lake's run_id partition)
+--   source_path     where the build found the run: its run folder, or the lake [absolute path]
+--   has_manifest    false for a run known only from the lake (every setting below NULL,
+--                   except knee_peak_fraction's default)
 --   finished        manifest.finished: false when the run was interrupted or is still running
 --   max_error_rate  manifest.max_error_rate: a level whose error_rate exceeds it is failed [share 0..1]
 --   capture_source  manifest.capture.source: embedded | directory | none; NULL if not recorded
@@ -11,11 +15,13 @@
 --                   default 0.5: the knee mart's "gain lost" level is the first level past
 --                   the peak where speedup - 1 < knee_peak_fraction * (peak - 1)  [share 0..1]
 with source as (
-    select manifest from raw_manifest
+    select run_id, source_path, manifest from raw_manifest
 ),
 final as (
     select
-        manifest ->> 'run_id' as run_id,
+        run_id,
+        source_path,
+        manifest is not null as has_manifest,
         cast(manifest ->> 'finished' as boolean) as finished,
         cast(manifest ->> 'max_error_rate' as double) as max_error_rate,
         manifest -> 'capture' ->> 'source' as capture_source,

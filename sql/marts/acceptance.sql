@@ -1,5 +1,6 @@
 -- acceptance
--- Grain: one row per arm and category (pooled over concurrency levels).
+-- Grain: one row per run_id, arm and category (pooled over the run's concurrency levels
+--   and repeats; never over runs).
 -- Purpose: draft acceptance under two explicit definitions, from the captured rounds.
 --   A verify round is a captured row with tokens_proposed > 0 (k > 0).
 --   mean_acceptance_length   = 1 + sum(tokens_accepted) / verify_rounds
@@ -11,21 +12,27 @@
 --                              excluded from both denominators, counted here
 --   rounds_all_rejected      = verify rounds with tokens_accepted = 0
 --   Both ratios are NULL (not applicable) when there are no verify rounds.
+--   (The rows of int_rounds_attributed, read counted from int_round_counts: a group of n
+--   rounds with k proposed and a accepted adds n rounds, n k and n a.)
 with rounds as (
-    select * from int_rounds_attributed
+    select * from int_round_counts
 ),
 final as (
     select
+        run_id,
         arm,
         category,
-        count(*) filter (where is_verify_round) as verify_rounds,
-        coalesce(sum(tokens_proposed), 0) as tokens_proposed,
-        coalesce(sum(tokens_accepted), 0) as tokens_accepted,
-        1 + sum(tokens_accepted) / nullif(count(*) filter (where is_verify_round), 0) as mean_acceptance_length,
-        sum(tokens_accepted) / nullif(sum(tokens_proposed), 0) as acceptance_rate,
-        count(*) filter (where phase = 'decode' and not is_verify_round) as decode_steps_no_draft,
-        count(*) filter (where is_verify_round and tokens_accepted = 0) as rounds_all_rejected
+        cast(coalesce(sum(rounds) filter (where is_verify_round), 0) as bigint) as verify_rounds,
+        coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
+        coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,
+        1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where is_verify_round), 0)
+            as mean_acceptance_length,
+        sum(tokens_accepted * rounds) / nullif(sum(tokens_proposed * rounds), 0) as acceptance_rate,
+        cast(coalesce(sum(rounds) filter (where phase = 'decode' and not is_verify_round), 0) as bigint)
+            as decode_steps_no_draft,
+        cast(coalesce(sum(rounds) filter (where is_verify_round and tokens_accepted = 0), 0) as bigint)
+            as rounds_all_rejected
     from rounds
-    group by arm, category
+    group by run_id, arm, category
 )
-select * from final order by arm, category
+select * from final order by run_id, arm, category

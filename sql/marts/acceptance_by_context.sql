@@ -1,6 +1,6 @@
 -- acceptance_by_context
--- Grain: one row per arm, category and context-length bucket that has verify rounds,
---   pooled over concurrency levels and repeats.
+-- Grain: one row per run_id, arm, category and context-length bucket that has verify
+--   rounds, pooled over the run's concurrency levels and repeats.
 -- Purpose: does acceptance hold up as the context grows (long prompts, long outputs)?
 --   context_len is the request's tokens already computed before the round's step
 --   (prompt + output so far), from the capture.
@@ -15,31 +15,24 @@
 --   tokens_per_round    mean tokens_emitted per verify round: the tokens one target
 --                       forward yields for this request in this bucket (the bonus token
 --                       included), the per-step throughput speculation buys
+--   (Read counted from int_round_counts, which buckets context_len as above.)
 with rounds as (
-    select *,
-        case when context_len < 256 then 0
-             when context_len < 512 then 256
-             when context_len < 1024 then 512
-             when context_len < 2048 then 1024
-             when context_len < 4096 then 2048
-             else 4096 end as context_low
-    from int_rounds_attributed
-    where is_verify_round
+    select * from int_round_counts where is_verify_round
 ),
 final as (
     select
-        arm, category,
+        run_id, arm, category,
         case when context_low = 4096 then '4096+'
              else context_low || '-' || (case when context_low = 0 then 256 else context_low * 2 end - 1) end
             as context_bucket,
         context_low,
         case when context_low = 4096 then null when context_low = 0 then 256 else context_low * 2 end as context_high,
-        count(*) as verify_rounds,
+        cast(sum(rounds) as bigint) as verify_rounds,
         count(distinct request_id) as requests,
-        1 + sum(tokens_accepted) / count(*) as mean_acceptance_length,
-        sum(tokens_accepted) / sum(tokens_proposed) as acceptance_rate,
-        avg(tokens_emitted) as tokens_per_round
+        1 + sum(tokens_accepted * rounds) / sum(rounds) as mean_acceptance_length,
+        sum(tokens_accepted * rounds) / sum(tokens_proposed * rounds) as acceptance_rate,
+        sum(tokens_emitted) / sum(rounds) as tokens_per_round
     from rounds
     group by all
 )
-select * from final order by arm, category, context_low
+select * from final order by run_id, arm, category, context_low

@@ -1,6 +1,7 @@
 -- acceptance_definitions
--- Grain: one row per arm and category, plus category '(all)' per arm, over the captured
---   rounds of replayed requests (int_rounds_attributed), all levels and repeats.
+-- Grain: one row per run_id, arm and category, plus category '(all)' per run_id and arm,
+--   over the captured rounds of the run's replayed requests (int_rounds_attributed), all
+--   levels and repeats.
 -- Purpose: the same rounds under each definition the field uses, side by side, so a
 --   number quoted from another tool can be compared like for like
 --   (../shared/reference/metric-definitions.md; the sources named per column).
@@ -28,64 +29,68 @@
 --                             vllm_mean_acceptance_length (AIPerf speed-bench's "overall"),
 --                             beside the pooled figure of the same row
 --   Every ratio is NULL when its denominator is 0 (e.g. the baseline arm: no verify round).
+--   The rounds are read counted (int_round_counts): a group of n rounds with k proposed, a
+--   accepted and e emitted in all counts n times, so every sum below is weighted by n.
 with rounds as (
-    select arm, category, request_id, phase, tokens_proposed as k, tokens_accepted as a, tokens_emitted,
-           is_verify_round
-    from int_rounds_attributed
+    select run_id, arm, category, request_id, phase, tokens_proposed as k, tokens_accepted as a,
+           tokens_emitted as emitted, rounds as n, is_verify_round
+    from int_round_counts
 ),
 per_request as (
-    select arm, category, request_id,
-           count(*) filter (where is_verify_round) as verify_rounds,
-           avg(a + 1) filter (where is_verify_round) as mean_length,
-           sum(a) filter (where is_verify_round) / nullif(sum(k) filter (where is_verify_round), 0) as rate
+    select run_id, arm, category, request_id,
+           coalesce(sum(n) filter (where is_verify_round), 0) as verify_rounds,
+           coalesce(sum(a * n) filter (where is_verify_round), 0) as accepted,
+           coalesce(sum(k * n) filter (where is_verify_round), 0) as proposed,
+           coalesce(sum(n) filter (where phase = 'decode' and not is_verify_round), 0) as decode_no_draft,
+           coalesce(sum(n) filter (where is_verify_round and a = 0), 0) as all_rejected,
+           sum(emitted) filter (where phase = 'decode') as decode_emitted,
+           sum(n) filter (where phase = 'decode') as decode_steps
     from rounds group by all
 ),
+request_figures as (
+    select *,
+           (accepted + verify_rounds) / nullif(verify_rounds, 0) as mean_length,  -- mean of (a + 1) over its rounds
+           accepted / nullif(proposed, 0) as rate
+    from per_request
+),
 outputs as (
-    select arm, category, request_id, output_tokens from stg_requests where success
+    select run_id, arm, category, request_id, output_tokens from stg_requests where success
 ),
 grouped as (
-    select r.arm, grouping(r.category) = 1 as is_all, coalesce(r.category, '(all)') as category,
-        count(*) filter (where r.is_verify_round) as verify_rounds,
-        count(distinct r.request_id) filter (where r.is_verify_round) as requests,
-        count(*) filter (where r.phase = 'decode' and not r.is_verify_round) as decode_steps_no_draft,
-        count(*) filter (where r.is_verify_round and r.a = 0) as rounds_all_rejected,
-        1 + sum(r.a) filter (where r.is_verify_round)
-            / nullif(count(*) filter (where r.is_verify_round), 0) as vllm_mean_acceptance_length,
-        sum(r.a) filter (where r.is_verify_round)
-            / nullif(sum(r.k) filter (where r.is_verify_round), 0) as vllm_draft_acceptance_rate,
-        sum(r.a + 1) filter (where r.is_verify_round)
-            / nullif(sum(r.k + 1) filter (where r.is_verify_round), 0) as aiperf_accepted_per_verified,
-        avg(r.tokens_emitted) filter (where r.phase = 'decode') as specbench_mean_accepted_tokens
-    from rounds r
-    group by grouping sets ((r.arm, r.category), (r.arm))
-),
-request_means as (
-    select arm, coalesce(category, '(all)') as category,
-           avg(mean_length) filter (where verify_rounds > 0) as aiperf_acceptance_length_per_request,
-           avg(rate) filter (where verify_rounds > 0) as acceptance_rate_per_request
-    from per_request
-    group by grouping sets ((arm, category), (arm))
+    select r.run_id, r.arm, grouping(r.category) = 1 as is_all, coalesce(r.category, '(all)') as category,
+        cast(sum(r.verify_rounds) as bigint) as verify_rounds,
+        count(*) filter (where r.verify_rounds > 0) as requests,
+        cast(sum(r.decode_no_draft) as bigint) as decode_steps_no_draft,
+        cast(sum(r.all_rejected) as bigint) as rounds_all_rejected,
+        1 + sum(r.accepted) / nullif(sum(r.verify_rounds), 0) as vllm_mean_acceptance_length,
+        sum(r.accepted) / nullif(sum(r.proposed), 0) as vllm_draft_acceptance_rate,
+        (sum(r.accepted) + sum(r.verify_rounds)) / nullif(sum(r.proposed) + sum(r.verify_rounds), 0)
+            as aiperf_accepted_per_verified,
+        sum(r.decode_emitted) / sum(r.decode_steps) as specbench_mean_accepted_tokens,
+        avg(r.mean_length) filter (where r.verify_rounds > 0) as aiperf_acceptance_length_per_request,
+        avg(r.rate) filter (where r.verify_rounds > 0) as acceptance_rate_per_request
+    from request_figures r
+    group by grouping sets ((r.run_id, r.arm, r.category), (r.run_id, r.arm))
 ),
 sglang as (
-    select p.arm, coalesce(p.category, '(all)') as category,
+    select p.run_id, p.arm, coalesce(p.category, '(all)') as category,
            sum(o.output_tokens) filter (where p.verify_rounds > 0) / nullif(sum(p.verify_rounds), 0)
                as sglang_accept_length
-    from per_request p join outputs o using (arm, category, request_id)
-    group by grouping sets ((p.arm, p.category), (p.arm))
+    from per_request p join outputs o using (run_id, arm, category, request_id)
+    group by grouping sets ((p.run_id, p.arm, p.category), (p.run_id, p.arm))
 ),
 macro as (
-    select arm, avg(vllm_mean_acceptance_length) as macro_over_categories_length
-    from grouped where not is_all group by arm
+    select run_id, arm, avg(vllm_mean_acceptance_length) as macro_over_categories_length
+    from grouped where not is_all group by run_id, arm
 ),
 final as (
-    select g.arm, g.category, g.verify_rounds, g.requests, g.decode_steps_no_draft, g.rounds_all_rejected,
+    select g.run_id, g.arm, g.category, g.verify_rounds, g.requests, g.decode_steps_no_draft, g.rounds_all_rejected,
            g.vllm_mean_acceptance_length, g.vllm_draft_acceptance_rate,
-           m.aiperf_acceptance_length_per_request, m.acceptance_rate_per_request,
+           g.aiperf_acceptance_length_per_request, g.acceptance_rate_per_request,
            g.aiperf_accepted_per_verified, g.specbench_mean_accepted_tokens, s.sglang_accept_length,
            case when g.is_all then c.macro_over_categories_length end as macro_over_categories_length
     from grouped g
-    left join request_means m on m.arm = g.arm and m.category = g.category
-    left join sglang s on s.arm = g.arm and s.category = g.category
-    left join macro c on c.arm = g.arm
+    left join sglang s on s.run_id = g.run_id and s.arm = g.arm and s.category = g.category
+    left join macro c on c.run_id = g.run_id and c.arm = g.arm
 )
-select * from final order by arm, category = '(all)', category
+select * from final order by run_id, arm, category = '(all)', category

@@ -1,6 +1,6 @@
 -- acceptance_natural_end
--- Grain: one row per category, concurrency level and segment (before / after the
---   natural end) of the speculative arm's greedy (temperature = 0) timed requests,
+-- Grain: one row per run_id, category, concurrency level and segment (before / after
+--   the natural end) of the speculative arm's greedy (temperature = 0) timed requests,
 --   pooled over repeats.
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it
 --   would have stopped, into repetitive text that drafts predict well; this splits
@@ -29,45 +29,48 @@
 --   acceptance_rate  tokens_accepted / tokens_proposed (NULL when none proposed)
 --   The speedup split at the same natural end is speedup_natural_end (time to the natural
 --   end from the server's per-chunk running token count, exact to one chunk).
-with rounds as (
-    select * from int_rounds_attributed where arm = 'speculative' and is_verify_round
+--   How (int_engine_requests places each request): a request whose rounds all fall in one
+--   segment ('unknown', or a prompt that never ended) is read counted from
+--   int_round_counts; only the rounds of requests split at a natural end are read one by
+--   one (stg_rounds), each placed by its context_len.
+with engine as (
+    select * from int_engine_requests where replayed and arm = 'speculative' and temperature = 0
 ),
-requests as (
-    select request_id, prompt_tokens from stg_requests where arm = 'speculative' and temperature = 0
+whole as (
+    select engine.run_id, engine.category, engine.concurrency, engine.request_id,
+           engine.natural_end_segment as segment, counted.rounds,
+           counted.tokens_proposed * counted.rounds as proposed, counted.tokens_accepted * counted.rounds as accepted
+    from int_round_counts counted
+    join engine using (run_id, engine_request_id)
+    where counted.is_verify_round and engine.natural_end_segment is not null
 ),
-ends as (
-    select * from int_natural_ends
+split as (
+    select engine.run_id, engine.category, engine.concurrency, engine.request_id,
+           case when rounds.context_len < engine.natural_end_context then 'before_natural_end'
+                else 'after_natural_end' end as segment,
+           1 as rounds, rounds.tokens_proposed as proposed, rounds.tokens_accepted as accepted
+    from stg_rounds rounds
+    join (select * from engine where natural_end_context is not null) engine using (run_id, engine_request_id)
+    where rounds.tokens_proposed > 0
 ),
 placed as (
-    select
-        rounds.category,
-        rounds.concurrency,
-        rounds.request_id,
-        rounds.tokens_proposed,
-        rounds.tokens_accepted,
-        case
-            when ends.eos_known is not true or requests.prompt_tokens is null then 'unknown'
-            when ends.natural_end_position is null then 'before_natural_end'
-            when rounds.context_len - requests.prompt_tokens + 1 < ends.natural_end_position
-                then 'before_natural_end'
-            else 'after_natural_end'
-        end as segment
-    from rounds
-    join requests using (request_id)
-    left join ends on ends.concurrency = rounds.concurrency and ends.prompt_id = rounds.prompt_id
+    select * from whole
+    union all
+    select * from split
 ),
 final as (
     select
+        run_id,
         category,
         concurrency,
         segment,
         count(distinct request_id) as requests,
-        count(*) as verify_rounds,
-        cast(sum(tokens_proposed) as bigint) as tokens_proposed,
-        cast(sum(tokens_accepted) as bigint) as tokens_accepted,
-        1 + sum(tokens_accepted) / count(*) as mean_acceptance_length,
-        sum(tokens_accepted) / nullif(sum(tokens_proposed), 0) as acceptance_rate
+        cast(sum(rounds) as bigint) as verify_rounds,
+        cast(sum(proposed) as bigint) as tokens_proposed,
+        cast(sum(accepted) as bigint) as tokens_accepted,
+        1 + sum(accepted) / sum(rounds) as mean_acceptance_length,
+        sum(accepted) / nullif(sum(proposed), 0) as acceptance_rate
     from placed
     group by all
 )
-select * from final order by category, concurrency, segment
+select * from final order by run_id, category, concurrency, segment

@@ -1,6 +1,6 @@
 -- acceptance_positions
--- Grain: one row per arm, category and draft position (1 .. the largest k proposed),
---   pooled over concurrency levels and repeats, as the acceptance mart.
+-- Grain: one row per run_id, arm, category and draft position (1 .. the largest k
+--   proposed), pooled over the run's concurrency levels and repeats, as the acceptance mart.
 -- Purpose: where in a draft the target stops agreeing. From the accepted count per
 --   verify round (a round is a captured row with tokens_proposed = k > 0; vLLM
 --   accepts a prefix, so position i is accepted exactly when tokens_accepted >= i).
@@ -23,40 +23,40 @@
 --                       (the same on every row of the group)
 --   NULL shares are not applicable (no verify round).
 with rounds as (
-    select arm, category, tokens_proposed as k, tokens_accepted as a, count(*) as n
-    from int_rounds_attributed
+    select run_id, arm, category, tokens_proposed as k, tokens_accepted as a, cast(sum(rounds) as bigint) as n
+    from int_round_counts
     where is_verify_round
     group by all
 ),
 groups as (
-    select arm, category, sum(n) as verify_rounds,
+    select run_id, arm, category, sum(n) as verify_rounds,
            sum(n) filter (where a = k) as all_accepted, max(k) as max_k
     from rounds group by all
 ),
 positions as (
-    select g.arm, g.category, p.position
+    select g.run_id, g.arm, g.category, p.position
     from groups g, unnest(range(1, cast(g.max_k as bigint) + 1)) as p(position)
 ),
 counted as (
     select
-        p.arm, p.category, p.position,
+        p.run_id, p.arm, p.category, p.position,
         coalesce(sum(r.n) filter (where r.k >= p.position), 0) as rounds_reaching,
         coalesce(sum(r.n) filter (where r.a >= p.position), 0) as accepted,
         coalesce(sum(r.n) filter (where r.k >= p.position and r.a >= p.position - 1), 0) as reached_and_prior_accepted,
         coalesce(sum(r.n) filter (where r.k >= p.position and r.a = p.position - 1), 0) as first_rejections
     from positions p
-    join rounds r on r.arm = p.arm and r.category = p.category
+    join rounds r on r.run_id = p.run_id and r.arm = p.arm and r.category = p.category
     group by all
 ),
 final as (
     select
-        c.arm, c.category, c.position, g.verify_rounds, c.rounds_reaching, c.accepted,
+        c.run_id, c.arm, c.category, c.position, g.verify_rounds, c.rounds_reaching, c.accepted,
         c.accepted / g.verify_rounds as acceptance_at_position,
         c.accepted / nullif(c.reached_and_prior_accepted, 0) as conditional_acceptance,
         c.first_rejections,
         c.first_rejections / g.verify_rounds as first_rejection_share,
         coalesce(g.all_accepted, 0) / g.verify_rounds as all_accepted_share
     from counted c
-    join groups g on g.arm = c.arm and g.category = c.category
+    join groups g on g.run_id = c.run_id and g.arm = c.arm and g.category = c.category
 )
-select * from final order by arm, category, position
+select * from final order by run_id, arm, category, position

@@ -1,5 +1,5 @@
 -- block_throughput
--- Grain: one row per arm, concurrency level and repeat that has requests: one
+-- Grain: one row per run_id, arm, concurrency level and repeat that has requests: one
 --   block of requests sent to one server (a run with R repeats sends, per level,
 --   baseline r0, speculative r0, baseline r1, speculative r1, ...).
 -- Purpose: the per-repeat figures behind throughput and the '(system)' speedup,
@@ -23,4 +23,4 @@ with blocks as (
 final as (
     select * from blocks
 )
-select * from final order by concurrency, repeat, arm
+select * from final order by run_id, concurrency, repeat, arm

@@ -1,5 +1,5 @@
 -- capacity_under_slo
--- Grain: one row per arm.
+-- Grain: one row per run_id and arm.
 -- Purpose: the number capacity planning needs: the highest measured concurrency each
 --   arm sustains under a latency SLO, before (baseline) and after (speculative).
 --   The SLO is the analysis's, not the run's: int_analysis_settings, given to
@@ -28,14 +28,14 @@ with settings as (
     select * from int_analysis_settings
 ),
 per_level as (
-    select arm, concurrency,
+    select run_id, arm, concurrency,
            quantile_cont(ttft_ms, 0.95) as ttft_ms_p95,
            quantile_cont(tpot_ms, 0.95) as tpot_ms_p95
     from int_requests_measured
     group by all
 ),
 levels as (
-    select h.arm, h.concurrency, h.level_failed, p.ttft_ms_p95, p.tpot_ms_p95,
+    select h.run_id, h.arm, h.concurrency, h.level_failed, p.ttft_ms_p95, p.tpot_ms_p95,
            s.slo_ttft_p95_ms, s.slo_tpot_p95_ms,
            case
                when h.level_failed or p.ttft_ms_p95 is null then 'level failed (error budget)'
@@ -45,37 +45,40 @@ levels as (
                when coalesce(p.tpot_ms_p95 > s.slo_tpot_p95_ms, false) then 'tpot'
            end as fails_because
     from level_health h
-    left join per_level p using (arm, concurrency)
+    left join per_level p using (run_id, arm, concurrency)
     cross join settings s
 ),
 per_arm as (
-    select arm,
+    select run_id, arm,
            count(*) as levels_measured,
            min(concurrency) filter (where fails_because is not null) as first_failing_level
-    from levels group by arm
+    from levels group by run_id, arm
 ),
 capped as (
-    select a.arm, a.levels_measured, a.first_failing_level,
-           (select max(l.concurrency) from levels l
-             where l.arm = a.arm and (a.first_failing_level is null or l.concurrency < a.first_failing_level))
-               as max_concurrency
+    select a.run_id, a.arm, a.levels_measured, a.first_failing_level, max(l.concurrency) as max_concurrency
     from per_arm a
+    left join levels l
+      on l.run_id = a.run_id and l.arm = a.arm
+     and (a.first_failing_level is null or l.concurrency < a.first_failing_level)
+    group by a.run_id, a.arm, a.levels_measured, a.first_failing_level
+),
+baseline_capacity as (
+    select run_id, max_concurrency from capped where arm = 'baseline'
 ),
 final as (
     select
-        c.arm, c.levels_measured, c.max_concurrency,
+        c.run_id, c.arm, c.levels_measured, c.max_concurrency,
         c.first_failing_level is null as sustains_all_measured,
         c.first_failing_level,
         f.fails_because as first_failing_reason,
         m.ttft_ms_p95 as ttft_ms_p95_at_max,
         m.tpot_ms_p95 as tpot_ms_p95_at_max,
-        case when c.arm <> 'baseline' then
-            c.max_concurrency / nullif((select b.max_concurrency from capped b where b.arm = 'baseline'), 0)
-        end as capacity_ratio,
+        case when c.arm <> 'baseline' then c.max_concurrency / nullif(b.max_concurrency, 0) end as capacity_ratio,
         s.slo_ttft_p95_ms, s.slo_tpot_p95_ms, s.slo_source
     from capped c
     cross join settings s
-    left join levels f on f.arm = c.arm and f.concurrency = c.first_failing_level
-    left join levels m on m.arm = c.arm and m.concurrency = c.max_concurrency
+    left join baseline_capacity b on b.run_id = c.run_id
+    left join levels f on f.run_id = c.run_id and f.arm = c.arm and f.concurrency = c.first_failing_level
+    left join levels m on m.run_id = c.run_id and m.arm = c.arm and m.concurrency = c.max_concurrency
 )
-select * from final order by arm
+select * from final order by run_id, arm

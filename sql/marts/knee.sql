@@ -1,5 +1,5 @@
 -- knee
--- Grain: one row per category of the speedup mart ('(system)' included).
+-- Grain: one row per run_id and category of the speedup mart ('(system)' included).
 -- Purpose: where the speculative gain ends as concurrency rises, from the speedup
 --   mart's rows that have a speedup (failed or unpaired levels are left out).
 --   levels                 levels with a speedup
@@ -10,7 +10,7 @@
 --                          'within noise' (or NULL, no interval) is no gain to lose, so
 --                          read gain_lost_concurrency with it (the verdict cites it only
 --                          after a 'faster' peak)
---   peak_fraction          int_run_settings.knee_peak_fraction (default 0.5)
+--   peak_fraction          int_run_settings.knee_peak_fraction of the run (default 0.5)
 --   below_one_concurrency  the first (lowest) level whose interval's high end is below 1:
 --                          speculation is measurably slower from there; NULL when no
 --                          level's ci_high < 1 (or no level has an interval)
@@ -23,13 +23,14 @@ with speedup_rows as (
     select * from speedup where speedup is not null
 ),
 settings as (
-    select knee_peak_fraction as peak_fraction from int_run_settings
+    select run_id, knee_peak_fraction as peak_fraction from int_run_settings
 ),
 categories as (
-    select distinct category from speedup
+    select distinct run_id, category from speedup
 ),
 peaks as (
     select
+        run_id,
         category,
         count(*) as levels,
         count(ci_high) as levels_with_interval,
@@ -37,26 +38,27 @@ peaks as (
         first(concurrency order by speedup desc, concurrency) as peak_concurrency,
         first(label order by speedup desc, concurrency) as peak_label
     from speedup_rows
-    group by category
+    group by run_id, category
 ),
 below_one as (
-    select category, min(concurrency) as below_one_concurrency
+    select run_id, category, min(concurrency) as below_one_concurrency
     from speedup_rows
     where ci_high < 1
-    group by category
+    group by run_id, category
 ),
 gain_lost as (
-    select s.category, min(s.concurrency) as gain_lost_concurrency
+    select s.run_id, s.category, min(s.concurrency) as gain_lost_concurrency
     from speedup_rows s
-    join peaks p using (category)
-    cross join settings
+    join peaks p using (run_id, category)
+    join settings using (run_id)
     where p.peak_speedup > 1
       and s.concurrency > p.peak_concurrency
       and s.speedup - 1 < settings.peak_fraction * (p.peak_speedup - 1)
-    group by s.category
+    group by s.run_id, s.category
 ),
 final as (
     select
+        categories.run_id,
         categories.category,
         coalesce(peaks.levels, 0) as levels,
         coalesce(peaks.levels_with_interval, 0) as levels_with_interval,
@@ -67,9 +69,9 @@ final as (
         below_one.below_one_concurrency,
         gain_lost.gain_lost_concurrency
     from categories
-    cross join settings
-    left join peaks using (category)
-    left join below_one using (category)
-    left join gain_lost using (category)
+    left join settings using (run_id)
+    left join peaks using (run_id, category)
+    left join below_one using (run_id, category)
+    left join gain_lost using (run_id, category)
 )
-select * from final order by category
+select * from final order by run_id, category

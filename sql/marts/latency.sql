@@ -1,5 +1,6 @@
 -- latency
--- Grain: one row per arm, category and concurrency level that has requests.
+-- Grain: one row per run_id, arm, category and concurrency level that has requests
+--   (repeats pooled).
 -- Purpose: client-side latency percentiles and speed (successful requests only;
 --   failed requests are counted beside them, see level_health).
 --   requests_ok        requests of the group with success = true (the ones measured)
@@ -18,7 +19,7 @@ with requests as (
     select * from int_requests_measured
 ),
 gaps as (
-    select arm, category, concurrency,
+    select run_id, arm, category, concurrency,
            quantile_cont(chunk_gap_ms, 0.5) as itl_chunk_gap_ms_p50,
            quantile_cont(chunk_gap_ms, 0.95) as itl_chunk_gap_ms_p95,
            quantile_cont(chunk_gap_ms, 0.99) as itl_chunk_gap_ms_p99
@@ -26,12 +27,12 @@ gaps as (
     group by all
 ),
 failed as (
-    select arm, category, concurrency, count(*) filter (where not success) as requests_failed
+    select run_id, arm, category, concurrency, count(*) filter (where not success) as requests_failed
     from stg_requests group by all
 ),
 per_group as (
     select
-        arm, category, concurrency,
+        run_id, arm, category, concurrency,
         count(*) as requests,
         sum(output_tokens) as output_tokens,
         quantile_cont(ttft_ms, 0.5) as ttft_ms_p50,
@@ -45,12 +46,12 @@ per_group as (
     group by all
 ),
 final as (
-    select failed.arm, failed.category, failed.concurrency,
+    select failed.run_id, failed.arm, failed.category, failed.concurrency,
            coalesce(per_group.requests, 0) as requests_ok, failed.requests_failed,
-           per_group.* exclude (arm, category, concurrency, requests),
-           gaps.* exclude (arm, category, concurrency)
+           per_group.* exclude (run_id, arm, category, concurrency, requests),
+           gaps.* exclude (run_id, arm, category, concurrency)
     from failed
-    left join per_group using (arm, category, concurrency)
-    left join gaps using (arm, category, concurrency)
+    left join per_group using (run_id, arm, category, concurrency)
+    left join gaps using (run_id, arm, category, concurrency)
 )
-select * from final order by arm, category, concurrency
+select * from final order by run_id, arm, category, concurrency

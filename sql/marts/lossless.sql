@@ -1,5 +1,5 @@
 -- lossless
--- Grain: one row per category and concurrency level that has greedy verification
+-- Grain: one row per run_id, category and concurrency level that has greedy verification
 --   checks or greedy (temperature = 0) timed baseline requests.
 -- Purpose: is speculation lossless for greedy decoding, judged against the noise
 --   floor of the baseline against itself at the same level?
@@ -48,20 +48,21 @@ settings as (
     select * from int_lossless_settings
 ),
 groups as (
-    select distinct category, concurrency from checks
+    select distinct run_id, category, concurrency from checks
     union
-    select distinct category, concurrency from timed
+    select distinct run_id, category, concurrency from timed
 ),
 lowest as (
-    select min(concurrency) as lowest_concurrency from timed
+    select run_id, min(concurrency) as lowest_concurrency from timed group by run_id
 ),
 arm_health as (
-    select arm, concurrency, count(*) filter (where not success) / count(*) as error_rate
+    select run_id, arm, concurrency, count(*) filter (where not success) / count(*) as error_rate
     from checks
     group by all
 ),
 level_health as (
     select
+        levels.run_id,
         levels.concurrency,
         case
             when b.arm is null and s.arm is null then 'no verification pass at this level'
@@ -74,19 +75,20 @@ level_health as (
                 printf('speculative verification pass failed (error rate %.3f > max %.3f)',
                        s.error_rate, settings.max_error_rate)
         end as excluded_reason
-    from (select distinct concurrency from groups) levels
-    cross join settings
-    left join arm_health b on b.concurrency = levels.concurrency and b.arm = 'baseline'
-    left join arm_health s on s.concurrency = levels.concurrency and s.arm = 'speculative'
+    from (select distinct run_id, concurrency from groups) levels
+    left join settings on settings.run_id = levels.run_id
+    left join arm_health b on b.run_id = levels.run_id and b.concurrency = levels.concurrency and b.arm = 'baseline'
+    left join arm_health s
+      on s.run_id = levels.run_id and s.concurrency = levels.concurrency and s.arm = 'speculative'
 ),
 check_counts as (
-    select category, concurrency, count(*) as checks, count(*) filter (where not success) as checks_failed
+    select run_id, category, concurrency, count(*) as checks, count(*) filter (where not success) as checks_failed
     from checks
     group by all
 ),
 pair_counts as (
     select
-        category, concurrency,
+        run_id, category, concurrency,
         count(*) as pairs,
         count(*) filter (where class = 'identical') as identical,
         count(*) filter (where class = 'near_tie') as near_tie,
@@ -95,13 +97,13 @@ pair_counts as (
     group by all
 ),
 repeat_counts as (
-    select category, concurrency, count(distinct repeat) as repeats
+    select run_id, category, concurrency, count(distinct repeat) as repeats
     from timed
     group by all
 ),
 aa as (
     select
-        category, concurrency,
+        run_id, category, concurrency,
         count(*) filter (where comparison = 'repeat') as aa_pairs,
         count(*) filter (where comparison = 'repeat' and identical) as aa_identical,
         count(*) filter (where comparison = 'cross_level') as cross_level_pairs,
@@ -111,6 +113,7 @@ aa as (
 ),
 joined as (
     select
+        g.run_id,
         g.category,
         g.concurrency,
         settings.dtype,
@@ -130,16 +133,17 @@ joined as (
         coalesce(aa.cross_level_pairs, 0) as cross_found,
         coalesce(aa.cross_level_identical, 0) as cross_identical_found
     from groups g
-    cross join settings
-    cross join lowest
-    left join level_health h using (concurrency)
-    left join check_counts c using (category, concurrency)
-    left join pair_counts p using (category, concurrency)
-    left join repeat_counts r using (category, concurrency)
-    left join aa using (category, concurrency)
+    left join settings using (run_id)
+    left join lowest using (run_id)
+    left join level_health h using (run_id, concurrency)
+    left join check_counts c using (run_id, category, concurrency)
+    left join pair_counts p using (run_id, category, concurrency)
+    left join repeat_counts r using (run_id, category, concurrency)
+    left join aa using (run_id, category, concurrency)
 ),
 final as (
     select
+        run_id,
         category,
         concurrency,
         dtype,
@@ -162,4 +166,4 @@ final as (
             as cross_level_identity_share
     from joined
 )
-select * from final order by category, concurrency
+select * from final order by run_id, category, concurrency

@@ -1,5 +1,5 @@
 -- lossless_divergences
--- Grain: one row per non-identical speculative-vs-baseline greedy pair of the
+-- Grain: one row per run_id and non-identical speculative-vs-baseline greedy pair of the
 --   verification pass (int_greedy_pairs where not identical): every divergence
 --   behind lossless.near_tie and lossless.suspect, with where and why.
 -- Purpose: each divergence has a position, a margin and a class.
@@ -27,10 +27,11 @@ with pairs as (
     select * from int_greedy_pairs where not identical
 ),
 levels as (
-    select category, concurrency, excluded_reason from lossless
+    select run_id, category, concurrency, excluded_reason from lossless
 ),
 final as (
     select
+        pairs.run_id,
         pairs.category,
         pairs.concurrency,
         pairs.prompt_id,
@@ -49,6 +50,6 @@ final as (
         pairs.baseline_tokens,
         levels.excluded_reason
     from pairs
-    left join levels using (category, concurrency)
+    left join levels using (run_id, category, concurrency)
 )
-select * from final order by category, concurrency, prompt_id, pair_index
+select * from final order by run_id, category, concurrency, prompt_id, pair_index

@@ -1,5 +1,5 @@
 -- output_equality
--- Grain: one row per category and concurrency level with greedy (temperature = 0)
+-- Grain: one row per run_id, category and concurrency level with greedy (temperature = 0)
 --   requests in either arm.
 -- Purpose: timed-pass text identity (no margins): is the output text of the timed
 --   greedy requests the same in both arms? The classified lossless check (token
@@ -20,26 +20,27 @@ with requests as (
     select * from int_requests_measured where temperature = 0
 ),
 groups as (
-    select distinct category, concurrency from stg_requests where temperature = 0
+    select distinct run_id, category, concurrency from stg_requests where temperature = 0
 ),
 levels as (
     select * from int_levels_compared
 ),
 pairs as (
-    select b.category, b.concurrency, b.output_text = s.output_text as same
+    select b.run_id, b.category, b.concurrency, b.output_text = s.output_text as same
     from requests b
     join requests s
-      on s.prompt_id = b.prompt_id and s.concurrency = b.concurrency and s.repeat = b.repeat
-     and s.pair_index = b.pair_index
+      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.concurrency = b.concurrency
+     and s.repeat = b.repeat and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
 counted as (
-    select category, concurrency, count(*) as pairs, count(*) filter (where same) as identical
+    select run_id, category, concurrency, count(*) as pairs, count(*) filter (where same) as identical
     from pairs
     group by all
 ),
 final as (
     select
+        groups.run_id,
         groups.category,
         groups.concurrency,
         case when levels.excluded_reason is null then coalesce(counted.pairs, 0) end as pairs,
@@ -48,7 +49,7 @@ final as (
             as identical_share,
         levels.excluded_reason
     from groups
-    left join counted using (category, concurrency)
-    left join levels using (concurrency)
+    left join counted using (run_id, category, concurrency)
+    left join levels using (run_id, concurrency)
 )
-select * from final order by category, concurrency
+select * from final order by run_id, category, concurrency

@@ -1,8 +1,8 @@
 -- reconciliation
--- Grain: one row per arm and concurrency level (all repeats together).
+-- Grain: one row per run_id, arm and concurrency level (all repeats together).
 -- Purpose: prove the captured rows agree with vLLM's own counters. Each repeat's
 --   block is compared on its own (before/after snapshots joined on arm, level and
---   repeat), then the level sums the blocks.
+--   repeat, within the run), then the level sums the blocks.
 --   repeats     blocks of the level with captured rows or a before/after snapshot pair
 --   captured_rounds, captured_proposed, captured_accepted
 --               from int_rounds_attributed (replayed requests of that level):
@@ -25,28 +25,29 @@ with counters as (
 ),
 deltas as (
     select
-        a.arm, a.concurrency, a.repeat,
+        a.run_id, a.arm, a.concurrency, a.repeat,
         a.spec_num_drafts - b.spec_num_drafts as engine_rounds,
         a.spec_num_draft_tokens - b.spec_num_draft_tokens as engine_proposed,
         a.spec_num_accepted_tokens - b.spec_num_accepted_tokens as engine_accepted,
         a.spec_num_drafts is not null as engine_counters_present
     from counters a
-    join counters b on a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
+    join counters b
+      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
     where a.position = 'after' and b.position = 'before'
 ),
 captured as (
     select
-        arm, concurrency, repeat,
-        count(*) as captured_rows,
-        count(*) filter (where is_verify_round) as captured_rounds,
-        coalesce(sum(tokens_proposed), 0) as captured_proposed,
-        coalesce(sum(tokens_accepted), 0) as captured_accepted
-    from int_rounds_attributed
-    group by arm, concurrency, repeat
+        run_id, arm, concurrency, repeat,
+        cast(sum(rounds) as bigint) as captured_rows,
+        cast(coalesce(sum(rounds) filter (where is_verify_round), 0) as bigint) as captured_rounds,
+        coalesce(sum(tokens_proposed * rounds), 0) as captured_proposed,
+        coalesce(sum(tokens_accepted * rounds), 0) as captured_accepted
+    from int_round_counts
+    group by run_id, arm, concurrency, repeat
 ),
 per_block as (
     select
-        arm, concurrency, repeat,
+        run_id, arm, concurrency, repeat,
         coalesce(captured.captured_rows, 0) as captured_rows,
         coalesce(captured.captured_rounds, 0) as captured_rounds,
         coalesce(captured.captured_proposed, 0) as captured_proposed,
@@ -54,11 +55,11 @@ per_block as (
         deltas.engine_rounds, deltas.engine_proposed, deltas.engine_accepted,
         coalesce(deltas.engine_counters_present, false) as engine_counters_present
     from deltas
-    full outer join captured using (arm, concurrency, repeat)
+    full outer join captured using (run_id, arm, concurrency, repeat)
 ),
 final as (
     select
-        arm, concurrency,
+        run_id, arm, concurrency,
         count(*) as repeats,
         sum(captured_rounds) as captured_rounds,
         sum(engine_rounds) as engine_rounds,
@@ -75,6 +76,6 @@ final as (
         bool_and(engine_counters_present) as engine_counters_present,
         sum(captured_rows) > 0 as capture_present
     from per_block
-    group by arm, concurrency
+    group by run_id, arm, concurrency
 )
-select * from final order by arm, concurrency
+select * from final order by run_id, arm, concurrency

@@ -1,5 +1,5 @@
 -- sampling
--- Grain: one row per category, concurrency level and statistic (sequence_logprob,
+-- Grain: one row per run_id, category, concurrency level and statistic (sequence_logprob,
 --   natural_length) with sampling-mode checks (stg_sample_checks) in either arm.
 -- Purpose: at temperature > 0, does speculation leave the output distribution
 --   unchanged? Both statistics must have the same distribution in both arms if it
@@ -43,6 +43,7 @@ with tests as (
 ),
 final as (
     select
+        run_id,
         category,
         concurrency,
         statistic,
@@ -64,4 +65,4 @@ final as (
         method
     from tests
 )
-select * from final order by category, concurrency, statistic
+select * from final order by run_id, category, concurrency, statistic

@@ -1,5 +1,5 @@
 -- schedule_lag
--- Grain: one row per arm and level (the concurrency column: the concurrency in
+-- Grain: one row per run_id, arm and level (the concurrency column: the concurrency in
 --   closed loop, the level key 1..N in open loop) that has requests.
 -- Purpose: did the client keep the schedule? In open loop (load_mode recorded or
 --   poisson) every request has a planned and an actual send time, and the lag is
@@ -28,7 +28,7 @@ with requests as (
     select * from stg_requests
 ),
 blocks as (
-    select arm, concurrency, repeat,
+    select run_id, arm, concurrency, repeat,
            count(*) as requests,
            (max(intended_send_ms) - min(intended_send_ms)) / 1000.0 as intended_span_s,
            (max(actual_send_ms) - min(actual_send_ms)) / 1000.0 as actual_span_s
@@ -36,7 +36,7 @@ blocks as (
     group by all
 ),
 spans as (
-    select arm, concurrency,
+    select run_id, arm, concurrency,
            count(*) as repeats,
            sum(requests - 1) as intervals,
            sum(intended_span_s) as intended_span_s,
@@ -45,7 +45,7 @@ spans as (
     group by all
 ),
 lags as (
-    select arm, concurrency,
+    select run_id, arm, concurrency,
            max(load_mode) as load_mode,
            max(level_value) as level_value,
            count(*) as requests,
@@ -59,13 +59,13 @@ lags as (
 ),
 final as (
     select
-        lags.arm, lags.concurrency, lags.load_mode, lags.level_value,
+        lags.run_id, lags.arm, lags.concurrency, lags.load_mode, lags.level_value,
         spans.repeats, lags.requests, lags.requests_held,
         lags.lag_ms_p50, lags.lag_ms_p99, lags.lag_ms_max,
         spans.intended_span_s, spans.actual_span_s,
         spans.intervals / nullif(spans.intended_span_s, 0) as offered_rate_per_s,
         spans.intervals / nullif(spans.actual_span_s, 0) as achieved_rate_per_s
     from lags
-    join spans using (arm, concurrency)
+    join spans using (run_id, arm, concurrency)
 )
-select * from final order by arm, concurrency
+select * from final order by run_id, arm, concurrency

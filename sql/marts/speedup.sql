@@ -1,6 +1,7 @@
 -- speedup
--- Grain: one row per category and concurrency level, plus category '(system)',
---   for every group that has requests in either arm.
+-- Grain: one row per run_id, category and concurrency level, plus category '(system)',
+--   for every group that has requests in either arm (a run is compared with itself only:
+--   its two arms, its repeats, its own noise pool).
 -- Purpose: the effect of speculation, as a ratio of two arms that differ only in
 --   the speculative setting (see manifest.arm_difference), with its intervals,
 --   its A/A noise floor and a label.
@@ -81,6 +82,7 @@ intervals as (
 ),
 per_category as (
     select
+        coalesce(b.run_id, s.run_id) as run_id,
         coalesce(b.category, s.category) as category,
         coalesce(b.concurrency, s.concurrency) as concurrency,
         b.output_tokens_per_s_mean as baseline_tokens_per_s,
@@ -88,17 +90,19 @@ per_category as (
         'geometric mean of paired e2e ratios' as definition
     from (select * from lat where arm = 'baseline') b
     full outer join (select * from lat where arm = 'speculative') s
-      on s.category = b.category and s.concurrency = b.concurrency
+      on s.run_id = b.run_id and s.category = b.category and s.concurrency = b.concurrency
 ),
 system as (
     select
+        coalesce(b.run_id, s.run_id) as run_id,
         '(system)' as category,
         coalesce(b.concurrency, s.concurrency) as concurrency,
         b.output_tokens_per_s as baseline_tokens_per_s,
         s.output_tokens_per_s as speculative_tokens_per_s,
         'geometric mean of per-repeat level throughput ratios (capacity)' as definition
     from (select * from thr where arm = 'baseline') b
-    full outer join (select * from thr where arm = 'speculative') s on s.concurrency = b.concurrency
+    full outer join (select * from thr where arm = 'speculative') s
+      on s.run_id = b.run_id and s.concurrency = b.concurrency
 ),
 groups as (
     select * from per_category
@@ -107,7 +111,7 @@ groups as (
 ),
 category_stats as (
     select
-        category, concurrency,
+        run_id, category, concurrency,
         exp(avg(log_ratio) filter (where comparison = 'ab')) as speedup,
         count(*) filter (where comparison = 'ab') as pairs,
         count(distinct prompt_id) filter (where comparison = 'ab') as prompts,
@@ -118,14 +122,14 @@ category_stats as (
     group by all
 ),
 level_prompts as (
-    select concurrency, count(distinct prompt_id) as prompts
+    select run_id, concurrency, count(distinct prompt_id) as prompts
     from request_pairs
     where comparison = 'ab'
     group by all
 ),
 system_stats as (
     select
-        '(system)' as category, concurrency,
+        run_id, '(system)' as category, concurrency,
         exp(avg(log_ratio) filter (where comparison = 'ab')) as speedup,
         count(*) filter (where comparison = 'ab') as pairs,
         level_prompts.prompts,
@@ -133,7 +137,7 @@ system_stats as (
         exp(avg(log_ratio) filter (where comparison = 'aa')) as aa_speedup,
         count(*) filter (where comparison = 'aa') as aa_pairs
     from block_pairs
-    left join level_prompts using (concurrency)
+    left join level_prompts using (run_id, concurrency)
     group by all
 ),
 stats as (
@@ -143,7 +147,7 @@ stats as (
 ),
 cis as (
     select
-        category, concurrency,
+        run_id, category, concurrency,
         any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'measurement') as ci_low,
         any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'measurement') as ci_high,
         any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_low,
@@ -156,8 +160,8 @@ cis as (
 judged as (
     select
         groups.*,
-        stats.* exclude (category, concurrency),
-        cis.* exclude (category, concurrency),
+        stats.* exclude (run_id, category, concurrency),
+        cis.* exclude (run_id, category, concurrency),
         greatest(cis.aa_ci_high, 1 / cis.aa_ci_low) as aa_floor,
         coalesce(
             levels.excluded_reason,
@@ -175,9 +179,9 @@ judged as (
             end
         ) as excluded_reason
     from groups
-    left join levels using (concurrency)
-    left join stats using (category, concurrency)
-    left join cis using (category, concurrency)
+    left join levels using (run_id, concurrency)
+    left join stats using (run_id, category, concurrency)
+    left join cis using (run_id, category, concurrency)
 ),
 labelled as (
     select
@@ -202,6 +206,7 @@ labelled as (
 ),
 final as (
     select
+        run_id,
         category,
         concurrency,
         case when excluded_reason is null then speedup end as speedup,
@@ -227,4 +232,4 @@ final as (
         excluded_reason
     from labelled
 )
-select * from final order by category, concurrency
+select * from final order by run_id, category, concurrency

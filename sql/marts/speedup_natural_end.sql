@@ -1,6 +1,7 @@
 -- speedup_natural_end
--- Grain: one row per category, concurrency level and segment of the greedy (temperature 0)
---   A/B pairs, pooled over repeats; the 'unknown' segment has one row per unknown_reason.
+-- Grain: one row per run_id, category, concurrency level and segment of the greedy
+--   (temperature 0) A/B pairs, pooled over repeats; the 'unknown' segment has one row per
+--   unknown_reason.
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it would
 --   have stopped, into repetitive text that drafts predict well; this splits the paired
 --   speedup at that point, so the forced tail cannot flatter the figure (the same split as
@@ -52,10 +53,11 @@ intervals as (
     where segment is not null and comparison = 'ab' and "interval" = 'measurement'
 ),
 floors as (
-    select category, concurrency, aa_floor from speedup
+    select run_id, category, concurrency, aa_floor from speedup
 ),
 stats as (
     select
+        run_id,
         category,
         concurrency,
         segment,
@@ -78,15 +80,17 @@ joined as (
         case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_high end as ci_high,
         case when stats.segment <> 'unknown' then floors.aa_floor end as aa_floor
     from stats
-    left join levels using (concurrency)
+    left join levels using (run_id, concurrency)
     left join intervals
-      on intervals.category = stats.category and intervals.concurrency = stats.concurrency
-     and intervals.segment = stats.segment
+      on intervals.run_id = stats.run_id and intervals.category = stats.category
+     and intervals.concurrency = stats.concurrency and intervals.segment = stats.segment
     left join floors
-      on floors.category = stats.category and floors.concurrency = stats.concurrency
+      on floors.run_id = stats.run_id and floors.category = stats.category
+     and floors.concurrency = stats.concurrency
 ),
 final as (
     select
+        run_id,
         category,
         concurrency,
         segment,
@@ -110,4 +114,4 @@ final as (
         excluded_reason
     from joined
 )
-select * from final order by category, concurrency, segment, unknown_reason
+select * from final order by run_id, category, concurrency, segment, unknown_reason

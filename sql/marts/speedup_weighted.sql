@@ -1,8 +1,9 @@
 -- speedup_weighted
--- Grain: one row per concurrency level with category '(weighted)' (the overall figure
---   for the service's mix), plus one row per category and level (the category's part in
---   it), for every level of int_levels_compared and every category that has requests in
---   the run or a share in the weights.
+-- Grain: one row per run_id and concurrency level with category '(weighted)' (the overall
+--   figure for the service's mix), plus one row per run_id, category and level (the
+--   category's part in it), for every level of int_levels_compared and every category that
+--   has requests in the run or a share in the run's weights (each run weighs by its own
+--   manifest).
 -- Purpose: "how much faster is my service with this mix": the overall speedup weighted
 --   by the service's category shares, next to the unweighted figure of the run's own
 --   mix, with each category's contribution.
@@ -72,17 +73,17 @@
 --                    succeeded in both arms (no pair)'; on '(weighted)' rows
 --                    'no figure for <category> (share w): <its reason>; ...'. NULL when computed.
 with settings as (
-    select manifest from raw_manifest
+    select run_id, manifest from raw_manifest where manifest is not null
 ),
 given as (
-    select e.key as category, e.value as share, 'given (--mix)' as weights_source
+    select run_id, e.key as category, e.value as share, 'given (--mix)' as weights_source
     from settings,
          unnest(map_entries(json_transform(
              case when json_type(manifest -> 'mix') = 'OBJECT' then manifest -> 'mix' end,
              '"MAP(VARCHAR, DOUBLE)"'))) as t(e)
 ),
 recorded as (
-    select e.key as category, e.value as share, 'traffic file shares' as weights_source
+    select run_id, e.key as category, e.value as share, 'traffic file shares' as weights_source
     from settings,
          unnest(map_entries(json_transform(
              case when json_type(manifest -> 'traffic' -> 'category_shares') = 'OBJECT'
@@ -90,7 +91,8 @@ recorded as (
              '"MAP(VARCHAR, DOUBLE)"'))) as t(e)
 ),
 counted as (
-    select e.key as category, e.value / sum(e.value) over () as share, 'traffic file row counts' as weights_source
+    select run_id, e.key as category, e.value / sum(e.value) over (partition by run_id) as share,
+           'traffic file row counts' as weights_source
     from settings,
          unnest(map_entries(json_transform(
              case when json_type(manifest -> 'traffic' -> 'categories') = 'OBJECT'
@@ -100,30 +102,35 @@ counted as (
 weights as (
     select * from given
     union all
-    select * from recorded where not exists (select 1 from given)
+    select * from recorded r where not exists (select 1 from given g where g.run_id = r.run_id)
     union all
-    select * from counted where not exists (select 1 from given) and not exists (select 1 from recorded)
-),
-weights_set as (
-    select any_value(weights_source) as weights_source, sum(share) as share_total from weights
+    select * from counted c
+    where not exists (select 1 from given g where g.run_id = c.run_id)
+      and not exists (select 1 from recorded r where r.run_id = c.run_id)
 ),
 levels as (
     select * from int_levels_compared
+),
+weights_set as (
+    select runs.run_id, any_value(w.weights_source) as weights_source, sum(w.share) as share_total
+    from (select distinct run_id from levels) runs
+    left join weights w using (run_id)
+    group by runs.run_id
 ),
 pairs as (
     select * from int_requests_paired where comparison = 'ab'
 ),
 requested as (
-    select distinct category, concurrency from stg_requests
+    select distinct run_id, category, concurrency from stg_requests
 ),
 categories as (
-    select category from weights
+    select run_id, category from weights
     union
-    select category from requested
+    select run_id, category from requested
 ),
 per_category as (
     select
-        category, concurrency,
+        run_id, category, concurrency,
         count(*) as pairs,
         count(distinct prompt_id) as prompts,
         avg(reference_e2e_ms) as baseline_e2e_ms_mean,
@@ -134,7 +141,7 @@ per_category as (
 ),
 per_level as (
     select
-        concurrency,
+        run_id, concurrency,
         count(*) as pairs,
         count(distinct prompt_id) as prompts,
         exp(avg(log_ratio)) as speedup_unweighted
@@ -143,6 +150,7 @@ per_level as (
 ),
 category_rows as (
     select
+        l.run_id,
         c.category,
         l.concurrency,
         ws.weights_source,
@@ -161,15 +169,17 @@ category_rows as (
             end
         ) as excluded_reason
     from categories c
-    cross join levels l
-    cross join weights_set ws
-    left join weights w on w.category = c.category
-    left join per_category pc on pc.category = c.category and pc.concurrency = l.concurrency
-    left join per_level pl on pl.concurrency = l.concurrency
-    left join requested r on r.category = c.category and r.concurrency = l.concurrency
+    join levels l on l.run_id = c.run_id
+    join weights_set ws on ws.run_id = l.run_id
+    left join weights w on w.run_id = c.run_id and w.category = c.category
+    left join per_category pc
+      on pc.run_id = l.run_id and pc.category = c.category and pc.concurrency = l.concurrency
+    left join per_level pl on pl.run_id = l.run_id and pl.concurrency = l.concurrency
+    left join requested r on r.run_id = l.run_id and r.category = c.category and r.concurrency = l.concurrency
 ),
 level_sums as (
     select
+        run_id,
         concurrency,
         sum(share) filter (where excluded_reason is null and share > 0) as covered_share,
         sum(share * baseline_e2e_ms_mean) filter (where excluded_reason is null and share > 0) as weighted_baseline,
@@ -182,6 +192,7 @@ level_sums as (
 ),
 weighted_rows as (
     select
+        l.run_id,
         '(weighted)' as category,
         l.concurrency,
         ws.weights_source,
@@ -215,12 +226,13 @@ weighted_rows as (
             end
         ) as excluded_reason
     from levels l
-    cross join weights_set ws
-    left join level_sums s on s.concurrency = l.concurrency
-    left join per_level pl on pl.concurrency = l.concurrency
+    join weights_set ws on ws.run_id = l.run_id
+    left join level_sums s on s.run_id = l.run_id and s.concurrency = l.concurrency
+    left join per_level pl on pl.run_id = l.run_id and pl.concurrency = l.concurrency
 ),
 contribution_rows as (
     select
+        c.run_id,
         c.category,
         c.concurrency,
         c.weights_source,
@@ -248,45 +260,47 @@ contribution_rows as (
         end as note,
         c.excluded_reason
     from category_rows c
-    left join level_sums s on s.concurrency = c.concurrency
+    left join level_sums s on s.run_id = c.run_id and s.concurrency = c.concurrency
 ),
 all_rows as (
     select * from weighted_rows
     union all by name
     select * from contribution_rows
 ),
+weighted_intervals as (
+    select run_id, concurrency, ci_low, ci_high
+    from int_speedup_intervals
+    where category = '(weighted)' and comparison = 'ab' and "interval" = 'measurement'
+),
 final as (
     select
-        category,
-        concurrency,
-        weights_source,
-        share,
-        case when excluded_reason is null then share_used end as share_used,
-        case when excluded_reason is null then run_share end as run_share,
-        pairs,
-        prompts,
-        case when excluded_reason is null or speedup_covered is not null then baseline_e2e_ms_mean end
+        a.run_id,
+        a.category,
+        a.concurrency,
+        a.weights_source,
+        a.share,
+        case when a.excluded_reason is null then a.share_used end as share_used,
+        case when a.excluded_reason is null then a.run_share end as run_share,
+        a.pairs,
+        a.prompts,
+        case when a.excluded_reason is null or a.speedup_covered is not null then a.baseline_e2e_ms_mean end
             as baseline_e2e_ms_mean,
-        case when excluded_reason is null or speedup_covered is not null then speculative_e2e_ms_mean end
+        case when a.excluded_reason is null or a.speedup_covered is not null then a.speculative_e2e_ms_mean end
             as speculative_e2e_ms_mean,
-        case when excluded_reason is null then speedup end as speedup,
-        case when excluded_reason is null and category = '(weighted)' then (
-            select i.ci_low from int_speedup_intervals i
-            where i.category = '(weighted)' and i.concurrency = all_rows.concurrency
-              and i.comparison = 'ab' and i."interval" = 'measurement') end as ci_low,
-        case when excluded_reason is null and category = '(weighted)' then (
-            select i.ci_high from int_speedup_intervals i
-            where i.category = '(weighted)' and i.concurrency = all_rows.concurrency
-              and i.comparison = 'ab' and i."interval" = 'measurement') end as ci_high,
-        case when excluded_reason is null then speedup_geomean end as speedup_geomean,
-        speedup_unweighted,
-        speedup_covered,
-        covered_share,
-        case when excluded_reason is null then baseline_time_share end as baseline_time_share,
-        case when excluded_reason is null or speedup_covered is not null then saved_fraction end as saved_fraction,
-        definition,
-        note,
-        excluded_reason
-    from all_rows
+        case when a.excluded_reason is null then a.speedup end as speedup,
+        case when a.excluded_reason is null and a.category = '(weighted)' then i.ci_low end as ci_low,
+        case when a.excluded_reason is null and a.category = '(weighted)' then i.ci_high end as ci_high,
+        case when a.excluded_reason is null then a.speedup_geomean end as speedup_geomean,
+        a.speedup_unweighted,
+        a.speedup_covered,
+        a.covered_share,
+        case when a.excluded_reason is null then a.baseline_time_share end as baseline_time_share,
+        case when a.excluded_reason is null or a.speedup_covered is not null then a.saved_fraction end
+            as saved_fraction,
+        a.definition,
+        a.note,
+        a.excluded_reason
+    from all_rows a
+    left join weighted_intervals i on i.run_id = a.run_id and i.concurrency = a.concurrency
 )
-select * from final order by concurrency, category
+select * from final order by run_id, concurrency, category

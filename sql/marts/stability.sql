@@ -1,5 +1,5 @@
 -- stability
--- Grain: one row per fault type probed by `specdec stability`, in the order run.
+-- Grain: one row per run_id and fault type probed by `specdec stability`, in the order run.
 -- Purpose: the fault -> outcome table of a stability run.
 --   probes                probes of this fault type
 --   requests_sent         requests sent by its probes (sum)
@@ -25,6 +25,7 @@ with probes as (
 ),
 final as (
     select
+        run_id,
         fault,
         count(*) as probes,
         sum(requests_sent) as requests_sent,
@@ -43,6 +44,6 @@ final as (
         first(rss_slope_mb_per_min order by probe_index) filter (where rss_samples is not null) as rss_slope_mb_per_min,
         min(wall_start_ns) as first_wall_start_ns
     from probes
-    group by fault
+    group by run_id, fault
 )
-select * exclude (first_wall_start_ns) from final order by first_wall_start_ns, fault
+select * exclude (first_wall_start_ns) from final order by run_id, first_wall_start_ns, fault

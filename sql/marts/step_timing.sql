@@ -1,5 +1,5 @@
 -- step_timing
--- Grain: one row per arm and concurrency level.
+-- Grain: one row per run_id, arm and concurrency level.
 -- Purpose: where engine time goes, per engine step (a step's timings are the
 --   whole batch's and repeat on every row of that step, so steps are
 --   de-duplicated on (process_token, step_index) first: process_token, not pid,
@@ -10,24 +10,39 @@
 --                      NULL when no drafter ran (baseline)
 --   draft_share        sum(draft_ms) / (sum(draft_ms) + sum(verify_ms)) over steps with drafts
 --   batch_size_mean    mean requests per step
-with steps as (
-    select arm, concurrency, process_token, step_index,
+--   (The rows of replayed requests: stg_rounds joined to int_engine_requests, the same rows
+--   as int_rounds_attributed, looked up per engine request instead of parsed per row. A row
+--   whose step scheduled one request, batch_size = 1, is the only row of its step, so it is
+--   a step as it is; only the rows of larger batches are grouped into steps: the same steps,
+--   and most steps of a run (every step at concurrency 1) skip the grouping.)
+with rounds as (
+    select r.run_id, e.arm, e.concurrency, r.process_token, r.step_index, r.batch_size, r.verify_ms, r.draft_ms
+    from stg_rounds r
+    join (select * from int_engine_requests where replayed) e using (run_id, engine_request_id)
+    where r.phase = 'decode'
+),
+steps as (
+    select run_id, arm, concurrency, process_token, step_index, batch_size, verify_ms, draft_ms
+    from rounds
+    where batch_size = 1
+    union all
+    select run_id, arm, concurrency, process_token, step_index,
            any_value(batch_size) as batch_size,
            any_value(verify_ms) as verify_ms,
            max(draft_ms) as draft_ms
-    from int_rounds_attributed
-    where phase = 'decode'
-    group by arm, concurrency, process_token, step_index
+    from rounds
+    where batch_size <> 1
+    group by run_id, arm, concurrency, process_token, step_index
 ),
 final as (
     select
-        arm, concurrency,
+        run_id, arm, concurrency,
         count(*) as steps,
         avg(verify_ms) as verify_ms_mean,
         avg(draft_ms) as draft_ms_mean,
         sum(draft_ms) / nullif(sum(draft_ms) + sum(verify_ms) filter (where draft_ms is not null), 0) as draft_share,
         avg(batch_size) as batch_size_mean
     from steps
-    group by arm, concurrency
+    group by run_id, arm, concurrency
 )
-select * from final order by arm, concurrency
+select * from final order by run_id, arm, concurrency

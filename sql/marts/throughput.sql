@@ -1,6 +1,6 @@
 -- throughput
--- Grain: one row per arm and concurrency level that has requests (all categories
---   and repeats together).
+-- Grain: one row per run_id, arm and concurrency level that has requests (all
+--   categories and repeats of the run together).
 -- Purpose: system throughput of a level (capacity), from the client's clock,
 --   over successful requests only; failed requests are counted beside it. Each
 --   repeat's block is timed on its own (int_blocks_measured), so no interval
@@ -22,6 +22,7 @@ with blocks as (
 ),
 final as (
     select
+        run_id,
         arm,
         concurrency,
         count(*) as repeats,
@@ -34,6 +35,6 @@ final as (
         min(output_tokens_per_s) as output_tokens_per_s_min,
         max(output_tokens_per_s) as output_tokens_per_s_max
     from blocks
-    group by arm, concurrency
+    group by run_id, arm, concurrency
 )
-select * from final order by arm, concurrency
+select * from final order by run_id, arm, concurrency

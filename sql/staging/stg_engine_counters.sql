@@ -1,5 +1,5 @@
 -- stg_engine_counters
--- Grain: one row per arm, concurrency level and position (before/after).
+-- Grain: one row per run_id, arm, concurrency level, repeat and position (before/after).
 -- Purpose: vLLM's cumulative /metrics counters (MetricSnapshot), typed.
 --   NULL = the server does not export that counter (no speculation).
 with source as (

@@ -1,5 +1,5 @@
 -- stg_greedy_checks
--- Grain: one row per request of the lossless verification pass (GreedyCheck):
+-- Grain: one row per run_id and request of the lossless verification pass (GreedyCheck):
 --   greedy requests sent apart from the timed ones, asking for token ids and
 --   the top-2 logprobs at every position (specdec.replay.verify).
 -- Purpose: the verification record, typed. Nothing is derived here.

@@ -1,5 +1,5 @@
 -- stg_requests
--- Grain: one row per replayed request (RequestResult).
+-- Grain: one row per run_id and replayed request (RequestResult).
 -- Purpose: the client-side record, typed. Nothing is derived here.
 --   chunk_tokens: per content chunk, aligned with chunk_offsets_ms, the running
 --   output-token count the server reported [tokens]; NULL when it did not report

@@ -1,5 +1,5 @@
 -- stg_resources
--- Grain: one row per resource sample: arm, concurrency level, repeat and time.
+-- Grain: one row per resource sample: run_id, arm, concurrency level, repeat and time.
 -- Purpose: what a server held while a block ran (ResourceSample, replay/resources.py),
 --   sampled about once a second from the block's start to its end.
 --   rss_bytes         resident memory of the server's process tree [bytes]; NULL for a

@@ -1,9 +1,10 @@
 -- stg_rounds
--- Grain: one row per request per engine step that emitted tokens (RoundTrace).
+-- Grain: one row per run_id, request and engine step that emitted tokens (RoundTrace).
 -- Purpose: the captured engine trace, typed, with the client request id
 --   recovered from vLLM's engine request id ("chatcmpl-<X-Request-Id>-<8 hex>").
 -- Columns: as schemas.records.RoundTrace, plus
---   request_id   client request id (NULL if the id has another shape)
+--   request_id   client request id (macro request_id_of, sql/macros.sql; NULL if the id
+--                has another shape)
 --   is_verify_round  tokens_proposed > 0 (the target verified drafts this step)
 with source as (
     select * from raw_rounds
@@ -12,7 +13,7 @@ final as (
     select
         run_id,
         engine_request_id,
-        nullif(regexp_extract(engine_request_id, '^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$', 1), '') as request_id,
+        request_id_of(engine_request_id) as request_id,
         pid,
         process_token,
         step_index,

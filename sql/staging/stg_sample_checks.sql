@@ -1,5 +1,5 @@
 -- stg_sample_checks
--- Grain: one row per request of the sampling-mode check (SampleCheck): a prompt
+-- Grain: one row per run_id and request of the sampling-mode check (SampleCheck): a prompt
 --   with temperature > 0 sent once per seed of a fixed seed list, per arm and
 --   level, logprobs on, apart from the timed requests (specdec.replay.sampling).
 -- Purpose: the sample record, typed. Nothing is derived here.

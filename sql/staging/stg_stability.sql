@@ -1,5 +1,5 @@
 -- stg_stability
--- Grain: one row per fault probe of a `specdec stability` run (StabilityResult).
+-- Grain: one row per run_id and fault probe of a `specdec stability` run (StabilityResult).
 -- Purpose: the probe record, typed. Nothing is derived here.
 --   outcome  ok | degraded | failed | skipped (see StabilityResult.outcome)
 --   rss_*    NULL = not sampled (only the soak samples RSS, and only for an

@@ -21,7 +21,8 @@ def capacity(run_dir, slo=None) -> dict[str, dict]:
     try:
         cur = con.execute("select * from capacity_under_slo")
         cols = [d[0] for d in cur.description]
-        return {r[0]: dict(zip(cols, r)) for r in cur.fetchall()}
+        return {row["arm"]: row for row in (dict(zip(cols, r)) for r in cur.fetchall())}
+
     finally:
         con.close()
 

@@ -8,7 +8,7 @@ import pytest
 
 from specdec.analytics.models import LAYERS, SqlModel, discover, order
 from specdec.errors import SpecdecError
-from specdec.runfolder import RECORD_FILES
+from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
 from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace, StabilityResult
 
 
@@ -18,10 +18,11 @@ def test_discover_orders_layers_then_dependencies():
     layers = [LAYERS.index(m.layer) for m in models]
     assert layers == sorted(layers)  # staging, then intermediate, then marts
     staging = {m.name for m in models if m.layer == "staging"}
-    # one staging model per record file of the run-folder contract (stg_stability
-    # is written separately and may not exist yet)
-    assert {"stg_rounds", "stg_requests", "stg_engine_counters"} <= staging
-    assert staging <= {f"stg_{rec.name}" for rec in RECORD_FILES}
+    # one staging model per record file of the run-folder contract and of the lake
+    # (stg_stability is written separately and may not exist yet)
+    assert {"stg_rounds", "stg_requests", "stg_engine_counters", "stg_counter_scrapes"} <= staging
+    assert staging <= {f"stg_{rec.name}" for rec in (*RECORD_FILES, *LAKE_RECORDS)}
+
     for m in models:
         for dep in m.depends_on:
             assert names.index(dep) < names.index(m.name), (m.name, dep)

@@ -4,7 +4,15 @@ client sends streamed chat requests. Its /metrics shows the acceptance gauge
 go from NaN to a number; the lake holds the rounds (hive layout) and the
 counter scrapes; the verify rounds, proposed and accepted tokens in the lake
 equal vLLM's own spec_decode counters (what the plugin wrote, counted by the
-engine); nothing is left in the capture folder."""
+engine); nothing is left in the capture folder.
+
+Then `specdec analytics build LAKE` over two runs: a second run's part file
+(the first run's rows under another run id and engine process token, as a
+second server's plugin would write them; a second vLLM server would take
+minutes more) is dropped into the capture folder before the sidecar stops, so
+its last compaction moves it into the lake. capture_acceptance has one row
+per run: the first run's figures equal vLLM's counters, the second's its
+own rows."""
 
 import asyncio
 import math
@@ -15,15 +23,23 @@ import time
 import urllib.request
 
 import aiohttp
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from specdec.analytics.build import build
 from specdec.replay.server import LocalServer, ServerSpec
-from specdec.runfolder import LAKE_COUNTERS_GLOB, LAKE_ROUNDS_GLOB, ROUND_PART_GLOB, lake_partition_value
+from specdec.runfolder import (
+    LAKE_COUNTERS_GLOB, LAKE_ROUNDS_GLOB, ROUND_PART_GLOB, lake_partition_value, round_part_name,
+)
+from specdec.schemas.arrow import write_parquet_atomic
 
 pytestmark = pytest.mark.engine
 
 RUN_ID = "sidecar-e2e"
+SECOND_RUN = "sidecar-e2e/second"  # a '/' in a run id: its lake partition folder is percent-encoded
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 PROMPTS = ["Repeat this list three times: red, green, blue, red, green, blue, red, green, blue.",
            "Count from one to twenty in words: one, two, three, four, five,",
@@ -51,8 +67,22 @@ async def _chat(base_url: str) -> None:
                 await r.read()
 
 
-def _lake_rounds(lake) -> list[dict]:
-    return [row for f in sorted(lake.glob(LAKE_ROUNDS_GLOB)) for row in pq.read_table(f).to_pylist()]
+def _lake_rounds(lake, run_id: str | None = RUN_ID) -> list[dict]:
+    """The lake's rounds of one run (every run's with run_id None)."""
+    return [row for f in sorted(lake.glob(LAKE_ROUNDS_GLOB)) for row in pq.read_table(f).to_pylist()
+            if run_id is None or row["run_id"] == run_id]
+
+
+def _second_run_part(lake, cap) -> pa.Table:
+    """The first run's lake rows as a second engine's plugin part of run SECOND_RUN."""
+    table = pa.concat_tables([pq.read_table(f) for f in sorted(lake.glob(LAKE_ROUNDS_GLOB))])
+    n = table.num_rows
+    table = table.set_column(table.schema.get_field_index("run_id"), table.schema.field("run_id"),
+                             pa.array([SECOND_RUN] * n, pa.string()))
+    table = table.set_column(table.schema.get_field_index("process_token"), table.schema.field("process_token"),
+                             pa.array(["99-beefcafe"] * n, pa.string()))
+    write_parquet_atomic(table, cap / round_part_name("99-beefcafe", 0))
+    return table
 
 
 def _lake_count(lake) -> int:
@@ -100,6 +130,7 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
                 return second if second and _lake_count(lake) == first["specdec_sidecar_rows_written_total"] else False
 
             live = _until(stable, 90, "the lake to hold every verify round vLLM counted, stably")
+            second = _second_run_part(lake, cap)  # moved into the lake by the last compaction at stop
         finally:
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=60)
@@ -116,10 +147,11 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
 
     # the lake holds the rounds, partitioned by date and run
     rows = _lake_rounds(lake)
-    assert {f.parent.name for f in lake.glob(LAKE_ROUNDS_GLOB)} == {f"run_id={lake_partition_value(RUN_ID)}"}
-    assert {r["run_id"] for r in rows} == {RUN_ID}
+    assert {f.parent.name for f in lake.glob(LAKE_ROUNDS_GLOB)} == {
+        f"run_id={lake_partition_value(RUN_ID)}", f"run_id={lake_partition_value(SECOND_RUN)}"}
+    assert {r["run_id"] for r in _lake_rounds(lake, None)} == {RUN_ID, SECOND_RUN}
     assert not list(cap.glob(ROUND_PART_GLOB))  # nothing left behind
-    assert f'"specdec_sidecar_rows_written_total": {len(rows)}' in out
+    assert f'"specdec_sidecar_rows_written_total": {len(rows) + second.num_rows}' in out
 
     # ... and the counter scrapes; the rounds equal what vLLM itself counted
     scrapes = [r for f in sorted(lake.glob(LAKE_COUNTERS_GLOB)) for r in pq.read_table(f).to_pylist()]
@@ -131,5 +163,25 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     assert sum(r["tokens_proposed"] for r in rows) == last["spec_num_draft_tokens"]
     assert sum(r["tokens_accepted"] for r in rows) == last["spec_num_accepted_tokens"]
     assert live["specdec_acceptance_rate"] == pytest.approx(last["spec_num_accepted_tokens"] / last["spec_num_draft_tokens"])
+
+    # one database over the lake's two runs: marts keyed by run
+    db = build(lake)
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        runs = {r[0]: r[1:] for r in con.execute(
+            "select run_id, rows, verify_rounds, tokens_proposed, tokens_accepted, engines from capture_acceptance"
+        ).fetchall()}
+        listed = con.execute("select run_id, manifest is null from raw_manifest order by run_id").fetchall()
+        scraped = con.execute("select count(*) from stg_counter_scrapes where scrape_ok").fetchone()[0]
+    finally:
+        con.close()
+    assert listed == [(RUN_ID, True), (SECOND_RUN, True)]
+    assert runs[RUN_ID] == (len(rows), last["spec_num_drafts"], last["spec_num_draft_tokens"],
+                            last["spec_num_accepted_tokens"], 1)
+    k = second["tokens_proposed"]
+    second_verify = pc.sum(pc.cast(pc.greater(k, 0), pa.int64())).as_py()
+    assert runs[SECOND_RUN] == (second.num_rows, second_verify, pc.sum(k).as_py(),
+                                pc.sum(second["tokens_accepted"]).as_py(), 1)
+    assert scraped == len(ok)
     print(f"sidecar e2e: {len(rows)} rows, {len(verify)} verify rounds, {len(scrapes)} scrapes, "
           f"acceptance {live['specdec_acceptance_rate']:.3f}, {time.monotonic() - t0:.0f} s")

@@ -1,0 +1,222 @@
+"""Checks on the Parquet files ``specdec analytics build`` reads, each problem
+an ``InputFileError`` naming the file and, where known, the row group, row
+and column (never a traceback from DuckDB later, at query time).
+
+Two depths (``check_file``):
+
+* **footer** (always, every file; metadata only, so cheap at any size):
+  the footer reads; ``schema_version`` is the one this specdec reads; every
+  column of the record is there, with a type that casts to the record's
+  (integers to any integer or float, floats to floats, strings to strings,
+  lists of such); no null in a column the record declares required: a
+  column the file declares REQUIRED cannot hold one, a nullable flat column
+  is judged by the row groups' null counts (read only where a row group has
+  no statistics, or to name the first null row), a nullable list column is
+  read; and, where the caller knows the file's run (``run_id``), every row
+  holds that run: judged by the row groups' min/max of ``run_id``, read only
+  where they are missing or differ.
+* **full** (``full=True``): the footer checks, then every row group read
+  with page checksums verified, one row group at a time (memory: one row
+  group), so a corrupted page is named at build time, and every value is
+  cast to the record's type. ``build`` asks for it when the inputs are small
+  (``FULL_CHECK_BYTES``) or when told to (``--check full``).
+
+``read_parquet_checked`` reads one whole file into a table, with the same
+problems named the same way (the data contracts, ``contracts.py``, read their
+rows through it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from specdec.errors import InputFileError
+from specdec.schemas.records import SCHEMA_VERSION
+
+__all__ = ["FULL_CHECK_BYTES", "check_file", "read_parquet_checked"]
+
+#: Inputs up to this many bytes in all are read in full by default (``--check auto``).
+FULL_CHECK_BYTES = 256 * 2**20
+
+
+def _why(exc: Exception) -> str:
+    """pyarrow's message on one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(path, page_checksum_verification=True)
+    except Exception as exc:  # pyarrow raises several types for a bad footer
+        raise InputFileError(path, f"not a readable Parquet file, truncated or corrupted ({_why(exc)})") from None
+
+
+def _check_header(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
+    version = (pf.schema_arrow.metadata or {}).get(b"schema_version", b"").decode() or None
+    if version != SCHEMA_VERSION:
+        raise InputFileError(path, f"schema_version is {version!r}, this specdec reads {SCHEMA_VERSION!r}")
+    present = set(pf.schema_arrow.names)
+    missing = [n for n in schema.names if n not in present]
+    if missing:
+        raise InputFileError(path, "missing column(s)", field=", ".join(missing))
+    for want in schema:
+        have = pf.schema_arrow.field(want.name).type
+        if not _castable(have, want.type):
+            raise InputFileError(path, f"a column has the wrong type ({have}, the record's is {want.type})",
+                                 field=want.name)
+
+
+def _castable(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether a file's column type casts to the record's without losing its meaning."""
+    t = pa.types
+    if have.equals(want) or t.is_null(have):
+        return True
+    if t.is_dictionary(have):  # a dictionary-encoded column reads as the values it holds
+        return _castable(have.value_type, want)
+    if t.is_integer(want):
+        return t.is_integer(have)
+    if t.is_floating(want):
+        return t.is_integer(have) or t.is_floating(have)
+    if t.is_string(want) or t.is_large_string(want):
+        return t.is_string(have) or t.is_large_string(have) or t.is_string_view(have)
+    if t.is_list(want) or t.is_large_list(want):
+        return (t.is_list(have) or t.is_large_list(have)) and _castable(have.value_type, want.value_type)
+    return False
+
+
+def _first_null(column) -> int:
+    return pc.index(pc.is_null(column), True).as_py()
+
+
+def _null_error(path: Path, name: str, count: int, first_row: int) -> InputFileError:
+    return InputFileError(path, f"{count} null value(s) in a required column (row counted from 0 in the file)",
+                          row=first_row, field=name)
+
+
+def _row_offsets(pf: pq.ParquetFile) -> list[int]:
+    out, total = [], 0
+    for i in range(pf.num_row_groups):
+        out.append(total)
+        total += pf.metadata.row_group(i).num_rows
+    return out
+
+
+def _check_nulls(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
+    """Required columns hold no null: from the file's schema and footer where they tell."""
+    leaves = {pf.metadata.schema.column(j).path: j for j in range(pf.metadata.num_columns)}
+    offsets = _row_offsets(pf)
+    for want in schema:
+        if want.nullable or not pf.schema_arrow.field(want.name).nullable:
+            continue  # the record allows nulls, or the file's column is REQUIRED (cannot hold one)
+        count, first = 0, None
+        for i in range(pf.num_row_groups):
+            stats = pf.metadata.row_group(i).column(leaves[want.name]).statistics if want.name in leaves else None
+            if stats is not None and stats.has_null_count:
+                nulls = stats.null_count
+                if nulls and first is None:
+                    first = offsets[i] + _first_null(_read(path, pf, i, want.name))
+            else:  # no statistics, or a list column: read it
+                column = _read(path, pf, i, want.name)
+                nulls = column.null_count
+                if nulls and first is None:
+                    first = offsets[i] + _first_null(column)
+            count += nulls
+        if count:
+            raise _null_error(path, want.name, count, first)
+
+
+def _read(path: Path, pf: pq.ParquetFile, group: int, name: str):
+    try:
+        return pf.read_row_group(group, columns=[name]).column(0)
+    except Exception as exc:  # decompression, page header, checksum ...
+        raise InputFileError(path, f"row group {group} of {pf.num_row_groups} cannot be read, "
+                                   f"the file is corrupted or truncated ({_why(exc)})") from None
+
+
+def _read_all(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
+    """Every row group, pages checksummed, values cast; nulls counted on the data."""
+    nulls: dict[str, list[int]] = {}  # column -> [count, first row]
+    types = pa.schema([f.with_nullable(True) for f in schema])  # nulls are counted, not cast
+    offset = 0
+    for i in range(pf.num_row_groups):
+        try:
+            group = pf.read_row_group(i, columns=schema.names).select(schema.names)
+        except Exception as exc:  # decompression, page header, checksum ...
+            raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
+                                       f"the file is corrupted or truncated ({_why(exc)})") from None
+        for field, column in zip(schema, group.columns):
+            if not field.nullable and column.null_count:
+                seen = nulls.setdefault(field.name, [0, offset + _first_null(column)])
+                seen[0] += column.null_count
+        _cast(path, group, types)
+        offset += group.num_rows
+
+    for name in schema.names:  # in record order, as a whole-file read reports them
+        if name in nulls:
+            raise _null_error(path, name, *nulls[name])
+
+
+def _cast(path: Path, table: pa.Table, schema: pa.Schema) -> pa.Table:
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError) as exc:
+        raise InputFileError(path, f"a column has the wrong type ({_why(exc)})") from None
+
+
+def _check_run_id(path: Path, pf: pq.ParquetFile, run_id: str, whose: str) -> None:
+    """Every row's run_id is ``run_id``: from the row groups' min/max, read where they do not tell."""
+    leaves = {pf.metadata.schema.column(j).path: j for j in range(pf.metadata.num_columns)}
+    offsets = _row_offsets(pf)
+    for i in range(pf.num_row_groups):
+        stats = pf.metadata.row_group(i).column(leaves["run_id"]).statistics
+        if stats is not None and stats.has_min_max and stats.min == run_id == stats.max:
+            continue
+        if pf.metadata.row_group(i).num_rows == 0:
+            continue
+        column = _read(path, pf, i, "run_id")
+        other = pc.not_equal(column.fill_null(""), pa.scalar(run_id))
+        if pc.any(other).as_py():
+            row = pc.index(other, True).as_py()
+            raise InputFileError(path, f"run_id is {column[row].as_py()!r}, but {whose} is {run_id!r}: the rows "
+                                       "of a run folder or lake partition belong to that run only",
+                                 row=offsets[i] + row, field="run_id")
+
+
+def check_file(path: Path, schema: pa.Schema, *, run_id: str | None = None, whose: str = "",
+               full: bool = False) -> int:
+    """Check one file (module docstring); return its row count. ``run_id``: the
+    run every row must hold, ``whose`` says where that comes from (for the message)."""
+    pf = _open(path)
+    with pf:
+        _check_header(path, pf, schema)
+        if full:
+            _read_all(path, pf, schema)
+        else:
+            _check_nulls(path, pf, schema)
+        if run_id is not None:
+            _check_run_id(path, pf, run_id, whose)
+        return pf.metadata.num_rows
+
+
+def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
+    """Read one Parquet file as ``schema``; every problem names the file and,
+    where known, the row group, row and column."""
+    pf = _open(path)
+    with pf:
+        _check_header(path, pf, schema)
+        groups = []
+        for i in range(pf.num_row_groups):
+            try:
+                groups.append(pf.read_row_group(i, columns=schema.names).select(schema.names))
+            except Exception as exc:  # decompression, page header, checksum ...
+                raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
+                                           f"the file is corrupted or truncated ({_why(exc)})") from None
+    table = pa.concat_tables(groups) if groups else pf.schema_arrow.empty_table().select(schema.names)
+    for field, column in zip(schema, table.columns):
+        if not field.nullable and column.null_count:
+            raise _null_error(path, field.name, column.null_count, _first_null(column))
+    return _cast(path, table, schema)

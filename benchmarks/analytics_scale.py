@@ -1,0 +1,334 @@
+"""Benchmark: `specdec analytics build` and every mart over tens of millions of
+rounds, against the same computations in plain pandas, in one run.
+
+Generates (not timed) a folder of run folders beside the sidecar's Parquet
+lake (``--layout lake``, default: each run folder holds its requests and
+engine counters, the lake its rounds under rounds/date=/run_id=/, as a
+sidecar beside external servers writes them; ``--layout runs``: the rounds in
+each run folder's capture/ part files instead). Per run: 2 arms x levels
+1, 4, 16 x 2 repeats, the same prompts in every block, 4 categories with
+their own acceptance; each request emits ``TOKENS`` tokens: the baseline one
+per engine step (k = 0), the speculative arm k = 4 drafts per verify round
+and a ~ min(k, geometric) accepted, so a speculative request has about a
+third of the baseline's rounds. Requests stream 16 chunks each (as a client
+that reads the stream in batches sees them) with per-chunk token counts.
+Enough prompts per block are generated to reach ``--rounds`` rounds in all.
+
+Then, each in a child process of its own (peak RSS from getrusage there):
+
+* **build**: ``build(ROOT)`` (views over the files in place; footer checks,
+  as the inputs are above 256 MiB), then a full read (``to_arrow_table``)
+  of every mart, so each is computed once: wall time of each step and of each
+  mart, peak RSS;
+* **queries**: typical analyst queries on the built database (acceptance of
+  one run, acceptance across runs, the speedup of one run, the '(system)'
+  speedup across runs), each the best of 3;
+* **pandas**: the acceptance mart's figures (per run, arm and category: verify
+  rounds, proposed, accepted, mean acceptance length, acceptance rate, rounds
+  attributed to requests by the request id inside the engine's) and the
+  speedup mart's per-category speedup (geometric mean of paired e2e ratios)
+  computed with pandas from the same Parquet (pyarrow reads it; the engine
+  request ids as categoricals, so the request id is parsed once per request);
+  compared with the time DuckDB takes to compute the same two marts.
+
+pandas is not a dependency of specdec; it is in the venv as a dependency of
+great-expectations (``specdec validate``): benchmark-only here.
+
+Ends with one JSON line of every figure. Goals (issue 8, on the 2-core host):
+build plus every mart at most 10 s and 2 GB; each analyst query at most 1 s;
+DuckDB at least 20x faster than pandas.
+
+    .venv/bin/python benchmarks/analytics_scale.py [--rounds 50000000] [--runs 4] [--layout lake|runs]
+        [--data DIR (kept, reused when it holds the same shape)]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from analytics_scale_data import TOKENS, generate  # a module beside this script
+
+
+# ---------------------------------------------------------------- measured parts (each in a child process)
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def child_build(root: Path) -> dict:
+    """Build, then read every mart in full: times and this process's peak RSS."""
+    import logging
+
+    import duckdb
+
+    from specdec.analytics.build import build
+    from specdec.analytics.models import discover
+
+    steps: list[str] = []
+
+    class Steps(logging.Handler):
+        def emit(self, record):
+            steps.append(f"{record.relativeCreated / 1000:6.2f} s  {record.getMessage()}")
+
+    logger = logging.getLogger("specdec.analytics.build")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Steps())
+    t0 = time.perf_counter()
+    db = build(root)
+    built = time.perf_counter()
+    marts, rows = {}, {}
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        for m in (m for m in discover() if m.layer == "marts"):
+            t = time.perf_counter()
+            rows[m.name] = con.execute(f"select * from {m.name}").to_arrow_table().num_rows
+            marts[m.name] = time.perf_counter() - t
+    finally:
+        con.close()
+    done = time.perf_counter()
+    return {"build_s": built - t0, "marts_s": done - built, "total_s": done - t0, "peak_rss_mib": _peak_rss_mib(),
+            "cpu_s": time.process_time(), "mart_s": marts, "mart_rows": rows, "db_bytes": db.stat().st_size,
+            "steps": steps}
+
+
+#: Typical analyst questions, each on a mart (stored at build).
+QUERIES = {
+    "acceptance of one run": "select * from acceptance where run_id = 'bench-00' order by arm, category",
+    "acceptance across runs": ("select run_id, category, mean_acceptance_length, acceptance_rate from acceptance "
+                               "where arm = 'speculative' order by category, run_id"),
+    "acceptance by position, one run": ("select category, position, acceptance_at_position from acceptance_positions "
+                                        "where run_id = 'bench-00' and arm = 'speculative' order by all"),
+    "speedup of one run": "select * from speedup where run_id = 'bench-00' order by category, concurrency",
+    "(system) speedup across runs": ("select run_id, concurrency, speedup, ci_low, ci_high, label from speedup "
+                                     "where category = '(system)' order by concurrency, run_id"),
+}
+
+
+def _from_parquet(con, final: str, models: list[str]) -> str:
+    """``final`` over the given intermediate models computed afresh from the Parquet
+    (each model's SQL as a CTE of its name, shadowing its stored table)."""
+    sql = dict(con.execute("select name, sql from sql_models").fetchall())
+    ctes = ",\n".join(f"{name} as (\n{sql[name]}\n)" for name in models)
+    return f"with {ctes}\n{final}"
+
+
+#: The pandas comparison's two figures, computed by DuckDB from the Parquet as the build does.
+FROM_PARQUET = {
+    "acceptance": (["int_round_groups", "int_engine_requests", "int_round_counts"],
+                   "select run_id, arm, category, sum(rounds) filter (where is_verify_round) as verify_rounds, "
+                   "sum(tokens_proposed * rounds) as tokens_proposed, sum(tokens_accepted * rounds) as tokens_accepted, "
+                   "1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where is_verify_round), 0) "
+                   "as mean_acceptance_length from int_round_counts group by all"),
+    "speedup": (["int_requests_measured", "int_requests_paired"],
+                "select run_id, category, concurrency, exp(avg(log_ratio)) as speedup from int_requests_paired "
+                "where comparison = 'ab' group by all"),
+}
+
+
+def child_queries(root: Path) -> dict:
+    import duckdb
+
+    con = duckdb.connect(str(root / "specdec.duckdb"), read_only=True)
+    out, fresh, figures = {}, {}, {}
+    try:
+        for name, sql in QUERIES.items():
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                con.execute(sql).fetchall()
+                times.append(time.perf_counter() - t)
+            out[name] = min(times)
+        for name, (models, final) in FROM_PARQUET.items():
+            t = time.perf_counter()
+            rows = con.execute(_from_parquet(con, final, models)).fetchall()
+            fresh[name] = time.perf_counter() - t
+            figures[name] = len(rows)
+        acc = {f"{r}/{a}/{c}": v for r, a, c, v in con.execute(
+            "select run_id, arm, category, mean_acceptance_length from acceptance").fetchall()}
+    finally:
+        con.close()
+    return {"query_s": out, "from_parquet_s": fresh, "from_parquet_rows": figures, "acceptance": acc,
+            "peak_rss_mib": _peak_rss_mib()}
+
+
+def _pandas_rounds(root: Path):
+    import pandas as pd
+
+    files = sorted(root.glob("rounds/date=*/run_id=*/*.parquet")) or sorted(root.glob("*/capture/rounds-*.parquet"))
+    frames = [pd.read_parquet(f, columns=["run_id", "engine_request_id", "tokens_proposed", "tokens_accepted"],
+                              read_dictionary=["run_id", "engine_request_id"]) for f in files]
+    return pd.concat(frames, ignore_index=True)  # categoricals of different files: union, as object-free as pandas gets
+
+
+def child_pandas(root: Path) -> dict:
+    """The acceptance mart's pooled figures (per run, arm and category) and the per-category
+    speedup, in pandas, from the same Parquet: the acceptance twice, row by row (every round
+    given its request, then grouped: the mart's definition as written) and grouped first (per
+    engine request, then joined: the build's algorithm)."""
+    import pandas as pd
+
+    requests = pd.concat([pd.read_parquet(f, columns=["run_id", "arm", "concurrency", "repeat", "request_id",
+                                                     "prompt_id", "category", "success", "e2e_ms"])
+                          for f in sorted(root.glob("*/requests/*.parquet"))], ignore_index=True)
+    pattern = r"^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$"
+
+    def engine_lookup(rounds):
+        """Per (run_id, engine id) category pair: the request's row in ``requests`` (-1: none)."""
+        eng = rounds[["run_id", "engine_request_id"]].drop_duplicates()
+        eng = eng.assign(request_id=eng["engine_request_id"].astype(str).str.extract(pattern, expand=False),
+                         run_id=eng["run_id"].astype(str))
+        pos = requests.reset_index()[["index", "run_id", "request_id"]]
+        return eng.merge(pos, on=["run_id", "request_id"], how="left")
+
+    def figures(g):
+        g["mean_acceptance_length"] = 1 + g["tokens_accepted"] / g["verify_rounds"].where(g["verify_rounds"] > 0)
+        g["acceptance_rate"] = g["tokens_accepted"] / g["tokens_proposed"].where(g["tokens_proposed"] > 0)
+        return g
+
+    t0 = time.perf_counter()
+    rounds = _pandas_rounds(root)
+    rounds["run_id"] = rounds["run_id"].astype("category")
+    rounds["engine_request_id"] = rounds["engine_request_id"].astype("category")
+    lookup = engine_lookup(rounds)
+    attributed = rounds.merge(lookup[["run_id", "engine_request_id", "index"]].dropna(),
+                              on=["run_id", "engine_request_id"])
+    attributed["arm"] = requests["arm"].to_numpy()[attributed["index"].astype(int)]
+    attributed["category"] = requests["category"].to_numpy()[attributed["index"].astype(int)]
+    attributed["verify"] = attributed["tokens_proposed"] > 0
+    row_by_row = figures(attributed.groupby(["run_id", "arm", "category"], observed=True).agg(
+        verify_rounds=("verify", "sum"), tokens_proposed=("tokens_proposed", "sum"),
+        tokens_accepted=("tokens_accepted", "sum")))
+    row_s = time.perf_counter() - t0
+    del attributed, rounds
+
+    t1 = time.perf_counter()
+    rounds = _pandas_rounds(root)
+    rounds["verify"] = rounds["tokens_proposed"] > 0
+    per_engine = rounds.groupby(["run_id", "engine_request_id"], observed=True).agg(
+        verify_rounds=("verify", "sum"), tokens_proposed=("tokens_proposed", "sum"),
+        tokens_accepted=("tokens_accepted", "sum")).reset_index()
+    lookup = engine_lookup(per_engine).dropna(subset=["index"])
+    per_engine = per_engine.assign(run_id=per_engine["run_id"].astype(str),
+                                   engine_request_id=per_engine["engine_request_id"].astype(str))
+    lookup = lookup.assign(engine_request_id=lookup["engine_request_id"].astype(str))
+    joined = per_engine.merge(lookup[["run_id", "engine_request_id", "index"]], on=["run_id", "engine_request_id"])
+    joined["arm"] = requests["arm"].to_numpy()[joined["index"].astype(int)]
+    joined["category"] = requests["category"].to_numpy()[joined["index"].astype(int)]
+    grouped_first = figures(joined.groupby(["run_id", "arm", "category"]).agg(
+        verify_rounds=("verify_rounds", "sum"), tokens_proposed=("tokens_proposed", "sum"),
+        tokens_accepted=("tokens_accepted", "sum")))
+    grouped_s = time.perf_counter() - t1
+    del rounds
+
+    t2 = time.perf_counter()
+    ok = requests[requests["success"]].sort_values("request_id")
+    ok = ok.assign(pair_index=ok.groupby(["run_id", "arm", "concurrency", "repeat", "prompt_id"]).cumcount())
+    keys = ["run_id", "category", "concurrency", "repeat", "prompt_id", "pair_index"]
+    pairs = ok[ok["arm"] == "baseline"].merge(ok[ok["arm"] == "speculative"], on=keys, suffixes=("_b", "_s"))
+    pairs["log_ratio"] = np.log(pairs["e2e_ms_b"] / pairs["e2e_ms_s"])
+    speedup = np.exp(pairs.groupby(["run_id", "category", "concurrency"])["log_ratio"].mean())
+    speedup_s = time.perf_counter() - t2
+    return {"acceptance_row_by_row_s": row_s, "acceptance_grouped_first_s": grouped_s, "speedup_s": speedup_s,
+            "peak_rss_mib": _peak_rss_mib(), "speedup_rows": len(speedup),
+            "acceptance": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in row_by_row["mean_acceptance_length"].items()},
+            "acceptance_grouped": {f"{k[0]}/{k[1]}/{k[2]}": v
+                                   for k, v in grouped_first["mean_acceptance_length"].items()}}
+
+
+def _child(part: str, root: Path) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--child", part, str(root)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{part} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _data(args) -> tuple[Path, dict, bool]:
+    """The folder to measure: --data (reused when it holds this shape), else a temporary one."""
+    shape = {"rounds": args.rounds, "runs": args.runs, "layout": args.layout, "tokens": TOKENS, "version": 2}
+    root = Path(args.data) if args.data else Path(tempfile.mkdtemp(prefix="specdec-scale-"))
+    marker = root / "shape.json"
+    if marker.is_file() and json.loads(marker.read_text())["shape"] == shape:
+        return root, json.loads(marker.read_text())["written"], False
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    t = time.perf_counter()
+    written = generate(root, args.rounds, args.runs, args.layout)
+    written["generate_s"] = time.perf_counter() - t
+    marker.write_text(json.dumps({"shape": shape, "written": written}))
+    return root, written, not args.data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=50_000_000, help="synthetic rounds in all (default 50 million)")
+    ap.add_argument("--runs", type=int, default=4, help="runs the rounds are spread over")
+    ap.add_argument("--layout", choices=("lake", "runs"), default="lake")
+    ap.add_argument("--data", default=None, help="folder for the generated data, kept and reused (default: a "
+                                                 "temporary folder, removed at the end)")
+    ap.add_argument("--no-pandas", action="store_true", help="skip the pandas comparison")
+    ap.add_argument("--child", nargs=2, metavar=("PART", "ROOT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        part, root = args.child
+        print(json.dumps({"build": child_build, "queries": child_queries, "pandas": child_pandas}[part](Path(root))))
+        return
+    root, written, remove = _data(args)
+    try:
+        print(f"data: {written['rounds']:,} rounds, {written['requests']:,} requests, {args.runs} runs "
+              f"({args.layout} layout), {written['files']} Parquet files, {written['bytes'] / 2**20:.0f} MiB, "
+              f"generated in {written.get('generate_s', 0):.0f} s (not measured) at {root}")
+        b = _child("build", root)
+        q = _child("queries", root)
+        p = None if args.no_pandas else _child("pandas", root)
+    finally:
+        if remove:
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"build {b['build_s']:.2f} s + every mart read in full {b['marts_s']:.2f} s = {b['total_s']:.2f} s "
+          f"(goal <= 10 s); peak RSS {b['peak_rss_mib']:.0f} MiB (goal <= 2048); CPU {b['cpu_s']:.1f} s; "
+          f"database {b['db_bytes'] / 2**20:.1f} MiB")
+    print("build steps (time since the build process started):")
+    for line in b["steps"]:
+        print("  " + line)
+    print("mart reads:", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(b["mart_s"].items(), key=lambda kv: -kv[1])[:5]))
+    for name, sec in q["query_s"].items():
+        print(f"query {name:34s} {sec * 1000:8.1f} ms (goal <= 1000)")
+    duck_acc, duck_speed = q["from_parquet_s"]["acceptance"], q["from_parquet_s"]["speedup"]
+    print(f"from the Parquet, DuckDB: acceptance {duck_acc:.2f} s, per-category speedup {duck_speed:.3f} s")
+    figures = {"rounds": written["rounds"], "requests": written["requests"], "runs": args.runs, "layout": args.layout,
+               "parquet_mib": round(written["bytes"] / 2**20, 1), "build_s": round(b["build_s"], 2),
+               "marts_read_s": round(b["marts_s"], 3), "build_and_marts_s": round(b["total_s"], 2),
+               "build_cpu_s": round(b["cpu_s"], 1), "peak_rss_mib": round(b["peak_rss_mib"]),
+               "db_mib": round(b["db_bytes"] / 2**20, 1),
+               "query_ms": {k: round(v * 1000, 1) for k, v in q["query_s"].items()},
+               "duckdb_acceptance_from_parquet_s": round(duck_acc, 3),
+               "duckdb_speedup_from_parquet_s": round(duck_speed, 3)}
+    if p:
+        same = all(abs(p["acceptance"][k] - v) < 1e-9 for k, v in q["acceptance"].items() if v is not None
+                   and k in p["acceptance"])
+        print(f"pandas: acceptance row by row {p['acceptance_row_by_row_s']:.2f} s "
+              f"({p['acceptance_row_by_row_s'] / duck_acc:.1f}x DuckDB's), grouped first "
+              f"{p['acceptance_grouped_first_s']:.2f} s ({p['acceptance_grouped_first_s'] / duck_acc:.1f}x); "
+              f"speedup {p['speedup_s']:.3f} s ({p['speedup_s'] / duck_speed:.1f}x) (goal: DuckDB >= 20x faster); "
+              f"pandas peak RSS {p['peak_rss_mib']:.0f} MiB; same acceptance figures as the mart: {same}")
+        figures.update(pandas_acceptance_row_by_row_s=round(p["acceptance_row_by_row_s"], 2),
+                       pandas_acceptance_grouped_first_s=round(p["acceptance_grouped_first_s"], 2),
+                       pandas_speedup_s=round(p["speedup_s"], 3),
+                       acceptance_ratio_row_by_row=round(p["acceptance_row_by_row_s"] / duck_acc, 1),
+                       acceptance_ratio_grouped_first=round(p["acceptance_grouped_first_s"] / duck_acc, 1),
+                       speedup_ratio=round(p["speedup_s"] / duck_speed, 1),
+                       pandas_peak_rss_mib=round(p["peak_rss_mib"]), pandas_matches_mart=same)
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

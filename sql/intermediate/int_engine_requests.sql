@@ -1,0 +1,74 @@
+-- int_engine_requests
+-- Grain: one row per run_id and engine request id of the captured rounds (int_round_groups).
+-- Materialized: table, computed once at build: the models over the rounds (tens of
+--   millions of rows, a few hundred thousand engine request ids) look each row's request
+--   up here instead of parsing its id and joining the requests once per row.
+-- Purpose: the replayed request behind each engine request id, and what the models over
+--   its rounds need of it.
+--   request_id      request_id_of(engine_request_id) (sql/macros.sql): the client request id
+--   replayed        true when that request is one of the run's replayed requests
+--                   (stg_requests, same run_id): its rounds are the attributed ones
+--                   (int_rounds_attributed); false for warm-up requests and any other
+--                   traffic the engine served under the run id
+--   arm, concurrency, repeat, category, prompt_id, prompt_tokens, temperature
+--                   of the replayed request (stg_requests); NULL when not replayed
+--   natural_end_context   for a speculative greedy (temperature 0) request whose prompt has
+--                   a natural end at its level (int_natural_ends, end-of-sequence ids known):
+--                   natural_end_position + prompt_tokens - 1, the context_len from which a
+--                   verify round lies after the natural end (its first drafted position,
+--                   context_len - prompt_tokens + 1, is >= natural_end_position); NULL otherwise
+--   natural_end_segment   for the other speculative greedy requests, the segment every one of
+--                   their rounds falls in: 'unknown' (no successful baseline verification
+--                   request for the prompt at this level, end-of-sequence ids unknown, or no
+--                   prompt_tokens) or 'before_natural_end' (the prompt never ended within
+--                   max_tokens); NULL when natural_end_context applies, and for every other
+--                   request (acceptance_natural_end uses both)
+with engine as (
+    select distinct run_id, engine_request_id from int_round_groups
+),
+parsed as (
+    select run_id, engine_request_id, request_id_of(engine_request_id) as request_id from engine
+),
+requests as (
+    select run_id, request_id, arm, concurrency, repeat, category, prompt_id, prompt_tokens, temperature
+    from stg_requests
+),
+ends as (
+    select * from int_natural_ends
+),
+joined as (
+    select
+        parsed.run_id,
+        parsed.engine_request_id,
+        parsed.request_id,
+        requests.request_id is not null as replayed,
+        requests.arm,
+        requests.concurrency,
+        requests.repeat,
+        requests.category,
+        requests.prompt_id,
+        requests.prompt_tokens,
+        requests.temperature,
+        requests.arm = 'speculative' and requests.temperature = 0 as greedy_speculative,
+        ends.eos_known,
+        ends.natural_end_position
+    from parsed
+    left join requests on requests.run_id = parsed.run_id and requests.request_id = parsed.request_id
+    left join ends
+      on ends.run_id = parsed.run_id and ends.concurrency = requests.concurrency
+     and ends.prompt_id = requests.prompt_id
+),
+final as (
+    select
+        run_id, engine_request_id, request_id, replayed, arm, concurrency, repeat, category, prompt_id,
+        prompt_tokens, temperature,
+        case when greedy_speculative and eos_known and prompt_tokens is not null
+             then natural_end_position + prompt_tokens - 1 end as natural_end_context,
+        case
+            when not greedy_speculative then null
+            when eos_known is not true or prompt_tokens is null then 'unknown'
+            when natural_end_position is null then 'before_natural_end'
+        end as natural_end_segment
+    from joined
+)
+select * from final

@@ -1,0 +1,33 @@
+-- int_round_counts
+-- Grain: one row per run_id, engine request of a replayed request, phase,
+--   tokens_proposed, tokens_accepted and context bucket that has captured rounds: the rows
+--   of int_rounds_attributed, counted (int_round_groups of replayed requests).
+-- Materialized: table, computed once at build, so the marts over the rounds (acceptance,
+--   acceptance_by_context, acceptance_definitions, acceptance_natural_end,
+--   acceptance_positions, reconciliation) read a few rows per request instead of every
+--   captured row, without each joining the groups to their requests again (at 50 million
+--   rounds, 2.5 million groups: half a second per mart).
+-- Purpose: the captured rounds of the run's replayed requests, with the request's
+--   attributes.
+--   arm, concurrency, repeat, category, prompt_id, request_id   of the replayed request
+--                   (int_engine_requests)
+--   engine_request_id, phase, tokens_proposed, tokens_accepted, context_low,
+--   rounds, tokens_emitted   as in int_round_groups
+--   is_verify_round  tokens_proposed > 0
+with grouped as (
+    select * from int_round_groups
+),
+engine as (
+    select * from int_engine_requests where replayed
+),
+final as (
+    select
+        engine.arm, engine.concurrency, engine.repeat, engine.category, engine.prompt_id,
+        grouped.run_id, engine.request_id, grouped.engine_request_id,
+        grouped.phase, grouped.tokens_proposed, grouped.tokens_accepted,
+        grouped.tokens_proposed > 0 as is_verify_round,
+        grouped.context_low, grouped.rounds, grouped.tokens_emitted
+    from grouped
+    join engine using (run_id, engine_request_id)
+)
+select * from final

@@ -1,0 +1,29 @@
+-- stg_counter_scrapes
+-- Grain: one row per read of a server's /metrics by the sidecar (CounterScrape, the
+--   lake's counters/ folder): per server and wall time, NOT per run: the sidecar reads a
+--   server, which can serve several runs (and traffic that is no run), so these rows
+--   carry no run_id and no mart pools them into a run's figures.
+-- Purpose: the scrapes, typed. Nothing is derived here.
+--   spec_num_*, generation_tokens, prefix_cache_*   cumulative counters as read; NULL when
+--                     absent or the read failed (scrape_ok false, error says why)
+--   kv_cache_usage, requests_running   gauges as read; NULL likewise
+with source as (
+    select * from raw_counter_scrapes
+),
+final as (
+    select
+        wall_time_ns,
+        server,
+        spec_num_drafts,
+        spec_num_draft_tokens,
+        spec_num_accepted_tokens,
+        generation_tokens,
+        prefix_cache_queries,
+        prefix_cache_hits,
+        kv_cache_usage,
+        requests_running,
+        scrape_ok,
+        error
+    from source
+)
+select * from final
