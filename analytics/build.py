@@ -29,7 +29,14 @@ in dependency order, into a table ``stored.<name>``, and their view becomes
 ``select * from stored.<name>``: a mart is computed at build, not at every
 query, and a model reads the materialized models before it instead of
 computing them again (at tens of millions of rounds the difference is
-seconds per query). The computed tables below are filled, in a second
+seconds per query). A materialized *intermediate* model is computed into
+``build_work.<name>``, a table of an in-memory database attached for the
+build only (``WORK``): writing those large tables into the file and
+compressing them cost more than computing them (at 50 million rounds 1.5 s of
+the build for three of them), and nothing reads them once the marts are
+stored. When the marts are stored, the intermediate model's view gets its SQL
+back, so the database file holds the marts and views, and an analyst who
+reads ``int_*`` computes it from its inputs. The computed tables below are filled, in a second
 connection on a worker thread, while the marts that do not read them are
 materialized; the marts that do come last. The table ``sql_models`` holds
 every model's SQL (name, layer, materialized, path, sql), since
@@ -85,6 +92,11 @@ log = logging.getLogger("specdec.analytics.build")
 
 #: Modules that compute a table from the views, each with create_table(con) and fill(con).
 COMPUTED = (intervals, sampling_test)
+
+#: The schema of the stored marts, in the database file.
+STORED = "stored"
+#: The in-memory database attached during the build for the materialized intermediate models.
+WORK = "build_work"
 
 
 def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
@@ -146,16 +158,16 @@ def _create_manifest(con, inputs: Inputs) -> None:
         con.executemany("insert into raw_manifest values (?, ?, ?)", rows)
 
 
-def _materialize(con, m) -> None:
-    """Compute a model once into stored.<name>; its view reads the table from now on."""
+def _materialize(con, m, schema: str = STORED) -> None:
+    """Compute a model once into <schema>.<name>; its view reads the table from now on."""
     import duckdb
 
     started = time.perf_counter()
     try:
-        con.execute(f'create table stored."{m.name}" as select * from "{m.name}"')
+        con.execute(f'create table {schema}."{m.name}" as select * from "{m.name}"')
     except duckdb.Error as exc:
         raise SpecdecError(f"{m.path}: {' '.join(str(exc).split())}") from None
-    con.execute(f'create or replace view "{m.name}" as select * from stored."{m.name}"')
+    con.execute(f'create or replace view "{m.name}" as select * from {schema}."{m.name}"')
     log.debug("materialized %s in %.3f s", m.name, time.perf_counter() - started)
 
 
@@ -168,6 +180,81 @@ def _reads_computed(models) -> set[str]:
         if m.depends_on & out or any(re.search(rf"\b{t}\b", body) for t in tables):
             out.add(m.name)
     return out
+
+
+def _working_inputs(models, working: set[str]) -> dict[str, set[str]]:
+    """Per model: the working (materialized intermediate) models it reads while the build
+    runs, directly or through models that stay views; a stored mart it reads stops the
+    walk (it reads the stored table)."""
+    by_name = {m.name: m for m in models}
+    out: dict[str, set[str]] = {}
+    for m in models:  # dependency order: a model's dependencies are decided before it
+        found: set[str] = set()
+        for d in m.depends_on:
+            dep = by_name[d]
+            if d in working:
+                found.add(d)
+            elif not dep.materialized:
+                found |= out[d]
+        out[m.name] = found
+    return out
+
+
+def _fill_inputs(models, working_inputs: dict[str, set[str]], working: set[str]) -> set[str]:
+    """The working models the computed tables' fills read: every model their modules' source
+    names as a word, if it is one, and the working models those read (the names are found,
+    not declared, so they cannot go stale; a mart named there counts with its inputs
+    whether or not it is stored yet)."""
+    import inspect
+
+    source = "\n".join(inspect.getsource(c) for c in COMPUTED)
+    out: set[str] = set()
+    for m in models:
+        if re.search(rf"\b{m.name}\b", source):
+            out |= working_inputs[m.name] | ({m.name} & working)
+    return out
+
+
+class _Working:
+    """The materialized intermediate models' tables in the build's in-memory database, each
+    released (its view gets its SQL back, its table is dropped) as soon as nothing still to
+    run reads it, so they do not add to the memory of the heavy marts late in the build."""
+
+    def __init__(self, con, models):
+        self.con = con
+        self.models = [m for m in models if m.materialized and m.layer != "marts"]
+        names = {m.name for m in self.models}
+        self.inputs = _working_inputs(models, names)
+        self.fill_inputs = _fill_inputs(models, self.inputs, names)
+        self.pending: dict[str, set[str]] = {}  # working model -> readers still to run
+        self.held: set[str] = set()
+
+    def materialize(self, marts) -> None:
+        for m in self.models:
+            _materialize(self.con, m, WORK)
+            self.held.add(m.name)
+        for mart in marts:
+            for w in self.inputs[mart.name]:
+                self.pending.setdefault(w, set()).add(mart.name)
+
+    def done(self, mart: str, fill_running: bool) -> None:
+        for readers in self.pending.values():
+            readers.discard(mart)
+        for m in self.models:
+            if m.name in self.held and not self.pending.get(m.name) and not (fill_running and m.name in self.fill_inputs):
+                self.release(m)
+
+    def release(self, m) -> None:
+        self.con.execute(f"create or replace view {m.name} as\n{m.sql}")
+        self.con.execute(f'drop table {WORK}."{m.name}"')
+        self.held.discard(m.name)
+        log.debug("released %s", m.name)
+
+    def close(self) -> None:
+        for m in self.models:
+            if m.name in self.held:
+                self.release(m)
+        self.con.execute(f"detach {WORK}")
 
 
 def _fill(con) -> None:
@@ -192,11 +279,11 @@ def _create_models(con, models) -> None:
             con.execute(f"create view {m.name} as\n{m.sql}")
         except duckdb.Error as exc:
             raise SpecdecError(f"{m.path}: {exc}") from None
-    con.execute("create schema stored")
-    for m in models:
-        if m.materialized and m.layer != "marts":
-            _materialize(con, m)
+    con.execute(f"create schema {STORED}")
+    con.execute(f"attach ':memory:' as {WORK}")
     marts = [m for m in models if m.materialized and m.layer == "marts"]
+    working = _Working(con, models)
+    working.materialize(marts)
     later = _reads_computed(models)
     with ThreadPoolExecutor(max_workers=1) as pool:
         filled = pool.submit(_fill, con.cursor())
@@ -204,11 +291,14 @@ def _create_models(con, models) -> None:
             for m in marts:
                 if m.name not in later:
                     _materialize(con, m)
+                    working.done(m.name, fill_running=not filled.done())
         finally:
             filled.result()
     for m in marts:
         if m.name in later:
             _materialize(con, m)
+            working.done(m.name, fill_running=False)
+    working.close()  # the marts are stored: the working tables go, the views compute again
     con.execute("create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, "
                 "sql varchar)")
     con.executemany("insert into sql_models values (?, ?, ?, ?, ?)",

@@ -117,9 +117,10 @@ def render() -> str:
 
     lines += ["## SQL macros (`sql/macros.sql`)", "", "```text", sql_header(macros_sql()), "```", ""]
     models = discover()
-    lines += ["Staging models are views over the raw relations; every mart, and each intermediate model whose "
-              "header says `Materialized: table`, is computed once at build into a table (`stored.<name>`, read "
-              "through a view of its name); the rest are views, computed when read. Table `sql_models` holds "
+    lines += ["Staging models are views over the raw relations. Every mart is computed once at build into a table "
+              "(`stored.<name>`, read through a view of its name). An intermediate model whose header says "
+              "`Materialized: table` is computed once during the build, in memory, for the marts that read it; "
+              "in the database it is a view, computed when read, like the rest. Table `sql_models` holds "
               "every model's SQL.", ""]
     for layer in LAYERS:
         lines += [f"## SQL models: {layer}", ""]

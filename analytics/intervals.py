@@ -97,10 +97,11 @@ import numpy as np
 from specdec.analytics.models import has_view
 
 __all__ = ["LEVEL", "RESAMPLES", "SEED", "SYSTEM", "TABLE", "METHOD", "NoisePool", "block_interval",
-           "block_residuals", "cluster_interval", "compute", "create_table", "fill", "geometric_mean",
-           "noise_pool", "request_level_interval", "t_quantile"]
+           "block_residuals", "cluster_interval", "compute", "compute_summed", "create_table", "fill", "geometric_mean",
+           "noise_pool", "request_level_interval", "summed_cluster_interval", "t_quantile"]
 
 RESAMPLES = 2000
+_CHUNK = 64  # resamples drawn at once (summed_cluster_interval)
 SEED = 0
 LEVEL = 0.95
 TABLE = "int_speedup_intervals"
@@ -306,29 +307,51 @@ def cluster_interval(clusters: Sequence[Sequence[float]], *, seed: int = SEED,
     """Clusters (prompts, or single repeats) resampled with replacement, each
     with all its values. None with fewer than two clusters."""
     arrays = [np.asarray(c, dtype=float) for c in clusters if len(c)]
-    if len(arrays) < 2:
+    return summed_cluster_interval([float(a.sum()) for a in arrays], [len(a) for a in arrays],
+                                   seed=seed, resamples=resamples)
+
+
+def summed_cluster_interval(sums: Sequence[float], counts: Sequence[int], *, seed: int = SEED,
+                            resamples: int = RESAMPLES) -> Interval | None:
+    """``cluster_interval`` from each cluster's sum and count of values (all the
+    resampled mean needs). None with fewer than two clusters."""
+    if len(sums) < 2:
         return None
     rng = np.random.default_rng(seed)
-    sums = np.array([a.sum() for a in arrays])
-    counts = np.array([len(a) for a in arrays], dtype=float)
-    # int32 indices (a cluster count is far below 2**31): half the memory traffic of int64
-    idx = rng.integers(0, len(arrays), size=(resamples, len(arrays)), dtype=np.int32)
-    if (counts == counts[0]).all():  # every cluster as large (prompts x repeats): the same count in every resample
-        return _quantiles(sums[idx].sum(axis=1) / (counts[0] * len(arrays)))
-    return _quantiles(sums[idx].sum(axis=1) / counts[idx].sum(axis=1))
+    sums_ = np.asarray(sums, dtype=float)
+    counts_ = np.asarray(counts, dtype=float)
+    k = len(sums_)
+    equal = bool((counts_ == counts_[0]).all())  # every cluster as large (prompts x repeats): one count
+    means = np.empty(resamples)
+    # Drawn and summed _CHUNK resamples at a time: the same draws as one (resamples, k) array
+    # (the generator's stream is consumed in the same order), with the gathered values kept
+    # in cache instead of written to and read back from memory (half the time at k = 3000).
+    # int32 indices (a cluster count is far below 2**31): half the memory traffic of int64.
+    for start in range(0, resamples, _CHUNK):
+        idx = rng.integers(0, k, size=(min(_CHUNK, resamples - start), k), dtype=np.int32)
+        total = sums_[idx].sum(axis=1)
+        means[start:start + len(idx)] = total / (counts_[0] * k) if equal else total / counts_[idx].sum(axis=1)
+    return _quantiles(means)
 
 
-def _by_group(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> tuple[dict, dict]:
-    """Per group (comparison, category, concurrency): the log ratios by prompt,
-    and by repeat (blocks go to the group '(system)')."""
-    by_prompt: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    by_repeat: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for comparison, category, concurrency, prompt_id, repeat, log_ratio in pairs:
-        by_prompt[comparison, category, concurrency][prompt_id].append(log_ratio)
-        by_repeat[comparison, category, concurrency][repeat].append(log_ratio)
+#: A sum of log ratios and their count.
+Summed = list  # [sum, count]
+
+
+def _by_repeat(repeats: Iterable[tuple], blocks: Iterable[tuple]) -> dict:
+    """Per group (comparison, category, concurrency): the summed log ratios by
+    repeat (blocks go to the group '(system)'). ``repeats`` rows end in (log
+    ratio sum, count): one pair each, or a repeat's pairs summed."""
+    by_repeat: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    for comparison, category, concurrency, repeat, total, n in repeats:
+        acc = by_repeat[comparison, category, concurrency][repeat]
+        acc[0] += total
+        acc[1] += n
     for comparison, concurrency, repeat, log_ratio in blocks:
-        by_repeat[comparison, SYSTEM, concurrency][repeat].append(log_ratio)
-    return by_prompt, by_repeat
+        acc = by_repeat[comparison, SYSTEM, concurrency][repeat]
+        acc[0] += log_ratio
+        acc[1] += 1
+    return by_repeat
 
 
 def _t_row(key: tuple, segment, ci: Interval | None, pool: NoisePool, method: str) -> list[tuple]:
@@ -351,10 +374,36 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     df, method) for every interval that exists; ``segment`` is NULL except for
     the speedup before and after the natural end, whose measurement interval
     uses the same noise pool as the whole requests (one machine, one noise)."""
-    by_prompt, by_repeat = _by_group(pairs, blocks)
-    by_segment: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for category, concurrency, segment, _prompt_id, repeat, log_ratio in segments:
-        by_segment[category, concurrency, segment][repeat].append(log_ratio)
+    pairs = list(pairs)
+    by_prompt: dict[tuple, dict[str, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    for comparison, category, concurrency, prompt_id, _repeat, log_ratio in pairs:
+        acc = by_prompt[comparison, category, concurrency][prompt_id]
+        acc[0] += log_ratio
+        acc[1] += 1
+    prompts = {key: ([group[p][0] for p in sorted(group)], [group[p][1] for p in sorted(group)])
+               for key, group in by_prompt.items()}
+    return compute_summed([(c, cat, lv, rep, lr, 1) for c, cat, lv, _p, rep, lr in pairs], prompts, blocks,
+                          [(c, lv, seg, rep, lr, 1) for c, lv, seg, _p, rep, lr in segments], times)
+
+
+def compute_summed(repeats: Iterable[tuple], prompts: Mapping[tuple, tuple[Sequence[float], Sequence[int]]],
+                   blocks: Iterable[tuple], segments: Iterable[tuple] = (),
+                   times: Iterable[tuple] = ()) -> list[tuple]:
+    """``compute`` from the pairs already summed, as ``fill`` reads them from
+    DuckDB (which sums a few hundred thousand pairs faster than Python can
+    receive them one by one). Every figure needs only sums: a block figure is
+    a repeat's mean, a resampled cluster a prompt's sum and count.
+    ``repeats``: (comparison, category, concurrency, repeat, log ratio sum,
+    count); ``prompts``: per group (comparison, category, concurrency), the
+    per-prompt log ratio sums and counts in prompt_id order (the order the
+    bootstrap draws from); ``segments``: (category, concurrency, segment,
+    repeat, log ratio sum, count)."""
+    by_repeat = _by_repeat(repeats, blocks)
+    by_segment: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    for category, concurrency, segment, repeat, total, n in segments:
+        acc = by_segment[category, concurrency, segment][repeat]
+        acc[0] += total
+        acc[1] += n
 
     # per group, its per-repeat block figures; the run's noise pool from all of them
     block_means = {key: _means(reps) for key, reps in by_repeat.items()}
@@ -366,8 +415,8 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     for key in sorted(block_means):
         if key[0] == "ab":
             out += _t_row(key, None, block_interval(block_means[key], pool), pool, measurement)
-            if key[1] != SYSTEM:
-                ci = cluster_interval([by_prompt[key][p] for p in sorted(by_prompt[key])])
+            if key[1] != SYSTEM and key in prompts:
+                ci = summed_cluster_interval(*prompts[key])
                 if ci is not None:
                     out.append((*key, None, "prompts", ci[0], ci[1], RESAMPLES, SEED, None,
                                 "paired bootstrap: prompts resampled within the category"))
@@ -405,9 +454,9 @@ def _weighted(times: Iterable[tuple], pool: NoisePool) -> list[tuple]:
     return out
 
 
-def _means(reps: dict[int, list[float]]) -> list[float]:
+def _means(reps: dict[int, Summed]) -> list[float]:
     """Per repeat (in repeat order), the mean of its log ratios: the block figures."""
-    return [sum(v) / len(v) for _, v in sorted(reps.items())]
+    return [total / n for _, (total, n) in sorted(reps.items()) if n]
 
 
 def create_table(con) -> None:
@@ -425,17 +474,24 @@ def _by_run(rows: list[tuple]) -> dict[str, list[tuple]]:
 
 def fill(con) -> None:
     """Compute every interval from the paired views, one run at a time, and insert them."""
-    pairs = _by_run(con.execute(
-        "select run_id, comparison, category, concurrency, prompt_id, repeat, log_ratio "
-        "from int_requests_paired "
-        "order by run_id, comparison, category, concurrency, prompt_id, repeat, pair_index").fetchall())
+    repeats = _by_run(con.execute(
+        "select run_id, comparison, category, concurrency, repeat, sum(log_ratio), count(log_ratio) "
+        "from int_requests_paired group by all order by all").fetchall())
+    prompts: dict[str, dict[tuple, tuple[list[float], list[int]]]] = defaultdict(dict)
+    for run_id, comparison, category, concurrency, sums, counts in con.execute("""
+            select run_id, comparison, category, concurrency, list(s order by prompt_id), list(n order by prompt_id)
+            from (select run_id, comparison, category, concurrency, prompt_id,
+                         sum(log_ratio) as s, count(log_ratio) as n
+                  from int_requests_paired where comparison = 'ab' and log_ratio is not null group by all)
+            group by all""").fetchall():
+        prompts[run_id][comparison, category, concurrency] = (sums, counts)
     blocks = _by_run(con.execute(
         "select run_id, comparison, concurrency, repeat, log_ratio from int_blocks_paired "
         "order by run_id, comparison, concurrency, repeat").fetchall())
     segments = _by_run(con.execute(
-        "select run_id, category, concurrency, segment, prompt_id, repeat, log_ratio "
+        "select run_id, category, concurrency, segment, repeat, sum(log_ratio), count(log_ratio) "
         "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
-        "order by run_id, category, concurrency, segment, prompt_id, repeat, pair_index").fetchall())
+        "group by all order by all").fetchall())
     times: dict[str, list[tuple]] = {}
     if has_view(con, "speedup_weighted"):
         times = _by_run(con.execute("""
@@ -447,8 +503,8 @@ def fill(con) -> None:
             where p.comparison = 'ab' and w.category <> '(weighted)' and w.share_used > 0
             group by all order by all""").fetchall())
     rows = [(run_id, *row)
-            for run_id in sorted(set(pairs) | set(blocks) | set(segments) | set(times))
-            for row in compute(pairs.get(run_id, ()), blocks.get(run_id, ()), segments.get(run_id, ()),
-                               times.get(run_id, ()))]
+            for run_id in sorted(set(repeats) | set(blocks) | set(segments) | set(times))
+            for row in compute_summed(repeats.get(run_id, ()), prompts.get(run_id, {}), blocks.get(run_id, ()),
+                                      segments.get(run_id, ()), times.get(run_id, ()))]
     if rows:
         con.executemany(f"insert into {TABLE} values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)

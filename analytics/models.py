@@ -7,6 +7,8 @@ mentions as a word; models are created in layer order, then dependency order.
 A model is **materialized** (computed once at build into a table, see
 ``build.py``) when it is a mart, or when its header has a line starting
 ``-- Materialized: table``; every other model stays a view, computed when read.
+A materialized intermediate model's table lives only during the build (the
+marts read it); in the finished database it is a view again.
 ``sql/macros.sql`` holds the macros the models share (``macros_sql``).
 """
 

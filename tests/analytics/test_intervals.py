@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from specdec.analytics.intervals import (
-    NoisePool, block_interval, cluster_interval, compute, geometric_mean, noise_pool, request_level_interval,
-    t_quantile,
+    RESAMPLES, SEED, NoisePool, block_interval, cluster_interval, compute, geometric_mean, noise_pool,
+    request_level_interval, summed_cluster_interval, t_quantile,
 )
 
 L2, L8 = math.log(2), math.log(8)
@@ -34,6 +34,23 @@ def test_prompts_interval_of_a_symmetric_case():
     {1/2, 2}; (1/2, 1/2) and (2, 2) each come up a quarter of the time, far
     more than the 2.5% tails, so the interval is exactly [1/2, 2]."""
     assert cluster_interval([[-L2], [L2]]) == (approx(0.5), approx(2.0))
+
+
+@pytest.mark.parametrize("clusters", [2, 3, 65, 3000])
+@pytest.mark.parametrize("equal", [True, False])
+def test_the_bootstrap_drawn_in_chunks_equals_one_draw_of_every_resample(clusters, equal):
+    """summed_cluster_interval draws its resamples a few rows at a time; the
+    interval is the one of drawing the whole (resamples, clusters) array at
+    once from the same seed, to the last bit (the stream is consumed in the
+    same order), with equal and with unequal cluster sizes."""
+    data = np.random.default_rng(clusters)
+    sums = data.normal(size=clusters)
+    counts = np.full(clusters, 2) if equal else data.integers(1, 5, size=clusters)
+    idx = np.random.default_rng(SEED).integers(0, clusters, size=(RESAMPLES, clusters), dtype=np.int32)
+    means = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
+    whole = (math.exp(np.quantile(means, 0.025)), math.exp(np.quantile(means, 0.975)))
+    assert summed_cluster_interval(list(sums), list(counts)) == pytest.approx(whole, rel=1e-12)
+    assert summed_cluster_interval(list(sums), list(counts)) == summed_cluster_interval(list(sums), list(counts))
 
 
 def test_request_level_interval_of_one_prompt_with_two_pairs():
