@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specdec-installed
 
-.PHONY: demo test install model browser clean-venv
+.PHONY: demo test install model browser llama-server clean-venv
 
 install: $(STAMP)
 
@@ -35,7 +35,13 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; } \
 	  || echo "note: chromium is not installed; the report's browser test will be skipped (it fails under CI=true)"
 
-test: model browser
+# llama.cpp's llama-server, the second engine (issue 9): built from the llama-cpp-python
+# sdist on PyPI once per machine (about 4.5-9 minutes on 2 cores), then cached; the
+# build's time is printed and kept in build.json beside the binary.
+llama-server: $(STAMP)
+	$(BIN)/specdec engine build llama.cpp
+
+test: model browser llama-server
 	$(BIN)/python -m pytest
 
 clean-venv:

@@ -1,4 +1,6 @@
-"""Start and stop a local vLLM OpenAI server for one arm (the embedded default).
+"""Start and stop a local engine server for one arm: vLLM's OpenAI server (the
+embedded default, ``LocalServer``) or llama.cpp's ``llama-server``
+(``LlamaServer``), both on the shared ``ServerProcess``.
 
 Both arms get the same argument list; only the speculative settings differ
 (``--speculative-config`` and ``--per-request-spec-decode-metrics``, which
@@ -68,33 +70,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class LocalServer:
-    """Context manager: a vLLM API server subprocess with the capture plugin on."""
+class ServerProcess:
+    """Context manager: an engine's server subprocess in a session of its own, logged to
+    ``log_path``, healthy when ``GET health_path`` answers 200. The engine-specific part
+    is the command and environment (``LocalServer`` for vLLM, ``LlamaServer``)."""
 
-    def __init__(self, spec: ServerSpec, spec_config: dict | None, capture_dir: Path,
-                 run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
-        self.port = free_port()
-        self.args = [*spec.common_args(), *speculative_args(spec_config)]
-        self.extra_env = spec.env()
-        self.capture_dir, self.run_id, self.log_path = capture_dir, run_id, log_path
-        self.startup_timeout_s = startup_timeout_s
+    label = "server"
+    #: what the marker line before a deliberate stop adds about the engine's own shutdown messages
+    stop_note = ""
+
+    def __init__(self, cmd: list[str], extra_env: dict[str, str], log_path: Path, port: int,
+                 health_path: str = "/health", startup_timeout_s: float = 300.0):
+        self.cmd, self.extra_env, self.log_path, self.port = cmd, extra_env, log_path, port
+        self.health_path, self.startup_timeout_s = health_path, startup_timeout_s
         self.proc: subprocess.Popen | None = None
         self.base_url = f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self):
         env = dict(os.environ)
-        env.update({
-            ENV_CAPTURE_DIR: str(self.capture_dir),
-            ENV_CAPTURE_RUN_ID: self.run_id,
-            "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-            "PYTHONUNBUFFERED": "1",
-            **self.extra_env,
-        })
+        env.update(self.extra_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               "--host", "127.0.0.1", "--port", str(self.port), *self.args]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
         try:
             self._wait_healthy()
@@ -109,18 +106,18 @@ class LocalServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise EngineError(
-                    f"vLLM server exited with code {self.proc.returncode} during start-up; "
+                    f"{self.label} exited with code {self.proc.returncode} during start-up; "
                     f"last lines of {self.log_path}:\n{self.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as r:
+                with urllib.request.urlopen(f"{self.base_url}{self.health_path}", timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(0.5)
         raise EngineError(
-            f"vLLM server not healthy after {self.startup_timeout_s:.0f}s; see {self.log_path}:\n{self.log_tail()}"
+            f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; see {self.log_path}:\n{self.log_tail()}"
         )
 
     def log_tail(self, n: int = 25) -> str:
@@ -150,8 +147,7 @@ class LocalServer:
             if self.proc is not None:
                 self._mark(f"the server had already exited with code {self.proc.returncode} before specdec stopped it")
             return
-        self._mark("stopping the server on purpose (SIGINT). vLLM's shutdown messages below "
-                   "('force killing', 'leaked', resource_tracker warnings) are its normal exit, not failures")
+        self._mark(f"stopping the server on purpose (SIGINT).{self.stop_note}")
         for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
             try:
                 os.killpg(self.proc.pid, sig)
@@ -167,3 +163,47 @@ class LocalServer:
     def __exit__(self, *exc) -> None:
         self.stop()
         self._log.close()
+
+
+class LocalServer(ServerProcess):
+    """A vLLM API server subprocess with the capture plugin on."""
+
+    label = "vLLM server"
+    stop_note = (" vLLM's shutdown messages below ('force killing', 'leaked', resource_tracker warnings) "
+                 "are its normal exit, not failures")
+
+    def __init__(self, spec: ServerSpec, spec_config: dict | None, capture_dir: Path,
+                 run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
+        port = free_port()
+        self.args = [*spec.common_args(), *speculative_args(spec_config)]
+        self.capture_dir, self.run_id = capture_dir, run_id
+        env = {
+            ENV_CAPTURE_DIR: str(capture_dir),
+            ENV_CAPTURE_RUN_ID: run_id,
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+            "PYTHONUNBUFFERED": "1",
+            **spec.env(),
+        }
+        from specdec.replay.engines import Arm, Vllm
+
+        engine = Vllm(spec)
+        cmd = engine.server_command(Arm("speculative" if spec_config else "baseline", spec_config),
+                                    model=spec.model, port=port)
+        super().__init__(cmd, env, log_path, port, engine.health_path, startup_timeout_s)
+
+
+class LlamaServer(ServerProcess):
+    """A llama.cpp ``llama-server`` subprocess for one arm (``replay/engines/llama_cpp.py``
+    builds the command; the binary is built once and cached by ``llama_build.py``)."""
+
+    label = "llama-server"
+
+    def __init__(self, arm, model: Path, log_path: Path, engine=None, startup_timeout_s: float = 120.0):
+        from specdec.replay.engines import LlamaCpp
+
+        self.engine = engine or LlamaCpp()
+        self.arm = arm
+        port = free_port()
+        cmd = self.engine.server_command(arm, model=str(model), port=port)
+        super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path,
+                         startup_timeout_s)

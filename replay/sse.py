@@ -23,6 +23,8 @@ import json
 import re
 from collections.abc import Callable
 
+from specdec.replay.engines import request_stats_of
+
 #: Longest stream line kept while waiting for its end (a server that never
 #: sends a newline fails the request instead of growing the buffer forever).
 MAX_LINE = 16 * 1024 * 1024
@@ -202,11 +204,11 @@ def _read_usage(res, usage: dict, chunk: dict) -> bool:
     """Read the usage block; True if it holds a usable completion_tokens."""
     res.prompt_tokens = _count(usage.get("prompt_tokens"))
     res.output_tokens = _count(usage.get("completion_tokens"))
-    # vLLM puts per-request speculative metrics beside usage in the final chunk
-    metrics = chunk.get("metrics") or usage.get("metrics") or {}
-    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if isinstance(spec, dict):
-        res.spec_num_steps = _count(spec.get("num_spec_steps"))
-        res.spec_num_draft_tokens = _count(spec.get("num_draft_tokens"))
-        res.spec_num_accepted_tokens = _count(spec.get("num_accepted_draft_tokens"))
+    # the engine's per-request speculative stats sit beside usage in the final chunk (vLLM's
+    # metrics.speculative_decoding, llama.cpp's timings): the engine adapters read them
+    stats = request_stats_of(chunk)
+    if stats is not None:
+        res.spec_num_steps = stats.steps
+        res.spec_num_draft_tokens = stats.draft_tokens
+        res.spec_num_accepted_tokens = stats.accepted_tokens
     return res.output_tokens is not None

@@ -96,6 +96,33 @@ def model_prepare(cache_dir: Path | None) -> None:
 
 
 @main.group()
+def engine() -> None:
+    """Engines other than the embedded vLLM: build and inspect them."""
+
+
+@engine.command("build")
+@click.argument("name", type=click.Choice(["llama.cpp"]))
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+              help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).")
+@handle_errors
+def engine_build(name: str, cache_dir: Path | None) -> None:
+    """Build llama.cpp's llama-server from the llama-cpp-python sdist on PyPI
+    (a few minutes on 2 cores), once per machine; later calls print the
+    cached binary and the time its build took."""
+    import logging
+
+    from specdec.replay.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server
+
+    logging.getLogger("specdec.replay.engines.llama_build").setLevel(logging.INFO)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(format="%(message)s")
+    built = build_llama_server(cache_dir)
+    verb = "built" if built.built else "reused cached"
+    click.echo(f"{verb} llama-server (llama-cpp-python {LLAMA_CPP_PYTHON}; build took {built.seconds:.0f} s): "
+               f"{built.path}")
+
+
+@main.group()
 def analytics() -> None:
     """Build the DuckDB marts of a run."""
 

@@ -1,0 +1,55 @@
+"""Engine adapters: what specdec needs to know of each serving engine, in one place.
+
+An adapter says, for one engine:
+
+- how to start a server for an arm (``server_command``, ``server_env``) and
+  where its health probe is (``health_path``);
+- which request fields force a fixed output length (``forced_length_fields``);
+- how to read the per-request speculative stats out of a response
+  (``request_stats``: a chunk of the stream, or a plain JSON reply);
+- which Prometheus counters hold its speculative totals (``counters``: specdec's
+  key -> the engine's metric name), including a per-position counter where the
+  engine has one (``position_counter``);
+- whether it writes per-round rows (``per_round``: the capture plugin exists
+  for vLLM only; llama.cpp has none, so its round tables stay empty and the
+  marts say so).
+
+``ENGINES`` maps each engine's name to its adapter. The client does not need
+to be told which engine it talks to: ``request_stats_of`` asks every adapter,
+and the shape of a response says whose it is (vLLM's
+``metrics.speculative_decoding``, llama.cpp's ``timings``).
+
+This is the first slice of issue 9: vLLM's facts are gathered here (the
+existing modules read them from here), the llama.cpp adapter is complete for
+one server, and the replay still starts vLLM servers only (see
+``docs/engines.md``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from specdec.replay.engines.base import Arm, Engine, RequestStats
+from specdec.replay.engines.llama_cpp import LlamaCpp
+from specdec.replay.engines.vllm import Vllm
+
+__all__ = ["ENGINES", "Arm", "Engine", "LlamaCpp", "RequestStats", "Vllm", "engine", "request_stats_of"]
+
+ENGINES: Mapping[str, Engine] = {e.name: e for e in (Vllm(), LlamaCpp())}
+
+
+def engine(name: str) -> Engine:
+    """The adapter named ``name`` ('vllm' or 'llama.cpp'); a clear error for any other."""
+    try:
+        return ENGINES[name]
+    except KeyError:
+        raise ValueError(f"unknown engine {name!r}: one of {', '.join(sorted(ENGINES))}") from None
+
+
+def request_stats_of(chunk: dict) -> RequestStats | None:
+    """The per-request speculative stats in a response chunk, whichever engine sent it."""
+    for e in ENGINES.values():
+        stats = e.request_stats(chunk)
+        if stats is not None:
+            return stats
+    return None

@@ -1,0 +1,93 @@
+"""The engine adapter interface (``replay/engines/__init__.py`` says what each part is for)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, Mapping
+
+from specdec.replay.engine_metrics import _samples
+
+
+@dataclass(frozen=True)
+class RequestStats:
+    """One request's speculative totals as its engine reported them in the response.
+    ``steps`` is None where the engine does not say (llama.cpp)."""
+    engine: str
+    draft_tokens: int
+    accepted_tokens: int
+    steps: int | None = None
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One server configuration of an engine: a name, and the engine's speculation
+    settings (None: no speculation). Any number of arms, one of them the baseline."""
+    name: str
+    speculation: Mapping | None = None
+    baseline: bool = False
+
+
+class Engine(ABC):
+    name: ClassVar[str]
+    #: specdec's counter key -> the engine's Prometheus metric name (summed over label sets)
+    counters: ClassVar[Mapping[str, str]]
+    #: the per-position accepted-token counter and its position label, if the engine has one
+    position_counter: ClassVar[tuple[str, str] | None] = None
+    health_path: ClassVar[str] = "/health"
+    #: True when the engine writes per-round rows (the capture plugin)
+    per_round: ClassVar[bool] = False
+
+    @abstractmethod
+    def server_command(self, arm: Arm, *, model: str, port: int, host: str = "127.0.0.1") -> list[str]:
+        """The argument list that starts a server for ``arm``."""
+
+    def server_env(self, arm: Arm) -> dict[str, str]:
+        """Environment variables the server needs beyond the caller's."""
+        return {}
+
+    @abstractmethod
+    def speculation_args(self, arm: Arm) -> list[str]:
+        """The arguments that differ between arms: the only allowed difference."""
+
+    @abstractmethod
+    def forced_length_fields(self) -> dict:
+        """Request fields that make the server emit exactly max_tokens tokens."""
+
+    @abstractmethod
+    def request_stats(self, chunk: dict) -> RequestStats | None:
+        """This engine's per-request speculative stats in a response chunk, or None."""
+
+    def parse_counters(self, text: str) -> dict[str, float | None]:
+        """The counters of ``counters`` in a /metrics page, each summed over its label
+        sets; None for a counter the page does not have (not 0)."""
+        values = _samples(text, {v: k for k, v in self.counters.items()})
+        return {k: (sum(values[k]) if values[k] else None) for k in self.counters}
+
+    def parse_positions(self, text: str) -> dict[int, float]:
+        """The per-position accepted-token counter by position (0-based), if the engine has one."""
+        if self.position_counter is None:
+            return {}
+        name, label = self.position_counter
+        out: dict[int, float] = {}
+        for line in text.splitlines():
+            if not line.startswith(name + "{"):
+                continue
+            labels, _, rest = line[len(name) + 1:].partition("}")
+            pos = dict(_label_pairs(labels)).get(label)
+            try:
+                out[int(pos)] = out.get(int(pos), 0.0) + float(rest.split()[0])
+            except (TypeError, ValueError, IndexError):
+                continue
+        return out
+
+
+def _label_pairs(labels: str):
+    for part in labels.split(","):
+        key, _, value = part.partition("=")
+        yield key.strip(), value.strip().strip('"')
+
+
+def count(value) -> int | None:
+    """A token count as the server sent it, if it is a non-negative integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

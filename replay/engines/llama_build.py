@@ -1,0 +1,186 @@
+"""Build llama.cpp's ``llama-server`` once, from PyPI, and cache the binary.
+
+No PyPI package ships a usable prebuilt ``llama-server``
+(``../shared/reference/llama-cpp-server.md``), so specdec builds one from the
+upstream llama.cpp source that the ``llama-cpp-python`` sdist vendors under
+``vendor/llama.cpp``:
+
+1. ``pip download --no-deps --no-binary :all: llama-cpp-python==LLAMA_CPP_PYTHON``
+   (the only network access: PyPI);
+2. CMake configures the server target only, statically linked, without the web
+   UI (``LLAMA_USE_PREBUILT_UI=OFF``: the default downloads one) and without
+   OpenSSL; ``GGML_NATIVE=ON``, so the binary is for the CPU it was built on;
+3. ``cmake --build --target llama-server``.
+
+The result, one binary of about 15 MB that needs only libgomp and libstdc++,
+goes to ``<cache>/llama-server/<version>-<cpu key>/llama-server`` with a
+``build.json`` beside it (sdist version, build seconds, compiler, when). The
+cache key holds the CPU's flags because of ``GGML_NATIVE``: a cache shared
+between machines never hands a binary to a CPU it may not run on. A file lock
+makes concurrent callers (two test workers, a test and ``make``) wait for one
+build instead of building twice; every later call returns the cached binary at
+once. CMake comes from ``PATH``, or from the ``cmake`` package on PyPI when
+``PATH`` has none.
+
+``specdec engine build llama.cpp`` (and ``make llama-server``) run it; the
+tests' fixture calls the same function.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.errors import EngineError
+from specdec.model import cache_root
+
+__all__ = ["LLAMA_CPP_PYTHON", "CMAKE_FLAGS", "BuiltServer", "build_llama_server", "cached_llama_server"]
+
+log = logging.getLogger("specdec.replay.engines.llama_build")
+
+#: The llama-cpp-python sdist whose vendored llama.cpp is built (upstream commit 0c1e570).
+LLAMA_CPP_PYTHON = "0.3.36"
+
+#: CMake configuration: the server only, static, no web UI download, no OpenSSL.
+CMAKE_FLAGS = (
+    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
+    "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_BUILD_TYPE=Release",
+)
+
+BINARY = "llama-server"
+RECORD = "build.json"
+
+
+@dataclass(frozen=True)
+class BuiltServer:
+    path: Path
+    built: bool  # False when the cached binary was reused
+    seconds: float  # the build's seconds (the one that made the cached binary, when reused)
+    record: dict
+
+
+def _cpu_key() -> str:
+    """A short key for the CPU features a GGML_NATIVE build depends on."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                break
+    except OSError:
+        pass
+    machine = os.uname().machine
+    return f"{machine}-{hashlib.sha256(flags.encode()).hexdigest()[:10]}"
+
+
+def _cache_dir(cache: Path | None) -> Path:
+    return (cache or cache_root()) / "llama-server" / f"{LLAMA_CPP_PYTHON}-{_cpu_key()}"
+
+
+def cached_llama_server(cache: Path | None = None) -> Path | None:
+    """The cached binary, or None when it was never built on this machine."""
+    path = _cache_dir(cache) / BINARY
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _cmake() -> list[str]:
+    found = shutil.which("cmake")
+    if found:
+        return [found]
+    venv_cmake = Path(sys.executable).with_name("cmake")
+    if not venv_cmake.exists():
+        log.info("no cmake on PATH: installing the cmake package from PyPI into %s", sys.prefix)
+        _run([sys.executable, "-m", "pip", "install", "-q", "cmake"], "pip install cmake")
+    return [str(venv_cmake)]
+
+
+def _run(cmd: list[str], what: str, log_file=None, cwd: Path | None = None) -> None:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=log_file is None)
+    except OSError as exc:
+        raise EngineError(f"llama-server build: {what} could not start: {exc}") from None
+    if proc.returncode != 0:
+        tail = proc.stdout[-3000:] if log_file is None else f"see {log_file.name}"
+        raise EngineError(f"llama-server build: {what} failed with exit code {proc.returncode}:\n{tail}")
+
+
+def _sdist(work: Path, log_file) -> Path:
+    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+          "-d", str(work), f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], "pip download of the llama-cpp-python sdist",
+         log_file)
+    archives = sorted(work.glob("llama_cpp_python-*.tar.gz")) + sorted(work.glob("llama-cpp-python-*.tar.gz"))
+    if not archives:
+        raise EngineError(f"llama-server build: pip download left no llama-cpp-python sdist in {work}")
+    with tarfile.open(archives[0]) as tar:
+        tar.extractall(work / "src", filter="data")
+    sources = [p for p in (work / "src").glob("*/vendor/llama.cpp") if (p / "CMakeLists.txt").is_file()]
+    if not sources:
+        raise EngineError(f"llama-server build: {archives[0].name} has no vendor/llama.cpp/CMakeLists.txt")
+    return sources[0]
+
+
+def build_llama_server(cache: Path | None = None, jobs: int | None = None) -> BuiltServer:
+    """Return the cached ``llama-server``, building it first when this machine has none."""
+    target = _cache_dir(cache)
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second caller waits here for the first one's build
+        found = cached_llama_server(cache)
+        if found is not None:
+            record = _read_record(target)
+            return BuiltServer(found, False, float(record.get("seconds", 0.0)), record)
+        started = time.monotonic()
+        log_path = target / "build.log"
+        with tempfile.TemporaryDirectory(prefix="specdec-llama-build-") as tmp, log_path.open("w") as log_file:
+            work = Path(tmp)
+            log.info("building llama-server from llama-cpp-python %s (a few minutes, once per machine); log: %s",
+                     LLAMA_CPP_PYTHON, log_path)
+            source = _sdist(work, log_file)
+            cmake = _cmake()
+            build_dir = work / "build"
+            _run([*cmake, "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], "cmake configure", log_file)
+            _run([*cmake, "--build", str(build_dir), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
+                 "cmake build", log_file)
+            built = next((p for p in (build_dir / "bin" / BINARY, build_dir / BINARY) if p.is_file()), None)
+            if built is None:
+                raise EngineError(f"llama-server build: no {BINARY} under {build_dir}; see {log_path}")
+            tmp_bin = target / f".{BINARY}.tmp"
+            shutil.copy2(built, tmp_bin)
+            os.replace(tmp_bin, target / BINARY)  # a reader sees no binary or the whole one
+        seconds = time.monotonic() - started
+        record = {"llama_cpp_python": LLAMA_CPP_PYTHON, "seconds": round(seconds, 1), "cpu_key": _cpu_key(),
+                  "cmake_flags": list(CMAKE_FLAGS), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "compiler": _compiler()}
+        (target / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        log.info("built llama-server in %.0f s: %s", seconds, target / BINARY)
+        return BuiltServer(target / BINARY, True, seconds, record)
+
+
+def _read_record(target: Path) -> dict:
+    try:
+        return json.loads((target / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _compiler() -> str:
+    cc = shutil.which("c++") or shutil.which("g++") or ""
+    if not cc:
+        return ""
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return cc

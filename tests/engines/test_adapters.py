@@ -1,0 +1,98 @@
+"""The engine adapters on captured responses (tests/fixtures/llama_cpp, from a real
+llama-server) and on vLLM's response shape; no server runs here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.replay.engines import ENGINES, LlamaCpp, RequestStats, Vllm, engine, request_stats_of
+from specdec.replay.engines.base import Arm
+from specdec.replay.sse import SseParser
+from specdec.replay.client import StreamResult
+
+
+@pytest.fixture
+def llama_chunk(fixtures):
+    return json.loads((fixtures / "llama_cpp" / "final_chunk.json").read_text())
+
+
+def test_each_engine_is_named_once_and_an_unknown_one_is_refused():
+    assert set(ENGINES) == {"vllm", "llama.cpp"}
+    assert isinstance(engine("llama.cpp"), LlamaCpp)
+    with pytest.raises(ValueError, match="unknown engine 'sglang'"):
+        engine("sglang")
+
+
+def test_llama_cpp_stats_come_from_timings(llama_chunk):
+    assert request_stats_of(llama_chunk) == RequestStats("llama.cpp", 128, 93, None)
+    assert Vllm().request_stats(llama_chunk) is None  # the shape says whose response it is
+
+
+def test_a_llama_cpp_request_without_drafts_reads_zero_only_on_a_speculative_server(llama_chunk):
+    del llama_chunk["timings"]["draft_n"], llama_chunk["timings"]["draft_n_accepted"]
+    e = LlamaCpp()
+    assert e.request_stats(llama_chunk) is None
+    assert e.timings_stats(llama_chunk, speculative=True) == RequestStats("llama.cpp", 0, 0, None)
+    assert e.timings_stats(llama_chunk, speculative=False) is None
+
+
+def test_vllm_stats_come_from_the_speculative_metrics_block():
+    chunk = {"usage": {"completion_tokens": 9}, "metrics": {"speculative_decoding": {
+        "num_spec_steps": 3, "num_draft_tokens": 9, "num_accepted_draft_tokens": 5}}}
+    assert request_stats_of(chunk) == RequestStats("vllm", 9, 5, 3)
+    assert LlamaCpp().request_stats(chunk) is None
+    chunk["metrics"]["speculative_decoding"]["num_draft_tokens"] = -1  # not a count
+    assert request_stats_of(chunk) is None
+
+
+def test_the_stream_parser_reads_llama_cpp_stats(llama_chunk):
+    res = StreamResult(request_id="r1", wall_send_ns=0)
+    parser = SseParser(res, [], 0)
+    parser.feed(b'data: {"choices":[{"delta":{"content":"1, 2"}}]}\n\n', 1_000_000)
+    parser.feed(f"data: {json.dumps(llama_chunk)}\n\ndata: [DONE]\n\n".encode(), 2_000_000)
+    parser.finish()
+    assert res.error_type is None and res.output_tokens == 128
+    assert (res.spec_num_draft_tokens, res.spec_num_accepted_tokens, res.spec_num_steps) == (128, 93, None)
+
+
+def test_llama_cpp_counters_and_positions(fixtures):
+    text = (fixtures / "llama_cpp" / "metrics.txt").read_text()
+    e = LlamaCpp()
+    counters = e.parse_counters(text)
+    assert counters["spec_num_draft_tokens"] == 192 and counters["spec_num_accepted_tokens"] == 95
+    assert counters["spec_num_drafts"] == 3 and counters["decode_calls"] == 129
+    assert e.parse_positions(text) == {0: 3, 1: 3, 2: 2, 3: 2}
+    # a page without the speculative series (no speculation): None, not 0
+    assert e.parse_counters("llamacpp:n_decode_total 5\n")["spec_num_drafts"] is None
+    assert Vllm().parse_positions(text) == {}
+
+
+def test_llama_cpp_speculation_flags_are_the_only_difference_between_arms(tmp_path):
+    e = LlamaCpp(binary=tmp_path / "llama-server")
+    base = e.server_command(Arm("baseline", None, baseline=True), model="m.gguf", port=1)
+    ngram = e.server_command(Arm("ngram", {"type": "ngram-mod", "n_max": 16}), model="m.gguf", port=1)
+    draft = e.server_command(Arm("draft", {"type": "draft-simple", "draft_model": "d.gguf"}), model="m.gguf", port=1)
+    assert ngram[:len(base)] == base and ngram[len(base):] == ["--spec-type", "ngram-mod", "--spec-draft-n-max", "16"]
+    assert draft[len(base):] == ["-md", "d.gguf", "--spec-type", "draft-simple"]
+    assert "--metrics" in base
+    with pytest.raises(ValueError, match="draft-simple needs draft_model"):
+        e.speculation_args(Arm("bad", {"type": "draft-simple"}))
+    with pytest.raises(ValueError, match="'eagle' is not one of"):
+        e.speculation_args(Arm("bad", {"type": "eagle"}))
+
+
+def test_the_vllm_server_command_is_the_one_it_always_was(tmp_path):
+    """LocalServer builds its command through the adapter: the same arguments as
+    before the adapter (common arguments, then the speculative ones)."""
+    import sys
+
+    from specdec.replay.server import LocalServer, ServerSpec, speculative_args
+
+    cfg = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+    spec = ServerSpec(model="/m", max_num_seqs=8)
+    srv = LocalServer(spec, cfg, tmp_path / "capture", "run", tmp_path / "server.log")
+    assert srv.cmd == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
+                       "--port", str(srv.port), *spec.common_args(), *speculative_args(cfg)]
+    assert Vllm().speculation_args(Arm("baseline", None)) == []

