@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml Makefile
 model: $(STAMP)
 	$(BIN)/specdec model prepare
 
-demo: model
-	$(BIN)/specdec demo
+# make demo ENGINE=llama.cpp: the same demo on llama.cpp's llama-server (ngram-mod vs none)
+ENGINE ?= vllm
+demo: $(if $(filter llama.cpp,$(ENGINE)),llama-server,model)
+	$(BIN)/specdec demo --engine $(ENGINE)
 
 # Debian's Chromium, for the test that opens the report as a person sees it
 # (tests/analytics/test_report_browser.py): installed once when missing and

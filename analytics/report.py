@@ -74,6 +74,11 @@ DEFINITIONS = {
                               "llama.cpp (accepted / tested, = vLLM's rate here) define them; (all): pooled over "
                               "categories, with the macro average over categories beside it. A figure quoted from "
                               "another tool compares with its own column only",
+    "acceptance_requests": "from the engine's own per-request stats (vLLM: metrics.speculative_decoding; llama.cpp: "
+                           "timings.draft_n and draft_n_accepted), not the rounds: acceptance_rate = accepted / "
+                           "proposed tokens, pooled over the level; acceptance_rate_per_request = the mean of each "
+                           "request's rate; on (all) rows, the engine's counters over the same blocks and the "
+                           "difference (0: every drafted token is in a request's stats)",
     "acceptance_by_context": "verify rounds by the request's context length before the step (prompt + output so "
                              "far); tokens_per_round: tokens one target forward yields, bonus token included",
     "error_rate": "requests_failed / requests of the arm and level; a level fails when error_rate > max_error_rate, "
@@ -300,6 +305,11 @@ def _weighted_speedup(data: ReportData) -> list[tuple[str, str]]:
     return [("Speedup weighted by the traffic's category shares", text + charts + table_html)]
 
 
+REQUEST_ACCEPTANCE_COLUMNS = ("concurrency", "category", "requests_with_stats", "tokens_proposed", "tokens_accepted",
+                              "acceptance_rate", "acceptance_rate_per_request", "engine_proposed", "engine_accepted",
+                              "diff_proposed", "diff_accepted")
+
+
 def _sections(data: ReportData) -> list[tuple[str, str]]:
     m = data.manifest
     out = []
@@ -307,8 +317,15 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         out.append(("Stability: fault -> outcome", _tab(data.stability)))
     if not data.has_replay:
         return out + [("Run manifest", f"<pre>{esc(m.model_dump_json(indent=2))}</pre>")]
-    out.append(("Acceptance (speculative arm)", _defs("mean_acceptance_length", "acceptance_rate")
-                + _tab(data.acceptance)))
+    if data.acceptance.rows or data.acceptance_requests is None:
+        out.append(("Acceptance (speculative arm)", _defs("mean_acceptance_length", "acceptance_rate")
+                    + _tab(data.acceptance)))
+    else:  # no per-round data (an engine without the capture plugin): the per-request figures instead
+        out.append(("Acceptance (speculative arm)", "<p>No per-round data for this engine: acceptance by round "
+                    "(length, per position, by context) cannot be computed. Per-request stats below.</p>"))
+    if data.acceptance_requests is not None:
+        out.append(("Acceptance from the engine's per-request stats (speculative arm)",
+                    _defs("acceptance_requests") + _tab(data.acceptance_requests.pick(*REQUEST_ACCEPTANCE_COLUMNS))))
     out.append(("Speedup", _defs("speedup", "intervals", "aa", "label")
                 + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency")))
     out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))

@@ -84,6 +84,7 @@ class ReportData:
     capacity: Table | None = None  # mart capacity_under_slo: highest concurrency per arm under the analysis's SLO
     acceptance_positions: Table | None = None  # per-position acceptance and first rejection (speculative arm)
     acceptance_by_context: Table | None = None  # acceptance by context-length bucket (speculative arm)
+    acceptance_requests: Table | None = None  # acceptance from the engine's per-request stats (speculative arm)
     acceptance_definitions: Table | None = None  # the field's definitions side by side (speculative arm)
     by_input_length: Table | None = None  # mart speedup_by_input_length
     resource_cost: Table | None = None  # mart resource_cost: memory and KV cache per arm and level
@@ -230,8 +231,10 @@ def load_report(con, run_id: str | None = None) -> ReportData:
     capture_note = None
     if n_rounds == 0 and total:
         capture_note = (f"No rounds were captured ({capture_source(manifest)}; see manifest.capture): "
-                        "acceptance and engine step timing are empty, and the reconciliation "
-                        "diffs below compare nothing.")
+                        "no per-round data for this run, so acceptance by round, draft position and context, "
+                        "and engine step timing are empty, and the reconciliation diffs below compare nothing. "
+                        "Acceptance from the engine's per-request stats, where it reports them, is in "
+                        "acceptance_requests.")
     data = ReportData(
         manifest=manifest, kind=kind,
         levels=m.table(f"select run_id, {', '.join(LEVEL_COLUMNS)} from level_health"),
@@ -255,6 +258,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         acceptance_positions=_nonempty(m.where("acceptance_positions", "arm = 'speculative'")),
         acceptance_by_context=_nonempty(m.where("acceptance_by_context", "arm = 'speculative'")),
         acceptance_definitions=_nonempty(m.where("acceptance_definitions", "arm = 'speculative'")),
+        acceptance_requests=_nonempty(m.where("acceptance_requests", "arm = 'speculative'")),
         by_input_length=_nonempty(m.view("speedup_by_input_length")),
         resource_cost=_nonempty(m.view("resource_cost")),
         latency_cdf=_nonempty(_latency_cdf(m)),

@@ -87,7 +87,17 @@ def summary_text(data: ReportData) -> str:
         lines += text_table(["category", "length", "rate"],
                             [[r["category"], r["mean_acceptance_length"], r["acceptance_rate"]] for r in acc])
     else:
-        lines.append("  none (no captured rounds of replayed requests)")
+        lines.append("  none (no captured rounds of replayed requests: no per-round data for this run)")
+        req = data.acceptance_requests
+        if req is not None:
+            lines.append("acceptance from the engine's per-request stats, speculative arm (rate = accepted/proposed "
+                         "tokens; engine = its counters over the same blocks; mart acceptance_requests):")
+            lines += text_table(["level", "category", "requests", "proposed", "accepted", "rate", "engine accepted",
+                                 "diff"],
+                                [[data.level(r["concurrency"]), r["category"], r["requests_with_stats"],
+                                  r["tokens_proposed"], r["tokens_accepted"], r["acceptance_rate"],
+                                  "-" if r["engine_accepted"] is None else r["engine_accepted"],
+                                  "-" if r["diff_accepted"] is None else r["diff_accepted"]] for r in req.dicts()])
     lines += _capacity_lines(data)
     lines.append(_reconciliation_line(data))
     lines.append(_prefix_cache_line(data))

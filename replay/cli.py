@@ -55,6 +55,12 @@ def _d(name: str):
 @click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
               show_default=True, help="Parent of run folders; runs/latest points at the newest.")
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
+@click.option("--engine", type=click.Choice(["vllm", "llama.cpp"]), default=_d("engine"), show_default=True,
+              help="vllm: embedded vLLM CPU with the capture plugin. llama.cpp: llama-server (built once from "
+                   "PyPI, cached) serving the SmolLM2 Q4_1 GGUF as shipped, speculative arm --spec-type ngram-mod "
+                   "(--spec-config '{\"type\": \"draft-simple\", \"draft_model\": \"D.gguf\"}' for a draft); "
+                   "no per-round rows, no verification pass, prefix cache kept. With external URLs: the servers' "
+                   "engine, whose counters are read.")
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
 @click.option("--dtype", default=_d("dtype"), show_default=True, help="Embedded engine: dtype of both arms.")
 @click.option("--baseline-url", default=None, help="External server without speculation (skips the embedded engine).")
@@ -69,7 +75,7 @@ def _d(name: str):
 def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
          repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, load: str, time_scales,
-         rates, arrival_seed: int, runs_dir: Path, run_id, model, dtype, baseline_url,
+         rates, arrival_seed: int, runs_dir: Path, run_id, engine, model, dtype, baseline_url,
          speculative_url, served_model, capture_dir, no_progress, mix=None) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
     max_tokens, temperature) in two arms that differ only in speculation, then
@@ -114,7 +120,7 @@ def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, r
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
         max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
         repeats=repeats, verify=verify, samples=samples, restart_servers=restart_servers, prefix_cache=prefix_cache,
-        api_key_env=api_key_env, model=model, dtype=dtype, baseline_url=baseline_url,
+        api_key_env=api_key_env, engine=engine, model=model, dtype=dtype, baseline_url=baseline_url,
         speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
         progress=not no_progress, mix=mix,
     )

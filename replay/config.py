@@ -16,6 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
+#: The llama.cpp speculative arm's default: draft-free prompt lookup (replay/engines/llama_cpp.py).
+LLAMA_CPP_SPEC_CONFIG: dict[str, Any] = {"type": "ngram-mod"}
+
 DEFAULT_SPEC_CONFIG: dict[str, Any] = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -156,6 +159,12 @@ class ReplayConfig(ClientOptions):
                                   "sent (a category's speedup does not depend on the weights); to send a "
                                   "re-weighted traffic, make one with `specdec traffic mix`.")
     # embedded engine
+    engine: Literal["vllm", "llama.cpp"] = Field(
+        default="vllm", description="The engine (replay/engines): vllm (embedded vLLM CPU + the capture plugin), or "
+                                    "llama.cpp (llama-server, built once from PyPI, serving the SmolLM2 Q4_1 GGUF as "
+                                    "shipped; no per-round rows; speculative arm --spec-type ngram-mod unless "
+                                    "--spec-config says otherwise). With external URLs it names the servers' "
+                                    "engine, so the right counters are read.")
     model: str | None = Field(default=None, description="Model folder; default: the prepared SmolLM2.")
     dtype: str = Field(default="bfloat16", description="Model dtype of both arms (embedded engine).")
     max_num_seqs: int = 32
@@ -220,6 +229,21 @@ class ReplayConfig(ClientOptions):
                 raise ValueError("levels (--levels) are closed-loop concurrencies; open loop steps "
                                  "--time-scale or --rates")
             self.levels = keys
+        return self
+
+    @model_validator(mode="after")
+    def _engine_defaults(self) -> "ReplayConfig":
+        """llama.cpp: the speculative arm's default is prompt lookup (ngram-mod, the
+        counterpart of vLLM's ngram); the greedy verification pass (token ids and
+        logprobs through vLLM's API) is not available for it, and it has no prefix
+        cache reset endpoint, so the cache is kept (each arm has its own server)."""
+        if self.engine != "llama.cpp":
+            return self
+        if self.speculative_config == DEFAULT_SPEC_CONFIG:  # vLLM's default, not a llama.cpp setting
+            self.speculative_config = dict(LLAMA_CPP_SPEC_CONFIG)
+        self.verify = False
+        if self.prefix_cache == "reset":
+            self.prefix_cache = "keep"
         return self
 
     @property

@@ -26,10 +26,13 @@ GAUGES = {
 }
 
 
-def parse_counters(text: str) -> dict[str, float | None]:
-    """Sum the wanted counters in a Prometheus text exposition."""
-    values = _samples(text, {v: k for k, v in COUNTERS.items()})
-    return {k: (sum(values[k]) if values[k] else None) for k in COUNTERS}
+def parse_counters(text: str, counters: dict[str, str] | None = None) -> dict[str, float | None]:
+    """Sum the wanted counters in a Prometheus text exposition; ``counters`` (specdec key ->
+    metric name) defaults to vLLM's, another engine's adapter passes its own
+    (``replay/engines``)."""
+    counters = COUNTERS if counters is None else counters
+    values = _samples(text, {v: k for k, v in counters.items()})
+    return {k: (sum(values[k]) if values[k] else None) for k in counters}
 
 
 def parse_metrics(text: str) -> dict[str, float | None]:
@@ -69,10 +72,13 @@ def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
     return out
 
 
-async def read_counters(session: aiohttp.ClientSession, base_url, settings=None) -> dict[str, float | None]:
-    """Counters of a server; all None if it has no /metrics (not vLLM)."""
+async def read_counters(session: aiohttp.ClientSession, base_url, settings=None,
+                        counters: dict[str, str] | None = None) -> dict[str, float | None]:
+    """Counters of a server (vLLM's names unless ``counters`` says otherwise); all None
+    if it has no /metrics."""
+    counters = COUNTERS if counters is None else counters
     text = await metrics_text(session, base_url, settings)
-    return {k: None for k in COUNTERS} if text is None else parse_counters(text)
+    return {k: None for k in counters} if text is None else parse_counters(text, counters)
 
 
 async def read_gauges(session: aiohttp.ClientSession, base_url, settings=None,

@@ -53,8 +53,11 @@ def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
         raise SpecdecError(f"--capture-dir {cfg.capture_dir}: no such folder")
     if cfg.api_key_env != DEFAULT_API_KEY_ENV and not cfg.api_key():
         raise SpecdecError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty")
-    if not cfg.external and cfg.model is not None and not Path(cfg.model).is_dir():
-        raise SpecdecError(f"--model {cfg.model}: no such model folder")
+    if not cfg.external and cfg.model is not None:
+        if cfg.engine == "llama.cpp" and not Path(cfg.model).is_file():
+            raise SpecdecError(f"--model {cfg.model}: no such GGUF file (llama.cpp serves a .gguf file)")
+        if cfg.engine == "vllm" and not Path(cfg.model).is_dir():
+            raise SpecdecError(f"--model {cfg.model}: no such model folder")
 
 
 def run_replay(cfg: ReplayConfig) -> Path:
@@ -68,8 +71,20 @@ def run_replay(cfg: ReplayConfig) -> Path:
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
 
     model_source: dict = {}
+    llama = None
     if cfg.external:
         model, spec = cfg.served_model, None
+    elif cfg.engine == "llama.cpp":
+        from specdec.model import GGUF_DIST, find_gguf
+        from specdec.replay.engines import LlamaCpp
+        from specdec.replay.engines.llama_build import build_llama_server
+
+        model = cfg.model or str(find_gguf())
+        model_source = {"package": GGUF_DIST, "file": Path(model).name, "note": "served as shipped, no conversion"}
+        # one slot per request in flight; -c is the whole context, shared by the slots
+        slots = max(cfg.levels)
+        llama, spec = LlamaCpp(build_llama_server().path, threads=2, context=LLAMA_SLOT_CONTEXT * slots,
+                               slots=slots), None
     else:
         model = cfg.model
         if model is None:
@@ -81,14 +96,17 @@ def run_replay(cfg: ReplayConfig) -> Path:
         spec = ServerSpec(model=model, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
                           prefix_cache=cfg.prefix_cache)
 
-    arms = [_arm_config(cfg, arm, spec) for arm in cfg.arms]
+    arms = [_arm_config(cfg, arm, spec, llama, model) for arm in cfg.arms]
     eos_ids = None
     if spec is not None and cfg.verify:
         from specdec.replay.verify import eos_ids_for_model
 
         eos_ids = eos_ids_for_model(spec.model)
     rows = level_rows(traffic, cfg)
-    if cfg.external:
+    if llama is not None:
+        capture = {"source": "none", "reason": "llama.cpp has no capture plugin: no per-round rows; the per-request "
+                                               "draft stats (timings) and the engine's counters are recorded"}
+    elif cfg.external:
         capture = ({"source": "directory", "path": str(cfg.capture_dir)} if cfg.capture_dir else
                    {"source": "none", "reason": "external servers and no --capture-dir: their rounds stay in "
                                                 "their own capture folder, if they run the plugin at all"})
@@ -98,8 +116,11 @@ def run_replay(cfg: ReplayConfig) -> Path:
         run_id=run_id,
         created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         specdec_version=package_version(),
-        engine=engine_facts() if not cfg.external else {"name": "external", "version": None},
-        model=model, model_source=model_source, dtype=cfg.dtype if not cfg.external else "unknown",
+        engine=(llama_facts(llama) if llama is not None else engine_facts() if not cfg.external else
+                {"name": "external", "version": None, "adapter": cfg.engine}),
+        model=model, model_source=model_source,
+        dtype=(f"GGUF as shipped ({Path(model).name})" if llama is not None else
+               cfg.dtype if not cfg.external else "unknown"),
         arms=arms, arm_difference=arm_difference(arms),
         sampling={"endpoint": CHAT_PATH, "stream": True, "ignore_eos": True,
                   "forced_length": "every request is sent with ignore_eos and max_tokens = its row's max_tokens "
@@ -130,7 +151,10 @@ def run_replay(cfg: ReplayConfig) -> Path:
                                         "off": "embedded servers run with --no-enable-prefix-caching",
                                         "keep": "nothing done: a block may be faster because an earlier one warmed "
                                                 "the cache"}[cfg.prefix_cache]},
-        notes=["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."]
+        notes=(["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without "
+                "speculation."] if cfg.engine == "vllm" else
+               ["llama.cpp: no greedy verification pass (its logprobs are not vLLM's) and the prompt cache is kept "
+                "(no reset endpoint; each arm has its own server, so both see the same cache behaviour)."])
         + (["A/A run: --spec-config null, both arms are the same embedded server (or the two given URLs); "
             "every speedup should be within noise."]
            if cfg.speculative_config is None else [])
@@ -141,7 +165,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
     write_manifest(run_dir, manifest)
 
     with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
-        with Progress(cfg.progress) as progress, EmbeddedServers(cfg, spec, arms, run_dir, run_id, progress) as servers:
+        with Progress(cfg.progress) as progress, \
+                EmbeddedServers(cfg, spec, arms, run_dir, run_id, progress, llama=llama, model=model) as servers:
             endpoints = servers.start() if not cfg.external else {
                 arm.name: getattr(cfg, f"{arm.name}_url") for arm in arms}
             if cfg.external:
@@ -167,9 +192,10 @@ class EmbeddedServers:
     so no more than one server per arm is ever up. External servers: nothing."""
 
     def __init__(self, cfg: ReplayConfig, spec: ServerSpec | None, arms: list[ArmConfig], run_dir: Path,
-                 run_id: str, progress: Progress):
+                 run_id: str, progress: Progress, llama=None, model: str | None = None):
         self.cfg, self.spec, self.arms, self.run_dir, self.run_id = cfg, spec, arms, run_dir, run_id
         self.progress = progress
+        self.llama, self.model = llama, model  # the llama.cpp adapter and GGUF when the engine is llama-server
         self.restarts = not cfg.external and cfg.restart_servers == "repeat" and cfg.repeats > 1
         self._stack = contextlib.ExitStack()
         self._servers: dict[str, LocalServer] = {}  # arm -> the server started for it (shared in A/A)
@@ -189,9 +215,19 @@ class EmbeddedServers:
                 continue
             log = server_log(self.run_dir, arm.name)
             when = f" for repeat {repeat}" if repeat else ""
-            self.progress.message(f"starting vLLM for the {arm.name} arm{when} (log: {log})")
-            srv = self._stack.enter_context(LocalServer(self.spec, arm.speculative_config, capture_dir(self.run_dir),
-                                                        self.run_id, log, self.cfg.startup_timeout_s))
+            if self.llama is not None:
+                from specdec.replay.engines import Arm
+                from specdec.replay.server import LlamaServer
+
+                self.progress.message(f"starting llama-server for the {arm.name} arm{when} (log: {log})")
+                srv = self._stack.enter_context(LlamaServer(
+                    Arm(arm.name, arm.speculative_config, baseline=arm.name == "baseline"), Path(self.model), log,
+                    self.llama, self.cfg.startup_timeout_s))
+            else:
+                self.progress.message(f"starting vLLM for the {arm.name} arm{when} (log: {log})")
+                srv = self._stack.enter_context(LocalServer(self.spec, arm.speculative_config,
+                                                            capture_dir(self.run_dir), self.run_id, log,
+                                                            self.cfg.startup_timeout_s))
             endpoints[arm.name] = srv.base_url
             self._servers[arm.name] = srv
         return endpoints
@@ -209,8 +245,31 @@ class EmbeddedServers:
         return self.start(repeat)
 
 
-def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None) -> ArmConfig:
+#: llama.cpp: context per slot (-c is the slots' total), the same as vLLM's max_model_len
+LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
+
+
+def llama_facts(llama) -> dict:
+    """The manifest's engine facts for the embedded llama-server."""
+    from specdec.replay.engines.llama_build import LLAMA_CPP_PYTHON, cached_llama_server
+
+    return {"name": "llama.cpp", "version": f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp 0c1e570)",
+            "binary": str(llama.binary or cached_llama_server()), "threads": llama.threads,
+            "slots": llama.slots, "context": llama.context}
+
+
+def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None, llama=None, model: str | None = None
+                ) -> ArmConfig:
     spec_cfg = cfg.speculative_config if arm == "speculative" else None
+    if llama is not None:
+        from specdec.replay.engines import Arm
+
+        cmd = llama.server_command(Arm(arm, spec_cfg), model=model, port=0)
+        args = cmd[1:]  # the binary's path is in the engine facts
+        i = args.index("--port")
+        del args[i:i + 2]  # a port of its own per start, not a setting
+        return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=args, endpoint="embedded",
+                         speculative_config_source="launched" if spec_cfg else "none")
     if spec is None:
         ep = parse_endpoint(getattr(cfg, f"{arm}_url"))
         return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=[], endpoint=ep.display,

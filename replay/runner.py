@@ -27,6 +27,7 @@ from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, str
 from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
+from specdec.replay.engines import engine
 from specdec.replay.load import LoadLevel, load_levels, plans
 from specdec.replay.open_loop import SendTime, run_open_level
 from specdec.replay.progress import Progress
@@ -110,13 +111,15 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
     }.get(res.error_type or "", "see the error message")
 
 
-async def settled_counters(session, ep: Endpoint, settings: ClientSettings, tries: int = 20) -> dict:
-    """Read /metrics until two reads agree (stats are recorded after the last chunk)."""
+async def settled_counters(session, ep: Endpoint, settings: ClientSettings, tries: int = 20,
+                           counters: dict[str, str] | None = None) -> dict:
+    """Read /metrics until two reads agree (stats are recorded after the last chunk);
+    ``counters``: the engine's names (``replay/engines``; vLLM's by default)."""
     try:
-        prev = await read_counters(session, ep, settings)
+        prev = await read_counters(session, ep, settings, counters)
         for _ in range(tries):
             await asyncio.sleep(0.2)
-            cur = await read_counters(session, ep, settings)
+            cur = await read_counters(session, ep, settings, counters)
             if cur == prev:
                 return cur
             prev = cur
@@ -164,6 +167,7 @@ class Replayer:
         self.pid_of = pid_of or (lambda arm: None)
         self.progress = progress
         self.settings = cfg.client_settings()
+        self.engine = engine(cfg.engine)
         self.eos_token_ids = eos_token_ids
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
@@ -244,7 +248,8 @@ class Replayer:
         load = self.loads.get(level) or LoadLevel(level, "closed", float(level))
         plan = self._plan(rows, level)
         reset = await self._prepare(session, ep)
-        self._snapshot(arm, level, repeat, "before", await settled_counters(session, ep, self.settings), reset)
+        self._snapshot(arm, level, repeat, "before", await settled_counters(session, ep, self.settings,
+                                                                         counters=dict(self.engine.counters)), reset)
         if load.mode != "closed":
             self.progress.message(f"{arm} {load.label}")
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
@@ -263,12 +268,16 @@ class Replayer:
                 )
         finally:
             # keep whatever finished, even on Ctrl-C or a dead server
+            speculative = arm == "speculative" and self.cfg.speculative_config is not None
+            for _row, res in results:
+                self.engine.settle_stats(res, speculative)
             if results:
                 write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends),
                                      requests_part(self.run_dir, arm, level, repeat))
             self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
             await self._end_sampling(sampler, stop, samples, arm, level, repeat)
-        self._snapshot(arm, level, repeat, "after", await settled_counters(session, ep, self.settings))
+        self._snapshot(arm, level, repeat, "after",
+                       await settled_counters(session, ep, self.settings, counters=dict(self.engine.counters)))
         self.progress.end_level(task)
 
     async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,

@@ -222,13 +222,19 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
               help="A level whose share of failed requests exceeds this (0..1) is marked failed.")
 @client_options(api_key=False)
 @schedule_options
+@click.option("--engine", type=click.Choice(["vllm", "llama.cpp"]), default=default_of("engine"),
+              show_default=True, help="vllm: vLLM CPU + the capture plugin, ngram k=4 vs none. llama.cpp: "
+              "llama-server (built once from PyPI) on the SmolLM2 Q4_1 GGUF, --spec-type ngram-mod vs none; no "
+              "per-round rows, no verification pass.")
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
 def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
          dtype: str, max_error_rate: float, connect_timeout: float, request_timeout: float,
-         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, no_progress: bool) -> None:
+         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, engine: str,
+         no_progress: bool) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
-    bundled traffic mix, ngram speculation k=4 vs none, then marts and report."""
+    bundled traffic mix, ngram speculation k=4 vs none, then marts and report
+    (--engine llama.cpp: the same on llama-server, ngram-mod vs none)."""
     from specdec.model import prepare_model
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
@@ -239,12 +245,18 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
                        requests_per_level=requests_per_level, max_tokens=max_tokens,
                        dtype=dtype, max_error_rate=max_error_rate, connect_timeout_s=connect_timeout,
                        request_timeout_s=request_timeout, repeats=repeats, verify=verify, samples=samples,
-                       restart_servers=restart_servers, prefix_cache=prefix_cache, progress=not no_progress)
+                       restart_servers=restart_servers, prefix_cache=prefix_cache, engine=engine,
+                       progress=not no_progress)
     load_traffic(cfg.traffic)
-    prepared = prepare_model()
-    click.echo(f"model: {prepared.path}")
+    if engine == "llama.cpp":
+        from specdec.model import find_gguf
+
+        model_path = find_gguf()  # served as shipped: no conversion
+    else:
+        model_path = prepare_model().path
+    click.echo(f"model: {model_path}")
     try:
-        run_dir = run_replay(cfg.model_copy(update={"model": str(prepared.path)}))
+        run_dir = run_replay(cfg.model_copy(update={"model": str(model_path)}))
     except SpecdecError as exc:
         report_stopped_run(exc)
         raise

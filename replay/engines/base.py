@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Mapping
 
-from specdec.replay.engine_metrics import _samples
+from specdec.replay.engine_metrics import _samples, parse_counters
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Arm:
 
 class Engine(ABC):
     name: ClassVar[str]
-    #: specdec's counter key -> the engine's Prometheus metric name (summed over label sets)
+    #: specdec's counter key (a MetricSnapshot field) -> the engine's Prometheus metric name
+    #: (summed over label sets); a key the engine lacks stays NULL in the snapshots
     counters: ClassVar[Mapping[str, str]]
     #: the per-position accepted-token counter and its position label, if the engine has one
     position_counter: ClassVar[tuple[str, str] | None] = None
@@ -61,8 +62,11 @@ class Engine(ABC):
     def parse_counters(self, text: str) -> dict[str, float | None]:
         """The counters of ``counters`` in a /metrics page, each summed over its label
         sets; None for a counter the page does not have (not 0)."""
-        values = _samples(text, {v: k for k, v in self.counters.items()})
-        return {k: (sum(values[k]) if values[k] else None) for k in self.counters}
+        return parse_counters(text, dict(self.counters))
+
+    def settle_stats(self, res, speculative: bool) -> None:
+        """Fix a finished request's speculative stats where the engine's silence has a
+        meaning (llama.cpp: no draft fields on a speculative server = nothing drafted)."""
 
     def parse_positions(self, text: str) -> dict[int, float]:
         """The per-position accepted-token counter by position (0-based), if the engine has one."""

@@ -49,7 +49,6 @@ class LlamaCpp(Engine):
         "spec_num_draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
         "spec_num_accepted_tokens": "llamacpp:spec_decode_num_accepted_tokens_total",
         "generation_tokens": "llamacpp:tokens_predicted_total",
-        "decode_calls": "llamacpp:n_decode_total",
     }
     position_counter: ClassVar[tuple[str, str] | None] = (
         "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
@@ -111,6 +110,12 @@ class LlamaCpp(Engine):
         if stats is None and speculative and isinstance(chunk.get("timings"), dict):
             return RequestStats(self.name, 0, 0, None)
         return stats
+
+    def settle_stats(self, res, speculative: bool) -> None:
+        """A successful request on a speculative server whose timings had no draft
+        fields made no draft: 0 drafted, 0 accepted (not unknown)."""
+        if speculative and res.success and res.spec_num_draft_tokens is None:
+            res.spec_num_draft_tokens = res.spec_num_accepted_tokens = 0
 
     @staticmethod
     def version(props: dict) -> str | None:

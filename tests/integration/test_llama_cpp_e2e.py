@@ -102,3 +102,37 @@ def test_a_baseline_server_reports_no_drafts(tmp_path, llama_server_binary):
         assert res.success and res.output_tokens == row.max_tokens
         assert res.spec_num_draft_tokens is None
     assert not after["spec_num_drafts"]  # None or 0: nothing drafted
+
+
+def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
+    """specdec's replay with --engine llama.cpp: two llama-servers (none and ngram-mod),
+    two levels, two repeats; then the marts and the report. No per-round rows, said
+    so; the per-request acceptance reconciles with the counters to the token."""
+    import duckdb
+
+    from specdec.analytics.report import write_report
+    from specdec.replay.config import ReplayConfig
+    from specdec.replay.experiment import run_replay
+    from specdec.replay.traffic import BUNDLED
+    from specdec.runfolder import read_manifest
+
+    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=tmp_path, run_id="llama", engine="llama.cpp", levels=[1, 2],
+                       requests_per_level=6, max_tokens=32, warmup_requests=1, progress=False)
+    assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.verify and cfg.prefix_cache == "keep"
+    run_dir = run_replay(cfg)
+    manifest = read_manifest(run_dir)
+    assert manifest.finished and manifest.engine["name"] == "llama.cpp"
+    assert manifest.arm_difference == ["--spec-type ngram-mod"]  # the only difference between the arms
+    assert manifest.capture["source"] == "none"
+    report, _summary = write_report(run_dir)
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    failed = con.execute("select count(*) from stg_requests where not success").fetchone()[0]
+    assert failed == 0
+    totals = con.execute("select concurrency, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
+                         "where arm = 'speculative' and category = '(all)' order by 1").fetchall()
+    assert [t[0] for t in totals] == [1, 2]
+    assert all(diff_p == 0 and diff_a == 0 for _, _, diff_p, diff_a in totals)
+    assert con.execute("select count(*) from acceptance").fetchone()[0] == 0  # no rounds, no round figures
+    assert con.execute("select count(*) from speedup where pairs > 0").fetchone()[0] > 0
+    html = report.read_text()
+    assert "No per-round data for this engine" in html and "acceptance_requests" in html

@@ -1,0 +1,65 @@
+-- acceptance_requests
+-- Grain: one row per run_id, arm, concurrency and category, plus a row per run_id, arm
+--   and concurrency with category '(all)' (pooled over the level's repeats; never over
+--   runs or levels).
+-- Purpose: acceptance from the engine's per-request speculative stats, for every engine:
+--   the only acceptance an engine without per-round rows has (llama.cpp: timings.draft_n
+--   and draft_n_accepted; replay/engines), and for vLLM a check on the rounds (its
+--   metrics.speculative_decoding). Requests whose stats are unknown (NULL: a baseline arm,
+--   a failed request, an engine that reports none) are left out, not counted as 0.
+--   requests_with_stats   successful requests with both counts
+--   tokens_proposed       sum of their draft tokens
+--   tokens_accepted       sum of their accepted draft tokens
+--   acceptance_rate       = tokens_accepted / tokens_proposed (per token, pooled); NULL
+--                         when nothing was proposed
+--   acceptance_rate_per_request   mean over requests with tokens proposed of each one's
+--                         accepted / proposed (AIPerf's per-request mean)
+--   steps                 sum of the requests' verify steps where the engine says (vLLM);
+--                         NULL for llama.cpp, which reports none
+--   engine_proposed, engine_accepted   '(all)' rows only: the engine's counters over the
+--                         level's blocks (stg_engine_counters, after minus before, summed
+--                         over repeats); NULL where the server exports none
+--   diff_proposed, diff_accepted   '(all)' rows: per-request sums minus the counters; 0
+--                         when every drafted token of the blocks is in a request's stats
+--                         (the blocks bracket the timed requests only: no warm-up or
+--                         verification request falls between a block's two scrapes)
+with requests as (
+    select run_id, arm, concurrency, category, spec_num_steps, spec_num_draft_tokens as proposed,
+           spec_num_accepted_tokens as accepted
+    from stg_requests
+    where success and spec_num_draft_tokens is not null and spec_num_accepted_tokens is not null
+),
+counters as (
+    select * from stg_engine_counters
+),
+engine as (
+    select a.run_id, a.arm, a.concurrency,
+           cast(sum(a.spec_num_draft_tokens - b.spec_num_draft_tokens) as bigint) as engine_proposed,
+           cast(sum(a.spec_num_accepted_tokens - b.spec_num_accepted_tokens) as bigint) as engine_accepted
+    from counters a
+    join counters b
+      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
+    where a.position = 'after' and b.position = 'before'
+    group by a.run_id, a.arm, a.concurrency
+),
+grouped as (
+    select run_id, arm, concurrency, coalesce(category, '(all)') as category,
+           count(*) as requests_with_stats,
+           cast(sum(proposed) as bigint) as tokens_proposed,
+           cast(sum(accepted) as bigint) as tokens_accepted,
+           sum(accepted) / nullif(sum(proposed), 0) as acceptance_rate,
+           avg(accepted / proposed) filter (where proposed > 0) as acceptance_rate_per_request,
+           cast(sum(spec_num_steps) as bigint) as steps
+    from requests
+    group by grouping sets ((run_id, arm, concurrency, category), (run_id, arm, concurrency))
+),
+final as (
+    select g.*,
+           case when g.category = '(all)' then e.engine_proposed end as engine_proposed,
+           case when g.category = '(all)' then e.engine_accepted end as engine_accepted,
+           case when g.category = '(all)' then g.tokens_proposed - e.engine_proposed end as diff_proposed,
+           case when g.category = '(all)' then g.tokens_accepted - e.engine_accepted end as diff_accepted
+    from grouped g
+    left join engine e using (run_id, arm, concurrency)
+)
+select * from final order by run_id, arm, concurrency, category = '(all)', category
