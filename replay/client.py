@@ -214,6 +214,20 @@ async def stream_payload(
     return res
 
 
+async def _refused(res: StreamResult, status: int, ctype: str, read) -> bool:
+    """Record the reply's status; True (the row failed, the body's start in its message) when
+    it is not a success or not an event stream. ``read(n)``: the transport's body read."""
+    res.http_status = status
+    if 200 <= status < 300 and ctype.startswith("text/event-stream"):
+        return False
+    body = (await read(4096)).decode("utf-8", "replace")
+    if not 200 <= status < 300:
+        res.fail("http_status", f"HTTP {status}: {body}")
+    else:
+        res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+    return True
+
+
 async def _via_pool(pool: StreamPool, ep: Endpoint, payload: dict, request_id: str, settings: ClientSettings,
                     res: StreamResult, parser: SseParser) -> None:
     """The request over specdec's own transport: the connection's
@@ -222,16 +236,7 @@ async def _via_pool(pool: StreamPool, ep: Endpoint, payload: dict, request_id: s
                            request_headers(settings, ep, request_id), settings.connect_timeout_s,
                            settings.request_timeout_s)
     try:
-        status, headers = conn.status, conn.headers
-        res.http_status = status
-        if not 200 <= status < 300:
-            body = (await conn.read_body(4096)).decode("utf-8", "replace")
-            res.fail("http_status", f"HTTP {status}: {body}")
-            return
-        ctype = headers.get("content-type", "")
-        if not ctype.startswith("text/event-stream"):
-            body = (await conn.read_body(4096)).decode("utf-8", "replace")
-            res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+        if await _refused(res, conn.status, conn.headers.get("content-type", ""), conn.read_body):
             return
         await conn.stream(parser.feed)
     finally:
@@ -247,15 +252,7 @@ async def _via_aiohttp(session: aiohttp.ClientSession, ep: Endpoint, payload: di
             ep.url(CHAT_PATH), params=ep.params or None, json=payload,
             headers=request_headers(settings, ep, request_id), timeout=settings.timeout(),
         ) as resp:
-            res.http_status = resp.status
-            if not 200 <= resp.status < 300:
-                body = (await resp.content.read(4096)).decode("utf-8", "replace")
-                res.fail("http_status", f"HTTP {resp.status}: {body}")
-                return
-            ctype = resp.headers.get("Content-Type", "")
-            if not ctype.startswith("text/event-stream"):
-                body = (await resp.content.read(4096)).decode("utf-8", "replace")
-                res.fail("not_streamed", f"expected a text/event-stream reply, got {ctype or 'no Content-Type'}: {body}")
+            if await _refused(res, resp.status, resp.headers.get("Content-Type", ""), resp.content.read):
                 return
             idle = _IdleTimeout(settings.request_timeout_s, resp)
             content, clock = resp.content, time.perf_counter_ns
