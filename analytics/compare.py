@@ -18,6 +18,9 @@ keyed by run_id), joined on the marts' other keys. What is compared:
   and ``label_changed``;
 * acceptance (mart ``acceptance``, speculative arm): per category, each run's
   mean acceptance length and acceptance rate and B - A;
+* acceptance from the engines' per-request stats (mart ``acceptance_requests``):
+  per category and level, each run's rate and B - A (the one acceptance an
+  engine without per-round rows, llama.cpp, has);
 * throughput (mart ``throughput``): per arm and level, output tokens/s of each
   run and B / A.
 
@@ -55,6 +58,17 @@ ACCEPTANCE = """
     from (select * from {a_acceptance} where arm = 'speculative') a
     full join (select * from {b_acceptance} where arm = 'speculative') b on a.category = b.category
 """
+#: The engines' own per-request stats (mart acceptance_requests): the one acceptance every
+#: engine has, so a run without per-round rows (llama.cpp) compares too.
+REQUEST_ACCEPTANCE = """
+    select coalesce(a.category, b.category) as category, coalesce(a.concurrency, b.concurrency) as concurrency,
+           a.acceptance_rate as a_rate, b.acceptance_rate as b_rate,
+           b.acceptance_rate - a.acceptance_rate as rate_b_minus_a,
+           a.tokens_proposed as a_proposed, b.tokens_proposed as b_proposed
+    from (select * from {a_acceptance_requests} where arm = 'speculative') a
+    full join (select * from {b_acceptance_requests} where arm = 'speculative') b
+      on a.category = b.category and a.concurrency = b.concurrency
+"""
 THROUGHPUT = """
     select coalesce(a.arm, b.arm) as arm, coalesce(a.concurrency, b.concurrency) as concurrency,
            a.output_tokens_per_s as a_tokens_per_s, b.output_tokens_per_s as b_tokens_per_s,
@@ -71,6 +85,7 @@ class Comparison:
     speedup: list[dict]
     acceptance: list[dict]
     throughput: list[dict]
+    request_acceptance: list[dict] = ()
 
 
 def _flatten(value, prefix: str = "") -> dict[str, object]:
@@ -115,12 +130,14 @@ def _tables(con, a_db: str, b_db: str, runs: dict[str, str]) -> dict[str, list[d
     """The three comparisons, side A the rows of run ``runs['a']`` of database
     ``a_db`` (an attached alias), side B likewise."""
     rel = {f"{side}_{mart}": f"(select * from {db}.{mart} where run_id = ${side})"
-           for side, db in (("a", a_db), ("b", b_db)) for mart in ("speedup", "acceptance", "throughput")}
+           for side, db in (("a", a_db), ("b", b_db)) for mart in ("speedup", "acceptance", "throughput", "acceptance_requests")}
     return {
         "speedup": _rows(con, f"select * from ({SPEEDUP.format(**rel)}) "
                               "order by category = '(system)', category, concurrency", runs),
         "acceptance": _rows(con, f"select * from ({ACCEPTANCE.format(**rel)}) order by category", runs),
         "throughput": _rows(con, f"select * from ({THROUGHPUT.format(**rel)}) order by arm, concurrency", runs),
+        "request_acceptance": _rows(con, f"select * from ({REQUEST_ACCEPTANCE.format(**rel)}) "
+                                         "order by category = '(all)', category, concurrency", runs),
     }
 
 
@@ -184,6 +201,13 @@ def render_text(c: Comparison) -> str:
                          [[r["category"], _num(r["a_length"]), _num(r["b_length"]), _num(r["length_b_minus_a"]),
                            _num(r["a_rate"]), _num(r["b_rate"]), _num(r["rate_b_minus_a"])] for r in c.acceptance])
               if c.acceptance else ["  none (no captured rounds in either run)"])
+    lines.append("acceptance from the engines' per-request stats, speculative arm (rate = accepted / proposed "
+                 "tokens, per level; mart acceptance_requests):")
+    lines += (text_table(["category", "level", "A rate", "B rate", "B-A", "A proposed", "B proposed"],
+                         [[r["category"], f"c{r['concurrency']}", _num(r["a_rate"]), _num(r["b_rate"]),
+                           _num(r["rate_b_minus_a"]), "n/a" if r["a_proposed"] is None else r["a_proposed"],
+                           "n/a" if r["b_proposed"] is None else r["b_proposed"]] for r in c.request_acceptance])
+              if c.request_acceptance else ["  none (neither run's engine reported per-request stats)"])
     lines.append("throughput (output tokens/s, whole level):")
     lines += text_table(["arm", "level", "A", "B", "B/A"],
                         [[r["arm"], f"c{r['concurrency']}", _num(r["a_tokens_per_s"], 1), _num(r["b_tokens_per_s"], 1),

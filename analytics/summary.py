@@ -234,10 +234,22 @@ def _speedup_lines(data: ReportData) -> list[str]:
 
 def _reconciliation_line(data: ReportData) -> str:
     if data.capture_note:
-        return "reconciliation with vLLM counters: not applicable (no rounds were captured)"
+        return ("reconciliation of the rounds with the engine's counters: not applicable (no rounds were captured); "
+                + _request_reconciliation(data))
     recon = data.reconciliation.dicts()
     captured = [r for r in recon if r["capture_present"]]
     if not captured:
         return "reconciliation with vLLM counters: not applicable (no captured engine rows)"
     bad = sum(1 for r in captured if r["diff_rounds"] or r["diff_proposed"] or r["diff_accepted"])
     return "reconciliation with vLLM counters: " + ("exact" if bad == 0 else f"{bad} level(s) differ")
+
+
+def _request_reconciliation(data: ReportData) -> str:
+    """The per-request stats against the counters (acceptance_requests' (all) rows)."""
+    req = data.acceptance_requests
+    rows = [r for r in req.dicts() if r["category"] == "(all)" and r["engine_proposed"] is not None] if req else []
+    if not rows:
+        return "per-request stats against the counters: not applicable (no stats or no counters)"
+    bad = sum(1 for r in rows if r["diff_proposed"] or r["diff_accepted"])
+    return ("per-request stats against the counters: " +
+            (f"exact at {len(rows)} level(s)" if bad == 0 else f"{bad} of {len(rows)} level(s) differ"))

@@ -59,7 +59,7 @@ def _d(name: str):
               help="vllm: embedded vLLM CPU with the capture plugin. llama.cpp: llama-server (built once from "
                    "PyPI, cached) serving the SmolLM2 Q4_1 GGUF as shipped, speculative arm --spec-type ngram-mod "
                    "(--spec-config '{\"type\": \"draft-simple\", \"draft_model\": \"D.gguf\"}' for a draft); "
-                   "no per-round rows, no verification pass, prefix cache kept. With external URLs: the servers' "
+                   "no per-round rows, no verification pass, no prompt cache (--no-cache-prompt). With external URLs: the servers' "
                    "engine, whose counters are read.")
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
 @click.option("--dtype", default=_d("dtype"), show_default=True, help="Embedded engine: dtype of both arms.")

@@ -236,14 +236,16 @@ class ReplayConfig(ClientOptions):
         """llama.cpp: the speculative arm's default is prompt lookup (ngram-mod, the
         counterpart of vLLM's ngram); the greedy verification pass (token ids and
         logprobs through vLLM's API) is not available for it, and it has no prefix
-        cache reset endpoint, so the cache is kept (each arm has its own server)."""
+        cache reset endpoint, so 'reset' becomes 'off' (``--no-cache-prompt``: no block
+        reuses an earlier one's prompts; measured without it, the first level of each
+        server, cold, had 10x the TTFT of the later, warmed ones)."""
         if self.engine != "llama.cpp":
             return self
         if self.speculative_config == DEFAULT_SPEC_CONFIG:  # vLLM's default, not a llama.cpp setting
             self.speculative_config = dict(LLAMA_CPP_SPEC_CONFIG)
         self.verify = False
-        if self.prefix_cache == "reset":
-            self.prefix_cache = "keep"
+        if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
+            self.prefix_cache = "off"
         return self
 
     @property

@@ -84,7 +84,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
         # one slot per request in flight; -c is the whole context, shared by the slots
         slots = max(cfg.levels)
         llama, spec = LlamaCpp(build_llama_server().path, threads=2, context=LLAMA_SLOT_CONTEXT * slots,
-                               slots=slots), None
+                               slots=slots, prompt_cache=cfg.prefix_cache == "keep"), None
     else:
         model = cfg.model
         if model is None:
@@ -148,13 +148,15 @@ def run_replay(cfg: ReplayConfig) -> Path:
                   "prefix_cache": cfg.prefix_cache,
                   "prefix_cache_note": {"reset": "POST /reset_prefix_cache before every block (embedded servers run "
                                                  "with VLLM_SERVER_DEV_MODE=1); the before-snapshot says if it worked",
-                                        "off": "embedded servers run with --no-enable-prefix-caching",
+                                        "off": ("embedded servers run with --no-enable-prefix-caching" if cfg.engine == "vllm"
+                                                else "embedded servers run with --no-cache-prompt"),
                                         "keep": "nothing done: a block may be faster because an earlier one warmed "
                                                 "the cache"}[cfg.prefix_cache]},
         notes=(["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without "
                 "speculation."] if cfg.engine == "vllm" else
-               ["llama.cpp: no greedy verification pass (its logprobs are not vLLM's) and the prompt cache is kept "
-                "(no reset endpoint; each arm has its own server, so both see the same cache behaviour)."])
+               ["llama.cpp: no greedy verification pass (its logprobs are not vLLM's); prefix cache "
+                f"'{cfg.prefix_cache}' ('off': --no-cache-prompt on both arms, as llama.cpp has no endpoint to "
+                "empty the cache between blocks)."])
         + (["A/A run: --spec-config null, both arms are the same embedded server (or the two given URLs); "
             "every speedup should be within noise."]
            if cfg.speculative_config is None else [])

@@ -477,7 +477,9 @@ class StreamPool:
         lines += [f"{k}: {v}" for k, v in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         for attempt in (0, 1):
-            idle = self._idle.get(key)
+            # the retry takes a fresh connection: the other idle ones may be as stale (a server
+            # that closes idle keep-alive connections closes them all, e.g. llama-server's)
+            idle = self._idle.get(key) if attempt == 0 else None
             conn = None
             while idle:
                 c = idle.pop()

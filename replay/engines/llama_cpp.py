@@ -54,8 +54,13 @@ class LlamaCpp(Engine):
         "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
     per_round: ClassVar[bool] = False
 
-    def __init__(self, binary: Path | None = None, threads: int = 2, context: int = 4096, slots: int = 1):
+    def __init__(self, binary: Path | None = None, threads: int = 2, context: int = 4096, slots: int = 1,
+                 prompt_cache: bool = True):
+        """``prompt_cache`` False: ``--no-cache-prompt`` on every arm, so no request reuses an
+        earlier one's prompt (the analogue of vLLM's prefix-cache reset: llama.cpp has no
+        endpoint to empty it between blocks)."""
         self.binary, self.threads, self.context, self.slots = binary, threads, context, slots
+        self.prompt_cache = prompt_cache
 
     def server_command(self, arm: Arm, *, model: str, port: int, host: str = "127.0.0.1") -> list[str]:
         if self.binary is None:
@@ -63,7 +68,8 @@ class LlamaCpp(Engine):
 
             self.binary = build_llama_server().path
         return [str(self.binary), "-m", model, "--host", host, "--port", str(port), "-t", str(self.threads),
-                "-c", str(self.context), "-np", str(self.slots), "--metrics", *self.speculation_args(arm)]
+                "-c", str(self.context), "-np", str(self.slots), "--metrics",
+                *([] if self.prompt_cache else ["--no-cache-prompt"]), *self.speculation_args(arm)]
 
     def speculation_args(self, arm: Arm) -> list[str]:
         """``arm.speculation``: None (no speculation), or a mapping with ``type``

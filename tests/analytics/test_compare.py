@@ -69,7 +69,7 @@ def test_cli_text_and_json(tmp_path):
     out = CliRunner().invoke(main, ["compare", str(a), str(b), "--json"])
     assert out.exit_code == 0
     data = json.loads(out.output)
-    assert set(data) == {"run_a", "run_b", "settings", "speedup", "acceptance", "throughput"}
+    assert set(data) == {"run_a", "run_b", "settings", "speedup", "acceptance", "throughput", "request_acceptance"}
     missing = CliRunner().invoke(main, ["compare", str(a), str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "nope" in missing.output
 
@@ -78,3 +78,24 @@ def test_settings_diff_ignores_identity_and_time():
     m1, m2 = make_manifest(), make_manifest(run_id="other", created_wall="2030-01-01T00:00:00Z")
     assert settings_diff(m1, m2) == []
     assert settings_diff(m1, make_manifest(dtype="bfloat16")) == [{"field": "dtype", "a": "float32", "b": "bfloat16"}]
+
+
+def test_a_run_without_rounds_compares_on_the_per_request_stats(tmp_path):
+    """B is an engine without per-round rows (llama.cpp): its acceptance by round is
+    n/a, and the per-request stats compare for both runs: A's speculative requests
+    report 10 drafted, 5 accepted each; B's 10 and 8."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    e2e = lambda arm, pid, level, r: 2000.0 if arm == "baseline" else 1000.0  # noqa: E731
+
+    def with_stats(accepted):
+        return [r.model_copy(update={"spec_num_draft_tokens": 10, "spec_num_accepted_tokens": accepted})
+                if r.arm == "speculative" else r for r in repeated_requests(e2e, levels=(1,))]
+
+    write_run(a, requests=with_stats(5), counters=repeated_counters(levels=(1,)), rounds=rounds([(4, 4)]))
+    write_run(b, requests=with_stats(8), counters=repeated_counters(levels=(1,)), rounds=[])
+    c = compare(a, b)
+    assert {r["category"]: r["b_length"] for r in c.acceptance}["code"] is None
+    got = {(r["category"], r["concurrency"]): r for r in c.request_acceptance}
+    assert (got["(all)", 1]["a_rate"], got["(all)", 1]["b_rate"]) == (approx(0.5), approx(0.8))
+    assert got["code", 1]["rate_b_minus_a"] == approx(0.3)

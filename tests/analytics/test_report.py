@@ -68,8 +68,10 @@ def test_no_captured_rounds_is_said_plainly(tmp_path):
     said = ("No rounds were captured (capture source: none; reason: external servers without --capture-dir; "
             "see manifest.capture)")
     assert said in summary and said in page
-    assert "reconciliation with vLLM counters: not applicable (no rounds were captured)" in summary
+    assert ("reconciliation of the rounds with the engine's counters: not applicable (no rounds were captured); "
+            "per-request stats against the counters: exact at 2 level(s)") in summary
     assert "level(s) differ" not in summary
+    assert "No per-round data for this engine" in page  # not a table of zeros
     assert '<table class="flagged">' in page and "(flagged: no rounds captured)" in page
 
 

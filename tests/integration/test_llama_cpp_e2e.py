@@ -118,7 +118,7 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
 
     cfg = ReplayConfig(traffic=BUNDLED, runs_dir=tmp_path, run_id="llama", engine="llama.cpp", levels=[1, 2],
                        requests_per_level=6, max_tokens=32, warmup_requests=1, progress=False)
-    assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.verify and cfg.prefix_cache == "keep"
+    assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.verify and cfg.prefix_cache == "off"
     run_dir = run_replay(cfg)
     manifest = read_manifest(run_dir)
     assert manifest.finished and manifest.engine["name"] == "llama.cpp"

@@ -30,8 +30,10 @@ class Scripted:
     reply (a list of byte writes); ``close_after`` closes the connection
     after that many replies on it. Counts connections and requests."""
 
-    def __init__(self, replies, close_after: int | None = None, gap_s: float = 0.0):
-        self.replies, self.close_after, self.gap_s = replies, close_after, gap_s
+    def __init__(self, replies, close_after: int | None = None, gap_s: float = 0.0, drop_after: int | None = None):
+        """``drop_after``: after that many replies on a connection, read the next request
+        and close without a reply (a keep-alive connection the server had given up on)."""
+        self.replies, self.close_after, self.gap_s, self.drop_after = replies, close_after, gap_s, drop_after
         self.connections = 0
         self.requests: list[bytes] = []
 
@@ -44,6 +46,8 @@ class Scripted:
                 length = int([ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")][0]
                              .split(b":")[1])
                 body = await reader.readexactly(length)
+                if self.drop_after is not None and served >= self.drop_after:
+                    break
                 self.requests.append(head + body)
                 reply = self.replies[min(len(self.requests) - 1, len(self.replies) - 1)]
                 for piece in reply:
@@ -114,6 +118,29 @@ def test_a_server_that_closes_idle_connections_gets_a_fresh_one():
     results = run(server, n=3, pause_s=0.05)
     assert all(r.success for r in results)
     assert server.connections == 3
+
+
+def test_when_every_idle_connection_is_stale_the_retry_takes_a_fresh_one():
+    """Two requests at once leave two idle connections; the server then drops each
+    connection at its next request without a reply. The third request finds the
+    first stale, and its one retry must not take the second (as stale): a fresh
+    connection answers it."""
+    server = Scripted([[SSE_HEAD] + chunked(GOOD)], drop_after=1, gap_s=0.02)  # slow: the two overlap
+
+    async def go():
+        srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+        async with StreamPool() as pool:
+            first = await asyncio.gather(*(stream_payload(pool, base, {"model": "m", "messages": []}, f"r{i}")
+                                           for i in range(2)))
+            await asyncio.sleep(0.2)  # both replies' last chunks are in: two idle connections in the pool
+            third = await stream_payload(pool, base, {"model": "m", "messages": []}, "r2")
+        srv.close()
+        return [*first, third]
+
+    results = asyncio.run(go())
+    assert all(r.success for r in results), [(r.error_type, r.error_message) for r in results]
+    assert server.connections == 3  # the two, then the fresh one (the stale one tried was one of the two)
 
 
 def test_done_before_the_last_chunk_still_reuses_the_connection():
