@@ -21,7 +21,7 @@ from specdec.replay.load import summary as load_summary
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
-from specdec.replay.server import LocalServer, ServerSpec, speculative_args
+from specdec.replay.server import LocalServer, ServerSpec
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import unknown_categories
 from specdec.replay.traffic_profile import manifest_traffic
@@ -223,7 +223,7 @@ class EmbeddedServers:
 
                 self.progress.message(f"starting llama-server for the {arm.name} arm{when} (log: {log})")
                 srv = self._stack.enter_context(LlamaServer(
-                    Arm(arm.name, arm.speculative_config, baseline=arm.name == "baseline"), Path(self.model), log,
+                    Arm(arm.name, arm.speculative_config), Path(self.model), log,
                     self.llama, self.cfg.startup_timeout_s))
             else:
                 self.progress.message(f"starting vLLM for the {arm.name} arm{when} (log: {log})")
@@ -262,23 +262,19 @@ def llama_facts(llama) -> dict:
 
 def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None, llama=None, model: str | None = None
                 ) -> ArmConfig:
-    spec_cfg = cfg.speculative_config if arm == "speculative" else None
-    if llama is not None:
-        from specdec.replay.engines import Arm
+    """An arm as the manifest records it; an embedded one's ``server_args`` are its engine
+    adapter's (``replay/engines``), the settings its server starts with."""
+    from specdec.replay.engines import Arm, Vllm
 
-        cmd = llama.server_command(Arm(arm, spec_cfg), model=model, port=0)
-        args = cmd[1:]  # the binary's path is in the engine facts
-        i = args.index("--port")
-        del args[i:i + 2]  # a port of its own per start, not a setting
-        return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=args, endpoint="embedded",
-                         speculative_config_source="launched" if spec_cfg else "none")
-    if spec is None:
+    spec_cfg = cfg.speculative_config if arm == "speculative" else None
+    if llama is None and spec is None:
         ep = parse_endpoint(getattr(cfg, f"{arm}_url"))
         return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=[], endpoint=ep.display,
                          speculative_config_source="declared" if spec_cfg else "none")
-    return ArmConfig(name=arm, speculative_config=spec_cfg,
-                     server_args=[*spec.common_args(), *speculative_args(spec_cfg)], endpoint="embedded",
-                     speculative_config_source="launched" if spec_cfg else "none")
+    engine, model = (llama, model) if llama is not None else (Vllm(spec), spec.model)
+    return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=engine.server_args(Arm(arm, spec_cfg),
+                                                                                            model=model),
+                     endpoint="embedded", speculative_config_source="launched" if spec_cfg else "none")
 
 
 def arm_difference(arms: list[ArmConfig]) -> list[str]:

@@ -168,6 +168,7 @@ class Replayer:
         self.progress = progress
         self.settings = cfg.client_settings()
         self.engine = engine(cfg.engine)
+        self.counter_names = dict(self.engine.counters)  # the engine's /metrics names (replay/engines)
         self.eos_token_ids = eos_token_ids
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
@@ -249,7 +250,7 @@ class Replayer:
         plan = self._plan(rows, level)
         reset = await self._prepare(session, ep)
         self._snapshot(arm, level, repeat, "before", await settled_counters(session, ep, self.settings,
-                                                                         counters=dict(self.engine.counters)), reset)
+                                                                         counters=self.counter_names), reset)
         if load.mode != "closed":
             self.progress.message(f"{arm} {load.label}")
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
@@ -277,7 +278,7 @@ class Replayer:
             self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
             await self._end_sampling(sampler, stop, samples, arm, level, repeat)
         self._snapshot(arm, level, repeat, "after",
-                       await settled_counters(session, ep, self.settings, counters=dict(self.engine.counters)))
+                       await settled_counters(session, ep, self.settings, counters=self.counter_names))
         self.progress.end_level(task)
 
     async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,

@@ -175,7 +175,6 @@ class LocalServer(ServerProcess):
     def __init__(self, spec: ServerSpec, spec_config: dict | None, capture_dir: Path,
                  run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
         port = free_port()
-        self.args = [*spec.common_args(), *speculative_args(spec_config)]
         self.capture_dir, self.run_id = capture_dir, run_id
         env = {
             ENV_CAPTURE_DIR: str(capture_dir),
@@ -202,7 +201,6 @@ class LlamaServer(ServerProcess):
         from specdec.replay.engines import LlamaCpp
 
         self.engine = engine or LlamaCpp()
-        self.arm = arm
         port = free_port()
         cmd = self.engine.server_command(arm, model=str(model), port=port)
         super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path,

@@ -2,27 +2,28 @@
 
 An adapter says, for one engine:
 
-- how to start a server for an arm (``server_command``, ``server_env``) and
-  where its health probe is (``health_path``);
-- which request fields force a fixed output length (``forced_length_fields``);
+- how to start a server for an arm (``executable``, ``server_args``, composed
+  by ``server_command``; ``server_env``) and where its health probe is
+  (``health_path``);
 - how to read the per-request speculative stats out of a response
-  (``request_stats``: a chunk of the stream, or a plain JSON reply);
+  (``request_stats``: a chunk of the stream, or a plain JSON reply), and what
+  a missing figure means once the request is over (``settle_stats``);
 - which Prometheus counters hold its speculative totals (``counters``: specdec's
   key -> the engine's metric name), including a per-position counter where the
-  engine has one (``position_counter``);
-- whether it writes per-round rows (``per_round``: the capture plugin exists
-  for vLLM only; llama.cpp has none, so its round tables stay empty and the
-  marts say so).
+  engine has one (``position_counter``).
+
+Both engines honour ``ignore_eos`` with ``max_tokens``, which
+``client.build_payload`` sends to every server: the fixed output length needs
+no per-engine field. Only vLLM writes per-round rows (the capture plugin); a
+run without them says so (``manifest.capture``), whatever its engine.
 
 ``ENGINES`` maps each engine's name to its adapter. The client does not need
 to be told which engine it talks to: ``request_stats_of`` asks every adapter,
 and the shape of a response says whose it is (vLLM's
 ``metrics.speculative_decoding``, llama.cpp's ``timings``).
 
-This is the first slice of issue 9: vLLM's facts are gathered here (the
-existing modules read them from here), the llama.cpp adapter is complete for
-one server, and the replay still starts vLLM servers only (see
-``docs/engines.md``).
+The replay starts either engine's servers (``--engine``); arms are still the
+fixed baseline/speculative pair of one engine (see ``docs/engines.md``).
 """
 
 from __future__ import annotations

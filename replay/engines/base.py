@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Mapping
 
-from specdec.replay.engine_metrics import _samples, parse_counters
+from specdec.replay.engine_metrics import parse_counters
 
 
 @dataclass(frozen=True)
@@ -22,10 +22,9 @@ class RequestStats:
 @dataclass(frozen=True)
 class Arm:
     """One server configuration of an engine: a name, and the engine's speculation
-    settings (None: no speculation). Any number of arms, one of them the baseline."""
+    settings (None: no speculation)."""
     name: str
     speculation: Mapping | None = None
-    baseline: bool = False
 
 
 class Engine(ABC):
@@ -36,12 +35,19 @@ class Engine(ABC):
     #: the per-position accepted-token counter and its position label, if the engine has one
     position_counter: ClassVar[tuple[str, str] | None] = None
     health_path: ClassVar[str] = "/health"
-    #: True when the engine writes per-round rows (the capture plugin)
-    per_round: ClassVar[bool] = False
 
     @abstractmethod
+    def executable(self) -> list[str]:
+        """The program that serves (and its fixed arguments)."""
+
+    @abstractmethod
+    def server_args(self, arm: Arm, *, model: str) -> list[str]:
+        """The settings of a server for ``arm``: what the run manifest records as the arm's
+        ``server_args`` (no host or port, which are per start)."""
+
     def server_command(self, arm: Arm, *, model: str, port: int, host: str = "127.0.0.1") -> list[str]:
-        """The argument list that starts a server for ``arm``."""
+        """The argument list that starts a server for ``arm`` on ``host:port``."""
+        return [*self.executable(), "--host", host, "--port", str(port), *self.server_args(arm, model=model)]
 
     def server_env(self, arm: Arm) -> dict[str, str]:
         """Environment variables the server needs beyond the caller's."""
@@ -50,10 +56,6 @@ class Engine(ABC):
     @abstractmethod
     def speculation_args(self, arm: Arm) -> list[str]:
         """The arguments that differ between arms: the only allowed difference."""
-
-    @abstractmethod
-    def forced_length_fields(self) -> dict:
-        """Request fields that make the server emit exactly max_tokens tokens."""
 
     @abstractmethod
     def request_stats(self, chunk: dict) -> RequestStats | None:

