@@ -243,6 +243,16 @@ class ReplayConfig(ClientOptions):
             return self
         if self.speculative_config == DEFAULT_SPEC_CONFIG:  # vLLM's default, not a llama.cpp setting
             self.speculative_config = dict(LLAMA_CPP_SPEC_CONFIG)
+        if self.speculative_config is not None:  # refused here, before a run folder exists
+            from specdec.replay.engines import Arm, LlamaCpp
+
+            try:
+                LlamaCpp(binary=Path("llama-server")).speculation_args(Arm("speculative", self.speculative_config))
+            except ValueError as exc:
+                raise ValueError(f"--spec-config for --engine llama.cpp: {exc}") from None
+            draft = self.speculative_config.get("draft_model")
+            if draft is not None and not Path(str(draft)).is_file():
+                raise ValueError(f"--spec-config for --engine llama.cpp: draft_model {draft}: no such GGUF file")
         self.verify = False
         if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
             self.prefix_cache = "off"

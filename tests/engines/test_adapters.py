@@ -104,3 +104,26 @@ def test_the_vllm_server_command_is_the_one_it_always_was(tmp_path):
     assert srv.cmd == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
                        "--port", str(srv.port), *spec.common_args(), *speculative_args(cfg)]
     assert Vllm().speculation_args(Arm("baseline", None)) == []
+
+
+def test_the_llama_cpp_settings_of_a_replay_are_checked_before_anything_runs(tmp_path):
+    """--engine llama.cpp: vLLM's default speculative config becomes ngram-mod, the
+    verification pass is off and the prefix-cache reset becomes no prompt cache; a
+    speculative config llama.cpp cannot start, or a draft GGUF that is not there, is
+    refused by the settings themselves, naming the option (before a run folder exists)."""
+    from pydantic import ValidationError
+
+    from specdec.replay.config import ReplayConfig
+
+    cfg = ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp")
+    assert (cfg.speculative_config, cfg.verify, cfg.prefix_cache) == ({"type": "ngram-mod"}, False, "off")
+    with pytest.raises(ValidationError, match="--spec-config for --engine llama.cpp: .*'eagle' is not one of"):
+        ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp", speculative_config={"type": "eagle"})
+    with pytest.raises(ValidationError, match="draft_model .*nope.gguf: no such GGUF file"):
+        ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp",
+                     speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "nope.gguf")})
+    (tmp_path / "d.gguf").write_bytes(b"GGUF")
+    ok = ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp",
+                      speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "d.gguf")})
+    assert ok.speculative_config["type"] == "draft-simple"
+    assert ReplayConfig(traffic=tmp_path / "t.jsonl").prefix_cache == "reset"  # vLLM's unchanged
