@@ -27,9 +27,6 @@ with requests as (
 measured as (
     select * from int_requests_measured
 ),
-counters as (
-    select * from stg_engine_counters
-),
 counted as (
     select run_id, arm, concurrency, repeat,
            count(*) as requests,
@@ -46,15 +43,8 @@ timed as (
     group by all
 ),
 cache as (
-    select
-        a.run_id, a.arm, a.concurrency, a.repeat,
-        a.prefix_cache_queries - b.prefix_cache_queries as prefix_cache_queries,
-        a.prefix_cache_hits - b.prefix_cache_hits as prefix_cache_hits,
-        b.prefix_cache_reset
-    from counters a
-    join counters b
-      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
-    where a.position = 'after' and b.position = 'before'
+    select run_id, arm, concurrency, repeat, prefix_cache_queries, prefix_cache_hits, prefix_cache_reset
+    from int_counter_deltas
 ),
 final as (
     select

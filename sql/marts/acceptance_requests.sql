@@ -17,8 +17,8 @@
 --   steps                 sum of the requests' verify steps where the engine says (vLLM);
 --                         NULL for llama.cpp, which reports none
 --   engine_proposed, engine_accepted   '(all)' rows only: the engine's counters over the
---                         level's blocks (stg_engine_counters, after minus before, summed
---                         over repeats); NULL where the server exports none
+--                         level's blocks (int_counter_deltas, summed over repeats); NULL
+--                         where the server exports none
 --   diff_proposed, diff_accepted   '(all)' rows: per-request sums minus the counters; 0
 --                         when every drafted token of the blocks is in a request's stats
 --                         (the blocks bracket the timed requests only: no warm-up or
@@ -29,18 +29,12 @@ with requests as (
     from stg_requests
     where success and spec_num_draft_tokens is not null and spec_num_accepted_tokens is not null
 ),
-counters as (
-    select * from stg_engine_counters
-),
 engine as (
-    select a.run_id, a.arm, a.concurrency,
-           cast(sum(a.spec_num_draft_tokens - b.spec_num_draft_tokens) as bigint) as engine_proposed,
-           cast(sum(a.spec_num_accepted_tokens - b.spec_num_accepted_tokens) as bigint) as engine_accepted
-    from counters a
-    join counters b
-      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
-    where a.position = 'after' and b.position = 'before'
-    group by a.run_id, a.arm, a.concurrency
+    select run_id, arm, concurrency,
+           cast(sum(engine_proposed) as bigint) as engine_proposed,
+           cast(sum(engine_accepted) as bigint) as engine_accepted
+    from int_counter_deltas
+    group by run_id, arm, concurrency
 ),
 grouped as (
     select run_id, arm, concurrency, coalesce(category, '(all)') as category,

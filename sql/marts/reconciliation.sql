@@ -10,7 +10,8 @@
 --   engine_rounds, engine_proposed, engine_accepted
 --               sum over the level's blocks of the after - before delta of
 --               vllm:spec_decode_num_drafts / _draft_tokens / _accepted_tokens
---               around the block; NULL if the server does not export them
+--               around the block (int_counter_deltas); NULL if the server does not
+--               export them
 --   diff_rounds, diff_proposed, diff_accepted
 --               captured - coalesce(engine, 0); zero means exact agreement
 --   repeats_differing  blocks whose own diffs are not all zero (a level whose
@@ -20,20 +21,8 @@
 --               captured rows show up as a non-zero diff instead of vanishing
 --   capture_present  false when no engine rows were captured for the level at all
 --               (external server without the plugin): the diffs then say nothing
-with counters as (
-    select * from stg_engine_counters
-),
-deltas as (
-    select
-        a.run_id, a.arm, a.concurrency, a.repeat,
-        a.spec_num_drafts - b.spec_num_drafts as engine_rounds,
-        a.spec_num_draft_tokens - b.spec_num_draft_tokens as engine_proposed,
-        a.spec_num_accepted_tokens - b.spec_num_accepted_tokens as engine_accepted,
-        a.spec_num_drafts is not null as engine_counters_present
-    from counters a
-    join counters b
-      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
-    where a.position = 'after' and b.position = 'before'
+with deltas as (
+    select * from int_counter_deltas
 ),
 captured as (
     select
