@@ -106,9 +106,9 @@ def _cmake() -> list[str]:
     return [str(venv_cmake)]
 
 
-def _run(cmd: list[str], what: str, log_file=None, cwd: Path | None = None) -> None:
+def _run(cmd: list[str], what: str, log_file=None) -> None:
     try:
-        proc = subprocess.run(cmd, cwd=cwd, stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.run(cmd, stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=log_file is None)
     except OSError as exc:
         raise EngineError(f"llama-server build: {what} could not start: {exc}") from None
