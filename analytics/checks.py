@@ -6,7 +6,9 @@ Two depths (``check_file``):
 
 * **footer** (always, every file; metadata only, so cheap at any size):
   the footer reads; ``schema_version`` is the one this specdec reads; every
-  column of the record is there, with a type that casts to the record's
+  column of the record is there (but a column the record marks
+  ``absent_as_null``, a nullable field with the default None, e.g. one added
+  after the file was written: it reads as NULL), with a type that casts to the record's
   (integers to any integer or float, floats to floats, strings to strings,
   lists of such); no null in a column the record declares required: a
   column the file declares REQUIRED cannot hold one, a nullable flat column
@@ -35,6 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from specdec.errors import InputFileError
+from specdec.schemas.arrow import absent_as_null
 from specdec.schemas.records import SCHEMA_VERSION
 
 __all__ = ["FULL_CHECK_BYTES", "check_file", "read_parquet_checked"]
@@ -60,10 +63,12 @@ def _check_header(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
     if version != SCHEMA_VERSION:
         raise InputFileError(path, f"schema_version is {version!r}, this specdec reads {SCHEMA_VERSION!r}")
     present = set(pf.schema_arrow.names)
-    missing = [n for n in schema.names if n not in present]
+    missing = [f.name for f in schema if f.name not in present and not absent_as_null(f)]
     if missing:
         raise InputFileError(path, "missing column(s)", field=", ".join(missing))
     for want in schema:
+        if want.name not in present:
+            continue  # absent_as_null: read as NULL
         have = pf.schema_arrow.field(want.name).type
         if not _castable(have, want.type):
             raise InputFileError(path, f"a column has the wrong type ({have}, the record's is {want.type})",
@@ -137,6 +142,17 @@ def _read(path: Path, pf: pq.ParquetFile, group: int, name: str):
                                    f"the file is corrupted or truncated ({_why(exc)})") from None
 
 
+def _read_group(pf: pq.ParquetFile, i: int, schema: pa.Schema) -> pa.Table:
+    """Row group ``i`` with the record's columns in order; a column the file lacks
+    (``absent_as_null``, checked by ``_check_header``) is all NULL."""
+    present = set(pf.schema_arrow.names)
+    group = pf.read_row_group(i, columns=[n for n in schema.names if n in present])
+    for j, field in enumerate(schema):
+        if field.name not in present:
+            group = group.add_column(j, field.name, pa.nulls(group.num_rows, field.type))
+    return group.select(schema.names)
+
+
 def _read_all(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
     """Every row group, pages checksummed, values cast; nulls counted on the data."""
     nulls: dict[str, list[int]] = {}  # column -> [count, first row]
@@ -144,7 +160,7 @@ def _read_all(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
     offset = 0
     for i in range(pf.num_row_groups):
         try:
-            group = pf.read_row_group(i, columns=schema.names).select(schema.names)
+            group = _read_group(pf, i, schema)
         except Exception as exc:  # decompression, page header, checksum ...
             raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
                                        f"the file is corrupted or truncated ({_why(exc)})") from None
@@ -211,11 +227,11 @@ def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
         groups = []
         for i in range(pf.num_row_groups):
             try:
-                groups.append(pf.read_row_group(i, columns=schema.names).select(schema.names))
+                groups.append(_read_group(pf, i, schema))
             except Exception as exc:  # decompression, page header, checksum ...
                 raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
                                            f"the file is corrupted or truncated ({_why(exc)})") from None
-    table = pa.concat_tables(groups) if groups else pf.schema_arrow.empty_table().select(schema.names)
+    table = pa.concat_tables(groups) if groups else schema.empty_table()
     for field, column in zip(schema, table.columns):
         if not field.nullable and column.null_count:
             raise _null_error(path, field.name, column.null_count, _first_null(column))

@@ -143,6 +143,7 @@ def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0, l
         values = {
             "run_id": run_id, "arm": arm, "concurrency": level, "repeat": repeat, "prompt_id": row.prompt_id,
             "category": row.category, "max_tokens": row.max_tokens, "temperature": row.temperature,
+            "session_id": row.session_id, "turn_index": row.turn_index,
             # None (unknown) unless the server reported a running count for every content chunk
             "chunk_tokens": res.chunk_tokens if len(res.chunk_tokens) == len(res.chunk_offsets_ms) else None,
             "load_mode": load.mode, "level_value": load.value,

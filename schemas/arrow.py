@@ -43,13 +43,27 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     raise TypeError(f"no Arrow type for {annotation!r}")
 
 
+#: Field metadata key of a column a file may lack: the record's field is nullable
+#: with the default None, so a row without it is a valid record (pydantic takes
+#: it), and a file written before the field existed reads it as NULL.
+ABSENT_AS_NULL = b"specdec.absent_as_null"
+
+
 def arrow_schema(model: type[BaseModel]) -> pa.Schema:
-    """The Arrow schema of a record model, in field order, with its version."""
+    """The Arrow schema of a record model, in field order, with its version.
+    A nullable field whose default is None is marked ``ABSENT_AS_NULL``."""
     fields = []
     for name, info in model.model_fields.items():
         dtype, nullable = _arrow_type(info.annotation)
-        fields.append(pa.field(name, dtype, nullable=nullable))
+        optional = nullable and not info.is_required() and info.default is None
+        fields.append(pa.field(name, dtype, nullable=nullable,
+                               metadata={ABSENT_AS_NULL: b"1"} if optional else None))
     return pa.schema(fields, metadata={"schema_version": SCHEMA_VERSION, "record": model.__name__})
+
+
+def absent_as_null(field: pa.Field) -> bool:
+    """Whether a file may lack this column (read as NULL): ``ABSENT_AS_NULL``."""
+    return bool(field.metadata) and ABSENT_AS_NULL in field.metadata
 
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:

@@ -190,6 +190,8 @@ class RequestResult(_Record):
     actual_send_ms: float | None = Field(default=None, description="When the client sent the request, ms after the block's start (monotonic clock); None if not recorded.")
     schedule_lag_ms: float | None = Field(default=None, description="actual_send_ms - intended_send_ms [ms]: delay the client added to the schedule; None in closed loop.")
     session_wait_ms: float | None = Field(default=None, description="Open loop: ms the request was held past its planned arrival because the previous turn of its session had not finished (0 if not held); None in closed loop or without a previous turn.")
+    session_id: str | None = Field(default=None, description="TrafficRow.session_id: the conversation the prompt belongs to; None for a standalone request (and in files written before this field existed).")
+    turn_index: int | None = Field(default=None, description="TrafficRow.turn_index: the turn within its session, from 0; None without a session.")
 
 
 class MetricSnapshot(_Record):

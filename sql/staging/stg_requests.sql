@@ -10,6 +10,9 @@
 --   intended_send_ms, actual_send_ms: planned and actual send time, ms after the
 --   block's start (monotonic); schedule_lag_ms = actual - intended (NULL in
 --   closed loop); session_wait_ms: held for the previous turn of a session.
+--   session_id, turn_index: the prompt's conversation and turn (from 0) in the
+--   traffic; NULL for a standalone request, and in files written before the
+--   columns existed (read as NULL: schemas.arrow.ABSENT_AS_NULL).
 with source as (
     select * from raw_requests
 ),
@@ -45,7 +48,9 @@ final as (
         intended_send_ms,
         actual_send_ms,
         schedule_lag_ms,
-        session_wait_ms
+        session_wait_ms,
+        session_id,
+        turn_index
     from source
 )
 select * from final

@@ -103,6 +103,13 @@ def test_an_open_loop_run_with_sessions_builds_its_marts(tmp_path):
          and t1.prompt_id = replace(t0.prompt_id, '-0', '-1')
         where t0.prompt_id like '%-0'""").fetchone()
     assert pairs == (24, 24)
+    # each request records its session and turn; acceptance_by_turn has a row per turn
+    assert con.execute("select distinct prompt_id, session_id, turn_index from stg_requests order by 1").fetchall() \
+        == [(f"s{s}-{t}", f"s{s}", t) for s in range(3) for t in range(2)]
+    turns = con.execute("select arm, concurrency, category, turn_index, requests, sessions from acceptance_by_turn "
+                        "where arm = 'baseline' and concurrency = 1 order by all").fetchall()
+    assert turns == [("baseline", 1, "chat", 0, 2, 1), ("baseline", 1, "chat", 1, 2, 1),
+                     ("baseline", 1, "code", 0, 4, 2), ("baseline", 1, "code", 1, 4, 2)]
     # the other marts still read one level per key
     assert con.execute("select count(distinct concurrency) from level_health").fetchone() == (2,)
     con.close()
