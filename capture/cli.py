@@ -222,7 +222,11 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
 
     \b
     With --proxy-listen the same process also records the server's traffic
-    (the recording proxy, in front of --server): point clients at it.
+    (the recording proxy, in front of --server): point clients at it. The
+    rounds of the requests it forwards then also count in per-category
+    gauges (specdec_category_acceptance_rate{category=...}): the category is
+    the X-Specdec-Category header, else the first --proxy-rules rule that
+    matches, else "unknown".
     Stop with Ctrl-C (or SIGTERM): one last compaction and every counter row
     (and every recorded traffic row) are written first. A part file that
     cannot be read stays in place and is counted (specdec_sidecar_rows_dropped_total).

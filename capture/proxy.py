@@ -16,6 +16,9 @@ Chat and completions requests (``POST .../chat/completions``,
 the last byte went back to the client; the proxy keeps only references to the
 bytes in the meantime. A failure to record is counted, never raised.
 ``GET /specdec/stats`` answers with the proxy's counters (never forwarded).
+Run by the sidecar, the proxy also notes each chat or completions request's
+category under the reply's ``id`` (``sidecar_categories``), for the
+per-category live gauges.
 An unreachable upstream gets a 502 from the proxy itself, in the OpenAI error
 shape.
 """
@@ -35,10 +38,11 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
-from specdec.capture.proxy_record import Exchange, RowMaker, is_recorded_route
+from specdec.capture.proxy_record import Exchange, RowMaker, is_recorded_route, request_category
 from specdec.capture.proxy_redact import Redactor
 from specdec.capture.proxy_rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
 from specdec.capture.proxy_writer import DEFAULT_FLUSH_S, Recorder
+from specdec.capture.sidecar_categories import CategoryBook, reply_id
 
 log = logging.getLogger("specdec.capture.proxy")
 
@@ -89,10 +93,12 @@ def response_headers(headers) -> list[tuple[str, str]]:
 class Proxy:
     """The aiohttp application and its upstream session."""
 
-    def __init__(self, upstream_base: str, recorder: Recorder | None):
+    def __init__(self, upstream_base: str, recorder: Recorder | None, book: CategoryBook | None = None):
         self.base = upstream_base.rstrip("/")
         self.recorder = recorder
-        self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "submit_failures": 0}
+        self.book = book  # the sidecar's: each request's category, by reply id
+        self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "submit_failures": 0,
+                       "label_failures": 0}
         self.session: aiohttp.ClientSession | None = None
 
     def app(self) -> web.Application:
@@ -130,12 +136,31 @@ class Proxy:
             self.counts["submit_failures"] += 1
             return None
 
+    def _label(self, request: web.Request, body: bytes) -> str | None:
+        """The request's live category when the sidecar asked for them (a book is
+        set) and the route is a chat or completions one; else None."""
+        if self.book is None or not is_recorded_route(request.method, request.path):
+            return None
+        rules = self.recorder.maker.rules if self.recorder is not None else CategoryRules()
+        return request_category(rules, request.path, request.headers.get(CATEGORY_HEADER), body)
+
+    def _note(self, label: str, first: bytes, headers) -> None:
+        """Note (reply id, category) from the reply's first bytes (plain bodies only)."""
+        try:
+            if headers.get("Content-Encoding", "identity").lower() in ("", "identity"):
+                rid = reply_id(first)
+                if rid is not None:
+                    self.book.note(rid, label)
+        except Exception:  # noqa: BLE001 - never let the label touch the response
+            self.counts["label_failures"] += 1
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
         ex = self._exchange(request)
         body = await request.read()
         if ex is not None:
             ex.body = body
+        label = self._label(request, body)
         url = URL(self.base + request.raw_path, encoded=True)
         try:
             upstream = await self.session.request(request.method, url, headers=request_headers(request.headers),
@@ -157,6 +182,9 @@ class Proxy:
             async for chunk in upstream.content.iter_any():
                 if chunks is not None:
                     chunks.append(chunk)
+                if label is not None:
+                    self._note(label, chunk, upstream.headers)
+                    label = None
                 await resp.write(chunk)
             await resp.write_eof()
             if ex is not None:
@@ -197,8 +225,11 @@ def make_recorder(settings: ProxySettings) -> Recorder:
     return Recorder(settings.out_dir, RowMaker(rules, redactor), settings.flush_s)
 
 
-async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None) -> Running:
-    """Start the proxy on the running loop (the recorder's thread too)."""
+async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
+                      book: CategoryBook | None = None) -> Running:
+    """Start the proxy on the running loop (the recorder's thread too); with
+    ``book``, each request's category is noted there by reply id (the sidecar's
+    per-category gauges)."""
     from specdec.replay.urls import parse_endpoint
 
     endpoint = parse_endpoint(settings.upstream, option="--upstream")
@@ -208,7 +239,7 @@ async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None)
         raise SpecdecError("--upstream: give the URL without credentials or query; the clients' own "
                            "Authorization header passes through")
     recorder = (recorder or make_recorder(settings)).start()
-    runner = web.AppRunner(Proxy(endpoint.base, recorder).app(), access_log=None, handle_signals=False,
+    runner = web.AppRunner(Proxy(endpoint.base, recorder, book).app(), access_log=None, handle_signals=False,
                            shutdown_timeout=SHUTDOWN_GRACE_S)
     await runner.setup()
     try:

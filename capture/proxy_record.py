@@ -157,6 +157,29 @@ def parse_response(ex: Exchange) -> Response:
     return Response(usage["completion_tokens"], False, _int(usage.get("prompt_tokens")), finish)
 
 
+def request_category(rules: CategoryRules, path: str, header: str | None, body: bytes) -> str:
+    """A request's category as ``RowMaker.row`` gives it (the header, else the first
+    matching rule, else ``unknown``), from the request alone, never raising: the
+    live label the sidecar's per-category gauges use (``sidecar_categories``). The
+    body is parsed only when there is no header and some rule to match."""
+    if header:
+        return header
+    if not rules.rules:
+        return UNKNOWN
+    try:
+        req = json.loads(body)
+        chat = path.rstrip("/").endswith("/chat/completions")
+        model = req.get("model") if isinstance(req.get("model"), str) else None
+        if chat:
+            text = message_text(req.get("messages") if isinstance(req.get("messages"), list) else [])
+        else:
+            prompt = req.get("prompt")
+            text = prompt if isinstance(prompt, str) else "\n".join(p for p in prompt or [] if isinstance(p, str))
+        return rules.category(path, model, text) or UNKNOWN
+    except Exception:  # noqa: BLE001 - a label, never an error in the request path
+        return UNKNOWN
+
+
 class RowMaker:
     """Turns exchanges into validated TrafficRow dicts (one per call)."""
 

@@ -15,8 +15,11 @@ With ``--proxy-listen`` the same process also runs the recording proxy
 (``capture.proxy``) in front of the same server: one command beside a
 staging server records its traffic and its rounds. The rolling gauges and
 histograms carry the label ``model`` (the server's ``/v1/models``) once the
-server has named it; round rows do not carry a category, so there is no
-per-category label.
+server has named it. Round rows do not carry a category; with the proxy, the
+sidecar learns each request's category (header, else rules) and the reply id
+that vLLM's engine request id embeds (``sidecar_categories``), and exports
+the rolling acceptance per category as well (``specdec_category_*``).
+Without the proxy there is no per-category series.
 
 Blocking file I/O runs in worker threads; the endpoint stays responsive. It
 runs until SIGINT or SIGTERM, then does one last compaction and writes every
@@ -38,6 +41,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdec.capture.proxy import ProxySettings, start_proxy
+from specdec.capture.sidecar_categories import CategoryBook
 from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
 from specdec.capture.sidecar_records import CounterScrape
@@ -82,7 +86,9 @@ class Sidecar:
         self.clock_ns = clock_ns  # the window's "now" (tests give a fixed one)
         self.compactor = Compactor(settings.capture_dir, settings.lake)
         self.counter_lake = CounterLake(settings.lake)
-        self.metrics = LiveMetrics(settings.server, settings.window_s)
+        # with the proxy in this process: each request's category, by reply id (per-category gauges)
+        self.book = CategoryBook() if settings.proxy is not None else None
+        self.metrics = LiveMetrics(settings.server, settings.window_s, self.book)
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
         self.url = ""
@@ -270,7 +276,7 @@ def run_sidecar(settings: SidecarSettings, announce=print) -> dict:
         proxy = None
         try:
             if settings.proxy is not None:
-                proxy = await start_proxy(settings.proxy)
+                proxy = await start_proxy(settings.proxy, book=sidecar.book)
                 announce(f"specdec proxy listening on {proxy.url} -> {settings.server} (recording into "
                          f"{settings.proxy.out_dir}, content: {settings.proxy.content})")
             await sidecar.serve(stop)

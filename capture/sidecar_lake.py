@@ -48,7 +48,7 @@ log = logging.getLogger("specdec.capture.sidecar")
 
 NS_PER_DAY = 86_400 * 10**9
 #: Columns the sidecar's live metrics need from each compacted part.
-METRIC_COLUMNS = ("process_token", "step_index", "tokens_proposed", "tokens_accepted",
+METRIC_COLUMNS = ("engine_request_id", "process_token", "step_index", "tokens_proposed", "tokens_accepted",
                   "draft_ms", "verify_ms", "wall_time_ns")
 
 

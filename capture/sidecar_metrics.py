@@ -12,6 +12,13 @@ From the rows it compacts (``sidecar_lake.METRIC_COLUMNS``), labelled
 * ``specdec_acceptance_length``: 1 + sum(tokens_accepted) / verify rounds
   (rows with tokens_proposed > 0), same window; NaN likewise.
 * ``specdec_window_verify_rounds``: the verify rounds in that window.
+* ``specdec_category_acceptance_rate``, ``specdec_category_acceptance_length``,
+  ``specdec_category_window_verify_rounds``: the same three per request
+  category, label ``category``, for the rounds whose request the sidecar's
+  proxy saw (``--proxy-listen``: the category book, ``sidecar_categories``);
+  one series per category with rows in the window, none without the proxy.
+  Separate names, so that ``sum`` or an alert on the unlabelled gauges never
+  counts a round twice.
 * ``specdec_draft_ms`` / ``specdec_verify_ms``: cumulative histograms, one
   observation per engine step (distinct process_token, step_index: the
   timings are per step, repeated on each of its rows), NULL timings skipped.
@@ -33,6 +40,7 @@ from bisect import bisect_left
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from specdec.capture.sidecar_categories import CategoryBook
 from specdec.replay.engine_metrics import COUNTERS, GAUGES
 
 BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)
@@ -76,11 +84,13 @@ CAPTURE_GAUGES = {
 SERVER_COUNTERS = {key: f"specdec_server_{key}_total" for key in COUNTERS}
 SERVER_GAUGES = {key: f"specdec_server_{key}" for key in GAUGES}
 WINDOW_GAUGES = ("specdec_acceptance_rate", "specdec_acceptance_length", "specdec_window_verify_rounds")
+CATEGORY_GAUGES = ("specdec_category_acceptance_rate", "specdec_category_acceptance_length",
+                   "specdec_category_window_verify_rounds")
 HISTOGRAMS = {"draft_ms": "specdec_draft_ms", "verify_ms": "specdec_verify_ms"}
 
 METRIC_NAMES = frozenset(
     [*OWN_COUNTERS, *OWN_GAUGES, *(n for n, _ in CAPTURE_COUNTERS.values()), *(n for n, _ in CAPTURE_GAUGES.values()),
-     *SERVER_COUNTERS.values(), *SERVER_GAUGES.values(), *WINDOW_GAUGES,
+     *SERVER_COUNTERS.values(), *SERVER_GAUGES.values(), *WINDOW_GAUGES, *CATEGORY_GAUGES,
      *(f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("bucket", "sum", "count"))])
 
 
@@ -107,10 +117,12 @@ class Histogram:
 class LiveMetrics:
     """Rolling window, histograms and counters; updated and rendered on the event loop."""
 
-    def __init__(self, server: str, window_s: float):
+    def __init__(self, server: str, window_s: float, book: CategoryBook | None = None):
         self.server = server
         self.window_ns = int(window_s * 1e9)
         self.seconds: dict[int, list[int]] = {}  # wall second -> [proposed, accepted, verify rounds]
+        self.book = book  # reply id -> category, filled by the proxy; None: no per-category gauges
+        self.by_category: dict[str, dict[int, list[int]]] = {}  # category -> as seconds
         self.hist = {col: Histogram() for col in HISTOGRAMS}
         self.counters = dict.fromkeys(OWN_COUNTERS, 0)
         self.gauges = dict.fromkeys(OWN_GAUGES, 0.0)
@@ -124,13 +136,20 @@ class LiveMetrics:
             return
         sec = pc.divide(table["wall_time_ns"], pa.scalar(10**9, pa.int64()))
         verify = pc.cast(pc.greater(table["tokens_proposed"], 0), pa.int64())
-        per_sec = pa.table({"sec": sec, "p": table["tokens_proposed"], "a": table["tokens_accepted"], "v": verify}) \
-            .group_by("sec").aggregate([("p", "sum"), ("a", "sum"), ("v", "sum")])
-        for s, p, a, v in zip(*(per_sec[c].to_pylist() for c in ("sec", "p_sum", "a_sum", "v_sum"))):
-            slot = self.seconds.setdefault(s, [0, 0, 0])
-            slot[0] += p
-            slot[1] += a
-            slot[2] += v
+        cols = {"sec": sec, "p": table["tokens_proposed"], "a": table["tokens_accepted"], "v": verify}
+        _add(self.seconds, pa.table(cols), ["sec"])
+        if self.book is not None and len(self.book):
+            ids = pc.unique(table["engine_request_id"])
+            labels = pa.array([self.book.category_of(i) for i in ids.to_pylist()], pa.string())
+            cat = pc.take(labels, pc.index_in(table["engine_request_id"], value_set=ids))
+            known = pc.is_valid(cat)
+            rows = pa.table({**cols, "cat": cat}).filter(known)
+            for category, secs in _grouped_by_category(rows).items():
+                slots = self.by_category.setdefault(category, {})
+                for s, vals in secs.items():
+                    slot = slots.setdefault(s, [0, 0, 0])
+                    for j in range(3):
+                        slot[j] += vals[j]
         steps = table.group_by(["process_token", "step_index"]).aggregate(
             [(col, "max") for col in HISTOGRAMS])
         for col, hist in self.hist.items():
@@ -140,15 +159,20 @@ class LiveMetrics:
 
     def window(self, now_ns: int) -> tuple[float, float, int]:
         """(acceptance rate, mean acceptance length, verify rounds) over the window ending now."""
+        return _window(self.seconds, (now_ns - self.window_ns) // 10**9)
+
+    def category_windows(self, now_ns: int) -> dict[str, tuple[float, float, int]]:
+        """As ``window``, per category with rows in the window (sorted by name)."""
         first = (now_ns - self.window_ns) // 10**9
-        for s in [s for s in self.seconds if s < first]:
-            del self.seconds[s]
-        p = a = v = 0
-        for sp, sa, sv in self.seconds.values():
-            p, a, v = p + sp, a + sa, v + sv
-        rate = a / p if p else math.nan
-        length = 1 + a / v if v else math.nan
-        return rate, length, v
+        out = {}
+        for category in sorted(self.by_category):
+            slots = self.by_category[category]
+            figures = _window(slots, first)
+            if slots:
+                out[category] = figures
+            else:
+                del self.by_category[category]
+        return out
 
     def render(self, now_ns: int) -> str:
         lab = f'server="{_escape(self.server)}"'
@@ -163,6 +187,16 @@ class LiveMetrics:
                 f"1 + accepted tokens / verify rounds over the last {win}; NaN: no verify round.", [(win_lab, length)])
         _metric(lines, "specdec_window_verify_rounds", "gauge",
                 f"Verify rounds (tokens_proposed > 0) captured in the last {win}.", [(win_lab, rounds)])
+        per_cat = self.category_windows(now_ns)
+        if per_cat:
+            cat_labs = {c: f'{win_lab},category="{_escape(c)}"' for c in per_cat}
+            for j, (name, help_) in enumerate((
+                    ("specdec_category_acceptance_rate", f"As specdec_acceptance_rate, per request category (the "
+                                                         f"sidecar proxy's), over the last {win}."),
+                    ("specdec_category_acceptance_length", f"As specdec_acceptance_length, per request category, "
+                                                           f"over the last {win}."),
+                    ("specdec_category_window_verify_rounds", f"Verify rounds per request category in the last {win}."))):
+                _metric(lines, name, "gauge", help_, [(cat_labs[c], f[j]) for c, f in per_cat.items()])
         for col, name in HISTOGRAMS.items():
             hist = self.hist[col]
             lines.append(f"# HELP {name} Per engine step {col.replace('_ms', '')} time of the compacted rounds [ms].")
@@ -184,6 +218,34 @@ class LiveMetrics:
                     _metric(lines, name, kind, f"Last value of the server's {COUNTERS.get(key) or GAUGES[key][0]} "
                                                "read by the sidecar.", [(lab, value)])
         return "\n".join(lines) + "\n"
+
+
+def _add(slots: dict[int, list[int]], table: pa.Table, keys: list[str]) -> None:
+    """Add the rows' proposed, accepted and verify-round sums to their wall second's slot."""
+    per_sec = table.group_by(keys).aggregate([("p", "sum"), ("a", "sum"), ("v", "sum")])
+    for s, p, a, v in zip(*(per_sec[c].to_pylist() for c in ("sec", "p_sum", "a_sum", "v_sum"))):
+        slot = slots.setdefault(s, [0, 0, 0])
+        slot[0] += p
+        slot[1] += a
+        slot[2] += v
+
+
+def _grouped_by_category(rows: pa.Table) -> dict[str, dict[int, tuple[int, int, int]]]:
+    per = rows.group_by(["cat", "sec"]).aggregate([("p", "sum"), ("a", "sum"), ("v", "sum")])
+    out: dict[str, dict[int, tuple[int, int, int]]] = {}
+    for c, s, p, a, v in zip(*(per[k].to_pylist() for k in ("cat", "sec", "p_sum", "a_sum", "v_sum"))):
+        out.setdefault(c, {})[s] = (p, a, v)
+    return out
+
+
+def _window(slots: dict[int, list[int]], first: int) -> tuple[float, float, int]:
+    """Drop the slots before wall second ``first``; (rate, length, verify rounds) of the rest."""
+    for s in [s for s in slots if s < first]:
+        del slots[s]
+    p = a = v = 0
+    for sp, sa, sv in slots.values():
+        p, a, v = p + sp, a + sa, v + sv
+    return (a / p if p else math.nan), (1 + a / v if v else math.nan), v
 
 
 def _metric(lines: list[str], name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:

@@ -400,11 +400,17 @@ def test_cli_help_and_bad_options(tmp_path):
 
 # ----------------------------------------------------------------- alerts
 def _rendered_names() -> set[str]:
+    import pyarrow as pa
+
+    from specdec.capture.sidecar_categories import CategoryBook
     from specdec.capture.sidecar_metrics import LiveMetrics
 
-    m = LiveMetrics("http://s", 60)
+    book = CategoryBook()
+    book.note("chatcmpl-a", "code")
+    m = LiveMetrics("http://s", 60, book)
     m.server_values = dict.fromkeys([*COUNTERS, *GAUGES], 1.0)
     m.capture = {"processes": 1}
+    m.observe_rounds(pa.Table.from_pylist([_round(4, 2).model_dump() | {"engine_request_id": "chatcmpl-a-0123abcd"}]))
     return {re.split(r"[{ ]", line)[0] for line in m.render(NOW_NS).splitlines() if not line.startswith("#")}
 
 
@@ -416,7 +422,8 @@ def test_alert_rules_parse_and_use_only_exported_metrics():
     yaml = pytest.importorskip("yaml", reason="PyYAML (installed with vllm) is needed to read the rules")
     doc = yaml.safe_load(ALERTS.read_text())
     rules = [r for g in doc["groups"] for r in g["rules"]]
-    assert {r["alert"] for r in rules} >= {"SpecdecAcceptanceLow", "SpecdecCaptureRowsDropped", "SpecdecCaptureSilent"}
+    assert {r["alert"] for r in rules} >= {"SpecdecAcceptanceLow", "SpecdecCategoryAcceptanceLow",
+                                          "SpecdecCaptureRowsDropped", "SpecdecCaptureSilent"}
     keywords = {"and", "or", "unless", "on", "ignoring", "by", "without", "bool", "group_left", "group_right"}
     used = set()
     for r in rules:
@@ -424,7 +431,8 @@ def test_alert_rules_parse_and_use_only_exported_metrics():
         used |= {m.group(0) for m in re.finditer(r"(?<![\w:])[A-Za-z_:][\w:]*(?!\w*\()", expr)
                  if m.group(0) not in keywords and not expr[m.end():].startswith("(")}
     assert used <= set(METRIC_NAMES), used - set(METRIC_NAMES)
-    assert {"specdec_acceptance_rate", "specdec_sidecar_rows_dropped_total", "specdec_sidecar_rows_written_total",
+    assert {"specdec_acceptance_rate", "specdec_category_acceptance_rate", "specdec_sidecar_rows_dropped_total",
+            "specdec_sidecar_rows_written_total",
             "specdec_server_generation_tokens_total"} <= used
     low = next(r for r in rules if r["alert"] == "SpecdecAcceptanceLow")
     assert low["for"] == "10m"

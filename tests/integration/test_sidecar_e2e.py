@@ -4,7 +4,9 @@ client sends streamed chat requests. Its /metrics shows the acceptance gauge
 go from NaN to a number; the lake holds the rounds (hive layout) and the
 counter scrapes; the verify rounds, proposed and accepted tokens in the lake
 equal vLLM's own spec_decode counters (what the plugin wrote, counted by the
-engine); nothing is left in the capture folder.
+engine); nothing is left in the capture folder. The requests go through the
+sidecar's own proxy with category headers, so the per-category gauges split
+the same rounds by the requests' categories.
 
 Then `specdec analytics build LAKE` over two runs: a second run's part file
 (the first run's rows under another run id and engine process token, as a
@@ -47,22 +49,32 @@ PROMPTS = ["Repeat this list three times: red, green, blue, red, green, blue, re
 
 
 def _metrics(url: str) -> dict[str, float]:
+    """name -> value; a per-category series as name[category]."""
     with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
             key, _, value = line.rpartition(" ")
-            out[key.split("{")[0]] = float(value)  # one server label: the name alone is unique
+            name = key.split("{")[0]  # one server label: the name alone is unique
+            if 'category="' in key:
+                name += "[" + key.split('category="')[1].split('"')[0] + "]"
+            out[name] = float(value)
     return out
+
+
+#: Per prompt: the category header the client sends through the sidecar's proxy, and
+#: its X-Request-Id (None: vLLM names the request itself).
+LABELS = [("lists", "e2e-lists-1"), ("counting", None), ("lists", None)]
 
 
 async def _chat(base_url: str) -> None:
     async with aiohttp.ClientSession() as session:
-        for prompt in PROMPTS:
+        for prompt, (category, request_id) in zip(PROMPTS, LABELS):
             body = {"model": "specdec-target", "messages": [{"role": "user", "content": prompt}], "stream": True,
                     "temperature": 0, "max_tokens": 32, "ignore_eos": True}
-            async with session.post(base_url + "/v1/chat/completions", json=body) as r:
+            headers = {"X-Specdec-Category": category} | ({"X-Request-Id": request_id} if request_id else {})
+            async with session.post(base_url + "/v1/chat/completions", json=body, headers=headers) as r:
                 assert r.status == 200
                 await r.read()
 
@@ -104,12 +116,14 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     with LocalServer(spec, NGRAM, cap, RUN_ID, tmp_path / "server.log") as server:
         proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", "--capture-dir", str(cap),
                                  "--lake", str(lake), "--server", server.base_url, "--listen", "127.0.0.1:0",
-                                 "--compact-s", "0.5", "--scrape-s", "0.5", "--window-s", "600"],
+                                 "--compact-s", "0.5", "--scrape-s", "0.5", "--window-s", "600",
+                                 "--proxy-listen", "127.0.0.1:0"],
                                 stdout=subprocess.PIPE, text=True)
         try:
             url = proc.stdout.readline().split("listening on ")[1].split()[0]
+            proxy_url = proc.stdout.readline().split("listening on ")[1].split()[0]
             before = _metrics(url)
-            asyncio.run(_chat(server.base_url))
+            asyncio.run(_chat(proxy_url))
             during = _until(lambda: (m := _metrics(url)) and not math.isnan(m["specdec_acceptance_rate"]) and m,
                             60, "the acceptance gauge")
 
@@ -163,6 +177,22 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     assert sum(r["tokens_proposed"] for r in rows) == last["spec_num_draft_tokens"]
     assert sum(r["tokens_accepted"] for r in rows) == last["spec_num_accepted_tokens"]
     assert live["specdec_acceptance_rate"] == pytest.approx(last["spec_num_accepted_tokens"] / last["spec_num_draft_tokens"])
+
+    # per category: every request went through the proxy, so the categories' rounds are all the
+    # rounds, split as the requests' own rows split (vLLM's engine ids resolved to the reply ids,
+    # with and without a client X-Request-Id)
+    per_cat = {c: live[f"specdec_category_window_verify_rounds[{c}]"] for c in ("lists", "counting")}
+    assert sum(per_cat.values()) == live["specdec_window_verify_rounds"] == len(verify)
+    by_request: dict[str, list] = {}
+    for r in verify:
+        by_request.setdefault(r["engine_request_id"], []).append(r)
+    assert len(by_request) == 3 and any("e2e-lists-1" in e for e in by_request)
+    ordered = sorted(by_request.values(), key=lambda rs: min(r["wall_time_ns"] for r in rs))  # sent one by one
+    counting = ordered[1]
+    assert per_cat["counting"] == len(counting)
+    assert live["specdec_category_acceptance_rate[counting]"] == pytest.approx(
+        sum(r["tokens_accepted"] for r in counting) / sum(r["tokens_proposed"] for r in counting))
+    assert "specdec_category_window_verify_rounds[unknown]" not in live
 
     # one database over the lake's two runs: marts keyed by run
     db = build(lake)
