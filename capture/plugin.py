@@ -26,11 +26,20 @@ process under the mp executor; in-process engines share one object), so the
 attribute arrives either way. Outputs without it (vLLM's shared empty output,
 async outputs) give NULL timings, never guessed ones.
 
-Not verified here: the GPU wheel's Model Runner V2 (vLLM >= 0.33 default on
-GPU) has no ``propose_draft_token_ids``; per ../shared/reference/
-vllm-hook-points.md (read from the 0.33.0 wheel) the scheduler hook is
-unchanged there, so counts stay exact and timings come out NULL until a V2
-timing hook is written. Nothing in this module has run on a GPU.
+Model Runner V2 (the GPU default from 0.33; no ``propose_draft_token_ids``)
+is timed with CUDA events instead (``plugin_v2``), installed when the GPU
+worker makes its runner (``Worker._make_model_runner``). The scheduler hook
+is the same on both runners, so counts are exact on both. Each runner says
+in the engine log, once, what it gives (``runner_line``): for example
+"counts exact; timings from the host clock (V1 runner ... on CPU ...)" or
+"counts exact; timings from CUDA events (V2 runner ...)".
+
+Supported releases and every target wrapped are listed in ``vllm_targets``;
+``register()`` refuses (one error, nothing patched) a vLLM that is not a
+supported release or lacks a target of the round hook, and turns timings off
+(said in the runner's line) when a timing target is missing. The contract
+tests read the 0.32.0 and 0.33.0 wheels' source for every target. Nothing in
+this module has run on a GPU.
 
 A hook that fails logs once, counts the failure and never raises into vLLM.
 
@@ -62,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.capture import settings as capture_settings
+from specdec.capture import vllm_targets
 from specdec.runfolder import ENV_CAPTURE_DIR
 
 log = logging.getLogger("specdec.capture")
@@ -89,6 +99,7 @@ class _State:
         self.step_index = 0
         self.rounds_by_request: dict[str, int] = {}
         self.errors = 0
+        self.timing_v1_off: str | None = None  # why the V1 timing hooks are off; None: on
         # worker-side accumulators for the current step
         self.exec_ns = 0
         self.propose_ns = 0
@@ -144,18 +155,132 @@ def register() -> None:
         _STATE = _start()
         if _STATE is None:
             return
+    if not _supported_or_refuse():
+        return
     from vllm.v1.core.sched.scheduler import Scheduler
 
     _patch(Scheduler, "update_from_output", _wrap_update_from_output)
     _patch(Scheduler, "shutdown", _wrap_shutdown)
-    try:  # timings only: without these hooks the counts are still exact
+    # timings only: without these hooks the counts are still exact, and each runner's
+    # start-up line says which timings it has (_announce_runner)
+    problems = vllm_targets.runtime_problems(("timing-v1",))
+    if problems:
+        _STATE.timing_v1_off = "; ".join(problems)
+    else:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
+        _patch(GPUModelRunner, "__init__", _wrap_v1_init)
         _patch(GPUModelRunner, "execute_model", _wrap_execute_model)
         _patch(GPUModelRunner, "sample_tokens", _wrap_sample_tokens)
         _patch(GPUModelRunner, "propose_draft_token_ids", _wrap_propose)
-    except (ImportError, AttributeError) as exc:
-        log.warning("specdec-capture: no V1 model-runner timing hooks (%s); draft_ms/verify_ms will be NULL", exc)
+    try:
+        from vllm.v1.worker.gpu_worker import Worker
+
+        _patch(Worker, "_make_model_runner", _wrap_make_model_runner)
+    except (ImportError, AttributeError) as exc:  # no GPU worker in this build: the V2 runner cannot be made
+        log.debug("specdec-capture: no GPU worker to hook (%s)", exc)
+
+
+def _supported_or_refuse() -> bool:
+    """Capture runs only on a supported vLLM whose scheduler hook targets are all
+    there (``vllm_targets``); otherwise one error, and nothing is patched."""
+    global _STATE, _GAVE_UP
+    import vllm
+
+    version = getattr(vllm, "__version__", "unknown")
+    why = None
+    if not vllm_targets.supported(version):
+        why = (f"vLLM {version} is not supported (supported: "
+               f"{', '.join(v + '.x' for v in vllm_targets.SUPPORTED)})")
+    else:
+        problems = vllm_targets.runtime_problems(("counts",))
+        if problems:
+            why = f"vLLM {version} lacks what the round hook needs: {'; '.join(problems)}"
+    if why is None:
+        return True
+    if not _GAVE_UP:
+        log.error("specdec-capture: %s; capture is off, nothing is traced (pid %d)", why, os.getpid())
+    _GAVE_UP = True
+    if _STATE is not None:
+        _STATE.writer.close()
+    _STATE = None
+    return False
+
+
+def _announce(text: str) -> None:
+    """One line in the engine's own log (a child of vLLM's configured logger)."""
+    logging.getLogger("vllm.plugins.specdec_capture").info("specdec-capture: %s", text)
+
+
+def runner_line(runner: Any) -> str:
+    """What the capture gives with this model runner, said once when it is made."""
+    from specdec.capture import plugin_v2
+
+    import vllm
+
+    version = getattr(vllm, "__version__", "unknown")
+    name = f"{type(runner).__module__}.{type(runner).__qualname__}"
+    if plugin_v2.is_v2_runner(runner):
+        return f"counts exact; timings from CUDA events (V2 runner {name}, vLLM {version}; not yet run on a GPU)"
+    st = _STATE
+    if st is not None and st.timing_v1_off:
+        return f"counts exact; timings off: {st.timing_v1_off}"
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if isinstance(runner, GPUModelRunner):
+        device = getattr(getattr(runner, "device", None), "type", "unknown")
+        if device == "cpu":
+            return f"counts exact; timings from the host clock (V1 runner {name} on CPU, vLLM {version})"
+        return (f"counts exact; timings from the host clock around the V1 runner ({name} on {device}, vLLM "
+                f"{version}): with synchronous scheduling they include the step's host sync, under async "
+                "scheduling they are NULL; not checked on a GPU")
+    return f"counts exact; timings off: runner {name} not recognised (vLLM {version})"
+
+
+def _wrap_v1_init(original):
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        try:
+            _announce(runner_line(self))
+        except Exception as exc:  # never raise into vLLM
+            if _STATE is not None:
+                _STATE.fail("runner start-up line", exc)
+
+    return __init__
+
+
+def _wrap_make_model_runner(original):
+    """The GPU worker makes its runner here: a V2 runner gets the CUDA-event hooks
+    (V1 runners announce themselves from their __init__)."""
+
+    def _make_model_runner(self, *args, **kwargs):
+        runner = original(self, *args, **kwargs)
+        try:
+            from specdec.capture import plugin_v2
+
+            if plugin_v2.is_v2_runner(runner):
+                problems = vllm_targets.runtime_problems(("timing-v2",))
+                if problems:
+                    _announce(f"counts exact; timings off: {'; '.join(problems)}")
+                else:
+                    plugin_v2.install(runner)
+                    _announce(runner_line(runner))
+            elif not _is_v1(runner):
+                _announce(runner_line(runner))
+        except Exception as exc:  # never raise into vLLM
+            if _STATE is not None:
+                _STATE.fail("_make_model_runner", exc)
+        return runner
+
+    return _make_model_runner
+
+
+def _is_v1(runner: Any) -> bool:
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:
+        return False
+    return isinstance(runner, GPUModelRunner)
 
 
 def is_active() -> bool:
@@ -286,6 +411,7 @@ def _before_update(sched: Any, so: Any, mro: Any) -> list[tuple]:
 def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -> None:
     per_step = sched.num_sampled_tokens_per_step
     draft_ms, verify_ms = getattr(mro, "specdec_timing", None) or (None, None)
+    drafts_verified = getattr(mro, "specdec_drafts_verified", None)  # V2 runner only
     batch = len(so.num_scheduled_tokens)
     now = time.time_ns()
     token = st.writer.token  # renewed in a forked child
@@ -293,7 +419,7 @@ def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -
         "run_id": [], "engine_request_id": [], "pid": [], "process_token": [], "step_index": [], "round_index": [],
         "phase": [], "tokens_proposed": [], "tokens_accepted": [], "tokens_emitted": [],
         "batch_size": [], "num_scheduled_tokens": [], "context_len": [], "draft_ms": [],
-        "verify_ms": [], "wall_time_ns": [],
+        "verify_ms": [], "wall_time_ns": [], "step_drafts_verified": [],
     }
     for req_id, n_sched, k, n_invalid, context, phase, n_emitted in pre:
         r = st.rounds_by_request.get(req_id, 0)
@@ -314,6 +440,7 @@ def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -
         cols["draft_ms"].append(draft_ms if k else None)
         cols["verify_ms"].append(verify_ms)
         cols["wall_time_ns"].append(now)
+        cols["step_drafts_verified"].append(drafts_verified)
     # forget finished requests so the per-request counter map stays small
     for req_id in so.finished_req_ids or ():
         st.rounds_by_request.pop(req_id, None)

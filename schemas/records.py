@@ -52,6 +52,7 @@ class RoundTrace(_Record):
     draft_ms: float | None = Field(description="Wall time of the drafter call that proposed the drafts verified in this step (whole batch, monotonic clock); None if no drafter ran.")
     verify_ms: float | None = Field(description="Wall time of this step's target forward plus sampling/rejection, drafting excluded (whole batch, monotonic clock); None if not measured.")
     wall_time_ns: int = Field(description="Unix wall clock when the step's output was processed, ns.")
+    step_drafts_verified: int | None = Field(default=None, description="Draft tokens the model runner actually put into this step's verify forward, whole batch (Model Runner V2: input_batch.num_draft_tokens). It differs from the step's sum of tokens_proposed (what the scheduler, and vLLM's counters, count as proposed) only under DSpark's adaptive verification, which can admit fewer drafts than were scheduled. None when not measured (V1 runner, CPU).")
 
 
 #: Version of the traffic-file format (TrafficRow). 1: prompt_id, category,

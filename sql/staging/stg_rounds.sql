@@ -6,6 +6,10 @@
 --   request_id   client request id (macro request_id_of, sql/macros.sql; NULL if the id
 --                has another shape)
 --   is_verify_round  tokens_proposed > 0 (the target verified drafts this step)
+--   step_drafts_verified  drafts the runner put into the step's verify forward, whole batch
+--                (Model Runner V2 only; below the step's sum of tokens_proposed only under
+--                DSpark adaptive verification); NULL when not measured, and in files
+--                written before the column existed
 with source as (
     select * from raw_rounds
 ),
@@ -28,6 +32,7 @@ final as (
         draft_ms,
         verify_ms,
         wall_time_ns,
+        step_drafts_verified,
         tokens_proposed > 0 as is_verify_round
     from source
 )
