@@ -158,6 +158,16 @@ class ServerProcess:
                 break
             except subprocess.TimeoutExpired:
                 continue
+        # The leader (vLLM's API server) can exit before its engine core, which writes its
+        # last capture part on shutdown: wait for the rest of the process group, so that the
+        # run folder's part files are consolidated only after the last one is written.
+        left = _wait_group(self.proc.pid, timeout_s=15.0)
+        if left:
+            self._mark(f"{left} process(es) of the server's group still running after 15 s: killed")
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self._mark(f"server stopped (exit code {self.proc.returncode})")
 
     def __exit__(self, *exc) -> None:
@@ -205,3 +215,33 @@ class LlamaServer(ServerProcess):
         cmd = self.engine.server_command(arm, model=str(model), port=port)
         super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path,
                          startup_timeout_s)
+
+
+def _group_members(pgid: int) -> int:
+    """Live (not zombie) processes of process group ``pgid``, from /proc (0 where /proc
+    cannot tell)."""
+    n = 0
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after "(comm)": state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            n += 1
+    return n
+
+
+def _wait_group(pgid: int, timeout_s: float) -> int:
+    """Wait until process group ``pgid`` has no live process; return how many are left."""
+    deadline = time.monotonic() + timeout_s
+    while (left := _group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
