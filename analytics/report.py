@@ -61,6 +61,10 @@ DEFINITIONS = {
                             "acceptance_at_position = such rounds / verify rounds (summed over positions: mean "
                             "acceptance length - 1); conditional_acceptance: given the draft got to i; "
                             "first_rejection_share: rounds whose first rejected token is at i",
+    "acceptance_positions_engine": "the same per-position share from the engine's own per-position counter "
+                                   "(accepted at position i / verify rounds, per level, repeats pooled): the "
+                                   "per-position figure of an engine without per-round rows; captured_accepted "
+                                   "and diff_accepted check it against the captured rounds where there are some",
     "resource_cost": "sampled about once a second during every block: rss = resident memory of the server's process "
                      "tree (API server and engine core; n/a for servers specdec did not start), kv_cache_usage = "
                      "vllm:kv_cache_usage_perc (0..1); rss_peak_vs_baseline = the speculative arm's peak / the "
@@ -154,6 +158,18 @@ def _charts(data: ReportData) -> dict[str, dict]:
             tooltip=["category:N", "position:O", alt.Tooltip("acceptance_at_position:Q", format=".3f"),
                      alt.Tooltip("conditional_acceptance:Q", format=".3f")],
         ).properties(width=420, height=240, title="Acceptance by draft position (speculative arm)").to_dict()
+    elif data.acceptance_positions_engine is not None:  # no rounds: the engine's per-position counter
+        charts["acceptance_positions"] = alt.Chart(alt.Data(values=[
+            {"level": name_of(r["concurrency"], names), "position": r["position"],
+             "acceptance_at_position": r["acceptance_at_position"]}
+            for r in data.acceptance_positions_engine.dicts()])).mark_line(point=True).encode(
+            x=alt.X("position:O", title="draft position"),
+            y=alt.Y("acceptance_at_position:Q", title="share of rounds accepted up to this position",
+                    scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("level:N", title="level"),
+            tooltip=["level:N", "position:O", alt.Tooltip("acceptance_at_position:Q", format=".3f")],
+        ).properties(width=420, height=240,
+                     title="Acceptance by draft position, from the engine's counter (speculative arm)").to_dict()
     if data.latency_cdf is not None:
         rows = [{"arm": r["arm"], "level": name_of(r["concurrency"], names), "share": r["share"], "e2e_ms": r["e2e_ms"]}
                 for r in data.latency_cdf.dicts() if r["e2e_ms"] is not None]
@@ -322,7 +338,8 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
                     + _tab(data.acceptance)))
     else:  # no per-round data (an engine without the capture plugin): the per-request figures instead
         out.append(("Acceptance (speculative arm)", "<p>No per-round data for this engine: acceptance by round "
-                    "(length, per position, by context) cannot be computed. Per-request stats below.</p>"))
+                    "(length, by context) cannot be computed. Per-request stats below, and per draft position "
+                    "from the engine's counter.</p>"))
     if data.acceptance_requests is not None:
         out.append(("Acceptance from the engine's per-request stats (speculative arm)",
                     _defs("acceptance_requests") + _tab(data.acceptance_requests.pick(*REQUEST_ACCEPTANCE_COLUMNS))))
@@ -337,6 +354,9 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     if data.acceptance_positions is not None:
         out.append(("Acceptance by draft position (speculative arm)",
                     _defs("acceptance_positions") + _tab(data.acceptance_positions)))
+    if data.acceptance_positions_engine is not None:
+        out.append(("Acceptance by draft position, from the engine's counter (speculative arm)",
+                    _defs("acceptance_positions_engine") + _tab(data.acceptance_positions_engine)))
     if data.acceptance_by_context is not None:
         out.append(("Acceptance by context length (speculative arm)",
                     _defs("acceptance_by_context") + _tab(data.acceptance_by_context)))

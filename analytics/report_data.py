@@ -83,6 +83,7 @@ class ReportData:
     speedup_weighted: Table | None = None  # mart speedup_weighted; None when the database has no such rows
     capacity: Table | None = None  # mart capacity_under_slo: highest concurrency per arm under the analysis's SLO
     acceptance_positions: Table | None = None  # per-position acceptance and first rejection (speculative arm)
+    acceptance_positions_engine: Table | None = None  # per position from the engine's counter, per level
     acceptance_by_context: Table | None = None  # acceptance by context-length bucket (speculative arm)
     acceptance_requests: Table | None = None  # acceptance from the engine's per-request stats (speculative arm)
     acceptance_definitions: Table | None = None  # the field's definitions side by side (speculative arm)
@@ -234,7 +235,8 @@ def load_report(con, run_id: str | None = None) -> ReportData:
                         "no per-round data for this run, so acceptance by round, draft position and context, "
                         "and engine step timing are empty, and the reconciliation diffs below compare nothing. "
                         "Acceptance from the engine's per-request stats, where it reports them, is in "
-                        "acceptance_requests.")
+                        "acceptance_requests, and per draft position from its counter in "
+                        "acceptance_positions_engine.")
     data = ReportData(
         manifest=manifest, kind=kind,
         levels=m.table(f"select run_id, {', '.join(LEVEL_COLUMNS)} from level_health"),
@@ -256,6 +258,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         speedup_weighted=_nonempty(m.view("speedup_weighted")),
         capacity=_nonempty(m.view("capacity_under_slo")),
         acceptance_positions=_nonempty(m.where("acceptance_positions", "arm = 'speculative'")),
+        acceptance_positions_engine=_nonempty(m.where("acceptance_positions_engine", "arm = 'speculative'")),
         acceptance_by_context=_nonempty(m.where("acceptance_by_context", "arm = 'speculative'")),
         acceptance_definitions=_nonempty(m.where("acceptance_definitions", "arm = 'speculative'")),
         acceptance_requests=_nonempty(m.where("acceptance_requests", "arm = 'speculative'")),

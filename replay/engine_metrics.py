@@ -73,12 +73,15 @@ def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
 
 
 async def read_counters(session: aiohttp.ClientSession, base_url, settings=None,
-                        counters: dict[str, str] | None = None) -> dict[str, float | None]:
+                        counters: dict[str, str] | None = None, parse=None) -> dict:
     """Counters of a server (vLLM's names unless ``counters`` says otherwise); all None
-    if it has no /metrics."""
+    if it has no /metrics. ``parse``: the engine's ``parse_snapshot`` (the counters and
+    the per-position counter) instead of the counters alone."""
     counters = COUNTERS if counters is None else counters
     text = await metrics_text(session, base_url, settings)
-    return {k: None for k in counters} if text is None else parse_counters(text, counters)
+    if text is None:
+        return {k: None for k in counters} | ({"accepted_per_position": None} if parse else {})
+    return parse(text) if parse else parse_counters(text, counters)
 
 
 async def read_gauges(session: aiohttp.ClientSession, base_url, settings=None,

@@ -112,14 +112,15 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
 
 
 async def settled_counters(session, ep: Endpoint, settings: ClientSettings, tries: int = 20,
-                           counters: dict[str, str] | None = None) -> dict:
+                           counters: dict[str, str] | None = None, parse=None) -> dict:
     """Read /metrics until two reads agree (stats are recorded after the last chunk);
-    ``counters``: the engine's names (``replay/engines``; vLLM's by default)."""
+    ``counters``: the engine's names (``replay/engines``; vLLM's by default); ``parse``:
+    the engine's ``parse_snapshot`` (counters and per-position counter)."""
     try:
-        prev = await read_counters(session, ep, settings, counters)
+        prev = await read_counters(session, ep, settings, counters, parse)
         for _ in range(tries):
             await asyncio.sleep(0.2)
-            cur = await read_counters(session, ep, settings, counters)
+            cur = await read_counters(session, ep, settings, counters, parse)
             if cur == prev:
                 return cur
             prev = cur
@@ -250,8 +251,8 @@ class Replayer:
         load = self.loads.get(level) or LoadLevel(level, "closed", float(level))
         plan = self._plan(rows, level)
         reset = await self._prepare(session, ep)
-        self._snapshot(arm, level, repeat, "before", await settled_counters(session, ep, self.settings,
-                                                                         counters=self.counter_names), reset)
+        self._snapshot(arm, level, repeat, "before", await settled_counters(
+            session, ep, self.settings, counters=self.counter_names, parse=self.engine.parse_snapshot), reset)
         if load.mode != "closed":
             self.progress.message(f"{arm} {load.label}")
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
@@ -279,7 +280,8 @@ class Replayer:
             self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
             await self._end_sampling(sampler, stop, samples, arm, level, repeat)
         self._snapshot(arm, level, repeat, "after",
-                       await settled_counters(session, ep, self.settings, counters=self.counter_names))
+                       await settled_counters(session, ep, self.settings, counters=self.counter_names,
+                                              parse=self.engine.parse_snapshot))
         self.progress.end_level(task)
 
     async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,

@@ -210,6 +210,7 @@ class MetricSnapshot(_Record):
     generation_tokens: float | None = Field(description="vllm:generation_tokens_total (llama.cpp: llamacpp:tokens_predicted_total); None if absent.")
     prefix_cache_queries: float | None = Field(default=None, description="vllm:prefix_cache_queries_total (tokens looked up in the prefix cache); None if absent.")
     prefix_cache_hits: float | None = Field(default=None, description="vllm:prefix_cache_hits_total (tokens found in the prefix cache); None if absent.")
+    accepted_per_position: list[float] | None = Field(default=None, description="The engine's per-position accepted-token counter, cumulative, by draft position from 0 (vllm:spec_decode_num_accepted_tokens_per_pos_total{position}, llama.cpp: llamacpp:...); None if the server exports none (no speculation, or a file written before this field existed).")
     prefix_cache_reset: bool | None = Field(default=None, description="Before-snapshots only: True if POST /reset_prefix_cache succeeded just before the block, False if it was refused (then earlier blocks may have warmed the cache), None if not tried.")
 
 

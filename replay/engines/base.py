@@ -70,6 +70,11 @@ class Engine(ABC):
         """Fix a finished request's speculative stats where the engine's silence has a
         meaning (llama.cpp: no draft fields on a speculative server = nothing drafted)."""
 
+    def parse_snapshot(self, text: str) -> dict:
+        """What a before/after snapshot records from a /metrics page: the counters
+        (``parse_counters``) and ``accepted_per_position`` (``positions_list``)."""
+        return {**self.parse_counters(text), "accepted_per_position": positions_list(self.parse_positions(text))}
+
     def parse_positions(self, text: str) -> dict[int, float]:
         """The per-position accepted-token counter by position (0-based), if the engine has one."""
         if self.position_counter is None:
@@ -86,6 +91,14 @@ class Engine(ABC):
             except (TypeError, ValueError, IndexError):
                 continue
         return out
+
+
+def positions_list(positions: dict[int, float]) -> list[float] | None:
+    """A per-position counter as a list by position (0-based; a position the page
+    lacks between two it has is 0), or None when the page has none."""
+    if not positions:
+        return None
+    return [positions.get(i, 0.0) for i in range(max(positions) + 1)]
 
 
 def _label_pairs(labels: str):

@@ -19,6 +19,8 @@ from specdec.replay.engines.base import Arm, Engine, RequestStats, count
 class Vllm(Engine):
     name: ClassVar[str] = "vllm"
     counters: ClassVar[Mapping[str, str]] = engine_metrics.COUNTERS
+    position_counter: ClassVar[tuple[str, str] | None] = (
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
 
     def __init__(self, spec=None):
         """``spec``: the ``replay.server.ServerSpec`` whose common arguments every arm shares."""

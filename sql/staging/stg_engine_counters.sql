@@ -2,6 +2,9 @@
 -- Grain: one row per run_id, arm, concurrency level, repeat and position (before/after).
 -- Purpose: vLLM's cumulative /metrics counters (MetricSnapshot), typed.
 --   NULL = the server does not export that counter (no speculation).
+--   accepted_per_position  the per-position accepted-token counter, list by draft
+--   position from 0 (DuckDB lists index from 1: element i + 1 is position i); NULL
+--   without it (and in files written before the column existed).
 with source as (
     select * from raw_engine_counters
 ),
@@ -19,6 +22,7 @@ final as (
         generation_tokens,
         prefix_cache_queries,
         prefix_cache_hits,
+        accepted_per_position,
         prefix_cache_reset
     from source
 )

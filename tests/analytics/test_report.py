@@ -158,3 +158,13 @@ def test_a_stability_run_reports_its_faults_and_no_replay_sections(tmp_path):
     at = lines.index("stability: fault -> outcome:")
     assert [ln.split()[:2] for ln in lines[at + 2: at + 4]] == [["empty_prompt", "ok"], ["burst", "degraded"]]
     assert "!!" not in summary and "speedup" not in summary and "<h2>Speedup" not in page
+
+
+def test_without_rounds_per_position_acceptance_comes_from_the_engine_counter(tmp_path):
+    from .test_acceptance_positions import _with_position_counter
+
+    page, _ = report_of(write_run(tmp_path, _with_position_counter([3, 2, 1, 1]), rounds=[]))
+    text = page.replace("&#x27;", "'")
+    assert "Acceptance by draft position, from the engine's counter (speculative arm)" in text  # table and chart
+    assert "per draft position from the engine's counter" in text
+    assert '"acceptance_positions"' in page  # the chart, drawn from the counter

@@ -127,3 +127,19 @@ def test_the_llama_cpp_settings_of_a_replay_are_checked_before_anything_runs(tmp
                       speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "d.gguf")})
     assert ok.speculative_config["type"] == "draft-simple"
     assert ReplayConfig(traffic=tmp_path / "t.jsonl").prefix_cache == "reset"  # vLLM's unchanged
+
+
+def test_snapshots_carry_the_per_position_counter_of_either_engine(fixtures):
+    vllm_text = (fixtures / "vllm_metrics_spec.prom").read_text()
+    snap = Vllm().parse_snapshot(vllm_text)
+    assert snap["accepted_per_position"] == [3.0, 2.0, 1.0, 1.0] and snap["spec_num_drafts"] == 4.0
+    llama = LlamaCpp().parse_snapshot((fixtures / "llama_cpp" / "metrics.txt").read_text())
+    assert llama["accepted_per_position"] == [3.0, 3.0, 2.0, 2.0]
+    from specdec.schemas.records import MetricSnapshot
+
+    assert set(snap) <= set(MetricSnapshot.model_fields)  # the runner writes them as snapshot fields
+    # a server without the series: None (not an empty list, not zeros)
+    assert Vllm().parse_snapshot("vllm:generation_tokens_total 3.0\n")["accepted_per_position"] is None
+    from specdec.replay.engines.base import positions_list
+
+    assert positions_list({0: 2.0, 2: 1.0}) == [2.0, 0.0, 1.0]  # a gap is a position not yet counted

@@ -134,5 +134,19 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     assert all(diff_p == 0 and diff_a == 0 for _, _, diff_p, diff_a in totals)
     assert con.execute("select count(*) from acceptance").fetchone()[0] == 0  # no rounds, no round figures
     assert con.execute("select count(*) from speedup where pairs > 0").fetchone()[0] > 0
+    # per draft position from the engine's counter, recorded in every snapshot of the speculative
+    # server: a share of the rounds that falls with the position; its total counter is the
+    # accepted tokens the level's requests report
+    rows = con.execute("select concurrency, position, acceptance_at_position, engine_accepted_total "
+                       "from acceptance_positions_engine where arm = 'speculative' order by 1, 2").fetchall()
+    accepted = dict(con.execute("select concurrency, tokens_accepted from acceptance_requests "
+                                "where arm = 'speculative' and category = '(all)'").fetchall())
+    assert sorted({r[0] for r in rows}) == [1, 2] and {r[0]: r[3] for r in rows} == accepted
+    for level in (1, 2):
+        shares = [r[2] for r in rows if r[0] == level]
+        assert shares and all(0 <= x <= 1 for x in shares) and shares == sorted(shares, reverse=True), shares
+    assert con.execute("select count(*) from acceptance_positions_engine where captured_accepted is not null "
+                       "or arm = 'baseline'").fetchone()[0] == 0  # no rounds to check against; none on baseline
     html = report.read_text()
     assert "No per-round data for this engine" in html and "acceptance_requests" in html
+    assert "from the engine&#x27;s counter" in html or "from the engine's counter" in html

@@ -49,6 +49,12 @@ def test_reconciliation_is_exact_for_every_arm_and_level(run):
             assert captured > 0 and engine == captured
         else:
             assert captured == 0 and engine is None
+    # position by position too: vLLM's per-position counter against the captured rounds
+    pos = con.execute("select concurrency, position, diff_accepted, covers_every_position "
+                      "from acceptance_positions_engine where arm = 'speculative' order by 1, 2").fetchall()
+    assert [(c, p) for c, p, _, _ in pos] == [(c, p) for c in (1, 2) for p in (1, 2, 3, 4)]  # k = 4
+    assert all(diff == 0 and covers for _, _, diff, covers in pos), pos
+    assert con.execute("select count(*) from acceptance_positions_engine where arm = 'baseline'").fetchone() == (0,)
 
 
 def test_requests_succeed_and_manifest_proves_one_difference(run):

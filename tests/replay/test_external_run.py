@@ -157,7 +157,7 @@ def _fake_capture(folder, run_id: str, other_run: str) -> None:
                     phase="decode", tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1, batch_size=1,
                     num_scheduled_tokens=1 + k, context_len=10, draft_ms=0.1, verify_ms=5.0, wall_time_ns=1)
         for f in cols:
-            cols[f].append(vals[f])
+            cols[f].append(vals.get(f))
 
     for level in (1, 2):
         for i in range(3):
