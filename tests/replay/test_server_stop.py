@@ -16,7 +16,7 @@ def test_the_stop_waits_for_a_child_that_outlives_the_leader(tmp_path):
     marker = tmp_path / "written-at-shutdown"
     leader = subprocess.Popen(["bash", "-c", f"(sleep 1; touch {marker}) & exit 0"], start_new_session=True)
     leader.wait()
-    assert _group_members(leader.pid) == 1 and not marker.exists()  # the leader is gone, its child is not
+    assert _group_members(leader.pid) >= 1 and not marker.exists()  # the leader is gone, its children are not
     assert _wait_group(leader.pid, timeout_s=10) == 0
     assert marker.exists()  # what the child wrote on its way out is there when the wait returns
 
@@ -26,7 +26,7 @@ def test_a_child_that_does_not_exit_is_counted_after_the_timeout():
     leader.wait()
     started = time.monotonic()
     try:
-        assert _wait_group(leader.pid, timeout_s=0.5) == 1
+        assert _wait_group(leader.pid, timeout_s=0.5) >= 1
         assert time.monotonic() - started < 5
     finally:
         os.killpg(leader.pid, signal.SIGKILL)
