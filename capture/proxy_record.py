@@ -175,7 +175,7 @@ def request_category(rules: CategoryRules, path: str, header: str | None, body: 
         else:
             prompt = req.get("prompt")
             text = prompt if isinstance(prompt, str) else "\n".join(p for p in prompt or [] if isinstance(p, str))
-        return rules.category(path, model, text) or UNKNOWN
+        return rules.category(path, model, text)
     except Exception:  # noqa: BLE001 - a label, never an error in the request path
         return UNKNOWN
 

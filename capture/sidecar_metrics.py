@@ -136,20 +136,14 @@ class LiveMetrics:
             return
         sec = pc.divide(table["wall_time_ns"], pa.scalar(10**9, pa.int64()))
         verify = pc.cast(pc.greater(table["tokens_proposed"], 0), pa.int64())
-        cols = {"sec": sec, "p": table["tokens_proposed"], "a": table["tokens_accepted"], "v": verify}
-        _add(self.seconds, pa.table(cols), ["sec"])
+        rows = pa.table({"sec": sec, "p": table["tokens_proposed"], "a": table["tokens_accepted"], "v": verify})
+        _add(self.seconds, rows)
         if self.book is not None and len(self.book):
             ids = pc.unique(table["engine_request_id"])
             labels = pa.array([self.book.category_of(i) for i in ids.to_pylist()], pa.string())
             cat = pc.take(labels, pc.index_in(table["engine_request_id"], value_set=ids))
-            known = pc.is_valid(cat)
-            rows = pa.table({**cols, "cat": cat}).filter(known)
-            for category, secs in _grouped_by_category(rows).items():
-                slots = self.by_category.setdefault(category, {})
-                for s, vals in secs.items():
-                    slot = slots.setdefault(s, [0, 0, 0])
-                    for j in range(3):
-                        slot[j] += vals[j]
+            for category in pc.unique(cat.drop_null()).to_pylist():
+                _add(self.by_category.setdefault(category, {}), rows.filter(pc.equal(cat, category)))
         steps = table.group_by(["process_token", "step_index"]).aggregate(
             [(col, "max") for col in HISTOGRAMS])
         for col, hist in self.hist.items():
@@ -220,22 +214,15 @@ class LiveMetrics:
         return "\n".join(lines) + "\n"
 
 
-def _add(slots: dict[int, list[int]], table: pa.Table, keys: list[str]) -> None:
-    """Add the rows' proposed, accepted and verify-round sums to their wall second's slot."""
-    per_sec = table.group_by(keys).aggregate([("p", "sum"), ("a", "sum"), ("v", "sum")])
+def _add(slots: dict[int, list[int]], rows: pa.Table) -> None:
+    """Add the rows' proposed, accepted and verify-round sums (p, a, v) to their wall
+    second's (sec) slot."""
+    per_sec = rows.group_by("sec").aggregate([("p", "sum"), ("a", "sum"), ("v", "sum")])
     for s, p, a, v in zip(*(per_sec[c].to_pylist() for c in ("sec", "p_sum", "a_sum", "v_sum"))):
         slot = slots.setdefault(s, [0, 0, 0])
         slot[0] += p
         slot[1] += a
         slot[2] += v
-
-
-def _grouped_by_category(rows: pa.Table) -> dict[str, dict[int, tuple[int, int, int]]]:
-    per = rows.group_by(["cat", "sec"]).aggregate([("p", "sum"), ("a", "sum"), ("v", "sum")])
-    out: dict[str, dict[int, tuple[int, int, int]]] = {}
-    for c, s, p, a, v in zip(*(per[k].to_pylist() for k in ("cat", "sec", "p_sum", "a_sum", "v_sum"))):
-        out.setdefault(c, {})[s] = (p, a, v)
-    return out
 
 
 def _window(slots: dict[int, list[int]], first: int) -> tuple[float, float, int]:
