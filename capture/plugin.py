@@ -129,14 +129,15 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _start() -> _State | None:
-    """Check the settings and build the state; on a bad setting log one error
-    and return None (nothing raised into vLLM, vllm not imported)."""
+    """Check the settings (a bad one: vllm not imported), then the vLLM
+    (``_supported_or_refuse``), then build the state; on a problem log one error
+    and return None (nothing raised into vLLM, nothing started)."""
     global _GAVE_UP
     if _GAVE_UP:
         return None
     try:
         cfg = capture_settings.from_env()
-        if cfg is None:
+        if cfg is None or not _supported_or_refuse():
             return None
         return _State(cfg.out_dir, cfg.run_id, cfg.flush_s, cfg.max_rows, cfg.max_bytes)
     except Exception as exc:  # SettingError names the variable and value
@@ -149,30 +150,29 @@ def register() -> None:
     """vLLM plugin entry point. Idempotent; inert without SPECDEC_CAPTURE_DIR
     or with a bad setting (one error logged)."""
     global _STATE
-    if not os.environ.get(ENV_CAPTURE_DIR):
-        return
+    if not os.environ.get(ENV_CAPTURE_DIR) or _STATE is not None:
+        return  # off, or this process (or the one it was forked from) is already hooked
+    _STATE = _start()
     if _STATE is None:
-        _STATE = _start()
-        if _STATE is None:
-            return
-    if not _supported_or_refuse():
         return
     from vllm.v1.core.sched.scheduler import Scheduler
 
     _patch(Scheduler, "update_from_output", _wrap_update_from_output)
     _patch(Scheduler, "shutdown", _wrap_shutdown)
     # timings only: without these hooks the counts are still exact, and each runner's
-    # start-up line says which timings it has (_announce_runner)
+    # start-up line says which timings it has (runner_line)
     problems = vllm_targets.runtime_problems(("timing-v1",))
-    if problems:
-        _STATE.timing_v1_off = "; ".join(problems)
-    else:
+    _STATE.timing_v1_off = "; ".join(problems) or None
+    try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-        _patch(GPUModelRunner, "__init__", _wrap_v1_init)
-        _patch(GPUModelRunner, "execute_model", _wrap_execute_model)
-        _patch(GPUModelRunner, "sample_tokens", _wrap_sample_tokens)
-        _patch(GPUModelRunner, "propose_draft_token_ids", _wrap_propose)
+    except ImportError:
+        GPUModelRunner = None
+    if GPUModelRunner is not None:
+        _patch(GPUModelRunner, "__init__", _wrap_v1_init)  # the start-up line, with timings or without
+        if not problems:
+            _patch(GPUModelRunner, "execute_model", _wrap_execute_model)
+            _patch(GPUModelRunner, "sample_tokens", _wrap_sample_tokens)
+            _patch(GPUModelRunner, "propose_draft_token_ids", _wrap_propose)
     try:
         from vllm.v1.worker.gpu_worker import Worker
 
@@ -183,11 +183,10 @@ def register() -> None:
 
 def _supported_or_refuse() -> bool:
     """Capture runs only on a supported vLLM whose scheduler hook targets are all
-    there (``vllm_targets``); otherwise one error, and nothing is patched."""
-    global _STATE, _GAVE_UP
-    import vllm
-
-    version = getattr(vllm, "__version__", "unknown")
+    there (``vllm_targets``); otherwise one error, and nothing is patched or
+    started (``_start`` asks before it builds the capture state)."""
+    global _GAVE_UP
+    version = _vllm_version()
     why = None
     if not vllm_targets.supported(version):
         why = (f"vLLM {version} is not supported (supported: "
@@ -198,13 +197,15 @@ def _supported_or_refuse() -> bool:
             why = f"vLLM {version} lacks what the round hook needs: {'; '.join(problems)}"
     if why is None:
         return True
-    if not _GAVE_UP:
-        log.error("specdec-capture: %s; capture is off, nothing is traced (pid %d)", why, os.getpid())
+    log.error("specdec-capture: %s; capture is off, nothing is traced (pid %d)", why, os.getpid())
     _GAVE_UP = True
-    if _STATE is not None:
-        _STATE.writer.close()
-    _STATE = None
     return False
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return getattr(vllm, "__version__", "unknown")
 
 
 def _announce(text: str) -> None:
@@ -216,18 +217,14 @@ def runner_line(runner: Any) -> str:
     """What the capture gives with this model runner, said once when it is made."""
     from specdec.capture import plugin_v2
 
-    import vllm
-
-    version = getattr(vllm, "__version__", "unknown")
+    version = _vllm_version()
     name = f"{type(runner).__module__}.{type(runner).__qualname__}"
     if plugin_v2.is_v2_runner(runner):
         return f"counts exact; timings from CUDA events (V2 runner {name}, vLLM {version}; not yet run on a GPU)"
     st = _STATE
     if st is not None and st.timing_v1_off:
         return f"counts exact; timings off: {st.timing_v1_off}"
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
-
-    if isinstance(runner, GPUModelRunner):
+    if _is_v1(runner):
         device = getattr(getattr(runner, "device", None), "type", "unknown")
         if device == "cpu":
             return f"counts exact; timings from the host clock (V1 runner {name} on CPU, vLLM {version})"
