@@ -218,24 +218,18 @@ class LlamaServer(ServerProcess):
 
 
 def _group_members(pgid: int) -> int:
-    """Live (not zombie) processes of process group ``pgid``, from /proc (0 where /proc
-    cannot tell)."""
+    """Live (not zombie) processes of process group ``pgid`` (psutil, as
+    ``resources.process_tree_rss``; the group, not the tree, since the leader's
+    children are re-parented once it has exited)."""
+    import psutil
+
     n = 0
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rpartition(")")[2].split()  # after "(comm)": state ppid pgrp ...
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            n += 1
+            if os.getpgid(proc.pid) == pgid and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                n += 1
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue  # ended between the listing and the look
     return n
 
 
