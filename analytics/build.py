@@ -84,7 +84,7 @@ from specdec.analytics.models import discover, macros_sql
 from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, atomic_write_with, files_of
-from specdec.schemas.arrow import absent_as_null, arrow_schema
+from specdec.schemas.arrow import arrow_schema
 
 __all__ = ["COMPUTED", "DB_NAME", "build", "load_record_file", "read_parquet_checked", "run_kind"]
 
@@ -141,31 +141,12 @@ def raw_select(con, raw: RawInput) -> str:
     would read 1); the build has checked that the two agree. The paths are resolved
     (``runs/latest`` is a link that moves on to the next run: the view must not).
     A column a file may lack (``absent_as_null``) reads as NULL from it."""
-    missing = _missing_columns(raw)
-    nowhere = {name for name, count in missing.items() if count == len(raw.files)}
+    nowhere = {name for name, count in raw.absent.items() if count == len(raw.files)}
     cols = ", ".join(f'cast({"null" if name in nowhere else _ident(name)} as {dtype}) as "{name}"'
                      for name, dtype in _column_types(con, raw.schema))
     files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
-    union = ", union_by_name = true" if len(missing) > len(nowhere) else ""
+    union = ", union_by_name = true" if len(raw.absent) > len(nowhere) else ""
     return f"select {cols} from read_parquet([{files}], hive_partitioning = false{union})"
-
-
-def _missing_columns(raw: RawInput) -> dict[str, int]:
-    """Per column the record lets a file lack (``absent_as_null``): how many of the
-    files lack it (only those lacking it in at least one file). A column no file
-    holds is NULL; one that some files hold is read by name (``union_by_name``),
-    NULL from the others."""
-    optional = [f.name for f in raw.schema if absent_as_null(f)]
-    if not optional:
-        return {}
-    import pyarrow.parquet as pq
-
-    counts = dict.fromkeys(optional, 0)
-    for f in raw.files:
-        names = set(pq.read_schema(f).names)
-        for name in optional:
-            counts[name] += name not in names
-    return {name: n for name, n in counts.items() if n}
 
 
 def _create_raw(con, raw: RawInput, copy: bool) -> None:

@@ -30,6 +30,7 @@ rows through it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,7 +41,7 @@ from specdec.errors import InputFileError
 from specdec.schemas.arrow import absent_as_null
 from specdec.schemas.records import SCHEMA_VERSION
 
-__all__ = ["FULL_CHECK_BYTES", "check_file", "read_parquet_checked"]
+__all__ = ["FULL_CHECK_BYTES", "FileCheck", "check_file", "read_parquet_checked"]
 
 #: Inputs up to this many bytes in all are read in full by default (``--check auto``).
 FULL_CHECK_BYTES = 256 * 2**20
@@ -202,10 +203,19 @@ def _check_run_id(path: Path, pf: pq.ParquetFile, run_id: str, whose: str) -> No
                                  row=offsets[i] + row, field="run_id")
 
 
+@dataclass(frozen=True)
+class FileCheck:
+    """What ``check_file`` found: the file's rows, and the record's columns it lacks
+    (``absent_as_null`` ones only: any other is an error)."""
+
+    rows: int
+    absent: tuple[str, ...]
+
+
 def check_file(path: Path, schema: pa.Schema, *, run_id: str | None = None, whose: str = "",
-               full: bool = False) -> int:
-    """Check one file (module docstring); return its row count. ``run_id``: the
-    run every row must hold, ``whose`` says where that comes from (for the message)."""
+               full: bool = False) -> FileCheck:
+    """Check one file (module docstring). ``run_id``: the run every row must hold,
+    ``whose`` says where that comes from (for the message)."""
     pf = _open(path)
     with pf:
         _check_header(path, pf, schema)
@@ -215,7 +225,8 @@ def check_file(path: Path, schema: pa.Schema, *, run_id: str | None = None, whos
             _check_nulls(path, pf, schema)
         if run_id is not None:
             _check_run_id(path, pf, run_id, whose)
-        return pf.metadata.num_rows
+        present = set(pf.schema_arrow.names)
+        return FileCheck(pf.metadata.num_rows, tuple(n for n in schema.names if n not in present))
 
 
 def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:

@@ -30,7 +30,9 @@ of rounds is not, and its pages are then first read by the queries).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -60,11 +62,14 @@ class Run:
 
 @dataclass(frozen=True)
 class RawInput:
-    """One raw table: its record's Arrow schema and the files it reads, in order."""
+    """One raw table: its record's Arrow schema and the files it reads, in order;
+    ``absent``: per column some of the files lack (``absent_as_null``, read as
+    NULL), how many of them lack it (from the checks' footer reads)."""
 
     table: str
     schema: pa.Schema
     files: tuple[Path, ...]
+    absent: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,8 +152,9 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
                 runs.setdefault(run_id, Run(run_id, root.resolve(), None))
     every = [f for listed in files.values() for f, _, _ in listed]
     full = check == "full" or (check == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)
+    absent: dict[str, Counter] = {t: Counter() for t in schemas}
     for table, listed in files.items():
         for f, run_id, whose in listed:
-            check_file(f, schemas[table], run_id=run_id, whose=whose, full=full)
-    raw = tuple(RawInput(t, schemas[t], tuple(f for f, _, _ in files[t])) for t in schemas)
+            absent[table].update(check_file(f, schemas[table], run_id=run_id, whose=whose, full=full).absent)
+    raw = tuple(RawInput(t, schemas[t], tuple(f for f, _, _ in files[t]), dict(absent[t])) for t in schemas)
     return Inputs(root, layout, tuple(runs[r] for r in sorted(runs)), raw, full)
