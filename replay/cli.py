@@ -19,6 +19,7 @@ from specdec.validate import (
 )
 from specdec.replay.config import ReplayConfig, client_options, default_of, schedule_options
 from specdec.replay.traffic_tools import MixParam
+from specdec.validate import ArmParam
 from specdec.replay.load import load_options
 
 
@@ -31,6 +32,13 @@ def _d(name: str):
 @click.option("--levels", type=LevelList, default=",".join(map(str, _d("levels"))), show_default=True,
               help="Closed-loop concurrency levels, comma-separated (e.g. 1,2,4,8,16,32).")
 @click.option("--arms", default=",".join(_d("arms")), show_default=True, help="Arms to run, in order.")
+@click.option("--arm", "named_arms", type=ArmParam(), multiple=True, metavar="NAME=ENGINE[:SPEC][@REF]",
+              help="A named arm (repeat the option, any number, in order), instead of the fixed pair of "
+                   "--arms/--spec-config/--engine: ENGINE vllm or llama.cpp; SPEC none (default), ngram (prompt "
+                   "lookup: vLLM ngram k=4, llama.cpp ngram-mod) or the engine's own JSON settings; each arm with "
+                   "speculation is measured against REF, else the first arm without speculation on its engine. "
+                   "E.g. --arm vllm-none=vllm --arm vllm-ngram=vllm:ngram --arm llama-none=llama.cpp "
+                   "--arm llama-ngram=llama.cpp:ngram: one run, both engines, two comparisons side by side.")
 @click.option("--spec-config", default=None,
               help='vLLM --speculative-config JSON for the speculative arm (default: '
                    f'{json.dumps(_d("speculative_config"))}). With external URLs it is recorded as '
@@ -72,7 +80,7 @@ def _d(name: str):
                    "This run's rounds are copied from it; without it the report says no rounds were captured.")
 @click.option("--no-progress", is_flag=True, help="Plain log lines (one per level and arm) instead of progress bars.")
 @handle_errors
-def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, requests_per_level, max_tokens,
+def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
          repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, load: str, time_scales,
          rates, arrival_seed: int, runs_dir: Path, run_id, engine, model, dtype, baseline_url,
@@ -117,6 +125,7 @@ def main(traffic: Path, levels: list[int], arms: str, spec_config: str | None, r
     cfg = ReplayConfig(
         traffic=traffic, runs_dir=runs_dir, run_id=run_id, **load_kw,
         arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,
+        named_arms=list(named_arms) or None,
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
         max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
         repeats=repeats, verify=verify, samples=samples, restart_servers=restart_servers, prefix_cache=prefix_cache,

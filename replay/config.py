@@ -13,18 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from specdec.arms import NGRAM, ArmSpec, check_arms
 from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
-#: The llama.cpp speculative arm's default: draft-free prompt lookup (replay/engines/llama_cpp.py).
-LLAMA_CPP_SPEC_CONFIG: dict[str, Any] = {"type": "ngram-mod"}
-
-DEFAULT_SPEC_CONFIG: dict[str, Any] = {
-    "method": "ngram",
-    "num_speculative_tokens": 4,
-    "prompt_lookup_min": 2,
-    "prompt_lookup_max": 4,
-}
+#: The speculative arm's default per engine: draft-free prompt lookup (specdec.arms.NGRAM),
+#: vLLM's ngram proposer and llama.cpp's ngram-mod (replay/engines/llama_cpp.py).
+LLAMA_CPP_SPEC_CONFIG: dict[str, Any] = NGRAM["llama.cpp"]
+DEFAULT_SPEC_CONFIG: dict[str, Any] = NGRAM["vllm"]
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
@@ -125,6 +121,12 @@ class ReplayConfig(ClientOptions):
     arrival_seed: int = Field(default=0, description="--load poisson: seed of the arrival times (the same times in "
                                                      "every arm and repeat).")
     arms: list[str] = Field(default=["baseline", "speculative"], description="Arms to run, in order.")
+    named_arms: list[ArmSpec] | None = Field(
+        default=None, description="Named arms (--arm NAME=ENGINE[:SPEC], specdec.arms), in order: any number, "
+                                  "each with its own engine and speculation, each speculative arm measured against "
+                                  "its reference (the first arm without speculation on its engine, unless it "
+                                  "names one). Replaces arms, speculative_config and engine's fixed pair; "
+                                  "embedded servers only.")
     speculative_config: dict[str, Any] | None = Field(
         default_factory=lambda: dict(DEFAULT_SPEC_CONFIG),
         description="vLLM --speculative-config of the speculative arm; None runs an A/A experiment: both arms "
@@ -192,6 +194,17 @@ class ReplayConfig(ClientOptions):
             raise ValueError(f"arms must be baseline and/or speculative, got {sorted(bad) or v}")
         return v
 
+    @field_validator("named_arms")
+    @classmethod
+    def _named_arms(cls, v: list[ArmSpec] | None) -> list[ArmSpec] | None:
+        if v is None:
+            return v
+        v = check_arms(v)
+        for arm in v:
+            if arm.engine == "llama.cpp" and arm.speculation is not None:
+                _check_llama_speculation(arm, f"arm {arm.name}")
+        return v
+
     @field_validator("startup_timeout_s", "capture_wait_s")
     @classmethod
     def _finite(cls, v: float) -> float:
@@ -244,23 +257,55 @@ class ReplayConfig(ClientOptions):
         if self.speculative_config == DEFAULT_SPEC_CONFIG:  # vLLM's default, not a llama.cpp setting
             self.speculative_config = dict(LLAMA_CPP_SPEC_CONFIG)
         if self.speculative_config is not None:  # refused here, before a run folder exists
-            from specdec.replay.engines import Arm, LlamaCpp
-
-            try:
-                LlamaCpp(binary=Path("llama-server")).speculation_args(Arm("speculative", self.speculative_config))
-            except ValueError as exc:
-                raise ValueError(f"--spec-config for --engine llama.cpp: {exc}") from None
-            draft = self.speculative_config.get("draft_model")
-            if draft is not None and not Path(str(draft)).is_file():
-                raise ValueError(f"--spec-config for --engine llama.cpp: draft_model {draft}: no such GGUF file")
+            _check_llama_speculation(ArmSpec("speculative", "llama.cpp", self.speculative_config),
+                                     "--spec-config for --engine llama.cpp")
         self.verify = False
         if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
             self.prefix_cache = "off"
         return self
 
+    @model_validator(mode="after")
+    def _named_arms_alone(self) -> "ReplayConfig":
+        if self.named_arms is None:
+            return self
+        if self.external:
+            raise ValueError("named arms (--arm) start their own servers: they do not go with --baseline-url / "
+                             "--speculative-url")
+        for name, option in (("engine", "--engine"), ("arms", "--arms"), ("speculative_config", "--spec-config")):
+            if getattr(self, name) != default_of(name):
+                raise ValueError(f"{name} ({option}) does not go with named arms (--arm): each arm names its "
+                                 "engine and speculation")
+        self.arms = [a.name for a in self.named_arms]
+        return self
+
     @property
     def external(self) -> bool:
         return bool(self.baseline_url or self.speculative_url)
+
+    def arm_specs(self) -> list[ArmSpec]:
+        """The run's arms (specdec.arms): the named arms, or the classic pair of ``arms`` on
+        ``engine``, the speculative one with ``speculative_config``."""
+        if self.named_arms is not None:
+            return list(self.named_arms)
+        return [ArmSpec(name, self.engine, self.speculative_config if name == "speculative" else None)
+                for name in self.arms]
+
+    def arm_engines(self) -> dict[str, str]:
+        """Each arm's engine adapter name."""
+        return {a.name: a.engine for a in self.arm_specs()}
+
+
+def _check_llama_speculation(arm: ArmSpec, what: str) -> None:
+    """llama.cpp speculation settings that its adapter takes, and a draft GGUF that exists."""
+    from specdec.replay.engines import Arm, LlamaCpp
+
+    try:
+        LlamaCpp(binary=Path("llama-server")).speculation_args(Arm(arm.name, arm.speculation))
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    draft = arm.speculation.get("draft_model")
+    if draft is not None and not Path(str(draft)).is_file():
+        raise ValueError(f"{what}: draft_model {draft}: no such GGUF file")
 
 
 def default_of(name: str, model: type[BaseModel] | None = None) -> Any:

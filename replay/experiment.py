@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 from pathlib import Path
 
+from specdec.arms import ArmSpec, comparisons, specs_of
 from specdec.errors import SpecdecError
 from specdec.replay import event_loop
 from specdec.replay.capture_import import import_capture
@@ -54,9 +55,14 @@ def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
     if cfg.api_key_env != DEFAULT_API_KEY_ENV and not cfg.api_key():
         raise SpecdecError(f"--api-key-env {cfg.api_key_env}: that environment variable is not set or empty")
     if not cfg.external and cfg.model is not None:
-        if cfg.engine == "llama.cpp" and not Path(cfg.model).is_file():
+        engines = set(cfg.arm_engines().values())
+        if len(engines) > 1:
+            raise SpecdecError(f"--model {cfg.model}: the arms run {' and '.join(sorted(engines))}, which serve "
+                               "different files (a model folder, a GGUF); leave --model out to serve the "
+                               "prepared SmolLM2 on each")
+        if engines == {"llama.cpp"} and not Path(cfg.model).is_file():
             raise SpecdecError(f"--model {cfg.model}: no such GGUF file (llama.cpp serves a .gguf file)")
-        if cfg.engine == "vllm" and not Path(cfg.model).is_dir():
+        if engines == {"vllm"} and not Path(cfg.model).is_dir():
             raise SpecdecError(f"--model {cfg.model}: no such model folder")
 
 
@@ -70,57 +76,77 @@ def run_replay(cfg: ReplayConfig) -> Path:
     load_plans(cfg, traffic, level_rows(traffic, cfg))  # an unfit file for the load mode stops the run here
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
 
-    model_source: dict = {}
-    llama = None
+    engines = set(cfg.arm_engines().values())
+    model_sources: dict[str, dict] = {}
+    models: dict[str, str] = {}  # engine -> what its servers serve
+    llama = spec = None
     if cfg.external:
-        model, spec = cfg.served_model, None
-    elif cfg.engine == "llama.cpp":
+        models[cfg.engine] = cfg.served_model
+    if not cfg.external and "llama.cpp" in engines:
         from specdec.model import GGUF_DIST, find_gguf
         from specdec.replay.engines import LlamaCpp
         from specdec.replay.engines.llama_build import build_llama_server
 
-        model = cfg.model or str(find_gguf())
-        model_source = {"package": GGUF_DIST, "file": Path(model).name, "note": "served as shipped, no conversion"}
+        gguf = cfg.model or str(find_gguf())
+        models["llama.cpp"] = gguf
+        model_sources["llama.cpp"] = {"package": GGUF_DIST, "file": Path(gguf).name,
+                                      "note": "served as shipped, no conversion"}
         # one slot per request in flight; -c is the whole context, shared by the slots
         slots = max(cfg.levels)
-        llama, spec = LlamaCpp(build_llama_server().path, threads=2, context=LLAMA_SLOT_CONTEXT * slots,
-                               slots=slots, prompt_cache=cfg.prefix_cache == "keep"), None
-    else:
-        model = cfg.model
-        if model is None:
+        llama = LlamaCpp(build_llama_server().path, threads=2, context=LLAMA_SLOT_CONTEXT * slots,
+                         slots=slots, prompt_cache=cfg.prefix_cache == "keep")
+    if not cfg.external and "vllm" in engines:
+        folder = cfg.model
+        if folder is None:
             from specdec.model import prepare_model
 
             prepared = prepare_model()
-            model = str(prepared.path)
-            model_source = prepared.source
-        spec = ServerSpec(model=model, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
+            folder = str(prepared.path)
+            model_sources["vllm"] = prepared.source
+        models["vllm"] = folder
+        spec = ServerSpec(model=folder, dtype=cfg.dtype, max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
                           prefix_cache=cfg.prefix_cache)
+    model = " + ".join(models[e] for e in sorted(models)) if len(models) > 1 else next(iter(models.values()))
+    model_source = (next(iter(model_sources.values())) if len(model_sources) == 1 else
+                    {e: src for e, src in sorted(model_sources.items())})
 
-    arms = [_arm_config(cfg, arm, spec, llama, model) for arm in cfg.arms]
+    arms = [_arm_config(cfg, arm, spec, llama, models) for arm in cfg.arm_specs()]
     eos_ids = None
     if spec is not None and cfg.verify:
         from specdec.replay.verify import eos_ids_for_model
 
         eos_ids = eos_ids_for_model(spec.model)
     rows = level_rows(traffic, cfg)
-    if llama is not None:
-        capture = {"source": "none", "reason": "llama.cpp has no capture plugin: no per-round rows; the per-request "
-                                               "draft stats (timings) and the engine's counters are recorded"}
+    no_plugin = ("llama.cpp has no capture plugin: no per-round rows; the per-request draft stats (timings) and "
+                 "the engine's counters are recorded")
+    if llama is not None and spec is None:
+        capture = {"source": "none", "reason": no_plugin}
     elif cfg.external:
         capture = ({"source": "directory", "path": str(cfg.capture_dir)} if cfg.capture_dir else
                    {"source": "none", "reason": "external servers and no --capture-dir: their rounds stay in "
                                                 "their own capture folder, if they run the plugin at all"})
     else:
         capture = {"source": "embedded", "path": str(capture_dir(run_dir))}
+        if llama is not None:
+            capture["arms_without_rounds"] = [a.name for a in arms if a.engine == "llama.cpp"]
+            capture["reason"] = f"the vLLM arms' rounds; {no_plugin}"
+    facts = {}
+    if cfg.external:
+        facts = {"name": "external", "version": None, "adapter": cfg.engine}
+    else:
+        if spec is not None:
+            facts["vllm"] = engine_facts()
+        if llama is not None:
+            facts["llama.cpp"] = llama_facts(llama)
+        facts = next(iter(facts.values())) if len(facts) == 1 else {"name": "mixed", **facts}
+    dtype = {"vllm": cfg.dtype, "llama.cpp": f"GGUF as shipped ({Path(models.get('llama.cpp', '')).name})"}
     manifest = RunManifest(
         run_id=run_id,
         created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         specdec_version=package_version(),
-        engine=(llama_facts(llama) if llama is not None else engine_facts() if not cfg.external else
-                {"name": "external", "version": None, "adapter": cfg.engine}),
-        model=model, model_source=model_source,
-        dtype=(f"GGUF as shipped ({Path(model).name})" if llama is not None else
-               cfg.dtype if not cfg.external else "unknown"),
+        engine=facts, model=model, model_source=model_source,
+        dtype=("unknown" if cfg.external else "; ".join(f"{e}: {dtype[e]}" for e in sorted(engines))
+               if len(engines) > 1 else dtype[next(iter(engines))]),
         arms=arms, arm_difference=arm_difference(arms),
         sampling={"endpoint": CHAT_PATH, "stream": True, "ignore_eos": True,
                   "forced_length": "every request is sent with ignore_eos and max_tokens = its row's max_tokens "
@@ -148,18 +174,20 @@ def run_replay(cfg: ReplayConfig) -> Path:
                   "prefix_cache": cfg.prefix_cache,
                   "prefix_cache_note": {"reset": "POST /reset_prefix_cache before every block (embedded servers run "
                                                  "with VLLM_SERVER_DEV_MODE=1); the before-snapshot says if it worked",
-                                        "off": ("embedded servers run with --no-enable-prefix-caching" if cfg.engine == "vllm"
-                                                else "embedded servers run with --no-cache-prompt"),
+                                        "off": "embedded servers run with --no-enable-prefix-caching (vLLM) "
+                                               "or --no-cache-prompt (llama.cpp)",
                                         "keep": "nothing done: a block may be faster because an earlier one warmed "
                                                 "the cache"}[cfg.prefix_cache]},
         notes=(["--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without "
-                "speculation."] if cfg.engine == "vllm" else
-               ["llama.cpp: no greedy verification pass (its logprobs are not vLLM's); prefix cache "
-                f"'{cfg.prefix_cache}' ('off': --no-cache-prompt on both arms, as llama.cpp has no endpoint to "
-                "empty the cache between blocks)."])
+                "speculation."] if "vllm" in engines else [])
+        + (["llama.cpp: no greedy verification pass (its logprobs are not vLLM's); prefix cache "
+            f"'{'off' if cfg.prefix_cache == 'reset' else cfg.prefix_cache}' ('off': --no-cache-prompt on its arms, "
+            "as llama.cpp has no endpoint to empty the cache between blocks)."] if "llama.cpp" in engines else [])
         + (["A/A run: --spec-config null, both arms are the same embedded server (or the two given URLs); "
             "every speedup should be within noise."]
-           if cfg.speculative_config is None else [])
+           if cfg.speculative_config is None and cfg.named_arms is None else [])
+        + ([f"Named arms: {'; '.join(comparison_note(arms))}. Each comparison is analysed as its own run "
+            "<run_id>/<arm> (specdec.arms)."] if cfg.named_arms is not None else [])
         + (["External servers: the speculative setting is as declared by the user (--spec-config), not verified."]
            if cfg.external else []),
     )
@@ -168,7 +196,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
 
     with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
         with Progress(cfg.progress) as progress, \
-                EmbeddedServers(cfg, spec, arms, run_dir, run_id, progress, llama=llama, model=model) as servers:
+                EmbeddedServers(cfg, spec, arms, run_dir, run_id, progress, llama=llama,
+                                model=models.get("llama.cpp")) as servers:
             endpoints = servers.start() if not cfg.external else {
                 arm.name: getattr(cfg, f"{arm.name}_url") for arm in arms}
             if cfg.external:
@@ -186,8 +215,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
 
 
 class EmbeddedServers:
-    """The embedded vLLM servers of a run: one per arm (one for both in an A/A
-    run: the baseline measured against itself; two processes would add their
+    """The embedded servers of a run: one per arm, each of its arm's engine (one
+    for both in a classic A/A run: the baseline measured against itself; two processes would add their
     own difference, up to 5% seen here, to the noise). With
     ``--restart-servers repeat`` they are stopped and started afresh before
     each repeat after the first (``restart``), all stopped before any starts,
@@ -210,14 +239,15 @@ class EmbeddedServers:
 
     def start(self, repeat: int = 0) -> dict[str, str]:
         endpoints: dict[str, str] = {}
+        engines = self.cfg.arm_engines()
         for arm in self.arms:
-            if self.cfg.speculative_config is None and endpoints:
+            if self.cfg.speculative_config is None and self.cfg.named_arms is None and endpoints:
                 endpoints[arm.name] = next(iter(endpoints.values()))
                 self._servers[arm.name] = next(iter(self._servers.values()))
                 continue
             log = server_log(self.run_dir, arm.name)
             when = f" for repeat {repeat}" if repeat else ""
-            if self.llama is not None:
+            if engines[arm.name] == "llama.cpp":
                 from specdec.replay.engines import Arm
                 from specdec.replay.server import LlamaServer
 
@@ -260,29 +290,46 @@ def llama_facts(llama) -> dict:
             "slots": llama.slots, "context": llama.context}
 
 
-def _arm_config(cfg: ReplayConfig, arm: str, spec: ServerSpec | None, llama=None, model: str | None = None
-                ) -> ArmConfig:
+def _arm_config(cfg: ReplayConfig, arm: ArmSpec, spec: ServerSpec | None, llama=None,
+                models: dict[str, str] | None = None) -> ArmConfig:
     """An arm as the manifest records it; an embedded one's ``server_args`` are its engine
     adapter's (``replay/engines``), the settings its server starts with."""
     from specdec.replay.engines import Arm, Vllm
 
-    spec_cfg = cfg.speculative_config if arm == "speculative" else None
-    if llama is None and spec is None:
-        ep = parse_endpoint(getattr(cfg, f"{arm}_url"))
-        return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=[], endpoint=ep.display,
-                         speculative_config_source="declared" if spec_cfg else "none")
-    engine, model = (llama, model) if llama is not None else (Vllm(spec), spec.model)
-    return ArmConfig(name=arm, speculative_config=spec_cfg, server_args=engine.server_args(Arm(arm, spec_cfg),
-                                                                                            model=model),
-                     endpoint="embedded", speculative_config_source="launched" if spec_cfg else "none")
+    spec_cfg = None if arm.speculation is None else dict(arm.speculation)
+    named = {"engine": arm.engine, "reference": arm.reference} if cfg.named_arms is not None else {}
+    if cfg.external:
+        ep = parse_endpoint(getattr(cfg, f"{arm.name}_url"))
+        return ArmConfig(name=arm.name, speculative_config=spec_cfg, server_args=[], endpoint=ep.display,
+                         speculative_config_source="declared" if spec_cfg else "none", **named)
+    engine, model = (llama, models["llama.cpp"]) if arm.engine == "llama.cpp" else (Vllm(spec), spec.model)
+    return ArmConfig(name=arm.name, speculative_config=spec_cfg,
+                     server_args=engine.server_args(Arm(arm.name, spec_cfg), model=model),
+                     endpoint="embedded", speculative_config_source="launched" if spec_cfg else "none", **named)
+
+
+def _comparison_pairs(arms: list[ArmConfig]) -> list[tuple[ArmConfig, ArmConfig]]:
+    """(reference, treatment) per comparison of the arms (specdec.arms); the first two arms
+    when none is (an A/A run)."""
+    by_name = {a.name: a for a in arms}
+    pairs = [(by_name[c.reference], by_name[c.treatment]) for c in comparisons(specs_of(arms))]
+    return pairs or ([(arms[0], arms[1])] if len(arms) >= 2 else [])
+
+
+def comparison_note(arms: list[ArmConfig]) -> list[str]:
+    return [f"{t.name} against {r.name}" for r, t in _comparison_pairs(arms)]
 
 
 def arm_difference(arms: list[ArmConfig]) -> list[str]:
-    """Arguments that appear in one arm's server command but not the other's."""
-    if len(arms) < 2:
-        return []
-    a, b = set(_pairs(arms[0].server_args)), set(_pairs(arms[1].server_args))
-    return sorted(" ".join(p) for p in a ^ b)
+    """Arguments that appear in one arm's server command but not in its reference's: per
+    comparison (prefixed 'treatment vs reference: ' when the run has named arms)."""
+    out = []
+    for ref, arm in _comparison_pairs(arms):
+        a, b = set(_pairs(ref.server_args)), set(_pairs(arm.server_args))
+        diff = sorted(" ".join(p) for p in a ^ b)
+        classic = {ref.name, arm.name} <= {"baseline", "speculative"}
+        out += diff if classic else [f"{arm.name} vs {ref.name}: {d}" for d in diff]
+    return out
 
 
 def _pairs(args: list[str]) -> list[tuple[str, ...]]:

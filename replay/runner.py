@@ -169,8 +169,9 @@ class Replayer:
         self.pid_of = pid_of or (lambda arm: None)
         self.progress = progress
         self.settings = cfg.client_settings()
-        self.engine = engine(cfg.engine)
-        self.counter_names = dict(self.engine.counters)  # the engine's /metrics names (replay/engines)
+        # each arm's engine adapter (replay/engines): its /metrics names, its per-request stats
+        self.engines = {arm.name: engine(arm.engine) for arm in cfg.arm_specs()}
+        self.speculating = {arm.name: arm.speculation is not None for arm in cfg.arm_specs()}
         self.eos_token_ids = eos_token_ids
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
@@ -209,7 +210,8 @@ class Replayer:
                 if block.kind == "timed":
                     await self._block(session, block.arm, ep, rows, block.level, block.repeat)
                 elif block.kind == "verify":
-                    await self._verify(session, block.arm, ep, greedy, block.level)
+                    if self.engines[block.arm].name == "vllm":  # token ids and logprobs as vLLM's API gives them
+                        await self._verify(session, block.arm, ep, greedy, block.level)
                 else:
                     await self._sample(session, block.arm, ep, sampled, block.level)
 
@@ -233,11 +235,11 @@ class Replayer:
                     f"{failure_hint(ep, res, self.settings, self.cfg.served_model)}"
                 )
 
-    async def _prepare(self, session, ep: Endpoint) -> bool | None:
+    async def _prepare(self, session, ep: Endpoint, arm: str) -> bool | None:
         """Before a block: empty the prefix cache (``--prefix-cache reset``) so no
         block is faster because an earlier one warmed it. True if the server
         did it, False if it refused (then said in the snapshot), None if not asked."""
-        if self.cfg.prefix_cache != "reset":
+        if self.cfg.prefix_cache != "reset" or self.engines[arm].name != "vllm":  # llama.cpp: no cache to reset
             return None
         return await reset_prefix_cache(session, ep, self.settings)
 
@@ -250,9 +252,10 @@ class Replayer:
     async def _block(self, session, arm: str, ep: Endpoint, rows, level: int, repeat: int = 0) -> None:
         load = self.loads.get(level) or LoadLevel(level, "closed", float(level))
         plan = self._plan(rows, level)
-        reset = await self._prepare(session, ep)
+        reset = await self._prepare(session, ep, arm)
+        eng = self.engines[arm]
         self._snapshot(arm, level, repeat, "before", await settled_counters(
-            session, ep, self.settings, counters=self.counter_names, parse=self.engine.parse_snapshot), reset)
+            session, ep, self.settings, counters=dict(eng.counters), parse=eng.parse_snapshot), reset)
         if load.mode != "closed":
             self.progress.message(f"{arm} {load.label}")
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
@@ -271,17 +274,16 @@ class Replayer:
                 )
         finally:
             # keep whatever finished, even on Ctrl-C or a dead server
-            speculative = arm == "speculative" and self.cfg.speculative_config is not None
             for _row, res in results:
-                self.engine.settle_stats(res, speculative)
+                eng.settle_stats(res, self.speculating[arm])
             if results:
                 write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends),
                                      requests_part(self.run_dir, arm, level, repeat))
             self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
             await self._end_sampling(sampler, stop, samples, arm, level, repeat)
         self._snapshot(arm, level, repeat, "after",
-                       await settled_counters(session, ep, self.settings, counters=self.counter_names,
-                                              parse=self.engine.parse_snapshot))
+                       await settled_counters(session, ep, self.settings, counters=dict(eng.counters),
+                                              parse=eng.parse_snapshot))
         self.progress.end_level(task)
 
     async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,
@@ -302,7 +304,7 @@ class Replayer:
         """The lossless verification pass of one arm at one level (logprobs on)."""
         from specdec.replay.verify import greedy_table, verify_pass
 
-        await self._prepare(session, ep)
+        await self._prepare(session, ep, arm)
         self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
         results: list = []
         try:
@@ -320,7 +322,7 @@ class Replayer:
         temperature > 0 once per seed of the same fixed list in every arm."""
         from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 
-        await self._prepare(session, ep)
+        await self._prepare(session, ep, arm)
         seeds = derive_seeds(0, self.cfg.samples)
         self.progress.message(f"{arm} c={level}: sampling pass ({len(rows)} prompts x {len(seeds)} seeds, logprobs on)")
         results: list = []

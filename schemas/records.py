@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.schemas.strict import (
-    MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, FiniteFloat, FreeForm, Label, Prompt, RunName,
+    MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, ArmName, FiniteFloat, FreeForm, Label, Prompt, RunName,
     StrictBool, StrictInt, Text,
 )
 
@@ -161,7 +161,7 @@ class RequestResult(_Record):
     """One request issued by specdec-replay, as the client saw it."""
 
     run_id: str = Field(description="Run identifier.")
-    arm: Literal["baseline", "speculative"] = Field(description="Which server configuration served it.")
+    arm: ArmName = Field(description="Which server configuration served it.")
     concurrency: int = Field(description="The level key: in closed loop the concurrency (in-flight requests); in open loop (load_mode recorded or poisson) the level's rank 1..N by rising load, its setting in level_value.")
     repeat: int = Field(default=0, description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B, order counterbalanced), so host drift shows up as variance between repeats instead of bias; embedded servers are fresh per repeat by default (manifest.schedule.restart_servers).")
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
@@ -199,7 +199,7 @@ class MetricSnapshot(_Record):
     """The engine's cumulative Prometheus counters, read before and after a level."""
 
     run_id: str = Field(description="Run identifier.")
-    arm: Literal["baseline", "speculative"] = Field(description="Server the counters were read from.")
+    arm: ArmName = Field(description="Server the counters were read from.")
     concurrency: int = Field(description="Level the snapshot brackets.")
     repeat: int = Field(default=0, description="Repeat of the level the snapshot brackets, from 0.")
     position: Literal["before", "after"] = Field(description="Read before the level's first request or after its last.")
@@ -219,7 +219,7 @@ class ResourceSample(_Record):
     replay (``replay/resources.py``), from the block's first request to its last."""
 
     run_id: str = Field(description="Run identifier.")
-    arm: Literal["baseline", "speculative"] = Field(description="Server the sample was taken from.")
+    arm: ArmName = Field(description="Server the sample was taken from.")
     concurrency: int = Field(description="Level key of the block (the concurrency in closed loop).")
     repeat: int = Field(default=0, description="Repeat of the block, from 0.")
     t_ms: float = Field(description="Time of the sample, ms after the block's sampler started (monotonic clock).")
@@ -232,13 +232,15 @@ class ResourceSample(_Record):
 class ArmConfig(_Record):
     """One arm of an experiment: a server configuration."""
 
-    name: Literal["baseline", "speculative"]
+    name: ArmName = Field(description="The arm's name (specdec.arms): baseline / speculative in a classic run, any plain name otherwise.")
     speculative_config: FreeForm | None = Field(description="vLLM --speculative-config, None for the baseline.")
     server_args: list[Text] = Field(description="Full argument list the server was started with (empty for an external endpoint).")
     endpoint: Text = Field(description="Base URL the arm was served at, credentials redacted ('embedded' for a server specdec started).")
     speculative_config_source: Literal["launched", "declared", "none"] = Field(
         default="none", description="launched: specdec started the server with speculative_config; declared: an external server, "
                                     "the setting is what the user said it runs (not verified); none: no speculation.")
+    engine: Text | None = Field(default=None, description="The arm's engine adapter (vllm, llama.cpp); None in manifests written before arms had one: the run's engine.")
+    reference: ArmName | None = Field(default=None, description="The arm this one is measured against (specdec.arms.reference_of decides when None).")
 
 
 class RunManifest(_Record):
@@ -304,7 +306,7 @@ class GreedyCheck(_Record):
     token ids and the top-2 logprobs at every position."""
 
     run_id: str = Field(description="Run identifier.")
-    arm: Literal["baseline", "speculative"] = Field(description="Server that answered.")
+    arm: ArmName = Field(description="Server that answered.")
     concurrency: int = Field(description="Closed-loop concurrency of the pass (the level's batch shape).")
     repeat: int = Field(description="Which verification pass of the level, from 0 (two baseline passes give the A/A floor).")
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
@@ -327,7 +329,7 @@ class SampleCheck(_Record):
     unchanged, statistics of these samples must match between the arms."""
 
     run_id: str = Field(description="Run identifier.")
-    arm: Literal["baseline", "speculative"] = Field(description="Server that answered.")
+    arm: ArmName = Field(description="Server that answered.")
     concurrency: int = Field(description="Closed-loop concurrency of the pass.")
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")

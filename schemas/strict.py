@@ -127,6 +127,15 @@ def _run_name(value: str) -> str:
         raise PydanticCustomError("run_name", "not a plain run name: {why}", {"why": str(exc)}) from None
 
 
+def _arm_name(value: str) -> str:
+    from specdec.arms import check_arm_name
+
+    try:
+        return check_arm_name(value)
+    except ValueError as exc:
+        raise PydanticCustomError("arm_name", "{msg}", {"msg": str(exc)}) from None
+
+
 def check_finite_tree(value: Any, where: str = "") -> Any:
     """Walk free-form JSON-like data (dicts, lists, scalars): refuse NaN or
     infinite floats and strings that are not valid Unicode, naming the key path.
@@ -157,4 +166,5 @@ Text = Annotated[str, Strict(), AfterValidator(_valid_unicode)]
 Label = Annotated[str, Strict(), AfterValidator(_label)]
 Prompt = Annotated[str, Strict(), AfterValidator(_prompt)]
 RunName = Annotated[str, Strict(), AfterValidator(_run_name)]
+ArmName = Annotated[str, Strict(), AfterValidator(_arm_name)]
 FreeForm = Annotated[dict[str, Any], Strict(), AfterValidator(check_finite_tree)]

@@ -141,6 +141,22 @@ class RunNameType(click.ParamType):
             self.fail(f"{value!r} is not a plain run name: {exc}", param, ctx)
 
 
+class ArmParam(click.ParamType):
+    """A named arm, NAME=ENGINE[:SPEC][@REF] (specdec.arms.parse_arm)."""
+
+    name = "arm"
+
+    def convert(self, value, param, ctx):
+        from specdec.arms import ArmSpec, parse_arm
+
+        if isinstance(value, ArmSpec):
+            return value
+        try:
+            return parse_arm(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 PositiveInt = StrictIntType(minimum=1)
 NonNegativeInt = StrictIntType(minimum=0)
 MaxTokens = StrictIntType(minimum=1, maximum=MAX_TOKENS_CEILING)

@@ -22,8 +22,9 @@ to be told which engine it talks to: ``request_stats_of`` asks every adapter,
 and the shape of a response says whose it is (vLLM's
 ``metrics.speculative_decoding``, llama.cpp's ``timings``).
 
-The replay starts either engine's servers (``--engine``); arms are still the
-fixed baseline/speculative pair of one engine (see ``docs/engines.md``).
+The replay starts either engine's servers: for the classic pair (``--engine``),
+or per named arm, each with its own engine (``--arm``, ``specdec/arms.py``), so
+one run can hold both (see ``docs/engines.md``).
 """
 
 from __future__ import annotations
