@@ -77,6 +77,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from specdec import arms
 from specdec.analytics import intervals, sampling_test
 from specdec.analytics import settings as analysis_settings
 from specdec.analytics.checks import read_parquet_checked
@@ -159,11 +160,22 @@ def _create_raw(con, raw: RawInput, copy: bool) -> None:
 
 
 def _create_manifest(con, inputs: Inputs) -> None:
+    """``raw_manifest``, and ``raw_arm_roles``: the analysis runs of the runs of named arms
+    (``specdec.arms``: one per comparison; a classic run has no rows, its ids are kept)."""
     con.execute("create table raw_manifest (run_id varchar, source_path varchar, manifest json)")
     rows = [(r.run_id, str(r.source_path), None if r.manifest is None else r.manifest.model_dump_json())
             for r in inputs.runs]
     if rows:
         con.executemany("insert into raw_manifest values (?, ?, ?)", rows)
+    arms.create_roles_table(con, [row for r in inputs.runs if r.manifest is not None
+                                  for row in arms.role_rows(r.run_id, arms.specs_of(r.manifest.arms,
+                                                                                     _engine_name(r.manifest)))])
+
+
+def _engine_name(manifest) -> str:
+    """The engine of a manifest's arms that do not name one (a run before arms had engines)."""
+    name = (manifest.engine or {}).get("name")
+    return name if name in arms.ENGINE_NAMES else "vllm"
 
 
 def _materialize(con, m, schema: str = STORED) -> None:
@@ -351,15 +363,17 @@ def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo |
 
 
 def runs_of(con) -> list[str]:
-    """The run ids a database holds (raw_manifest), sorted."""
-    return [r[0] for r in con.execute("select run_id from raw_manifest order by run_id").fetchall()]
+    """The run ids a database holds, sorted: its analysis runs (stg_manifest: a classic
+    run's id, <run_id>/<arm> per comparison of a run of named arms)."""
+    return [r[0] for r in con.execute("select run_id from stg_manifest order by run_id").fetchall()]
 
 
 def manifest_of(con, run_id: str):
-    """The RunManifest of one run of a database; None for a run only the lake holds."""
+    """The RunManifest of one (analysis) run of a database (of its run folder); None for a run
+    only the lake holds."""
     from specdec.schemas.records import RunManifest
 
-    row = con.execute("select manifest from raw_manifest where run_id = ?", [run_id]).fetchone()
+    row = con.execute("select manifest from stg_manifest where run_id = ?", [run_id]).fetchone()
     if row is None:
         raise SpecdecError(f"no run {run_id!r} in this database (it holds: {', '.join(runs_of(con)) or 'none'})")
     return None if row[0] is None else RunManifest.model_validate(json.loads(row[0]))

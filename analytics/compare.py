@@ -151,7 +151,16 @@ def compare(run_a: Path, run_b: Path) -> Comparison:
     try:
         con.execute("attach ? as run_a (read_only)", [str(db_a)])
         con.execute("attach ? as run_b (read_only)", [str(db_b)])
-        tables = _tables(con, "run_a", "run_b", {"a": manifest_a.run_id, "b": manifest_b.run_id})
+        ids = {}
+        for key, schema, manifest in (("a", "run_a", manifest_a), ("b", "run_b", manifest_b)):
+            held = [r[0] for r in con.execute(f"select run_id from {schema}.stg_manifest order by 1").fetchall()]
+            if held != [manifest.run_id]:  # a run of named arms: one analysis run per comparison
+                raise SpecdecError(f"run {manifest.run_id} holds {len(held)} comparisons ({', '.join(held)}): "
+                                   f"name the ones to compare, e.g. specdec compare --in "
+                                   f"{Path(run_a if key == 'a' else run_b).parent} {held[0]} <other run or "
+                                   "comparison>")
+            ids[key] = manifest.run_id
+        tables = _tables(con, "run_a", "run_b", ids)
         return Comparison(run_a=str(run_a), run_b=str(run_b), settings=settings_diff(manifest_a, manifest_b),
                           **tables)
     finally:

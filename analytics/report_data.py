@@ -172,9 +172,10 @@ def _latency_cdf(m: _Marts) -> Table | None:
 def report_run(con, run_id: str | None = None) -> str:
     """The run a report shows: ``run_id``, or the database's only run. A
     database of many runs is refused, naming them: the report is of one run."""
+    from specdec.analytics.build import runs_of
     from specdec.errors import SpecdecError
 
-    runs = [r[0] for r in con.execute("select run_id from raw_manifest order by run_id").fetchall()]
+    runs = runs_of(con)
     if run_id is None:
         if len(runs) != 1:
             listed = ", ".join(runs) or "none"
@@ -206,7 +207,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
 
     run_id = report_run(con, run_id)
     m = _Marts(con, run_id)
-    (text,) = m.value("select manifest from raw_manifest where run_id = $run_id")
+    (text,) = m.value("select manifest from stg_manifest where run_id = $run_id")
     if text is None:
         raise SpecdecError(f"run {run_id!r} has no manifest (only the lake holds it): the report needs a run folder")
     manifest = RunManifest.model_validate_json(text)

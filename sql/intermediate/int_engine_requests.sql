@@ -1,5 +1,9 @@
 -- int_engine_requests
--- Grain: one row per run_id and engine request id of the captured rounds (int_round_groups).
+-- Grain: one row per run_id and engine request id of the captured rounds (int_round_groups):
+--   run_id is the analysis run of the replayed request (stg_requests: a request of a
+--   reference arm that two comparisons share has a row in each), the rounds' own run id
+--   for the others; source_run_id is the rounds' run id (the run folder's), which the
+--   models over stg_rounds and int_round_groups join on.
 -- Materialized: table, computed once at build: the models over the rounds (tens of
 --   millions of rows, a few hundred thousand engine request ids) look each row's request
 --   up here instead of parsing its id and joining the requests once per row.
@@ -30,7 +34,8 @@ parsed as (
     select run_id, engine_request_id, request_id_of(engine_request_id) as request_id from engine
 ),
 requests as (
-    select run_id, request_id, arm, concurrency, repeat, category, prompt_id, prompt_tokens, temperature
+    select run_id, source_run_id, request_id, arm, concurrency, repeat, category, prompt_id, prompt_tokens,
+           temperature
     from stg_requests
 ),
 ends as (
@@ -38,7 +43,8 @@ ends as (
 ),
 joined as (
     select
-        parsed.run_id,
+        coalesce(requests.run_id, parsed.run_id) as run_id,
+        parsed.run_id as source_run_id,
         parsed.engine_request_id,
         parsed.request_id,
         requests.request_id is not null as replayed,
@@ -53,14 +59,14 @@ joined as (
         ends.eos_known,
         ends.natural_end_position
     from parsed
-    left join requests on requests.run_id = parsed.run_id and requests.request_id = parsed.request_id
+    left join requests on requests.source_run_id = parsed.run_id and requests.request_id = parsed.request_id
     left join ends
-      on ends.run_id = parsed.run_id and ends.concurrency = requests.concurrency
+      on ends.run_id = requests.run_id and ends.concurrency = requests.concurrency
      and ends.prompt_id = requests.prompt_id
 ),
 final as (
     select
-        run_id, engine_request_id, request_id, replayed, arm, concurrency, repeat, category, prompt_id,
+        run_id, source_run_id, engine_request_id, request_id, replayed, arm, concurrency, repeat, category, prompt_id,
         prompt_tokens, temperature,
         case when greedy_speculative and eos_known and prompt_tokens is not null
              then natural_end_position + prompt_tokens - 1 end as natural_end_context,

@@ -23,11 +23,11 @@ engine as (
 final as (
     select
         engine.arm, engine.concurrency, engine.repeat, engine.category, engine.prompt_id,
-        grouped.run_id, engine.request_id, grouped.engine_request_id,
+        engine.run_id, engine.request_id, grouped.engine_request_id,
         grouped.phase, grouped.tokens_proposed, grouped.tokens_accepted,
         grouped.tokens_proposed > 0 as is_verify_round,
         grouped.context_low, grouped.rounds, grouped.tokens_emitted
     from grouped
-    join engine using (run_id, engine_request_id)
+    join engine on engine.source_run_id = grouped.run_id and engine.engine_request_id = grouped.engine_request_id
 )
 select * from final

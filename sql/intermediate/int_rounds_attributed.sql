@@ -8,11 +8,12 @@ with rounds as (
     select * from stg_rounds
 ),
 requests as (
-    select run_id, request_id, arm, concurrency, repeat, category, prompt_id from stg_requests
+    select run_id, source_run_id, request_id, arm, concurrency, repeat, category, prompt_id from stg_requests
 ),
 final as (
-    select requests.arm, requests.concurrency, requests.repeat, requests.category, requests.prompt_id, rounds.*
+    select requests.arm, requests.concurrency, requests.repeat, requests.category, requests.prompt_id,
+           requests.run_id, rounds.* exclude (run_id)
     from rounds
-    join requests using (run_id, request_id)
+    join requests on requests.source_run_id = rounds.run_id and requests.request_id = rounds.request_id
 )
 select * from final

@@ -1,7 +1,8 @@
 -- int_run_settings
--- Grain: one row per run_id (every run of raw_manifest: one per run folder, and one
---   per run that only the sidecar's lake holds, whose manifest is NULL).
--- Purpose: the manifest settings the marts read, typed, from raw_manifest
+-- Grain: one row per run_id (every analysis run of stg_manifest: one per run folder, or
+--   one per comparison of a run of named arms, and one per run that only the sidecar's
+--   lake holds, whose manifest is NULL).
+-- Purpose: the manifest settings the marts read, typed, from stg_manifest
 --   (the validated RunManifest of each run as JSON). Nothing is derived here.
 --   run_id          the run (manifest.run_id, or the lake's run_id partition)
 --   source_path     where the build found the run: its run folder, or the lake [absolute path]
@@ -15,7 +16,7 @@
 --                   default 0.5: the knee mart's "gain lost" level is the first level past
 --                   the peak where speedup - 1 < knee_peak_fraction * (peak - 1)  [share 0..1]
 with source as (
-    select run_id, source_path, manifest from raw_manifest
+    select run_id, source_path, manifest from stg_manifest
 ),
 final as (
     select

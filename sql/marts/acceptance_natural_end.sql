@@ -50,7 +50,8 @@ split as (
                 else 'after_natural_end' end as segment,
            1 as rounds, rounds.tokens_proposed as proposed, rounds.tokens_accepted as accepted
     from stg_rounds rounds
-    join (select * from engine where natural_end_context is not null) engine using (run_id, engine_request_id)
+    join (select * from engine where natural_end_context is not null) engine
+      on engine.source_run_id = rounds.run_id and engine.engine_request_id = rounds.engine_request_id
     where rounds.tokens_proposed > 0
 ),
 placed as (

@@ -24,7 +24,8 @@ with rounds as (
     select * from int_round_groups
 ),
 engine_requests as (
-    select run_id, count(*) as engine_requests from int_engine_requests group by run_id
+    select source_run_id as run_id, count(distinct engine_request_id) as engine_requests
+    from int_engine_requests group by source_run_id
 ),
 engines as (
     select run_id, count(distinct process_token) as engines,

@@ -73,7 +73,7 @@
 --                    succeeded in both arms (no pair)'; on '(weighted)' rows
 --                    'no figure for <category> (share w): <its reason>; ...'. NULL when computed.
 with settings as (
-    select run_id, manifest from raw_manifest where manifest is not null
+    select run_id, manifest from stg_manifest where manifest is not null
 ),
 given as (
     select run_id, e.key as category, e.value as share, 'given (--mix)' as weights_source

@@ -18,7 +18,7 @@
 --   grouped by level_key, a number for (run_id, arm, concurrency), instead of those three
 --   columns: the same groups, and at 50 million rounds 1.6 s less.)
 with engine as (
-    select run_id, engine_request_id, arm, concurrency,
+    select run_id, source_run_id, engine_request_id, arm, concurrency,
            dense_rank() over (order by run_id, arm, concurrency) as level_key
     from int_engine_requests
     where replayed
@@ -29,7 +29,7 @@ levels as (
 rounds as (
     select e.level_key, r.process_token, r.step_index, r.batch_size, r.verify_ms, r.draft_ms
     from stg_rounds r
-    join engine e using (run_id, engine_request_id)
+    join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
     where r.phase = 'decode'
 ),
 steps as (

@@ -5,13 +5,17 @@
 --   accepted_per_position  the per-position accepted-token counter, list by draft
 --   position from 0 (DuckDB lists index from 1: element i + 1 is position i); NULL
 --   without it (and in files written before the column existed).
+--   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
+--   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
-    select * from raw_engine_counters
+    select * from by_role('raw_engine_counters')
 ),
 final as (
     select
         run_id,
         arm,
+        arm_name,
+        source_run_id,
         concurrency,
         repeat,
         position,

@@ -5,13 +5,17 @@
 -- Purpose: the verification record, typed. Nothing is derived here.
 -- Columns: as schemas.records.GreedyCheck. Lists are per generated position,
 --   0-based in the record (DuckDB lists index from 1: position p is [p + 1]).
+--   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
+--   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
-    select * from raw_greedy_checks
+    select * from by_role('raw_greedy_checks')
 ),
 final as (
     select
         run_id,
         arm,
+        arm_name,
+        source_run_id,
         concurrency,
         repeat,
         request_id,

@@ -13,13 +13,17 @@
 --   session_id, turn_index: the prompt's conversation and turn (from 0) in the
 --   traffic; NULL for a standalone request, and in files written before the
 --   columns existed (read as NULL: schemas.arrow.ABSENT_AS_NULL).
+--   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
+--   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
-    select * from raw_requests
+    select * from by_role('raw_requests')
 ),
 final as (
     select
         run_id,
         arm,
+        arm_name,
+        source_run_id,
         concurrency,
         repeat,
         request_id,

@@ -6,11 +6,13 @@
 --                     server specdec did not start
 --   kv_cache_usage    vllm:kv_cache_usage_perc [share 0..1]; NULL if not exported
 --   requests_running  vllm:num_requests_running; NULL if not exported
+--   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
+--   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
-    select * from raw_resources
+    select * from by_role('raw_resources')
 ),
 final as (
-    select run_id, arm, concurrency, repeat, t_ms, wall_time_ns, rss_bytes, kv_cache_usage, requests_running
+    select run_id, arm, arm_name, source_run_id, concurrency, repeat, t_ms, wall_time_ns, rss_bytes, kv_cache_usage, requests_running
     from source
 )
 select * from final

@@ -9,13 +9,17 @@
 --   natural_end_position  first position (0-based) whose emitted token was
 --                         end-of-sequence; NULL if none within max_tokens, or unknown
 --                         (eos_token_ids NULL)
+--   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
+--   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
-    select * from raw_sample_checks
+    select * from by_role('raw_sample_checks')
 ),
 final as (
     select
         run_id,
         arm,
+        arm_name,
+        source_run_id,
         concurrency,
         request_id,
         prompt_id,

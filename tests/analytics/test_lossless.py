@@ -29,6 +29,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
+from specdec.arms import by_role_columns
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult, RoundTrace
@@ -150,7 +151,7 @@ def run(tmp_path: Path) -> Path:
 
 def test_staging_columns_are_the_record_fields(run):
     cols = [r["column_name"] for r in rows(run, "describe stg_greedy_checks")]
-    assert cols == list(GreedyCheck.model_fields)
+    assert cols == by_role_columns(list(GreedyCheck.model_fields))
 
 
 def test_greedy_pairs_classify_each_divergence(run):

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from specdec.analytics.models import LAYERS, SqlModel, discover, order
+from specdec.arms import by_role_columns
 from specdec.errors import SpecdecError
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
 from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace, StabilityResult
@@ -21,7 +22,8 @@ def test_discover_orders_layers_then_dependencies():
     # one staging model per record file of the run-folder contract and of the lake
     # (stg_stability is written separately and may not exist yet)
     assert {"stg_rounds", "stg_requests", "stg_engine_counters", "stg_counter_scrapes"} <= staging
-    assert staging <= {f"stg_{rec.name}" for rec in (*RECORD_FILES, *LAKE_RECORDS)}
+    # (and stg_manifest over manifest.json, under the analysis runs' ids)
+    assert staging <= {f"stg_{rec.name}" for rec in (*RECORD_FILES, *LAKE_RECORDS)} | {"stg_manifest"}
 
     for m in models:
         for dep in m.depends_on:
@@ -42,8 +44,11 @@ def test_discover_orders_layers_then_dependencies():
     ("stg_stability", StabilityResult),
 ])
 def test_staging_columns_are_record_fields(query, view, model):
+    """The record's fields; a record with an arm gets the arm's own name and the run
+    folder's id beside the role and the analysis run (by_role, specdec/arms.py)."""
     cols = [r["column_name"] for r in query(f"describe {view}")]
-    assert cols == list(model.model_fields)
+    fields = list(model.model_fields)
+    assert cols == (by_role_columns(fields) if "arm" in fields else fields)
 
 
 def test_stg_rounds_adds_exactly_request_id_and_is_verify_round(query):

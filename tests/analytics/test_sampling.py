@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from specdec.analytics import sampling_test as st
-from specdec.analytics.models import discover
+from specdec.analytics.models import discover, macros_sql
+from specdec.arms import by_role_columns, create_roles_table
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import SampleCheck
 
@@ -29,12 +30,20 @@ def check(arm: str, prompt: str, k: int, logprob: float | None, end: int | None 
     )
 
 
+def _roles(con) -> None:
+    """What build creates before the staging models: the macros, and the (empty) table of
+    analysis runs that by_role reads."""
+    con.execute(macros_sql())
+    create_roles_table(con)
+
+
 def mart(records) -> list[dict]:
     """Build raw -> stg_sample_checks -> sampling_tests -> sampling, as analytics build does,
     from SampleCheck records or an Arrow table of them."""
     con = duckdb.connect()
     con.register("_raw", records if hasattr(records, "schema") else table_from_records(SampleCheck, records))
     con.execute("create table raw_sample_checks as select * from _raw")
+    _roles(con)
     models = {m.name: m for m in discover()}
     con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
     st.create_table(con)
@@ -172,6 +181,7 @@ def test_an_empty_run_gives_an_empty_table_with_the_schema():
     con = duckdb.connect()
     con.register("_raw", table_from_records(SampleCheck, []))
     con.execute("create table raw_sample_checks as select * from _raw")
+    _roles(con)
     con.execute(f"create view stg_sample_checks as\n{next(m.sql for m in discover() if m.name == 'stg_sample_checks')}")
     table = st.compute(con)
     assert table.num_rows == 0 and table.schema == st.SAMPLING_TESTS_SCHEMA
@@ -181,9 +191,11 @@ def test_staging_columns_are_the_record_fields_and_the_mart_header_names_every_c
     con = duckdb.connect()
     con.register("_raw", table_from_records(SampleCheck, []))
     con.execute("create table raw_sample_checks as select * from _raw")
+    _roles(con)
     models = {m.name: m for m in discover()}
     con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
-    assert [r[0] for r in con.execute("describe stg_sample_checks").fetchall()] == list(SampleCheck.model_fields)
+    assert ([r[0] for r in con.execute("describe stg_sample_checks").fetchall()]
+            == by_role_columns(list(SampleCheck.model_fields)))
     st.create_table(con)
     con.execute(f"create view sampling as\n{models['sampling'].sql}")
     cols = [r[0] for r in con.execute("describe sampling").fetchall()]
