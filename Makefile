@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml Makefile
 model: $(STAMP)
 	$(BIN)/specdec model prepare
 
-# make demo ENGINE=llama.cpp: the same demo on llama.cpp's llama-server (ngram-mod vs none)
+# make demo ENGINE=llama.cpp: the same demo on llama.cpp's llama-server (ngram-mod vs none);
+# make demo ENGINE=both: one run of both engines, their ngram comparisons side by side
 ENGINE ?= vllm
-demo: $(if $(filter llama.cpp,$(ENGINE)),llama-server,model)
+demo: $(if $(filter llama.cpp,$(ENGINE)),llama-server,model) $(if $(filter both,$(ENGINE)),llama-server)
 	$(BIN)/specdec demo --engine $(ENGINE)
 
 # Debian's Chromium, for the test that opens the report as a person sees it

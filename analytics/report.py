@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specdec.analytics import side_by_side
 from specdec.analytics.build import build
 from specdec.analytics.html import banner, esc, script_json, table
 from specdec.analytics.intervals import METHOD
@@ -407,7 +408,8 @@ def _run_line(data: ReportData) -> str:
             f"Run finished: {esc(m.finished)}. Requests: {data.requests_total}, failed: {data.requests_failed}.")
 
 
-def render_html(data: ReportData) -> str:
+def render_html(data: ReportData, comparison: str | None = None) -> str:
+    """The report page; ``comparison`` names the comparison of a run of named arms in the title."""
     from altair.utils._importers import vl_version_for_vl_convert
     import vl_convert
 
@@ -421,7 +423,7 @@ def render_html(data: ReportData) -> str:
     divs = "".join(f'<div id="{k}"></div>' for k in charts)
     embeds = "\n".join(f"vegaEmbed('#{k}', {script_json(v)}, {{actions: false}});" for k, v in charts.items())
     bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
-    title = f"specdec report: run {m.run_id}"
+    title = f"specdec report: run {m.run_id}" + (f", {comparison}" if comparison else "")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>{_CSS}</style>
@@ -436,15 +438,20 @@ def render_html(data: ReportData) -> str:
 </body></html>"""
 
 
-def write_chart_pngs(data: ReportData, run_dir: Path) -> list[Path]:
-    """Each chart of the report as a PNG beside it (``runfolder.chart_png``),
-    rendered by vl-convert from the same Vega-Lite spec the page embeds."""
+def write_chart_pngs(data: ReportData, run_dir: Path, prefix: str = "") -> list[Path]:
+    """Each chart of the report as a PNG beside it (``runfolder.chart_png``, the chart's
+    name after ``prefix``), rendered by vl-convert from the same Vega-Lite spec the page embeds."""
+    return write_pngs(chart_specs(data), run_dir, prefix)
+
+
+def write_pngs(specs: dict[str, dict], run_dir: Path, prefix: str = "") -> list[Path]:
+    """Vega-Lite specs as PNGs under the run folder's charts/ (``runfolder.chart_png``)."""
     from altair.utils._importers import vl_version_for_vl_convert
     import vl_convert
 
     out = []
-    for name, spec in chart_specs(data).items():
-        path = chart_png(run_dir, name)
+    for name, spec in specs.items():
+        path = chart_png(run_dir, prefix + name)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, vl_convert.vegalite_to_png(spec, vl_version=vl_version_for_vl_convert(), scale=2))
         out.append(path)
@@ -463,6 +470,10 @@ def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
     db = build(run_dir, slo=slo)
     con = duckdb.connect(str(db), read_only=True)
     try:
+        sources = [r[0] for r in con.execute("select distinct source_run_id from stg_manifest").fetchall()]
+        comps = side_by_side.comparisons_in(con, sources[0]) if len(sources) == 1 else []
+        if comps:
+            return _write_side_by_side(con, run_dir, sources[0], comps)
         data = load_report(con)
     finally:
         con.close()
@@ -470,6 +481,28 @@ def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
     atomic_write_bytes(out, render_html(data).encode("utf-8", "backslashreplace"))
     write_chart_pngs(data, run_dir)
     return out, summary_text(data)
+
+
+def _write_side_by_side(con, run_dir: Path, run_id: str, comps) -> tuple[Path, str]:
+    """A run of named arms (``side_by_side.py``): each comparison's full report as
+    ``report-<arm>.html`` (its charts prefixed with the arm), and ``report.html`` with the
+    comparisons side by side; the summary is the side-by-side table, then each comparison's."""
+    summaries, notes, manifest = [], [], None
+    for c in comps:
+        data = load_report(con, c.analysis_run_id)
+        manifest = data.manifest
+        notes += [f"{c.arm}: {n.text}" for n in data.notices if n.kind == "alarm"]
+        atomic_write_bytes(run_dir / c.report_name, render_html(data, f"{c.arm} against {c.reference}")
+                           .encode("utf-8", "backslashreplace"))
+        write_chart_pngs(data, run_dir, prefix=f"{c.arm}-")
+        summaries.append(f"--- {c.arm} ({c.engine}) against {c.reference} ({c.reference_engine}) ---\n"
+                         + summary_text(data))
+    t = side_by_side.side_by_side(con, run_id)
+    out = run_dir / REPORT
+    atomic_write_bytes(out, side_by_side.render_side_by_side(run_id, manifest, comps, t, notes)
+                       .encode("utf-8", "backslashreplace"))
+    write_pngs(side_by_side.chart_specs(t), run_dir)
+    return out, "\n".join(side_by_side.summary_lines(run_id, comps, t) + summaries)
 
 
 def failed_levels(run_dir: Path) -> list[str]:

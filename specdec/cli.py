@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from specdec.arms import parse_arm
 from specdec.errors import SpecdecError
 from specdec.replay.config import client_options, default_of, schedule_options
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
@@ -222,10 +223,12 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
               help="A level whose share of failed requests exceeds this (0..1) is marked failed.")
 @client_options(api_key=False)
 @schedule_options
-@click.option("--engine", type=click.Choice(["vllm", "llama.cpp"]), default=default_of("engine"),
+@click.option("--engine", type=click.Choice(["vllm", "llama.cpp", "both"]), default=default_of("engine"),
               show_default=True, help="vllm: vLLM CPU + the capture plugin, ngram k=4 vs none. llama.cpp: "
               "llama-server (built once from PyPI) on the SmolLM2 Q4_1 GGUF, --spec-type ngram-mod vs none; no "
-              "per-round rows, no verification pass.")
+              "per-round rows, no verification pass. both: one run of four named arms (vllm-none, vllm-ngram, "
+              "llama-none, llama-ngram), each engine's ngram arm against its own none arm, and a report with "
+              "the two comparisons side by side.")
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
 def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
@@ -241,26 +244,38 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
     from specdec.replay.traffic import BUNDLED, load_traffic
 
     # Validate settings and input before anything is prepared or written.
+    engines = {"engine": engine} if engine != "both" else {"named_arms": list(BOTH_ENGINES_ARMS)}
     cfg = ReplayConfig(traffic=BUNDLED, runs_dir=runs_dir, levels=levels,
                        requests_per_level=requests_per_level, max_tokens=max_tokens,
                        dtype=dtype, max_error_rate=max_error_rate, connect_timeout_s=connect_timeout,
                        request_timeout_s=request_timeout, repeats=repeats, verify=verify, samples=samples,
-                       restart_servers=restart_servers, prefix_cache=prefix_cache, engine=engine,
+                       restart_servers=restart_servers, prefix_cache=prefix_cache, **engines,
                        progress=not no_progress)
     load_traffic(cfg.traffic)
+    update = {}
     if engine == "llama.cpp":
         from specdec.model import find_gguf
 
-        model_path = find_gguf()  # served as shipped: no conversion
-    else:
-        model_path = prepare_model().path
-    click.echo(f"model: {model_path}")
+        update["model"] = str(find_gguf())  # served as shipped: no conversion
+    elif engine == "vllm":
+        update["model"] = str(prepare_model().path)
+    else:  # each engine serves its own file: the run prepares both
+        from specdec.model import find_gguf
+
+        click.echo(f"model: {prepare_model().path} (vLLM), {find_gguf()} (llama.cpp)")
+    if update:
+        click.echo(f"model: {update['model']}")
     try:
-        run_dir = run_replay(cfg.model_copy(update={"model": str(model_path)}))
+        run_dir = run_replay(cfg.model_copy(update=update))
     except SpecdecError as exc:
         report_stopped_run(exc)
         raise
     finish_run(run_dir)
+
+
+#: ``specdec demo --engine both``: each engine's prompt lookup against its own plain arm.
+BOTH_ENGINES_ARMS = tuple(parse_arm(a) for a in ("vllm-none=vllm", "vllm-ngram=vllm:ngram", "llama-none=llama.cpp",
+                                                 "llama-ngram=llama.cpp:ngram"))
 
 
 def parse_levels(text: str) -> list[int]:

@@ -17,7 +17,6 @@ About 15 s on 2 cores once the binary is cached."""
 from __future__ import annotations
 
 import asyncio
-import os
 import urllib.request
 
 import pytest
@@ -38,19 +37,6 @@ ROWS = [
     TrafficRow(prompt_id="code", category="code", max_tokens=64, temperature=0.0,
                prompt="Write a Python function that returns the sum of a list, then write it again exactly."),
 ]
-
-
-@pytest.fixture(scope="session")
-def llama_server_binary():
-    from specdec.errors import EngineError
-    from specdec.replay.engines.llama_build import build_llama_server
-
-    try:
-        return build_llama_server().path
-    except EngineError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"llama-server could not be built: {exc}")
-        pytest.skip(f"llama-server could not be built here: {exc}")
 
 
 def _metrics(base_url: str) -> str:
