@@ -404,12 +404,13 @@ def _run_line(data: ReportData) -> str:
     if m.kind == "stability":
         target = ", ".join(a.endpoint for a in m.arms)
         return f"Stability run. {what}; server probed: <code>{esc(target)}</code>. Run finished: {esc(m.finished)}."
-    return (f"{what}; arms differ only in: <code>{esc('; '.join(m.arm_difference))}</code>. "
+    arms = (f"arm {esc(data.comparison[0])} against {esc(data.comparison[1])}; they" if data.comparison
+            else "arms")
+    return (f"{what}; {arms} differ only in: <code>{esc('; '.join(data.arm_difference))}</code>. "
             f"Run finished: {esc(m.finished)}. Requests: {data.requests_total}, failed: {data.requests_failed}.")
 
 
-def render_html(data: ReportData, comparison: str | None = None) -> str:
-    """The report page; ``comparison`` names the comparison of a run of named arms in the title."""
+def render_html(data: ReportData) -> str:
     from altair.utils._importers import vl_version_for_vl_convert
     import vl_convert
 
@@ -423,7 +424,8 @@ def render_html(data: ReportData, comparison: str | None = None) -> str:
     divs = "".join(f'<div id="{k}"></div>' for k in charts)
     embeds = "\n".join(f"vegaEmbed('#{k}', {script_json(v)}, {{actions: false}});" for k, v in charts.items())
     bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
-    title = f"specdec report: run {m.run_id}" + (f", {comparison}" if comparison else "")
+    title = f"specdec report: run {m.run_id}" + (f", {data.comparison[0]} against {data.comparison[1]}"
+                                                 if data.comparison else "")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>{_CSS}</style>
@@ -492,8 +494,7 @@ def _write_side_by_side(con, run_dir: Path, run_id: str, comps) -> tuple[Path, s
         data = load_report(con, c.analysis_run_id)
         manifest = data.manifest
         notes += [f"{c.arm}: {n.text}" for n in data.notices if n.kind == "alarm"]
-        atomic_write_bytes(run_dir / c.report_name, render_html(data, f"{c.arm} against {c.reference}")
-                           .encode("utf-8", "backslashreplace"))
+        atomic_write_bytes(run_dir / c.report_name, render_html(data).encode("utf-8", "backslashreplace"))
         write_chart_pngs(data, run_dir, prefix=f"{c.arm}-")
         summaries.append(f"--- {c.arm} ({c.engine}) against {c.reference} ({c.reference_engine}) ---\n"
                          + summary_text(data))

@@ -90,6 +90,16 @@ class ReportData:
     by_input_length: Table | None = None  # mart speedup_by_input_length
     resource_cost: Table | None = None  # mart resource_cost: memory and KV cache per arm and level
     latency_cdf: Table | None = None  # per arm and level: e2e and TTFT at each percentile 1..99 (the CDF chart)
+    comparison: tuple[str, str] | None = None  # (treatment, reference) arm names of a run of named arms
+
+    @property
+    def arm_difference(self) -> list[str]:
+        """What this run's arms differ in: the manifest's lines, or, for one comparison of a
+        run of named arms, that comparison's lines without their prefix."""
+        if self.comparison is None:
+            return list(self.manifest.arm_difference)
+        prefix = f"{self.comparison[0]} vs {self.comparison[1]}: "
+        return [d[len(prefix):] for d in self.manifest.arm_difference if d.startswith(prefix)]
 
     @property
     def has_replay(self) -> bool:
@@ -238,8 +248,9 @@ def load_report(con, run_id: str | None = None) -> ReportData:
                         "Acceptance from the engine's per-request stats, where it reports them, is in "
                         "acceptance_requests, and per draft position from its counter in "
                         "acceptance_positions_engine.")
+    reference, treatment = m.value("select reference_arm, treatment_arm from stg_manifest where run_id = $run_id")
     data = ReportData(
-        manifest=manifest, kind=kind,
+        manifest=manifest, kind=kind, comparison=(treatment, reference) if treatment else None,
         levels=m.table(f"select run_id, {', '.join(LEVEL_COLUMNS)} from level_health"),
         speedup=m.table("select * from speedup"),
         knee=m.table("select * from knee"),

@@ -60,7 +60,8 @@ def _pct(v: float | None) -> str:
 
 def summary_text(data: ReportData) -> str:
     m = data.manifest
-    lines = [f"run {term(m.run_id)}: {term(m.model)} ({term(m.dtype)}), levels {m.concurrency_levels}, "
+    which = f" ({term(data.comparison[0])} against {term(data.comparison[1])})" if data.comparison else ""
+    lines = [f"run {term(m.run_id)}{which}: {term(m.model)} ({term(m.dtype)}), levels {m.concurrency_levels}, "
              f"finished={m.finished}"]
     for n in data.notices:
         lines.append(("!! " if n.kind == "alarm" else "note: ") + term(n.text))

@@ -53,7 +53,9 @@ def write_named_run(run_dir: Path) -> Path:
     arms = [plain.model_copy(update={"name": "plain", "engine": "vllm"}),
             ngram.model_copy(update={"name": "ngram", "engine": "vllm"}),
             ngram.model_copy(update={"name": "ngram2", "engine": "vllm"})]
-    return write_run(run_dir, cnts, requests=reqs, rounds=rounds, manifest=m.model_copy(update={"arms": arms}))
+    diff = [f"{arm} vs plain: {d}" for arm in ("ngram", "ngram2") for d in m.arm_difference]
+    return write_run(run_dir, cnts, requests=reqs, rounds=rounds,
+                     manifest=m.model_copy(update={"arms": arms, "arm_difference": diff}))
 
 
 def _rows(db: Path, sql: str, *params) -> list[dict]:
@@ -154,3 +156,10 @@ def test_compare_takes_two_comparisons_and_names_them_when_given_the_folder(tmp_
     (tmp_path / "classic").mkdir()
     with pytest.raises(SpecdecError, match=f"holds 2 comparisons .*{RUN}/ngram, {RUN}/ngram2"):
         compare(run, write_run(tmp_path / "classic"))
+
+
+def test_a_comparisons_report_states_its_own_difference(tmp_path):
+    run = write_named_run(tmp_path / "named")
+    write_report(run)
+    detail = (run / "report-ngram2.html").read_text()
+    assert "arm ngram2 against plain; they differ only in" in detail
