@@ -410,10 +410,29 @@ def _run_line(data: ReportData) -> str:
             f"Run finished: {esc(m.finished)}. Requests: {data.requests_total}, failed: {data.requests_failed}.")
 
 
-def render_html(data: ReportData) -> str:
+def page(title: str, charts: dict[str, dict], body: str) -> str:
+    """A self-contained report page: the Vega-Lite bundle inline, ``body`` (HTML) after the
+    title, each chart of ``charts`` embedded in the <div> of its name (``body`` places them)."""
     from altair.utils._importers import vl_version_for_vl_convert
     import vl_convert
 
+    embeds = "\n".join(f"vegaEmbed('#{k}', {script_json(v)}, {{actions: false}});" for k, v in charts.items())
+    bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{esc(title)}</title>
+<style>{_CSS}</style>
+<script>{bundle}</script></head><body>
+<h1>{esc(title)}</h1>
+{body}
+<script>{embeds}</script>
+</body></html>"""
+
+
+def chart_divs(charts: dict[str, dict]) -> str:
+    return "".join(f'<div id="{k}"></div>' for k in charts)
+
+
+def render_html(data: ReportData) -> str:
     m = data.manifest
     charts = _charts(data)
     notices = "".join(banner(n.kind, n.text) for n in data.notices)
@@ -421,23 +440,9 @@ def render_html(data: ReportData) -> str:
         notices += (f"<h2>Requests and failures per arm and level</h2><p>error_rate: {esc(DEFINITIONS['error_rate'])} "
                     f"(max_error_rate {esc(m.max_error_rate)}).</p>" + _tab(data.levels))
     body = "".join(f"<h2>{esc(t)}</h2>{c}" for t, c in _sections(data))
-    divs = "".join(f'<div id="{k}"></div>' for k in charts)
-    embeds = "\n".join(f"vegaEmbed('#{k}', {script_json(v)}, {{actions: false}});" for k, v in charts.items())
-    bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
     title = f"specdec report: run {m.run_id}" + (f", {data.comparison[0]} against {data.comparison[1]}"
                                                  if data.comparison else "")
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>{_CSS}</style>
-<script>{bundle}</script></head><body>
-<h1>{esc(title)}</h1>
-{notices}
-<p>{_run_line(data)}</p>
-{_verdict(data)}
-{divs}
-{body}
-<script>{embeds}</script>
-</body></html>"""
+    return page(title, charts, f"{notices}\n<p>{_run_line(data)}</p>\n{_verdict(data)}\n{chart_divs(charts)}\n{body}")
 
 
 def write_chart_pngs(data: ReportData, run_dir: Path, prefix: str = "") -> list[Path]:

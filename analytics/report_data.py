@@ -241,14 +241,21 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         st = m.table("select * from stability")
         stability = st if st.rows else None
     capture_note = None
-    if n_rounds == 0 and total:
+    without = set((manifest.capture or {}).get("arms_without_rounds") or ())
+    reference, treatment = m.value("select reference_arm, treatment_arm from stg_manifest where run_id = $run_id")
+    if n_rounds == 0 and total and treatment and {reference, treatment} <= without:
+        capture_note = (f"No rounds for this comparison: its arms ({reference}, {treatment}) run an engine without "
+                        "the capture plugin (llama.cpp), so acceptance by round, draft position and context, and "
+                        "engine step timing are empty, and the reconciliation diffs below compare nothing. "
+                        "Acceptance from the engine's per-request stats is in acceptance_requests, and per draft "
+                        "position from its counter in acceptance_positions_engine.")
+    elif n_rounds == 0 and total:
         capture_note = (f"No rounds were captured ({capture_source(manifest)}; see manifest.capture): "
                         "no per-round data for this run, so acceptance by round, draft position and context, "
                         "and engine step timing are empty, and the reconciliation diffs below compare nothing. "
                         "Acceptance from the engine's per-request stats, where it reports them, is in "
                         "acceptance_requests, and per draft position from its counter in "
                         "acceptance_positions_engine.")
-    reference, treatment = m.value("select reference_arm, treatment_arm from stg_manifest where run_id = $run_id")
     data = ReportData(
         manifest=manifest, kind=kind, comparison=(treatment, reference) if treatment else None,
         levels=m.table(f"select run_id, {', '.join(LEVEL_COLUMNS)} from level_health"),

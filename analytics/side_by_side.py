@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec.analytics.html import banner, esc, script_json, table
+from specdec.analytics.html import banner, esc, table
 from specdec.analytics.report_data import Table
 
 __all__ = ["Comparison", "comparisons_in", "side_by_side", "render_side_by_side", "summary_lines"]
@@ -136,10 +136,7 @@ def _acceptance_rate(r: dict) -> str:
 
 def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table, notes: list[str]) -> str:
     """``report.html`` of a run of named arms."""
-    from altair.utils._importers import vl_version_for_vl_convert
-    import vl_convert
-
-    from specdec.analytics.report import _CSS
+    from specdec.analytics.report import chart_divs, page
 
     charts = chart_specs(t)
     links = "".join(f'<li><a href="{esc(c.report_name)}">{esc(c.arm)}</a> ({esc(c.engine)}) against '
@@ -154,23 +151,15 @@ def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table
             for r in t.dicts()]
     head = ("category", "level", "comparison", "engine", "speedup", "95% interval", "label",
             "acceptance rate (per-request stats)", "acceptance length (rounds)")
-    divs = "".join(f'<div id="{k}"></div>' for k in charts)
-    embeds = "\n".join(f"vegaEmbed('#{k}', {script_json(v)}, {{actions: false}});" for k, v in charts.items())
-    bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
     title = f"specdec report: run {run_id}, {len(comps)} comparisons side by side"
     warn = "".join(banner("warn", n) for n in notes)
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>{_CSS}</style>
-<script>{bundle}</script></head><body>
-<h1>{esc(title)}</h1>
-{warn}
+    return page(title, charts, f"""{warn}
 <p>Arms: {esc(', '.join(_arm_text(a) for a in manifest.arms))}.
 Run finished: {esc(manifest.finished)}. Each comparison is a treatment arm measured against its own reference
 arm on the same traffic, in the same run; its full report (verdict, latency, acceptance, lossless checks,
 reconciliation) is linked below.</p>
 <ul>{links}</ul>
-{divs}
+{chart_divs(charts)}
 <h2>Per category and level</h2>
 <p>speedup: the geometric mean over prompts of reference e2e / treatment e2e (paired by prompt and repeat),
 with its 95% measurement interval and label, as in each comparison's own report; (system): whole-level
@@ -178,9 +167,7 @@ throughput ratio. acceptance rate: tokens accepted / tokens drafted, from the en
 (vLLM metrics.speculative_decoding, llama.cpp timings), pooled over the level's requests (on (system) rows,
 over all its categories): the one acceptance figure both engines report. acceptance length: 1 + accepted / verify rounds over the captured rounds, pooled
 over levels (vLLM only).</p>
-{table(head, rows)}
-<script>{embeds}</script>
-</body></html>"""
+{table(head, rows)}""")
 
 
 def summary_lines(run_id: str, comps: list[Comparison], t: Table) -> list[str]:
