@@ -79,6 +79,28 @@ def test_ngram_mod_stats_reconcile_with_the_counters(tmp_path, llama_server_bina
     assert all(a >= b for a, b in zip(moved, moved[1:]))
 
 
+def test_a_draft_model_reconciles_and_drafts_itself_almost_perfectly(tmp_path, llama_server_binary):
+    """draft-simple with a draft GGUF (-md): the only GGUF here is SmolLM2 itself, so it is
+    its own draft; greedy, the draft proposes what the target would emit, so nearly every
+    drafted token is accepted (the quantized draft and target run the same weights but not
+    always the same batch shapes: a few rejections are possible). The stats reconcile with
+    the counters to the token, as for ngram-mod."""
+    engine = LlamaCpp(binary=llama_server_binary)
+    gguf = find_gguf()
+    with LlamaServer(Arm("draft", {"type": "draft-simple", "draft_model": str(gguf)}), gguf,
+                     tmp_path / "server.log", engine) as server:
+        before = _metrics(server.base_url)
+        results = _replay(server.base_url)
+        after = _metrics(server.base_url)
+    assert all(r.success and r.output_tokens == row.max_tokens for row, r in zip(ROWS, results))
+    drafted = sum(r.spec_num_draft_tokens or 0 for r in results)
+    accepted = sum(r.spec_num_accepted_tokens or 0 for r in results)
+    c0, c1 = engine.parse_counters(before), engine.parse_counters(after)
+    assert c1["spec_num_draft_tokens"] - (c0["spec_num_draft_tokens"] or 0) == drafted > 0
+    assert c1["spec_num_accepted_tokens"] - (c0["spec_num_accepted_tokens"] or 0) == accepted
+    assert accepted / drafted > 0.9, (accepted, drafted)
+
+
 def test_a_baseline_server_reports_no_drafts(tmp_path, llama_server_binary):
     engine = LlamaCpp(binary=llama_server_binary)
     with LlamaServer(Arm("baseline", None), find_gguf(), tmp_path / "server.log", engine) as server:
