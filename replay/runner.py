@@ -210,7 +210,7 @@ class Replayer:
                 if block.kind == "timed":
                     await self._block(session, block.arm, ep, rows, block.level, block.repeat)
                 elif block.kind == "verify":
-                    if self.engines[block.arm].name == "vllm":  # token ids and logprobs as vLLM's API gives them
+                    if self.engines[block.arm].verifies_greedy:
                         await self._verify(session, block.arm, ep, greedy, block.level)
                 else:
                     await self._sample(session, block.arm, ep, sampled, block.level)
@@ -239,7 +239,7 @@ class Replayer:
         """Before a block: empty the prefix cache (``--prefix-cache reset``) so no
         block is faster because an earlier one warmed it. True if the server
         did it, False if it refused (then said in the snapshot), None if not asked."""
-        if self.cfg.prefix_cache != "reset" or self.engines[arm].name != "vllm":  # llama.cpp: no cache to reset
+        if self.cfg.prefix_cache != "reset" or not self.engines[arm].resets_prefix_cache:
             return None
         return await reset_prefix_cache(session, ep, self.settings)
 

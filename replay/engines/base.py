@@ -35,6 +35,10 @@ class Engine(ABC):
     #: the per-position accepted-token counter and its position label, if the engine has one
     position_counter: ClassVar[tuple[str, str] | None] = None
     health_path: ClassVar[str] = "/health"
+    #: the server has vLLM's POST /reset_prefix_cache (--prefix-cache reset)
+    resets_prefix_cache: ClassVar[bool] = True
+    #: the greedy verification pass (token ids and top-2 logprobs as vLLM's API gives them) applies
+    verifies_greedy: ClassVar[bool] = True
 
     @abstractmethod
     def executable(self) -> list[str]:

@@ -52,6 +52,8 @@ class LlamaCpp(Engine):
     }
     position_counter: ClassVar[tuple[str, str] | None] = (
         "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
+    resets_prefix_cache: ClassVar[bool] = False  # no endpoint: --no-cache-prompt instead
+    verifies_greedy: ClassVar[bool] = False  # its logprobs are not vLLM's
 
     def __init__(self, binary: Path | None = None, threads: int = 2, context: int = 4096, slots: int = 1,
                  prompt_cache: bool = True):
