@@ -75,6 +75,7 @@ def _block(rng, run_id: str, arm: str, level: int, repeat: int, prompts: int, st
         "num_scheduled_tokens": pa.array(np.where(decode, 1 + k, context)), "context_len": pa.array(context),
         "draft_ms": pa.array(np.where(k > 0, 0.8, np.nan), mask=k == 0), "verify_ms": pa.array(np.full(total, 12.0)),
         "wall_time_ns": pa.array(wall),
+        "step_drafts_verified": pa.nulls(total, pa.int64()),  # not measured (Model Runner V1's rows)
     }
     step_ms = 12.0 + (0.8 if spec else 0.0)
     e2e = 30.0 + n_rows * step_ms * level ** 0.3 * rng.lognormal(0, 0.05, prompts)
@@ -97,6 +98,7 @@ def _block(rng, run_id: str, arm: str, level: int, repeat: int, prompts: int, st
         "load_mode": ["closed"] * prompts, "level_value": [float(level)] * prompts,
         "intended_send_ms": [None] * prompts, "actual_send_ms": [None] * prompts,
         "schedule_lag_ms": [None] * prompts, "session_wait_ms": [None] * prompts,
+        "session_id": [None] * prompts, "turn_index": [None] * prompts,
     }
     sums = (int((k > 0).sum()), int(k.sum()), int(a.sum()))
     return rounds, requests, sums, int(step.max()) + 1
