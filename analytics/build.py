@@ -369,14 +369,18 @@ def runs_of(con) -> list[str]:
 
 
 def manifest_of(con, run_id: str):
-    """The RunManifest of one (analysis) run of a database (of its run folder); None for a run
-    only the lake holds."""
+    """The RunManifest of one (analysis) run of a database (of its run folder), as that run
+    sees it: one comparison of a run of two engines names its own engine's model and dtype
+    (``arms.comparison_manifest``); None for a run only the lake holds."""
     from specdec.schemas.records import RunManifest
 
-    row = con.execute("select manifest from stg_manifest where run_id = ?", [run_id]).fetchone()
+    row = con.execute("select manifest, reference_arm, treatment_arm from stg_manifest where run_id = ?",
+                      [run_id]).fetchone()
     if row is None:
         raise SpecdecError(f"no run {run_id!r} in this database (it holds: {', '.join(runs_of(con)) or 'none'})")
-    return None if row[0] is None else RunManifest.model_validate(json.loads(row[0]))
+    if row[0] is None:
+        return None
+    return arms.comparison_manifest(RunManifest.model_validate(json.loads(row[0])), row[1:])
 
 
 def _remove_sidecars(db_file: Path) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
+from specdec.analytics.build import manifest_of
 from specdec.analytics.models import has_view
 from specdec.analytics.verdict import Sentence, verdict
 from specdec.levels import name_of, names_from_load
@@ -217,10 +218,9 @@ def load_report(con, run_id: str | None = None) -> ReportData:
 
     run_id = report_run(con, run_id)
     m = _Marts(con, run_id)
-    (text,) = m.value("select manifest from stg_manifest where run_id = $run_id")
-    if text is None:
+    manifest = manifest_of(con, run_id)
+    if manifest is None:
         raise SpecdecError(f"run {run_id!r} has no manifest (only the lake holds it): the report needs a run folder")
-    manifest = RunManifest.model_validate_json(text)
     kind = getattr(manifest, "kind", None) or "replay"
     total, failed, n_rounds = m.value(
         "select (select count(*) from stg_requests where run_id = $run_id),"

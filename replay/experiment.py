@@ -140,6 +140,9 @@ def run_replay(cfg: ReplayConfig) -> Path:
             facts["llama.cpp"] = llama_facts(llama)
         facts = next(iter(facts.values())) if len(facts) == 1 else {"name": "mixed", **facts}
     dtype = {"vllm": cfg.dtype, "llama.cpp": f"GGUF as shipped ({Path(models.get('llama.cpp', '')).name})"}
+    per_engine = ({} if cfg.external or len(models) < 2 else
+                  {e: {"model": models[e], "dtype": dtype[e], "model_source": model_sources.get(e, {})}
+                   for e in sorted(models)})
     manifest = RunManifest(
         run_id=run_id,
         created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -147,7 +150,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
         engine=facts, model=model, model_source=model_source,
         dtype=("unknown" if cfg.external else "; ".join(f"{e}: {dtype[e]}" for e in sorted(engines))
                if len(engines) > 1 else dtype[next(iter(engines))]),
-        arms=arms, arm_difference=arm_difference(arms),
+        engines=per_engine, arms=arms, arm_difference=arm_difference(arms),
         sampling={"endpoint": CHAT_PATH, "stream": True, "ignore_eos": True,
                   "forced_length": "every request is sent with ignore_eos and max_tokens = its row's max_tokens "
                                    "(a recording's response length), stop strings left out, so both arms do "

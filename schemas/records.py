@@ -259,6 +259,7 @@ class RunManifest(_Record):
     model: Text = Field(description="Model path or name served.")
     model_source: FreeForm = Field(default_factory=dict, description="Where the model came from (GGUF package, hash).")
     dtype: Text
+    engines: FreeForm = Field(default_factory=dict, description="A run whose arms run two engines: per engine, the model, dtype and model_source its arms served (model, dtype and model_source above name both; a comparison of two arms on one engine reads its own here, specdec.arms.comparison_manifest). Empty for a run of one engine, and in manifests written before the field existed.")
     arms: list[ArmConfig]
     arm_difference: list[Text] = Field(description="Server arguments present in one arm but not the other.")
     sampling: FreeForm = Field(description="Sampling settings sent with every request.")

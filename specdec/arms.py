@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["ARM_NAME", "BASELINE", "ENGINE_NAMES", "NGRAM", "ROLES", "ROLES_TABLE", "SPECULATIVE", "ArmSpec",
-           "Comparison", "analysis_run_id", "check_arm_name", "check_arms", "classic", "comparisons", "parse_arm",
+           "Comparison", "analysis_run_id", "check_arm_name", "check_arms", "classic", "comparison_manifest", "comparisons",
+           "parse_arm",
            "STAGING_ADDED", "by_role_columns", "create_roles_table", "reference_of", "role_rows", "specs_of"]
 
 #: The two roles every model compares, and the classic run's arm names.
@@ -206,6 +207,29 @@ def specs_of(manifest_arms: Iterable[Any], default_engine: str = "vllm") -> list
     runs the manifest's engine)."""
     return [ArmSpec(a.name, getattr(a, "engine", None) or default_engine, a.speculative_config,
                     getattr(a, "reference", None)) for a in manifest_arms]
+
+
+def comparison_manifest(manifest: Any, arm_names: Iterable[str | None]) -> Any:
+    """A run's manifest as one comparison of it sees it. In a run of two engines
+    (``manifest.engines``), when the named arms all run one engine: that engine's facts
+    (``manifest.engine[<engine>]``), model, model_source and dtype in place of both
+    engines'; the arms, their differences, ``engines`` and the rest unchanged. The
+    manifest itself otherwise (one engine, a comparison across engines, an older
+    manifest)."""
+    per_engine = dict(getattr(manifest, "engines", None) or {})
+    names = {n for n in arm_names if n}
+    used = {getattr(a, "engine", None) for a in manifest.arms if a.name in names}
+    if not per_engine or len(used) != 1:
+        return manifest
+    (engine,) = used
+    own = per_engine.get(engine)
+    if not isinstance(own, Mapping) or not {"model", "dtype"} <= set(own):
+        return manifest
+    update = {"model": own["model"], "dtype": own["dtype"], "model_source": dict(own.get("model_source") or {})}
+    facts = (manifest.engine or {}).get(engine)
+    if isinstance(facts, Mapping):
+        update["engine"] = dict(facts)
+    return manifest.model_copy(update=update)
 
 
 def by_role_columns(fields: Sequence[str]) -> list[str]:

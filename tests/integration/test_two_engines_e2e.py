@@ -42,6 +42,8 @@ def test_the_manifest_names_each_arm_and_each_comparison_differs_in_speculation_
 
     m = read_manifest(run[0])
     assert m.finished and m.engine["name"] == "mixed" and {"vllm", "llama.cpp"} <= set(m.engine)
+    assert set(m.engines) == {"vllm", "llama.cpp"} and m.engines["llama.cpp"]["model"].endswith(".gguf")
+    assert m.engines["vllm"]["dtype"] in m.dtype and m.engines["vllm"]["model"] in m.model
     assert [(a.name, a.engine, a.speculative_config is not None) for a in m.arms] == [
         ("vllm-none", "vllm", False), ("vllm-ngram", "vllm", True),
         ("llama-none", "llama.cpp", False), ("llama-ngram", "llama.cpp", True)]
