@@ -72,8 +72,10 @@ import logging
 import re
 import time
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 
@@ -87,7 +89,7 @@ from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, atomic_write_with, files_of
 from specdec.schemas.arrow import arrow_schema
 
-__all__ = ["COMPUTED", "DB_NAME", "build", "load_record_file", "read_parquet_checked", "run_kind"]
+__all__ = ["COMPUTED", "DB_NAME", "build", "build_steps", "load_record_file", "read_parquet_checked", "run_kind"]
 
 log = logging.getLogger("specdec.analytics.build")
 
@@ -178,7 +180,28 @@ def _engine_name(manifest) -> str:
     return name if name in arms.ENGINE_NAMES else "vllm"
 
 
-def _materialize(con, m, schema: str = STORED) -> None:
+class _Steps:
+    """The build's steps (each materialized model, each computed table), counted for a
+    caller's ``progress(done, total, name)``; the computed tables fill on a thread, so
+    the count is locked."""
+
+    def __init__(self, progress: Callable[[int, int, str], None] | None, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+        self._lock = threading.Lock()
+
+    def step(self, name: str) -> None:
+        if self.progress is None:
+            return
+        with self._lock:
+            self.done += 1
+            done = self.done
+        self.progress(done, self.total, name)
+
+
+_NO_STEPS = _Steps(None, 0)
+
+
+def _materialize(con, m, schema: str = STORED, steps: _Steps = _NO_STEPS) -> None:
     """Compute a model once into <schema>.<name>; its view reads the table from now on."""
     import duckdb
 
@@ -189,6 +212,7 @@ def _materialize(con, m, schema: str = STORED) -> None:
         raise SpecdecError(f"{m.path}: {' '.join(str(exc).split())}") from None
     con.execute(f'create or replace view "{m.name}" as select * from {schema}."{m.name}"')
     log.debug("materialized %s in %.3f s", m.name, time.perf_counter() - started)
+    steps.step(m.name)
 
 
 def _reads_computed(models) -> set[str]:
@@ -240,8 +264,9 @@ class _Working:
     released (its view gets its SQL back, its table is dropped) as soon as nothing still to
     run reads it, so they do not add to the memory of the heavy marts late in the build."""
 
-    def __init__(self, con, models):
+    def __init__(self, con, models, steps: _Steps = _NO_STEPS):
         self.con = con
+        self.steps = steps
         self.models = [m for m in models if m.materialized and m.layer != "marts"]
         names = {m.name for m in self.models}
         self.inputs = _working_inputs(models, names)
@@ -251,7 +276,7 @@ class _Working:
 
     def materialize(self, marts) -> None:
         for m in self.models:
-            _materialize(self.con, m, WORK)
+            _materialize(self.con, m, WORK, self.steps)
             self.held.add(m.name)
         for mart in marts:
             for w in self.inputs[mart.name]:
@@ -277,17 +302,24 @@ class _Working:
         self.con.execute(f"detach {WORK}")
 
 
-def _fill(con) -> None:
+def _fill(con, steps: _Steps = _NO_STEPS) -> None:
     try:
         for computed in COMPUTED:
             started = time.perf_counter()
             computed.fill(con)
             log.debug("filled %s in %.3f s", computed.TABLE, time.perf_counter() - started)
+            steps.step(computed.TABLE)
     finally:
         con.close()
 
 
-def _create_models(con, models) -> None:
+def build_steps(models) -> int:
+    """How many steps a build of ``models`` reports to its ``progress``: every materialized
+    model and every computed table."""
+    return sum(m.materialized for m in models) + len(COMPUTED)
+
+
+def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
     """Views, then the materialized intermediate models, then the computed tables and the
     marts that do not read them at once (the intervals are Python, mostly on one core; the
     marts DuckDB's), then the marts that read the computed tables."""
@@ -302,21 +334,21 @@ def _create_models(con, models) -> None:
     con.execute(f"create schema {STORED}")
     con.execute(f"attach ':memory:' as {WORK}")
     marts = [m for m in models if m.materialized and m.layer == "marts"]
-    working = _Working(con, models)
+    working = _Working(con, models, steps)
     working.materialize(marts)
     later = _reads_computed(models)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        filled = pool.submit(_fill, con.cursor())
+        filled = pool.submit(_fill, con.cursor(), steps)
         try:
             for m in marts:
                 if m.name not in later:
-                    _materialize(con, m)
+                    _materialize(con, m, steps=steps)
                     working.done(m.name, fill_running=not filled.done())
         finally:
             filled.result()
     for m in marts:
         if m.name in later:
-            _materialize(con, m)
+            _materialize(con, m, steps=steps)
             working.done(m.name, fill_running=False)
     working.close()  # the marts are stored: the working tables go, the views compute again
     con.execute("create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, "
@@ -326,8 +358,11 @@ def _create_models(con, models) -> None:
 
 
 def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo | None" = None, *,
-          copy: bool = False, check: Check = "auto") -> Path:
+          copy: bool = False, check: Check = "auto",
+          progress: Callable[[int, int, str], None] | None = None) -> Path:
     """Check every input, then write the database atomically; return its path.
+    ``progress(done, total, name)``: called after each step of the build (each materialized
+    model, each computed table; ``build_steps``), from the build's threads.
     ``slo``: the latency SLO of the capacity_under_slo mart (``analytics/settings.py``;
     its defaults when None). ``copy``: copy the rows into the database (self-contained)
     instead of views over the files. ``check``: 'auto', 'full' or 'footer' (``sources.py``)."""
@@ -350,7 +385,7 @@ def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo |
                 analysis_settings.create_table(con, slo)
                 for computed in COMPUTED:
                     computed.create_table(con)
-                _create_models(con, models)
+                _create_models(con, models, _Steps(progress, build_steps(models)))
             finally:
                 con.close()
         except BaseException:

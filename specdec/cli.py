@@ -7,7 +7,9 @@ clean ``click.ClickException`` here, in one place.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import sys
 from pathlib import Path
 
 import click
@@ -137,19 +139,49 @@ def analytics() -> None:
 @click.option("--check", type=click.Choice(["auto", "full", "footer"]), default="auto", show_default=True,
               help="How deeply each input file is checked first: footer (metadata: schema, nulls, run ids), "
                    "full (every page read too), auto (full when the inputs are at most 256 MiB).")
+@click.option("--no-progress", is_flag=True,
+              help="No progress bar on standard error (there is none either when it is not a terminal).")
 @handle_errors
 def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None,
-                    copy: bool, check: str) -> None:
+                    copy: bool, check: str, no_progress: bool) -> None:
     """Run the SQL models (staging -> intermediate -> marts) over the Parquet
     files of RUN_DIR into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
     RUN_DIR is a run folder, a folder of run folders, or the sidecar's Parquet
     lake (rounds/, counters/); every mart is keyed by run_id. The database reads
     the Parquet in place, by absolute path (--copy: a self-contained copy).
-    The SLO options set the latency target of the capacity mart."""
+    The SLO options set the latency target of the capacity mart. On a terminal, a
+    progress bar counts the models as they are computed."""
+    import time
+
     from specdec.analytics.build import build
 
-    db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check)
-    click.echo(f"built {db}")
+    started = time.perf_counter()
+    with _build_bar(not no_progress) as progress:
+        db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check,
+                   progress=progress)
+    click.echo(f"built {db} in {time.perf_counter() - started:.1f} s")
+
+
+@contextlib.contextmanager
+def _build_bar(enabled: bool, stream=None):
+    """A progress callback for ``build`` that draws a bar on ``stream`` (standard error)
+    while the build runs, removed when it ends; None when ``stream`` is not a terminal
+    or the bar is off."""
+    stream = stream or sys.stderr
+    if not (enabled and getattr(stream, "isatty", lambda: False)()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("building"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[model]}"), console=Console(file=stream), transient=True) as bar:
+        task = bar.add_task("build", total=None, model="checking the inputs")
+
+        def progress(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, model=name)
+
+        yield progress
 
 
 @main.command()
