@@ -465,8 +465,9 @@ def write_pngs(specs: dict[str, dict], run_dir: Path, prefix: str = "") -> list[
     return out
 
 
-def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
-    """Rebuild the marts (``slo``: the capacity_under_slo mart's SLO, ``analytics/settings.py``),
+def write_report(run_dir: Path, slo=None, progress=None) -> tuple[Path, str]:
+    """Rebuild the marts (``slo``: the capacity_under_slo mart's SLO, ``analytics/settings.py``;
+    ``progress``: the build's, ``build``),
     write ``report.html`` atomically and each chart as a PNG, return the report and the summary.
     A report is of one run: a folder whose database holds several is refused, the runs named
     (``report_data.report_run``)."""
@@ -474,7 +475,7 @@ def write_report(run_dir: Path, slo=None) -> tuple[Path, str]:
     import duckdb
 
     run_dir = Path(run_dir)
-    db = build(run_dir, slo=slo)
+    db = build(run_dir, slo=slo, progress=progress)
     con = duckdb.connect(str(db), read_only=True)
     try:
         sources = [r[0] for r in con.execute("select distinct source_run_id from stg_manifest").fetchall()]

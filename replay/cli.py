@@ -139,4 +139,4 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
         report_stopped_run(exc)
         raise
     click.echo(f"run written to {run_dir}")
-    finish_run(run_dir)
+    finish_run(run_dir, progress=not no_progress)

@@ -229,15 +229,17 @@ def analytics_docs(out: Path) -> None:
 @main.command()
 @run_dir_arg
 @slo_options
+@click.option("--no-progress", is_flag=True,
+              help="No progress bar for the rebuild (there is none either when standard error is not a terminal).")
 @handle_errors
-def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None) -> None:
+def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None, no_progress: bool) -> None:
     """Write RUN_DIR/report.html (self-contained, opens offline) and print a
     short summary of one run: RUN_DIR is a run folder (a folder of many runs is
     refused, naming them). Rebuilds RUN_DIR/specdec.duckdb first so the report matches the files.
 
     The SLO options set the latency target of the capacity mart.
     Exits 1 (after writing the report) when any level failed its error budget."""
-    finish_run(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms))
+    finish_run(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), progress=not no_progress)
 
 
 @main.command()
@@ -302,7 +304,7 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
     except SpecdecError as exc:
         report_stopped_run(exc)
         raise
-    finish_run(run_dir)
+    finish_run(run_dir, progress=not no_progress)
 
 
 #: ``specdec demo --engine both``: each engine's prompt lookup against its own plain arm.
@@ -334,12 +336,14 @@ def report_stopped_run(exc: SpecdecError) -> None:
     click.echo(f"the run stopped; report of what was recorded before it: {path.resolve()}", err=True)
 
 
-def finish_run(run_dir: Path, slo=None) -> None:
-    """After a replay: build the marts, write the report, print the summary,
-    and exit 1 (after writing everything) when any level failed."""
+def finish_run(run_dir: Path, slo=None, progress: bool = True) -> None:
+    """After a replay: build the marts (a progress bar on a terminal unless ``progress`` is
+    False), write the report, print the summary, and exit 1 (after writing everything)
+    when any level failed."""
     from specdec.analytics.report import failed_levels, write_report
 
-    path, summary = write_report(run_dir, slo=slo)
+    with _build_bar(progress) as bar:
+        path, summary = write_report(run_dir, slo=slo, progress=bar)
     click.echo(summary)
     click.echo(f"report: {path.resolve()}")
     failed = failed_levels(run_dir)
