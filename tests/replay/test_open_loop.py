@@ -308,7 +308,7 @@ def test_cli_passes_the_load_options_and_refuses_a_mode_without_its_levels(monke
 
     got = []
     monkeypatch.setattr(experiment, "run_replay", lambda cfg: got.append(cfg) or tmp_path)
-    monkeypatch.setattr(cli, "finish_run", lambda run_dir: None)
+    monkeypatch.setattr(cli, "finish_run", lambda run_dir, **kw: None)
     ok = CliRunner().invoke(cli.main, [str(BUNDLED), "--load", "recorded", "--time-scale", "1,0.1"])
     assert ok.exit_code == 0, ok.output
     assert (got[0].load, got[0].time_scales, got[0].levels) == ("recorded", [1.0, 0.1], [1, 2])
