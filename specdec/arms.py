@@ -216,9 +216,9 @@ def comparison_manifest(manifest: Any, arm_names: Iterable[str | None]) -> Any:
     engines'; the arms, their differences, ``engines`` and the rest unchanged. The
     manifest itself otherwise (one engine, a comparison across engines, an older
     manifest)."""
-    per_engine = dict(getattr(manifest, "engines", None) or {})
+    per_engine = dict(manifest.engines or {})
     names = {n for n in arm_names if n}
-    used = {getattr(a, "engine", None) for a in manifest.arms if a.name in names}
+    used = {a.engine for a in manifest.arms if a.name in names}
     if not per_engine or len(used) != 1:
         return manifest
     (engine,) = used
