@@ -82,6 +82,7 @@ import pyarrow as pa
 from specdec import arms
 from specdec.analytics import intervals, sampling_test
 from specdec.analytics import settings as analysis_settings
+from specdec.analytics.arrow_tables import create_empty_table, duckdb_columns
 from specdec.analytics.checks import read_parquet_checked
 from specdec.analytics.models import discover, macros_sql
 from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
@@ -124,15 +125,6 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _column_types(con, schema: pa.Schema) -> list[tuple[str, str]]:
-    """(name, DuckDB type) of the record's columns, as DuckDB maps its Arrow schema."""
-    con.register("_record_schema", schema.empty_table())
-    try:
-        return [(r[0], r[1]) for r in con.execute("describe select * from _record_schema").fetchall()]
-    finally:
-        con.unregister("_record_schema")
-
-
 def _ident(name: str) -> str:
     return f'"{name}"'
 
@@ -146,7 +138,7 @@ def raw_select(con, raw: RawInput) -> str:
     A column a file may lack (``absent_as_null``) reads as NULL from it."""
     nowhere = {name for name, count in raw.absent.items() if count == len(raw.files)}
     cols = ", ".join(f'cast({"null" if name in nowhere else _ident(name)} as {dtype}) as "{name}"'
-                     for name, dtype in _column_types(con, raw.schema))
+                     for name, dtype in duckdb_columns(con, raw.schema))
     files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
     union = ", union_by_name = true" if len(raw.absent) > len(nowhere) else ""
     return f"select {cols} from read_parquet([{files}], hive_partitioning = false{union})"
@@ -154,9 +146,7 @@ def raw_select(con, raw: RawInput) -> str:
 
 def _create_raw(con, raw: RawInput, copy: bool) -> None:
     if not raw.files:
-        con.register("_empty", raw.schema.empty_table())
-        con.execute(f"create table {raw.table} as select * from _empty")
-        con.unregister("_empty")
+        create_empty_table(con, raw.table, raw.schema)
         return
     con.execute(f"create {'table' if copy else 'view'} {raw.table} as {raw_select(con, raw)}")
 
@@ -304,6 +294,7 @@ class _Working:
 
 def _fill(con, steps: _Steps = _NO_STEPS) -> None:
     try:
+        con.execute("set enable_progress_bar = false")  # a cursor is a session of its own
         for computed in COMPUTED:
             started = time.perf_counter()
             computed.fill(con)
@@ -377,7 +368,10 @@ def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo |
 
     def write(tmp: Path) -> None:
         try:
+            # DuckDB 2.0 draws its own bar on the terminal for a query past 2 s (step_timing at
+            # 50 million rounds): the build reports its steps through ``progress`` instead.
             con = duckdb.connect(str(tmp))
+            con.execute("set enable_progress_bar = false")
             try:
                 for raw in inputs.raw:
                     _create_raw(con, raw, copy)

@@ -47,6 +47,8 @@ from statistics import NormalDist
 import numpy as np
 import pyarrow as pa
 
+from specdec.analytics.arrow_tables import create_empty_table
+
 __all__ = ["ALPHA", "DIFFERS", "FAMILY_ALPHA", "METHOD", "SAME", "SAMPLING_TESTS_SCHEMA", "STATISTICS", "TABLE",
            "compare", "compute", "create_table", "critical_d", "fill", "kolmogorov_sf", "ks_2samp",
            "min_detectable_shift"]
@@ -207,15 +209,12 @@ def compute(con) -> pa.Table:
 
 def create_table(con) -> None:
     """The empty table, so the mart over it can be created before it is filled."""
-    con.register("_sampling_empty", SAMPLING_TESTS_SCHEMA.empty_table())
-    con.execute(f"create table {TABLE} as select * from _sampling_empty")
-    con.unregister("_sampling_empty")
+    create_empty_table(con, TABLE, SAMPLING_TESTS_SCHEMA)
 
 
 def fill(con) -> None:
-    """Compute the tests once the views exist, and insert them."""
-    table = compute(con)
-    if table.num_rows:
-        con.register("_sampling_rows", table)
-        con.execute(f"insert into {TABLE} select * from _sampling_rows")
-        con.unregister("_sampling_rows")
+    """Compute the tests once the views exist, and insert them (a run without sampled
+    checks makes no Arrow table: building even an empty one imports pandas)."""
+    rows = _rows(con.execute(_SAMPLES_SQL).fetchall())
+    if rows:
+        con.from_arrow(pa.Table.from_pylist(rows, schema=SAMPLING_TESTS_SCHEMA)).insert_into(TABLE)
