@@ -1,5 +1,6 @@
 -- int_level_health
 -- Grain: one row per run_id, arm and concurrency level that has requests.
+-- Materialized: table, computed once at build (five marts read it).
 -- Purpose: did the level work? Failures are data: counted, typed and judged
 --   against the run's error budget (manifest.max_error_rate).
 --   repeats          repeats of the level (blocks with requests)
