@@ -101,6 +101,8 @@ COMPUTED = (intervals, sampling_test)
 STORED = "stored"
 #: The in-memory database attached during the build for the materialized intermediate models.
 WORK = "build_work"
+#: The storage format of the database file: DuckDB 1.0's, which every DuckDB from 1.0 reads.
+STORAGE_VERSION = "v1.0.0"
 
 
 def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
@@ -368,9 +370,12 @@ def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo |
 
     def write(tmp: Path) -> None:
         try:
-            # DuckDB 2.0 draws its own bar on the terminal for a query past 2 s (step_timing at
-            # 50 million rounds): the build reports its steps through ``progress`` instead.
-            con = duckdb.connect(str(tmp))
+            # Written in DuckDB 1.0's storage format (STORAGE_VERSION), so an analyst's notebook
+            # on any DuckDB from 1.0 opens the file: DuckDB 2.0's own format (v2.0.0+) is
+            # refused by 1.x ("newer DuckDB version"), checked with 1.5.6. DuckDB 2.0 draws its
+            # own bar on the terminal for a query past 2 s (step_timing at 50 million rounds):
+            # the build reports its steps through ``progress`` instead.
+            con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
             con.execute("set enable_progress_bar = false")
             try:
                 for raw in inputs.raw:
