@@ -201,10 +201,14 @@ def _value(statistic: str, s: tuple) -> float:
     return float(s[8] if s[7] is None else s[7])  # censored at max_tokens
 
 
+def _test_rows(con) -> list[dict]:
+    """The ``sampling_tests`` rows from the ``stg_sample_checks`` view, as dicts."""
+    return _rows(con.execute(_SAMPLES_SQL).fetchall())
+
+
 def compute(con) -> pa.Table:
     """The ``sampling_tests`` rows from the ``stg_sample_checks`` view."""
-    rows = _rows(con.execute(_SAMPLES_SQL).fetchall())
-    return pa.Table.from_pylist(rows, schema=SAMPLING_TESTS_SCHEMA)
+    return pa.Table.from_pylist(_test_rows(con), schema=SAMPLING_TESTS_SCHEMA)
 
 
 def create_table(con) -> None:
@@ -215,6 +219,6 @@ def create_table(con) -> None:
 def fill(con) -> None:
     """Compute the tests once the views exist, and insert them (a run without sampled
     checks makes no Arrow table: building even an empty one imports pandas)."""
-    rows = _rows(con.execute(_SAMPLES_SQL).fetchall())
+    rows = _test_rows(con)
     if rows:
         con.from_arrow(pa.Table.from_pylist(rows, schema=SAMPLING_TESTS_SCHEMA)).insert_into(TABLE)
