@@ -142,6 +142,7 @@ class Sidecar:
         c["specdec_sidecar_files_compacted_total"] += result.files
         c["specdec_sidecar_rows_dropped_total"] += result.rows_dropped
         c["specdec_sidecar_unreadable_files_total"] += result.unreadable_files
+        c["specdec_sidecar_damaged_files_total"] += result.damaged_files
         c["specdec_sidecar_compaction_failures_total"] += result.write_failures
         c["specdec_sidecar_compactions_total"] += 1
         for table in result.tables:

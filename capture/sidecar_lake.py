@@ -18,6 +18,15 @@ even the footer is unreadable); it is tried again only if its size or
 modification time changes. A lake write that fails (full disk) leaves the
 source in place for the next pass.
 
+Never launder damage. The lake copy is written with fresh page checksums, so
+a part damaged on disk would look sound once compacted. Before a part is
+rewritten, every page is checked: its CRC where the writer wrote one (the
+capture writer always does: ``schemas.arrow.write_parquet_atomic``), then a
+full decode of every column of every row group, and the row count against the
+footer's. A part that fails is *damaged*: left in place, never deleted,
+counted as unreadable and as damaged (``specdec_sidecar_damaged_files_total``,
+alert ``SpecdecCapturePartDamaged``) and logged with the page's error.
+
 Runs in a worker thread (blocking file I/O); results go back as plain data.
 """
 
@@ -47,6 +56,11 @@ from specdec.schemas.records import RoundTrace
 log = logging.getLogger("specdec.capture.sidecar")
 
 NS_PER_DAY = 86_400 * 10**9
+
+
+class DamagedPart(Exception):
+    """A part whose footer reads but whose pages do not: a page checksum
+    mismatch, an undecodable page, or fewer rows than the footer declares."""
 #: Columns the sidecar's live metrics need from each compacted part.
 METRIC_COLUMNS = ("engine_request_id", "process_token", "step_index", "tokens_proposed", "tokens_accepted",
                   "draft_ms", "verify_ms", "wall_time_ns")
@@ -61,6 +75,7 @@ class CompactResult:
     unreadable_files: int = 0  # newly found unreadable parts (each counted once)
     rows_dropped: int = 0  # rows those parts declare
     write_failures: int = 0  # parts left in place because a lake write or delete failed
+    damaged_files: int = 0  # of the unreadable: footer sound, a page fails its checksum or does not decode
     tables: list[pa.Table] = field(default_factory=list)  # METRIC_COLUMNS of the rows moved
     errors: list[str] = field(default_factory=list)
 
@@ -121,7 +136,11 @@ class Compactor:
                 self._bad[path] = (st.st_size, st.st_mtime_ns)
                 result.unreadable_files += 1
                 result.rows_dropped += _declared_rows(path)
-                result.errors.append(f"{path}: cannot read ({type(exc).__name__}: {exc}); left in place")
+                if isinstance(exc, DamagedPart):
+                    result.damaged_files += 1
+                    result.errors.append(f"{path}: damaged, not compacted ({exc}); left in place")
+                else:
+                    result.errors.append(f"{path}: cannot read ({type(exc).__name__}: {exc}); left in place")
                 log.error("specdec-sidecar: %s", result.errors[-1])
                 continue
             self._bad.pop(path, None)
@@ -139,10 +158,14 @@ class Compactor:
         return result
 
     def _read(self, path: Path) -> pa.Table:
-        table = pq.read_table(path)
-        missing = [n for n in self.schema.names if n not in table.column_names]
+        """The part's rows, every page checked (see the module docstring);
+        DamagedPart when a page fails, another exception when the file is not
+        a readable RoundTrace part at all."""
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+        missing = [n for n in self.schema.names if n not in pf.schema_arrow.names]
         if missing:
             raise ValueError(f"not a RoundTrace part: missing column(s) {', '.join(missing)}")
+        table = _read_every_page(pf)
         return table.select(self.schema.names).cast(self.schema)
 
     def _move(self, path: Path, table: pa.Table) -> None:
@@ -166,6 +189,22 @@ def split_by_day_and_run(table: pa.Table) -> list[tuple[tuple[int, str], pa.Tabl
         mask = pc.and_(pc.equal(keyed["__day"], d), pc.equal(keyed["run_id"], r))
         out.append(((d, r), table.filter(mask)))
     return out
+
+
+def _read_every_page(pf: pq.ParquetFile) -> pa.Table:
+    """Every column of every row group, decoded (checksums verified as read)."""
+    groups = []
+    for i in range(pf.num_row_groups):
+        try:
+            group = pf.read_row_group(i)  # every column, so every page
+            group.validate(full=True)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ... for a bad page
+            raise DamagedPart(f"row group {i}: {' '.join(str(exc).split()) or type(exc).__name__}") from None
+        declared = pf.metadata.row_group(i).num_rows
+        if group.num_rows != declared:
+            raise DamagedPart(f"row group {i}: {group.num_rows} rows decoded, the footer declares {declared}")
+        groups.append(group)
+    return pa.concat_tables(groups) if groups else pf.schema_arrow.empty_table()
 
 
 def _declared_rows(path: Path) -> int:

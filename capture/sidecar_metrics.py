@@ -50,6 +50,8 @@ OWN_COUNTERS = {
     "specdec_sidecar_rows_dropped_total": "Rows in capture part files that could not be read (left in place; "
                                           "the rows their footer declares, each file counted once).",
     "specdec_sidecar_unreadable_files_total": "Capture part files that could not be read (left in place, counted once).",
+    "specdec_sidecar_damaged_files_total": "Of the unreadable capture part files: those whose footer reads but a page "
+                                           "fails its checksum or does not decode (left in place, never compacted).",
     "specdec_sidecar_files_compacted_total": "Capture part files moved into the lake.",
     "specdec_sidecar_compactions_total": "Compaction passes completed.",
     "specdec_sidecar_compaction_failures_total": "Part files left in place because a lake write or delete failed "
