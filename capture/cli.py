@@ -197,7 +197,8 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None
                                               "e.g. http://127.0.0.1:8000.")
 @click.option("--listen", default="127.0.0.1:9464", show_default=True,
               help="HOST:PORT of the sidecar's own /metrics and /healthz: loopback unless you say otherwise "
-                   "(port 0: any free port).")
+                   "(port 0: any free port; any other address warns at start: nothing there authenticates). "
+                   "/healthz answers 503 \"degraded\" while the server's /metrics cannot be read.")
 @click.option("--compact-s", type=float, default=10.0, show_default=True,
               help="Seconds between moves of finished part files into the lake.")
 @click.option("--scrape-s", type=float, default=5.0, show_default=True,

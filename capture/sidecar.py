@@ -21,6 +21,14 @@ that vLLM's engine request id embeds (``sidecar_categories``), and exports
 the rolling acceptance per category as well (``specdec_category_*``).
 Without the proxy there is no per-category series.
 
+``/healthz`` answers 200 with ``"status": "ok"`` while the last read of the
+server's ``/metrics`` worked (or none was tried yet), and 503 with
+``"status": "degraded"`` and the reason while it fails; ``/metrics`` keeps
+answering 200 either way (its failure counters are how Prometheus sees it).
+The log says so once per change of state (the first failed read, with its
+error; the first read that works again, with the count of failures), never
+once per scrape.
+
 Blocking file I/O runs in worker threads; the endpoint stays responsive. It
 runs until SIGINT or SIGTERM, then does one last compaction and writes every
 buffered counter row, so nothing already recorded is lost.
@@ -45,6 +53,7 @@ from specdec.capture.sidecar_categories import CategoryBook
 from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
 from specdec.capture.sidecar_records import CounterScrape
+from specdec.listen import warn_if_exposed
 
 log = logging.getLogger("specdec.capture.sidecar")
 
@@ -94,6 +103,8 @@ class Sidecar:
         self.url = ""
         self._last_counter_flush = time.monotonic()
         self._closed = False
+        self.scrape_error: str | None = None  # the last read's error while reads fail; None: healthy
+        self.scrapes_failed_in_row = 0
 
     # ---------------------------------------------------------- endpoint
     async def start(self) -> str:
@@ -130,7 +141,25 @@ class Sidecar:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         self._sync_gauges()
-        return web.json_response({"ok": True, "counters": self.metrics.counters, "gauges": self.metrics.gauges})
+        body = {"ok": self.scrape_error is None, "status": "ok" if self.scrape_error is None else "degraded",
+                "counters": self.metrics.counters, "gauges": self.metrics.gauges}
+        if self.scrape_error is not None:
+            body["reasons"] = [f"the last {self.scrapes_failed_in_row} read(s) of {self.settings.server}/metrics "
+                               f"failed; the last: {self.scrape_error}"]
+        return web.json_response(body, status=200 if self.scrape_error is None else 503)
+
+    def _note_scrape(self, error: str | None) -> None:
+        """Keep the scrape health; log only when it changes (failing <-> working)."""
+        if error is not None:
+            if self.scrape_error is None:
+                log.warning("specdec-sidecar: cannot read %s/metrics (%s); /healthz says degraded until a read "
+                            "works (logged once, not per scrape)", self.settings.server, error)
+            self.scrape_error = error
+            self.scrapes_failed_in_row += 1
+        elif self.scrape_error is not None:
+            log.warning("specdec-sidecar: %s/metrics read again after %d failed read(s); /healthz ok",
+                        self.settings.server, self.scrapes_failed_in_row)
+            self.scrape_error, self.scrapes_failed_in_row = None, 0
 
     # -------------------------------------------------------------- work
     async def compact(self) -> CompactResult:
@@ -176,6 +205,7 @@ class Sidecar:
         row = CounterScrape(wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error,
                             **values)
         self.metrics.counters["specdec_sidecar_scrapes_total"] += 1
+        self._note_scrape(error)
         if error is None:
             self.metrics.server_values = values
         else:
@@ -259,10 +289,19 @@ async def served_model(session: aiohttp.ClientSession, server: str) -> str | Non
         return None
 
 
-def run_sidecar(settings: SidecarSettings, announce=print) -> dict:
+def exposed_by_sidecar(settings: SidecarSettings) -> str:
+    """What the sidecar's own endpoint shows to whoever can reach it (the
+    ``--listen`` warning): read-only, but it names the server and its model."""
+    return (f"the sidecar's /metrics and /healthz (read-only: live acceptance figures, capture and "
+            f"scrape counters, the server URL {settings.server} and the name of the model it serves)")
+
+
+def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
     """Run until SIGINT or SIGTERM; return the final counters. With
     ``settings.proxy`` the recording proxy runs in the same process and loop,
-    in front of the same server, and stops (every recorded row written) first."""
+    in front of the same server, and stops (every recorded row written) first.
+    ``warn`` takes the warning printed when the endpoint listens beyond
+    loopback (``specdec.listen``; default: stderr)."""
 
     async def main() -> dict:
         stop = asyncio.Event()
@@ -274,12 +313,15 @@ def run_sidecar(settings: SidecarSettings, announce=print) -> dict:
         announce(f"specdec sidecar listening on {url} (metrics: {url}/metrics): compacting {settings.capture_dir} "
                  f"into {settings.lake} every {settings.compact_s:g} s, reading {settings.server}/metrics "
                  f"every {settings.scrape_s:g} s")
+        warn_if_exposed(settings.host, exposed_by_sidecar(settings), warn)
         proxy = None
         try:
             if settings.proxy is not None:
                 proxy = await start_proxy(settings.proxy, book=sidecar.book)
                 announce(f"specdec proxy listening on {proxy.url} -> {settings.server} (recording into "
                          f"{settings.proxy.out_dir}, content: {settings.proxy.content})")
+                warn_if_exposed(settings.proxy.host, f"the recording proxy: an unauthenticated route to "
+                                f"{settings.server}, whose traffic it records into {settings.proxy.out_dir}", warn)
             await sidecar.serve(stop)
         finally:
             await sidecar.close()
