@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.errors import InputFileError
+from specdec.json_limits import JsonLimitError, scan
 
 # ------------------------------------------------------------------ names
 MANIFEST = "manifest.json"
@@ -314,8 +315,22 @@ def write_manifest(run_dir: Path, manifest) -> None:
     atomic_write_text(Path(run_dir) / MANIFEST, manifest.model_dump_json(indent=2))
 
 
+#: Bounds on a manifest read back (``read_manifest``). Real ones hold a few KiB,
+#: nested 4 or 5 deep, with strings of at most a few hundred characters; the
+#: bounds keep a hostile or broken file from recursing the parser (a
+#: RecursionError) or carrying a 50 MB string into every message and report.
+MANIFEST_MAX_BYTES = 2**20
+MANIFEST_MAX_DEPTH = 64
+MANIFEST_MAX_STRING = 2**16
+#: A file larger than this is refused by its size alone, unread; up to it, the
+#: refusal names the offending (or largest) field.
+MANIFEST_SCAN_BYTES = 64 * 2**20
+
+
 def read_manifest(run_dir: Path):
-    """Read and validate ``manifest.json``; every problem names the file and field."""
+    """Read and validate ``manifest.json``; every problem names the file and
+    field. Bounded (``MANIFEST_MAX_*``): at most 1 MiB, arrays and objects
+    nested at most 64 deep, strings of at most 65,536 characters."""
     from pydantic import ValidationError
 
     from specdec.schemas.records import RunManifest
@@ -323,12 +338,27 @@ def read_manifest(run_dir: Path):
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         raise InputFileError(path, "missing: is this a specdec run folder?")
+    size = path.stat().st_size
+    if size > MANIFEST_SCAN_BYTES:
+        raise InputFileError(path, f"{size:,} bytes; a manifest holds at most {MANIFEST_MAX_BYTES:,} (not read)")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+        sizes = scan(text, max_depth=MANIFEST_MAX_DEPTH, max_string=MANIFEST_MAX_STRING)
+        if len(raw) > MANIFEST_MAX_BYTES:
+            largest = max(sizes, key=sizes.get, default=None)
+            raise InputFileError(path, f"{len(raw):,} bytes; a manifest holds at most {MANIFEST_MAX_BYTES:,}"
+                                 + (f" (the largest field: {sizes[largest]:,} characters)" if largest else ""),
+                                 field=largest)
+        data = json.loads(text)
+    except JsonLimitError as exc:
+        raise InputFileError(path, exc.problem, field=exc.field) from None
     except UnicodeDecodeError as exc:
         raise InputFileError(path, f"not UTF-8 ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise InputFileError(path, f"invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    except ValueError as exc:  # e.g. an integer of 5,000 digits
+        raise InputFileError(path, f"invalid JSON ({str(exc)[:120]})") from None
     if not isinstance(data, dict):
         raise InputFileError(path, "expected a JSON object")
     try:
