@@ -2,14 +2,15 @@
 OpenAI-compatible server that records the traffic it sees (the staging use).
 
 Every request is forwarded as it came (method, path, query, body, headers
-except hop-by-hop ones, ``Host``, ``Content-Length`` and the proxy's own
-``X-Specdec-*`` instructions, which are not sent upstream). The response goes
-back chunk by chunk as it arrives, unchanged: status, reason, headers (except
-hop-by-hop ones) and body bytes; compressed bodies stay compressed (the
-upstream client neither decompresses nor adds Accept-Encoding, User-Agent,
-Accept or Content-Type headers the client did not send, and keeps no cookies).
-``Authorization`` and ``Cookie`` pass through and are never recorded: the
-recorder sees only the request body, the path and the two X-Specdec headers.
+except those ``proxy_http`` names: hop-by-hop ones, ``Host``,
+``Content-Length``, ``Expect`` and the proxy's own ``X-Specdec-*``
+instructions). The response goes back chunk by chunk as it arrives,
+unchanged: status, reason, headers (except hop-by-hop ones) and body bytes;
+compressed bodies stay compressed (the upstream client neither decompresses
+nor adds Accept-Encoding, User-Agent, Accept or Content-Type headers the
+client did not send, and keeps no cookies). ``Authorization`` and ``Cookie``
+pass through and are never recorded: the recorder sees only the request
+body, the path and the two X-Specdec headers.
 
 Chat and completions requests (``POST .../chat/completions``,
 ``POST .../completions``) are handed to the recorder (``proxy_writer``) after
@@ -19,8 +20,15 @@ bytes in the meantime. A failure to record is counted, never raised.
 Run by the sidecar, the proxy also notes each chat or completions request's
 category under the reply's ``id`` (``sidecar_categories``), for the
 per-category live gauges.
-An unreachable upstream gets a 502 from the proxy itself, in the OpenAI error
-shape.
+
+Hostile or broken peers: an unreachable upstream gets a 502 from the proxy
+itself, an upstream silent for ``upstream_idle_s`` a 504, or, once the reply
+has begun, a closed stream (never a clean end a client could take for a
+whole reply). A client that leaves cancels its handler, which closes the
+upstream connection whatever the proxy was waiting for. A client gets
+``header_timeout_s`` to send a request's headers (``proxy_guard``). Each
+malformed request and each upstream that stops mid-stream is one log line
+and a counter at ``/specdec/stats``, never a traceback.
 """
 
 from __future__ import annotations
@@ -38,22 +46,29 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
+from specdec.capture.proxy_guard import GuardedSite, OneLineLog, guard_middleware
+from specdec.capture.proxy_http import no_reply, request_headers, response_headers
 from specdec.capture.proxy_record import Exchange, RowMaker, is_recorded_route, request_category
 from specdec.capture.proxy_redact import Redactor
 from specdec.capture.proxy_rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
 from specdec.capture.proxy_writer import DEFAULT_FLUSH_S, Recorder
 from specdec.capture.sidecar_categories import CategoryBook, reply_id
+from specdec.errors import SpecdecError
 
 log = logging.getLogger("specdec.capture.proxy")
 
 STATS_PATH = "/specdec/stats"
-OWN_HEADER_PREFIX = "x-specdec-"
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-                        "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
 MAX_BODY_BYTES = 256 * 2**20
 DEFAULT_PORT = 8001
 #: On SIGINT/SIGTERM, streams in flight get this long to finish (and be recorded).
 SHUTDOWN_GRACE_S = 15.0
+#: A client must send a request's headers within this long (from connecting, or from its first byte).
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: An upstream that sends no byte for this long is given up on (504, or a closed stream). Generous:
+#: a reply that is not streamed sends nothing until the whole completion is generated.
+DEFAULT_UPSTREAM_IDLE_S = 600.0
+#: An idle keep-alive connection from a client is closed after this long (aiohttp's default is an hour).
+KEEPALIVE_S = 75.0
 
 
 class ProxySettings(BaseModel):
@@ -70,39 +85,41 @@ class ProxySettings(BaseModel):
     rules: Path | None = Field(default=None, description="JSON file of category rules (see proxy_rules).")
     tokenizer: Path | None = Field(default=None, description="tokenizer.json for token lengths in hash mode.")
     flush_s: float = Field(default=DEFAULT_FLUSH_S, gt=0, description="Seconds between Parquet flushes.")
-
-
-def _drop(headers, extra: frozenset[str]) -> list[tuple[str, str]]:
-    named = {t.strip().lower() for t in headers.get("Connection", "").split(",") if t.strip()}
-    drop = HOP_BY_HOP | named | extra
-    return [(k, v) for k, v in headers.items()
-            if k.lower() not in drop and not k.lower().startswith(OWN_HEADER_PREFIX)]
-
-
-def request_headers(headers) -> list[tuple[str, str]]:
-    """Headers sent upstream: the client's, less hop-by-hop, Host, Content-Length and X-Specdec-*."""
-    return _drop(headers, frozenset({"host", "content-length"}))
-
-
-def response_headers(headers) -> list[tuple[str, str]]:
-    """Headers sent back: the upstream's, less hop-by-hop ones."""
-    named = {t.strip().lower() for t in headers.get("Connection", "").split(",") if t.strip()}
-    return [(k, v) for k, v in headers.items() if k.lower() not in HOP_BY_HOP | named]
+    header_timeout_s: float = Field(default=DEFAULT_HEADER_TIMEOUT_S, gt=0,
+                                    description="Seconds a client gets to send a request's headers; then 408 and "
+                                                "the connection is closed.")
+    upstream_idle_s: float = Field(default=DEFAULT_UPSTREAM_IDLE_S, gt=0,
+                                   description="Seconds without a byte from the upstream before the proxy gives up: "
+                                               "504 before the reply began, a closed stream after.")
 
 
 class Proxy:
     """The aiohttp application and its upstream session."""
 
-    def __init__(self, upstream_base: str, recorder: Recorder | None, book: CategoryBook | None = None):
+    def __init__(self, upstream_base: str, recorder: Recorder | None, book: CategoryBook | None = None,
+                 upstream_idle_s: float = DEFAULT_UPSTREAM_IDLE_S):
         self.base = upstream_base.rstrip("/")
         self.recorder = recorder
         self.book = book  # the sidecar's: each request's category, by reply id
-        self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "submit_failures": 0,
+        self.upstream_idle_s = upstream_idle_s
+        # client_gone: requests whose client left before the reply's end (their upstream connection closed);
+        # upstream_timeouts: no byte for upstream_idle_s; upstream_dropped: the upstream broke a reply off;
+        # bad_requests: requests the server could not parse; header_timeouts: headers not sent in time.
+        self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "upstream_timeouts": 0,
+                       "upstream_dropped": 0, "bad_requests": 0, "header_timeouts": 0, "submit_failures": 0,
                        "label_failures": 0}
+        self.guards: dict = {}  # transport -> HeaderGuard (proxy_guard)
         self.session: aiohttp.ClientSession | None = None
 
+    def count(self, name: str) -> None:
+        self.counts[name] += 1
+
+    def header_timeout(self, peer: str) -> None:
+        self.counts["header_timeouts"] += 1
+        log.warning("specdec proxy: %s did not send its request headers in time; answered 408 and closed", peer)
+
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[guard_middleware(self.guards)])
         app.router.add_get(STATS_PATH, self.stats)
         app.router.add_route("*", "/{tail:.*}", self.forward)
         app.on_startup.append(self._open)
@@ -112,7 +129,7 @@ class Proxy:
     async def _open(self, app) -> None:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.upstream_idle_s),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
 
@@ -154,53 +171,87 @@ class Proxy:
         except Exception:  # noqa: BLE001 - never let the label touch the response
             self.counts["label_failures"] += 1
 
+    def _broken(self, request: web.Request, exc: BaseException, sent: int) -> None:
+        """The upstream stopped mid-reply: count it, say it in one line, and close the
+        client's connection so that the reply cannot look whole."""
+        if isinstance(exc, asyncio.TimeoutError):
+            self.counts["upstream_timeouts"] += 1
+            why = f"sent nothing for {self.upstream_idle_s:g} s"
+        else:
+            self.counts["upstream_dropped"] += 1
+            why = f"broke the reply off ({type(exc).__name__}: {str(exc)[:200]})"
+        log.warning("specdec proxy: upstream %s on %s %s after %d bytes; the client's stream was closed",
+                    why, request.method, request.path, sent)
+        if request.transport is not None:
+            request.transport.close()
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
         ex = self._exchange(request)
-        body = await request.read()
-        if ex is not None:
-            ex.body = body
-        label = self._label(request, body)
-        url = URL(self.base + request.raw_path, encoded=True)
+        upstream: aiohttp.ClientResponse | None = None
+        done = False
         try:
-            upstream = await self.session.request(request.method, url, headers=request_headers(request.headers),
-                                                  data=body or None, allow_redirects=False)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            self.counts["upstream_unreachable"] += 1
-            return web.json_response({"error": {"message": f"specdec proxy: upstream not reachable "
-                                                           f"({type(exc).__name__})",
-                                                "type": "upstream_unreachable", "code": 502}}, status=502)
-        try:
-            resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                      headers=response_headers(upstream.headers))
+            body = await request.read()
             if ex is not None:
-                ex.status = upstream.status
-                ex.content_type = upstream.headers.get("Content-Type", "")
-                ex.content_encoding = upstream.headers.get("Content-Encoding", "")
+                ex.body = body
+            label = self._label(request, body)
+            url = URL(self.base + request.raw_path, encoded=True)
+            try:
+                upstream = await self.session.request(request.method, url, headers=request_headers(request.headers),
+                                                      data=body or None, allow_redirects=False)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                counter, reply = no_reply(exc, self.upstream_idle_s)
+                self.counts[counter] += 1
+                return reply
+            resp, done = await self._relay(request, upstream, ex, label)
+            return resp
+        except asyncio.CancelledError:  # the client left (aiohttp cancels the handler): close upstream too
+            self.counts["client_gone"] += 1
+            raise
+        finally:
+            if upstream is not None:
+                upstream.release() if done else upstream.close()
+            if ex is not None:
+                try:
+                    self.recorder.submit(ex)
+                except Exception:
+                    self.counts["submit_failures"] += 1
+
+    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange | None,
+                     label: str | None) -> tuple[web.StreamResponse, bool]:
+        """Send the upstream's reply back chunk by chunk; (response, whether it ended whole)."""
+        resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
+                                  headers=response_headers(upstream.headers))
+        if ex is not None:
+            ex.status = upstream.status
+            ex.content_type = upstream.headers.get("Content-Type", "")
+            ex.content_encoding = upstream.headers.get("Content-Encoding", "")
+        chunks = ex.chunks if ex is not None else None
+        sent = 0
+        try:
             await resp.prepare(request)
-            chunks = ex.chunks if ex is not None else None
-            async for chunk in upstream.content.iter_any():
+            while True:
+                try:
+                    chunk = await upstream.content.readany()
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    self._broken(request, exc, sent)
+                    return resp, False
+                if not chunk:
+                    break
                 if chunks is not None:
                     chunks.append(chunk)
                 if label is not None:
                     self._note(label, chunk, upstream.headers)
                     label = None
                 await resp.write(chunk)
+                sent += len(chunk)
             await resp.write_eof()
-            if ex is not None:
-                ex.complete = True
-            return resp
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            self.counts["client_gone"] += 1  # the client left: stop the upstream stream too
-            upstream.close()
-            return resp
-        finally:
-            upstream.release()
-            if ex is not None:
-                try:
-                    self.recorder.submit(ex)
-                except Exception:
-                    self.counts["submit_failures"] += 1
+            self.counts["client_gone"] += 1  # the client left while we wrote: the upstream is closed too
+            return resp, False
+        if ex is not None:
+            ex.complete = True
+        return resp, True
 
 
 @dataclass
@@ -234,21 +285,21 @@ async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
 
     endpoint = parse_endpoint(settings.upstream, option="--upstream")
     if endpoint.query or endpoint.user or endpoint.password:
-        from specdec.errors import SpecdecError
-
         raise SpecdecError("--upstream: give the URL without credentials or query; the clients' own "
                            "Authorization header passes through")
     recorder = (recorder or make_recorder(settings)).start()
-    runner = web.AppRunner(Proxy(endpoint.base, recorder, book).app(), access_log=None, handle_signals=False,
-                           shutdown_timeout=SHUTDOWN_GRACE_S)
+    proxy = Proxy(endpoint.base, recorder, book, upstream_idle_s=settings.upstream_idle_s)
+    # handler_cancellation: a client that leaves cancels its handler, which closes the upstream connection
+    runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S,
+                           handler_cancellation=True, keepalive_timeout=KEEPALIVE_S,
+                           logger=OneLineLog(lambda: proxy.count("bad_requests")))
     await runner.setup()
     try:
-        await web.TCPSite(runner, settings.host, settings.port).start()
+        await GuardedSite(runner, settings.host, settings.port, settings.header_timeout_s, proxy.guards,
+                          proxy.header_timeout).start()
     except OSError as exc:
         await runner.cleanup()
         recorder.close()
-        from specdec.errors import SpecdecError
-
         raise SpecdecError(f"--listen {settings.host}:{settings.port}: cannot listen there "
                            f"({exc.strerror or exc})") from None
     host, port = runner.addresses[0][:2]
@@ -256,10 +307,22 @@ async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
     return Running(f"http://{host}:{port}", runner, recorder)
 
 
-def run_proxy(settings: ProxySettings, announce=print) -> None:
-    """Serve until SIGINT or SIGTERM, then write every recorded row and stop."""
+class RowsLost(SpecdecError):
+    """The proxy stopped with recorded rows that never reached a file."""
 
-    async def main() -> None:
+
+def exposure(settings: ProxySettings) -> str:
+    """What a proxy listening beyond loopback exposes (``specdec.listen.warn_if_exposed``)."""
+    return (f"an unauthenticated route to the upstream {settings.upstream} (every path, every method), "
+            f"and {STATS_PATH} shows the output folder {settings.out_dir}")
+
+
+def run_proxy(settings: ProxySettings, announce=print) -> dict:
+    """Serve until SIGINT or SIGTERM, then write every recorded row and stop;
+    return the recorder's last counters. Raise ``RowsLost`` (exit 1 in the CLI)
+    when rows could not be written (a full disk at the end, say)."""
+
+    async def main() -> dict:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -274,5 +337,12 @@ def run_proxy(settings: ProxySettings, announce=print) -> None:
             stats = running.recorder.stats()
             announce(f"specdec proxy stopped: {stats['rows_written']} rows written, "
                      f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written")
+        return stats
 
-    asyncio.run(main())
+    stats = asyncio.run(main())
+    lost = stats["rows_pending"] + stats["rows_dropped"]
+    if lost:
+        raise RowsLost(f"{lost} recorded rows not written to {settings.out_dir} and lost "
+                       f"({stats['rows_pending']} still pending at the stop, {stats['rows_dropped']} dropped "
+                       f"over the pending limit); last error: {stats['last_error']}")
+    return stats

@@ -36,6 +36,23 @@ async def proxied(upstream: TestServer, out_dir: Path, *, recorder: Recorder | N
         await upstream.close()
 
 
+@asynccontextmanager
+async def proxy_for(upstream_url: str, out_dir: Path, **settings):
+    """A proxy in front of ``upstream_url`` with these ProxySettings; yield it
+    running (``.url``, ``.recorder``); stop it at the end."""
+    running = await start_proxy(ProxySettings(upstream=upstream_url, port=0, out_dir=out_dir, content="keep",
+                                              flush_s=3600.0, **settings))
+    try:
+        yield running
+    finally:
+        await running.stop()
+
+
+async def proxy_stats(session: aiohttp.ClientSession, url: str) -> dict:
+    async with session.get(url + "/specdec/stats") as r:
+        return (await r.json())["proxy"]
+
+
 def recorder(out_dir: Path, flush_s: float = 3600.0, **kw) -> Recorder:
     return Recorder(out_dir, RowMaker(), flush_s, **kw)
 
@@ -71,3 +88,77 @@ class EchoUpstream:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.any)
         return TestServer(app, host="127.0.0.1")
+
+
+class RawUpstream:
+    """An upstream on a bare asyncio socket, doing what no framework would:
+    ``reply`` ignores ``Expect: 100-continue`` (it reads the body and answers,
+    as a server may), ``silent`` reads the request and never answers,
+    ``stall`` sends the reply's headers and a first SSE event and then
+    nothing, ``drop`` sends them and closes the connection. ``seen`` holds
+    each request's (head, body); ``closed`` is set when the proxy closes a
+    connection the stub was still holding."""
+
+    FIRST = b'data: {"id":"r1","choices":[{"delta":{"content":"a"}}]}\n\n'
+
+    def __init__(self, mode: str = "reply"):
+        self.mode = mode
+        self.seen: list[tuple[bytes, bytes]] = []
+        self.closed = asyncio.Event()
+        self.server: asyncio.AbstractServer | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> "RawUpstream":
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = "http://127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            body = await reader.readexactly(length)
+            self.seen.append((head, body))
+            if self.mode == "reply":
+                reply = json.dumps({"got_bytes": len(body)}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                             b"Connection: close\r\n\r\n%s" % (len(reply), reply))
+                await writer.drain()
+                return
+            if self.mode in ("stall", "drop"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                             b"\r\n%x\r\n%s\r\n" % (len(self.FIRST), self.FIRST))
+                await writer.drain()
+                if self.mode == "drop":
+                    return
+            if await reader.read() == b"":  # silent, stall: wait until the proxy lets go
+                self.closed.set()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.closed.set()
+        finally:
+            writer.close()
+
+
+async def raw_exchange(url: str, data: bytes, *, wait_for: bytes | None = None, rest: bytes = b"",
+                       timeout_s: float = 3.0) -> bytes:
+    """Send ``data`` on a bare socket to the proxy at ``url``; if ``wait_for``
+    is given, wait for those bytes (e.g. ``100 Continue``) and send ``rest``;
+    return everything read until the proxy closes (within ``timeout_s``)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(data)
+        got = b""
+        if wait_for is not None:
+            while wait_for not in got:
+                chunk = await asyncio.wait_for(reader.read(4096), timeout_s)
+                assert chunk, f"closed before {wait_for!r}: {got!r}"
+                got += chunk
+            writer.write(rest)
+        return got + await asyncio.wait_for(reader.read(), timeout_s)
+    finally:
+        writer.close()
