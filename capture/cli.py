@@ -163,8 +163,15 @@ def _listen(value: str) -> tuple[str, int]:
               help="tokenizer.json for the token lengths of --content hash (default: a stated approximation).")
 @click.option("--flush-s", type=float, default=2.0, show_default=True, callback=_flush_s_option,
               help="Seconds between Parquet flushes (0.01 to 3600).")
+@click.option("--header-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="Seconds a client gets to send a request's headers (from connecting, or from the first byte "
+                   "of a next request); then 408 and the connection is closed (slow clients, slowloris).")
+@click.option("--upstream-idle-s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds without a byte from the upstream before the proxy gives up: 504 before the reply "
+                   "began, a closed stream after (counted at /specdec/stats). A reply that is not streamed "
+                   "sends nothing until it is complete: keep this above your longest generation.")
 @handle_errors
-def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None:
+def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_timeout_s, upstream_idle_s) -> None:
     """Forward an OpenAI-compatible API unchanged (streaming included) and
     record each chat/completions request as a traffic row.
 
@@ -173,10 +180,12 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None
     Session: the X-Specdec-Session header (turn = earlier assistant messages).
     Authorization and cookies pass through and are never recorded. Counters:
     GET /specdec/stats on the proxy. Stop with Ctrl-C (or SIGTERM): every
-    recorded row is written first. Then: specdec-capture proxy-export.
+    recorded row is written first; exit 1 if some could not be (the message
+    says how many). Then: specdec-capture proxy-export.
     """
-    from specdec.capture.proxy import ProxySettings, run_proxy
+    from specdec.capture.proxy import ProxySettings, exposure, run_proxy
     from specdec.capture.settings import SettingError, usable_dir
+    from specdec.listen import warn_if_exposed
 
     host, port = _listen(listen)
     try:
@@ -184,7 +193,9 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s) -> None
     except SettingError as exc:
         raise click.ClickException(str(exc)) from None
     settings = ProxySettings(upstream=upstream, host=host, port=port, out_dir=out_dir, content=content,
-                             rules=rules, tokenizer=tokenizer, flush_s=flush_s)
+                             rules=rules, tokenizer=tokenizer, flush_s=flush_s, header_timeout_s=header_timeout_s,
+                             upstream_idle_s=upstream_idle_s)
+    warn_if_exposed(host, exposure(settings), emit=lambda text: click.echo(text, err=True))
     run_proxy(settings, announce=lambda text: click.echo(text))
 
 
