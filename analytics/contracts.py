@@ -14,6 +14,10 @@ the manifest through ``runfolder.read_manifest``. Suites:
                    output_tokens >= 0; category in the manifest's
                    ``traffic.categories`` (when the manifest declares them);
                    success rows have no error_type, failed rows have one
+  every file with  category is a label as the traffic schema defines it
+  a category       (``schemas.strict.Label``: not empty, no surrounding
+                   whitespace, no control characters such as ESC): requests,
+                   greedy_checks, sample_checks
   engine_counters  every counter >= 0; accepted draft tokens <= draft tokens
   every file       run_id equals the manifest's run_id (one run per folder)
 
@@ -48,8 +52,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pydantic import TypeAdapter, ValidationError
+
 from specdec.errors import InputFileError, SpecdecError
 from specdec.replay.engine_metrics import COUNTERS as ENGINE_COUNTERS
+from specdec.schemas.strict import Label
 
 MAX_EXAMPLES = 5
 TRAFFIC_SUFFIXES = (".jsonl", ".ndjson", ".parquet")
@@ -145,6 +152,11 @@ def requests_checks(run_id: str, categories: list[str] | None) -> list[Check]:
     return out
 
 
+#: The check every record file with a category column gets (``_with_label_check``).
+CATEGORY_IS_LABEL = _all_true("category_is_label", "_category_is_label", ("category",))
+#: Record files whose rows carry the traffic row's category.
+CATEGORY_RECORDS = ("requests", "greedy_checks", "sample_checks")
+
 COUNTERS = tuple(ENGINE_COUNTERS)  # the MetricSnapshot columns replay fills from /metrics
 
 
@@ -222,6 +234,22 @@ def _rounds_table(table):
         con.close()
 
 
+def _with_label_check(table):
+    """``table`` with ``_category_is_label``: whether its category validates as a
+    ``Label``, the traffic schema's own type (each distinct value checked once)."""
+    import pyarrow as pa
+
+    adapter, ok = TypeAdapter(Label), {}
+    for value in table["category"].unique().to_pylist():
+        try:
+            adapter.validate_python(value)
+            ok[value] = True
+        except ValidationError:
+            ok[value] = False
+    flags = [ok[v] for v in table["category"].to_pylist()]
+    return table.append_column("_category_is_label", pa.array(flags, pa.bool_()))
+
+
 def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
     from specdec.analytics.build import load_record_file, run_kind
     from specdec.runfolder import RECORD_FILES, files_of, read_manifest
@@ -245,8 +273,12 @@ def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
                                   "output_tokens"])
         elif rec.name == "engine_counters":
             table, checks = table.select(["run_id", *KEYS["engine_counters"], *COUNTERS]), counters_checks(run_id)
+        elif rec.name in CATEGORY_RECORDS:
+            table, checks = table.select(["run_id", "category"]), [_run_id(run_id)]
         else:
             table, checks = table.select(["run_id"]), [_run_id(run_id)]
+        if rec.name in CATEGORY_RECORDS:
+            table, checks = _with_label_check(table), [*checks, CATEGORY_IS_LABEL]
         out.append((_record_frame(rec, files, table, KEYS.get(rec.name, ())), checks))
     return out
 
@@ -255,7 +287,6 @@ def traffic_frame(path: Path) -> Frame:
     """A traffic file's rows as parsed (not yet validated), with a
     ``_row_valid`` / ``problem`` column from TrafficRow."""
     import pandas as pd
-    from pydantic import ValidationError
 
     from specdec.replay import traffic as tr
     from specdec.schemas.records import TrafficRow

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.analytics.html import banner, esc, table
+from specdec.analytics.labels_text import chart_safe
 from specdec.analytics.report_data import Table
 
 __all__ = ["Comparison", "comparisons_in", "side_by_side", "render_side_by_side", "summary_lines"]
@@ -113,8 +114,9 @@ def _chart(t: Table) -> dict | None:
 
 
 def chart_specs(t: Table) -> dict[str, dict]:
+    """The page's charts, their labels safe for the renderer (``labels_text``)."""
     spec = _chart(t)
-    return {"side_by_side_speedup": spec} if spec else {}
+    return {"side_by_side_speedup": chart_safe(spec)} if spec else {}
 
 
 def _cell(v, fmt: str = "{:.2f}") -> str:
