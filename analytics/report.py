@@ -23,6 +23,7 @@ from specdec.analytics import side_by_side
 from specdec.analytics.build import build
 from specdec.analytics.html import banner, esc, script_json, table
 from specdec.analytics.intervals import METHOD
+from specdec.analytics.labels import RULE as LABEL_RULE
 from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
@@ -40,15 +41,14 @@ DEFINITIONS = {
                "ratio, speculative block / baseline block of the same repeat (capacity). Successful requests only; "
                "n/a with excluded_reason when the level failed in either arm. speedup_mean_of_rates is the old "
                "ratio of mean per-request tokens/s, shown for comparison only (it favours requests that finish fast)",
-    "intervals": METHOD + " ci_low/ci_high: measurement noise for this prompt set; prompts_ci_low/high: also the "
-                 "choice of prompts from the category.",
-    "aa": "A/A control: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, with the "
-          "same statistic and its interval; aa_floor = max(aa_ci_high, 1 / aa_ci_low), the A/A interval mirrored "
-          "about 1. n/a with one repeat",
-    "label": "from the measurement interval (the claim is about this prompt set): faster when ci_low > 1 and "
-             "ci_low > aa_floor; slower when ci_high < 1 and ci_high < 1 / aa_floor; otherwise within noise "
-             "(the A/A condition applies when there is an A/A floor); n/a without an interval (label_basis says why)",
-    "knee": "below_one_concurrency: first level whose interval's high end is below 1; gain_lost_concurrency: first "
+    "intervals": METHOD + " ci_low/ci_high: the family-wise interval the label reads (ci_level says its level); "
+                 "pointwise_ci_low/high: the same at 95%; prompts_ci_low/high: also the choice of prompts from the "
+                 "category (prompts and runs together).",
+    "aa": "A/A calibration check: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, "
+          "with the same statistic and its 95% interval; aa_check says whether it holds 1 (about 95% of groups "
+          "should). Not a hurdle for any label. n/a with one repeat",
+    "label": LABEL_RULE,
+    "knee": "below_one_concurrency: first level labelled slower; gain_lost_concurrency: first "
             "level past the peak where speedup - 1 < peak_fraction x (peak - 1); n/a when it never happens",
     "prefix_cache": "prefix_cache_hit_rate = hits / queries, deltas of vLLM's prefix-cache counters around one block "
                     "(one arm, level and repeat); prefix_cache_reset: the cache was reset just before the block",
@@ -90,9 +90,10 @@ DEFINITIONS = {
                   "and no speedup or lossless figure is computed from it",
 }
 
-SPEEDUP_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "label", "pairs", "prompts",
-                   "repeats", "prompts_ci_low", "prompts_ci_high", "aa_speedup", "aa_ci_low", "aa_ci_high",
-                   "aa_floor", "aa_pairs", "speedup_mean_of_rates", "baseline_tokens_per_s",
+SPEEDUP_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "ci_level", "label", "clears_margin",
+                   "detectable_effect", "repeats_needed", "pairs", "prompts", "repeats", "df", "p_value",
+                   "pointwise_ci_low", "pointwise_ci_high", "prompts_ci_low", "prompts_ci_high", "aa_speedup",
+                   "aa_ci_low", "aa_ci_high", "aa_check", "aa_pairs", "speedup_mean_of_rates", "baseline_tokens_per_s",
                    "speculative_tokens_per_s", "label_basis", "excluded_reason")
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}

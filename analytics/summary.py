@@ -14,7 +14,7 @@ from __future__ import annotations
 import unicodedata
 
 from specdec.analytics.html import fmt
-from specdec.analytics.intervals import LEVEL
+from specdec.analytics.labels import RULE_SHORT
 from specdec.analytics.report_data import ReportData
 
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
@@ -112,8 +112,7 @@ def _verdict_lines(data: ReportData) -> list[str]:
     if not data.verdict:
         return []
     return (["verdict:"] + [f"  - {term(s.text)}" for s in data.verdict]
-            + [f"  (labels: {LEVEL:.0%} measurement interval against 1 and the A/A floor; a t interval over "
-               f"repeats with the run's pooled block noise; see the report)"])
+            + [f"  (labels: {RULE_SHORT}; see the report)"])
 
 
 def _weighted_lines(data: ReportData) -> list[str]:

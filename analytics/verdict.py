@@ -1,14 +1,17 @@
 """The verdict in words: a few sentences at the top of the report and the
 terminal summary, computed only from mart rows.
 
-Per category (and ``(system)``): where speculation pays (speedup, its 95%
-measurement interval, up to which concurrency), where it is within noise,
-where it costs, and from which level the gain falls below a fraction of its
-peak (``knee``, cited only after a peak labelled ``faster``); then the lossless
-result in one sentence, with its precision
-(dtype) and sample sizes, when the ``lossless`` mart exists. Labels are the
-``speedup`` mart's (``faster`` / ``slower`` / ``within noise``); nothing is
-judged again here.
+Per category (and ``(system)``): where speculation pays (speedup, its
+family-wise interval, up to which concurrency), where it is equivalent to off
+within the run's margin, where the run cannot tell, where it costs, and from
+which level the gain falls below a fraction of its peak (``knee``, cited only
+after a peak labelled ``faster``); then the calibration check (how many A/A
+intervals hold 1, and the family-wise error rate of the labels); then the
+lossless result in one sentence, with its precision (dtype) and sample sizes,
+when the ``lossless`` mart exists. Labels are the ``speedup`` mart's
+(``analytics/labels.py``: faster / slower / equivalent / inconclusive);
+nothing is judged again here, and every figure is printed with the interval
+its label reads.
 
 Everything takes plain rows (dicts with the marts' column names), so tests
 can change the data and watch the sentence change. A sentence is a tuple of
@@ -27,10 +30,10 @@ from specdec.levels import name_of
 
 Names = Mapping[int, str] | None  # level key -> name (open loop); None: c<key>
 
-__all__ = ["Part", "Sentence", "category_sentence", "lossless_sentence", "row_anchor", "verdict"]
+__all__ = ["Part", "Sentence", "calibration_sentence", "category_sentence", "lossless_sentence", "row_anchor",
+           "verdict"]
 
 SYSTEM = "(system)"
-FULL_BASIS = "measurement interval against 1 and the A/A floor"
 
 
 @dataclass(frozen=True)
@@ -68,8 +71,14 @@ def _x(v: float) -> str:
     return f"{v:.2f}x"
 
 
+def _pct(v: float) -> str:
+    """0.05 -> '5%', 0.125 -> '12.5%'."""
+    return f"{100 * v:.3g}%"
+
+
 def _ci(r: dict) -> str:
-    return f"95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}"
+    level = r.get("ci_level") or 0.95
+    return f"{100 * level:.3g}% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}"
 
 
 def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None) -> list[Part]:
@@ -112,22 +121,27 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
                           row_anchor("speedup", cat, excluded[0]["concurrency"]) if excluded else None))
         return Sentence(tuple(parts))
     by_label = {lab: [r for r in computed if r.get("label") == lab]
-                for lab in ("faster", "within noise", "slower", None)}
+                for lab in ("faster", "equivalent", "inconclusive", "slower", None)}
     clauses: list[list[Part]] = []
     faster = by_label["faster"]
     if faster:
         head = ("faster at every level" if faster == computed
                 else f"faster up to {_up_to(faster[-1]['concurrency'], names)}"
                 if len(faster) > 1 and faster == computed[:len(faster)] else "faster")
-        clauses.append([Part(head + ": ")] + _figures(faster, names=names))
-    noise = by_label["within noise"]
-    if noise:
-        head = "within noise at every level" if noise == computed else "within noise"
-        clauses.append([Part(head + ": ")] + _figures(noise, names=names))
+        clauses.append([Part(head + ": ")] + _figures(faster, names=names) + _margin_note(faster, "gain"))
+    equivalent = by_label["equivalent"]
+    if equivalent:
+        margin = _pct(equivalent[0].get("margin") or 0.05)
+        head = "equivalent to off" + (" at every level" if equivalent == computed else "")
+        clauses.append([Part(f"{head} (within +-{margin}): ")] + _figures(equivalent, names=names))
+    unsure = by_label["inconclusive"]
+    if unsure:
+        head = "inconclusive at every level" if unsure == computed else "inconclusive"
+        clauses.append([Part(head + ": ")] + _figures(unsure, names=names) + [Part(_resolution(unsure))])
     slower = by_label["slower"]
     if slower:
         head = "slower at every level" if slower == computed else "slower"
-        clauses.append([Part(head + ": ")] + _figures(slower, names=names))
+        clauses.append([Part(head + ": ")] + _figures(slower, names=names) + _margin_note(slower, "loss"))
     unlabelled = by_label[None]
     if unlabelled:
         basis = unlabelled[0].get("label_basis") or "no interval"
@@ -147,13 +161,57 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
     for i, clause in enumerate(clauses):
         parts += clause
         parts.append(Part("; " if i < len(clauses) - 1 else ""))
-    labelled = [r for r in computed if r.get("label") is not None]
-    bases = {r.get("label_basis") for r in labelled}
-    note = ""
-    if labelled and bases != {FULL_BASIS}:
-        note = "; labels from " + " / ".join(sorted(b for b in bases if b))
-    parts.append(Part(f" [{_sample(cat, computed)}{note}]."))
+    parts.append(Part(f" [{_sample(cat, computed)}]."))
     return Sentence(tuple(p for p in parts if p.text))
+
+
+def _margin_note(rows: Sequence[dict], what: str) -> list[Part]:
+    """Whether the faster (slower) figures also clear the margin."""
+    margin = _pct(rows[0].get("margin") or 0.05)
+    clears = [r.get("clears_margin") for r in rows]
+    if all(c is True for c in clears):
+        return [Part(f", each {what} beyond the {margin} margin")]
+    if all(c is False for c in clears):
+        return [Part(f" (the {what} may be under the {margin} margin)")]
+    short = [name_of(r["concurrency"], None) for r in rows if r.get("clears_margin") is False]
+    return [Part(f" (at {', '.join(short)} the {what} may be under the {margin} margin)")]
+
+
+def _resolution(rows: Sequence[dict]) -> str:
+    """'; this run cannot tell effects smaller than about 12% from none; --repeats 9 would resolve +-5%'."""
+    detect = max((r.get("detectable_effect") or 0.0) for r in rows)
+    needed = max((r.get("repeats_needed") or 0) for r in rows)
+    margin = _pct(rows[0].get("margin") or 0.05)
+    text = f"; this run cannot tell effects smaller than about {_pct(detect)} from none"
+    if needed > 100:
+        return text + f" (more than 100 repeats would be needed to resolve +-{margin})"
+    if needed:
+        return text + f"; --repeats {needed} would resolve +-{margin}"
+    return text
+
+
+def calibration_sentence(rows: Sequence[dict]) -> Sentence | None:
+    """The calibration check beside the verdict: how many A/A intervals hold 1,
+    and the family-wise error rate and margin the labels were read with."""
+    labelled = [r for r in rows if r.get("label") is not None]
+    aa = [r for r in rows if r.get("aa_check") is not None]
+    if not labelled and not aa:
+        return None
+    parts: list[Part] = [Part("calibration: ")]
+    if aa:
+        held = sum(r["aa_check"] == "holds 1" for r in aa)
+        parts.append(Part(f"{held} of {len(aa)} A/A intervals (the baseline against itself) hold 1, about 95% "
+                          "expected" + ("" if held >= len(aa) - max(1, round(0.1 * len(aa))) else
+                                        ": more excluded than chance allows, so this run's noise is not what the "
+                                        "intervals assume; read its labels with care")))
+    if labelled:
+        sizes = sorted({r.get("family_size") for r in labelled if r.get("family_size")})
+        margin = _pct(labelled[0].get("margin") or 0.05)
+        parts.append(Part(("; " if aa else "") + f"labels hold a 5% family-wise error rate over "
+                          f"{sizes[-1] if sizes else len(labelled)} labels (Holm) with a {margin} margin "
+                          "declared before the run"))
+    parts.append(Part("."))
+    return Sentence(tuple(parts))
 
 
 def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = None) -> Sentence:
@@ -192,6 +250,9 @@ def verdict(speedup: Iterable[dict], knee: Iterable[dict] = (), lossless: Sequen
     knees = {k["category"]: k for k in knee}
     order = sorted(c for c in by_cat if c != SYSTEM) + ([SYSTEM] if SYSTEM in by_cat else [])
     out = [category_sentence(c, by_cat[c], knees.get(c), names) for c in order]
+    calibration = calibration_sentence([r for c in order for r in by_cat[c]])
+    if calibration is not None:
+        out.append(calibration)
     if lossless is not None:
         out.append(lossless_sentence(lossless, dtype, names))
     return tuple(out)

@@ -15,6 +15,9 @@
 --   knee_peak_fraction  manifest.knee_peak_fraction when the manifest has it, else the
 --                   default 0.5: the knee mart's "gain lost" level is the first level past
 --                   the peak where speedup - 1 < knee_peak_fraction * (peak - 1)  [share 0..1]
+--   margin          manifest.margin when the manifest has it, else the default 0.05: the
+--                   practical margin delta declared before the run, which the speedup labels
+--                   read (analytics/labels.py: equivalent = inside [1/(1+delta), 1+delta])  [share]
 with source as (
     select run_id, source_path, manifest from stg_manifest
 ),
@@ -27,7 +30,8 @@ final as (
         cast(manifest ->> 'max_error_rate' as double) as max_error_rate,
         manifest -> 'capture' ->> 'source' as capture_source,
         manifest ->> 'dtype' as dtype,
-        coalesce(try_cast(manifest ->> 'knee_peak_fraction' as double), 0.5) as knee_peak_fraction
+        coalesce(try_cast(manifest ->> 'knee_peak_fraction' as double), 0.5) as knee_peak_fraction,
+        coalesce(try_cast(manifest ->> 'margin' as double), 0.05) as margin
     from source
 )
 select * from final

@@ -7,13 +7,14 @@
 --   peak_speedup           the largest speedup over those levels
 --   peak_concurrency       the lowest level at which it occurs
 --   peak_label             the speedup mart's label at that level: a "gain" that is
---                          'within noise' (or NULL, no interval) is no gain to lose, so
+--                          not 'faster' (or NULL, no interval) is no gain to lose, so
 --                          read gain_lost_concurrency with it (the verdict cites it only
 --                          after a 'faster' peak)
 --   peak_fraction          int_run_settings.knee_peak_fraction of the run (default 0.5)
---   below_one_concurrency  the first (lowest) level whose interval's high end is below 1:
---                          speculation is measurably slower from there; NULL when no
---                          level's ci_high < 1 (or no level has an interval)
+--   below_one_concurrency  the first (lowest) level labelled 'slower' in the speedup mart
+--                          (its family-wise interval lies below 1: speculation is measurably
+--                          slower from there, with the run's labels' family-wise error rate);
+--                          NULL when no level is labelled 'slower' 
 --   gain_lost_concurrency  the first level above peak_concurrency where the gain has
 --                          fallen below peak_fraction of the peak gain:
 --                          speedup - 1 < peak_fraction * (peak_speedup - 1);
@@ -43,7 +44,7 @@ peaks as (
 below_one as (
     select run_id, category, min(concurrency) as below_one_concurrency
     from speedup_rows
-    where ci_high < 1
+    where label = 'slower'
     group by run_id, category
 ),
 gain_lost as (

@@ -15,20 +15,29 @@
 --                 '(system)': geometric mean over repeats of the ratio of whole-level
 --                   throughput, speculative block / baseline block of the same repeat
 --                   (int_blocks_paired: one block = one arm, level and repeat)
---   ci_low, ci_high  95% "measurement" interval, prompts fixed: a Student t interval over
---                 repeats. Each repeat gives a block figure (mean log ratio over the group's
---                 prompts in that repeat; '(system)': the block throughput log ratio); the
---                 interval is mean +- t(0.975, df) * sqrt(s2 / R), where s2 is the run's pooled
---                 block noise: the mean squares of every group's A/B block residuals (scaled by
---                 sqrt(R/(R-1))) and of every A/A block figure, pooled by their degrees of
---                 freedom, because noise shared by a whole block or repeat dominates on a small
---                 host; df = sum over levels of (repeats - 1), for each of the two sets.
---                 Computed by analytics/intervals.py into
---                 int_speedup_intervals (its df column). NULL with one repeat
---   prompts_ci_low, prompts_ci_high  95% "prompts" interval, a paired bootstrap: prompts
---                 resampled with replacement within the category, each with all its pairs
---                 (covers the choice of prompts too), 2000 resamples, seed 0, percentile
---                 interval; NULL for '(system)' and with < 2 prompts
+--   ci_low, ci_high  the family-wise interval the label reads: a Student t interval over
+--                 repeats at ci_level. Each repeat gives a block figure (mean log ratio over the
+--                 group's prompts in that repeat; '(system)': the block throughput log ratio);
+--                 the interval is mean +- t(1 - (1 - ci_level) / 2, df) * sqrt(V / R), where V is
+--                 the variance of one block figure of this category (its own series across
+--                 levels: a shift shared by every level of a repeat, the server process, plus
+--                 the block's own noise; method of moments, analytics/variance.py) and df is
+--                 Satterthwaite's for that design. ci_level is Holm's level for the row's rank
+--                 among the run's labelled rows (family_size of them): 1 - 0.05 / (m - i + 1),
+--                 so the labels keep a family-wise error rate of 5%. Computed by
+--                 analytics/intervals.py into int_speedup_intervals ('family' rows).
+--                 NULL with one repeat
+--   ci_level      the confidence level of ci_low/ci_high (0.95 for a family of one)
+--   pointwise_ci_low, pointwise_ci_high  the same interval at 95%, not adjusted for the family
+--   df            Satterthwaite's degrees of freedom of V (repeats - 1 when the shared
+--                 shift dominates; sum over levels of repeats - 1 when it is absent)
+--   p_value       two-sided, against a ratio of 1, from the t statistic (mean / sqrt(V / R))
+--   family_size   labelled rows of the run in this mart (Holm's m)
+--   prompts_ci_low, prompts_ci_high  95% "prompts and runs" interval: the prompts are a
+--                 sample of the category, so mean over prompts of each prompt's mean log
+--                 ratio +- t * sqrt(V / R + s2_prompt / P), df by Satterthwaite: covers the
+--                 choice of prompts and run-to-run noise together; NULL for '(system)', with
+--                 < 2 prompts or one repeat
 --   pairs         per category: request pairs the speedup is computed from;
 --                 '(system)': block pairs (one per repeat)
 --   prompts       distinct prompts among those pairs (for '(system)': over all categories)
@@ -39,17 +48,26 @@
 --                 '(system)' the geometric mean of block throughput ratios (r + 1 / r).
 --                 NULL with one repeat
 --   aa_pairs      pairs the A/A figure is computed from (block pairs for '(system)')
---   aa_ci_low, aa_ci_high  its 95% interval: the t interval of the group's A/A block
---                 figures (R - 1 of them), mean +- t(0.975, df) * sqrt(s2 / (R - 1)), same s2
---                 and df; from 2 repeats, for '(system)' too
---   aa_floor      = greatest(aa_ci_high, 1 / aa_ci_low): the A/A interval mirrored
---                 about 1, since which repeat is "treatment" is arbitrary; NULL without
---                 an A/A interval
---   label         from the measurement interval (the claim is about this prompt set):
---                 'faster'  ci_low > 1 and, when there is an A/A floor, ci_low > aa_floor
---                 'slower'  ci_high < 1 and, when there is an A/A floor, ci_high < 1 / aa_floor
---                 'within noise' otherwise; NULL when there is no speedup or no interval
---   label_basis   what the label rests on, in words (says when there is no interval or no A/A floor)
+--   aa_ci_low, aa_ci_high  its 95% interval, the calibration check: the baseline's own
+--                 block figures rebuilt from the consecutive A/A figures, their variance and
+--                 df estimated as above (consecutive A/A figures share a block); from 2 repeats
+--   aa_check      'holds 1' when the A/A interval holds 1 (the noise model is consistent with
+--                 the baseline against itself), 'excludes 1' otherwise (about 5% of groups by
+--                 chance; more: the run's noise is not what the model assumes); NULL without
+--                 an A/A interval. Not a hurdle for the label
+--   margin        the run's practical margin delta (manifest.margin, declared before the run)
+--   label         analytics/labels.py, from ci_low/ci_high and margin:
+--                 'faster'        ci_low > 1
+--                 'slower'        ci_high < 1
+--                 'equivalent'    1 / (1 + margin) <= ci_low and ci_high <= 1 + margin
+--                 'inconclusive'  otherwise
+--                 NULL when there is no speedup or no interval
+--   clears_margin  faster: ci_low > 1 + margin; slower: ci_high < 1 / (1 + margin); else NULL
+--   detectable_effect  the half-width of the interval as a share (exp(half) - 1): effects
+--                 smaller than about this cannot be told from none by this run
+--   repeats_needed  inconclusive rows: the fewest repeats (<= 100; 101: more) whose interval
+--                 at this level would be no wider than ln(1 + margin) / 2, with this run's V
+--   label_basis   what the label rests on, in words (says when there is no interval)
 --   speedup_mean_of_rates  per category only: speculative_tokens_per_s / baseline_tokens_per_s,
 --                 the old mean-of-rates ratio (it favours requests that finish fast; kept for
 --                 comparison); NULL for '(system)'
@@ -76,6 +94,9 @@ request_pairs as (
 ),
 block_pairs as (
     select * from int_blocks_paired
+),
+settings as (
+    select run_id, margin from int_run_settings
 ),
 intervals as (
     select * from int_speedup_intervals where segment is null
@@ -148,8 +169,19 @@ stats as (
 cis as (
     select
         run_id, category, concurrency,
-        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'measurement') as ci_low,
-        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'measurement') as ci_high,
+        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'family') as ci_low,
+        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'family') as ci_high,
+        any_value(ci_level) filter (where comparison = 'ab' and "interval" = 'family') as ci_level,
+        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'measurement') as pointwise_ci_low,
+        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'measurement') as pointwise_ci_high,
+        any_value(df) filter (where comparison = 'ab' and "interval" = 'family') as df,
+        any_value(p_value) filter (where comparison = 'ab' and "interval" = 'family') as p_value,
+        any_value(family_size) filter (where comparison = 'ab' and "interval" = 'family') as family_size,
+        any_value(label) filter (where comparison = 'ab' and "interval" = 'family') as interval_label,
+        any_value(clears_margin) filter (where comparison = 'ab' and "interval" = 'family') as clears_margin,
+        any_value(detectable_effect) filter (where comparison = 'ab' and "interval" = 'family')
+            as detectable_effect,
+        any_value(repeats_needed) filter (where comparison = 'ab' and "interval" = 'family') as repeats_needed,
         any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_low,
         any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_high,
         any_value(ci_low) filter (where comparison = 'aa' and "interval" = 'measurement') as aa_ci_low,
@@ -162,7 +194,10 @@ judged as (
         groups.*,
         stats.* exclude (run_id, category, concurrency),
         cis.* exclude (run_id, category, concurrency),
-        greatest(cis.aa_ci_high, 1 / cis.aa_ci_low) as aa_floor,
+        case when cis.aa_ci_low is null then null
+             when cis.aa_ci_low <= 1 and 1 <= cis.aa_ci_high then 'holds 1'
+             else 'excludes 1' end as aa_check,
+        settings.margin,
         coalesce(
             levels.excluded_reason,
             case
@@ -182,25 +217,20 @@ judged as (
     left join levels using (run_id, concurrency)
     left join stats using (run_id, category, concurrency)
     left join cis using (run_id, category, concurrency)
+    left join settings using (run_id)
 ),
 labelled as (
     select
         *,
-        case
-            when excluded_reason is not null or ci_low is null then null
-            when ci_low > 1 and (aa_floor is null or ci_low > aa_floor) then 'faster'
-            when ci_high < 1 and (aa_floor is null or ci_high < 1 / aa_floor) then 'slower'
-            else 'within noise'
-        end as label,
+        case when excluded_reason is null and ci_low is not null then interval_label end as label,
         case
             when excluded_reason is not null then null
             when ci_low is null and category = '(system)'
                 then 'no interval: one repeat; needs --repeats 2 or more'
             when ci_low is null
                 then 'no interval: one pair per prompt; needs --repeats 2 or more'
-            when aa_floor is null
-                then 'measurement interval against 1; no A/A floor, needs 2 repeats'
-            else 'measurement interval against 1 and the A/A floor'
+            else printf('%.4g%% family-wise interval (Holm over %d labels) against 1 and the %.3g%% margin',
+                        100 * ci_level, family_size, 100 * margin)
         end as label_basis
     from judged
 ),
@@ -212,9 +242,19 @@ final as (
         case when excluded_reason is null then speedup end as speedup,
         case when excluded_reason is null then ci_low end as ci_low,
         case when excluded_reason is null then ci_high end as ci_high,
+        case when excluded_reason is null then ci_level end as ci_level,
+        case when excluded_reason is null then pointwise_ci_low end as pointwise_ci_low,
+        case when excluded_reason is null then pointwise_ci_high end as pointwise_ci_high,
+        case when excluded_reason is null then df end as df,
+        case when excluded_reason is null then p_value end as p_value,
+        case when excluded_reason is null then family_size end as family_size,
         case when excluded_reason is null then prompts_ci_low end as prompts_ci_low,
         case when excluded_reason is null then prompts_ci_high end as prompts_ci_high,
+        margin,
         label,
+        case when label is not null then clears_margin end as clears_margin,
+        case when label is not null then detectable_effect end as detectable_effect,
+        case when label = 'inconclusive' then repeats_needed end as repeats_needed,
         label_basis,
         coalesce(pairs, 0) as pairs,
         coalesce(prompts, 0) as prompts,
@@ -223,7 +263,7 @@ final as (
         coalesce(aa_pairs, 0) as aa_pairs,
         case when excluded_reason is null then aa_ci_low end as aa_ci_low,
         case when excluded_reason is null then aa_ci_high end as aa_ci_high,
-        case when excluded_reason is null then aa_floor end as aa_floor,
+        case when excluded_reason is null then aa_check end as aa_check,
         case when excluded_reason is null and category <> '(system)'
              then speculative_tokens_per_s / baseline_tokens_per_s end as speedup_mean_of_rates,
         baseline_tokens_per_s,

@@ -32,16 +32,17 @@
 --                    time in each arm [ms]; NULL for 'unknown'
 --   excluded_reason  int_levels_compared.excluded_reason: the level failed in either arm or
 --                    an arm did not run it, so no speedup is computed from it; else NULL
---   ci_low, ci_high  95% measurement interval of the segment's speedup: per repeat the mean
---                    log ratio of the segment's pairs (its block figure), t interval over
---                    repeats with the run's pooled block noise, exactly as speedup's ci_low/ci_high
---                    (analytics/intervals.py, int_speedup_intervals rows with this segment);
---                    NULL for 'unknown', with one repeat, or when the level is excluded
---   aa_floor         the speedup mart's aa_floor of the same category and level (the A/A
---                    control is of whole requests; a segment has no A/A figure of its own)
---   label            as in speedup: 'faster' when ci_low > 1 and, with an A/A floor,
---                    ci_low > aa_floor; 'slower' when ci_high < 1 and, with one,
---                    ci_high < 1 / aa_floor; else 'within noise'; NULL without an interval
+--   ci_low, ci_high  the family-wise interval of the segment's speedup, as speedup's
+--                    ci_low/ci_high: per repeat the mean log ratio of the segment's pairs (its
+--                    block figure), t interval over repeats with the variance components of the
+--                    category's segment series and Satterthwaite df, at Holm's level among the
+--                    run's segment rows (analytics/intervals.py, int_speedup_intervals 'family'
+--                    rows with this segment); NULL for 'unknown', with one repeat, or when the
+--                    level is excluded
+--   ci_level         the confidence level of ci_low/ci_high
+--   label            as in speedup (analytics/labels.py): 'faster' (ci_low > 1), 'slower'
+--                    (ci_high < 1), 'equivalent' (inside the run's margin), 'inconclusive';
+--                    NULL without an interval
 with segments as (
     select * from int_natural_end_pairs
 ),
@@ -50,10 +51,7 @@ levels as (
 ),
 intervals as (
     select * from int_speedup_intervals
-    where segment is not null and comparison = 'ab' and "interval" = 'measurement'
-),
-floors as (
-    select run_id, category, concurrency, aa_floor from speedup
+    where segment is not null and comparison = 'ab' and "interval" = 'family'
 ),
 stats as (
     select
@@ -78,15 +76,14 @@ joined as (
         levels.excluded_reason,
         case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_low end as ci_low,
         case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_high end as ci_high,
-        case when stats.segment <> 'unknown' then floors.aa_floor end as aa_floor
+        case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_level end
+            as ci_level,
+        case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.label end as label
     from stats
     left join levels using (run_id, concurrency)
     left join intervals
       on intervals.run_id = stats.run_id and intervals.category = stats.category
      and intervals.concurrency = stats.concurrency and intervals.segment = stats.segment
-    left join floors
-      on floors.run_id = stats.run_id and floors.category = stats.category
-     and floors.concurrency = stats.concurrency
 ),
 final as (
     select
@@ -98,13 +95,8 @@ final as (
         case when excluded_reason is null then geometric_mean_ratio end as speedup,
         ci_low,
         ci_high,
-        aa_floor,
-        case
-            when ci_low is null then null
-            when ci_low > 1 and (aa_floor is null or ci_low > aa_floor) then 'faster'
-            when ci_high < 1 and (aa_floor is null or ci_high < 1 / aa_floor) then 'slower'
-            else 'within noise'
-        end as label,
+        ci_level,
+        label,
         pairs,
         prompts,
         repeats,

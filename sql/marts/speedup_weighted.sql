@@ -62,7 +62,7 @@
 --                    by analytics/intervals.py as the speedup mart's: per repeat the block figure
 --                    ln(sum_c share_used_c Tb_c,r / sum_c share_used_c Ts_c,r) (repeats in which
 --                    every weighted category has a pair), t interval over those repeats with
---                    the run's pooled block noise; NULL with fewer than 2 such repeats, or when
+--                    the variance components of that series and Satterthwaite df (pointwise); NULL with fewer than 2 such repeats, or when
 --                    speedup is NULL
 --   definition       which figure the row's speedup is, in words
 --   note             what to know about the row: a category with no share contributes nothing;

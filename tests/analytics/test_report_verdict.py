@@ -56,10 +56,15 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     page, summary = render_html(data), summary_text(data)
     lines = summary.splitlines()
     at = lines.index("verdict:")
-    assert lines[at + 1] == ("  - chat: faster at every level: 1.25x (95% CI 1.25-1.25) at c1 "
-                             "[n = 4 pairs per level: 2 prompts x 2 repeats].")
-    assert lines[at + 2].startswith("  - code: faster at every level: 4.00x (95% CI 4.00-4.00) at c1")
-    assert lines[at + 4] == ("  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
+    # three labels in the run (chat, code, (system)), each with no noise at all: Holm's levels
+    # 1 - 0.05 / 3, / 2 and / 1 by rank
+    assert re.fullmatch(r"  - chat: faster at every level: 1\.25x \(9[0-9.]+% CI 1\.25-1\.25\) at c1, each gain "
+                        r"beyond the 5% margin \[n = 4 pairs per level: 2 prompts x 2 repeats\]\.", lines[at + 1])
+    assert re.match(r"  - code: faster at every level: 4\.00x \(9[0-9.]+% CI 4\.00-4\.00\) at c1", lines[at + 2])
+    assert lines[at + 4] == ("  - calibration: 3 of 3 A/A intervals (the baseline against itself) hold 1, about "
+                             "95% expected; labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
+                             "margin declared before the run.")
+    assert lines[at + 5] == ("  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
                              "1 near-tie (margin at most 0.05); A/A floor 3/4 identical).")
     assert lines[at - 1].split()[0] == "speculative"  # after the failures table, before any figure
     # in the page: right after the run line, before the charts and every section
@@ -71,7 +76,7 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     assert len(re.findall(r' id="([^"]+)"', page)) == len(set(re.findall(r' id="([^"]+)"', page)))  # ids unique
     for t in targets:
         assert f'id="{t}"' in page, t
-    assert "Student t interval over repeats" in verdict_html and "2000 resamples, seed 0" in verdict_html
+    assert "Satterthwaite" in verdict_html and "Holm" in verdict_html and "inconclusive" in verdict_html
 
 
 def test_speedup_table_chart_and_prefix_cache(repeated):
@@ -79,7 +84,7 @@ def test_speedup_table_chart_and_prefix_cache(repeated):
     page, summary = render_html(data), summary_text(data)
     head = page[page.index("<h2>Speedup"):page.index("<h2>Knee")]
     for col in ("<th>ci_low</th>", "<th>prompts_ci_high</th>", "<th>label</th>", "<th>pairs</th>",
-                "<th>aa_floor</th>", "<th>speedup_mean_of_rates</th>", "geometric mean over paired prompts"):
+                "<th>aa_check</th>", "<th>ci_level</th>", "<th>speedup_mean_of_rates</th>", "geometric mean over paired prompts"):
         assert col in head, col
     # the chart draws the interval as a rule from ci_low to ci_high
     spec = json.loads(re.search(r"vegaEmbed\('#speedup', (.*), \{actions: false\}\);", page).group(1))

@@ -1,5 +1,5 @@
 """Runs with repeats (see conftest: repeated_requests): the paired speedup, its
-intervals, the A/A floor, the labels, the knee, per-block throughput and
+intervals, the A/A check, the labels, the knee, per-block throughput and
 prefix cache, and pairing by repeat in the other marts."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import math
 import pytest
 from pytest import approx
 
+from specdec.analytics.variance import t_quantile, t_sf
 from specdec.schemas.records import RoundTrace
 
 from .conftest import RUN, T0, repeated_counters, repeated_requests, write_run
@@ -47,13 +48,21 @@ def test_paired_speedup_is_the_geometric_mean_of_paired_e2e_ratios(tmp_path, que
     # the old mean of rates: baseline 50 and 100 tokens/s (mean 75), speculative 100 and 800 (mean 450): 6
     assert got["speedup_mean_of_rates"] == approx(6.0)
     assert got["definition"] == "geometric mean of paired e2e ratios"
-    # every repeat alike: zero-width measurement interval; prompts interval spans 2 .. 8
+    # every repeat alike: zero-width measurement interval (no run-to-run noise at all)
     assert (got["ci_low"], got["ci_high"]) == (approx(4.0), approx(4.0))
-    assert (got["prompts_ci_low"], got["prompts_ci_high"]) == (approx(2.0), approx(8.0))
+    assert (got["pointwise_ci_low"], got["pointwise_ci_high"]) == (approx(4.0), approx(4.0))
+    # prompts and runs: prompt means ln 2 and ln 8, s2_prompt = 2 (ln 2)^2, se^2 = 0 + s2_prompt / 2,
+    # df 1 (two prompts): 4 x 2^(-+t(0.975, 1))
+    t1 = t_quantile(0.975, 1)
+    assert (got["prompts_ci_low"], got["prompts_ci_high"]) == (approx(4 * 2 ** -t1), approx(4 * 2 ** t1))
     # A/A: the baseline repeats are identical -> 1, interval [1, 1], 2 pairs (one per prompt)
-    assert (got["aa_speedup"], got["aa_ci_low"], got["aa_ci_high"], got["aa_floor"], got["aa_pairs"]) == (
-        approx(1.0), approx(1.0), approx(1.0), approx(1.0), 2)
-    assert (got["label"], got["label_basis"]) == ("faster", "measurement interval against 1 and the A/A floor")
+    assert (got["aa_speedup"], got["aa_ci_low"], got["aa_ci_high"], got["aa_check"], got["aa_pairs"]) == (
+        approx(1.0), approx(1.0), approx(1.0), "holds 1", 2)
+    # 6 labels in the run (code, chat, (system) at c1 and c2), every one clear: p = 0
+    assert (got["label"], got["clears_margin"], got["family_size"], got["margin"]) == ("faster", True, 6, 0.05)
+    assert 0.95 < got["ci_level"] < 1 and got["p_value"] == 0.0
+    assert got["label_basis"] == (f"{100 * got['ci_level']:.4g}% family-wise interval (Holm over 6 labels) "
+                                  "against 1 and the 5% margin")
 
 
 def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path, query):
@@ -70,21 +79,25 @@ def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path,
     assert (base["output_tokens_per_s_min"], base["output_tokens_per_s_max"]) == (100.0, 200.0)
     (sys,) = query("select * from speedup where category = '(system)'")
     # per repeat: 400/200 = 2 and 800/100 = 8 -> geometric mean 4. Interval: t over repeats.
-    # A/B residuals +-ln(4)/2 * sqrt(2/1) (every group of this run has the same two block
-    # figures): mean square 2 (ln 2)^2, df 1; A/A: one figure ln 0.5 per group (the baseline
-    # halved its speed): mean square (ln 2)^2, df 1. Pooled s2 = 1.5 (ln 2)^2, df 2, t = 4.303:
-    # ln 4 +- t sqrt(s2 / 2) = 4 x 2^(-+t sqrt(0.75)), a width that says two repeats that differ
-    # 4x measure next to nothing
-    t2 = 4.302652729749464
-    h, h_aa = t2 * math.sqrt(0.75), t2 * math.sqrt(1.5)  # in units of ln 2
-    assert (sys["speedup"], sys["ci_low"], sys["ci_high"], sys["pairs"], sys["repeats"]) == (
-        approx(4.0), approx(4 * 2 ** -h), approx(4 * 2 ** h), 2, 2)
-    # the A/A interval: ln 0.5 +- t sqrt(s2) (one figure)
+    # One level: residuals +-ln 2 about ln 4, V = 2 (ln 2)^2 with df 1 (two repeats say nothing
+    # more), so the pointwise interval is ln 4 +- t(0.975, 1) sqrt(V / 2) = 4 x 2^(-+12.7): two
+    # repeats that differ 4x measure next to nothing
+    t1 = t_quantile(0.975, 1)
+    assert (sys["speedup"], sys["pointwise_ci_low"], sys["pointwise_ci_high"], sys["pairs"], sys["repeats"]) == (
+        approx(4.0), approx(4 * 2 ** -t1), approx(4 * 2 ** t1), 2, 2)
+    assert sys["df"] == approx(1.0)
+    # every group of the run (code, chat, (system)) has those figures: t = 2, p = 2 P(T1 > 2), above
+    # 0.05 / 3, so Holm rejects none and each interval is at 1 - 0.05 / 3
+    p = 2 * t_sf(2.0, 1)
+    assert (sys["p_value"], sys["family_size"], sys["ci_level"]) == (approx(p), 3, approx(1 - 0.05 / 3))
+    t_fam = t_quantile(1 - 0.05 / 6, 1)
+    assert (sys["ci_low"], sys["ci_high"]) == (approx(4 * 2 ** -t_fam), approx(4 * 2 ** t_fam))
+    assert sys["label"] == "inconclusive" and sys["repeats_needed"] == 101
+    # the A/A figure: ln 0.5 (the baseline halved its speed); the baseline's own blocks rebuilt as
+    # x = (0, ln 0.5): V_B = (ln 2)^2 / 2, df 1; one A/A figure has variance 2 V_B: 0.5 x 2^(-+t)
     assert (sys["aa_speedup"], sys["aa_pairs"]) == (approx(0.5), 1)
-    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2 ** -h_aa), approx(0.5 * 2 ** h_aa))
-    assert sys["aa_floor"] == approx(2 * 2 ** h_aa)  # the baseline halved its own speed
-    # 4x, but the interval does not clear a baseline that moved 2x between its own repeats
-    assert (sys["label"], sys["label_basis"]) == ("within noise", "measurement interval against 1 and the A/A floor")
+    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2 ** -t1), approx(0.5 * 2 ** t1))
+    assert sys["aa_check"] == "holds 1"
 
 
 LABELS = {1: 2.5, 2: 0.4, 4: None, 8: 1.5}  # speculative ratio per level (None: 1.25 then 0.8)
@@ -100,35 +113,70 @@ def labelled(arm, pid, level, r):
     return base / ratio
 
 
-def test_labels_from_the_interval_and_the_aa_floor(tmp_path, query):
+def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     run_with(tmp_path, labelled, levels=(1, 2, 4, 8))
     got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")
-    # Noise pool of this run: only c4 moves between repeats (A/B figures ln 1.25 and
-    # ln 0.8), so code, chat and (system) there have residuals +-s, s = sqrt(2) ln 1.25:
-    # 6 of the 24 A/B residuals, mean square s^2 / 4, df 4 (four levels, two repeats); the A/A
-    # figures: ln(1/1.1) at c8 in 3 groups, 0 elsewhere: mean square (ln 1.1)^2 / 4, df 4.
-    # Pooled s2 = (s^2 + (ln 1.1)^2) / 8, df 8, t = 2.306. A group's half-width: t sqrt(s2 / 2);
-    # an A/A group's (one figure): t sqrt(s2).
-    s = 2 ** 0.5 * math.log(1.25)
-    s2 = (s ** 2 + math.log(1.1) ** 2) / 8
-    t8 = 2.3060041350333704
-    h, h_aa = t8 * math.sqrt(s2 / 2), t8 * math.sqrt(s2)
-    # c1: 2.5 in both repeats, interval 2.5 exp(-+h) = [2.07, 3.02]; A/A figure 0: [e^-h_aa, e^h_aa]
+    # Each series (code, chat, (system)) has the same block figures: only c4 moves between repeats
+    # (ln 1.25, ln 0.8), so V = 2 (ln 1.25)^2 / 4 (k1 = 4 levels x 1); the residuals of a repeat do
+    # not move together across levels (only c4 has any), so no repeat-shared noise: df = 4.
+    # Standard error of a level's mean of 2 repeats: sqrt(V / 2) = ln 1.25 / 2.
+    se = math.log(1.25) / 2
+    t4 = t_quantile(0.975, 4)
     c1 = got[1,]
-    assert (c1["ci_low"], c1["ci_high"]) == (approx(2.5 * math.exp(-h)), approx(2.5 * math.exp(h)))
-    assert (c1["aa_ci_low"], c1["aa_ci_high"], c1["aa_floor"]) == (
-        approx(math.exp(-h_aa)), approx(math.exp(h_aa)), approx(math.exp(h_aa)))
-    assert c1["label"] == "faster"  # 2.07 clears the floor 1.31
-    assert got[2,]["label"] == "slower"  # 0.4, interval [0.33, 0.48], below 1 / 1.31
-    c4 = got[4,]  # ratios 1.25 and 0.8 in the two repeats: the interval contains 1
-    assert c4["ci_low"] < 1 < c4["ci_high"] and c4["label"] == "within noise"
-    # c8: 1.5 in both repeats, interval [1.24, 1.81] above 1; but the baseline moved by
-    # 1/1.1 between its own repeats: A/A interval (1/1.1) exp(-+h_aa), floor 1.1 e^h_aa = 1.44
+    assert (c1["df"], c1["pointwise_ci_low"], c1["pointwise_ci_high"]) == (
+        approx(4.0), approx(2.5 * math.exp(-t4 * se)), approx(2.5 * math.exp(t4 * se)))
+    # Holm over 12 labels: c1 and c2 (|ln 2.5| = |ln 0.4|, t = 8.2) in the three series are the six
+    # smallest p-values and each passes 0.05 / (12 - i); c8 (t = 3.6, p = 0.022) fails 0.05 / 6,
+    # so it and c4 are drawn at 1 - 0.05 / 6
+    p1, p8 = 2 * t_sf(math.log(2.5) / se, 4), 2 * t_sf(math.log(1.5) / se, 4)
+    assert p1 < 0.05 / 7 and p8 > 0.05 / 6
+    assert (c1["p_value"], got[8,]["p_value"], c1["family_size"]) == (approx(p1), approx(p8), 12)
+    assert 1 - 0.05 / 7 <= c1["ci_level"] <= 1 - 0.05 / 12
+    assert c1["label"] == "faster" and c1["clears_margin"] is True
+    assert got[2,]["label"] == "slower" and got[2,]["ci_high"] < 1
+    c4 = got[4,]  # ratios 1.25 and 0.8 in the two repeats: centred on 1, too wide to be equivalent
+    h6 = t_quantile(1 - 0.05 / 12, 4) * se
+    assert (c4["ci_level"], c4["ci_low"], c4["ci_high"]) == (
+        approx(1 - 0.05 / 6), approx(math.exp(-h6)), approx(math.exp(h6)))
+    assert c4["label"] == "inconclusive" and c4["detectable_effect"] == approx(math.expm1(h6))
+    assert c4["repeats_needed"] == 101  # V this large would need more than 100 repeats to resolve +-5%
+    # c8: 1.5 in both repeats. Its pointwise interval [1.10, 2.05] lies above 1, but among 12
+    # labels the family-wise one does not: inconclusive, and it says so with its own interval
     c8 = got[8,]
-    assert (c8["ci_low"], c8["ci_high"]) == (approx(1.5 * math.exp(-h)), approx(1.5 * math.exp(h)))
-    assert (c8["aa_ci_low"], c8["aa_ci_high"], c8["aa_floor"]) == (
-        approx(math.exp(-h_aa) / 1.1), approx(math.exp(h_aa) / 1.1), approx(1.1 * math.exp(h_aa)))
-    assert c8["label"] == "within noise"
+    assert c8["pointwise_ci_low"] > 1
+    assert (c8["ci_low"], c8["ci_high"]) == (approx(1.5 * math.exp(-h6)), approx(1.5 * math.exp(h6)))
+    assert c8["ci_low"] < 1 < c8["ci_high"] and c8["label"] == "inconclusive"
+    # The A/A check: the baseline moved by 1/1.1 at c8 only; its blocks rebuilt as x = (0, -ln 1.1)
+    # there and (0, 0) elsewhere: V_B = (ln 1.1)^2 / 8, df 4; one A/A figure has variance 2 V_B
+    h_aa = t4 * math.log(1.1) / 2
+    assert (c8["aa_ci_low"], c8["aa_ci_high"]) == (approx(math.exp(-h_aa) / 1.1), approx(math.exp(h_aa) / 1.1))
+    assert (got[1,]["aa_ci_low"], got[1,]["aa_ci_high"]) == (approx(math.exp(-h_aa)), approx(math.exp(h_aa)))
+    assert {r["aa_check"] for r in got.values()} == {"holds 1"}
+
+
+def test_a_label_never_contradicts_its_interval(tmp_path, query):
+    """The chat case of issue 19, rebuilt: 0.92x, 0.85x and 0.87x at c1, c4 and c8 over two
+    repeats with a few percent of noise, beside a code category that is clearly faster. The old
+    rule called the chat rows "within noise" over intervals wholly below 1. Now every row's label
+    is the one its own interval gives: wholly below 1 -> slower, wholly above -> faster."""
+    ratio = {("chat", 1): 0.92, ("chat", 4): 0.85, ("chat", 8): 0.87,
+             ("code", 1): 2.4, ("code", 4): 1.8, ("code", 8): 1.4}
+    wobble = {0: 1.02, 1: 0.98}
+
+    def e2e(arm, pid, level, r):
+        if arm == "baseline":
+            return 2000.0 * (1.03 if r else 1.0)
+        return 2000.0 * (1.03 if r else 1.0) / (ratio[pid.split("-")[0], level] * wobble[r]
+                                                 * (1.01 if pid.endswith("1") else 0.99))
+
+    run_with(tmp_path, e2e, levels=(1, 4, 8))
+    rows = query("select * from speedup where label is not null")
+    assert len(rows) == 9
+    for r in rows:
+        expected = ("faster" if r["ci_low"] > 1 else "slower" if r["ci_high"] < 1
+                    else "equivalent" if 1 / 1.05 <= r["ci_low"] and r["ci_high"] <= 1.05 else "inconclusive")
+        assert r["label"] == expected, r
+        assert r["ci_low"] <= r["pointwise_ci_low"] and r["pointwise_ci_high"] <= r["ci_high"]
 
 
 def test_one_repeat_has_no_interval_no_aa_and_says_so(tmp_path, query):
@@ -136,12 +184,12 @@ def test_one_repeat_has_no_interval_no_aa_and_says_so(tmp_path, query):
     got = rows_of(query, "select * from speedup", "category", "concurrency")
     code, system = got["code", 1], got["(system)", 1]
     assert code["speedup"] == approx(4.0) and (code["pairs"], code["repeats"]) == (2, 1)
-    assert [code[c] for c in ("ci_low", "aa_speedup", "aa_floor", "label")] == [None] * 4
+    assert [code[c] for c in ("ci_low", "aa_speedup", "aa_check", "label", "ci_level")] == [None] * 5
     assert code["aa_pairs"] == 0
     assert code["label_basis"] == "no interval: one pair per prompt; needs --repeats 2 or more"
     assert system["label_basis"] == "no interval: one repeat; needs --repeats 2 or more"
-    # prompts are still resampled: the category has two
-    assert (code["prompts_ci_low"], code["prompts_ci_high"]) == (approx(2.0), approx(8.0))
+    # no prompts-and-runs interval either: one repeat says nothing of run-to-run noise
+    assert (code["prompts_ci_low"], code["prompts_ci_high"]) == (None, None)
 
 
 KNEE = {1: 3.0, 2: 2.5, 4: 1.25, 8: 0.8}  # code: peak at c1, gain halves by c4, slower at c8

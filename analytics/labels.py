@@ -1,0 +1,125 @@
+"""The verdict rule: a label for every speedup interval, from the interval
+alone, with a practical margin declared before the run and Holm's correction
+over the run's family of labels. The one place the rule is written; the
+``speedup`` and ``speedup_natural_end`` marts read the labels computed here
+(``intervals.fill``), and ``benchmarks/calibration.py`` calls the same code.
+
+**The rule** (delta = the run's margin, ``--margin``, default 0.05, recorded
+in the manifest before the run; the interval is the family-wise one below):
+
+- ``faster``: the interval lies wholly above 1. ``clears_margin`` says whether
+  it also lies above 1 + delta (a gain of at least the margin);
+- ``slower``: the interval lies wholly below 1; ``clears_margin``: below
+  1 / (1 + delta);
+- ``equivalent``: the interval lies inside [1 / (1 + delta), 1 + delta]: any
+  effect is smaller than the margin;
+- ``inconclusive``: anything else (the interval holds 1 and reaches past the
+  margin): this run cannot tell effects of about ``detectable_effect`` from
+  none, and ``repeats_needed`` says how many repeats would resolve +-delta.
+
+So a label never contradicts its interval: an interval wholly below 1 is
+``slower``, wholly above 1 ``faster``, whatever the A/A figures say (they are a
+calibration check shown beside the verdict, not a second hurdle).
+
+**Multiplicity (Holm).** A run has many labels (categories x levels, and
+``(system)``); at 95% each, a run with no effect anywhere would show some
+label other than ``equivalent``/``inconclusive`` in about 1 - 0.95^m of runs.
+The family is every labelled row of the run in one mart; each row's two-sided
+p-value against a ratio of 1 (from its t statistic) is ranked, and its
+interval is drawn at Holm's level for its rank: 1 - alpha / (m - i + 1) for
+the i-th smallest p-value while every smaller one was rejected, and the level
+of the first one that was not for it and every row after it. An interval at
+that level excludes 1 exactly when Holm's step-down procedure rejects the
+row's null hypothesis, so the labels ``faster``/``slower`` keep the
+family-wise error rate at alpha (5%) and each interval is still the one its
+label reads. Every row also keeps its plain 95% interval (``pointwise``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Hashable, Mapping
+
+from specdec.analytics.variance import t_quantile
+
+__all__ = ["ALPHA", "DEFAULT_MARGIN", "LABELS", "RULE", "RULE_SHORT", "Judged", "holm_levels", "judge", "label_of"]
+
+ALPHA = 0.05
+DEFAULT_MARGIN = 0.05
+LABELS = ("faster", "slower", "equivalent", "inconclusive")
+
+#: The rule in one paragraph, for the report, the data dictionary and the marts' readers.
+RULE = ("Labels read the family-wise interval (Holm over the run's labels, family-wise error rate 5%) and the "
+        "run's margin delta, declared before the run (--margin, default 5%): faster = the interval lies above 1 "
+        "(clears_margin: above 1 + delta); slower = below 1 (clears_margin: below 1 / (1 + delta)); equivalent = "
+        "inside [1 / (1 + delta), 1 + delta]; inconclusive = otherwise, with the smallest effect the run could "
+        "tell from none (detectable_effect) and the repeats that would resolve +-delta (repeats_needed). The A/A "
+        "interval is a calibration check beside the verdict (it should hold 1), not a second hurdle.")
+
+#: The same in one line, for the terminal.
+RULE_SHORT = ("family-wise intervals (Holm, 5% family-wise error rate) against 1 and the run's margin: faster / "
+              "slower = the interval clears 1; equivalent = inside the margin; inconclusive = neither")
+
+
+def label_of(ci_low: float, ci_high: float, margin: float) -> tuple[str, bool | None]:
+    """(label, clears_margin) of one interval; clears_margin is None for
+    ``equivalent`` and ``inconclusive``."""
+    if ci_low > 1.0:
+        return "faster", ci_low > 1.0 + margin
+    if ci_high < 1.0:
+        return "slower", ci_high < 1.0 / (1.0 + margin)
+    if ci_low >= 1.0 / (1.0 + margin) and ci_high <= 1.0 + margin:
+        return "equivalent", None
+    return "inconclusive", None
+
+
+def holm_levels(p_values: Mapping[Hashable, float], alpha: float = ALPHA) -> dict[Hashable, float]:
+    """Per key, the confidence level of its interval under Holm's step-down
+    procedure (see the module docstring): the interval at that level excludes
+    the null exactly when Holm rejects it. Ties in p are ranked by key order
+    (the same level either way)."""
+    m = len(p_values)
+    order = sorted(p_values, key=lambda k: (p_values[k], str(k)))
+    out: dict[Hashable, float] = {}
+    failed_at: float | None = None
+    for i, key in enumerate(order):
+        level = 1.0 - alpha / (m - i)
+        if failed_at is None and not p_values[key] <= alpha / (m - i):
+            failed_at = level
+        out[key] = failed_at if failed_at is not None else level
+    return out
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One labelled row: its family-wise interval and label."""
+
+    ci_low: float
+    ci_high: float
+    level: float
+    label: str
+    clears_margin: bool | None
+    detectable_effect: float  # the effect (as a share: 0.12 = 12%) the run could tell from none
+    repeats_needed: int | None  # repeats that would resolve +-margin; None when already resolved
+
+
+def judge(centre: float, se: float, df: float, level: float, margin: float, repeats: int,
+          df_at: Callable[[int], float] | None = None) -> Judged:
+    """Label one row from its log-scale centre, standard error and df at the
+    family-wise ``level``. ``df_at(n)``: the df that n repeats would give
+    (default: df grows in proportion to repeats - 1), for ``repeats_needed``:
+    the fewest repeats (up to 100) whose interval would be no wider than
+    ln(1 + margin) / 2 at this level, so that a true ratio of 1 would read
+    ``equivalent`` and one of 1 + margin ``faster`` about half the time or more."""
+    half = t_quantile(1 - (1 - level) / 2, df) * se
+    low, high = math.exp(centre - half), math.exp(centre + half)
+    label, clears = label_of(low, high, margin)
+    needed = None
+    if label == "inconclusive":
+        per_block_sd = se * math.sqrt(repeats)
+        df_at = df_at or (lambda n: df * (n - 1) / max(repeats - 1, 1))
+        target = math.log1p(margin) / 2
+        needed = next((n for n in range(repeats + 1, 101)
+                       if t_quantile(1 - (1 - level) / 2, df_at(n)) * per_block_sd / math.sqrt(n) <= target), 101)
+    return Judged(low, high, level, label, clears, math.expm1(half), needed)
