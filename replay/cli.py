@@ -7,6 +7,8 @@ range-checked by click before anything runs.
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 
 import click
@@ -104,9 +106,20 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
     and stops it. Per request it records TTFT, chunk arrival times, output
     tokens and text, typed errors and vLLM's per-request speculative metrics;
     around each level it reads vLLM's /metrics counters. Output: runs/<run-id>/.
+    Every request is bounded without trusting the server: it fails as
+    overlong_stream once the stream holds more than max_tokens plus a margin
+    (the larger of 16 and half of max_tokens) of content chunks, and as
+    request_wall_timeout after --request-timeout plus 1 s per requested token.
+
+    \b
     Exit status: 0 if every level stayed within --max-error-rate, 1 otherwise.
+    Stopped by Ctrl-C or SIGTERM, the requests in flight are written as failed
+    rows (error_type interrupted), the counts of rows written and lost are
+    printed, and the status is 130 (SIGINT) or 143 (SIGTERM); a run that lost
+    rows (a part file it could not write) exits 1 and says how many.
     """
     from specdec.replay.experiment import run_replay
+    from specdec.replay.ledger import LEDGER
 
     try:
         spec = json.loads(spec_config) if spec_config else _d("speculative_config")
@@ -133,10 +146,20 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
         speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
         progress=not no_progress, mix=mix,
     )
+    LEDGER.reset()
     try:
         run_dir = run_replay(cfg)
     except SpecdecError as exc:
         report_stopped_run(exc)
+        if LEDGER.lost:
+            click.echo(f"the run stopped: {LEDGER.summary()}", err=True)
         raise
+    except KeyboardInterrupt:
+        LEDGER.signal = LEDGER.signal or signal.SIGINT
+        click.echo(f"stopped by {LEDGER.signal_name()}: {LEDGER.summary()}; exit status {LEDGER.exit_code()}",
+                   err=True)
+        sys.exit(LEDGER.exit_code())
     click.echo(f"run written to {run_dir}")
+    if LEDGER.lost:  # never, unless a block lost rows without stopping the run
+        raise click.ClickException(LEDGER.summary())
     finish_run(run_dir, progress=not no_progress)

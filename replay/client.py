@@ -25,6 +25,13 @@ is one watchdog timer per request on either, pushed back only when it fires
 because re-arming a timer on every arrival is a real per-token cost at
 thousands of events a second.
 
+Every request is also bounded without trusting the server: the parser stops
+reading once the stream holds more content chunks (or running tokens) than
+``max_tokens`` plus a margin (``overlong_stream``), and a wall limit per
+request (``ClientSettings.wall_limit_s``) ends a reply that trickles forever
+(``request_wall_timeout``). A request cut off by Ctrl-C or SIGTERM is a row
+too (``interrupted``): the caller passes ``result`` and records it.
+
 Latencies use the monotonic clock; the send time is also stamped on the wall
 clock for joining with engine traces. The API key is sent as a bearer token
 and is never stored on the result; error texts are redacted of credentials.
@@ -56,8 +63,24 @@ ERROR_TYPES: dict[str, str] = {
     "bad_chunk": "a stream event that is not valid JSON",
     "stream_truncated": "the stream ended before [DONE]",
     "no_usage": "the stream ended without a usage block, so token counts are unknown",
+    "overlong_stream": "the stream went on past max_tokens plus a margin (stream_limit): the server ignores "
+                       "max_tokens; the client stopped reading",
+    "request_wall_timeout": "the request took longer than its wall limit (ClientSettings.wall_limit_s), "
+                            "although bytes kept arriving",
+    "interrupted": "the replay was stopped (Ctrl-C, SIGTERM) while the request was in flight",
     "client_error": "any other failure on the client side (the message says which)",
 }
+
+#: Content chunks (or running completion tokens) a stream may carry past its
+#: max_tokens before the client stops reading: the larger of this and half of
+#: max_tokens (a server may split a token's text over chunks; none sends
+#: half as many again).
+STREAM_MARGIN = 16
+
+
+def stream_limit(max_tokens: int) -> int:
+    """Most content chunks (and running tokens) accepted for a request of ``max_tokens``."""
+    return max_tokens + max(STREAM_MARGIN, max_tokens // 2)
 
 CHAT_PATH = "/v1/chat/completions"
 _BODY_LIMIT = 500
@@ -72,6 +95,18 @@ class ClientSettings:
     connect_timeout_s: float = 10.0
     request_timeout_s: float = 60.0
     api_key: str | None = field(default=None, repr=False)
+    #: The wall limit of a request grows by this much per requested token
+    #: (``wall_limit_s``): 1 s a token is far slower than any engine decodes.
+    wall_s_per_token: float = 1.0
+
+    def wall_limit_s(self, max_tokens: int | None) -> float | None:
+        """Longest a request may take from send to its last byte, however
+        steadily bytes arrive: the request timeout (the wait for the first
+        byte) plus ``wall_s_per_token`` per requested token; None (no wall
+        limit, the idle timeout only) for a payload without max_tokens."""
+        if max_tokens is None:
+            return None
+        return self.request_timeout_s + self.wall_s_per_token * max_tokens
 
     def timeout(self) -> aiohttp.ClientTimeout:
         return aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s,
@@ -159,16 +194,31 @@ def request_headers(settings: ClientSettings, ep: Endpoint, request_id: str | No
 
 async def stream_chat(
     session: "aiohttp.ClientSession | StreamPool", base_url: str | Endpoint, model: str, row: TrafficRow,
-    request_id: str, settings: ClientSettings | None = None,
+    request_id: str, settings: ClientSettings | None = None, result: StreamResult | None = None,
 ) -> StreamResult:
     """One timed request: the row's payload with per-chunk usage."""
     return await stream_payload(session, base_url, build_payload(model, row, per_chunk_usage=True), request_id,
-                                settings)
+                                settings, result=result)
+
+
+async def send_recorded(session, ep: Endpoint, model: str, row: TrafficRow, rid: str,
+                        settings: ClientSettings | None, results: list | None) -> StreamResult:
+    """``stream_chat``, and when the request is cut off in flight (Ctrl-C,
+    SIGTERM, a stopped run) its row, failed ``interrupted``, appended to
+    ``results`` before the cancellation goes on (closed and open loop)."""
+    res = StreamResult(request_id=rid, wall_send_ns=time.time_ns())
+    try:
+        return await stream_chat(session, ep, model, row, rid, settings, result=res)
+    except BaseException:
+        if results is not None:
+            results.append((row, res))
+        raise
 
 
 async def stream_payload(
     session: "aiohttp.ClientSession | StreamPool", base_url: str | Endpoint, payload: dict, request_id: str,
     settings: ClientSettings | None = None, on_chunk: Callable[[dict], None] | None = None,
+    result: StreamResult | None = None,
 ) -> StreamResult:
     """POST any chat-completions payload as a stream and classify the outcome.
 
@@ -177,41 +227,67 @@ async def stream_payload(
     event-stream parser (``sse.SseParser``) and give the same row.
     ``on_chunk`` sees every stream event that parsed as a JSON object and is
     not an error event, in order (e.g. to collect logprobs); whatever it
-    raises becomes a ``client_error`` row."""
+    raises becomes a ``client_error`` row.
+
+    ``result``: a ``StreamResult`` to fill (made by the caller, who then
+    still holds it when the request is cancelled: it ends ``interrupted``
+    and the caller can record it before the cancellation goes on)."""
     settings = settings or ClientSettings()
     ep = as_endpoint(base_url)
-    res = StreamResult(request_id=request_id, wall_send_ns=time.time_ns())
+    res = result if result is not None else StreamResult(request_id=request_id, wall_send_ns=time.time_ns())
     t0 = time.perf_counter_ns()
     text_parts: list[str] = []
-    parser = SseParser(res, text_parts, t0, on_chunk)
+    max_tokens = payload.get("max_tokens")
+    max_tokens = max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None
+    parser = SseParser(res, text_parts, t0, on_chunk, None if max_tokens is None else stream_limit(max_tokens))
+    wall_s = settings.wall_limit_s(max_tokens)
+    deadline = None
     try:
-        if isinstance(session, StreamPool):
-            await _via_pool(session, ep, payload, request_id, settings, res, parser)
-        else:
-            await _via_aiohttp(session, ep, payload, request_id, settings, res, parser)
+        async with asyncio.timeout(wall_s) as deadline:
+            if isinstance(session, StreamPool):
+                await _via_pool(session, ep, payload, request_id, settings, res, parser)
+            else:
+                await _via_aiohttp(session, ep, payload, request_id, settings, res, parser)
         if res.error_type is None:
             res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
             res.success = True
-    except asyncio.CancelledError:
-        raise  # someone else's cancellation (Ctrl-C, a stopped run); the watchdogs' are settled inside
-    except (aiohttp.ConnectionTimeoutError, ConnectTimedOut) as exc:
-        res.fail("connect_timeout", f"no connection within {settings.connect_timeout_s:g} s ({exc})")
-    except (aiohttp.SocketTimeoutError, asyncio.TimeoutError, ReadTimedOut) as exc:
-        res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s ({type(exc).__name__})")
-    except (aiohttp.ClientPayloadError, StreamBroken) as exc:
-        if res.http_status is None:
-            res.fail("connect_error", f"the server closed the connection without a reply ({exc})")
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # someone else's cancellation (Ctrl-C, SIGTERM, a stopped run; the watchdogs' are settled
+        # inside): the row says so, for a caller that passed ``result`` to record it
+        if res.error_type is None:
+            res.fail("interrupted", "the replay was stopped while this request was in flight "
+                                    f"({len(res.chunk_offsets_ms)} content chunk(s) received)")
+        raise
+    except Exception as exc:  # a row, not a crash
+        if deadline is not None and deadline.expired():
+            res.fail("request_wall_timeout", f"the request took longer than its wall limit of {wall_s:g} s "
+                                             f"(--request-timeout plus {settings.wall_s_per_token:g} s per "
+                                             f"requested token); {len(res.chunk_offsets_ms)} content chunk(s) "
+                                             "had arrived")
         else:
-            res.fail("stream_truncated", f"the stream broke off ({exc})")
-    except (aiohttp.ClientConnectionError, ConnectFailed, OSError) as exc:
-        res.fail("connect_error" if res.http_status is None else "stream_truncated", f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # anything else: a row, not a crash
-        res.fail("client_error", f"{type(exc).__name__}: {exc}")
+            _classify(res, exc, settings)
     finally:
         parser.finish()
         res.output_text = "".join(text_parts)
         res.error_message = redact_text(res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ()))
     return res
+
+
+def _classify(res: StreamResult, exc: Exception, settings: ClientSettings) -> None:
+    """Type a transport's failure on the row."""
+    if isinstance(exc, (aiohttp.ConnectionTimeoutError, ConnectTimedOut)):
+        res.fail("connect_timeout", f"no connection within {settings.connect_timeout_s:g} s ({exc})")
+    elif isinstance(exc, (aiohttp.SocketTimeoutError, asyncio.TimeoutError, ReadTimedOut)):
+        res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s ({type(exc).__name__})")
+    elif isinstance(exc, (aiohttp.ClientPayloadError, StreamBroken)):
+        if res.http_status is None:
+            res.fail("connect_error", f"the server closed the connection without a reply ({exc})")
+        else:
+            res.fail("stream_truncated", f"the stream broke off ({exc})")
+    elif isinstance(exc, (aiohttp.ClientConnectionError, ConnectFailed, OSError)):
+        res.fail("connect_error" if res.http_status is None else "stream_truncated", f"{type(exc).__name__}: {exc}")
+    else:  # anything else
+        res.fail("client_error", f"{type(exc).__name__}: {exc}")
 
 
 async def _refused(res: StreamResult, status: int, ctype: str, read) -> bool:
@@ -240,7 +316,8 @@ async def _via_pool(pool: StreamPool, ep: Endpoint, payload: dict, request_id: s
             return
         await conn.stream(parser.feed)
     finally:
-        conn.done_with()
+        # a reply the parser gave up on (overlong, bad event) may still be streaming: never reuse it
+        conn.done_with(reusable=res.error_type is None)
 
 
 async def _via_aiohttp(session: aiohttp.ClientSession, ep: Endpoint, payload: dict, request_id: str,

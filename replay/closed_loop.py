@@ -80,4 +80,6 @@ async def _pool(worker, n: int, results: list) -> list:
     finally:
         for t in tasks:
             t.cancel()
+        # let every cancelled call settle (a request cut off records its row) before the caller writes
+        await asyncio.gather(*tasks, return_exceptions=True)
     return results

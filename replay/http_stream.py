@@ -384,16 +384,18 @@ class Connection(asyncio.Protocol):
             pass  # what arrived is enough to say what the server answered
         return b"".join(got)[:limit]
 
-    def done_with(self) -> None:
+    def done_with(self, reusable: bool = True) -> None:
         """The caller has finished with this request (after success or failure).
         A reply that is over goes back to the pool (or is closed); one whose
         consumer has all it wants ([DONE]) while the body's last chunk is still
-        on its way goes back when that arrives (5 s at most); any other is
-        closed, never reused."""
+        on its way goes back when that arrives (5 s at most), unless the caller
+        says it is not ``reusable`` (the consumer gave up on a reply that may
+        stream on forever, e.g. past max_tokens); any other is closed, never reused."""
         self._handed_back = True
         if self.state == _DONE:
             self._recycle()
-        elif self.state == _BODY and self._consumer_done and not self._body_done and self._keep and not self.lost:
+        elif (reusable and self.state == _BODY and self._consumer_done and not self._body_done and self._keep
+              and not self.lost):
             self._disarm()
             self._arm(5.0)
         elif self.state != _IDLE:

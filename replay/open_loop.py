@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from specdec.replay.arrivals import Arrival
+from specdec.replay.client import as_endpoint, send_recorded
 
 T = TypeVar("T")
 
@@ -117,6 +118,8 @@ async def open_loop(plan: list[Arrival], send: Callable[[int, SendTime], Awaitab
     finally:
         for t in tasks:
             t.cancel()
+        # let every cancelled request settle (a request cut off records its row) before the caller writes
+        await asyncio.gather(*tasks, return_exceptions=True)
     return results
 
 
@@ -125,14 +128,12 @@ async def run_open_level(session, base_url, model: str, rows, plan: list[Arrival
                          sends: dict | None = None, clock: Clock | None = None) -> list:
     """The open-loop counterpart of ``runner.run_level``: (row, StreamResult)
     pairs in finish order; ``sends`` receives request id -> SendTime."""
-    from specdec.replay.client import as_endpoint, stream_chat
-
     ep = as_endpoint(base_url)
 
     async def send(i: int, when: SendTime):
         rid = make_id(i)
         if sends is not None:
             sends[rid] = when
-        return rows[i], await stream_chat(session, ep, model, rows[i], rid, settings)
+        return rows[i], await send_recorded(session, ep, model, rows[i], rid, settings, results)
 
     return await open_loop(plan, send, clock, None if on_done is None else (lambda done: on_done(done[1])), results)

@@ -2,7 +2,10 @@
 
 ``recording(run_dir, manifest)`` is shared by every command that writes a
 run (replay, demo, stability): a ``kill`` (SIGTERM) gets the same clean-up as
-Ctrl-C, and however the block ends (done, error, interrupt) the part files
+Ctrl-C (it calls whatever handles Ctrl-C at that moment: inside the event
+loop, asyncio's, which cancels the run so requests in flight are recorded as
+failed rows; elsewhere a KeyboardInterrupt), the signal is noted in
+``ledger.LEDGER`` for the exit status, and however the block ends (done, error, interrupt) the part files
 are merged into one Parquet per record type and the manifest is written,
 ``finished`` staying false unless the block set it. A SpecdecError that
 stops the run carries ``run_dir``, so the command can still report what was
@@ -18,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specdec.errors import SpecdecError
+from specdec.replay.ledger import LEDGER
 from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
 
 log = logging.getLogger("specdec.replay")
@@ -27,7 +31,7 @@ log = logging.getLogger("specdec.replay")
 def recording(run_dir: Path, manifest):
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
     except SpecdecError as exc:  # lets the CLI still report what was recorded
@@ -38,6 +42,18 @@ def recording(run_dir: Path, manifest):
         write_manifest(run_dir, manifest)
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum: int, frame) -> None:
+    """SIGTERM: note it, then do what Ctrl-C does now (asyncio.Runner's
+    handler cancels the running replay once, gracefully; a second one, or
+    the default handler outside the loop, raises KeyboardInterrupt)."""
+    LEDGER.signal = LEDGER.signal or signum
+    on_int = signal.getsignal(signal.SIGINT)
+    if callable(on_int):
+        on_int(signal.SIGINT, frame)
+    else:  # Ctrl-C ignored or left to the OS: still stop
+        raise KeyboardInterrupt
 
 
 def consolidate(run_dir: Path) -> None:

@@ -6,8 +6,9 @@ fix), then for each concurrency level C keep exactly C requests in flight
 until the level's requests are done (or, in open loop, send each request at
 its planned time: ``specdec.replay.load``), bracketed by two reads of the
 engine's counters. Results are written per level as soon as the level ends, so an
-interrupted run keeps every finished level (and the in-flight level's
-completed requests).
+interrupted run keeps every finished level, the in-flight level's completed
+requests, and its requests still in flight as failed rows (``interrupted``);
+what was written and lost is counted in ``ledger.LEDGER``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pyarrow as pa
 
 from specdec.errors import EngineError
 from specdec.replay.arrivals import session_predecessors
-from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, stream_chat
+from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, send_recorded
+from specdec.replay.ledger import LEDGER
 from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
@@ -77,7 +79,7 @@ async def run_level(session, base_url: str | Endpoint, model: str, rows: list[Tr
         rid = make_id(i)
         if sends is not None:
             sends[rid] = SendTime(None, (time.perf_counter_ns() - t0) / 1e6)
-        return rows[i], await stream_chat(session, ep, model, rows[i], rid, settings)
+        return rows[i], await send_recorded(session, ep, model, rows[i], rid, settings, results)
 
     return await closed_loop(len(rows), level, send, None if on_done is None else (lambda done: on_done(done[1])),
                              results, after=session_predecessors(rows))
@@ -108,6 +110,10 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
         "not_streamed": "the server ignored stream=true: it does not look like an OpenAI-compatible streaming server",
         "stream_truncated": "the server closed the stream early: see its log",
         "no_usage": "the server ignored stream_options.include_usage, so output tokens cannot be counted",
+        "overlong_stream": "the server ignores max_tokens (and vLLM's ignore_eos): it kept streaming past the "
+                           "requested length; check that it is an OpenAI-compatible server that honours max_tokens",
+        "request_wall_timeout": "the server kept the request open past its wall limit (--request-timeout plus "
+                                "1 s per requested token): is it streaming something other than tokens?",
     }.get(res.error_type or "", "see the error message")
 
 
@@ -273,18 +279,35 @@ class Replayer:
                     on_done=lambda res: self.progress.advance(task, res), results=results, sends=sends,
                 )
         finally:
-            # keep whatever finished, even on Ctrl-C or a dead server
-            for _row, res in results:
-                eng.settle_stats(res, self.speculating[arm])
-            if results:
-                write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends),
-                                     requests_part(self.run_dir, arm, level, repeat))
-            self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
+            # keep whatever finished, and what was in flight as failed rows, even on Ctrl-C or a dead server
+            self._write_block(arm, level, repeat, results, load, sends)
             await self._end_sampling(sampler, stop, samples, arm, level, repeat)
         self._snapshot(arm, level, repeat, "after",
                        await settled_counters(session, ep, self.settings, counters=dict(eng.counters),
                                               parse=eng.parse_snapshot))
         self.progress.end_level(task)
+
+    def _write_block(self, arm: str, level: int, repeat: int, results: list, load: LoadLevel,
+                     sends: dict[str, SendTime]) -> None:
+        """Write one block's rows and count them in the ledger; a file that
+        cannot be written stops the run with the number of rows lost."""
+        eng = self.engines[arm]
+        for _row, res in results:
+            eng.settle_stats(res, self.speculating[arm])
+        lost = max(0, len(sends) - len(results))  # sent, never settled (none, unless something else broke)
+        LEDGER.lost += lost
+        self.failed[(arm, level, repeat)] = sum(not res.success for _, res in results)
+        if not results:
+            return
+        path = requests_part(self.run_dir, arm, level, repeat)
+        try:
+            write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends), path)
+        except OSError as exc:
+            LEDGER.lost += len(results)
+            raise EngineError(f"could not write {path} ({exc.strerror or exc}): the {len(results)} request rows "
+                              f"of {arm} level {level} repeat {repeat} are lost") from None
+        LEDGER.written += len(results)
+        LEDGER.interrupted += sum(res.error_type == "interrupted" for _, res in results)
 
     async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,
                             level: int, repeat: int) -> None:

@@ -10,6 +10,10 @@ decides how bytes arrive: ``client.stream_payload`` feeds it from aiohttp's
 ``readany`` or, on the replay's hot path, straight from an
 ``asyncio.Protocol``'s ``data_received`` (``http_stream``).
 
+It also bounds the stream's length without trusting the server: past
+``max_chunks`` content chunks (or a running completion count above it) the
+request fails ``overlong_stream`` and nothing more is read.
+
 Content chunks in vLLM's exact format are read by a pattern (a read that is
 one whole event, the common case, without even splitting it); every other
 event is parsed as JSON, so a role chunk, the usage chunk, logprobs, another
@@ -59,9 +63,10 @@ class SseParser:
     of ``feed``."""
 
     __slots__ = ("res", "text_parts", "t0", "on_chunk", "fast", "over", "saw_done", "got_usage",
-                 "per_chunk", "pending", "now_ms")
+                 "per_chunk", "pending", "now_ms", "max_chunks")
 
-    def __init__(self, res, text_parts: list[str], t0: int, on_chunk: Callable[[dict], None] | None = None):
+    def __init__(self, res, text_parts: list[str], t0: int, on_chunk: Callable[[dict], None] | None = None,
+                 max_chunks: int | None = None):
         self.res, self.text_parts, self.t0, self.on_chunk = res, text_parts, t0, on_chunk
         self.fast = on_chunk is None  # on_chunk wants every event as a dict
         self.over = False  # nothing more is read: [DONE], a failure, or the end of the body
@@ -69,6 +74,7 @@ class SseParser:
         self.per_chunk = True  # every content chunk so far carried a usable running token count
         self.pending = b""  # the start of a line whose end has not arrived
         self.now_ms = 0.0
+        self.max_chunks = max_chunks  # None: unbounded (client.stream_limit of the request's max_tokens)
 
     def _take(self, m: re.Match) -> bool:
         """Record a content chunk matched by the pattern; False (nothing
@@ -92,6 +98,8 @@ class SseParser:
                     self.per_chunk = False
                 else:
                     counts.append(n)
+            if self.max_chunks is not None:
+                self._bound()
         if finish is not None:
             res.finish_reason = finish.decode()
         if completion_n is not None:
@@ -109,7 +117,7 @@ class SseParser:
             if fast and not pending:
                 m = _FAST_EVENT(block)
                 if m is not None and self._take(m):
-                    return False
+                    return self.over
             lines = (pending + block if pending else block).split(b"\n")
             self.pending = lines.pop()
             if len(self.pending) > MAX_LINE:
@@ -124,6 +132,8 @@ class SseParser:
             if fast:
                 m = _FAST_LINE(raw)
                 if m is not None and self._take(m):
+                    if self.over:
+                        return True
                     continue
             if self._event(raw):
                 self.over = True
@@ -162,11 +172,27 @@ class SseParser:
                 res.chunk_offsets_ms.append(self.now_ms)
                 self.text_parts.append(piece)
                 self.per_chunk = self.per_chunk and _running_count(res.chunk_tokens, usage)
+                if self.max_chunks is not None and self._bound():
+                    return True
             if isinstance(choice.get("finish_reason"), str):
                 res.finish_reason = choice["finish_reason"]
         if isinstance(usage, dict) and usage:
             self.got_usage = _read_usage(res, usage, chunk)
         return False
+
+    def _bound(self) -> bool:
+        """Fail the request once the stream is longer than ``max_chunks``
+        (content chunks, or the running token count); True when it did."""
+        res, limit = self.res, self.max_chunks
+        n = len(res.chunk_offsets_ms)
+        counts = res.chunk_tokens
+        if n <= limit and not (counts and counts[-1] > limit):
+            return False
+        res.fail("overlong_stream", f"the server streamed past {limit} content chunks or tokens "
+                                    f"({n} chunks, running count {counts[-1] if counts else 'unknown'}): it "
+                                    "ignores max_tokens; the client stopped reading")
+        self.over = True
+        return True
 
     def finish(self) -> None:
         """Settle the outcome once the stream is over (``[DONE]``, a failure,

@@ -1,11 +1,14 @@
 """A local aiohttp server that replays recorded vLLM SSE streams (no engine),
 and misbehaves on request: an HTTP status, a plain JSON reply, a stream cut
-off early, a server that never answers, or one that wants an API key."""
+off early, a server that never answers, or one that wants an API key; and
+one that ignores max_tokens (``EndlessVllm``). ``threaded`` serves fakes
+from a background thread, for a command run in the foreground or a subprocess."""
 
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
+import threading
+from contextlib import asynccontextmanager, contextmanager
 
 import aiohttp
 from aiohttp import web
@@ -123,3 +126,73 @@ class FakeVllm:
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return TestServer(app, host="127.0.0.1")
+
+
+class EndlessVllm(FakeVllm):
+    """A server that ignores max_tokens: every timed request streams content
+    chunks (every ``gap_s``) until the client goes away; ``trickle`` sends SSE
+    comments instead (bytes, never a token). Warm-up requests (id ending in
+    ``.warmup``) get the normal short reply, so a run gets past its warm-up.
+    ``closed`` counts the endless streams the client hung up on."""
+
+    def __init__(self, gap_s: float = 0.005, trickle: bool = False, **kw):
+        super().__init__(**kw)
+        self.gap_s, self.trickle = gap_s, trickle
+        self.closed = 0
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("X-Request-Id", "").endswith(".warmup"):
+            return await super().chat(request)
+        self.request_ids.append(request.headers.get("X-Request-Id", ""))
+        self.bodies.append(await request.json())
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        event = b": still here\n\n" if self.trickle else b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+        try:
+            while True:
+                await resp.write(event)
+                await asyncio.sleep(self.gap_s)
+        except (ConnectionError, asyncio.CancelledError):
+            self.closed += 1
+            raise
+        finally:
+            self.in_flight -= 1
+
+
+@contextmanager
+def threaded(*fakes: FakeVllm):
+    """Serve each fake on 127.0.0.1 from a background event loop (for a
+    command run in this thread or another process); yield their base URLs."""
+    loop = asyncio.new_event_loop()
+    runners, urls = [], []
+    ready = threading.Event()
+
+    async def start():
+        for fake in fakes:
+            app = web.Application()
+            app.router.add_post("/v1/chat/completions", fake.chat)
+            app.router.add_get("/metrics", fake.metrics)
+            app.router.add_get("/v1/models", fake.models)
+            app.router.add_post("/reset_prefix_cache", fake.reset_prefix_cache)
+            runner = web.AppRunner(app, shutdown_timeout=0.2)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            runners.append(runner)
+            urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")
+        ready.set()
+
+    t = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
+    t.start()
+    assert ready.wait(10), "the fake servers did not start"
+    try:
+        yield urls
+    finally:
+        async def stop():
+            for r in runners:
+                await r.cleanup()
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(5)

@@ -48,7 +48,8 @@ def test_config_rejects_bad_levels_and_arms():
 
 
 def test_interrupted_level_keeps_finished_requests(tmp_path):
-    """Ctrl-C (task cancellation) mid-level: requests that finished are on disk."""
+    """Ctrl-C (task cancellation) mid-level: requests that finished are on disk,
+    and the one in flight (level 1) as a failed row typed 'interrupted'."""
     import pyarrow.parquet as pq
 
     from specdec.replay.progress import Progress
@@ -74,7 +75,10 @@ def test_interrupted_level_keeps_finished_requests(tmp_path):
     asyncio.run(go())
     table = pq.read_table(requests_part(tmp_path, "baseline", 1, 0))
     assert 1 <= table.num_rows < 40
-    assert all(table.column("success").to_pylist())
+    ok = table.column("success").to_pylist()
+    assert all(ok[:-1]) and not ok[-1]
+    assert table.column("error_type").to_pylist()[-1] == "interrupted"
+    assert len(fake.request_ids) == table.num_rows  # every request sent is a row
 
 
 def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_verifies():
