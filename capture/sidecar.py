@@ -48,7 +48,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from specdec.capture.proxy import ProxySettings, start_proxy
+from specdec.capture.proxy import ProxySettings, exposure, start_proxy
 from specdec.capture.sidecar_categories import CategoryBook
 from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
@@ -320,8 +320,7 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
                 proxy = await start_proxy(settings.proxy, book=sidecar.book)
                 announce(f"specdec proxy listening on {proxy.url} -> {settings.server} (recording into "
                          f"{settings.proxy.out_dir}, content: {settings.proxy.content})")
-                warn_if_exposed(settings.proxy.host, f"the recording proxy: an unauthenticated route to "
-                                f"{settings.server}, whose traffic it records into {settings.proxy.out_dir}", warn)
+                warn_if_exposed(settings.proxy.host, "the recording proxy: " + exposure(settings.proxy), warn)
             await sidecar.serve(stop)
         finally:
             await sidecar.close()

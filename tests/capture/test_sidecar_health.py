@@ -108,3 +108,22 @@ def test_listen_beyond_loopback_warns_at_start_naming_what_is_exposed(tmp_path):
 def test_listen_on_loopback_does_not_warn(tmp_path):
     out, err = _run_cli(tmp_path, "127.0.0.1:0")
     assert "WARNING" not in err and "WARNING" not in out
+
+
+def test_proxy_listen_beyond_loopback_warns_too(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", "--capture-dir",
+                             str(tmp_path / "cap"), "--lake", str(tmp_path / "lake"), "--server",
+                             "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--proxy-listen", "0.0.0.0:0",
+                             "--compact-s", "3600", "--scrape-s", "3600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(2):  # the sidecar's line, then the proxy's
+            assert "listening on" in proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    warnings = [line for line in err.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, err  # the proxy's; the sidecar's own endpoint is on loopback
+    assert "the recording proxy" in warnings[0] and "http://127.0.0.1:9" in warnings[0]
