@@ -16,10 +16,9 @@ from click.testing import CliRunner
 from specdec.analytics.labels_text import CONTROL_ONLY, chart_safe, strip_control
 from specdec.cli import main
 
-from .conftest import make_requests, make_rounds, write_run
+from .conftest import make_requests, write_run
 
 ESC = "\x1b[2Jcode"
-WARMUP = "chatcmpl-sd.t.speculative.c0.00000.warmup-deadbeef"
 
 
 def _esc_run(run_dir):
