@@ -36,7 +36,10 @@ def traffic() -> None:
                    "curve keeps its shape, rates scale by the fraction.")
 @click.option("--seed", type=StrictIntType(0), default=0, show_default=True,
               help="Seed of the thinning and of every content choice.")
-@click.option("--skip-bad", is_flag=True, help="Skip malformed rows and count them (default: refuse the file at the first one).")
+@click.option("--skip-bad", is_flag=True,
+              help="Skip malformed rows and count them (default: refuse the file at the first one, naming its row "
+                   "and field). Malformed includes out of range: a timestamp not finite or more than 30 days from "
+                   "the trace's zero, an input length above 100,000,000 tokens, an output length above 1,000,000.")
 @click.option("--category", default=None,
               help="Give every row a pool prompt of this category (code, structured, template, summarize, rewrite, "
                    "translate, chat, creative, advice) or tier (high, medium, low).")
@@ -53,12 +56,21 @@ def traffic() -> None:
               help="Prompt pool folder (prompts*.jsonl, context*.jsonl); default: the bundled pool.")
 @click.option("--tokenizer", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
               help="Tokenizer folder for counting input tokens (default: the prepared SmolLM2 model).")
+@click.option("--no-progress", is_flag=True,
+              help="No progress bar on standard error (there is none either when it is not a terminal).")
 def import_command(fmt: str, file: Path, out: Path, **options) -> None:
     """Import a public trace FILE (azure CSV, mooncake JSONL, burstgpt CSV)
     into a traffic file: arrival times in ms from the first kept row, input
     and output lengths (max_tokens = the recorded output), sessions, shared
     prefixes, and real content from the prompt pool reaching each row's input
-    length (what was done is in each row's content_note)."""
+    length (what was done is in each row's content_note).
+
+    \b
+    Timestamps must be finite and within 30 days of the trace's zero (the
+    trace start; Azure: midnight of the first row's date). Rows are streamed:
+    the file is read twice (check, then compose and write in batches); rows
+    of one category and length bucket share their composed content (see the
+    content_note's composed_for), except Mooncake prefix blocks and sessions."""
     if out.suffix.lower() != ".parquet":
         raise click.BadParameter(f"{out} must end in .parquet (a traffic file)", param_hint="'-o'")
     from specdec.cli import handle_errors  # here, not at import: specdec.cli registers this group
@@ -68,8 +80,10 @@ def import_command(fmt: str, file: Path, out: Path, **options) -> None:
 
 def _import(fmt: str, file: Path, out: Path, start_s: float, end_s: float | None, sample: float, seed: int,
             skip_bad: bool, category: str | None, mix: dict[str, float] | None, max_input_tokens: int | None,
-            fit_context: int | None, pool_dir: Path | None, tokenizer: Path | None) -> None:
-    from specdec.replay.importers import ImportOptions, import_trace, write_traffic
+            fit_context: int | None, pool_dir: Path | None, tokenizer: Path | None, no_progress: bool = False) -> None:
+    import sys
+
+    from specdec.replay.importers import ImportOptions, import_to_file
     from specdec.replay.prompt_pool import HFTokenCounter, load_pool
 
     opts = ImportOptions(start_s=start_s, end_s=end_s, sample=sample, seed=seed, skip_bad=skip_bad,
@@ -77,11 +91,32 @@ def _import(fmt: str, file: Path, out: Path, start_s: float, end_s: float | None
                          fit_context=fit_context)
     pool = load_pool(pool_dir) if pool_dir else None
     counter = HFTokenCounter(tokenizer) if tokenizer else None
-    report = import_trace(fmt, file, opts, pool=pool, counter=counter)
+    with _bar(not no_progress and sys.stderr.isatty()) as progress:
+        report = import_to_file(fmt, file, opts, out, pool=pool, counter=counter, progress=progress)
     for line in report.lines():
         click.echo(line)
-    write_traffic(report, out)
-    click.echo(f"wrote {out} ({len(report.rows)} rows)")
+    click.echo(f"wrote {out} ({report.kept} rows)")
+
+
+def _bar(show: bool):
+    """A context manager giving ``progress(done, total)``: a rich bar on
+    standard error, or None (no bar)."""
+    import contextlib
+
+    if not show:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def bar():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        with Progress("importing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True), transient=True) as p:
+            task = p.add_task("rows", total=None)
+            yield lambda done, total: p.update(task, completed=done, total=total)
+
+    return bar()
 
 
 traffic.add_command(inspect_cmd)

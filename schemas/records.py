@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.schemas.strict import (
-    MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, ArmName, FiniteFloat, FreeForm, Label, Prompt, RunName,
+    MAX_ARRIVAL_MS, MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, ArmName, FiniteFloat, FreeForm, Label, Prompt, RunName,
     StrictBool, StrictInt, Text,
 )
 
@@ -97,7 +97,7 @@ class TrafficRow(_Record):
     seed: StrictInt | None = Field(default=None, description="Sampling seed as sent; None: not sent.")
     stop: list[Text] | None = Field(default=None, description="Stop strings as sent (recorded for fidelity; replay forces the recorded length, so they do not end a replayed request); None: not sent.")
     model: Text | None = Field(default=None, description="The model name as the client sent it (replay sends to the served model instead); None: not recorded.")
-    arrival_ms: FiniteFloat | None = Field(default=None, ge=0.0, description="Arrival time, ms from the start of the recording or trace (the open-loop clock); None: not recorded.")
+    arrival_ms: FiniteFloat | None = Field(default=None, ge=0.0, le=MAX_ARRIVAL_MS, description="Arrival time, ms from the start of the recording or trace (the open-loop clock); None: not recorded.")
     session_id: Label | None = Field(default=None, max_length=MAX_LABEL_LEN, description="Conversation the request belongs to; None: a standalone request.")
     turn_index: StrictInt | None = Field(default=None, ge=0, description="Turn within the session, from 0; None without a session.")
     input_tokens: StrictInt | None = Field(default=None, ge=0, description="Input length in tokens as recorded or given by a trace; None: not recorded.")

@@ -42,6 +42,9 @@ from specdec.runfolder import LATEST
 
 #: Upper bound of any max_tokens (no served model generates more in one reply).
 MAX_TOKENS_CEILING = 1_000_000
+#: Upper bound of a traffic row's arrival_ms: 30 days (an imported trace's
+#: span is refused beyond it, and so is a traffic file's row).
+MAX_ARRIVAL_MS = 30 * 86_400_000.0
 #: Upper bound of a temperature (OpenAI's documented maximum; vLLM accepts more,
 #: but such a sample is noise, not a measurement).
 MAX_TEMPERATURE = 2.0

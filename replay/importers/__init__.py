@@ -3,42 +3,96 @@ BurstGPT) into a traffic file of ``TrafficRow`` (format version 2).
 
 Each format module parses its file into ``common.TraceRow`` in common units
 (its docstring says which unit its timestamps use and how that is known);
-``common`` keeps the window, thins, and gives every row real content from the
-prompt pool (``specdec.replay.prompt_pool``, ``content``).
+``common`` checks ranges, keeps the window, thins, and gives every row real
+content from the prompt pool (``specdec.replay.prompt_pool``, ``content``).
+
+Two passes over the file (``common``): the first checks every row (a bad
+one refuses the file before anything is composed) and finds the trace start;
+the second composes, and either collects ``TrafficRow`` records
+(``import_trace``) or streams them to a Parquet file in batches
+(``import_to_file``), so memory does not grow with the row count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from specdec.errors import InputFileError
 from specdec.replay.importers import azure, burstgpt, mooncake
-from specdec.replay.importers.common import ImportOptions, ImportReport, read_rows, select, to_traffic
+from specdec.replay.importers.common import (
+    ImportOptions, ImportReport, checked, in_time_order, read_rows, select, survey, to_traffic, traffic_values,
+)
+from specdec.replay.importers.writer import write_batches
 from specdec.replay.prompt_pool import Pool, TokenCounter, load_pool
 
 FORMATS = {"azure": azure, "mooncake": mooncake, "burstgpt": burstgpt}
 
 
-def import_trace(fmt: str, path: str | Path, opts: ImportOptions, *, pool: Pool | None = None,
-                 counter: TokenCounter | None = None) -> ImportReport:
-    """Read a trace file and return the report with its traffic rows.
-
-    ``counter`` counts tokens of the composed chats (default: the prepared
-    SmolLM2 tokenizer and chat template); ``pool`` defaults to the bundled one.
-    """
+def _open(fmt: str, path: str | Path, opts: ImportOptions):
     if fmt not in FORMATS:
         raise ValueError(f"unknown trace format {fmt!r} (expected one of {', '.join(FORMATS)})")
     module, path = FORMATS[fmt], Path(path)
     if not path.is_file():
         raise InputFileError(path, "no such file")
-    report = ImportReport(fmt, path, module.UNITS, options=opts)
-    rows = select(read_rows(path, module.parse(path), report, opts.skip_bad), opts, report)
-    if pool is None:
-        pool = load_pool()
-    if counter is None and rows:
-        counter = default_counter()
-    report.rows = to_traffic(rows, module.SOURCE, opts, pool, counter, report)
+    return module, path, ImportReport(fmt, path, module.UNITS, options=opts)
+
+
+def _kept_rows(module, path: Path, opts: ImportOptions, report: ImportReport):
+    """Pass 1 (check and survey, counting malformed rows), then pass 2's
+    rows in time order, window and thinning applied; and how many rows pass 2 reads."""
+    known = survey(read_rows(path, checked(module.parse(path), module.FIELDS), report, opts.skip_bad))
+    quiet = ImportReport(report.fmt, path, report.units, options=opts)  # pass 2 must not count twice
+    good = read_rows(path, checked(module.parse(path), module.FIELDS), quiet, skip_bad=True)
+    return select(in_time_order(good, known), opts, report, known.start_ms), known.rows
+
+
+def import_trace(fmt: str, path: str | Path, opts: ImportOptions, *, pool: Pool | None = None,
+                 counter: TokenCounter | None = None) -> ImportReport:
+    """Read a trace file and return the report with its traffic rows (in memory).
+
+    ``counter`` counts tokens of the composed chats (default: the prepared
+    SmolLM2 tokenizer and chat template); ``pool`` defaults to the bundled one.
+    """
+    module, path, report = _open(fmt, path, opts)
+    rows, n = _kept_rows(module, path, opts, report)
+    if n:
+        pool = pool or load_pool()
+        counter = counter or default_counter()
+    report.rows = to_traffic(rows, module.SOURCE, opts, pool, counter, report) if n else []
     return report
+
+
+def import_to_file(fmt: str, path: str | Path, opts: ImportOptions, out: str | Path, *, pool: Pool | None = None,
+                   counter: TokenCounter | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> ImportReport:
+    """Read a trace file and stream its traffic rows to ``out`` (Parquet,
+    written atomically, in batches); the report counts them (``rows`` stays
+    empty). ``progress(done, total)`` is called as rows are read in pass 2."""
+    module, path, report = _open(fmt, path, opts)
+    rows, n = _kept_rows(module, path, opts, report)
+    if not n:
+        raise InputFileError(path, "no well-formed row; nothing written")
+    pool = pool or load_pool()
+    counter = counter or default_counter()
+    values = traffic_values(_counted(rows, progress, n), module.SOURCE, opts, pool, counter, report)
+    written = write_batches(values, Path(out))
+    if not written:
+        raise InputFileError(path, "no row was kept (check --start-s/--end-s and --sample); nothing written")
+    return report
+
+
+def _counted(rows, progress, total: int):
+    if progress is None:
+        yield from rows
+        return
+    done = 0
+    for r in rows:
+        yield r
+        done += 1
+        if done % 1000 == 0:
+            progress(done, total)
+    progress(total, total)
 
 
 def default_counter() -> TokenCounter:

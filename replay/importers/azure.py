@@ -26,6 +26,8 @@ from specdec.replay.importers.csvrows import csv_rows, whole_number
 
 SOURCE = "azure-llm-2023"
 UNITS = "TIMESTAMP: datetime strings, 7 fractional digits, read as UTC and converted to ms"
+#: The columns checked for range (``common.out_of_range``): time, input length, output length.
+FIELDS = {"time": "TIMESTAMP", "input": "ContextTokens", "output": "GeneratedTokens"}
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 _STAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")

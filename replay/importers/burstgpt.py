@@ -21,6 +21,8 @@ from specdec.replay.importers.csvrows import csv_rows, seconds, whole_number
 
 SOURCE = "burstgpt"
 UNITS = "Timestamp: seconds relative to the trace start, converted to ms"
+#: The columns checked for range (``common.out_of_range``): time, input length, output length.
+FIELDS = {"time": "Timestamp", "input": "Request tokens", "output": "Response tokens"}
 COLUMNS = ("Timestamp", "Request tokens", "Response tokens")
 OPTIONAL = ("Model", "Session ID", "SessionID", "Log Type")
 

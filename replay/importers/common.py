@@ -24,10 +24,21 @@ Conventions, the same for every format:
   that input + max_tokens <= N, the tolerance included; ``--max-input-tokens``
   caps it outright. The trace's ``input_tokens`` is kept; the note says
   ``capped_from``. Rows whose output leaves no room are left out and counted.
+* Ranges: a row whose timestamp is not within ``MAX_SPAN_MS`` (30 days) of
+  the trace's zero (Mooncake, BurstGPT: the trace start; Azure: midnight of
+  the first row's date), whose input length is above ``MAX_INPUT_TOKENS`` or
+  whose output length is above ``MAX_TOKENS_CEILING`` is malformed: refused by
+  file, row and field, or skipped and counted with ``--skip-bad``.
+
+Rows stream: the file is read twice (the first pass finds the trace start,
+counts and checks every row, so a bad row refuses the file before anything
+is composed; the second composes and writes), and only a file whose rows are
+not in time order is held in memory to be sorted.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +50,12 @@ from specdec.errors import InputFileError
 from specdec.replay.importers.content import ContentAssigner
 from specdec.replay.prompt_pool import Pool, TokenCounter, tolerance, unit_hash
 from specdec.schemas.records import TrafficRow
+from specdec.schemas.strict import MAX_ARRIVAL_MS, MAX_TOKENS_CEILING
+
+#: Farthest a timestamp may lie from the trace's zero (30 days, in ms).
+MAX_SPAN_MS = MAX_ARRIVAL_MS
+#: Longest input length a row may give (no served model reads more).
+MAX_INPUT_TOKENS = 100_000_000
 
 
 @dataclass(slots=True)
@@ -106,10 +123,19 @@ class ImportReport:
     capped: int = 0
     unfit: int = 0  # rows left out: their output alone does not fit --fit-context
     options: ImportOptions | None = None
+    kept: int = 0  # rows given content (in ``rows``, or written when streamed to a file)
+    last_arrival_ms: float = 0.0
+    categories: Counter = field(default_factory=Counter)
+
+    def count(self, category: str, arrival_ms: float) -> None:
+        """One more row kept."""
+        self.kept += 1
+        self.last_arrival_ms = arrival_ms
+        self.categories[category] += 1
 
     def lines(self) -> list[str]:
         o = self.options
-        kept = len(self.rows)
+        kept = self.kept
         out = [f"{self.fmt}: read {self.read} rows from {self.path} ({self.units})"]
         skipped = [f"{sum(self.malformed.values())} malformed"]
         window = f"[{o.start_s:g} s, {'end' if o.end_s is None else f'{o.end_s:g} s'})"
@@ -123,22 +149,43 @@ class ImportReport:
         out.extend(f"  first malformed: {m}" for m in self.first_malformed)
         out.append(f"max_tokens clamped to 1 (recorded output 0): {self.clamped} rows")
         if kept:
-            span = self.rows[-1].arrival_ms / 1000.0
+            span = self.last_arrival_ms / 1000.0
             rate = f"{kept / span:.2f} req/s" if span > 0 else "one instant"
             out.append(f"time span: {span:.3f} s over {kept} rows ({rate})")
-            cats = Counter(r.category for r in self.rows)
-            out.append("categories: " + ", ".join(f"{c} {n}" for c, n in cats.most_common()))
+            out.append("categories: " + ", ".join(f"{c} {n}" for c, n in self.categories.most_common()))
             out.append("content: " + ", ".join(f"{s} {n}" for s, n in sorted(self.content.items()))
                        + f" (ok: within tolerance; over: prompt alone longer; short: material exhausted)"
                        + f"; input capped (--max-input-tokens, --fit-context): {self.capped}")
         return out
 
 
+def out_of_range(rec: TraceRow, fields: dict[str, str]) -> Malformed | None:
+    """The row's first value outside the ranges the module docstring states;
+    ``fields`` names the format's columns (time, input, output)."""
+    if not math.isfinite(rec.time_ms) or abs(rec.time_ms) > MAX_SPAN_MS:
+        return Malformed(rec.row, fields["time"], f"the timestamp ({rec.time_ms:g} ms from the trace's zero) must be "
+                                                  f"finite and within {MAX_SPAN_MS / 86_400_000:g} days of it")
+    if rec.input_tokens > MAX_INPUT_TOKENS:
+        return Malformed(rec.row, fields["input"],
+                         f"{rec.input_tokens} input tokens is above the bound of {MAX_INPUT_TOKENS:,}")
+    if rec.output_tokens > MAX_TOKENS_CEILING:
+        return Malformed(rec.row, fields["output"],
+                         f"{rec.output_tokens} output tokens is above the bound of {MAX_TOKENS_CEILING:,} (max_tokens)")
+    return None
+
+
+def checked(rows: Iterable[TraceRow | Malformed], fields: dict[str, str]) -> Iterator[TraceRow | Malformed]:
+    """The parser's rows, those out of range turned Malformed."""
+    for rec in rows:
+        if not isinstance(rec, Malformed):
+            rec = out_of_range(rec, fields) or rec
+        yield rec
+
+
 def read_rows(path: Path, rows: Iterable[TraceRow | Malformed], report: ImportReport,
-              skip_bad: bool) -> list[TraceRow]:
-    """Collect well-formed rows; refuse the first malformed one (InputFileError
-    naming the file, row and field) or count it."""
-    good = []
+              skip_bad: bool) -> Iterator[TraceRow]:
+    """Well-formed rows, as they come; refuse the first malformed one
+    (InputFileError naming the file, row and field) or count it."""
     for rec in rows:
         report.read += 1
         if isinstance(rec, Malformed):
@@ -149,35 +196,63 @@ def read_rows(path: Path, rows: Iterable[TraceRow | Malformed], report: ImportRe
             if len(report.first_malformed) < 3:
                 report.first_malformed.append(f"row {rec.row}, field {rec.field!r}: {rec.problem}")
             continue
-        good.append(rec)
-    return good
+        yield rec
 
 
-def select(rows: list[TraceRow], opts: ImportOptions, report: ImportReport) -> list[TraceRow]:
-    """Sort by time (stable), keep the window, thin by the seeded hash."""
-    if not rows:
-        return []
-    rows = sorted(rows, key=lambda r: r.time_ms)
-    start = rows[0].time_ms
-    lo = start + opts.start_s * 1000.0
-    hi = None if opts.end_s is None else start + opts.end_s * 1000.0
-    kept = []
+@dataclass
+class Survey:
+    """What the first pass over a file learns: how many well-formed rows,
+    the trace start, whether the rows are in time order."""
+
+    rows: int = 0
+    start_ms: float = math.inf
+    in_order: bool = True
+
+
+def survey(rows: Iterable[TraceRow]) -> Survey:
+    out, last = Survey(), -math.inf
     for r in rows:
+        out.rows += 1
+        t = r.time_ms
+        if t < last:
+            out.in_order = False
+        last = t
+        if t < out.start_ms:
+            out.start_ms = t
+    return out
+
+
+def in_time_order(rows: Iterable[TraceRow], known: Survey) -> Iterable[TraceRow]:
+    """The rows by time (stable): as they come when the file is in order,
+    else all held and sorted (only then does memory grow with the file)."""
+    return rows if known.in_order else sorted(rows, key=lambda r: r.time_ms)
+
+
+def select(rows: Iterable[TraceRow], opts: ImportOptions, report: ImportReport,
+           start: float | None = None) -> Iterator[TraceRow]:
+    """Keep the window, thin by the seeded hash; ``rows`` in time order,
+    ``start`` the trace start (default: the first row's time)."""
+    lo = hi = None
+    for r in rows:
+        if lo is None:
+            start = r.time_ms if start is None else start
+            lo = start + opts.start_s * 1000.0
+            hi = None if opts.end_s is None else start + opts.end_s * 1000.0
         if r.time_ms < lo or (hi is not None and r.time_ms >= hi):
             report.outside_window += 1
         elif opts.sample < 1.0 and unit_hash(opts.seed, "sample", f"s:{r.session}" if r.session else f"r:{r.row}") >= opts.sample:
             report.sampled_out += 1
         else:
-            kept.append(r)
-    return kept
+            yield r
 
 
-def to_traffic(rows: list[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
-               report: ImportReport) -> list[TrafficRow]:
-    """Traffic rows with content, arrival from the first kept row, sessions
-    numbered by turn among the kept rows."""
+def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
+                   report: ImportReport) -> Iterator[dict]:
+    """Each kept row's TrafficRow fields (a dict, so a writer can fill
+    column buffers without a model object per row): content, arrival from the
+    first kept row, sessions numbered by turn among the kept rows."""
     assigner = ContentAssigner(pool, counter, opts.seed, opts.category, opts.mix, opts.max_input_tokens)
-    out, turns = [], Counter()
+    turns: Counter = Counter()
     t0 = None
     for r in rows:
         key = f"{source}-r{r.row}"
@@ -197,17 +272,25 @@ def to_traffic(rows: list[TraceRow], source: str, opts: ImportOptions, pool: Poo
             session, turn = r.session, turns[r.session]
             turns[r.session] += 1
         t0 = r.time_ms if t0 is None else t0
-        content = ({"prompt": done.messages[0]["content"]} if len(done.messages) == 1
-                   else {"messages": _json(done.messages)})
-        out.append(TrafficRow(
-            prompt_id=key, category=done.category, max_tokens=max(1, r.output_tokens), temperature=0.0,
-            model=r.model, arrival_ms=round(r.time_ms - t0, 6), session_id=session, turn_index=turn,
-            input_tokens=r.input_tokens, recorded_output_tokens=r.output_tokens, tier=done.tier,
-            source=source, content_note=done.note, **content,
-        ))
-    report.content.update(assigner.statuses)
+        arrival = round(r.time_ms - t0, 6)
+        single = len(done.messages) == 1
+        report.count(done.category, arrival)
+        yield {
+            "prompt_id": key, "category": done.category, "max_tokens": max(1, r.output_tokens), "temperature": 0.0,
+            "model": r.model, "arrival_ms": arrival, "session_id": session, "turn_index": turn,
+            "input_tokens": r.input_tokens, "recorded_output_tokens": r.output_tokens, "tier": done.tier,
+            "source": source, "content_note": done.note,
+            "prompt": done.messages[0]["content"] if single else None,
+            "messages": None if single else done.messages_json,
+        }
+        report.content[done.status] += 1
     report.capped = assigner.capped
-    return out
+
+
+def to_traffic(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
+               report: ImportReport) -> list[TrafficRow]:
+    """``traffic_values`` as validated TrafficRow records (small imports, the tests)."""
+    return [TrafficRow(**v) for v in traffic_values(rows, source, opts, pool, counter, report)]
 
 
 def _json(value) -> str:

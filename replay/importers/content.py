@@ -21,16 +21,28 @@ the row's key):
     the turn is composed alone and the note says so;
   - otherwise: the pieces the prompt's category reads first (code for code,
     documents for summaries, dialogues for chat), same language first.
+    These rows are composed once per category and length bucket and the
+    content is reused by every row of that bucket (``bucket_target``: buckets
+    narrow enough that the content stays within each row's tolerance; the
+    note gives the row's own target, the bucket's ``composed_for`` and the
+    status against the row's target). Why: composing and tokenizing each row
+    cost ~4-16 ms of CPU, hours for a million-row trace; a trace has a few
+    hundred buckets per category. The price: rows of one bucket send the same
+    text, so a server's prefix cache sees them as repeats (mind it when
+    TTFT is what is measured; a Mooncake trace's shared prefixes and a
+    session's turns are still composed row by row).
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specdec.errors import SpecdecError
 from specdec.replay.prompt_pool import (
-    KIND_PREFERENCE, Composed, Pool, PoolPrompt, TokenCounter, Unit, compose, split_units, unit_hash,
+    KIND_PREFERENCE, Composed, Pool, PoolPrompt, TokenCounter, Unit, compose, split_units, tolerance, unit_hash,
 )
 
 #: Tokens of one Mooncake prefix block (trace-formats.md).
@@ -41,6 +53,22 @@ _LANG_RANK = {"en": {"en": 0, "mixed": 1, "zh": 2}, "zh": {"zh": 0, "mixed": 1, 
               "mixed": {"mixed": 0, "en": 1, "zh": 1}}
 
 
+#: Below this many tokens, length buckets are this wide (half of the smallest tolerance, 8).
+_FLAT_BELOW, _FLAT_WIDTH = 800, 8
+#: Above it, each bucket is this much longer than the previous (0.8%: within 1% tolerance).
+_RATIO = 1.008
+
+
+def bucket_target(target: int) -> int:
+    """The length a row's content is composed for: the middle of the row's
+    bucket, at most 4 tokens (below 800) or 0.4% (above) from ``target``,
+    so a composition that reaches it within 2 tokens is within the row's tolerance."""
+    if target < _FLAT_BELOW:
+        return (target // _FLAT_WIDTH) * _FLAT_WIDTH + _FLAT_WIDTH // 2
+    k = int(math.log(target / _FLAT_BELOW) / math.log(_RATIO))
+    return round(_FLAT_BELOW * _RATIO ** (k + 0.5))
+
+
 @dataclass
 class Assigned:
     category: str
@@ -48,6 +76,7 @@ class Assigned:
     messages: list[dict]
     note: str
     status: str
+    messages_json: str | None = None  # the messages as JSON text (cached with a bucket's content)
 
 
 @dataclass
@@ -79,6 +108,7 @@ class ContentAssigner:
         self._blocks: dict[int, list[int]] = {}
         self._cursor = 0
         self._sessions: dict[str, _Session] = {}
+        self._buckets: dict[tuple[str, int], tuple[PoolPrompt, Composed, str]] = {}
         self.statuses: Counter[str] = Counter()
         self.capped = 0
 
@@ -179,9 +209,32 @@ class ContentAssigner:
             done = self._session_turn(state, prompt, target, extra)
             state.last_output = output_tokens
         else:
-            done = compose(prompt, target, self._ordered_units(prompt, key), self.counter)
+            return self._bucketed(choice, target, extra)
         self.statuses[done.status] += 1
-        return Assigned(prompt.category, prompt.tier, done.messages, done.note(**extra), done.status)
+        return Assigned(prompt.category, prompt.tier, done.messages, done.note(**extra), done.status,
+                        json.dumps(done.messages, ensure_ascii=False))
+
+    def _bucketed(self, choice: str, target: int, extra: dict) -> Assigned:
+        """A row without prefix blocks or session: its bucket's content,
+        composed the first time the bucket is seen."""
+        aim = bucket_target(target)
+        hit = self._buckets.get((choice, aim))
+        if hit is None:
+            key = f"bucket:{choice}:{aim}"
+            prompt = self._prompt(choice, key, aim)
+            done = compose(prompt, aim, self._ordered_units(prompt, key), self.counter)
+            hit = self._buckets[(choice, aim)] = (prompt, done, json.dumps(done.messages, ensure_ascii=False))
+        prompt, done, as_json = hit
+        tol = tolerance(target)
+        if abs(done.reached - target) <= tol:
+            status = "ok"
+        elif done.status in ("over", "short"):
+            status = done.status
+        else:
+            status = "missed"
+        self.statuses[status] += 1
+        note = replace(done, target=target, status=status).note(composed_for=aim, **extra)
+        return Assigned(prompt.category, prompt.tier, done.messages, note, status, as_json)
 
     def _session_turn(self, state: _Session, prompt: PoolPrompt, target: int, extra: dict) -> Composed:
         units = state.units

@@ -22,6 +22,8 @@ from specdec.replay.importers.common import Malformed, TraceRow
 
 SOURCE = "mooncake"
 UNITS = "timestamp: ms relative to the trace start"
+#: The columns checked for range (``common.out_of_range``): time, input length, output length.
+FIELDS = {"time": "timestamp", "input": "input_length", "output": "output_length"}
 
 
 def _count(obj: dict, name: str) -> int:

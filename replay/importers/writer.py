@@ -1,0 +1,71 @@
+"""Stream traffic rows (``TrafficRow`` field dicts) to a Parquet file in
+batches: column buffers, one Arrow table per ``BATCH`` rows, one row group
+each, written to a temporary name and renamed when complete
+(``runfolder.atomic_write_with``), so memory holds one batch, not the file.
+
+The composed content repeats (rows of one length bucket share it), so the
+text columns are dictionary-encoded with a dictionary page large enough to
+hold a batch's distinct texts: the file stays about as small as its distinct
+content, not its row count times the prompt length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from specdec.runfolder import atomic_write_with
+from specdec.schemas.arrow import arrow_schema, table_from_columns
+from specdec.schemas.records import TrafficRow
+
+#: Rows per batch (and row group).
+BATCH = 20_000
+
+
+def write_batches(values: Iterable[dict], out: Path) -> int:
+    """Write every row of ``values``; returns how many (0: nothing written)."""
+    schema = arrow_schema(TrafficRow)
+    names = list(TrafficRow.model_fields)
+    count = 0
+
+    def write(tmp: Path) -> None:
+        nonlocal count
+        writer = None
+        cols: dict[str, list] = {n: [] for n in names}
+        try:
+            for v in values:
+                for n in names:
+                    cols[n].append(v.get(n))
+                count += 1
+                if count % BATCH == 0:
+                    writer = _flush(writer, tmp, schema, cols)
+                    cols = {n: [] for n in names}
+            if cols[names[0]]:
+                writer = _flush(writer, tmp, schema, cols)
+        finally:
+            if writer is not None:
+                writer.close()
+        if writer is None:
+            raise _Empty
+
+    try:
+        atomic_write_with(out, write)
+    except _Empty:
+        return 0
+    return count
+
+
+class _Empty(Exception):
+    """No row to write: no file is left behind."""
+
+
+def _flush(writer, tmp: Path, schema: pa.Schema, cols: dict[str, list]):
+    table = table_from_columns(TrafficRow, cols)
+    if writer is None:
+        writer = pq.ParquetWriter(tmp, schema, write_page_checksum=True,
+                                  dictionary_pagesize_limit=256 * 1024 * 1024)
+    writer.write_table(table, row_group_size=len(table))
+    return writer
