@@ -84,13 +84,14 @@ def _import(fmt: str, file: Path, out: Path, start_s: float, end_s: float | None
     import sys
 
     from specdec.replay.importers import ImportOptions, import_to_file
-    from specdec.replay.prompt_pool import HFTokenCounter, load_pool
+    from specdec.replay.importers.tokens import counter_for
+    from specdec.replay.prompt_pool import load_pool
 
     opts = ImportOptions(start_s=start_s, end_s=end_s, sample=sample, seed=seed, skip_bad=skip_bad,
                          category=category, mix=mix, max_input_tokens=max_input_tokens,
                          fit_context=fit_context)
     pool = load_pool(pool_dir) if pool_dir else None
-    counter = HFTokenCounter(tokenizer) if tokenizer else None
+    counter = counter_for(tokenizer) if tokenizer else None
     with _bar(not no_progress and sys.stderr.isatty()) as progress:
         report = import_to_file(fmt, file, opts, out, pool=pool, counter=counter, progress=progress)
     for line in report.lines():

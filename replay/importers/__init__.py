@@ -23,6 +23,7 @@ from specdec.replay.importers import azure, burstgpt, mooncake
 from specdec.replay.importers.common import (
     ImportOptions, ImportReport, checked, in_time_order, read_rows, select, survey, to_traffic, traffic_values,
 )
+from specdec.replay.importers.tokens import counter_for
 from specdec.replay.importers.writer import write_batches
 from specdec.replay.prompt_pool import Pool, TokenCounter, load_pool
 
@@ -96,11 +97,11 @@ def _counted(rows, progress, total: int):
 
 
 def default_counter() -> TokenCounter:
-    """The served model's tokenizer: the prepared SmolLM2 folder."""
+    """The served model's tokenizer: the prepared SmolLM2 folder (counted
+    without transformers when the folder allows it: ``tokens``)."""
     from specdec.model import prepare_model
-    from specdec.replay.prompt_pool import HFTokenCounter
 
-    return HFTokenCounter(prepare_model().path)
+    return counter_for(prepare_model().path)
 
 
 def write_traffic(report: ImportReport, out: str | Path) -> None:
