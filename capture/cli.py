@@ -242,6 +242,8 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
     Stop with Ctrl-C (or SIGTERM): one last compaction and every counter row
     (and every recorded traffic row) are written first. A part file that
     cannot be read stays in place and is counted (specdec_sidecar_rows_dropped_total).
+    Rows that could not be written at the stop (counter rows, proxy rows: a
+    full disk, say) make it exit 1, saying how many of each.
     """
     from pydantic import ValidationError
 

@@ -308,7 +308,8 @@ async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
 
 
 class RowsLost(SpecdecError):
-    """The proxy stopped with recorded rows that never reached a file."""
+    """A capture process (the proxy, the sidecar) stopped with rows that never
+    reached a file; the message says how many (exit 1 in the CLI)."""
 
 
 def exposure(settings: ProxySettings) -> str:

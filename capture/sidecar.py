@@ -31,7 +31,12 @@ once per scrape.
 
 Blocking file I/O runs in worker threads; the endpoint stays responsive. It
 runs until SIGINT or SIGTERM, then does one last compaction and writes every
-buffered counter row, so nothing already recorded is lost.
+buffered counter row, so nothing already recorded is lost. When rows are lost
+all the same (counter rows the lake refused at the stop or dropped over the
+pending bound; the proxy's traffic rows likewise), ``run_sidecar`` raises
+``RowsLost`` after printing its summary: the CLI exits 1 and says how many of
+each. A capture part that cannot be read is not lost: it stays in place,
+counted (``specdec_sidecar_rows_dropped_total``).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from specdec.capture.proxy import ProxySettings, exposure, start_proxy
+from specdec.capture.proxy import ProxySettings, RowsLost, exposure, start_proxy
 from specdec.capture.sidecar_categories import CategoryBook
 from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
@@ -301,7 +306,8 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
     ``settings.proxy`` the recording proxy runs in the same process and loop,
     in front of the same server, and stops (every recorded row written) first.
     ``warn`` takes the warning printed when the endpoint listens beyond
-    loopback (``specdec.listen``; default: stderr)."""
+    loopback (``specdec.listen``; default: stderr). Raise ``RowsLost`` (exit 1
+    in the CLI) when counter rows or proxy rows were not written (``rows_lost``)."""
 
     async def main() -> dict:
         stop = asyncio.Event()
@@ -314,7 +320,7 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
                  f"into {settings.lake} every {settings.compact_s:g} s, reading {settings.server}/metrics "
                  f"every {settings.scrape_s:g} s")
         warn_if_exposed(settings.host, exposed_by_sidecar(settings), warn)
-        proxy = None
+        proxy, proxy_stats = None, None
         try:
             if settings.proxy is not None:
                 proxy = await start_proxy(settings.proxy, book=sidecar.book)
@@ -326,11 +332,32 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
             await sidecar.close()
             if proxy is not None:
                 await proxy.stop()
-                stats = proxy.recorder.stats()
+                stats = proxy_stats = proxy.recorder.stats()
                 announce(f"specdec proxy stopped: {stats['rows_written']} rows written, "
                          f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written")
         summary = sidecar.summary()
         announce("specdec sidecar stopped: " + json.dumps(summary))
-        return summary
+        return summary, proxy_stats
 
-    return asyncio.run(main())
+    summary, proxy_stats = asyncio.run(main())
+    lost = rows_lost(summary, proxy_stats)
+    if lost:
+        raise RowsLost(lost)
+    return summary
+
+
+def rows_lost(summary: dict, proxy_stats: dict | None) -> str | None:
+    """What a stopped sidecar lost, in words (None: nothing): counter rows
+    not written at the stop or dropped over the pending bound, and the
+    proxy's traffic rows likewise, with the last write error."""
+    parts = []
+    pending = summary["counter_rows_not_written"]
+    dropped = summary.get("specdec_sidecar_counter_rows_dropped_total", 0)
+    if pending + dropped:
+        parts.append(f"{pending + dropped} counter rows not written to the lake ({pending} still pending at the "
+                     f"stop, {dropped} dropped over the pending limit)")
+    if proxy_stats is not None and proxy_stats["rows_pending"] + proxy_stats["rows_dropped"]:
+        p, d = proxy_stats["rows_pending"], proxy_stats["rows_dropped"]
+        parts.append(f"{p + d} recorded proxy rows not written ({p} still pending at the stop, {d} dropped over "
+                     f"the pending limit; last error: {proxy_stats['last_error']})")
+    return "sidecar stopped with rows lost: " + "; ".join(parts) if parts else None
