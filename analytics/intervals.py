@@ -42,11 +42,15 @@ others').
   this setup". 95%, not adjusted. NULL with one prompt or one repeat.
 - ``measurement`` with ``comparison = 'aa'`` (the A/A calibration check): the
   baseline against itself, consecutive repeats (centre = mean of the A/A
-  block figures d_r, r = 1..R-1). The baseline's own block figures are
-  rebuilt from the chain x_r = x_(r-1) + d_r, their V and df estimated as
-  above, and var(mean d) = V * (2 n - 2 (adjacent pairs)) / n^2 (consecutive
-  figures share a block). It should hold 1 in 95% of groups; the verdict
-  says how many do. It is no hurdle for any label.
+  block figures d_r, r = 1..R-1), with the noise the A/B intervals of the
+  category assume: one arm's block figure has V / 2 (the A/B figure is the
+  difference of two arms' blocks), consecutive A/A figures share a block, so
+  var(mean d) = (V / 2) (2 n - 2 adjacent pairs) / n^2, df as the A/B
+  series'. It should hold 1 in about 95% of groups when the baseline moves
+  between repeats as much as the model says, and less often when the run's
+  noise is larger than the A/B intervals assume (the verdict counts them). Its
+  own variance is not estimated from the A/A figures: with two repeats that
+  would divide each figure by itself. It is no hurdle for any label.
 
 Rows carry ``df``, ``ci_level``, ``p_value`` (two-sided, against a ratio of
 1), ``family_size``, and for ``family`` rows the ``label``,
@@ -61,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, RULE, holm_levels, judge
 from specdec.analytics.models import has_view
@@ -122,7 +126,11 @@ def _means(reps: Mapping[int, Summed]) -> dict[int, float]:
     return {r: total / n for r, (total, n) in sorted(reps.items()) if n}
 
 
-def _series_noise(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[tuple, BlockNoise | None]:
+NoiseModel = Callable[[Mapping[tuple, float]], "BlockNoise | None"]
+
+
+def _series_noise(figures: Mapping[GroupKey, Mapping[int, float]],
+                  model: NoiseModel = block_noise) -> dict[tuple, BlockNoise | None]:
     """Per series (comparison, category, segment-or-None): the block noise of
     its figures across levels. Keys of ``figures``: (comparison, category,
     concurrency[, segment])."""
@@ -131,26 +139,7 @@ def _series_noise(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[tuple
         skey = (key[0], key[1], key[3] if len(key) > 3 else None)
         for r, y in reps.items():
             series[skey][key[2], r] = y
-    return {skey: block_noise(cells) for skey, cells in series.items()}
-
-
-def _aa_noise(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[str, BlockNoise | None]:
-    """Per category, the noise of one baseline block figure from the A/A
-    figures d_r: each level's chain of consecutive repeats rebuilt as x_r =
-    x_(r-1) + d_r (x = 0 where a chain starts; a missing repeat starts a new
-    chain, with its own unknown offset)."""
-    series: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
-    for (_c, category, concurrency), reps in figures.items():
-        chain, x, prev = 0, 0.0, None
-        for r in sorted(reps):
-            if prev is None or r != prev + 1:
-                chain += 1
-                x = 0.0
-                series[category][(concurrency, chain), r - 1] = x
-            x += reps[r]
-            series[category][(concurrency, chain), r] = x
-            prev = r
-    return {cat: block_noise(cells) for cat, cells in series.items()}
+    return {skey: model(cells) for skey, cells in series.items()}
 
 
 def _t(centre: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
@@ -221,18 +210,22 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
 
 
 def _aa_rows(key: tuple, means: Mapping[int, float], noise: BlockNoise | None) -> list[tuple]:
+    """The A/A calibration check of one group: its A/A figures' mean with the
+    noise the A/B intervals of its category assume (see the module docstring)."""
     n = len(means)
     if not n or noise is None or noise.df <= 0:
         return []
     adjacent = sum(1 for r in means if r + 1 in means)
     centre = sum(means.values()) / n
-    se = math.sqrt(noise.variance * (2 * n - 2 * adjacent)) / n
+    se = math.sqrt(noise.variance * (n - adjacent)) / n
     return [_row(key, None, "measurement", _t(centre, se, noise.df), LEVEL, noise.df, _p(centre, se, noise.df),
-                 "A/A calibration check: baseline against itself, consecutive repeats")]
+                 "A/A calibration check: baseline against itself, consecutive repeats, with the A/B noise of "
+                 "its category (V / 2 per arm)")]
 
 
 def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = (),
-            times: Iterable[tuple] = (), margin: float = DEFAULT_MARGIN) -> list[tuple]:
+            times: Iterable[tuple] = (), margin: float = DEFAULT_MARGIN,
+            noise_model: NoiseModel = block_noise) -> list[tuple]:
     """Rows of ``int_speedup_intervals`` (without run_id).
 
     ``pairs``: (comparison, category, concurrency, prompt_id, repeat, log_ratio)
@@ -241,7 +234,9 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     concurrency, segment, prompt_id, repeat, log_ratio) from
     ``int_natural_end_pairs`` (split pairs only); ``times``: the weighted
     categories' mean times per level and repeat (``_weighted``); ``margin``:
-    the run's declared margin. Returns (comparison, category, concurrency,
+    the run's declared margin; ``noise_model``: how a series' block noise is
+    estimated (``variance.block_noise``; the calibration benchmark plants
+    others). Returns (comparison, category, concurrency,
     segment, interval, ci_low, ci_high, ci_level, df, p_value, family_size,
     label, clears_margin, detectable_effect, repeats_needed, margin, method)."""
     pairs = list(pairs)
@@ -253,12 +248,14 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
     prompts = {key: ([group[p][0] for p in sorted(group)], [group[p][1] for p in sorted(group)])
                for key, group in by_prompt.items()}
     return compute_summed([(c, cat, lv, rep, lr, 1) for c, cat, lv, _p, rep, lr in pairs], prompts, blocks,
-                          [(c, lv, seg, rep, lr, 1) for c, lv, seg, _p, rep, lr in segments], times, margin)
+                          [(c, lv, seg, rep, lr, 1) for c, lv, seg, _p, rep, lr in segments], times, margin,
+                          noise_model)
 
 
 def compute_summed(repeats: Iterable[tuple], prompts: Mapping[tuple, tuple[Sequence[float], Sequence[int]]],
                    blocks: Iterable[tuple], segments: Iterable[tuple] = (),
-                   times: Iterable[tuple] = (), margin: float = DEFAULT_MARGIN) -> list[tuple]:
+                   times: Iterable[tuple] = (), margin: float = DEFAULT_MARGIN,
+                   noise_model: NoiseModel = block_noise) -> list[tuple]:
     """``compute`` from the pairs already summed, as ``fill`` reads them from
     DuckDB. ``repeats``: (comparison, category, concurrency, repeat, log ratio
     sum, count); ``prompts``: per group (comparison, category, concurrency),
@@ -267,16 +264,15 @@ def compute_summed(repeats: Iterable[tuple], prompts: Mapping[tuple, tuple[Seque
     block_means = {key: _means(reps) for key, reps in _by_repeat(repeats, blocks).items()}
     ab = {k: v for k, v in block_means.items() if k[0] == "ab"}
     aa = {k: v for k, v in block_means.items() if k[0] == "aa"}
-    noise = _series_noise(ab)
+    noise = _series_noise(ab, noise_model)
     groups = [_Measured(key, None, ab[key], noise[key[0], key[1], None]) for key in sorted(ab)]
     measurement = "t interval over repeats, variance components per category, Satterthwaite df"
     out = _family_rows(groups, margin, measurement)
     for g in groups:
         if g.key[1] != SYSTEM and g.key in prompts:
             out += _prompts_row(g.key, prompts[g.key], g)
-    aa_noise = _aa_noise(aa)
     for key in sorted(aa):
-        out += _aa_rows(key, aa[key], aa_noise.get(key[1]))
+        out += _aa_rows(key, aa[key], noise.get(("ab", key[1], None)))
 
     by_segment: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     for category, concurrency, segment, repeat, total, n in segments:
@@ -284,13 +280,13 @@ def compute_summed(repeats: Iterable[tuple], prompts: Mapping[tuple, tuple[Seque
         acc[0] += total
         acc[1] += n
     seg_means = {("ab", cat, lv, seg): _means(reps) for (cat, lv, seg), reps in by_segment.items()}
-    seg_noise = _series_noise(seg_means)
+    seg_noise = _series_noise(seg_means, noise_model)
     seg_groups = [_Measured(k[:3], k[3], seg_means[k], seg_noise[k[0], k[1], k[3]]) for k in sorted(seg_means)]
     out += _family_rows(seg_groups, margin, measurement)
-    return out + _weighted(times)
+    return out + _weighted(times, noise_model)
 
 
-def _weighted(times: Iterable[tuple]) -> list[tuple]:
+def _weighted(times: Iterable[tuple], noise_model: NoiseModel = block_noise) -> list[tuple]:
     """Measurement rows for the weighted overall speedup (``speedup_weighted``,
     category '(weighted)'): its own series of block figures.
 
@@ -311,7 +307,7 @@ def _weighted(times: Iterable[tuple]) -> list[tuple]:
     for (lv, r), (b, s, cats) in sorted(sums.items()):
         if cats == level_categories[lv] and b > 0 and s > 0:
             figures["ab", WEIGHTED, lv][r] = math.log(b / s)
-    noise = _series_noise(figures).get(("ab", WEIGHTED, None))
+    noise = _series_noise(figures, noise_model).get(("ab", WEIGHTED, None))
     out: list[tuple] = []
     for key in sorted(figures):
         g = _Measured(key, None, figures[key], noise)

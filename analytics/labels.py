@@ -47,6 +47,7 @@ __all__ = ["ALPHA", "DEFAULT_MARGIN", "LABELS", "RULE", "RULE_SHORT", "Judged", 
 
 ALPHA = 0.05
 DEFAULT_MARGIN = 0.05
+_MAX_REPEATS = 100  # repeats_needed says 101 for "more than this"
 LABELS = ("faster", "slower", "equivalent", "inconclusive")
 
 #: The rule in one paragraph, for the report, the data dictionary and the marts' readers.
@@ -118,8 +119,15 @@ def judge(centre: float, se: float, df: float, level: float, margin: float, repe
     needed = None
     if label == "inconclusive":
         per_block_sd = se * math.sqrt(repeats)
-        df_at = df_at or (lambda n: df * (n - 1) / max(repeats - 1, 1))
+        df_of = df_at or (lambda n: df * (n - 1) / max(repeats - 1, 1))
         target = math.log1p(margin) / 2
-        needed = next((n for n in range(repeats + 1, 101)
-                       if t_quantile(1 - (1 - level) / 2, df_at(n)) * per_block_sd / math.sqrt(n) <= target), 101)
+        width = lambda n: t_quantile(1 - (1 - level) / 2, df_of(n)) * per_block_sd / math.sqrt(n)  # noqa: E731
+        lo, hi = repeats + 1, _MAX_REPEATS + 1  # the width falls as n grows: bisect for the first n that fits
+        if width(_MAX_REPEATS) > target:
+            needed = hi
+        else:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if width(mid) <= target else (mid + 1, hi)
+            needed = lo
     return Judged(low, high, level, label, clears, math.expm1(half), needed)

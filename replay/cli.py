@@ -84,7 +84,8 @@ def _d(name: str):
 @handle_errors
 def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
-         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, load: str, time_scales,
+         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, margin: float, load: str,
+         time_scales,
          rates, arrival_seed: int, runs_dir: Path, run_id, engine, model, dtype, baseline_url,
          speculative_url, served_model, capture_dir, no_progress, mix=None) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
@@ -142,7 +143,7 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
         requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
         max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
         repeats=repeats, verify=verify, samples=samples, restart_servers=restart_servers, prefix_cache=prefix_cache,
-        api_key_env=api_key_env, engine=engine, model=model, dtype=dtype, baseline_url=baseline_url,
+        margin=margin, api_key_env=api_key_env, engine=engine, model=model, dtype=dtype, baseline_url=baseline_url,
         speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
         progress=not no_progress, mix=mix,
     )

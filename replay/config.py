@@ -56,12 +56,15 @@ class ClientOptions(BaseModel):
 
 def schedule_options(fn):
     """The click options of the schedule (--repeats, --verify/--no-verify,
-    --samples, --restart-servers, --prefix-cache), defaults and meaning from ReplayConfig."""
+    --samples, --restart-servers, --prefix-cache) and of its reading
+    (--margin), defaults and meaning from ReplayConfig."""
     import click
 
     from specdec.validate import NonNegativeInt, PositiveInt
 
     fields = ReplayConfig.model_fields
+    fn = click.option("--margin", type=float, default=fields["margin"].default, show_default=True,
+                      help=fields["margin"].description + " (0 < delta <= 1)")(fn)
     fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
                       default=fields["prefix_cache"].default, show_default=True,
                       help=fields["prefix_cache"].description)(fn)
@@ -154,6 +157,11 @@ class ReplayConfig(ClientOptions):
                                      "keep: do nothing (earlier blocks may warm later ones).")
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0,
                                   description="A level whose share of failed requests exceeds this is marked failed.")
+    margin: float = Field(default=0.05, gt=0.0, le=1.0,
+                          description="The practical margin delta, declared before the run and recorded in the "
+                                      "manifest: a speedup whose family-wise interval lies inside [1/(1+delta), "
+                                      "1+delta] is labelled equivalent (no effect worth having); faster and slower say "
+                                      "whether they also clear it. 0.05: effects under 5% do not matter to you.")
     mix: dict[str, float] | None = Field(
         default=None, description="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): "
                                   "the weights of the overall speedup in the speedup_weighted mart (recorded in the "

@@ -160,7 +160,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
                   "max_tokens": sorted({r.max_tokens for r in rows})},
         traffic=manifest_traffic(traffic), mix=cfg.mix, concurrency_levels=cfg.levels,
         warmup_requests=cfg.warmup_requests, host=host_facts(),
-        max_error_rate=cfg.max_error_rate, capture=capture,
+        max_error_rate=cfg.max_error_rate, margin=cfg.margin, capture=capture,
         timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
         schedule={"repeats": cfg.repeats, "load": load_summary(cfg),
                   "order": ("repeat-major: fresh embedded servers before every repeat after the first, then every "

@@ -269,6 +269,7 @@ class RunManifest(_Record):
     host: FreeForm = Field(description="CPU, memory, platform and Python facts.")
     finished: StrictBool = Field(default=False, description="True once every level of every arm completed.")
     max_error_rate: FiniteFloat = Field(default=0.05, ge=0.0, le=1.0, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
+    margin: FiniteFloat = Field(default=0.05, gt=0.0, le=1.0, description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the family-wise interval inside [1/(1+delta), 1+delta]). Manifests written before the field existed read as 0.05.")
     capture: FreeForm = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
     timeouts: dict[Text, Annotated[FiniteFloat, Field(gt=0)]] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
     schedule: FreeForm = Field(default_factory=dict, description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the verification and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).")

@@ -267,8 +267,8 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 @handle_errors
 def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
          dtype: str, max_error_rate: float, connect_timeout: float, request_timeout: float,
-         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, engine: str,
-         no_progress: bool) -> None:
+         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, margin: float,
+         engine: str, no_progress: bool) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report
     (--engine llama.cpp: the same on llama-server, ngram-mod vs none)."""
@@ -283,7 +283,7 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
                        requests_per_level=requests_per_level, max_tokens=max_tokens,
                        dtype=dtype, max_error_rate=max_error_rate, connect_timeout_s=connect_timeout,
                        request_timeout_s=request_timeout, repeats=repeats, verify=verify, samples=samples,
-                       restart_servers=restart_servers, prefix_cache=prefix_cache, **engines,
+                       restart_servers=restart_servers, prefix_cache=prefix_cache, margin=margin, **engines,
                        progress=not no_progress)
     load_traffic(cfg.traffic)
     update = {}

@@ -1,0 +1,258 @@
+"""Calibration of the speedup intervals and labels on synthetic runs.
+
+A synthetic run has the design of a replay (categories x prompts, levels,
+repeats, two arms, fresh server processes per repeat) and the noise of this
+machine, in components on the log scale of a request's e2e time:
+
+- ``process``: each server process's own speed (one process per arm and
+  repeat with ``--restart-servers repeat``; shared by every level of it);
+- ``block``: one arm running one level once (host noise during the block);
+- ``request[category]``: one request's own noise;
+- ``prompt[category]``: how much the true effect differs from prompt to prompt
+  of a category (the prompts are a sample of the category).
+
+The treatment's request times are the baseline's divided by the true ratio
+(times exp(prompt effect)). The rows handed to ``intervals.compute`` are those
+the build would read: A/B and A/A pairs and block throughput ratios. The
+project's own interval and label code is called on each run; nothing is
+judged here except whether it covered the truth:
+
+- the measurement interval covers the ratio of *this prompt set* (the true
+  ratio times the prompts' mean effect); the prompts-and-runs interval the
+  category's ratio (the true ratio);
+- a label is false when it says ``faster`` or ``slower`` and the truth is not.
+
+``estimate`` reads those components back from a built run (``speedup``'s
+inputs), so the simulation can use what real runs on this machine show.
+
+``PLANTED`` holds two methods the calibration must reject, so a test can show
+it would catch them: degrees of freedom counted per level as if levels were
+independent (the method before issue 19), and labels that must also clear a
+mirrored A/A interval (the old double hurdle).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from specdec.analytics import intervals
+from specdec.analytics.labels import label_of
+from specdec.analytics.variance import BlockNoise, block_noise
+
+__all__ = ["PLANTED", "Design", "Noise", "Result", "estimate", "evaluate", "noise_from", "simulate"]
+
+
+@dataclass(frozen=True)
+class Design:
+    """What the run sends: the demo's design by default."""
+
+    categories: tuple[str, ...] = ("chat", "code", "structured")
+    prompts: int = 8
+    levels: tuple[int, ...] = (1, 4, 8)
+    repeats: int = 2
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Standard deviations on the log scale (0.03: about 3%)."""
+
+    process: float = 0.03
+    block: float = 0.02
+    request: Mapping[str, float] = field(default_factory=lambda: {"chat": 0.10, "code": 0.05, "structured": 0.05})
+    prompt: Mapping[str, float] = field(default_factory=lambda: {"chat": 0.05, "code": 0.05, "structured": 0.05})
+
+
+def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float],
+             rng: np.random.Generator) -> tuple[list[tuple], list[tuple], dict, dict]:
+    """One synthetic run: (pairs, blocks, prompt-set truth, category truth),
+    the truths as log ratios keyed by (category, level), with '(system)'."""
+    cats, levels, reps, n_p = design.categories, design.levels, design.repeats, design.prompts
+    true = {(c, lv): math.log(ratio if isinstance(ratio, (int, float)) else ratio[c, lv]) for c in cats
+            for lv in levels}
+    effect = {c: rng.normal(0.0, noise.prompt.get(c, 0.0), n_p) for c in cats}
+    effect = {c: e - 0 for c, e in effect.items()}
+    base = {c: rng.normal(math.log(2000.0), 0.3, n_p) for c in cats}  # each prompt's own length
+    process = {(arm, r): rng.normal(0.0, noise.process) for arm in ("b", "s") for r in range(reps)}
+    log_e2e: dict[tuple, np.ndarray] = {}
+    for r in range(reps):
+        for lv in levels:
+            for arm in ("b", "s"):
+                shift = process[arm, r] + rng.normal(0.0, noise.block)
+                for c in cats:
+                    times = base[c] + shift + rng.normal(0.0, noise.request.get(c, 0.0), n_p)
+                    if arm == "s":
+                        times = times - true[c, lv] - effect[c]
+                    log_e2e[arm, c, lv, r] = times
+    pairs, blocks = [], []
+    for c in cats:
+        for lv in levels:
+            for r in range(reps):
+                d = log_e2e["b", c, lv, r] - log_e2e["s", c, lv, r]
+                pairs += [("ab", c, lv, f"{c}{p}", r, float(d[p])) for p in range(n_p)]
+                if r:
+                    aa = log_e2e["b", c, lv, r - 1] - log_e2e["b", c, lv, r]
+                    pairs += [("aa", c, lv, f"{c}{p}", r, float(aa[p])) for p in range(n_p)]
+    for lv in levels:
+        # block throughput: every request emits the same tokens, so tokens/s ~ 1 / mean e2e
+        thr = {(arm, r): -math.log(np.mean(np.exp(np.concatenate([log_e2e[arm, c, lv, r] for c in cats]))))
+               for arm in ("b", "s") for r in range(reps)}
+        blocks += [("ab", lv, r, thr["s", r] - thr["b", r]) for r in range(reps)]
+        blocks += [("aa", lv, r, thr["b", r] - thr["b", r - 1]) for r in range(1, reps)]
+    prompt_set = {(c, lv): true[c, lv] + float(np.mean(effect[c])) for c in cats for lv in levels}
+    category = dict(true)
+    for lv in levels:  # (system): the throughput ratio of this prompt set, without noise
+        base_t = np.concatenate([np.exp(base[c]) for c in cats])
+        spec_t = np.concatenate([np.exp(base[c] - true[c, lv] - effect[c]) for c in cats])
+        prompt_set[intervals.SYSTEM, lv] = category[intervals.SYSTEM, lv] = math.log(base_t.mean() / spec_t.mean())
+    return pairs, blocks, prompt_set, category
+
+
+@dataclass(frozen=True)
+class Result:
+    runs: int
+    coverage: float           # pointwise 95% measurement intervals that hold the prompt-set truth
+    coverage_by_category: dict
+    prompts_coverage: float   # prompts-and-runs intervals that hold the category's truth
+    aa_coverage: float        # A/A intervals that hold 1
+    false_label_runs: float   # runs with a faster/slower label where the truth is not so (family-wise)
+    faster_share: float       # rows labelled faster (power when every true ratio > 1)
+    equivalent_share: float   # rows labelled equivalent
+    mean_level: float         # mean confidence level of the labelled intervals
+
+    def line(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+Method = Callable[..., list[tuple]]
+
+
+def evaluate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float], runs: int,
+             seed: int = 0, method: Method = intervals.compute, margin: float = 0.05) -> Result:
+    """Coverage, family-wise false labels and label shares over ``runs`` synthetic
+    runs, with ``method`` (the project's ``intervals.compute`` unless a test
+    plants another) computing every interval and label."""
+    rng = np.random.default_rng(seed)
+    hit = total = p_hit = p_total = aa_hit = aa_total = false_runs = faster = equivalent = labelled = 0
+    level_sum = 0.0
+    by_cat: dict[str, list[int]] = {}
+    for _ in range(runs):
+        pairs, blocks, prompt_set, category = simulate(design, noise, ratio, rng)
+        false_here = False
+        for row in method(pairs, blocks, margin=margin):
+            comparison, cat, lv, _seg, kind, low, high = row[:7]
+            if comparison == "aa":
+                aa_total += 1
+                aa_hit += low <= 1.0 <= high
+                continue
+            truth = prompt_set[cat, lv]
+            if kind == "measurement":
+                total += 1
+                ok = math.log(low) <= truth <= math.log(high)
+                hit += ok
+                by_cat.setdefault(cat, [0, 0])[0] += ok
+                by_cat[cat][1] += 1
+            elif kind == "prompts":
+                p_total += 1
+                p_hit += math.log(low) <= category[cat, lv] <= math.log(high)
+            elif kind == "family":
+                label = row[11]
+                labelled += 1
+                level_sum += row[7]
+                faster += label == "faster"
+                equivalent += label == "equivalent"
+                if (label == "faster" and truth <= 0) or (label == "slower" and truth >= 0):
+                    false_here = True
+        false_runs += false_here
+    return Result(runs, hit / max(total, 1), {c: round(h / n, 4) for c, (h, n) in sorted(by_cat.items())},
+                  p_hit / max(p_total, 1), aa_hit / max(aa_total, 1), false_runs / runs,
+                  faster / max(labelled, 1), equivalent / max(labelled, 1), level_sum / max(labelled, 1))
+
+
+def estimate(con, run_id: str | None = None) -> dict:
+    """The noise components of one built run (or every run of the database):
+    per category the request noise (prompt x repeat residual of the A/B pair
+    log ratios, / 2: both arms), the prompt spread of the effect, and from each
+    category's block figures (``variance.block_noise``) the process (the
+    repeat-shared part, / 2) and block (the rest, less the request noise
+    averaged over the block's pairs, / 2) components. Standard deviations."""
+    where = "where comparison = 'ab'" + (f" and run_id = '{run_id}'" if run_id else "")
+    rows = con.execute(f"select run_id, category, concurrency, prompt_id, repeat, avg(log_ratio) "
+                       f"from int_requests_paired {where} group by all").fetchall()
+    cells: dict[tuple, dict[tuple, float]] = {}
+    for run, cat, lv, prompt, rep, y in rows:
+        cells.setdefault((run, cat), {})[lv, prompt, rep] = y
+    out: dict = {}
+    for (run, cat), table in sorted(cells.items()):
+        req, prm, figures, n_prompts = [], [], {}, []
+        for lv in sorted({k[0] for k in table}):
+            prompts = sorted({k[1] for k in table if k[0] == lv})
+            reps = sorted({k[2] for k in table if k[0] == lv})
+            grid = np.array([[table.get((lv, p, r), np.nan) for r in reps] for p in prompts])
+            if np.isnan(grid).any() or len(prompts) < 2 or len(reps) < 2:
+                continue
+            resid = grid - grid.mean(axis=1, keepdims=True) - grid.mean(axis=0, keepdims=True) + grid.mean()
+            ms_res = float((resid ** 2).sum() / ((len(prompts) - 1) * (len(reps) - 1)))
+            ms_prompt = float(len(reps) * grid.mean(axis=1).var(ddof=1))
+            req.append(ms_res / 2)
+            prm.append(max(0.0, (ms_prompt - ms_res) / len(reps)))
+            figures.update({(lv, r): float(grid[:, i].mean()) for i, r in enumerate(reps)})
+            n_prompts.append(len(prompts))
+        noise = block_noise(figures) if figures else None
+        if noise is None or not req:
+            continue
+        request = float(np.mean(req))
+        block = max(0.0, noise.block - 2 * request / float(np.mean(n_prompts))) / 2
+        out.setdefault(run, {})[cat] = {"request_sd": math.sqrt(request), "prompt_sd": math.sqrt(float(np.mean(prm))),
+                                        "process_sd": math.sqrt(noise.repeat / 2), "block_sd": math.sqrt(block),
+                                        "block_figure_sd": math.sqrt(noise.variance), "df": noise.df}
+    return out
+
+
+def noise_from(estimates: Iterable[Mapping[str, Mapping[str, float]]]) -> Noise:
+    """One Noise from several runs' ``estimate`` rows: root mean squares across
+    runs (and categories, for the process and block parts)."""
+    per_cat: dict[str, dict[str, list[float]]] = {}
+    for run in estimates:
+        for cat, comp in run.items():
+            for k, v in comp.items():
+                per_cat.setdefault(cat, {}).setdefault(k, []).append(v)
+    rms = lambda xs: math.sqrt(sum(x * x for x in xs) / len(xs))  # noqa: E731
+    return Noise(process=rms([v for c in per_cat.values() for v in c["process_sd"]]),
+                 block=rms([v for c in per_cat.values() for v in c["block_sd"]]),
+                 request={c: rms(v["request_sd"]) for c, v in per_cat.items()},
+                 prompt={c: rms(v["prompt_sd"]) for c, v in per_cat.items()})
+
+
+def _df_per_level(cells: Mapping[tuple, float]) -> BlockNoise | None:
+    """Planted: the same variance, but df = k1 (every level's repeats counted as independent)."""
+    noise = block_noise(cells)
+    return None if noise is None else BlockNoise(noise.variance, float(noise.k1), 0.0, noise.variance, noise.k1)
+
+
+def _df_per_level_method(*args, **kw) -> list[tuple]:
+    return intervals.compute(*args, noise_model=_df_per_level, **kw)
+
+
+def _double_hurdle_method(*args, margin: float = 0.05, **kw) -> list[tuple]:
+    """Planted: a label also needs its interval to clear the A/A interval
+    mirrored about 1 (max(aa_high, 1 / aa_low)), as before issue 19."""
+    rows = intervals.compute(*args, margin=margin, **kw)
+    floor = {(r[1], r[2]): max(r[6], 1 / r[5]) for r in rows if r[0] == "aa"}
+    out = []
+    for r in rows:
+        f = floor.get((r[1], r[2]))
+        if r[0] == "ab" and r[4] == "family" and f is not None and r[11] in ("faster", "slower"):
+            cleared = r[5] > f if r[11] == "faster" else r[6] < 1 / f
+            if not cleared:
+                r = (*r[:11], label_of(1.0, 1.0 + 2 * margin, margin)[0], *r[12:])  # 'inconclusive'
+        out.append(r)
+    return out
+
+
+#: Methods the calibration must reject (tests/analytics/test_calibration.py).
+PLANTED: dict[str, Method] = {"df counted per level": _df_per_level_method,
+                              "old double hurdle": _double_hurdle_method}
