@@ -32,6 +32,7 @@ from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
 from specdec.replay.engines import engine
 from specdec.replay.load import LoadLevel, load_levels, plans
 from specdec.replay.open_loop import SendTime, run_open_level
+from specdec.replay.pass_counters import PassCounterLog, PassKind
 from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
@@ -180,6 +181,7 @@ class Replayer:
         self.speculating = {arm.name: arm.speculation is not None for arm in cfg.arm_specs()}
         self.eos_token_ids = eos_token_ids
         self.snapshots: dict[str, list[MetricSnapshot]] = {}
+        self.pass_counters = PassCounterLog(run_id, run_dir)  # counters around the untimed passes
         self.failed: dict[tuple[str, int, int], int] = {}  # (arm, level, repeat) -> failed requests
         self.loads = {lv.key: lv for lv in load_levels(cfg)}  # level key -> LoadLevel
         self._plans: dict | None = None  # level key -> arrival plan (None: closed loop), same for every block
@@ -329,6 +331,7 @@ class Replayer:
 
         await self._prepare(session, ep, arm)
         self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
+        await self._pass_counters(session, arm, ep, level, "lossless_pass", "before")
         results: list = []
         try:
             await verify_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
@@ -339,6 +342,7 @@ class Replayer:
                 path = greedy_part(self.run_dir, arm, level, 0)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
+        await self._pass_counters(session, arm, ep, level, "lossless_pass", "after")
 
     async def _sample(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
         """The sampling-mode pass of one arm at one level: each prompt with
@@ -358,6 +362,19 @@ class Replayer:
                 path = samples_part(self.run_dir, arm, level)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_parquet_atomic(sample_table(self.run_id, arm, level, results), path)
+
+    async def _pass_counters(self, session, arm: str, ep: Endpoint, level: int, kind: PassKind,
+                             position: str) -> None:
+        """Read the arm's counters before or after an untimed pass (``replay/pass_counters.py``).
+        A server that stopped answering /metrics leaves the read out (the pass is then
+        'not known' to have speculated), and its requests fail on their own."""
+        eng = self.engines[arm]
+        try:
+            counters = await settled_counters(session, ep, self.settings, counters=dict(eng.counters))
+        except EngineError as exc:
+            log.warning("%s c%d: counters %s the %s not read: %s", arm, level, position, kind, exc)
+            return
+        self.pass_counters.record(arm, level, kind, position, counters)
 
     def _snapshot(self, arm: str, level: int, repeat: int, position: str, counters: dict,
                   reset: bool | None = None) -> None:

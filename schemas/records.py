@@ -324,6 +324,24 @@ class GreedyCheck(_Record):
     eos_token_ids: list[int] | None = Field(default=None, description="End-of-sequence token ids natural_end_position was looked up with (the model folder's eos_token_id); None when unknown (an external server), then natural_end_position is None too.")
 
 
+class PassCounters(_Record):
+    """The engine's cumulative speculation counters read just before and just
+    after one untimed pass of one arm at one level (the lossless pass or the
+    sampling pass), so that a pass during which the speculative arm did not
+    speculate can be told apart from one that did (``int_passes_checked``)."""
+
+    run_id: str = Field(description="Run identifier.")
+    arm: ArmName = Field(description="Server the counters were read from.")
+    concurrency: int = Field(description="Level of the pass (its closed-loop concurrency).")
+    pass_kind: Literal["lossless_pass", "sampling_pass"] = Field(description="Which untimed pass the reads bracket: 'lossless_pass' (greedy, top-2 logprobs: GreedyCheck rows) or 'sampling_pass' (seeded: SampleCheck rows).")
+    position: Literal["before", "after"] = Field(description="Read before the pass's first request or after its last.")
+    wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
+    spec_num_drafts: float | None = Field(description="As MetricSnapshot.spec_num_drafts (drafts proposed, cumulative); None if the server does not export it.")
+    spec_num_draft_tokens: float | None = Field(description="As MetricSnapshot.spec_num_draft_tokens (draft tokens proposed, cumulative); None if absent.")
+    spec_num_accepted_tokens: float | None = Field(description="As MetricSnapshot.spec_num_accepted_tokens (draft tokens accepted, cumulative); None if absent.")
+    generation_tokens: float | None = Field(description="As MetricSnapshot.generation_tokens (tokens generated, cumulative); None if absent, and all four are None when the server has no /metrics page.")
+
+
 class SampleCheck(_Record):
     """One request of the sampling-mode check: a prompt with temperature > 0
     sent N times per arm with a fixed list of seeds, logprobs on, apart from

@@ -10,6 +10,7 @@ A run folder ``runs/<run-id>/`` holds:
   stability.parquet        StabilityResult rows (``specdec stability`` only)
   greedy_checks.parquet    GreedyCheck rows (the lossless verification pass)
   sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
+  pass_counters.parquet    PassCounters rows (speculation counters before/after each untimed pass)
   resources.parquet        ResourceSample rows (server memory and KV-cache use, ~1/s per block)
   capture_status.json      each capturing engine process's own counters (hook failures, rows
                            dropped or written by its writer), merged from capture/status-*.json
@@ -86,6 +87,7 @@ class RecordFile:
             "stability": records.StabilityResult,
             "greedy_checks": records.GreedyCheck,
             "sample_checks": records.SampleCheck,
+            "pass_counters": records.PassCounters,
             "resources": records.ResourceSample,
         }[self.name]
 
@@ -97,6 +99,7 @@ RECORD_FILES: tuple[RecordFile, ...] = (
     RecordFile("stability", "stability.parquet", "stability-*.parquet", required_for=("stability",)),
     RecordFile("greedy_checks", "greedy_checks.parquet", f"{GREEDY_SUBDIR}/*.parquet", required_for=()),
     RecordFile("sample_checks", "sample_checks.parquet", f"{SAMPLES_SUBDIR}/*.parquet", required_for=()),
+    RecordFile("pass_counters", "pass_counters.parquet", "pass_counters-*.parquet", required_for=()),
     RecordFile("resources", "resources.parquet", f"{RESOURCES_SUBDIR}/*.parquet", required_for=()),
 )
 
@@ -131,6 +134,10 @@ def resources_part(run_dir: Path, arm: str, level: int, repeat: int = 0) -> Path
 
 def counters_part(run_dir: Path, arm: str) -> Path:
     return Path(run_dir) / f"engine_counters-{arm}.parquet"
+
+
+def pass_counters_part(run_dir: Path, arm: str) -> Path:
+    return Path(run_dir) / f"pass_counters-{arm}.parquet"
 
 
 def stability_part(run_dir: Path, tag: str) -> Path:
