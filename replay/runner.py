@@ -352,6 +352,7 @@ class Replayer:
         await self._prepare(session, ep, arm)
         seeds = derive_seeds(0, self.cfg.samples)
         self.progress.message(f"{arm} c={level}: sampling pass ({len(rows)} prompts x {len(seeds)} seeds, logprobs on)")
+        await self._pass_counters(session, arm, ep, level, "sampling_pass", "before")
         results: list = []
         try:
             await sample_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
@@ -362,6 +363,7 @@ class Replayer:
                 path = samples_part(self.run_dir, arm, level)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_parquet_atomic(sample_table(self.run_id, arm, level, results), path)
+        await self._pass_counters(session, arm, ep, level, "sampling_pass", "after")
 
     async def _pass_counters(self, session, arm: str, ep: Endpoint, level: int, kind: PassKind,
                              position: str) -> None:

@@ -71,3 +71,11 @@ def test_a_server_without_speculative_counters_records_none(tmp_path):
     assert [r["position"] for r in got] == ["before", "after"]
     assert all(r["spec_num_drafts"] is None and r["spec_num_draft_tokens"] is None for r in got)
     assert [r["generation_tokens"] for r in got] == [1.0, 1.0]
+
+
+def test_the_sampling_pass_is_bracketed_too(tmp_path):
+    fake = Drafting(GOOD_SSE)
+    got = _run(fake, tmp_path, "sampling_pass")
+    assert [(r["pass_kind"], r["position"]) for r in got] == [("sampling_pass", "before"), ("sampling_pass", "after")]
+    sent = sum(rid.endswith(".sample") for rid in fake.request_ids)
+    assert sent > 0 and got[1]["spec_num_draft_tokens"] - got[0]["spec_num_draft_tokens"] == 4.0 * sent
