@@ -37,6 +37,7 @@ from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
 from specdec.replay.urls import Endpoint
 from specdec.replay.schedule import interleaved
+from specdec.replay.rescore import instrument_arm, rescore_pass
 from specdec.replay.sampling import sampled_rows
 from specdec.replay.event_loop import quiet_gc
 from specdec.replay.http_stream import StreamPool
@@ -221,7 +222,8 @@ class Replayer:
                     if self.engines[block.arm].verifies_greedy:
                         await self._verify(session, block.arm, ep, greedy, block.level)
                 else:
-                    await self._sample(session, block.arm, ep, sampled, block.level)
+                    ref = instrument_arm(block.arm, cfg.arm_specs())
+                    await self._sample(session, block.arm, ep, sampled, block.level, (ref, eps[ref]))
 
     def _streaming(self, session):
         """The transport of the streamed requests: run()'s StreamPool, or the
@@ -344,9 +346,12 @@ class Replayer:
                 write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "after")
 
-    async def _sample(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
+    async def _sample(self, session, arm: str, ep: Endpoint, rows, level: int,
+                      instrument: tuple[str, Endpoint] | None = None) -> None:
         """The sampling-mode pass of one arm at one level: each prompt with
-        temperature > 0 once per seed of the same fixed list in every arm."""
+        temperature > 0 once per seed of the same fixed list in every arm; then
+        each sample re-scored on ``instrument`` (arm, endpoint: the arm's
+        reference, ``replay/rescore.py``), so one server scores both arms."""
         from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 
         await self._prepare(session, ep, arm)
@@ -358,6 +363,9 @@ class Replayer:
             await sample_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
                               lambda i: f"{request_id(self.run_id, arm, level, i)}.sample",
                               self.settings, seeds, self.eos_token_ids, results=results)
+            if instrument is not None:
+                await rescore_pass(session, instrument[1], self.cfg.served_model, results, level, self.settings,
+                                   by=instrument[0])
         finally:  # keep the samples that finished, even on Ctrl-C
             if results:
                 path = samples_part(self.run_dir, arm, level)

@@ -18,6 +18,13 @@ temperature (or ``temperature_override``), a ``seed`` and ``top_logprobs: 0``
 times in ``rows`` is sampled once per seed: the same prompt and seed on one
 server gives the same sample, and a duplicate would count twice.
 
+Each sample also keeps its generated token ids (are the seeds' samples
+distinct?) and the prompt's token ids as the server tokenized it (vLLM's
+``return_token_ids``), so that ``rescore.py`` can score every sample of both
+arms again on one server (teacher forcing): ``rescored_logprob_sum``, the
+statistic the distribution test uses. The self-reported sum stays recorded
+beside it, to compare the two instruments.
+
 ``temperature_override`` replaces every row's temperature: the hook a test
 uses to plant a defect (an arm that samples at a slightly different
 temperature must be detected). Failures are data, typed as in the
@@ -72,20 +79,34 @@ def sampled_rows(rows: list[TrafficRow]) -> list[TrafficRow]:
 
 def sample_payload(model: str, row: TrafficRow, seed: int, temperature: float) -> dict:
     """The verification body with the row's sampling settings and a seed;
-    only the emitted token's logprob is asked for (top_logprobs 0)."""
-    return {**verify_payload(model, row), "temperature": temperature, "seed": seed, "top_logprobs": 0}
+    only the emitted token's logprob is asked for (top_logprobs 0), and the
+    prompt's token ids (vLLM's return_token_ids: in the first chunk)."""
+    return {**verify_payload(model, row), "temperature": temperature, "seed": seed, "top_logprobs": 0,
+            "return_token_ids": True}
 
 
 @dataclass
 class SampleResult(VerifyResult):
     """One sampled request: the verification pass's per-position record (token
     ids, end-of-sequence position) plus the emitted token's logprob at every
-    position and what was sent."""
+    position, what was sent, the prompt's token ids the server reported, and
+    the re-scoring's outcome (``rescore.rescore_pass`` fills it)."""
 
     sample_index: int = 0
     seed: int = 0
     temperature: float = 0.0
     emitted_logprobs: list[float] = field(default_factory=list)
+    prompt_token_ids: list[int] | None = None
+    rescored_logprob_sum: float | None = None
+    rescored_by: str | None = None
+    not_rescored_reason: str | None = None
+
+    def collect(self, chunk: dict) -> None:
+        """The verification pass's collect, and the prompt's token ids where a chunk carries them."""
+        ids = chunk.get("prompt_token_ids")
+        if self.prompt_token_ids is None and isinstance(ids, list) and all(type(t) is int for t in ids):
+            self.prompt_token_ids = ids
+        super().collect(chunk)
 
     def _position(self, entry: dict) -> None:
         super()._position(entry)
@@ -150,7 +171,17 @@ def sample_table(run_id: str, arm: str, level: int, results: list[tuple[TrafficR
             "output_tokens": res.stream.output_tokens, "sequence_logprob": res.sequence_logprob,
             "natural_end_position": res.natural_end_position,
             "eos_token_ids": None if res.eos_token_ids is None else sorted(res.eos_token_ids),
+            "token_ids": list(res.token_ids) if res.stream.success else None,
+            "rescored_logprob_sum": res.rescored_logprob_sum, "rescored_by": res.rescored_by,
+            "not_rescored_reason": _not_rescored_reason(res),
         }
         for f in cols:
             cols[f].append(values[f])
     return table_from_columns(SampleCheck, cols)
+
+
+def _not_rescored_reason(res: SampleResult) -> str | None:
+    """The result's reason, or why none was given (``rescore_pass`` did not run on it)."""
+    if res.rescored_logprob_sum is not None or res.not_rescored_reason is not None:
+        return res.not_rescored_reason
+    return "the sample failed" if not res.stream.success else "not re-scored (no reference server was asked)"

@@ -9,6 +9,16 @@
 --   natural_end_position  first position (0-based) whose emitted token was
 --                         end-of-sequence; NULL if none within max_tokens, or unknown
 --                         (eos_token_ids NULL)
+--   token_ids             the generated token ids; NULL when the request failed, or in a
+--                         file written before they were recorded
+--   rescored_logprob_sum  sum of the generated tokens' logprobs under the reference arm's
+--                         server by teacher forcing (prompt logprobs of prompt + token_ids,
+--                         specdec.replay.rescore) [nats]: one instrument for both arms;
+--                         NULL when not re-scored
+--   rescored_by           arm whose server re-scored it; NULL when not re-scored
+--   not_rescored_reason   why rescored_logprob_sum is NULL (failed sample, no prompt token
+--                         ids, the re-scoring request's error); NULL when re-scored, and in
+--                         files written before re-scoring existed
 --   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
 --   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
@@ -34,7 +44,11 @@ final as (
         output_tokens,
         sequence_logprob,
         natural_end_position,
-        eos_token_ids
+        eos_token_ids,
+        token_ids,
+        rescored_logprob_sum,
+        rescored_by,
+        not_rescored_reason
     from source
 )
 select * from final
