@@ -171,15 +171,22 @@ def _text_identity_line(data: ReportData) -> str:
 def _sampling_line(data: ReportData) -> str:
     """The sampling-mode check in one line: which groups differ, out of how many tested."""
     tested = [r for r in data.sampling.dicts() if r["verdict"] is not None]
-    differ = [r for r in tested if r["verdict"] == "differs"]
-    head = "sampling (temperature > 0, KS test per category, level and statistic, Bonferroni): "
+    judged = [r for r in tested if r["verdict"] != "samples not distinct"]
+    differ = [r for r in judged if r["verdict"] == "differs"]
+    stuck = sorted({f"{term(r['category'])} c{r['concurrency']}" for r in tested if r not in judged})
+    head = "sampling (temperature > 0, permutation test stratified by prompt, per category, level and statistic, Bonferroni): "
     if not tested:
         return head + "no test could be made (see the report)"
-    if not differ:
-        return head + f"same distribution in all {len(tested)} tests"
-    listed = ", ".join(f"{term(r['category'])} c{r['concurrency']} {r['statistic']} (p={r['p_value']:.2g})"
-                       for r in differ)
-    return head + f"DIFFERS in {len(differ)} of {len(tested)} tests: {listed}"
+    if differ:
+        listed = ", ".join(f"{term(r['category'])} c{r['concurrency']} {r['statistic']} (p={r['p_value']:.2g})"
+                           for r in differ)
+        text = f"DIFFERS in {len(differ)} of {len(judged)} tests: {listed}"
+    else:
+        text = f"same distribution in all {len(judged)} tests" if judged else ""
+    if stuck:
+        text += ("; " if text else "") + ("samples not distinct across seeds (an arm ignoring the seed?), "
+                                          f"not judged: {', '.join(stuck)}")
+    return head + text
 
 
 def _prefix_cache_line(data: ReportData) -> str:

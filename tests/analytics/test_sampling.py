@@ -1,6 +1,8 @@
-"""The sampling-mode test (issue 6, item 8): the two-sample KS test on hand-built
-SampleCheck rows, through stg_sample_checks, the sampling_tests table and the
-sampling mart."""
+"""The sampling-mode test (issue 6, item 8; issue 19, item 5): the permutation
+test stratified by prompt, the distinctness check and the one-instrument
+(re-scored) statistic on hand-built SampleCheck rows, through
+stg_sample_checks, the sampling_tests table and the sampling mart; the pooled
+KS distance kept as a descriptive figure."""
 
 from __future__ import annotations
 
@@ -11,62 +13,52 @@ import numpy as np
 import pytest
 
 from specdec.analytics import sampling_test as st
-from specdec.analytics.models import discover, macros_sql
-from specdec.arms import by_role_columns, create_roles_table
+from specdec.analytics.permutation import relabellings, stratified_min_detectable_shift, stratified_permutation_test
+from specdec.analytics.sample_distinct import distinctness
+from specdec.analytics.models import discover
+from specdec.arms import by_role_columns
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import SampleCheck
+from tests.support.sampling_mart import by_stat, mart
+from tests.support.sampling_mart import roles as _roles
 
 EOS = [2]
 
 
 def check(arm: str, prompt: str, k: int, logprob: float | None, end: int | None = None, *,
           category: str = "chat", level: int = 1, success: bool = True, max_tokens: int = 32,
-          eos: list[int] | None = EOS) -> SampleCheck:
+          eos: list[int] | None = EOS, rescored: float | None = None, tokens: list[int] | None = None,
+          by: str | None = "baseline") -> SampleCheck:
+    """A sample; ``rescored`` and ``tokens`` (the new fields) None: as a file before they existed."""
     return SampleCheck(
         run_id="t", arm=arm, concurrency=level, request_id=f"{arm}.{level}.{prompt}.{k}", prompt_id=prompt,
         category=category, sample_index=k, seed=1000 + k, temperature=1.0, max_tokens=max_tokens,
         success=success, error_type=None if success else "http_status", output_tokens=max_tokens if success else None,
         sequence_logprob=logprob if success else None, natural_end_position=end, eos_token_ids=eos,
+        token_ids=tokens if success else None, rescored_logprob_sum=rescored if success else None,
+        rescored_by=by if rescored is not None and success else None,
     )
 
 
-def _roles(con) -> None:
-    """What build creates before the staging models: the macros, and the (empty) table of
-    analysis runs that by_role reads."""
-    con.execute(macros_sql())
-    create_roles_table(con)
-
-
-def mart(records) -> list[dict]:
-    """Build raw -> stg_sample_checks -> sampling_tests -> sampling, as analytics build does,
-    from SampleCheck records or an Arrow table of them."""
-    con = duckdb.connect()
-    con.register("_raw", records if hasattr(records, "schema") else table_from_records(SampleCheck, records))
-    con.execute("create table raw_sample_checks as select * from _raw")
-    _roles(con)
-    models = {m.name: m for m in discover()}
-    con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
-    st.create_table(con)
-    con.execute(f"create view sampling as\n{models['sampling'].sql}")
-    st.fill(con)
-    cur = con.execute("select * from sampling")
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
-
-
-def by_stat(rows: list[dict], **where) -> dict[str, dict]:
-    return {r["statistic"]: r for r in rows if all(r[k] == v for k, v in where.items())}
-
-
-def two_arms(base: list[float], spec: list[float], ends=None, prompts: int = 4, **kw) -> list[SampleCheck]:
-    """Sample i of each arm goes to prompt i % prompts, sample index i // prompts."""
+def two_arms(base: list[float], spec: list[float], ends=None, prompts: int = 4, rescored=None, tokens=None,
+             **kw) -> list[SampleCheck]:
+    """Sample i of each arm goes to prompt i % prompts, sample index i // prompts.
+    ``rescored``, ``tokens``: (baseline, speculative) lists of the new fields' values."""
     ends = ends or (None, None)
+    rescored, tokens = rescored or (None, None), tokens or (None, None)
     out = []
-    for arm, values, end in (("baseline", base, ends[0]), ("speculative", spec, ends[1])):
+    for j, (arm, values, end) in enumerate((("baseline", base, ends[0]), ("speculative", spec, ends[1]))):
         for i, v in enumerate(values):
             e = end[i] if isinstance(end, list) else end
-            out.append(check(arm, f"p{i % prompts}", i // prompts, v, e, **kw))
+            out.append(check(arm, f"p{i % prompts}", i // prompts, v, e,
+                             rescored=None if rescored[j] is None else rescored[j][i],
+                             tokens=None if tokens[j] is None else tokens[j][i], **kw))
     return out
+
+
+def distinct_tokens(n: int, offset: int = 0) -> list[list[int]]:
+    """n different token sequences."""
+    return [[offset + i, 7, 9] for i in range(n)]
 
 
 # ------------------------------------------------------------------ the test itself
@@ -105,7 +97,66 @@ def test_smallest_detectable_effects():
     assert st.critical_d(50, 50, 0.05) == pytest.approx(1.35810 * 0.2, abs=1e-5)
     # values 0 2 (sd^2 = 2) and 1 3 (sd^2 = 2): pooled sd sqrt(2); (2.2414 + 0.8416) * sqrt(2) * 1
     assert st.min_detectable_shift([0, 2], [1, 3]) == pytest.approx(3.0830 * math.sqrt(2), abs=1e-3)
-    assert st.ALPHA == 0.025  # Bonferroni over the two statistics
+    # two such prompts: sqrt(2 * 2 * (1/2 + 1/2)) / 2 = 1, so 3.0830 * 1
+    assert stratified_min_detectable_shift([([0, 2], [1, 3]), ([5, 7], [6, 8])], 0.025) == \
+        pytest.approx(3.0830, abs=1e-3)
+    assert st.ALPHA == 0.025  # Bonferroni over the two statistics that carry the verdict
+
+
+# ------------------------------------------------------------------ the permutation test by hand
+def test_permutation_test_of_one_prompt_worked_by_hand():
+    # baseline 0 1, speculative 2 3: T = 2.5 - 0.5 = 2. The C(4, 2) = 6 relabellings
+    # (baseline set -> T*): {0,1} 2, {0,2} 1, {0,3} 0, {1,2} 0, {1,3} -1, {2,3} -2;
+    # |T*| >= 2 in 2 of 6: p = 1/3, also the smallest p-value this prompt allows
+    r = stratified_permutation_test([([0, 1], [2, 3])])
+    assert (r.statistic, r.permutations, r.exact, r.prompts) == (2.0, 6, True, 1)
+    assert r.p_value == pytest.approx(1 / 3) and r.min_p_value == pytest.approx(1 / 3)
+
+
+def test_permutation_test_stratified_over_two_prompts_worked_by_hand():
+    # prompt A as above (T*_A in 2 1 0 0 -1 -2), prompt B: baseline 10, speculative 12
+    # (T*_B in 2 -2); T = (2 + 2) / 2 = 2; of the 6 x 2 = 12 relabellings, (T*_A + T*_B) / 2
+    # reaches |2| only for (2, 2) and (-2, -2): p = 2/12
+    r = stratified_permutation_test([([0, 1], [2, 3]), ([10], [12])])
+    assert r.statistic == 2.0 and r.permutations == 12 and r.exact
+    assert r.p_value == pytest.approx(1 / 6)
+    # labels never move across prompts: prompt B's level (10 vs 0) does not enter T
+    assert stratified_permutation_test([([0, 1], [0, 1]), ([10, 11], [10, 11])]).statistic == 0.0
+    assert relabellings([([0, 1], [2, 3]), ([10], [12]), ([], [5])]) == 12  # a one-arm prompt is left out
+
+
+def test_permutation_test_samples_when_there_are_too_many_relabellings_and_never_reads_zero():
+    rng = np.random.default_rng(5)
+    strata = [(rng.normal(0, 1, 12), rng.normal(0, 1, 12)) for _ in range(3)]
+    r = stratified_permutation_test(strata)
+    assert not r.exact and r.permutations == 9999 and r.min_p_value == 1 / 10000
+    assert stratified_permutation_test(strata).p_value == r.p_value  # seeded: the same p again
+    far = stratified_permutation_test([(x, y + 100) for x, y in strata])
+    assert far.p_value == 1 / 10000  # no relabelling reaches it, and the p-value counts the observed one
+    # sampled against exact on a case with 3432 relabellings: within Monte Carlo error
+    x, y = list(rng.normal(0, 1, 7)), list(rng.normal(0.8, 1, 7))
+    exact = stratified_permutation_test([(x, y)])
+    sampled = stratified_permutation_test([(x, y)], permutations=3000)
+    assert exact.exact and not sampled.exact
+    assert sampled.p_value == pytest.approx(exact.p_value, abs=4 * math.sqrt(0.25 / 3000))
+
+
+# ------------------------------------------------------------------ distinct samples
+def test_distinctness_shares_and_the_seed_ignoring_arm():
+    varied = [("p", [i]) for i in range(4)] + [("q", [1]), ("q", [1]), ("q", [2]), ("q", [3])]
+    stuck = [("p", [0])] * 4 + [("q", [1])] * 4
+    d = distinctness({"baseline": varied, "speculative": stuck})
+    assert d.per_arm["baseline"] == {"distinct_share": (1.0 + 0.75) / 2, "not_distinct_prompts": 0}
+    assert d.per_arm["speculative"] == {"distinct_share": 0.25, "not_distinct_prompts": 2}
+    assert d.not_distinct
+    assert not distinctness({"baseline": varied, "speculative": varied}).not_distinct
+    # a peaked prompt repeats in both arms: one arm all one sequence, the other 2 of 5 distinct: not flagged
+    peaked = [("p", [0])] * 4 + [("p", [1])]
+    assert not distinctness({"baseline": peaked, "speculative": [("p", [0])] * 5}).not_distinct
+    # nothing random in either arm: flagged; token ids unknown: never flagged, figures None
+    assert distinctness({"baseline": stuck, "speculative": stuck}).not_distinct
+    unknown = distinctness({"baseline": [("p", None)] * 2, "speculative": stuck})
+    assert not unknown.not_distinct and unknown.per_arm["baseline"]["distinct_share"] is None
 
 
 # ------------------------------------------------------------------ through the mart
@@ -114,25 +165,83 @@ def test_the_same_distribution_is_not_rejected():
     base, spec = rng.normal(-60, 8, 96), rng.normal(-60, 8, 96)
     ends = [[int(e) for e in rng.integers(5, 40, 96)] for _ in range(2)]  # >= 32: censored
     ends = [[e if e < 32 else None for e in arm] for arm in ends]
-    rows = by_stat(mart(two_arms(list(base), list(spec), ends)))
-    assert set(rows) == {"sequence_logprob", "natural_length"}
-    for r in rows.values():
+    rows = by_stat(mart(two_arms(list(base), list(spec), ends, rescored=(list(base), list(spec)),
+                                 tokens=(distinct_tokens(96), distinct_tokens(96, 500)))))
+    assert set(rows) == {"rescored_logprob", "sequence_logprob", "natural_length"}
+    for name in ("rescored_logprob", "natural_length"):
+        r = rows[name]
         assert r["verdict"] == st.SAME and r["p_value"] >= 0.025, r
         assert (r["n_baseline"], r["n_speculative"], r["failed_baseline"]) == (96, 96, 0)
         assert r["alpha"] == 0.025 and r["min_detectable_d"] == pytest.approx(st.critical_d(96, 96))
         assert r["excluded_reason"] is None and r["method"] == st.METHOD
-    assert rows["sequence_logprob"]["censored_baseline"] is None
+        assert (r["prompts"], r["permutations"], r["permutation_exact"]) == (4, 9999, False)
+        assert r["distinct_share_baseline"] == 1.0 and r["not_distinct_prompts_speculative"] == 0
+    assert rows["rescored_logprob"]["censored_baseline"] is None
+    assert rows["rescored_logprob"]["instrument"] == "arm baseline: teacher-forced prompt logprobs"
+    diag = rows["sequence_logprob"]  # each arm's own report: figures, no verdict
+    assert diag["verdict"] is None and diag["excluded_reason"] == st.DIAGNOSTIC and diag["p_value"] is not None
+    assert diag["reported_minus_rescored_speculative"] == 0.0 and diag["not_rescored_baseline"] == 0
 
 
-def test_a_shifted_sequence_logprob_is_rejected_and_the_length_is_not():
+def test_a_shifted_rescored_logprob_is_rejected_and_the_length_is_not():
+    rng = np.random.default_rng(7)
+    base = rng.normal(-60, 8, 96)
+    rows = by_stat(mart(two_arms(list(base), list(base + 6.0), ([10] * 96, [10] * 96),
+                                 rescored=(list(base), list(base + 6.0)),
+                                 tokens=(distinct_tokens(96), distinct_tokens(96, 500)))))
+    lp = rows["rescored_logprob"]
+    assert lp["verdict"] == st.DIFFERS and lp["p_value"] == 1 / 10000
+    assert lp["mean_speculative"] - lp["mean_baseline"] == pytest.approx(6.0)
+    assert lp["mean_difference"] == pytest.approx(6.0)
+    assert lp["min_detectable_shift"] < 6.0  # the sample could see a shift this large
+    assert rows["natural_length"]["verdict"] == st.SAME and rows["natural_length"]["ks_statistic"] == 0
+
+
+def test_a_reporting_artefact_is_not_a_distribution_defect():
+    """The speculative arm reports logprobs 30 nats too low for what it emitted; its
+    samples, re-scored on the baseline server, have the baseline's distribution."""
+    rng = np.random.default_rng(11)
+    base, spec = rng.normal(-44, 6, 64), rng.normal(-44, 6, 64)
+    rows = by_stat(mart(two_arms(list(base), list(spec - 30.0), rescored=(list(base), list(spec)),
+                                 tokens=(distinct_tokens(64), distinct_tokens(64, 500)))))
+    assert rows["rescored_logprob"]["verdict"] == st.SAME
+    diag = rows["sequence_logprob"]
+    assert diag["p_value"] < 0.025 and diag["verdict"] is None  # the two instruments differ, no verdict
+    assert diag["reported_minus_rescored_speculative"] == pytest.approx(-30.0)
+    assert diag["reported_minus_rescored_baseline"] == 0.0
+
+
+def test_a_seed_ignoring_arm_is_flagged_not_distinct_not_as_a_defect():
+    rng = np.random.default_rng(3)
+    base = list(rng.normal(-50, 5, 64))
+    spec = [base[i % 4] for i in range(64)]  # every seed gives the first sample of its prompt
+    stuck = [[i % 4, 7, 9] for i in range(64)]
+    rows = by_stat(mart(two_arms(base, spec, rescored=(base, spec), tokens=(distinct_tokens(64), stuck))))
+    for name in ("rescored_logprob", "natural_length"):
+        assert rows[name]["verdict"] == st.NOT_DISTINCT
+    r = rows["rescored_logprob"]
+    assert (r["distinct_share_baseline"], r["distinct_share_speculative"]) == (1.0, 1 / 16)
+    assert (r["not_distinct_prompts_baseline"], r["not_distinct_prompts_speculative"]) == (0, 4)
+
+
+def test_records_without_token_ids_or_rescores_still_test_the_reported_logprob():
+    """Files written before the new fields: the self-reported sum carries the verdict, as before."""
     rng = np.random.default_rng(7)
     base = rng.normal(-60, 8, 96)
     rows = by_stat(mart(two_arms(list(base), list(base + 6.0), ([10] * 96, [10] * 96))))
-    lp = rows["sequence_logprob"]
-    assert lp["verdict"] == st.DIFFERS and lp["p_value"] < 0.025 and lp["ks_statistic"] > lp["min_detectable_d"]
-    assert lp["mean_speculative"] - lp["mean_baseline"] == pytest.approx(6.0)
-    assert lp["min_detectable_shift"] < 6.0  # the sample could see a shift this large
-    assert rows["natural_length"]["verdict"] == st.SAME and rows["natural_length"]["ks_statistic"] == 0
+    assert rows["sequence_logprob"]["verdict"] == st.DIFFERS and rows["sequence_logprob"]["excluded_reason"] is None
+    res = rows["rescored_logprob"]
+    assert res["verdict"] is None and res["excluded_reason"] == "not re-scored: recorded before re-scoring existed"
+    assert res["not_rescored_speculative"] == 96 and res["instrument"] == "none (not re-scored)"
+    assert res["distinct_share_baseline"] is None and res["not_distinct_prompts_speculative"] is None
+
+
+def test_samples_rescored_by_two_servers_are_not_one_instrument():
+    vals = [-50.0 - i for i in range(24)]
+    recs = two_arms(vals, vals, rescored=(vals, vals))
+    recs = [r.model_copy(update={"rescored_by": "speculative"}) if r.arm == "speculative" else r for r in recs]
+    r = by_stat(mart(recs))["rescored_logprob"]
+    assert r["verdict"] is None and "more than one server (arms baseline, speculative)" in r["excluded_reason"]
 
 
 def test_no_natural_end_is_censored_at_max_tokens():
@@ -169,12 +278,14 @@ def test_groups_by_category_and_level_and_says_why_a_group_is_not_tested():
     rows = mart(recs)
     assert [(r["category"], r["concurrency"], r["statistic"]) for r in rows] == [
         (c, lv, s) for c, lv in [("chat", 4), ("code", 1), ("code", 4), ("math", 1)]
-        for s in ("natural_length", "sequence_logprob")]
+        for s in ("natural_length", "rescored_logprob", "sequence_logprob")]
     chat = by_stat(rows, category="chat")["sequence_logprob"]
     assert chat["excluded_reason"] == "no speculative samples at this level" and chat["verdict"] is None
-    math_ = by_stat(rows, category="math")["sequence_logprob"]  # 2 samples per arm: critical D >= 1
-    assert math_["verdict"] is None and math_["p_value"] is not None
-    assert "too few samples" in math_["excluded_reason"]
+    # 1 sample per arm at each of 2 prompts: 2 x 2 relabellings; prompt p0's two values are
+    # equal, p1's differ by 1, so every relabelling gives |T*| = 1/2: the smallest p-value is 1
+    math_ = by_stat(rows, category="math")["sequence_logprob"]
+    assert math_["verdict"] is None and math_["p_value"] == 1.0 and math_["permutations"] == 4
+    assert "too few samples" in math_["excluded_reason"] and "allow is 1 >= 0.025" in math_["excluded_reason"]
 
 
 def test_an_empty_run_gives_an_empty_table_with_the_schema():
@@ -220,6 +331,30 @@ def test_report_and_summary_show_the_sampling_check_and_name_what_differs(tmp_pa
                          run_dir / record_file("sample_checks").consolidated)
     path, summary = write_report(run_dir)
     page = path.read_text()
-    assert "Lossless under sampling" in page and "Kolmogorov-Smirnov" in page
+    assert "Lossless under sampling" in page and "permutation test stratified by prompt" in page
     line = next(s for s in summary.splitlines() if s.startswith("sampling"))
     assert "DIFFERS in 1 of 2 tests: chat c1 sequence_logprob" in line
+
+
+def test_a_file_written_before_token_ids_and_rescores_still_builds(tmp_path):
+    """A sample_checks.parquet without the four columns added for re-scoring (as a run of an
+    earlier specdec wrote it: same schema_version) builds; the new columns read as NULL."""
+    import pyarrow.parquet as pq
+
+    from specdec.analytics.build import build
+    from specdec.runfolder import record_file
+    from tests.analytics.conftest import write_run
+
+    rng = np.random.default_rng(7)
+    base = rng.normal(-60, 8, 48)
+    table = table_from_records(SampleCheck, two_arms(list(base), list(base + 8.0), ([10] * 48, [10] * 48)))
+    new = ["token_ids", "rescored_logprob_sum", "rescored_by", "not_rescored_reason"]
+    old = table.drop_columns(new)
+    assert old.schema.metadata[b"schema_version"] == table.schema.metadata[b"schema_version"]
+    run_dir = write_run(tmp_path)
+    pq.write_table(old, run_dir / record_file("sample_checks").consolidated)
+    con = duckdb.connect(str(build(run_dir)), read_only=True)
+    assert con.execute(f"select count(*) from stg_sample_checks where {' is null and '.join(new)} is null"
+                       ).fetchone() == (96,)
+    verdicts = dict(con.execute("select statistic, verdict from sampling").fetchall())
+    assert verdicts == {"natural_length": st.SAME, "rescored_logprob": None, "sequence_logprob": st.DIFFERS}

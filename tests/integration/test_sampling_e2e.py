@@ -28,7 +28,7 @@ from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.replay.server import LocalServer, ServerSpec
 from specdec.replay.verify import eos_ids_for_model
 from specdec.schemas.records import TrafficRow
-from tests.analytics.test_sampling import mart
+from tests.support.sampling_mart import mart
 
 pytestmark = pytest.mark.engine
 
