@@ -43,7 +43,7 @@ from specdec.analytics import intervals
 from specdec.analytics.labels import label_of
 from specdec.analytics.variance import BlockNoise, block_noise
 
-__all__ = ["PLANTED", "Design", "Noise", "Result", "estimate", "evaluate", "noise_from", "simulate"]
+__all__ = ["MEASURED", "PLANTED", "Design", "Noise", "Result", "estimate", "evaluate", "noise_from", "simulate"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Design:
     categories: tuple[str, ...] = ("chat", "code", "structured")
     prompts: int = 8
     levels: tuple[int, ...] = (1, 4, 8)
-    repeats: int = 2
+    repeats: int = 4
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,15 @@ class Noise:
     block: float = 0.02
     request: Mapping[str, float] = field(default_factory=lambda: {"chat": 0.10, "code": 0.05, "structured": 0.05})
     prompt: Mapping[str, float] = field(default_factory=lambda: {"chat": 0.05, "code": 0.05, "structured": 0.05})
+
+
+#: The noise components measured on this 2-core machine from demo-sized runs (vLLM CPU,
+#: SmolLM2-135M, the bundled mix, ngram k=4 vs none, levels 1, 4, 8, fresh servers per repeat),
+#: with ``benchmarks/calibration.py --estimate`` (2026-12-02; BENCHMARKS.md, "Calibration"):
+#: standard deviations on the log scale.
+MEASURED = Noise(process=0.015, block=0.02,
+                 request={"chat": 0.03, "code": 0.045, "structured": 0.04},
+                 prompt={"chat": 0.10, "code": 0.44, "structured": 0.41})
 
 
 def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float],

@@ -24,6 +24,7 @@ from specdec.analytics.build import build
 from specdec.analytics.html import banner, esc, script_json, table
 from specdec.analytics.intervals import METHOD
 from specdec.analytics.labels import RULE as LABEL_RULE
+from specdec.analytics.labels_text import chart_safe
 from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
@@ -461,7 +462,7 @@ def write_pngs(specs: dict[str, dict], run_dir: Path, prefix: str = "") -> list[
     for name, spec in specs.items():
         path = chart_png(run_dir, prefix + name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, vl_convert.vegalite_to_png(spec, vl_version=vl_version_for_vl_convert(), scale=2))
+        atomic_write_bytes(path, vl_convert.vegalite_to_png(chart_safe(spec), vl_version=vl_version_for_vl_convert(), scale=2))
         out.append(path)
     return out
 

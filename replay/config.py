@@ -54,11 +54,16 @@ class ClientOptions(BaseModel):
                               api_key=self.api_key())
 
 
-def schedule_options(fn):
+def schedule_options(fn=None, *, repeats: int | None = None):
     """The click options of the schedule (--repeats, --verify/--no-verify,
     --samples, --restart-servers, --prefix-cache) and of its reading
-    (--margin), defaults and meaning from ReplayConfig."""
+    (--margin), defaults and meaning from ReplayConfig; ``repeats`` overrides
+    the default number of repeats (the demo's design). Used bare
+    (``@schedule_options``) or called (``@schedule_options(repeats=4)``)."""
     import click
+
+    if fn is None:
+        return lambda f: schedule_options(f, repeats=repeats)
 
     from specdec.validate import NonNegativeInt, PositiveInt
 
@@ -75,8 +80,8 @@ def schedule_options(fn):
                       help=fields["samples"].description)(fn)
     fn = click.option("--verify/--no-verify", default=fields["verify"].default, show_default=True,
                       help=fields["verify"].description)(fn)
-    fn = click.option("--repeats", type=PositiveInt, default=fields["repeats"].default, show_default=True,
-                      help=fields["repeats"].description)(fn)
+    fn = click.option("--repeats", type=PositiveInt, default=repeats or fields["repeats"].default,
+                      show_default=True, help=fields["repeats"].description)(fn)
     return fn
 
 
@@ -137,9 +142,12 @@ class ReplayConfig(ClientOptions):
     requests_per_level: int | None = Field(default=None, ge=1, description="Requests per level; default: every traffic row once.")
     warmup_requests: int = Field(default=2, ge=0, description="Requests sent before an arm's first level, not recorded.")
     max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")
-    repeats: int = Field(default=2, ge=1, le=100,
-                         description="Times each level runs per arm, arms interleaved (A B A B); 2 or more also "
-                                     "measure the baseline against itself (the A/A noise floor).")
+    repeats: int = Field(default=3, ge=1, le=100,
+                         description="Times each level runs per arm, arms interleaved (A B A B). Intervals need 2 or "
+                                     "more; with fresh servers per repeat the shift of one server process is shared "
+                                     "by every level of a repeat, so the intervals' degrees of freedom grow with the "
+                                     "repeats, not the levels: 3 is the fewest that can label a 20% effect at all, "
+                                     "4-5 label it reliably (BENCHMARKS.md, Calibration).")
     verify: bool = Field(default=True, description="After each level, a greedy verification pass per arm with "
                                                    "token ids and top-2 logprobs (lossless check), apart from the timed requests.")
     samples: int = Field(default=16, ge=0, le=1000,

@@ -1,0 +1,131 @@
+"""Calibration of the speedup intervals and labels (issue 19), side by side
+with the methods they replaced.
+
+Calls the project's own interval and label code (``analytics/intervals.py``,
+``analytics/labels.py``) on synthetic runs (``analytics/calibration.py``)
+whose noise components come from real runs on this machine, and prints, per
+design (repeats) and per-process shift:
+
+- coverage: the share of pointwise 95% measurement intervals that hold the
+  true ratio of the run's prompt set (goal 93-97%), per category too;
+- prompts coverage: the prompts-and-runs interval against the category's ratio;
+- family-wise false labels under A/A: the share of runs with any faster /
+  slower label when nothing changed (goal <= 5%);
+- power: the share of category x level rows labelled faster at true ratios of
+  1.10, 1.20 and 1.30 (goal >= 80% at 1.20 with the demo's design);
+- the same for the two planted methods (df counted per level; the old double
+  hurdle), which the goals must reject.
+
+Usage:
+    .venv/bin/python benchmarks/calibration.py                # the full table (about 10-20 min on 2 cores)
+    .venv/bin/python benchmarks/calibration.py --runs 100     # quicker, coarser
+    .venv/bin/python benchmarks/calibration.py --estimate runs/A runs/B runs/C   # components of real runs
+    .venv/bin/python benchmarks/calibration.py --noise-from runs/A runs/B runs/C # simulate with those
+
+One JSON line per scenario, then a table. The noise used is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, evaluate, estimate, noise_from
+
+DEMO_REPEATS = Design().repeats  # specdec demo's design (specdec/cli.py DEMO_REPEATS)
+
+
+def _run(job: tuple) -> dict:
+    name, design, noise, ratio, runs, seed, method = job
+    t0 = time.perf_counter()
+    result = evaluate(design, noise, ratio, runs, seed=seed,
+                      **({"method": PLANTED[method]} if method else {}))
+    return {"scenario": name, "method": method or "specdec", "repeats": design.repeats,
+            "process_sd": noise.process, "true_ratio": ratio, **result.line(),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _noise(base: Noise, process: float) -> Noise:
+    return Noise(process=process, block=base.block, request=dict(base.request), prompt=dict(base.prompt))
+
+
+def _estimate(paths: list[str]) -> list[dict]:
+    import duckdb
+
+    out = []
+    for p in paths:
+        db = Path(p) / "specdec.duckdb" if Path(p).is_dir() else Path(p)
+        con = duckdb.connect(str(db), read_only=True)
+        try:
+            out += list(estimate(con).values())
+        finally:
+            con.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=300, help="synthetic runs per scenario (power: half)")
+    ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--estimate", nargs="+", metavar="RUN", help="print the noise components of built runs and exit")
+    ap.add_argument("--noise-from", nargs="+", metavar="RUN", help="simulate with the components of these runs")
+    args = ap.parse_args(argv)
+
+    if args.estimate:
+        runs = _estimate(args.estimate)
+        for path, run in zip(args.estimate, runs):
+            for cat, comp in run.items():
+                print(json.dumps({"run": path, "category": cat, **{k: round(v, 4) for k, v in comp.items()}}))
+        n = noise_from(runs)
+        print(json.dumps({"pooled": True, "process": round(n.process, 4), "block": round(n.block, 4),
+                          "request": {k: round(v, 4) for k, v in n.request.items()},
+                          "prompt": {k: round(v, 4) for k, v in n.prompt.items()}}))
+        return 0
+
+    base = noise_from(_estimate(args.noise_from)) if args.noise_from else MEASURED
+    print(json.dumps({"noise": {"process": base.process, "block": base.block, "request": dict(base.request),
+                                "prompt": dict(base.prompt)},
+                      "source": "--noise-from " + " ".join(args.noise_from) if args.noise_from else "MEASURED"}))
+    jobs = []
+    seed = args.seed
+    for repeats in sorted({2, 3, DEMO_REPEATS, 5}):
+        for process in (0.0, 0.03, 0.06, 0.10):
+            seed += 1
+            jobs.append(("A/A", Design(repeats=repeats), _noise(base, process), 1.0, args.runs, seed, None))
+        for ratio in (1.1, 1.2, 1.3):
+            seed += 1
+            jobs.append(("power", Design(repeats=repeats), base, ratio, max(args.runs // 2, 20), seed, None))
+    for method in PLANTED:
+        jobs.append(("A/A", Design(repeats=DEMO_REPEATS), _noise(base, 0.10), 1.0, args.runs, args.seed, method))
+        jobs.append(("power", Design(repeats=DEMO_REPEATS), base, 1.2, max(args.runs // 2, 20), args.seed, method))
+    lines = []
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for line in pool.map(_run, jobs):
+            print(json.dumps(line), flush=True)
+            lines.append(line)
+
+    print(f"\n{'method':22} {'R':>2} {'scenario':8} {'proc':>5} {'ratio':>5} {'cover':>6} {'prompts':>7} "
+          f"{'A/A':>5} {'FWER':>5} {'faster':>6}")
+    for x in lines:
+        print(f"{x['method']:22} {x['repeats']:>2} {x['scenario']:8} {x['process_sd']:>5.2f} {x['true_ratio']:>5.2f} "
+              f"{x['coverage']:>6.1%} {x['prompts_coverage']:>7.1%} {x['aa_coverage']:>5.1%} "
+              f"{x['false_label_runs']:>5.1%} {x['faster_share']:>6.1%}")
+    ours = [x for x in lines if x["method"] == "specdec"]
+    demo = [x for x in ours if x["repeats"] == DEMO_REPEATS]
+    worst_cover = min(x["coverage"] for x in demo if x["scenario"] == "A/A")
+    best_cover = max(x["coverage"] for x in demo if x["scenario"] == "A/A")
+    fwer = max(x["false_label_runs"] for x in demo if x["scenario"] == "A/A")
+    power = next(x["faster_share"] for x in demo if x["scenario"] == "power" and x["true_ratio"] == 1.2)
+    print(f"\ndemo design ({DEMO_REPEATS} repeats): coverage {worst_cover:.1%}-{best_cover:.1%} (goal 93-97%), "
+          f"family-wise false labels <= {fwer:.1%} (goal <= 5%), power at 1.20x {power:.1%} (goal >= 80%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""A small version of benchmarks/calibration.py: the project's own interval and
+label code on synthetic runs with this machine's noise components, with fixed
+seeds and enough runs that a wrong method fails. The two planted methods (df
+counted per level; the old double hurdle) must fail it."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import numpy as np
+import pytest
+
+from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, estimate, evaluate, simulate
+
+#: A large per-process shift (10%): the case the old method under-covered.
+SHIFTED = Noise(process=0.10, block=MEASURED.block, request=dict(MEASURED.request), prompt=dict(MEASURED.prompt))
+
+
+@pytest.fixture(scope="module")
+def no_effect():
+    return evaluate(Design(repeats=3), SHIFTED, 1.0, 150, seed=42)
+
+
+def test_intervals_cover_with_a_large_process_shift_and_unequal_categories(no_effect):
+    # chat's request noise is 1.5x code's in MEASURED; each category has its own variance
+    assert 0.92 <= no_effect.coverage <= 0.985, no_effect.line()
+    assert all(c >= 0.9 for c in no_effect.coverage_by_category.values()), no_effect.line()
+    assert 0.9 <= no_effect.prompts_coverage <= 0.99
+
+
+def test_labels_keep_the_family_wise_error_rate_under_aa(no_effect):
+    assert no_effect.false_label_runs <= 0.05, no_effect.line()
+
+
+def test_df_counted_per_level_fails_the_coverage_goal():
+    planted = evaluate(Design(repeats=3), SHIFTED, 1.0, 150, seed=42, method=PLANTED["df counted per level"])
+    assert planted.coverage < 0.9, planted.line()
+
+
+def test_power_of_the_demo_design_and_the_double_hurdle_fails_it():
+    ours = evaluate(Design(), MEASURED, 1.2, 150, seed=43)
+    hurdle = evaluate(Design(), MEASURED, 1.2, 150, seed=43, method=PLANTED["old double hurdle"])
+    assert ours.faster_share >= 0.8, ours.line()
+    assert hurdle.faster_share < 0.8 and hurdle.faster_share < ours.faster_share - 0.05, hurdle.line()
+
+
+def test_simulate_truths_and_shapes():
+    pairs, blocks, prompt_set, category = simulate(Design(repeats=2, prompts=3), MEASURED, 1.5,
+                                                   np.random.default_rng(0))
+    assert len([p for p in pairs if p[0] == "ab"]) == 3 * 3 * 2 * 3  # categories x levels x repeats x prompts
+    assert len([p for p in pairs if p[0] == "aa"]) == 3 * 3 * 1 * 3
+    assert len(blocks) == 3 * (2 + 1)
+    assert category["code", 1] == pytest.approx(math.log(1.5))
+    assert prompt_set["code", 1] != category["code", 1]  # this prompt set's own mean effect
+
+
+def test_estimate_reads_components_back(tmp_path):
+    """Components planted in a synthetic run come back from its pairs, in
+    the same order of size (a sanity check of the estimator, not a precision test)."""
+    noise = Noise(process=0.0, block=0.05, request={"code": 0.02}, prompt={"code": 0.3})
+    pairs, _blocks, _ps, _cat = simulate(Design(categories=("code",), prompts=16, repeats=5), noise, 1.2,
+                                         np.random.default_rng(1))
+    con = duckdb.connect()
+    con.execute("create table int_requests_paired (run_id varchar, comparison varchar, category varchar, "
+                "concurrency integer, prompt_id varchar, repeat integer, log_ratio double)")
+    con.executemany("insert into int_requests_paired values ('r', ?, ?, ?, ?, ?, ?)", pairs)
+    got = estimate(con)["r"]["code"]
+    assert 0.01 < got["request_sd"] < 0.04 and 0.15 < got["prompt_sd"] < 0.5
+    assert 0.03 < got["block_sd"] < 0.08 and got["process_sd"] < 0.04
