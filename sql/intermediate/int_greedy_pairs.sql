@@ -4,7 +4,8 @@
 --   against the baseline's, same prompt, same level (same batch shape), repeat 0
 --   of the verification pass in each arm (stg_greedy_checks).
 -- Purpose: the lossless check, classified. A speculative output that differs
---   from the baseline's is either a near-tie that numerics can flip, or suspect.
+--   from the baseline's is either a near-tie that numerics can flip (the speculative
+--   arm took the baseline's runner-up where the baseline's top two were close), or suspect.
 --   category, concurrency, prompt_id   the pair's prompt (category as the baseline recorded it) and level
 --   pair_index                  occurrence of the prompt within (arm, level), from 0, by request_id
 --                               (a prompt sent twice per level pairs 1:1 across arms)
@@ -16,16 +17,24 @@
 --                               NULL when identical
 --   baseline_token_id, speculative_token_id       the token ids at that position (NULL past an end)
 --   speculative_took_runner_up  the speculative token is the baseline's second choice there
---                               (baseline top-2 token id); NULL when not known
+--                               (baseline top-2 token id); NULL when not known (past an end, or no
+--                               top-2 token id recorded)
 --   baseline_margin             baseline top1_logprob - top2_logprob at that position [nats]:
 --                               how far the baseline's greedy choice was from a tie. NULL when
 --                               the baseline has no token there or returned no second logprob
---   near_tie_threshold          int_lossless_settings.near_tie_threshold [nats] (by dtype; see there)
---   class                       'identical' | 'near_tie' (baseline_margin <= near_tie_threshold,
---                               1e-6 relative allowed for the float32 rounding of the logprobs:
---                               a flip across one bfloat16 step of 0.25 is numerics; the first
---                               demo run had one at margin 0.2500001)
---                               | 'suspect' (a larger margin, or none to explain it)
+--   near_tie_threshold          int_lossless_settings.near_tie_threshold [nats]: calibrated from
+--                               the run's own A/A flips (the largest baseline-vs-baseline margin),
+--                               else the dtype's reasoned value; see there
+--   class                       'identical'
+--                               | 'near_tie': both hold at the first divergence:
+--                                 (1) speculative_took_runner_up: the speculative token is the
+--                                     baseline's runner-up (numerics swap the top two; a token the
+--                                     baseline did not even rank second is no near-tie), and
+--                                 (2) baseline_margin <= near_tie_threshold (1e-6 relative allowed
+--                                     for the float32 rounding of the logprobs: the first demo run
+--                                     had a flip at margin 0.2500001 against one bfloat16 step of 0.25)
+--                               | 'suspect': either fails, or is not known (no margin, no top-2 id,
+--                                 or one output is a prefix of the other): nothing explains it
 --   baseline_natural_end_position  stg_greedy_checks.natural_end_position of the baseline: the first
 --                               position whose greedy token was end-of-sequence (NULL if never, or
 --                               ids unknown)
@@ -101,7 +110,8 @@ final as (
         threshold.near_tie_threshold,
         case
             when identical then 'identical'
-            when b_top1[first_divergence_position + 1] - b_top2[first_divergence_position + 1]
+            when s_ids[first_divergence_position + 1] = b_top2_ids[first_divergence_position + 1]
+             and b_top1[first_divergence_position + 1] - b_top2[first_divergence_position + 1]
                  <= threshold.near_tie_threshold * (1 + 1e-6) then 'near_tie'
             else 'suspect'
         end as class,

@@ -2,8 +2,8 @@
 -- Grain: one row per run_id (as int_run_settings).
 -- Purpose: the constants of the lossless check, defined once.
 --   dtype               manifest.dtype ('unknown' if absent; external servers record 'unknown')
---   near_tie_threshold  the baseline top-1 minus top-2 logprob margin below which a greedy
---                       flip is put down to numerics [nats], by dtype:
+--   dtype_threshold     the reasoned near-tie margin for the dtype [nats], the fallback of
+--                       near_tie_threshold when the run has no A/A divergence to calibrate from:
 --                         bfloat16 (and anything else: auto, unknown, external) 0.25
 --                         float16 0.03
 --                         float32 0.001
@@ -15,19 +15,43 @@
 --                       so the top-1 minus top-2 margin can move by ~2 x 0.125 = 0.25. float16
 --                       has 3 more bits (8x finer: 0.03). float32 logits drift ~1e-5..1e-4 across
 --                       batch shapes; 0.001 leaves a 10x allowance. A wrongly accepted draft
---                       token shows a margin of whole nats, far above each threshold. The A/A
---                       floor (lossless: baseline against itself) is the empirical check on them.
+--                       token shows a margin of whole nats, far above each threshold.
+--   aa_divergences      A/A flips of the run with a known margin: pairs of baseline checks of the
+--                       lossless pass (int_baseline_greedy_pairs, every two levels or passes of
+--                       the same prompt occurrence) that diverge at a position where both have a
+--                       token and at least one has a second logprob
+--   aa_max_margin       the largest aa_margin over those flips [nats]: the widest margin at which
+--                       the baseline's greedy choice flipped with no speculation at all, on this
+--                       machine, dtype and model (NULL when aa_divergences = 0)
+--   near_tie_threshold  the baseline top-1 minus top-2 logprob margin up to which a greedy flip of
+--                       the speculative arm is put down to numerics [nats]: aa_max_margin when the
+--                       run has A/A flips (calibrated: the largest observed, no allowance added),
+--                       else dtype_threshold
+--   near_tie_threshold_source   'aa_divergences' (calibrated from aa_divergences flips) |
+--                       'dtype_default' (no A/A flip in the run: the reasoned dtype_threshold)
 --   max_error_rate      int_run_settings.max_error_rate, for the verification pass's own failures
 with settings as (
     select run_id, dtype, max_error_rate from int_run_settings
 ),
+aa as (
+    select run_id, count(*) as aa_divergences, max(aa_margin) as aa_max_margin
+    from int_baseline_greedy_pairs
+    where aa_margin is not null
+    group by run_id
+),
 final as (
     select
-        run_id,
-        coalesce(dtype, 'unknown') as dtype,
-        cast(case coalesce(dtype, 'unknown') when 'float32' then 0.001 when 'float16' then 0.03 else 0.25 end
-             as double) as near_tie_threshold,
-        max_error_rate
+        settings.run_id,
+        coalesce(settings.dtype, 'unknown') as dtype,
+        cast(case coalesce(settings.dtype, 'unknown') when 'float32' then 0.001 when 'float16' then 0.03 else 0.25 end
+             as double) as dtype_threshold,
+        coalesce(aa.aa_divergences, 0) as aa_divergences,
+        aa.aa_max_margin,
+        coalesce(aa.aa_max_margin, dtype_threshold) as near_tie_threshold,
+        case when aa.aa_max_margin is null then 'dtype_default' else 'aa_divergences' end
+            as near_tie_threshold_source,
+        settings.max_error_rate
     from settings
+    left join aa on aa.run_id = settings.run_id
 )
 select * from final

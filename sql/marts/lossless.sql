@@ -4,21 +4,43 @@
 -- Purpose: is speculation lossless for greedy decoding, judged against the noise
 --   floor of the baseline against itself at the same level?
 --   Speculative vs baseline (the verification pass, int_greedy_pairs: token ids, repeat 0):
---   dtype            int_lossless_settings.dtype: manifest.dtype of the run (sets near_tie_threshold)
+--   dtype            int_lossless_settings.dtype: manifest.dtype of the run (sets the fallback
+--                    of near_tie_threshold)
 --   checks           verification requests of the category at this level, both arms, repeat 0
 --   checks_failed    of those, success = false (typed in stg_greedy_checks.error_type)
 --   pairs            prompt occurrences with a successful check in both arms
 --   identical        pairs whose token id lists are equal
---   near_tie         non-identical pairs whose baseline_margin < near_tie_threshold (numerics)
---   suspect          non-identical pairs with a larger margin or none (pairs = identical
---                    + near_tie + suspect); every one is listed in lossless_divergences
+--   near_tie         non-identical pairs where, at the first divergence, the speculative token
+--                    is the baseline's runner-up (its top-2 token) AND baseline_margin <=
+--                    near_tie_threshold: numerics swapping the baseline's top two
+--   suspect          every other non-identical pair: a speculative token the baseline did not
+--                    rank second (whatever the margin), a larger margin, or nothing known to
+--                    explain it (pairs = identical + near_tie + suspect); every one is listed
+--                    in lossless_divergences
 --   identity_share   identical / pairs (NULL when pairs = 0)
---   near_tie_threshold  int_lossless_settings.near_tie_threshold [nats] (by dtype; see its header)
+--   near_tie_threshold  int_lossless_settings.near_tie_threshold [nats]: the run's largest
+--                    baseline-vs-baseline margin at a greedy flip of the lossless pass (A/A,
+--                    across levels and passes), else the dtype's reasoned value; see its header
+--   near_tie_threshold_source   'aa_divergences' (calibrated from the run's A/A flips) |
+--                    'dtype_default' (the run has none: the reasoned value for the dtype)
+--   near_tie_threshold_divergences   A/A flips the threshold was taken from (the largest of
+--                    their margins); 0 with 'dtype_default'
+--   pass_draft_tokens   draft tokens the speculative arm proposed during its lossless pass at this
+--                    level (int_passes_checked.draft_tokens: counter after - before); NULL when
+--                    the counters were not read around the pass or are not exported
+--   pass_valid       the speculative arm speculated during its lossless pass at this level (its
+--                    draft counters moved: int_passes_checked.speculation_ran). false: they did
+--                    not, so the pass compared two servers that both decoded without drafts
+--                    and shows nothing about speculation: the pass is invalid and its pairs are
+--                    not counted (excluded_reason). NULL: not known (no counter reads around
+--                    the pass: a run recorded before they existed, or no /metrics page); the
+--                    figures then stand as before
 --   excluded_reason  why pairs .. identity_share are NULL: 'no verification pass at this level',
---                    '<arm> arm has no verification checks at this level', or '<arm>
+--                    '<arm> arm has no verification checks at this level', '<arm>
 --                    verification pass failed (error rate r > max m)' (the pass's failed-request
---                    share over all categories of the level, against manifest.max_error_rate);
---                    NULL when the figures stand
+--                    share over all categories of the level, against manifest.max_error_rate),
+--                    or 'speculation did not run during the verification pass (draft counters
+--                    unchanged)' (pass_valid = false); NULL when the figures stand
 --   A/A floor (the TIMED baseline requests, int_baseline_text_pairs: output_text, successful only):
 --   repeats          timed baseline repeats of the level holding greedy requests of the category
 --                    (NULL when there are none)
@@ -47,6 +69,11 @@ timed as (
 settings as (
     select * from int_lossless_settings
 ),
+passes as (
+    select run_id, concurrency, draft_tokens, speculation_ran
+    from int_passes_checked
+    where arm = 'speculative' and pass_kind = 'lossless_pass'
+),
 groups as (
     select distinct run_id, category, concurrency from checks
     union
@@ -74,9 +101,14 @@ level_health as (
             when s.error_rate > settings.max_error_rate then
                 printf('speculative verification pass failed (error rate %.3f > max %.3f)',
                        s.error_rate, settings.max_error_rate)
-        end as excluded_reason
+            when not passes.speculation_ran then
+                'speculation did not run during the verification pass (draft counters unchanged)'
+        end as excluded_reason,
+        passes.draft_tokens as pass_draft_tokens,
+        passes.speculation_ran as pass_valid
     from (select distinct run_id, concurrency from groups) levels
     left join settings on settings.run_id = levels.run_id
+    left join passes on passes.run_id = levels.run_id and passes.concurrency = levels.concurrency
     left join arm_health b on b.run_id = levels.run_id and b.concurrency = levels.concurrency and b.arm = 'baseline'
     left join arm_health s
       on s.run_id = levels.run_id and s.concurrency = levels.concurrency and s.arm = 'speculative'
@@ -125,6 +157,10 @@ joined as (
         coalesce(p.near_tie, 0) as near_tie_found,
         coalesce(p.suspect, 0) as suspect_found,
         settings.near_tie_threshold,
+        settings.near_tie_threshold_source,
+        settings.aa_divergences as near_tie_threshold_divergences,
+        h.pass_draft_tokens,
+        h.pass_valid,
         r.repeats,
         g.concurrency = lowest.lowest_concurrency or lowest.lowest_concurrency is null or r.repeats is null
             as is_lowest,
@@ -155,6 +191,10 @@ final as (
         case when excluded_reason is null then suspect_found end as suspect,
         case when excluded_reason is null then identical_found / nullif(pairs_found, 0) end as identity_share,
         near_tie_threshold,
+        near_tie_threshold_source,
+        near_tie_threshold_divergences,
+        pass_draft_tokens,
+        pass_valid,
         excluded_reason,
         repeats,
         case when repeats >= 2 then aa_found end as aa_pairs,

@@ -13,8 +13,11 @@
 --                               NULL when unknown
 --   baseline_margin             baseline top1_logprob - top2_logprob there [nats]; NULL when
 --                               the baseline has no token or no second logprob there
---   near_tie_threshold          int_lossless_settings.near_tie_threshold [nats]
---   class                       'near_tie' (baseline_margin < near_tie_threshold) | 'suspect'
+--   near_tie_threshold          int_lossless_settings.near_tie_threshold [nats] (calibrated from the
+--                               run's A/A flips, else the dtype's value: lossless.near_tie_threshold_source)
+--   class                       'near_tie' (speculative_took_runner_up AND baseline_margin <=
+--                               near_tie_threshold) | 'suspect' (anything else, the runner-up
+--                               unknown included)
 --   baseline_natural_end_position  first position whose baseline greedy token was
 --                               end-of-sequence (NULL if never, or ids unknown)
 --   after_natural_end           first_divergence_position > baseline_natural_end_position: the

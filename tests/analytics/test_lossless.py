@@ -1,7 +1,9 @@
 """The classified lossless check on hand-built rows: int_greedy_pairs,
 int_baseline_text_pairs, lossless, lossless_divergences, acceptance_natural_end.
 
-Verification checks (repeat 0, dtype bfloat16 -> near_tie_threshold 0.25, eos id 0):
+Verification checks (repeat 0, dtype bfloat16 -> near_tie_threshold 0.25, eos id 0; the run has
+no A/A flip to calibrate from: the baseline's pA at level 2 is a prefix of its level-1 output, a
+length difference, and pB, pC, pD are the same at both levels):
 
     level  prompt    baseline ids     speculative ids   first div  baseline margin there   class
     1      pA code   5 6 7 8          5 6 7 8           -          -                       identical
@@ -185,15 +187,16 @@ def test_greedy_pairs_classify_each_divergence(run):
 
 
 def test_a_margin_of_one_bfloat16_step_is_a_near_tie_and_float32_is_stricter(tmp_path):
-    checks = [check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.7500001]),
+    # the speculative token 3 is the baseline's runner-up at position 1, so only the margin decides
+    checks = [check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.7500001], top2_ids=[9, 3]),
               check("speculative", 1, "pB", [1, 3])]
     got = rows(make_run(tmp_path / "bf16", checks=checks), "select class, baseline_margin from int_greedy_pairs")
     # 0.2500001: one bfloat16 step (0.25) plus float32 rounding of the logprobs -> numerics
     assert [g["class"] for g in got] == ["near_tie"] and got[0]["baseline_margin"] == pytest.approx(0.25)
-    checks[0] = check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.7501])
+    checks[0] = check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.7501], top2_ids=[9, 3])
     got = rows(make_run(tmp_path / "bf16b", checks=checks), "select class from int_greedy_pairs")
     assert got == [{"class": "suspect"}]  # 0.2501: beyond one step
-    checks[0] = check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.502])
+    checks[0] = check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.502], top2_ids=[9, 3])
     got = rows(make_run(tmp_path / "fp32", checks=checks, dtype="float32"),
                "select class, near_tie_threshold from int_greedy_pairs")
     assert got == [{"class": "suspect", "near_tie_threshold": 0.001}]  # margin 0.002 >= 0.001

@@ -1,0 +1,33 @@
+-- stg_pass_counters
+-- Grain: one row per run_id, arm, concurrency level, untimed pass and position (PassCounters):
+--   the engine's cumulative speculation counters read just before (position 'before') and
+--   just after ('after') one arm's lossless pass or sampling pass at one level
+--   (specdec.replay.pass_counters).
+-- Purpose: the reads, typed. Nothing is derived here (int_passes_checked differences them).
+-- Columns: as schemas.records.PassCounters.
+--   pass_kind        'lossless_pass' (greedy, top-2 logprobs: stg_greedy_checks) |
+--                    'sampling_pass' (seeded: stg_sample_checks)
+--   spec_num_*, generation_tokens   cumulative counters as read; NULL = the server does not
+--                    export that counter (all four NULL: it has no /metrics page)
+--   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
+--   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
+with source as (
+    select * from by_role('raw_pass_counters')
+),
+final as (
+    select
+        run_id,
+        arm,
+        arm_name,
+        source_run_id,
+        concurrency,
+        pass_kind,
+        position,
+        wall_time_ns,
+        spec_num_drafts,
+        spec_num_draft_tokens,
+        spec_num_accepted_tokens,
+        generation_tokens
+    from source
+)
+select * from final
