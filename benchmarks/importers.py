@@ -15,10 +15,13 @@ Generated files: Azure and BurstGPT rows take their lengths from the Azure
 trace (cycled) and arrive 2 ms apart; Mooncake rows take lengths and prefix
 blocks from ../shared/data/mooncake-fast25 (cycled, block ids shifted per
 cycle so later cycles do not share the first cycle's blocks). Mooncake rows
-with prefix blocks are composed row by row (their shared prefixes are the
-point), so ``--mooncake-rows`` (default 2,000) bounds that run.
+are composed from cached prefix blocks (``replay.importers.blocks``); each
+row still carries its own ~27k characters, so the output, not the
+composition, bounds that run: ``--mooncake-rows`` (default: ``--rows``).
+``--formats`` picks the generated files, ``--no-trace`` skips the whole Azure trace.
 
     .venv/bin/python benchmarks/importers.py [--rows N] [--old COMMIT]
+    .venv/bin/python benchmarks/importers.py --no-trace --formats mooncake --mooncake-rows 100000
 """
 
 from __future__ import annotations
@@ -122,15 +125,19 @@ def line(name: str, r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--mooncake-rows", type=int, default=2_000)
+    ap.add_argument("--mooncake-rows", type=int, default=None, help="rows of the generated Mooncake file (default: --rows)")
     ap.add_argument("--old", default=None, help="a commit whose importers to measure side by side")
     ap.add_argument("--old-rows", type=int, default=1_000)
+    ap.add_argument("--formats", default="azure,burstgpt,mooncake",
+                    help="generated files of these formats (comma-separated)")
+    ap.add_argument("--no-trace", action="store_true", help="skip the whole Azure trace")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         lengths = azure_lengths()
-        results = {"azure conversation trace (whole)": run("azure", AZURE, tmp / "a.parquet")}
+        results = {} if args.no_trace else {
+            "azure conversation trace (whole)": run("azure", AZURE, tmp / "a.parquet")}
         if args.old:
             head = tmp / "azure_conv_head.csv"
             head.write_text("".join(AZURE.open().readlines()[: args.old_rows + 1]))
@@ -138,7 +145,9 @@ def main() -> None:
             results[f"azure first {args.old_rows} rows, new"] = run("azure", head, tmp / "h.parquet")
             results[f"azure first {args.old_rows} rows, old {args.old[:8]}"] = run("azure", head, tmp / "o.parquet", tree)
         for fmt, gen, n in (("azure", gen_azure, args.rows), ("burstgpt", gen_burstgpt, args.rows),
-                            ("mooncake", None, args.mooncake_rows)):
+                            ("mooncake", None, args.mooncake_rows or args.rows)):
+            if fmt not in args.formats.split(","):
+                continue
             path = tmp / f"gen_{fmt}_conv.{'jsonl' if fmt == 'mooncake' else 'csv'}"
             gen_mooncake(path, n) if gen is None else gen(path, n, lengths)
             results[f"{fmt} generated"] = run(fmt, path, tmp / f"{fmt}.parquet")

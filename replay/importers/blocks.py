@@ -1,0 +1,276 @@
+"""Mooncake prefix blocks composed from cached pieces, so a row with ~40k
+input tokens costs lookups and one string join instead of a tokenization of
+its whole chat (~30 ms a row on this 2-core host: 19 rows/s).
+
+A block (one hash id, a 512-token prefix block in the trace) is a run of
+material units from one global stream, starting at a unit index; its text and
+its exact token count are computed once per start index (a block is a
+function of where it starts). A row's context is its blocks' texts in order,
+then a tail: the first ``m`` units of the next block (possibly the whole
+block), then ``rstrip`` as ``prompt_pool.compose`` does. So rows sharing
+leading hash ids share their leading text exactly.
+
+How a row's chat is counted without tokenizing it (all terms cached):
+
+    chat(row) = Q(prompt) + sum(tokens(B_i)) + sum(join(B_i, B_i+1))
+                + join(B_k, tail) + tokens(tail) + dP(first unit)
+
+* ``tokens(B)``: the block's text tokenized alone (exact);
+* ``join(A, B)``: what tokenizing A+B adds to tokenizing each alone (a BPE
+  pre-token can span the join: ". " + "The" is "." " The", one token less),
+  measured on the last ``WINDOW`` characters of A and the first of B;
+* ``dP(x)``: the same for the chat template's text in front of the content;
+* ``Q(prompt)``: the chat of a fixed reference context and the prompt, less
+  that context's own terms (the template, the separator and the prompt).
+
+This is exact when every pre-token touching a join lies within ``WINDOW``
+characters of it and the context's end (never whitespace, after ``rstrip``)
+meets the separator the same way the reference's does: true for byte-level
+BPE with the GPT-2 split (SmolLM2, tests/importers/test_blocks.py compares
+the sum with the real count on every row of a Mooncake slice) and for the
+tests' word counter. The note's ``reached_tokens`` is this sum.
+
+Memory: the caches are keyed by positions in the material (bounded by the
+pool, not the trace); the one thing that grows is the map from hash id to
+start index, 4 bytes per id in an array for ids below ``DENSE_IDS``
+(Mooncake numbers its blocks densely from 0), a dict entry beyond.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+
+from specdec.replay.prompt_pool import (
+    EXACT, SEPARATOR, Composed, PoolPrompt, TokenCounter, Unit, _by_piece, _cut, tolerance,
+)
+
+#: Tokens of one Mooncake prefix block (trace-formats.md).
+BLOCK_TOKENS = 512
+#: Characters either side of a join tokenized to measure what the join adds.
+WINDOW = 256
+#: Hash ids below this are mapped in an array (4 bytes each); others in a dict.
+DENSE_IDS = 1 << 26
+#: The reference context ``Q`` is measured with (any short sentence).
+_REFERENCE = "Reference text."
+#: Follows a window when the template's front join is measured, so the
+#: window's end meets the template's end the same way every time.
+_CLOSE = "\n\nEnd."
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    start: int  # index of its first unit in the stream
+    units: tuple[Unit, ...]
+    text: str
+    tokens: int  # counter.text(text): exact
+    pieces: tuple[tuple[str, int], ...]  # (piece id, unit tokens) as Composed.context counts them
+
+
+class BlockComposer:
+    """Blocks by hash id, and rows composed from them (see the module docstring)."""
+
+    def __init__(self, stream: list[Unit], counter: TokenCounter):
+        self.stream, self.counter = stream, counter
+        self._dense = array("i")  # hash id -> start index + 1 (0: not seen)
+        self._sparse: dict[int, int] = {}
+        self._cursor = 0
+        self._blocks: dict[int, Block] = {}
+        self._joins: dict[tuple, int] = {}
+        self._windows: dict[tuple[str, str], int] = {}
+        self._marks = bytearray()
+        self._front: dict[str, int] = {}
+        self._tails: dict[tuple[int, int], tuple[str, int]] = {}
+        self._q: dict[str, int] = {}
+
+    # -------------------------------------------------------------- blocks
+    def start_of(self, hash_id: int) -> int:
+        """The start index of a hash id's block, assigned from the cursor the first time it is seen."""
+        if 0 <= hash_id < DENSE_IDS:
+            if hash_id >= len(self._dense):
+                self._dense.extend([0] * max(hash_id + 1 - len(self._dense), len(self._dense) // 2))
+            if self._dense[hash_id]:
+                return self._dense[hash_id] - 1
+            start = self._dense[hash_id] = self._cursor
+            self._dense[hash_id] = start + 1
+        elif hash_id in self._sparse:
+            return self._sparse[hash_id]
+        else:
+            start = self._sparse[hash_id] = self._cursor
+        self._cursor = (start + len(self.block(start).units)) % len(self.stream)
+        return start
+
+    def block(self, start: int) -> Block:
+        hit = self._blocks.get(start)
+        if hit is None:
+            units, tokens, i = [], 0, start
+            while tokens < BLOCK_TOKENS and len(units) < len(self.stream):
+                units.append(self.stream[i])
+                tokens += self.stream[i].tokens
+                i = (i + 1) % len(self.stream)
+            text = "".join(u.text for u in units)
+            hit = self._blocks[start] = Block(start, tuple(units), text, self.counter.text(text),
+                                              tuple(_by_piece(units)))
+        return hit
+
+    def row_blocks(self, hash_ids: tuple[int, ...]) -> list[Block]:
+        """A row's blocks in order, stopping before one whose material the row
+        already holds (the row is longer than all material)."""
+        n = len(self.stream)
+        if len(self._marks) != n:
+            self._marks = bytearray(n)
+        marks, out = self._marks, []
+        try:
+            for h in hash_ids:
+                b = self.block(self.start_of(h))
+                spans = _spans(b.start, len(b.units), n)
+                if any(marks.find(1, lo, hi) >= 0 for lo, hi in spans):
+                    break
+                for lo, hi in spans:
+                    marks[lo:hi] = b"\x01" * (hi - lo)
+                out.append(b)
+        finally:
+            for b in out:
+                for lo, hi in _spans(b.start, len(b.units), n):
+                    marks[lo:hi] = bytes(hi - lo)
+        return out
+
+    # -------------------------------------------------------------- counting terms
+    def join(self, key: tuple, left: str, right: str) -> int:
+        """What tokenizing ``left + right`` adds to tokenizing each alone (the
+        windows either side of the join), cached under ``key``."""
+        hit = self._joins.get(key)
+        if hit is None:  # many keys share their windows (tails longer than the window): measured once
+            a, b = left[-WINDOW:], right[:WINDOW]
+            hit = self._windows.get((a, b))
+            if hit is None:
+                t = self.counter.text
+                hit = self._windows[(a, b)] = t(a + b) - t(a) - t(b)
+            self._joins[key] = hit
+        return hit
+
+    def front(self, context: str) -> int:
+        """The chat template's front join with ``context`` (up to a constant that cancels)."""
+        w = context[:WINDOW] + _CLOSE
+        hit = self._front.get(w)
+        if hit is None:
+            hit = self._front[w] = self.counter.chat([{"role": "user", "content": w}]) - self.counter.text(w)
+        return hit
+
+    def q(self, prompt: PoolPrompt) -> int:
+        hit = self._q.get(prompt.id)
+        if hit is None:
+            chat = self.counter.chat([{"role": "user", "content": _REFERENCE + SEPARATOR + prompt.text}])
+            hit = self._q[prompt.id] = chat - self.counter.text(_REFERENCE) - self.front(_REFERENCE)
+        return hit
+
+    def tail(self, block: Block, m: int) -> tuple[str, int]:
+        """The first ``m`` units of a block, rstripped, and their token count."""
+        hit = self._tails.get((block.start, m))
+        if hit is None:
+            text = "".join(u.text for u in block.units[:m]).rstrip()
+            hit = self._tails[(block.start, m)] = (text, self.counter.text(text) if text else 0)
+        return hit
+
+    # -------------------------------------------------------------- one row
+    def compose(self, prompt: PoolPrompt, target: int, blocks: list[Block]) -> Composed | None:
+        """The row's content from its blocks, or None when the target is too
+        small for whole blocks and units (the prompt alone, or its first unit,
+        overshoots): the caller composes those rows unit by unit
+        (``prompt_pool.compose``), as every row was composed before."""
+        q = self.q(prompt)
+        pre, whole = 0, []  # tokens (joins included) of the whole blocks taken, and those blocks
+        for k, nxt in enumerate(blocks):
+            last = k == len(blocks) - 1
+            prev = whole[-1] if whole else None
+            row = _Row(self, prompt, target, q + pre + (self.front(whole[0].text) if whole else 0), prev, nxt)
+            full = row.count(len(nxt.units))
+            if full is not None and full < target - EXACT and not last:
+                pre += nxt.tokens + (self.join((prev.start, nxt.start), prev.text, nxt.text) if prev else 0)
+                whole.append(nxt)
+                continue
+            m = row.closest()
+            if m is None or (k == 0 and row.count(m) > target + tolerance(target)):
+                return None
+            return row.result(whole, m, last)
+        return None
+
+
+class _Row:
+    """One row's choice of tail within the block after its whole blocks."""
+
+    def __init__(self, owner: BlockComposer, prompt: PoolPrompt, target: int, fixed: int, prev: Block | None,
+                 nxt: Block):
+        self.o, self.prompt, self.target, self.fixed, self.prev, self.nxt = owner, prompt, target, fixed, prev, nxt
+
+    def counted(self, text: str, tokens: int, key: tuple) -> int:
+        """The row's chat tokens with ``text`` (rstripped, not empty) as its
+        tail; ``key`` names the tail for the join cache."""
+        if self.prev is None:
+            return self.fixed + tokens + self.o.front(text)
+        return self.fixed + self.o.join((self.prev.start, *key), self.prev.text, text) + tokens
+
+    def count(self, m: int) -> int | None:
+        text, tokens = self.o.tail(self.nxt, m)
+        return self.counted(text, tokens, (self.nxt.start, m)) if text else None
+
+    def closest(self) -> int | None:
+        """The ``m`` in 1..n whose count is closest to the target (counts grow with m): binary search."""
+        lo, hi = 1, len(self.nxt.units)
+        while lo < hi:  # the smallest m whose count reaches the target
+            mid = (lo + hi) // 2
+            c = self.count(mid)
+            if c is None or c < self.target:
+                lo = mid + 1
+            else:
+                hi = mid
+        best, err = None, None
+        for m in (lo - 1, lo):
+            c = self.count(m) if m >= 1 else None
+            if c is not None and (err is None or abs(c - self.target) <= err):  # a tie: the longer tail
+                best, err = m, abs(c - self.target)
+        return best
+
+    def result(self, whole: list[Block], m: int, last: bool) -> Composed:
+        nxt, target, tol = self.nxt, self.target, tolerance(self.target)
+        text, _ = self.o.tail(nxt, m)
+        reached = self.count(m)
+        tail_units, cut = list(nxt.units[:m]), None
+        if abs(reached - target) > tol:  # between two units: cut one at a word (tokenized: rare)
+            m0 = m if reached < target else m - 1
+            if m0 < len(nxt.units):
+                before = self.count(m0) if m0 >= 1 else None
+                part = _cut(nxt.units[m0], target - (before if before is not None else self.fixed), self.o.counter)
+                if part is not None:
+                    cut_text = ("".join(u.text for u in nxt.units[:m0]) + part.text).rstrip()
+                    cut_reached = (self.counted(cut_text, self.o.counter.text(cut_text), (nxt.start, m0, part.text))
+                                   if cut_text else None)
+                    if cut_reached is not None and abs(cut_reached - target) < abs(reached - target):
+                        text, reached, cut = cut_text, cut_reached, nxt.units[m0].piece
+                        tail_units = list(nxt.units[:m0]) + [part]
+        content = "".join(b.text for b in whole) + text + SEPARATOR + self.prompt.text
+        pieces = _merged([p for b in whole for p in b.pieces] + _by_piece(tail_units))
+        done = Composed([{"role": "user", "content": content}], self.prompt.id, target, reached, pieces, cut,
+                        sum(len(b.units) for b in whole) + len(tail_units))
+        if reached < target - tol:
+            done.status = "short" if last and cut is None and m == len(nxt.units) else "missed"
+        elif reached > target + tol:
+            done.status = "missed"
+        return done
+
+
+def _merged(pieces: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Adjacent entries of one piece summed (as ``_by_piece`` counts a run of units)."""
+    out: list[tuple[str, int]] = []
+    for piece, tokens in pieces:
+        if out and out[-1][0] == piece:
+            out[-1] = (piece, out[-1][1] + tokens)
+        else:
+            out.append((piece, tokens))
+    return out
+
+
+def _spans(start: int, length: int, n: int) -> list[tuple[int, int]]:
+    """The unit indices ``start .. start+length`` of a cyclic stream of ``n`` units, as one or two ranges."""
+    end = start + length
+    return [(start, end)] if end <= n else [(start, n), (0, end - n)]
