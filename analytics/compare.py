@@ -13,8 +13,9 @@ keyed by run_id), joined on the marts' other keys. What is compared:
   speculative settings, levels, traffic file hash, host ...), so a difference
   in figures can be read against a difference in conditions;
 * speedup (mart ``speedup``): per category and level, each run's speedup,
-  measurement interval and label, ``b_over_a`` = B / A, ``overlap`` (the two
-  95% intervals share a point: a difference the runs' own noise can explain),
+  family-wise interval (the one its label reads) and label, ``b_over_a`` = B /
+  A, ``overlap`` (the two intervals share a point: a difference the runs' own
+  noise can explain),
   and ``label_changed``;
 * acceptance (mart ``acceptance``, speculative arm): per category, each run's
   mean acceptance length and acceptance rate and B - A;
@@ -198,7 +199,7 @@ def render_text(c: Comparison) -> str:
              f"settings that differ ({len(c.settings)}; run ids and timestamps left out):"]
     lines += (text_table(["field", "A", "B"], [[s["field"], json.dumps(s["a"]), json.dumps(s["b"])]
                                                for s in c.settings]) if c.settings else ["  none"])
-    lines.append("speedup (95% measurement interval, label; overlap: the intervals share a point):")
+    lines.append("speedup (the family-wise interval its label reads, label; overlap: the intervals share a point):")
     lines += text_table(
         ["category", "level", "A", "A label", "B", "B label", "B/A", "overlap", "label changed"],
         [[r["category"], f"c{r['concurrency']}", _num(r["a_speedup"]) + ci_text(r["a_ci_low"], r["a_ci_high"]),

@@ -7,7 +7,7 @@ full report of each comparison as ``report-<arm>.html`` (charts under
 comparison (treatment arm against its reference, each with its engine), per
 category and level,
 
-- the speedup mart's figure, its measurement interval and label (the same
+- the speedup mart's figure, the family-wise interval its label reads, and the label (the same
   definitions as each comparison's own report: geometric mean of paired e2e
   ratios, reference / treatment), and
 - acceptance, from each engine's per-request stats (``acceptance_requests``:
@@ -151,7 +151,7 @@ def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table
              else "no per-round data for this engine" if r["engine"] == "llama.cpp"
              else "-" if r["category"] == "(system)" else "n/a")
             for r in t.dicts()]
-    head = ("category", "level", "comparison", "engine", "speedup", "95% interval", "label",
+    head = ("category", "level", "comparison", "engine", "speedup", "interval (family-wise)", "label",
             "acceptance rate (per-request stats)", "acceptance length (rounds)")
     title = f"specdec report: run {run_id}, {len(comps)} comparisons side by side"
     warn = "".join(banner("warn", n) for n in notes)
@@ -164,7 +164,8 @@ reconciliation) is linked below.</p>
 {chart_divs(charts)}
 <h2>Per category and level</h2>
 <p>speedup: the geometric mean over prompts of reference e2e / treatment e2e (paired by prompt and repeat),
-with its 95% measurement interval and label, as in each comparison's own report; (system): whole-level
+with the family-wise interval its label reads (Holm over the comparison's labels) and the label, as in each
+comparison's own report; (system): whole-level
 throughput ratio. acceptance rate: tokens accepted / tokens drafted, from the engine's own per-request stats
 (vLLM metrics.speculative_decoding, llama.cpp timings), pooled over the level's requests (on (system) rows,
 over all its categories): the one acceptance figure both engines report. acceptance length: 1 + accepted / verify rounds over the captured rounds, pooled

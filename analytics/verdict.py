@@ -214,29 +214,53 @@ def calibration_sentence(rows: Sequence[dict]) -> Sentence | None:
     return Sentence(tuple(parts))
 
 
+def _levels_text(levels: Sequence[int], names: Names) -> str:
+    levels = sorted(set(levels))
+    return (name_of(levels[0], names) if len(levels) == 1
+            else f"{name_of(levels[0], names)} to {name_of(levels[-1], names)}" if names
+            else f"c{levels[0]}-c{levels[-1]}")
+
+
 def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = None) -> Sentence:
-    """The lossless result in one sentence, from the lossless mart's rows."""
+    """The lossless result in one sentence, from the lossless mart's rows. A
+    level whose verification pass ran without speculation (``pass_valid``
+    false: the speculative arm's draft counters did not move) is not counted,
+    and the sentence says so."""
     dtypes = sorted({r["dtype"] for r in rows if r.get("dtype")})
     dtype = ", ".join(dtypes) if dtypes else dtype  # the mart's own record first, else the manifest's
-    rows = [r for r in rows if r.get("pairs") is not None]
+    invalid = sorted({r["concurrency"] for r in rows if r.get("pass_valid") is False})
+    rows = [r for r in rows if r.get("pairs") is not None and r.get("pass_valid") is not False]
     total = lambda col: sum(r.get(col) or 0 for r in rows)  # noqa: E731
     pairs, suspect = total("pairs"), total("suspect")
+    if not pairs and invalid:
+        return Sentence((Part("lossless: not shown", row_anchor("lossless")),
+                         Part(f" (speculation did not run during the verification pass at "
+                              f"{_levels_text(invalid, names)}: the speculative arm's draft counters did not move).")))
     if not pairs:
         return Sentence((Part("lossless: not verified", row_anchor("lossless")),
                          Part(" (no greedy pair in the verification pass).")))
     identical, near = total("identical"), total("near_tie")
     aa_pairs, aa_identical = total("aa_pairs"), total("aa_identical")
     thresholds = sorted({r["near_tie_threshold"] for r in rows if r.get("near_tie_threshold") is not None})
-    levels = sorted({r["concurrency"] for r in rows})
-    where = (name_of(levels[0], names) if len(levels) == 1
-             else f"{name_of(levels[0], names)} to {name_of(levels[-1], names)}" if names
-             else f"c{levels[0]}-c{levels[-1]}")
-    margin = f" (margin at most {thresholds[0]:g})" if len(thresholds) == 1 else ""
+    where = _levels_text([r["concurrency"] for r in rows], names)
+    margin = ""
+    if len(thresholds) == 1:
+        source = {r.get("near_tie_threshold_source") for r in rows} - {None}
+        flips = max((r.get("near_tie_threshold_divergences") or 0) for r in rows)
+        basis = (f": the largest of {flips} A/A flip{'s' if flips != 1 else ''}" if source == {"aa_divergences"}
+                 else f": the {dtype} default, no A/A flip to calibrate from" if source == {"dtype_default"} else "")
+        margin = f" (the baseline's runner-up, margin at most {thresholds[0]:g} nats{basis})"
     aa = f"; A/A floor {aa_identical}/{aa_pairs} identical" if aa_pairs else "; no A/A floor"
     head = f"lossless: {suspect} suspect divergence{'s' if suspect != 1 else ''} in {pairs} greedy pairs"
     anchor = row_anchor("lossless_divergences") if suspect else row_anchor("lossless")
+    tail = ""
+    if invalid:
+        tail += (f"; {', '.join(name_of(c, names) for c in invalid)} not counted: speculation did not run during "
+                 "its verification pass (draft counters unchanged)")
+    if any(r.get("pass_valid") is None for r in rows) and any("pass_valid" in r for r in rows):
+        tail += "; speculation during the pass not confirmed (no counter reads)"
     detail = (f" ({dtype or 'dtype not recorded'}, {where}; {identical}/{pairs} identical, "
-              f"{near} near-tie{'s' if near != 1 else ''}{margin}{aa}).")
+              f"{near} near-tie{'s' if near != 1 else ''}{margin}{aa}{tail}).")
     return Sentence((Part(head, anchor), Part(detail)))
 
 

@@ -138,7 +138,7 @@ class ReplayConfig(ClientOptions):
     speculative_config: dict[str, Any] | None = Field(
         default_factory=lambda: dict(DEFAULT_SPEC_CONFIG),
         description="vLLM --speculative-config of the speculative arm; None runs an A/A experiment: both arms "
-                    "identical (one embedded server serves both), so every speedup must come out within noise.")
+                    "identical (one embedded server serves both), so no speedup may be labelled faster or slower.")
     requests_per_level: int | None = Field(default=None, ge=1, description="Requests per level; default: every traffic row once.")
     warmup_requests: int = Field(default=2, ge=0, description="Requests sent before an arm's first level, not recorded.")
     max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")

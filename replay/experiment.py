@@ -187,7 +187,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
             f"'{'off' if cfg.prefix_cache == 'reset' else cfg.prefix_cache}' ('off': --no-cache-prompt on its arms, "
             "as llama.cpp has no endpoint to empty the cache between blocks)."] if "llama.cpp" in engines else [])
         + (["A/A run: --spec-config null, both arms are the same embedded server (or the two given URLs); "
-            "every speedup should be within noise."]
+            "no speedup should be labelled faster or slower."]
            if cfg.speculative_config is None and cfg.named_arms is None else [])
         + ([f"Named arms: {'; '.join(comparison_note(arms))}. Each comparison is analysed as its own run "
             "<run_id>/<arm> (specdec.arms)."] if cfg.named_arms is not None else [])

@@ -30,9 +30,10 @@ def test_discover_orders_layers_then_dependencies():
             assert names.index(dep) < names.index(m.name), (m.name, dep)
     deps = {m.name: m.depends_on for m in models}
     # speedup takes its exclusion rule (failed levels) from int_levels_compared and its
-    # figures from the paired rows (its intervals table is not a model, see intervals.py)
+    # figures from the paired rows (its intervals table is not a model, see intervals.py), and
+    # the run's margin from int_run_settings
     assert deps["speedup"] == {"latency", "throughput", "int_levels_compared", "int_requests_paired",
-                               "int_blocks_paired"}
+                               "int_blocks_paired", "int_run_settings"}
     assert deps["int_level_health"] == {"stg_requests", "int_run_settings"}
     assert deps["int_rounds_attributed"] == {"stg_rounds", "stg_requests"}
     assert deps["stg_rounds"] == frozenset()

@@ -65,7 +65,7 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
                              "95% expected; labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
                              "margin declared before the run.")
     assert lines[at + 5] == ("  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
-                             "1 near-tie (margin at most 0.05); A/A floor 3/4 identical).")
+                             "1 near-tie (the baseline's runner-up, margin at most 0.05 nats); A/A floor 3/4 identical).")
     assert lines[at - 1].split()[0] == "speculative"  # after the failures table, before any figure
     # in the page: right after the run line, before the charts and every section
     assert page.index('<h2 id="verdict">') < page.index('<div id="speedup">') < page.index("<h2>Speedup")

@@ -108,12 +108,24 @@ LOSSLESS = [dict(category="code", concurrency=1, dtype="bfloat16", pairs=48, ide
 def test_lossless_sentence_and_its_change():
     s = lossless_sentence(LOSSLESS, "float32")
     assert s.text == ("lossless: 0 suspect divergences in 96 greedy pairs (bfloat16, c1-c4; 56/96 identical, "
-                      "40 near-ties (margin at most 0.05); A/A floor 31/48 identical).")
+                      "40 near-ties (the baseline's runner-up, margin at most 0.05 nats); A/A floor 31/48 identical).")
     assert s.parts[0].anchor == row_anchor("lossless") == "lossless-table"
     worse = [dict(LOSSLESS[0], near_tie=17, suspect=3), LOSSLESS[1]]
     s = lossless_sentence(worse, "float32")
     assert s.text.startswith("lossless: 3 suspect divergences in 96 greedy pairs")
     assert s.parts[0].anchor == row_anchor("lossless_divergences")  # the list of every divergence
+    # a calibrated threshold says where it comes from; a level whose pass did not speculate is not counted
+    calibrated = [dict(r, near_tie_threshold_source="aa_divergences", near_tie_threshold_divergences=6,
+                       pass_valid=True) for r in LOSSLESS]
+    assert "margin at most 0.05 nats: the largest of 6 A/A flips)" in lossless_sentence(calibrated, None).text
+    half = [calibrated[0], dict(calibrated[1], pass_valid=False)]
+    text = lossless_sentence(half, None).text
+    assert text.startswith("lossless: 0 suspect divergences in 48 greedy pairs (bfloat16, c1;")
+    assert text.endswith("; c4 not counted: speculation did not run during its verification pass (draft counters "
+                         "unchanged)).")
+    none = lossless_sentence([dict(r, pass_valid=False) for r in calibrated], None).text
+    assert none == ("lossless: not shown (speculation did not run during the verification pass at c1-c4: the "
+                    "speculative arm's draft counters did not move).")
     # no verification pass: said, not zero
     assert lossless_sentence([dict(LOSSLESS[0], pairs=None)], "bfloat16").text.startswith("lossless: not verified")
 
