@@ -67,7 +67,7 @@ import math
 from collections import defaultdict
 from typing import Callable, Iterable, Mapping, Sequence
 
-from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, RULE, holm_levels, judge
+from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
 from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_quantile, t_sf
 
@@ -87,7 +87,7 @@ METHOD = (f"{LEVEL:.0%} intervals on the log scale over block figures (one per r
           "(repeats - 1 when the shared shift dominates). measurement: prompts fixed, mean +- t(df) * sqrt(V / R). "
           "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
           f"{ALPHA:.0%}); labels read it. prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. A/A: the "
-          "baseline against itself, a calibration check that should hold 1. " + RULE)
+          "baseline against itself, a calibration check that should hold 1; labels: analytics/labels.py.")
 
 _COLUMNS = """run_id varchar, comparison varchar, category varchar, concurrency integer, segment varchar,
     "interval" varchar, ci_low double, ci_high double, ci_level double, df double, p_value double,

@@ -138,12 +138,12 @@ def _charts(data: ReportData) -> dict[str, dict]:
         )
         layers = base.mark_line(point=True)
         bars = [r for r in speed if r["ci_low"] is not None and r["ci_high"] is not None]
-        if bars:  # the 95% measurement interval as an error bar
+        if bars:  # the family-wise interval its label reads, as an error bar
             layers += alt.Chart(alt.Data(values=bars)).mark_rule(strokeWidth=2).encode(
                 x=x, y="ci_low:Q", y2="ci_high:Q", color=alt.Color("category:N"))
         rule = alt.Chart(alt.Data(values=[{"y": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
         charts["speedup"] = (layers + rule).properties(
-            width=520, height=300, title="Speedup vs concurrency, by category (bars: 95% interval)").to_dict()
+            width=520, height=300, title="Speedup vs concurrency, by category (bars: family-wise interval)").to_dict()
     if thr:
         charts["throughput"] = alt.Chart(alt.Data(values=thr)).mark_line(point=True).encode(
             x=x,
@@ -208,8 +208,8 @@ def _verdict(data: ReportData) -> str:
     if not data.verdict:
         return ""
     items = "".join(f"<li>{_sentence(s)}</li>" for s in data.verdict)
-    return (f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>Labels: {esc(DEFINITIONS["label"])}. '
-            f"{esc(METHOD)}</p>")
+    return (f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>Labels: {esc(DEFINITIONS["label"])} '
+            f"Intervals: {esc(METHOD)}</p>")
 
 
 def _lossless(data: ReportData) -> list[tuple[str, str]]:

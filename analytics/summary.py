@@ -212,13 +212,13 @@ def ci_text(low: float | None, high: float | None) -> str:
 
 
 def _cell(r: dict) -> str:
-    """'2.400 [2.20-2.60] faster': speedup, 95% measurement interval, label."""
+    """'2.400 [2.20-2.60] faster': speedup, the family-wise interval its label reads, label."""
     return fmt(r["speedup"]) + ci_text(r["ci_low"], r["ci_high"]) + (f" {r['label']}" if r["label"] else "")
 
 
 def _speedup_lines(data: ReportData) -> list[str]:
     lines = ["speedup (speculative/baseline; per category = geometric mean of paired e2e ratios, (system) = "
-             "per-repeat level throughput ratios; [95% measurement interval] label):"]
+             "per-repeat level throughput ratios; [family-wise interval, Holm] label):"]
     rows = data.speedup.dicts()
     if not rows:
         return lines + ["  n/a (no level has requests in either arm)"]

@@ -182,7 +182,7 @@ def _resolution(rows: Sequence[dict]) -> str:
     detect = max((r.get("detectable_effect") or 0.0) for r in rows)
     needed = max((r.get("repeats_needed") or 0) for r in rows)
     margin = _pct(rows[0].get("margin") or 0.05)
-    text = f"; this run cannot tell effects smaller than about {_pct(detect)} from none"
+    text = f"; this run cannot tell effects smaller than about {100 * detect:.2g}% from none"
     if needed > 100:
         return text + f" (more than 100 repeats would be needed to resolve +-{margin})"
     if needed:
