@@ -78,7 +78,6 @@ class BlockComposer:
         self._blocks: dict[int, Block] = {}
         self._joins: dict[tuple, int] = {}
         self._windows: dict[tuple[str, str], int] = {}
-        self._marks = bytearray()
         self._front: dict[str, int] = {}
         self._tails: dict[tuple[int, int], tuple[str, int]] = {}
         self._q: dict[str, int] = {}
@@ -115,24 +114,22 @@ class BlockComposer:
 
     def row_blocks(self, hash_ids: tuple[int, ...]) -> list[Block]:
         """A row's blocks in order, stopping before one whose material the row
-        already holds (the row is longer than all material)."""
+        already holds (the row is longer than all material). The material held
+        is kept as runs (start, length) on the cyclic stream: a row's new
+        blocks follow each other, so a row holds one to a few runs."""
         n = len(self.stream)
-        if len(self._marks) != n:
-            self._marks = bytearray(n)
-        marks, out = self._marks, []
-        try:
-            for h in hash_ids:
-                b = self.block(self.start_of(h))
-                spans = _spans(b.start, len(b.units), n)
-                if any(marks.find(1, lo, hi) >= 0 for lo, hi in spans):
-                    break
-                for lo, hi in spans:
-                    marks[lo:hi] = b"\x01" * (hi - lo)
-                out.append(b)
-        finally:
-            for b in out:
-                for lo, hi in _spans(b.start, len(b.units), n):
-                    marks[lo:hi] = bytes(hi - lo)
+        runs: list[list[int]] = []  # [start, length], merged when a block continues the last run
+        out: list[Block] = []
+        for h in hash_ids:
+            b = self.block(self.start_of(h))
+            length = len(b.units)
+            if any((b.start - s) % n < ln or (s - b.start) % n < length for s, ln in runs):
+                break
+            if runs and (runs[-1][0] + runs[-1][1]) % n == b.start:
+                runs[-1][1] += length
+            else:
+                runs.append([b.start, length])
+            out.append(b)
         return out
 
     # -------------------------------------------------------------- counting terms
@@ -179,16 +176,23 @@ class BlockComposer:
         overshoots): the caller composes those rows unit by unit
         (``prompt_pool.compose``), as every row was composed before."""
         q = self.q(prompt)
-        pre, whole = 0, []  # tokens (joins included) of the whole blocks taken, and those blocks
+        pre, whole = q, []  # tokens (the prompt's terms, joins included) of the whole blocks taken, and those blocks
+        prev, last_k = None, len(blocks) - 1
         for k, nxt in enumerate(blocks):
-            last = k == len(blocks) - 1
-            prev = whole[-1] if whole else None
-            row = _Row(self, prompt, target, q + pre + (self.front(whole[0].text) if whole else 0), prev, nxt)
-            full = row.count(len(nxt.units))
-            if full is not None and full < target - EXACT and not last:
-                pre += nxt.tokens + (self.join((prev.start, nxt.start), prev.text, nxt.text) if prev else 0)
-                whole.append(nxt)
-                continue
+            if k < last_k:  # whole, as far as the next block still fits (a fast path: no _Row)
+                text, tokens = self.tail(nxt, len(nxt.units))
+                if text:
+                    n = len(nxt.units)
+                    full = (pre + self.join((prev.start, nxt.start, n), prev.text, text) + tokens if prev
+                            else pre + tokens + self.front(text))
+                    if full < target - EXACT:
+                        pre += nxt.tokens + (self.join((prev.start, nxt.start), prev.text, nxt.text) if prev
+                                             else self.front(nxt.text))
+                        whole.append(nxt)
+                        prev = nxt
+                        continue
+            last = k == last_k
+            row = _Row(self, prompt, target, pre, prev, nxt)
             m = row.closest()
             if m is None or (k == 0 and row.count(m) > target + tolerance(target)):
                 return None

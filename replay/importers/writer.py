@@ -29,7 +29,7 @@ from specdec.schemas.records import TrafficRow
 #: Rows per batch (and row group), at most.
 BATCH = 20_000
 #: Characters of prompt and messages text per batch, at most (a batch ends at the row that passes it).
-BATCH_CHARS = 64_000_000
+BATCH_CHARS = 16_000_000
 
 
 def write_batches(values: Iterable[dict], out: Path) -> int:
