@@ -358,3 +358,24 @@ def test_a_file_written_before_token_ids_and_rescores_still_builds(tmp_path):
                        ).fetchone() == (96,)
     verdicts = dict(con.execute("select statistic, verdict from sampling").fetchall())
     assert verdicts == {"natural_length": st.SAME, "rescored_logprob": None, "sequence_logprob": st.DIFFERS}
+
+
+def test_the_summary_line_names_groups_whose_samples_are_not_distinct():
+    from types import SimpleNamespace
+
+    from specdec.analytics.summary import _sampling_line
+
+    def row(category, statistic, verdict, p=0.5):
+        return {"category": category, "concurrency": 1, "statistic": statistic, "verdict": verdict, "p_value": p}
+
+    def line(rows):
+        return _sampling_line(SimpleNamespace(sampling=SimpleNamespace(dicts=lambda: rows)))
+
+    stuck = [row("chat", "rescored_logprob", st.NOT_DISTINCT), row("chat", "natural_length", st.NOT_DISTINCT)]
+    same = [row("code", "rescored_logprob", st.SAME), row("code", "natural_length", st.SAME)]
+    assert line(stuck + same).endswith("same distribution in all 2 tests; samples not distinct across seeds "
+                                       "(an arm ignoring the seed?), not judged: chat c1")
+    assert line(stuck).endswith("Bonferroni): samples not distinct across seeds (an arm ignoring the seed?), "
+                                "not judged: chat c1")
+    assert "DIFFERS in 1 of 2 tests: code c1 rescored_logprob (p=0.001)" in line(
+        [row("code", "rescored_logprob", st.DIFFERS, 0.001), row("code", "natural_length", st.SAME)])

@@ -1,13 +1,15 @@
 """The sampling-mode test on the embedded engine (issue 6, item 8; acceptance 3):
 one vLLM CPU server, a few open-ended prompts sampled at temperature 1.0 with
-seeds, logprobs on.
+seeds, logprobs on; every sample re-scored by teacher forcing on the same
+server (``replay/rescore.py``): the real endpoint, the real prompt ids.
 
 - A/A: two passes with two different seed lists (the same seeds on the same
   server would give the same samples, a trivially passing A/A) must not be
-  told apart: p >= 0.05 / 2 for both statistics.
+  told apart: p >= 0.05 / 2 for both statistics that carry the verdict; the
+  re-scored sums agree with the reported ones (same server, float32).
 - A planted defect: a third pass, with a third seed list, samples at
   temperature 0.7 instead of 1.0 ("an arm that samples at a slightly different
-  temperature"); the test must reject it on the sequence logprob (p < 0.025).
+  temperature"); the test must reject it on the re-scored logprob (p < 0.025).
 
 4 prompts x 24 seeds = 96 samples of 32 tokens per pass, 8 in flight: about
 85 s on 2 cores, server start included. Seen (vLLM 0.32 CPU, float32): A/A
@@ -24,6 +26,7 @@ import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_test as st
+from specdec.replay.rescore import rescore_pass
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.replay.server import LocalServer, ServerSpec
 from specdec.replay.verify import eos_ids_for_model
@@ -54,6 +57,7 @@ def passes(tmp_path_factory, model_dir):
                     results = await sample_pass(session, server.base_url, "specdec-target", ROWS, LEVEL,
                                                 lambda i, label=label: f"sd.sampling.{label}.{i:05d}", None,
                                                 derive_seeds(base, SEEDS), eos, temperature_override=override)
+                    await rescore_pass(session, server.base_url, "specdec-target", results, LEVEL, by="baseline")
                     out[label] = results
             return out
 
@@ -67,9 +71,10 @@ def compared(passes, baseline: str, speculative: str) -> dict[str, dict]:
               sample_table("sampling", "speculative", LEVEL, passes[speculative][0])]
     rows = mart(pa.concat_tables(tables))
     for r in rows:  # shown with -s: the figures behind the verdicts
-        print(f"{baseline} vs {speculative} {r['statistic']}: D={r['ks_statistic']:.3f} p={r['p_value']:.4g} "
+        print(f"{baseline} vs {speculative} {r['statistic']}: T={r['mean_difference']:.3f} p={r['p_value']:.4g} "
               f"n={r['n_baseline']}/{r['n_speculative']} means {r['mean_baseline']:.2f}/{r['mean_speculative']:.2f} "
-              f"min D {r['min_detectable_d']:.3f} -> {r['verdict']}")
+              f"min shift {r['min_detectable_shift']:.3f} distinct {r['distinct_share_speculative']} "
+              f"reported-rescored {r['reported_minus_rescored_speculative']} -> {r['verdict']}")
     return {r["statistic"]: r for r in rows}
 
 
@@ -88,14 +93,19 @@ def test_every_sample_succeeded_with_logprobs(passes):
 
 def test_aa_with_two_seed_lists_is_not_rejected(passes):
     rows = compared(passes, "a1", "a2")
-    assert set(rows) == {"sequence_logprob", "natural_length"}
-    for stat, r in rows.items():
+    assert set(rows) == {"rescored_logprob", "sequence_logprob", "natural_length"}
+    for stat in ("rescored_logprob", "natural_length"):
+        r = rows[stat]
         assert r["n_baseline"] == r["n_speculative"] == len(ROWS) * SEEDS, stat
         assert r["p_value"] >= st.ALPHA and r["verdict"] == st.SAME, (stat, r["p_value"])
+        assert r["distinct_share_baseline"] == r["distinct_share_speculative"] == 1.0
+    for arm in ("baseline", "speculative"):  # one server: its re-scores are its reports
+        assert abs(rows["rescored_logprob"][f"reported_minus_rescored_{arm}"]) < 1e-3
+        assert rows["rescored_logprob"][f"not_rescored_{arm}"] == 0
 
 
 def test_an_arm_sampling_at_a_slightly_lower_temperature_is_detected(passes):
     rows = compared(passes, "a1", "defect")
-    lp = rows["sequence_logprob"]
+    lp = rows["rescored_logprob"]
     assert lp["p_value"] < st.ALPHA and lp["verdict"] == st.DIFFERS, lp["p_value"]
     assert lp["mean_speculative"] > lp["mean_baseline"]  # cooler sampling picks likelier tokens
