@@ -238,7 +238,7 @@ class EmbeddedServers:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stack.close()
+        self._stack.__exit__(*exc)  # each server's stop knows whether the run is being interrupted
 
     def start(self, repeat: int = 0) -> dict[str, str]:
         endpoints: dict[str, str] = {}

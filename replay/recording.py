@@ -1,9 +1,10 @@
 """The life of a run folder while something records into it.
 
 ``recording(run_dir, manifest)`` is shared by every command that writes a
-run (replay, demo, stability): a ``kill`` (SIGTERM) gets the same clean-up as
-Ctrl-C (it calls whatever handles Ctrl-C at that moment: inside the event
-loop, asyncio's, which cancels the run so requests in flight are recorded as
+run (replay, demo, stability): a ``kill`` (SIGTERM) or a closed terminal
+(SIGHUP) gets the same clean-up as Ctrl-C (``engines.lifecycle.interrupt_on_signals``
+calls whatever handles Ctrl-C at that moment: inside the event loop,
+asyncio's, which cancels the run so requests in flight are recorded as
 failed rows; elsewhere a KeyboardInterrupt), the signal is noted in
 ``ledger.LEDGER`` for the exit status, and however the block ends (done, error, interrupt) the part files
 are merged into one Parquet per record type and the manifest is written,
@@ -15,12 +16,11 @@ recorded before it.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 from specdec.errors import SpecdecError
+from specdec.replay.engines.lifecycle import interrupt_on_signals
 from specdec.replay.ledger import LEDGER
 from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
 
@@ -29,31 +29,20 @@ log = logging.getLogger("specdec.replay")
 
 @contextmanager
 def recording(run_dir: Path, manifest):
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        yield
-    except SpecdecError as exc:  # lets the CLI still report what was recorded
-        exc.run_dir = Path(run_dir)
-        raise
-    finally:
-        consolidate(run_dir)
-        write_manifest(run_dir, manifest)
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    with interrupt_on_signals(_note):  # SIGTERM, SIGHUP: what Ctrl-C does now (main thread only)
+        try:
+            yield
+        except SpecdecError as exc:  # lets the CLI still report what was recorded
+            exc.run_dir = Path(run_dir)
+            raise
+        finally:
+            consolidate(run_dir)
+            write_manifest(run_dir, manifest)
 
 
-def _terminate(signum: int, frame) -> None:
-    """SIGTERM: note it, then do what Ctrl-C does now (asyncio.Runner's
-    handler cancels the running replay once, gracefully; a second one, or
-    the default handler outside the loop, raises KeyboardInterrupt)."""
+def _note(signum: int) -> None:
+    """The first signal that stopped the run, for the exit status (``LEDGER``)."""
     LEDGER.signal = LEDGER.signal or signum
-    on_int = signal.getsignal(signal.SIGINT)
-    if callable(on_int):
-        on_int(signal.SIGINT, frame)
-    else:  # Ctrl-C ignored or left to the OS: still stop
-        raise KeyboardInterrupt
 
 
 def consolidate(run_dir: Path) -> None:

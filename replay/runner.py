@@ -30,6 +30,7 @@ from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
 from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
 from specdec.replay.engines import engine
+from specdec.replay.engines.lifecycle import in_thread
 from specdec.replay.load import LoadLevel, load_levels, plans
 from specdec.replay.open_loop import SendTime, run_open_level
 from specdec.replay.pass_counters import PassCounterLog, PassKind
@@ -211,7 +212,7 @@ class Replayer:
             for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy), bool(sampled),
                                      restart=restart is not None):
                 if block.kind == "restart":
-                    eps = {arm: as_endpoint(url) for arm, url in (await asyncio.to_thread(restart, block.repeat)).items()}
+                    eps = {arm: as_endpoint(url) for arm, url in (await in_thread(restart, block.repeat)).items()}
                     for arm, ep in eps.items():
                         await self._warmup(session, arm, ep, rows)
                     continue

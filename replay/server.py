@@ -10,19 +10,19 @@ the server's environment.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.errors import EngineError
+from specdec.replay.engines.lifecycle import (GRACE_S, OwnedGroup, group_members, interrupt_on_signals,
+                                              spawn, wait_group)
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
 
 
@@ -71,11 +71,16 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """Context manager: an engine's server subprocess in a session of its own, logged to
-    ``log_path``, healthy when ``GET health_path`` answers 200. The engine-specific part
-    is the command and environment (``LocalServer`` for vLLM, ``LlamaServer``)."""
+    """Context manager: an engine's server subprocess, owned as
+    ``replay/engines/lifecycle.py`` says (its own process group, an
+    interruptible start-up wait, SIGTERM then SIGKILL to the group on every
+    exit path), logged to ``log_path``, healthy when ``GET health_path``
+    answers 200. The engine-specific part is the command and environment
+    (``LocalServer`` for vLLM, ``LlamaServer``)."""
 
     label = "server"
+    #: seconds between SIGTERM and SIGKILL when the server is stopped (``lifecycle.GRACE_S``)
+    grace_s = GRACE_S
     #: what the marker line before a deliberate stop adds about the engine's own shutdown messages
     stop_note = ""
 
@@ -83,42 +88,43 @@ class ServerProcess:
                  health_path: str = "/health", startup_timeout_s: float = 300.0):
         self.cmd, self.extra_env, self.log_path, self.port = cmd, extra_env, log_path, port
         self.health_path, self.startup_timeout_s = health_path, startup_timeout_s
-        self.proc: subprocess.Popen | None = None
+        self.group: OwnedGroup | None = None
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self._signals = contextlib.ExitStack()
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.group.proc if self.group is not None else None
 
     def __enter__(self):
         env = dict(os.environ)
         env.update(self.extra_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
         try:
-            self._wait_healthy()
-        except BaseException:
-            self.stop()
-            self._log.close()
+            # SIGTERM and SIGHUP raise like Ctrl-C while the server is ours (unless someone, e.g. the
+            # run's ``recording``, already handles them), so the stop in __exit__ runs
+            self._signals.enter_context(interrupt_on_signals(replace=False))
+            self.group = spawn(self.cmd, env, self._log)
+            self.group.wait_ready(
+                self._healthy, self.startup_timeout_s,
+                on_exit=lambda code: (f"{self.label} exited with code {code} during start-up; "
+                                      f"last lines of {self.log_path}:\n{self.log_tail()}"),
+                on_timeout=lambda: (f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; "
+                                    f"see {self.log_path}:\n{self.log_tail()}"))
+        except BaseException as exc:
+            if self.group is not None:  # wait_ready has killed the group already
+                self._mark(f"start-up ended ({type(exc).__name__}): the server's process group was killed")
+            self._close()
             raise
         return self
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise EngineError(
-                    f"{self.label} exited with code {self.proc.returncode} during start-up; "
-                    f"last lines of {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.base_url}{self.health_path}", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
-            time.sleep(0.5)
-        raise EngineError(
-            f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; see {self.log_path}:\n{self.log_tail()}"
-        )
+    def _healthy(self, timeout_s: float) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.base_url}{self.health_path}", timeout=timeout_s) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return False
 
     def log_tail(self, n: int = 25) -> str:
         try:
@@ -135,44 +141,39 @@ class ServerProcess:
         except (OSError, ValueError, AttributeError):
             pass
 
-    def stop(self) -> None:
-        """SIGINT first (lets the engine flush the capture buffers), then escalate.
+    def stop(self, grace_s: float = GRACE_S, *, redeliver: bool = True) -> None:
+        """SIGTERM to the server's process group, SIGKILL after ``grace_s``
+        (``lifecycle.OwnedGroup.stop``). It waits for the whole group: vLLM's
+        API server can exit before its engine core, which writes its last
+        capture part on shutdown, and the run folder is consolidated after.
 
         vLLM's normal shutdown logs warnings that read like failures (the API
         server "force killing" EngineCore and its worker, nanobind "leaked"
         lists from triton, resource_tracker "leaked semaphore/shared_memory").
         A marker line before and after says the stop was specdec's and how the
         process ended, so a reader can tell them from a real crash."""
-        if self.proc is None or self.proc.poll() is not None:
-            if self.proc is not None:
-                self._mark(f"the server had already exited with code {self.proc.returncode} before specdec stopped it")
+        if self.group is None:
             return
-        self._mark(f"stopping the server on purpose (SIGINT).{self.stop_note}")
-        for sig, wait in ((signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        # The leader (vLLM's API server) can exit before its engine core, which writes its
-        # last capture part on shutdown: wait for the rest of the process group, so that the
-        # run folder's part files are consolidated only after the last one is written.
-        left = _wait_group(self.proc.pid, timeout_s=15.0)
-        if left:
-            self._mark(f"{left} process(es) of the server's group still running after 15 s: killed")
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._mark(f"server stopped (exit code {self.proc.returncode})")
+        if self.proc.poll() is not None and not self.group.members():
+            self._mark(f"the server had already exited with code {self.proc.returncode} before specdec stopped it")
+            return
+        self._mark(f"stopping the server on purpose (SIGTERM to its process group, SIGKILL after "
+                   f"{grace_s:g} s).{self.stop_note}")
+        out = self.group.stop(grace_s, redeliver=redeliver)
+        left = f"; {out.left} process(es) of its group still there after SIGKILL" if out.left else ""
+        self._mark(f"server stopped: {out.how} in {out.seconds:.1f} s (exit code {self.proc.returncode}){left}")
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
-        self._log.close()
+    def _close(self) -> None:
+        self._signals.close()
+        with contextlib.suppress(OSError, AttributeError):
+            self._log.close()
+
+    def __exit__(self, exc_type=None, *exc) -> None:
+        try:
+            # a signal during a stop that is itself part of an interrupt only hurries it (SIGKILL now)
+            self.stop(self.grace_s, redeliver=exc_type is None)
+        finally:
+            self._close()
 
 
 class LocalServer(ServerProcess):
@@ -217,25 +218,5 @@ class LlamaServer(ServerProcess):
                          startup_timeout_s)
 
 
-def _group_members(pgid: int) -> int:
-    """Live (not zombie) processes of process group ``pgid`` (psutil, as
-    ``resources.process_tree_rss``; the group, not the tree, since the leader's
-    children are re-parented once it has exited)."""
-    import psutil
-
-    n = 0
-    for proc in psutil.process_iter():
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
-                n += 1
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue  # ended between the listing and the look
-    return n
-
-
-def _wait_group(pgid: int, timeout_s: float) -> int:
-    """Wait until process group ``pgid`` has no live process; return how many are left."""
-    deadline = time.monotonic() + timeout_s
-    while (left := _group_members(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return left
+#: the process-group helpers, for the tests and callers that had them here
+_group_members, _wait_group = group_members, wait_group

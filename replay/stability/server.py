@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import os
-import signal
-import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from specdec.errors import EngineError, SpecdecError
+from specdec.replay.engines.lifecycle import REAP_S, in_thread
 from specdec.replay.urls import Endpoint, parse_endpoint
 
 
@@ -81,8 +79,9 @@ class EndpointServer:
 
 
 class EmbeddedServer:
-    """A local vLLM (``specdec.replay.server.LocalServer``) that can be killed
-    with SIGKILL to its process group and started again (on a new free port;
+    """A local vLLM (``specdec.replay.server.LocalServer``, owned as
+    ``replay/engines/lifecycle.py`` says) that can be killed with SIGKILL to
+    its process group and started again (on a new free port;
     ``endpoint`` follows). Use ``stop()`` at the end."""
 
     restartable = True
@@ -111,37 +110,23 @@ class EmbeddedServer:
         self.endpoint = parse_endpoint(srv.base_url)
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.start_blocking)
+        await in_thread(self.start_blocking)  # cancelling the await stops the start and kills its group
 
     async def kill(self) -> None:
         await asyncio.to_thread(self._kill_blocking)
 
     def _kill_blocking(self) -> None:
-        """SIGKILL the whole process group at once (no clean shutdown), then
-        make sure no process of the tree is left behind."""
-        import psutil
-
+        """SIGKILL the whole process group at once (no clean shutdown) and any
+        descendant that left it (``lifecycle.OwnedGroup.stop`` with no grace)."""
         srv, self._srv = self._srv, None
-        if srv is None or srv.proc is None:
+        if srv is None or srv.group is None:
             return
         try:
-            tree = psutil.Process(srv.proc.pid).children(recursive=True)
-        except psutil.Error:
-            tree = []
-        try:
-            os.killpg(srv.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            srv.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired as exc:
-            raise EngineError(f"vLLM (pid {srv.proc.pid}) did not die within 30 s of SIGKILL") from exc
-        for child in tree:  # a child that left the process group
-            try:
-                child.kill()
-            except psutil.Error:
-                pass
-        srv.__exit__(None, None, None)  # closes the log; the process is already gone
+            srv.group.stop(grace_s=0.0)
+            if srv.proc.poll() is None:
+                raise EngineError(f"vLLM (pid {srv.proc.pid}) did not die within {REAP_S:g} s of SIGKILL")
+        finally:
+            srv.__exit__(None, None, None)  # marks and closes the log; the process is already gone
 
     def rss_mb(self) -> float | None:
         srv = self._srv
