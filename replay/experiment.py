@@ -112,7 +112,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
 
     arms = [_arm_config(cfg, arm, spec, llama, models) for arm in cfg.arm_specs()]
     eos_ids = None
-    if spec is not None and cfg.verify:
+    if spec is not None and (cfg.verify or cfg.samples):  # both passes look up natural ends
         from specdec.replay.verify import eos_ids_for_model
 
         eos_ids = eos_ids_for_model(spec.model)
