@@ -87,7 +87,7 @@ class BlockComposer:
         """The start index of a hash id's block, assigned from the cursor the first time it is seen."""
         if 0 <= hash_id < DENSE_IDS:
             if hash_id >= len(self._dense):
-                self._dense.extend([0] * max(hash_id + 1 - len(self._dense), len(self._dense) // 2))
+                self._dense.extend(array("i", [0]) * max(hash_id + 1 - len(self._dense), len(self._dense) // 2))
             if self._dense[hash_id]:
                 return self._dense[hash_id] - 1
             start = self._dense[hash_id] = self._cursor
