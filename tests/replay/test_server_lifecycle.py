@@ -182,3 +182,40 @@ def test_sigkill_of_the_owner_reaches_the_server_through_pdeathsig(owner):
     o.exit_within(5)
     _wait_for(lambda: group_members(o.server) == 0, 10, "the server group to stop after its parent's SIGKILL")
     o.assert_nothing_left()
+
+
+def test_cancelling_a_start_in_a_worker_thread_kills_its_group_before_the_cancellation_goes_on(tmp_path):
+    """A restart inside the event loop starts servers in a worker thread
+    (``lifecycle.in_thread``): Ctrl-C there cancels the await; the thread's
+    start-up wait must end too (not at the server's 60 s start-up)."""
+    import asyncio
+
+    from specdec.replay.engines.lifecycle import in_thread
+    from specdec.replay.server import ServerProcess, free_port
+
+    port, pidfile = free_port(), tmp_path / "pids"
+    cmd = [sys.executable, str(SUPPORT / "stubborn_server.py"), str(port), str(pidfile), "--startup-s", "60"]
+
+    async def main() -> float:
+        task = asyncio.ensure_future(in_thread(ServerProcess(cmd, {}, tmp_path / "log", port,
+                                                             startup_timeout_s=120).__enter__))
+        deadline = time.monotonic() + 30
+        while not pidfile.exists():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        task.cancel()
+        started = time.monotonic()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return time.monotonic() - started
+
+    took = asyncio.run(asyncio.wait_for(main(), 60))
+    server, child = map(int, pidfile.read_text().split())
+    try:
+        assert took < 5
+        assert group_members(server) == 0 and _gone(child)
+    finally:
+        try:
+            os.killpg(server, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
