@@ -74,8 +74,46 @@
 --                    arm's samples of (sequence_logprob - rescored_logprob_sum) [nats]: near
 --                    0 where the arm reports the target's logprobs of what it emitted;
 --                    NULL when no sample has both
+--   pass_draft_tokens  draft tokens the speculative arm proposed during its sampling pass at this
+--                    level (int_passes_checked.draft_tokens: counter after - before); NULL when not read
+--   pass_valid       the speculative arm speculated during its sampling pass (its draft counters
+--                    moved: int_passes_checked.speculation_ran); false: they did not (the pass
+--                    compared two servers that both decoded without speculation); NULL: not known
+--                    (no counter reads: an older run or a server without /metrics). When false in
+--                    a run whose treatment arm was configured to speculate (manifest arms), the
+--                    row has no verdict and excluded_reason = 'speculation did not run during the
+--                    sampling pass (draft counters unchanged)'; an A/A run (no speculation by
+--                    design) keeps its verdict
 with tests as (
     select * from sampling_tests
+),
+passes as (
+    select run_id, concurrency, draft_tokens, speculation_ran
+    from int_passes_checked
+    where arm = 'speculative' and pass_kind = 'sampling_pass'
+),
+planned as (
+    -- did the run configure its treatment arm to speculate? (a classic run's treatment is 'speculative')
+    select m.run_id,
+           bool_or(coalesce(json_type(arm -> 'speculative_config'), 'NULL') <> 'NULL') as speculates
+    from stg_manifest m, unnest(from_json(m.manifest -> 'arms', '["JSON"]')) t(arm)
+    where (arm ->> 'name') = coalesce(m.treatment_arm, 'speculative')
+    group by m.run_id
+),
+checked as (
+    select
+        tests.* replace (
+            case when passes.speculation_ran = false and planned.speculates then null else tests.verdict end
+                as verdict,
+            case when passes.speculation_ran = false and planned.speculates
+                 then 'speculation did not run during the sampling pass (draft counters unchanged)'
+                 else tests.excluded_reason end as excluded_reason
+        ),
+        passes.draft_tokens as pass_draft_tokens,
+        passes.speculation_ran as pass_valid
+    from tests
+    left join passes on passes.run_id = tests.run_id and passes.concurrency = tests.concurrency
+    left join planned on planned.run_id = tests.run_id
 ),
 final as (
     select
@@ -111,7 +149,9 @@ final as (
         not_rescored_baseline,
         not_rescored_speculative,
         reported_minus_rescored_baseline,
-        reported_minus_rescored_speculative
-    from tests
+        reported_minus_rescored_speculative,
+        pass_draft_tokens,
+        pass_valid
+    from checked
 )
 select * from final order by run_id, category, concurrency, statistic

@@ -19,6 +19,13 @@ def roles(con) -> None:
     create_roles_table(con)
 
 
+def no_pass_counters(con) -> None:
+    """The sampling mart also reads the pass counters and the manifest: empty here (pass_valid NULL)."""
+    con.execute("create table int_passes_checked (run_id varchar, arm varchar, concurrency integer, "
+                "pass_kind varchar, draft_tokens double, speculation_ran boolean)")
+    con.execute("create table stg_manifest (run_id varchar, manifest json, treatment_arm varchar)")
+
+
 def mart(records) -> list[dict]:
     """The sampling mart's rows from SampleCheck records or an Arrow table of them."""
     con = duckdb.connect()
@@ -28,6 +35,7 @@ def mart(records) -> list[dict]:
     models = {m.name: m for m in discover()}
     con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
     st.create_table(con)
+    no_pass_counters(con)
     con.execute(f"create view sampling as\n{models['sampling'].sql}")
     st.fill(con)
     cur = con.execute("select * from sampling")
