@@ -66,13 +66,15 @@ class Noise:
     prompt: Mapping[str, float] = field(default_factory=lambda: {"chat": 0.05, "code": 0.05, "structured": 0.05})
 
 
-#: The noise components measured on this 2-core machine from demo-sized runs (vLLM CPU,
-#: SmolLM2-135M, the bundled mix, ngram k=4 vs none, levels 1, 4, 8, fresh servers per repeat),
-#: with ``benchmarks/calibration.py --estimate`` (2026-12-02; BENCHMARKS.md, "Calibration"):
-#: standard deviations on the log scale.
-MEASURED = Noise(process=0.015, block=0.02,
-                 request={"chat": 0.03, "code": 0.045, "structured": 0.04},
-                 prompt={"chat": 0.10, "code": 0.44, "structured": 0.41})
+#: The noise components measured on this 2-core machine today, pooled (root mean square) over
+#: three demo-sized runs (vLLM CPU, SmolLM2-135M, the bundled mix, ngram k=4 vs none, levels 1, 4,
+#: 8, fresh servers per repeat: 3 repeats x 128 tokens, 2 repeats x 128 tokens, 4 repeats x 64
+#: tokens), with ``benchmarks/calibration.py --estimate`` (2026-12-02; BENCHMARKS.md,
+#: "Calibration"). The host was shared with other work (load 5-10 on 2 cores), so these are a
+#: busy host's figures. Standard deviations on the log scale.
+MEASURED = Noise(process=0.022, block=0.036,
+                 request={"chat": 0.055, "code": 0.089, "structured": 0.081},
+                 prompt={"chat": 0.107, "code": 0.451, "structured": 0.439})
 
 
 def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float],
