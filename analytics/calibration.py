@@ -78,14 +78,19 @@ MEASURED = Noise(process=0.022, block=0.036,
 
 
 def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float],
-             rng: np.random.Generator) -> tuple[list[tuple], list[tuple], dict, dict]:
+             rng: np.random.Generator, centred: bool = True) -> tuple[list[tuple], list[tuple], dict, dict]:
     """One synthetic run: (pairs, blocks, prompt-set truth, category truth),
-    the truths as log ratios keyed by (category, level), with '(system)'."""
+    the truths as log ratios keyed by (category, level), with '(system)'.
+    ``centred``: the prompts' effects sum to zero within each category, so the
+    prompt set's truth is the true ratio (what a power or A/A scenario needs);
+    False draws the prompts as a sample of the category (what the
+    prompts-and-runs interval is for)."""
     cats, levels, reps, n_p = design.categories, design.levels, design.repeats, design.prompts
     true = {(c, lv): math.log(ratio if isinstance(ratio, (int, float)) else ratio[c, lv]) for c in cats
             for lv in levels}
     effect = {c: rng.normal(0.0, noise.prompt.get(c, 0.0), n_p) for c in cats}
-    effect = {c: e - 0 for c, e in effect.items()}
+    if centred:  # this prompt set's mean effect is exactly the true ratio (the prompts still differ)
+        effect = {c: e - e.mean() for c, e in effect.items()}
     base = {c: rng.normal(math.log(2000.0), 0.3, n_p) for c in cats}  # each prompt's own length
     process = {(arm, r): rng.normal(0.0, noise.process) for arm in ("b", "s") for r in range(reps)}
     log_e2e: dict[tuple, np.ndarray] = {}
@@ -142,7 +147,8 @@ Method = Callable[..., list[tuple]]
 
 
 def evaluate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float], runs: int,
-             seed: int = 0, method: Method = intervals.compute, margin: float = 0.05) -> Result:
+             seed: int = 0, method: Method = intervals.compute, margin: float = 0.05,
+             centred: bool = True) -> Result:
     """Coverage, family-wise false labels and label shares over ``runs`` synthetic
     runs, with ``method`` (the project's ``intervals.compute`` unless a test
     plants another) computing every interval and label."""
@@ -151,7 +157,7 @@ def evaluate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int
     level_sum = 0.0
     by_cat: dict[str, list[int]] = {}
     for _ in range(runs):
-        pairs, blocks, prompt_set, category = simulate(design, noise, ratio, rng)
+        pairs, blocks, prompt_set, category = simulate(design, noise, ratio, rng, centred)
         false_here = False
         for row in method(pairs, blocks, margin=margin):
             comparison, cat, lv, _seg, kind, low, high = row[:7]
