@@ -208,7 +208,7 @@ def _verdict(data: ReportData) -> str:
     if not data.verdict:
         return ""
     items = "".join(f"<li>{_sentence(s)}</li>" for s in data.verdict)
-    return (f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>Labels: {esc(DEFINITIONS["label"])} '
+    return (f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>{esc(DEFINITIONS["label"])} '
             f"Intervals: {esc(METHOD)}</p>")
 
 
