@@ -9,7 +9,7 @@ import math
 import pytest
 from pytest import approx
 
-from specdec.analytics.variance import t_quantile, t_sf
+from specdec.analytics.variance import chi2_quantile, t_quantile, t_sf
 from specdec.schemas.records import RoundTrace
 
 from .conftest import RUN, T0, repeated_counters, repeated_requests, write_run
@@ -93,14 +93,15 @@ def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path,
     t_fam = t_quantile(1 - 0.05 / 6, 1)
     assert (sys["ci_low"], sys["ci_high"]) == (approx(4 * 2 ** -t_fam), approx(4 * 2 ** t_fam))
     assert sys["label"] == "inconclusive" and sys["repeats_needed"] == 101
-    # the A/A figure: ln 0.5 (the baseline halved its speed); the baseline's own blocks rebuilt as
-    # x = (0, ln 0.5): V_B = (ln 2)^2 / 2, df 1; one A/A figure has variance 2 V_B: 0.5 x 2^(-+t)
+    # the A/A figure: ln 0.5 (the baseline halved its speed), read with the noise the A/B interval
+    # assumes: one arm's block figure has V / 2 = (ln 2)^2, one A/A figure twice that: 0.5 x 2^(-+t sqrt 2)
     assert (sys["aa_speedup"], sys["aa_pairs"]) == (approx(0.5), 1)
-    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2 ** -t1), approx(0.5 * 2 ** t1))
+    h_aa = t1 * math.sqrt(2)
+    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2 ** -h_aa), approx(0.5 * 2 ** h_aa))
     assert sys["aa_check"] == "holds 1"
 
 
-LABELS = {1: 2.5, 2: 0.4, 4: None, 8: 1.5}  # speculative ratio per level (None: 1.25 then 0.8)
+LABELS = {1: 2.5, 2: 0.4, 4: None, 8: 1.5}  # speculative ratio per level (None: 1.25, 0.8, 1.0 by repeat)
 
 
 def labelled(arm, pid, level, r):
@@ -109,48 +110,48 @@ def labelled(arm, pid, level, r):
         base = 2200.0
     if arm == "baseline":
         return base
-    ratio = LABELS[level] if LABELS[level] is not None else (1.25 if r == 0 else 0.8)
+    ratio = LABELS[level] if LABELS[level] is not None else (1.25, 0.8, 1.0)[r]
     return base / ratio
 
 
 def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
-    run_with(tmp_path, labelled, levels=(1, 2, 4, 8))
+    run_with(tmp_path, labelled, levels=(1, 2, 4, 8), repeats=3)
     got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")
     # Each series (code, chat, (system)) has the same block figures: only c4 moves between repeats
-    # (ln 1.25, ln 0.8), so V = 2 (ln 1.25)^2 / 4 (k1 = 4 levels x 1); the residuals of a repeat do
-    # not move together across levels (only c4 has any), so no repeat-shared noise: df = 4.
-    # Standard error of a level's mean of 2 repeats: sqrt(V / 2) = ln 1.25 / 2.
-    se = math.log(1.25) / 2
-    t4 = t_quantile(0.975, 4)
+    # (ln 1.25, ln 0.8, 0 = a, -a, 0), so V = 2 a^2 / 8 (k1 = 4 levels x 2) = a^2 / 4, all of it the
+    # block's own (the c4 residuals do not move the other levels: no repeat-shared part). The df
+    # takes the repeat stratum at its 75% upper bound: MS_R = L sum_r (mean residual of r)^2 /
+    # (R - 1) = a^2 / 4 over chi2(0.25, 2) / 2, and Satterthwaite with the interaction's 6 df.
+    a, levels, repeats = math.log(1.25), 4, 3
+    v = a * a / 4
+    upper = (a * a / 4) * 2 / chi2_quantile(0.25, 2)
+    a1, a2 = upper / levels, (levels - 1) * v / levels
+    df = (a1 + a2) ** 2 / (a1 ** 2 / 2 + a2 ** 2 / 6)
+    se = math.sqrt(v / repeats)
+    t95 = t_quantile(0.975, df)
     c1 = got[1,]
     assert (c1["df"], c1["pointwise_ci_low"], c1["pointwise_ci_high"]) == (
-        approx(4.0), approx(2.5 * math.exp(-t4 * se)), approx(2.5 * math.exp(t4 * se)))
-    # Holm over 12 labels: c1 and c2 (|ln 2.5| = |ln 0.4|, t = 8.2) in the three series are the six
-    # smallest p-values and each passes 0.05 / (12 - i); c8 (t = 3.6, p = 0.022) fails 0.05 / 6,
-    # so it and c4 are drawn at 1 - 0.05 / 6
-    p1, p8 = 2 * t_sf(math.log(2.5) / se, 4), 2 * t_sf(math.log(1.5) / se, 4)
-    assert p1 < 0.05 / 7 and p8 > 0.05 / 6
+        approx(df), approx(2.5 * math.exp(-t95 * se)), approx(2.5 * math.exp(t95 * se)))
+    # Holm over 12 labels: c1 and c2 (|ln 2.5| = |ln 0.4|) in the three series are the six smallest
+    # p-values, c8 (ln 1.5) the next three; all nine pass 0.05 / (12 - i); c4 (centre 0, p = 1) fails
+    # 0.05 / 3, so it is drawn at 1 - 0.05 / 3
+    p1, p8 = 2 * t_sf(math.log(2.5) / se, df), 2 * t_sf(math.log(1.5) / se, df)
+    assert p1 < 0.05 / 12 and p8 < 0.05 / 6
     assert (c1["p_value"], got[8,]["p_value"], c1["family_size"]) == (approx(p1), approx(p8), 12)
     assert 1 - 0.05 / 7 <= c1["ci_level"] <= 1 - 0.05 / 12
     assert c1["label"] == "faster" and c1["clears_margin"] is True
     assert got[2,]["label"] == "slower" and got[2,]["ci_high"] < 1
-    c4 = got[4,]  # ratios 1.25 and 0.8 in the two repeats: centred on 1, too wide to be equivalent
-    h6 = t_quantile(1 - 0.05 / 12, 4) * se
+    c8 = got[8,]  # 1.5 in every repeat: faster at its Holm level (ranks 7-9: 1 - 0.05 / 6 .. 1 - 0.05 / 4)
+    assert 1 - 0.05 / 4 <= c8["ci_level"] <= 1 - 0.05 / 6 and c8["label"] == "faster"
+    c4 = got[4,]  # 1.25, 0.8, 1.0: centred on 1, too wide to be equivalent
+    h3 = t_quantile(1 - 0.05 / 6, df) * se
     assert (c4["ci_level"], c4["ci_low"], c4["ci_high"]) == (
-        approx(1 - 0.05 / 6), approx(math.exp(-h6)), approx(math.exp(h6)))
-    assert c4["label"] == "inconclusive" and c4["detectable_effect"] == approx(math.expm1(h6))
-    assert c4["repeats_needed"] == 101  # V this large would need more than 100 repeats to resolve +-5%
-    # c8: 1.5 in both repeats. Its pointwise interval [1.10, 2.05] lies above 1, but among 12
-    # labels the family-wise one does not: inconclusive, and it says so with its own interval
-    c8 = got[8,]
-    assert c8["pointwise_ci_low"] > 1
-    assert (c8["ci_low"], c8["ci_high"]) == (approx(1.5 * math.exp(-h6)), approx(1.5 * math.exp(h6)))
-    assert c8["ci_low"] < 1 < c8["ci_high"] and c8["label"] == "inconclusive"
-    # The A/A check: the baseline moved by 1/1.1 at c8 only; its blocks rebuilt as x = (0, -ln 1.1)
-    # there and (0, 0) elsewhere: V_B = (ln 1.1)^2 / 8, df 4; one A/A figure has variance 2 V_B
-    h_aa = t4 * math.log(1.1) / 2
-    assert (c8["aa_ci_low"], c8["aa_ci_high"]) == (approx(math.exp(-h_aa) / 1.1), approx(math.exp(h_aa) / 1.1))
-    assert (got[1,]["aa_ci_low"], got[1,]["aa_ci_high"]) == (approx(math.exp(-h_aa)), approx(math.exp(h_aa)))
+        approx(1 - 0.05 / 3), approx(math.exp(-h3)), approx(math.exp(h3)))
+    assert c4["label"] == "inconclusive" and c4["detectable_effect"] == approx(math.expm1(h3))
+    assert c4["repeats_needed"] > repeats
+    # The A/A check: the baseline moved by 1/1.1 and back at c8 (figures ln(1/1.1), ln 1.1: mean 0),
+    # read with the A/B noise: every A/A interval holds 1
+    assert c8["aa_speedup"] == approx(1.0)
     assert {r["aa_check"] for r in got.values()} == {"holds 1"}
 
 

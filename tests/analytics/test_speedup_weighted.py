@@ -162,20 +162,18 @@ def test_the_report_draws_no_arrival_curve_for_untimed_traffic(tmp_path):
 
 def test_the_weighted_figure_has_a_measurement_interval(tmp_path, query):
     """Repeat 1 runs the speculative arm 1.2x slower for every prompt: weighted
-    block figures (shares 0.5/0.5) ln(3000 / 2000) and ln(3000 / 2400). Every
-    group's A/B figures move by ln 1.2 between the repeats, so every residual
-    is +-s, s = sqrt(2) ln(1.2) / 2; the baseline never moves (every A/A
-    figure 0): mean squares s^2 (A/B, df 2: levels 1 and 2, two repeats each)
-    and 0 (A/A, df 2), pooled s2 = s^2 / 2 with df 4, and the interval is the
-    mean of the two block figures times exp(-+t(0.975, 4) s / 2)."""
+    block figures (shares 0.5/0.5) ln(3000 / 2000) and ln(3000 / 2400). The
+    weighted series moves by d = ln 1.2 between the repeats at both levels
+    alike: residuals +-d / 2 at each level, V = d^2 / 2, all of it shared by
+    the levels of a repeat, so df = repeats - 1 = 1, and the interval is the
+    mean of the two block figures times exp(-+t(0.975, 1) sqrt(V / 2))."""
     slow = lambda arm, pid, level, r: e2e(arm, pid, level, r) * (1.2 if arm == "speculative" and r == 1 else 1)  # noqa
     run(tmp_path, requests=repeated_requests(slow), traffic=traffic(code=0.5, chat=0.5))
     w = rows(query)["(weighted)"]
     figures = [math.log(3000 / 2000), math.log(3000 / 2400)]
     centre = math.exp(sum(figures) / 2)
     assert w["ci_low"] < centre < w["ci_high"]
-    s = math.log(1.2) / 2 * math.sqrt(2)
-    h = 2.7764451051977987 * s / 2
+    h = 12.706204736174698 * math.log(1.2) / 2
     assert (w["ci_low"], w["ci_high"]) == (approx(centre * math.exp(-h)), approx(centre * math.exp(h)))
     assert rows(query)["code"]["ci_low"] is None  # category rows: their interval is in the speedup mart
 
