@@ -52,11 +52,18 @@ log = logging.getLogger("specdec.replay.engines.llama_build")
 #: The llama-cpp-python sdist whose vendored llama.cpp is built (upstream commit 0c1e570).
 LLAMA_CPP_PYTHON = "0.3.36"
 
-#: CMake configuration: the server only, static, no web UI download, no OpenSSL.
+#: Compiler flags that keep Intel AMX out of a native build: on a CPU with AMX (amx_tile,
+#: amx_int8, amx_bf16 in /proc/cpuinfo, as this project's machines have had since 2026-12-02),
+#: a GGML_NATIVE build of 0.3.36 segfaults while loading the model (exit -11 right after
+#: "llama threadpool init"), seen on the bare binary as well as under specdec.
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+#: CMake configuration: the server only, static, no web UI download, no OpenSSL, no AMX.
 CMAKE_FLAGS = (
     "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
     "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_BUILD_TYPE=Release",
+    f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}",
 )
 
 BINARY = "llama-server"
@@ -86,7 +93,9 @@ def _cpu_key() -> str:
 
 
 def _cache_dir(cache: Path | None) -> Path:
-    return (cache or cache_root()) / "llama-server" / f"{LLAMA_CPP_PYTHON}-{_cpu_key()}"
+    """One binary per source version, CPU features and build flags (a change of flags builds anew)."""
+    flags = hashlib.sha256("\0".join(CMAKE_FLAGS).encode()).hexdigest()[:6]
+    return (cache or cache_root()) / "llama-server" / f"{LLAMA_CPP_PYTHON}-{_cpu_key()}-{flags}"
 
 
 def cached_llama_server(cache: Path | None = None) -> Path | None:
