@@ -40,7 +40,6 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from specdec.analytics import intervals
-from specdec.analytics.labels import label_of
 from specdec.analytics.variance import BlockNoise, block_noise
 
 __all__ = ["MEASURED", "PLANTED", "Design", "Noise", "Result", "estimate", "evaluate", "noise_from", "simulate"]
@@ -265,7 +264,7 @@ def _double_hurdle_method(*args, margin: float = 0.05, **kw) -> list[tuple]:
         if r[0] == "ab" and r[4] == "family" and f is not None and r[11] in ("faster", "slower"):
             cleared = r[5] > f if r[11] == "faster" else r[6] < 1 / f
             if not cleared:
-                r = (*r[:11], label_of(1.0, 1.0 + 2 * margin, margin)[0], *r[12:])  # 'inconclusive'
+                r = (*r[:11], "inconclusive", *r[12:])
         out.append(r)
     return out
 

@@ -69,7 +69,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
-from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_quantile, t_sf
+from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_interval, t_quantile, t_sf
 
 __all__ = ["LEVEL", "METHOD", "SYSTEM", "TABLE", "WEIGHTED", "compute", "compute_summed", "create_table", "fill",
            "geometric_mean", "t_quantile"]
@@ -143,8 +143,7 @@ def _series_noise(figures: Mapping[GroupKey, Mapping[int, float]],
 
 
 def _t(centre: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
-    half = t_quantile(1 - (1 - level) / 2, df) * se
-    return math.exp(centre - half), math.exp(centre + half)
+    return t_interval(centre, se, df, level)[:2]
 
 
 def _p(centre: float, se: float, df: float) -> float:

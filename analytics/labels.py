@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping
 
-from specdec.analytics.variance import t_quantile
+from specdec.analytics.variance import t_interval, t_quantile
 
 __all__ = ["ALPHA", "DEFAULT_MARGIN", "LABELS", "RULE", "RULE_SHORT", "Judged", "holm_levels", "judge", "label_of"]
 
@@ -113,8 +113,7 @@ def judge(centre: float, se: float, df: float, level: float, margin: float, repe
     the fewest repeats (up to 100) whose interval would be no wider than
     ln(1 + margin) / 2 at this level, so that a true ratio of 1 would read
     ``equivalent`` and one of 1 + margin ``faster`` about half the time or more."""
-    half = t_quantile(1 - (1 - level) / 2, df) * se
-    low, high = math.exp(centre - half), math.exp(centre + half)
+    low, high, half = t_interval(centre, se, df, level)
     label, clears = label_of(low, high, margin)
     needed = None
     if label == "inconclusive":

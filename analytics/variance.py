@@ -71,7 +71,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["REPEAT_BOUND", "BlockNoise", "block_noise", "chi2_quantile", "satterthwaite", "t_quantile", "t_sf"]
+__all__ = ["REPEAT_BOUND", "BlockNoise", "block_noise", "chi2_quantile", "satterthwaite", "t_interval", "t_quantile",
+           "t_sf"]
 
 #: One-sided confidence of the pessimistic s2_repeat used for the df (see above).
 REPEAT_BOUND = 0.75
@@ -88,10 +89,6 @@ class BlockNoise:
     repeat: float    # s2_repeat, noise shared by every level of a repeat
     block: float     # s2_block, noise of one block alone
     k1: int          # sum over levels of (repeats - 1): the residual count
-
-    @property
-    def repeat_share(self) -> float:
-        return self.repeat / self.variance if self.variance > 0 else 0.0
 
 
 def block_noise(figures: Mapping[Cell, float], repeat_bound: float | None = REPEAT_BOUND) -> BlockNoise | None:
@@ -143,6 +140,12 @@ def block_noise(figures: Mapping[Cell, float], repeat_bound: float | None = REPE
     a_sigma = m @ (df_repeat_var * s + block_var * np.eye(n))
     df = float(np.trace(a_sigma) ** 2 / np.trace(a_sigma @ a_sigma))
     return BlockNoise(v, df, repeat_var, block_var, k1)
+
+
+def t_interval(centre: float, se: float, df: float, level: float) -> tuple[float, float, float]:
+    """(low, high, half-width) of a two-sided t interval on the log scale, mapped back with exp."""
+    half = t_quantile(1 - (1 - level) / 2, df) * se
+    return math.exp(centre - half), math.exp(centre + half), half
 
 
 def satterthwaite(terms: Sequence[tuple[float, float]]) -> float:
