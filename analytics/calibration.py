@@ -41,6 +41,7 @@ import numpy as np
 
 from specdec.analytics import intervals
 from specdec.analytics.variance import BlockNoise, block_noise
+from specdec.demo_design import DEMO_CATEGORIES, DEMO_LEVELS, DEMO_PROMPTS_PER_CATEGORY, DEMO_REPEATS
 
 __all__ = ["MEASURED", "PLANTED", "Design", "Noise", "Result", "estimate", "evaluate", "noise_from", "simulate"]
 
@@ -49,10 +50,10 @@ __all__ = ["MEASURED", "PLANTED", "Design", "Noise", "Result", "estimate", "eval
 class Design:
     """What the run sends: the demo's design by default."""
 
-    categories: tuple[str, ...] = ("chat", "code", "structured")
-    prompts: int = 8
-    levels: tuple[int, ...] = (1, 4, 8)
-    repeats: int = 4
+    categories: tuple[str, ...] = DEMO_CATEGORIES
+    prompts: int = DEMO_PROMPTS_PER_CATEGORY
+    levels: tuple[int, ...] = DEMO_LEVELS
+    repeats: int = DEMO_REPEATS
 
 
 @dataclass(frozen=True)

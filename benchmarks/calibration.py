@@ -41,7 +41,7 @@ from pathlib import Path
 
 from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, evaluate, estimate, noise_from
 
-DEMO_REPEATS = Design().repeats  # specdec demo's design (specdec/cli.py DEMO_REPEATS)
+DEMO_REPEATS = Design().repeats  # the demo's design (specdec/demo_design.py)
 
 
 def _run(job: tuple) -> dict:
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                       "source": "--noise-from " + " ".join(args.noise_from) if args.noise_from else "MEASURED"}))
     jobs = []
     seed = args.seed
-    for repeats in sorted({2, 3, DEMO_REPEATS, 5}):
+    for repeats in sorted({2, 3, 4, 5, DEMO_REPEATS}):
         for process in (0.0, 0.03, 0.06, 0.10):
             seed += 1
             jobs.append(("A/A", Design(repeats=repeats), _noise(base, process, prompt=False), 1.0, args.runs, seed,

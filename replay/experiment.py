@@ -22,7 +22,7 @@ from specdec.replay.load import summary as load_summary
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
-from specdec.replay.server import LocalServer, ServerSpec
+from specdec.replay.server import LlamaServer, LocalServer, ServerSpec, start_all
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import unknown_categories
 from specdec.replay.traffic_profile import manifest_traffic
@@ -241,8 +241,10 @@ class EmbeddedServers:
         self._stack.__exit__(*exc)  # each server's stop knows whether the run is being interrupted
 
     def start(self, repeat: int = 0) -> dict[str, str]:
+        """Start every arm's server at once (``server.start_all``) and wait for all."""
         endpoints: dict[str, str] = {}
         engines = self.cfg.arm_engines()
+        launched: list = []
         for arm in self.arms:
             if self.cfg.speculative_config is None and self.cfg.named_arms is None and endpoints:
                 endpoints[arm.name] = next(iter(endpoints.values()))
@@ -252,19 +254,18 @@ class EmbeddedServers:
             when = f" for repeat {repeat}" if repeat else ""
             if engines[arm.name] == "llama.cpp":
                 from specdec.replay.engines import Arm
-                from specdec.replay.server import LlamaServer
 
                 self.progress.message(f"starting llama-server for the {arm.name} arm{when} (log: {log})")
-                srv = self._stack.enter_context(LlamaServer(
-                    Arm(arm.name, arm.speculative_config), Path(self.model), log,
-                    self.llama, self.cfg.startup_timeout_s))
+                srv = LlamaServer(Arm(arm.name, arm.speculative_config), Path(self.model), log,
+                                  self.llama, self.cfg.startup_timeout_s)
             else:
                 self.progress.message(f"starting vLLM for the {arm.name} arm{when} (log: {log})")
-                srv = self._stack.enter_context(LocalServer(self.spec, arm.speculative_config,
-                                                            capture_dir(self.run_dir), self.run_id, log,
-                                                            self.cfg.startup_timeout_s))
+                srv = LocalServer(self.spec, arm.speculative_config, capture_dir(self.run_dir), self.run_id, log,
+                                  self.cfg.startup_timeout_s)
             endpoints[arm.name] = srv.base_url
             self._servers[arm.name] = srv
+            launched.append(srv)
+        start_all(self._stack, launched)
         return endpoints
 
     def pid_of(self, arm: str) -> int | None:

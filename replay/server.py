@@ -10,6 +10,7 @@ the server's environment.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -64,10 +65,20 @@ def speculative_args(spec_config: dict | None) -> list[str]:
     ]
 
 
+#: ports handed out lately: servers launched together have not bound theirs yet
+_GIVEN: collections.deque[int] = collections.deque(maxlen=64)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port, never one of the last 64 handed out (servers
+    launched at once bind theirs only later)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.append(port)
+            return port
 
 
 class ServerProcess:
@@ -97,6 +108,14 @@ class ServerProcess:
         return self.group.proc if self.group is not None else None
 
     def __enter__(self):
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> None:
+        """Spawn the server and return at once (``wait_ready`` waits for it):
+        ``start_all`` launches several before it waits for any. On failure
+        nothing is left running."""
         env = dict(os.environ)
         env.update(self.extra_env)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,18 +125,24 @@ class ServerProcess:
             # run's ``recording``, already handles them), so the stop in __exit__ runs
             self._signals.enter_context(interrupt_on_signals(replace=False))
             self.group = spawn(self.cmd, env, self._log)
+        except BaseException:
+            self._close()
+            raise
+
+    def wait_ready(self) -> None:
+        """Wait until the launched server answers its health check; on a failure
+        (it exited, the time ran out, an interrupt) its group is killed first."""
+        try:
             self.group.wait_ready(
                 self._healthy, self.startup_timeout_s,
                 on_exit=lambda code: (f"{self.label} exited with code {code} during start-up; "
                                       f"last lines of {self.log_path}:\n{self.log_tail()}"),
                 on_timeout=lambda: (f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; "
                                     f"see {self.log_path}:\n{self.log_tail()}"))
-        except BaseException as exc:
-            if self.group is not None:  # wait_ready has killed the group already
-                self._mark(f"start-up ended ({type(exc).__name__}): the server's process group was killed")
+        except BaseException as exc:  # wait_ready has killed the group already
+            self._mark(f"start-up ended ({type(exc).__name__}): the server's process group was killed")
             self._close()
             raise
-        return self
 
     def _healthy(self, timeout_s: float) -> bool:
         try:
@@ -216,6 +241,33 @@ class LlamaServer(ServerProcess):
         cmd = self.engine.server_command(arm, model=str(model), port=port)
         super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path,
                          startup_timeout_s)
+
+
+def start_all(stack: contextlib.ExitStack, servers: list[ServerProcess]) -> None:
+    """Start ``servers`` at once and wait until every one is healthy: each is
+    launched, pushed on ``stack`` (which stops it however the run ends), and
+    only then waited for. Two vLLM servers start in about the time of one on
+    two cores (most of a start is one process importing and loading), which
+    matters when every repeat starts fresh servers (BENCHMARKS.md, issue 19).
+    The first failure raises; the servers already on ``stack`` are stopped
+    when it closes."""
+    ready: list[ServerProcess] = []
+    try:
+        for srv in servers:
+            srv.launch()
+            stack.push(srv)
+        for srv in servers:
+            srv.wait_ready()
+            ready.append(srv)
+    except BaseException as exc:
+        # a server still starting is killed at once, as a failed start is (an engine
+        # loading its model may ignore SIGTERM until it is done)
+        for srv in servers:
+            if srv not in ready and srv.group is not None:
+                srv.group.stop(grace_s=0.0)
+                srv._mark(f"start-up ended ({type(exc).__name__} while the servers started together): "
+                          "the server's process group was killed")
+        raise
 
 
 #: the process-group helpers, for the tests and callers that had them here

@@ -16,19 +16,13 @@ import click
 from pydantic import ValidationError
 
 from specdec.arms import parse_arm
+from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
 from specdec.replay.config import client_options, default_of, schedule_options
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
 from specdec.validate import LevelList, MaxTokens, PositiveFloat, PositiveInt, UnitInterval
 
 
-#: The demo's design: levels 1, 4 and 8, 4 repeats on fresh servers, 64 forced
-#: tokens and a verification pass per level: the power to label a 1.20x effect
-#: in about 80% of rows on a quiet host, in about 19 minutes on a 2-core machine
-#: (level 1 costs most: one request at a time). BENCHMARKS.md, issue 19.
-DEMO_LEVELS = (1, 4, 8)
-DEMO_REPEATS = 4
-DEMO_MAX_TOKENS = 64
 
 
 def handle_errors(fn):
@@ -254,7 +248,8 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
               help="Requests per level, >= 1 (default: every prompt of the bundled mix once).")
 @click.option("--max-tokens", type=MaxTokens, default=DEMO_MAX_TOKENS, show_default=True,
               help=f"Every request's forced output length (1..{MAX_TOKENS_CEILING:,}); the bundled mix records "
-                   "128, the demo sends 64 so that 4 repeats take about the time 2 repeats of 128 did.")
+                   f"128, the demo sends {DEMO_MAX_TOKENS} so that {DEMO_REPEATS} repeats fit in 15 minutes on 2 cores "
+                   "(specdec/demo_design.py).")
 @click.option("--dtype", default=default_of("dtype"), show_default=True,
               help="Model dtype for both arms (float32 makes greedy outputs bit-stable).")
 @click.option("--max-error-rate", type=UnitInterval, default=default_of("max_error_rate"), show_default=True,

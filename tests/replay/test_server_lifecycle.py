@@ -219,3 +219,41 @@ def test_cancelling_a_start_in_a_worker_thread_kills_its_group_before_the_cancel
             os.killpg(server, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_start_all_starts_the_servers_at_once_and_a_failed_one_leaves_none_running(tmp_path):
+    """``start_all`` launches every server before it waits for any (two 1.5 s start-ups
+    take well under 3 s together), and when one never gets healthy the others it
+    started are stopped with it: no process of any group is left."""
+    import contextlib
+
+    from specdec.errors import SpecdecError
+    from specdec.replay.server import ServerProcess, free_port, start_all
+
+    def fake(name: str, startup_s: float, port: int | None = None) -> tuple[ServerProcess, Path]:
+        pidfile = tmp_path / f"{name}.pids"
+        port = port or free_port()
+        cmd = [sys.executable, str(SUPPORT / "stubborn_server.py"), str(port), str(pidfile),
+               "--startup-s", str(startup_s)]
+        return ServerProcess(cmd, {}, tmp_path / f"{name}.log", port, startup_timeout_s=30), pidfile
+
+    (a, pa), (b, pb) = fake("a", 1.5), fake("b", 1.5)
+    assert a.port != b.port
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        start_all(stack, [a, b])
+        took = time.monotonic() - t0
+        assert a._healthy(2) and b._healthy(2)
+    assert took < 2.9, f"the two start-ups took {took:.1f} s: one after the other"
+    for pidfile in (pa, pb):
+        server, child = map(int, pidfile.read_text().split())
+        assert group_members(server) == 0 and _gone(child)
+
+    good, pgood = fake("good", 0.2)
+    bad = ServerProcess([sys.executable, "-c", "import sys; sys.exit(3)"], {}, tmp_path / "bad.log",
+                        free_port(), startup_timeout_s=30)
+    with pytest.raises(SpecdecError, match="exited with code 3"):
+        with contextlib.ExitStack() as stack:
+            start_all(stack, [good, bad])
+    server, child = map(int, pgood.read_text().split())
+    assert group_members(server) == 0 and _gone(child)
