@@ -1,4 +1,5 @@
-"""Model discovery and ordering, and staging columns = record fields."""
+"""Model discovery, dependencies parsed from the SQL, ordering, and staging columns =
+record fields."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.analytics.models import LAYERS, SqlModel, discover, order
+from specdec.analytics import build, settings
+from specdec.analytics.models import COMPUTED_TABLES, LAYERS, SOURCES, SqlModel, discover, order, relations_read
 from specdec.arms import by_role_columns
 from specdec.errors import SpecdecError
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
@@ -37,6 +39,78 @@ def test_discover_orders_layers_then_dependencies():
     assert deps["int_level_health"] == {"stg_requests", "int_run_settings"}
     assert deps["int_rounds_attributed"] == {"stg_rounds", "stg_requests"}
     assert deps["stg_rounds"] == frozenset()
+    # a column, alias or CTE named like a model is not a dependency (they were when the
+    # names were matched in the text): speedup_weighted has a column speedup,
+    # speedup_by_input_length a CTE latency, lossless a CTE level_health
+    assert "speedup" not in deps["speedup_weighted"] | deps["speedup_natural_end"]
+    assert not {"speedup", "latency"} & deps["speedup_by_input_length"]
+    assert "level_health" not in deps["lossless"]
+
+
+def test_build_order_respects_every_parsed_dependency():
+    """Every model that a model's SQL reads (parsed anew here) is created before it."""
+    models = discover()
+    position = {m.name: i for i, m in enumerate(models)}
+    for m in models:
+        reads = relations_read(m.sql, m.path)
+        assert reads == m.depends_on | m.sources, m.name
+        for dep in reads & position.keys():
+            assert position[dep] < position[m.name], (m.name, dep)
+
+
+def test_sources_are_what_the_build_creates_before_the_models(query):
+    """SOURCES names the computed tables of build.COMPUTED and settings; every source a model
+    reads exists in a built database (raw relations, manifest, roles, computed tables)."""
+    assert COMPUTED_TABLES == {c.TABLE for c in build.COMPUTED} | {settings.TABLE}
+    read = set().union(*(m.sources for m in discover()))
+    assert read <= SOURCES
+    tables = {r["name"] for r in query("select table_name as name from duckdb_tables() "
+                                        "union all select view_name from duckdb_views()")}
+    assert read <= tables, read - tables
+    # staging reads its raw relation through by_role('raw_...'), which the parse follows
+    assert {m.name: m.sources for m in discover()}["stg_requests"] == {"raw_requests"}
+
+
+def _write(root: Path, layer: str, name: str, sql: str) -> Path:
+    (root / layer).mkdir(parents=True, exist_ok=True)
+    path = root / layer / f"{name}.sql"
+    path.write_text(f"-- {name}\n-- Grain: test.\n{sql}\n")
+    return path
+
+
+def test_a_column_named_like_a_model_is_no_dependency(tmp_path):
+    _write(tmp_path, "marts", "speedup", "select 1 as speedup")
+    _write(tmp_path, "marts", "latency", "select 1 as latency")
+    # a column, a qualified column, an alias, a CTE and a string all named like models
+    _write(tmp_path, "marts", "speedup_weighted",
+           "with latency as (select 2 as speedup) "
+           "select speedup, speedup.x as y, 'speedup' as label from (select 1 as x) speedup, latency")
+    _write(tmp_path, "marts", "reads_both", "select * from speedup join latency using (x)")
+    deps = {m.name: m.depends_on for m in discover(tmp_path)}
+    assert deps == {"speedup": set(), "latency": set(), "speedup_weighted": set(),
+                    "reads_both": {"speedup", "latency"}}
+
+
+def test_a_cte_does_not_hide_the_model_it_reads(tmp_path):
+    _write(tmp_path, "intermediate", "int_a", "select 1 as x")
+    _write(tmp_path, "marts", "m", "with int_a as (select * from int_a) select * from int_a")
+    _write(tmp_path, "marts", "n", "select * from (select 1) t where t.x in (select x from m)")
+    deps = {m.name: m.depends_on for m in discover(tmp_path)}
+    assert deps["m"] == {"int_a"} and deps["n"] == {"m"}
+
+
+def test_a_reference_to_an_unknown_model_names_the_file(tmp_path):
+    _write(tmp_path, "intermediate", "int_round_counts", "select 1 as x")
+    path = _write(tmp_path, "marts", "acceptance", "with r as (select * from int_round_count) select * from r")
+    with pytest.raises(SpecdecError) as err:
+        discover(tmp_path)
+    assert str(err.value).startswith(f"{path}: reads 'int_round_count', which is neither a model")
+
+
+def test_sql_that_does_not_parse_names_the_file(tmp_path):
+    path = _write(tmp_path, "marts", "broken", "select from from where")
+    with pytest.raises(SpecdecError, match=f"^{path}: the SQL does not parse"):
+        discover(tmp_path)
 
 
 @pytest.mark.parametrize("view, model", [
