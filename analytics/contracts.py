@@ -55,7 +55,7 @@ from typing import Any, Callable
 from pydantic import TypeAdapter, ValidationError
 
 from specdec.errors import InputFileError, SpecdecError
-from specdec.replay.engine_metrics import COUNTERS as ENGINE_COUNTERS
+from specdec.engines.metrics import COUNTERS as ENGINE_COUNTERS
 from specdec.schemas.strict import Label
 
 MAX_EXAMPLES = 5

@@ -182,7 +182,7 @@ def main() -> None:
     if args.serve_stub is not None:
         return serve_stub(args.serve_stub, args.chunks, args.gap_ms, args.first_ms)
 
-    from specdec.replay.server import free_port
+    from specdec.engines.server import free_port
 
     result: dict = {"benchmark": "proxy_overhead", "goal_added_p50_ms": 1.0}
     with tempfile.TemporaryDirectory() as tmp:
@@ -202,7 +202,7 @@ def main() -> None:
             stub.wait(10)
         if args.engine:
             from specdec.model import prepare_model
-            from specdec.replay.server import LocalServer, ServerSpec
+            from specdec.engines.server import LocalServer, ServerSpec
 
             spec = ServerSpec(model=str(prepare_model().path), dtype="bfloat16", prefix_cache="off")
             with LocalServer(spec, None, tmp / "capture", "bench", tmp / "server.log") as srv:

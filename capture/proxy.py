@@ -281,7 +281,7 @@ async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
     """Start the proxy on the running loop (the recorder's thread too); with
     ``book``, each request's category is noted there by reply id (the sidecar's
     per-category gauges)."""
-    from specdec.replay.urls import parse_endpoint
+    from specdec.engines.urls import parse_endpoint
 
     endpoint = parse_endpoint(settings.upstream, option="--upstream")
     if endpoint.query or endpoint.user or endpoint.password:

@@ -189,7 +189,7 @@ class Sidecar:
 
     async def scrape(self) -> CounterScrape:
         """Read the server's /metrics once into a row (a failure is a row too)."""
-        from specdec.replay.engine_metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
+        from specdec.engines.metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
 
         wall = time.time_ns()
         values: dict[str, float | None] = dict.fromkeys([*COUNTERS, *GAUGES])

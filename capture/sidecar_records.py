@@ -1,7 +1,7 @@
 """The record the sidecar writes besides the rounds: one scrape of a vLLM
 server's ``/metrics`` (``specdec-capture sidecar``, lake folder ``counters/``).
 
-The counter and gauge columns are those of ``specdec.replay.engine_metrics``
+The counter and gauge columns are those of ``specdec.engines.metrics``
 (``COUNTERS``, ``GAUGES``), combined over label sets the same way; a test
 keeps the two lists equal. A failed scrape is a row too (``scrape_ok`` false,
 ``error`` set, every value None): failures are data.

@@ -49,7 +49,7 @@ import aiohttp
 
 from specdec.replay.http_stream import ConnectFailed, ConnectTimedOut, ReadTimedOut, StreamBroken, StreamPool
 from specdec.replay.sse import SseParser
-from specdec.replay.urls import Endpoint, parse_endpoint, redact_text
+from specdec.engines.urls import ClientSettings, Endpoint, as_endpoint, redact_text, request_headers
 from specdec.schemas.records import TrafficRow
 
 #: Every failure class a request can end in, with its meaning (shown in docs and reports).
@@ -84,41 +84,6 @@ def stream_limit(max_tokens: int) -> int:
 
 CHAT_PATH = "/v1/chat/completions"
 _BODY_LIMIT = 500
-
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """How requests are sent. ``request_timeout_s`` is the longest wait for the
-    next byte (the first one included), so a long generation that keeps
-    streaming never times out, and a hung server fails within that time."""
-
-    connect_timeout_s: float = 10.0
-    request_timeout_s: float = 60.0
-    api_key: str | None = field(default=None, repr=False)
-    #: The wall limit of a request grows by this much per requested token
-    #: (``wall_limit_s``): 1 s a token is far slower than any engine decodes.
-    wall_s_per_token: float = 1.0
-
-    def wall_limit_s(self, max_tokens: int | None) -> float | None:
-        """Longest a request may take from send to its last byte, however
-        steadily bytes arrive: the request timeout (the wait for the first
-        byte) plus ``wall_s_per_token`` per requested token; None (no wall
-        limit, the idle timeout only) for a payload without max_tokens."""
-        if max_tokens is None:
-            return None
-        return self.request_timeout_s + self.wall_s_per_token * max_tokens
-
-    def timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s,
-                                     sock_connect=self.connect_timeout_s, sock_read=self.request_timeout_s)
-
-    def headers(self, request_id: str | None = None) -> dict[str, str]:
-        h = {}
-        if request_id:
-            h["X-Request-Id"] = request_id
-        if self.api_key:
-            h["Authorization"] = f"Bearer {self.api_key}"
-        return h
 
 
 @dataclass
@@ -177,19 +142,6 @@ def build_payload(model: str, row: TrafficRow, *, per_chunk_usage: bool = False)
         if getattr(row, name) is not None:
             payload[name] = json.loads(getattr(row, name))
     return payload
-
-
-def as_endpoint(base_url: str | Endpoint) -> Endpoint:
-    return base_url if isinstance(base_url, Endpoint) else parse_endpoint(base_url)
-
-
-def request_headers(settings: ClientSettings, ep: Endpoint, request_id: str | None = None) -> dict[str, str]:
-    """Headers of every request to ep: request id, and credentials (the API key
-    as a bearer token; else user:password from the URL as basic auth)."""
-    headers = settings.headers(request_id)
-    if ep.user and "Authorization" not in headers:
-        headers["Authorization"] = aiohttp.encode_basic_auth(ep.user, ep.password or "")
-    return headers
 
 
 async def stream_chat(

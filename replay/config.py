@@ -18,7 +18,7 @@ from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
 #: The speculative arm's default per engine: draft-free prompt lookup (specdec.arms.NGRAM),
-#: vLLM's ngram proposer and llama.cpp's ngram-mod (replay/engines/llama_cpp.py).
+#: vLLM's ngram proposer and llama.cpp's ngram-mod (specdec/engines/llama_cpp.py).
 LLAMA_CPP_SPEC_CONFIG: dict[str, Any] = NGRAM["llama.cpp"]
 DEFAULT_SPEC_CONFIG: dict[str, Any] = NGRAM["vllm"]
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -313,7 +313,7 @@ class ReplayConfig(ClientOptions):
 
 def _check_llama_speculation(arm: ArmSpec, what: str) -> None:
     """llama.cpp speculation settings that its adapter takes, and a draft GGUF that exists."""
-    from specdec.replay.engines import Arm, LlamaCpp
+    from specdec.engines import Arm, LlamaCpp
 
     try:
         LlamaCpp(binary=Path("llama-server")).speculation_args(Arm(arm.name, arm.speculation))

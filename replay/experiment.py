@@ -22,11 +22,11 @@ from specdec.replay.load import summary as load_summary
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
-from specdec.replay.server import LlamaServer, LocalServer, ServerSpec, start_all
+from specdec.engines.server import LlamaServer, LocalServer, ServerSpec, start_all
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import unknown_categories
 from specdec.replay.traffic_profile import manifest_traffic
-from specdec.replay.urls import parse_endpoint
+from specdec.engines.urls import parse_endpoint
 from specdec.runfolder import (
     capture_dir, claim_run_dir, open_run_dir, server_log, write_manifest,
 )
@@ -84,8 +84,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
         models[cfg.engine] = cfg.served_model
     if not cfg.external and "llama.cpp" in engines:
         from specdec.model import GGUF_DIST, find_gguf
-        from specdec.replay.engines import LlamaCpp
-        from specdec.replay.engines.llama_build import build_llama_server
+        from specdec.engines import LlamaCpp
+        from specdec.engines.llama_build import build_llama_server
 
         gguf = cfg.model or str(find_gguf())
         models["llama.cpp"] = gguf
@@ -253,7 +253,7 @@ class EmbeddedServers:
             log = server_log(self.run_dir, arm.name)
             when = f" for repeat {repeat}" if repeat else ""
             if engines[arm.name] == "llama.cpp":
-                from specdec.replay.engines import Arm
+                from specdec.engines import Arm
 
                 self.progress.message(f"starting llama-server for the {arm.name} arm{when} (log: {log})")
                 srv = LlamaServer(Arm(arm.name, arm.speculative_config), Path(self.model), log,
@@ -287,7 +287,7 @@ LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
 
 def llama_facts(llama) -> dict:
     """The manifest's engine facts for the embedded llama-server."""
-    from specdec.replay.engines.llama_build import LLAMA_CPP_PYTHON, cached_llama_server
+    from specdec.engines.llama_build import LLAMA_CPP_PYTHON, cached_llama_server
 
     return {"name": "llama.cpp", "version": f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp 0c1e570)",
             "binary": str(llama.binary or cached_llama_server()), "threads": llama.threads,
@@ -298,7 +298,7 @@ def _arm_config(cfg: ReplayConfig, arm: ArmSpec, spec: ServerSpec | None, llama=
                 models: dict[str, str] | None = None) -> ArmConfig:
     """An arm as the manifest records it; an embedded one's ``server_args`` are its engine
     adapter's (``replay/engines``), the settings its server starts with."""
-    from specdec.replay.engines import Arm, Vllm
+    from specdec.engines import Arm, Vllm
 
     spec_cfg = None if arm.speculation is None else dict(arm.speculation)
     named = {"engine": arm.engine, "reference": arm.reference} if cfg.named_arms is not None else {}

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from specdec.errors import SpecdecError
-from specdec.replay.engines.lifecycle import interrupt_on_signals
+from specdec.engines.lifecycle import interrupt_on_signals
 from specdec.replay.ledger import LEDGER
 from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
 

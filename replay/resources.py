@@ -24,7 +24,7 @@ import time
 
 import aiohttp
 
-from specdec.replay.engine_metrics import GAUGES, read_gauges
+from specdec.engines.metrics import GAUGES, read_gauges
 
 __all__ = ["INTERVAL_S", "process_tree_rss", "sample_block"]
 

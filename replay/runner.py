@@ -28,15 +28,15 @@ from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, sen
 from specdec.replay.ledger import LEDGER
 from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
-from specdec.replay.engine_metrics import read_counters, reset_prefix_cache
-from specdec.replay.engines import engine
-from specdec.replay.engines.lifecycle import in_thread
+from specdec.engines.metrics import read_counters, reset_prefix_cache
+from specdec.engines import engine
+from specdec.engines.lifecycle import in_thread
 from specdec.replay.load import LoadLevel, load_levels, plans
 from specdec.replay.open_loop import SendTime, run_open_level
 from specdec.replay.pass_counters import PassCounterLog, PassKind
 from specdec.replay.progress import Progress
 from specdec.replay.traffic import Traffic
-from specdec.replay.urls import Endpoint
+from specdec.engines.urls import Endpoint
 from specdec.replay.schedule import interleaved
 from specdec.replay.rescore import instrument_arm, rescore_pass
 from specdec.replay.sampling import sampled_rows

@@ -27,7 +27,7 @@ import json
 import re
 from collections.abc import Callable
 
-from specdec.replay.engines import request_stats_of
+from specdec.engines import request_stats_of
 
 #: Longest stream line kept while waiting for its end (a server that never
 #: sends a newline fails the request instead of growing the buffer forever).

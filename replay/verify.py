@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from specdec.replay.client import ERROR_TYPES, ClientSettings, StreamResult, as_endpoint, build_payload, stream_payload
 from specdec.replay.closed_loop import closed_loop
-from specdec.replay.urls import Endpoint
+from specdec.engines.urls import Endpoint
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import GreedyCheck, TrafficRow
 

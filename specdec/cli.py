@@ -111,9 +111,9 @@ def engine_build(name: str, cache_dir: Path | None) -> None:
     cached binary and the time its build took."""
     import logging
 
-    from specdec.replay.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server
+    from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server
 
-    logging.getLogger("specdec.replay.engines.llama_build").setLevel(logging.INFO)
+    logging.getLogger("specdec.engines.llama_build").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s")
     built = build_llama_server(cache_dir)

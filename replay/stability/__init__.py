@@ -77,7 +77,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
     model_source: dict = {}
     if endpoint is None:
-        from specdec.replay.server import ServerSpec
+        from specdec.engines.server import ServerSpec
 
         model = cfg.model
         if model is None:

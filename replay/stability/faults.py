@@ -31,7 +31,7 @@ from typing import Awaitable, Callable, Literal
 import aiohttp
 
 from specdec.replay.client import ClientSettings, StreamResult, request_headers, stream_payload
-from specdec.replay.urls import redact_text
+from specdec.engines.urls import redact_text
 
 Verdict = Literal["ok", "degraded", "failed", "skipped"]
 

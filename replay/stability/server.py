@@ -12,8 +12,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from specdec.errors import EngineError, SpecdecError
-from specdec.replay.engines.lifecycle import REAP_S, in_thread
-from specdec.replay.urls import Endpoint, parse_endpoint
+from specdec.engines.lifecycle import REAP_S, in_thread
+from specdec.engines.server import LocalServer
+from specdec.engines.urls import Endpoint, parse_endpoint
+from specdec.engines.vllm import speculative_args
+from specdec.runfolder import capture_dir, server_log
 
 
 def require_loopback(url: str, option: str = "--url") -> Endpoint:
@@ -79,8 +82,8 @@ class EndpointServer:
 
 
 class EmbeddedServer:
-    """A local vLLM (``specdec.replay.server.LocalServer``, owned as
-    ``replay/engines/lifecycle.py`` says) that can be killed with SIGKILL to
+    """A local vLLM (``specdec.engines.server.LocalServer``, owned as
+    ``specdec/engines/lifecycle.py`` says) that can be killed with SIGKILL to
     its process group and started again (on a new free port;
     ``endpoint`` follows). Use ``stop()`` at the end."""
 
@@ -95,14 +98,9 @@ class EmbeddedServer:
 
     @property
     def server_args(self) -> list[str]:
-        from specdec.replay.server import speculative_args
-
         return [*self.spec.common_args(), *speculative_args(None)]
 
     def start_blocking(self) -> None:
-        from specdec.replay.server import LocalServer
-        from specdec.runfolder import capture_dir, server_log
-
         srv = LocalServer(self.spec, None, capture_dir(self.run_dir), self.run_id,
                           server_log(self.run_dir, "baseline"), self.startup_timeout_s)
         srv.__enter__()  # raises EngineError (and stops the process) if it never gets healthy

@@ -207,7 +207,7 @@ def test_a_client_that_leaves_mid_stream_is_counted_and_not_recorded(tmp_path):
 
 def test_an_unreachable_upstream_gets_a_502_from_the_proxy(tmp_path):
     from specdec.capture.proxy import ProxySettings, start_proxy
-    from specdec.replay.server import free_port
+    from specdec.engines.server import free_port
 
     async def go():
         settings = ProxySettings(upstream=f"http://127.0.0.1:{free_port()}", port=0, out_dir=tmp_path)

@@ -26,7 +26,7 @@ from specdec.capture.sidecar import Sidecar, SidecarSettings
 from specdec.capture.sidecar_lake import Compactor
 from specdec.capture.sidecar_metrics import BUCKETS_MS, METRIC_NAMES
 from specdec.capture.sidecar_records import CounterScrape
-from specdec.replay.engine_metrics import COUNTERS, GAUGES, parse_counters
+from specdec.engines.metrics import COUNTERS, GAUGES, parse_counters
 from specdec.runfolder import (
     LAKE_COUNTERS_GLOB,
     LAKE_ROUNDS_GLOB,

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from specdec.replay.engines import ENGINES, LlamaCpp, RequestStats, Vllm, engine, request_stats_of
-from specdec.replay.engines.base import Arm
+from specdec.engines import ENGINES, LlamaCpp, RequestStats, Vllm, engine, request_stats_of
+from specdec.engines.base import Arm
 from specdec.replay.sse import SseParser
 from specdec.replay.client import StreamResult
 
@@ -96,7 +96,8 @@ def test_the_vllm_server_command_is_the_one_it_always_was(tmp_path):
     before the adapter (common arguments, then the speculative ones)."""
     import sys
 
-    from specdec.replay.server import LocalServer, ServerSpec, speculative_args
+    from specdec.engines.server import LocalServer
+    from specdec.engines.vllm import ServerSpec, speculative_args
 
     cfg = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     spec = ServerSpec(model="/m", max_num_seqs=8)
@@ -140,6 +141,6 @@ def test_snapshots_carry_the_per_position_counter_of_either_engine(fixtures):
     assert set(snap) <= set(MetricSnapshot.model_fields)  # the runner writes them as snapshot fields
     # a server without the series: None (not an empty list, not zeros)
     assert Vllm().parse_snapshot("vllm:generation_tokens_total 3.0\n")["accepted_per_position"] is None
-    from specdec.replay.engines.base import positions_list
+    from specdec.engines.base import positions_list
 
     assert positions_list({0: 2.0, 2: 1.0}) == [2.0, 0.0, 1.0]  # a gap is a position not yet counted

@@ -12,7 +12,7 @@ def llama_server_binary():
     """llama-server, built once per machine (``make llama-server``; built here when
     missing); a failure to build fails under CI=true and skips elsewhere."""
     from specdec.errors import EngineError
-    from specdec.replay.engines.llama_build import build_llama_server
+    from specdec.engines.llama_build import build_llama_server
 
     try:
         return build_llama_server().path

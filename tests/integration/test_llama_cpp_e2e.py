@@ -23,9 +23,9 @@ import pytest
 
 from specdec.model import find_gguf
 from specdec.replay.client import build_payload, stream_payload
-from specdec.replay.engines import Arm, LlamaCpp
+from specdec.engines import Arm, LlamaCpp
 from specdec.replay.http_stream import StreamPool
-from specdec.replay.server import LlamaServer
+from specdec.engines.server import LlamaServer
 from specdec.schemas.records import TrafficRow
 
 pytestmark = pytest.mark.engine

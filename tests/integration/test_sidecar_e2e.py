@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.analytics.build import build
-from specdec.replay.server import LocalServer, ServerSpec
+from specdec.engines.server import LocalServer, ServerSpec
 from specdec.runfolder import (
     LAKE_COUNTERS_GLOB, LAKE_ROUNDS_GLOB, ROUND_PART_GLOB, lake_partition_value, round_part_name,
 )

@@ -1,4 +1,4 @@
-from specdec.replay.engine_metrics import parse_counters
+from specdec.engines.metrics import parse_counters
 
 
 def test_parses_real_vllm_exposition(fixtures):
@@ -29,7 +29,7 @@ def test_server_without_metrics_endpoint_gives_none_counters():
     from aiohttp import web
     from aiohttp.test_utils import TestServer
 
-    from specdec.replay.engine_metrics import read_counters
+    from specdec.engines.metrics import read_counters
     from tests.replay.fake_server import serving
 
     async def go():

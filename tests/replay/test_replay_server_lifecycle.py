@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specdec.replay.engines.lifecycle import group_members
+from specdec.engines.lifecycle import group_members
 
 SUPPORT = Path(__file__).parents[1] / "support"
 

@@ -1,4 +1,4 @@
-"""Whoever starts a server owns it (issue 20, item 8; ``replay/engines/lifecycle.py``).
+"""Whoever starts a server owns it (issue 20, item 8; ``specdec/engines/lifecycle.py``).
 
 A parent process (``tests/support/server_owner.py``) starts a fake server
 (``tests/support/stubborn_server.py``: a child of its own, SIGTERM ignored
@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from specdec.replay.engines.lifecycle import group_members
+from specdec.engines.lifecycle import group_members
 
 SUPPORT = Path(__file__).parents[1] / "support"
 OWNER = SUPPORT / "server_owner.py"
@@ -151,7 +151,7 @@ def test_a_second_signal_during_the_stop_kills_at_once_and_still_leaves_nothing(
 
 def test_an_exception_in_the_owner_stops_the_server(tmp_path):
     """The normal and the exception exit paths, in this process."""
-    from specdec.replay.server import ServerProcess, free_port
+    from specdec.engines.server import ServerProcess, free_port
 
     port = free_port()
     pidfile = tmp_path / "pids"
@@ -190,8 +190,8 @@ def test_cancelling_a_start_in_a_worker_thread_kills_its_group_before_the_cancel
     start-up wait must end too (not at the server's 60 s start-up)."""
     import asyncio
 
-    from specdec.replay.engines.lifecycle import in_thread
-    from specdec.replay.server import ServerProcess, free_port
+    from specdec.engines.lifecycle import in_thread
+    from specdec.engines.server import ServerProcess, free_port
 
     port, pidfile = free_port(), tmp_path / "pids"
     cmd = [sys.executable, str(SUPPORT / "stubborn_server.py"), str(port), str(pidfile), "--startup-s", "60"]
@@ -228,7 +228,7 @@ def test_start_all_starts_the_servers_at_once_and_a_failed_one_leaves_none_runni
     import contextlib
 
     from specdec.errors import SpecdecError
-    from specdec.replay.server import ServerProcess, free_port, start_all
+    from specdec.engines.server import ServerProcess, free_port, start_all
 
     def fake(name: str, startup_s: float, port: int | None = None) -> tuple[ServerProcess, Path]:
         pidfile = tmp_path / f"{name}.pids"

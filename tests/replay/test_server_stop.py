@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from specdec.replay.server import _group_members, _wait_group
+from specdec.engines.server import _group_members, _wait_group
 
 
 def test_the_stop_waits_for_a_child_that_outlives_the_leader(tmp_path):

@@ -31,7 +31,7 @@ from specdec.replay.stability.soak import rss_trend
 from specdec.replay.stability import StabilityConfig, fault_table, run_stability, table_text
 from specdec.replay.stability.runner import probe_all, run_probe
 from specdec.replay.stability.server import EndpointServer, require_loopback
-from specdec.replay.urls import parse_endpoint
+from specdec.engines.urls import parse_endpoint
 from specdec.schemas.records import StabilityResult
 
 MAX_LEN = 1000

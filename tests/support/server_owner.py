@@ -1,5 +1,5 @@
 """The parent of the server-lifecycle tests, run as a script: it starts
-``stubborn_server.py`` through ``specdec.replay.server.ServerProcess`` (the
+``stubborn_server.py`` through ``specdec.engines.server.ServerProcess`` (the
 lifecycle every embedded server uses) and holds it until it is signalled.
 
     server_owner.py LOG PIDFILE STARTUP_S GRACE_S [--stubborn]
@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from specdec.replay.server import ServerProcess, free_port
+from specdec.engines.server import ServerProcess, free_port
 
 SERVER = Path(__file__).with_name("stubborn_server.py")
 

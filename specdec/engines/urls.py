@@ -1,10 +1,14 @@
-"""Server URLs without their secrets.
+"""Server URLs without their secrets, and how a request to one is sent.
 
 A user may write credentials into a URL (``http://user:pass@host:8000``,
 ``http://host:8000?api_key=...``). The request still needs them, but nothing
 that specdec writes (manifest, logs, error texts, report) may contain them.
 ``parse_endpoint`` splits a URL into the parts a request uses and a redacted
 display form; ``redact_url`` and ``redact_text`` are for everything else.
+
+``ClientSettings`` (timeouts, API key) and ``request_headers`` say how every
+request to an engine's server is sent: the replay client, the counter reads
+(``metrics.py``) and the capture sidecar share them.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import aiohttp
 
 from specdec.errors import SpecdecError
 
@@ -112,3 +118,51 @@ def parse_endpoint(url: str, option: str = "URL") -> Endpoint:
         query=tuple(parse_qsl(parts.query, keep_blank_values=True)),
         user=parts.username, password=parts.password,
     )
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How requests are sent. ``request_timeout_s`` is the longest wait for the
+    next byte (the first one included), so a long generation that keeps
+    streaming never times out, and a hung server fails within that time."""
+
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 60.0
+    api_key: str | None = field(default=None, repr=False)
+    #: The wall limit of a request grows by this much per requested token
+    #: (``wall_limit_s``): 1 s a token is far slower than any engine decodes.
+    wall_s_per_token: float = 1.0
+
+    def wall_limit_s(self, max_tokens: int | None) -> float | None:
+        """Longest a request may take from send to its last byte, however
+        steadily bytes arrive: the request timeout (the wait for the first
+        byte) plus ``wall_s_per_token`` per requested token; None (no wall
+        limit, the idle timeout only) for a payload without max_tokens."""
+        if max_tokens is None:
+            return None
+        return self.request_timeout_s + self.wall_s_per_token * max_tokens
+
+    def timeout(self) -> aiohttp.ClientTimeout:
+        return aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s,
+                                     sock_connect=self.connect_timeout_s, sock_read=self.request_timeout_s)
+
+    def headers(self, request_id: str | None = None) -> dict[str, str]:
+        h = {}
+        if request_id:
+            h["X-Request-Id"] = request_id
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+
+def as_endpoint(base_url: str | Endpoint) -> Endpoint:
+    return base_url if isinstance(base_url, Endpoint) else parse_endpoint(base_url)
+
+
+def request_headers(settings: ClientSettings, ep: Endpoint, request_id: str | None = None) -> dict[str, str]:
+    """Headers of every request to ep: request id, and credentials (the API key
+    as a bearer token; else user:password from the URL as basic auth)."""
+    headers = settings.headers(request_id)
+    if ep.user and "Authorization" not in headers:
+        headers["Authorization"] = aiohttp.encode_basic_auth(ep.user, ep.password or "")
+    return headers

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from specdec.replay.engines.base import Arm, Engine, RequestStats
-from specdec.replay.engines.llama_cpp import LlamaCpp
-from specdec.replay.engines.vllm import Vllm
+from specdec.engines.base import Arm, Engine, RequestStats
+from specdec.engines.llama_cpp import LlamaCpp
+from specdec.engines.vllm import Vllm
 
 __all__ = ["ENGINES", "Arm", "Engine", "LlamaCpp", "RequestStats", "Vllm", "engine", "request_stats_of"]
 

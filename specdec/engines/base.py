@@ -1,4 +1,4 @@
-"""The engine adapter interface (``replay/engines/__init__.py`` says what each part is for)."""
+"""The engine adapter interface (``specdec/engines/__init__.py`` says what each part is for)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar, Mapping
 
-from specdec.replay.engine_metrics import parse_counters
+from specdec.engines.metrics import parse_counters
 
 
 @dataclass(frozen=True)
