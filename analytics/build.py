@@ -59,7 +59,7 @@ every file; every page is read (checksums, values) when the inputs are small
 or ``check='full'`` (``checks.py`` says exactly what each depth covers).
 
 The database is written under a unique temporary name beside its final name
-and renamed (``runfolder.atomic_write_with``), so two builds of the same folder
+and renamed (``specdec.atomic.atomic_write_with``), so two builds of the same folder
 at once never share a file, and a reader never sees half a database. The
 temporary file and DuckDB's ``.wal`` beside it are removed on success and on
 failure.
@@ -87,7 +87,8 @@ from specdec.analytics.checks import read_parquet_checked
 from specdec.analytics.models import discover, macros_sql
 from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
 from specdec.errors import InputFileError, SpecdecError
-from specdec.runfolder import DB_NAME, RecordFile, atomic_write_with, files_of
+from specdec.atomic import atomic_write_with
+from specdec.runfolder import DB_NAME, RecordFile, files_of
 from specdec.schemas.arrow import arrow_schema
 
 __all__ = ["COMPUTED", "DB_NAME", "build", "build_steps", "load_record_file", "read_parquet_checked", "run_kind"]

@@ -130,7 +130,7 @@ def render() -> str:
 
 
 def write(path: Path = DEFAULT_PATH) -> Path:
-    from specdec.runfolder import atomic_write_text
+    from specdec.atomic import atomic_write_text
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,8 @@ from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
 from specdec.levels import name_of
-from specdec.runfolder import DB_NAME, REPORT, atomic_write_bytes, chart_png
+from specdec.atomic import atomic_write_bytes
+from specdec.runfolder import DB_NAME, REPORT, chart_png
 
 __all__ = ["DEFINITIONS", "render_html", "summary_text", "write_report"]
 

@@ -57,7 +57,7 @@ from specdec.capture.proxy import ProxySettings, RowsLost, exposure, start_proxy
 from specdec.capture.sidecar_categories import CategoryBook
 from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
-from specdec.capture.sidecar_records import CounterScrape
+from specdec.schemas.counters import CounterScrape
 from specdec.listen import warn_if_exposed
 
 log = logging.getLogger("specdec.capture.sidecar")

@@ -248,7 +248,7 @@ class CounterLake:
 
     def write(self, rows: list) -> list:
         """Write ``rows`` (one file per UTC date); return the rows not written (kept for a retry)."""
-        from specdec.capture.sidecar_records import CounterScrape
+        from specdec.schemas.counters import CounterScrape
 
         by_date: dict[str, list] = {}
         for row in rows:

@@ -278,7 +278,7 @@ def mix_rows(traffic: Traffic, mix: dict[str, float], n: int, seed: int = 0) -> 
 # ------------------------------------------------------------------ output
 def write_rows(rows: list[TrafficRow], out: Path, source: Traffic) -> Traffic:
     """Write rows as ``.parquet`` or ``.jsonl`` (atomically); the file must not be the source."""
-    from specdec.runfolder import atomic_write_text
+    from specdec.atomic import atomic_write_text
 
     out = Path(out)
     if out.resolve() == Path(source.path).resolve():

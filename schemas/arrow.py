@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from specdec.runfolder import atomic_write_with
+from specdec.atomic import atomic_write_with
 from specdec.schemas.records import SCHEMA_VERSION
 
 _SCALARS: dict[Any, pa.DataType] = {
@@ -68,7 +68,7 @@ def absent_as_null(field: pa.Field) -> bool:
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     """Write to a unique temporary name, fsync, then rename (see
-    ``specdec.runfolder.atomic_write_with``): a reader (or a crash) never sees a
+    ``specdec.atomic.atomic_write_with``): a reader (or a crash) never sees a
     half-written file under the final name."""
     atomic_write_with(Path(path), lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 

@@ -38,7 +38,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, AllowInfNan, Strict
 from pydantic_core import PydanticCustomError
 
-from specdec.runfolder import LATEST
 
 #: Upper bound of any max_tokens (no served model generates more in one reply).
 MAX_TOKENS_CEILING = 1_000_000
@@ -54,7 +53,8 @@ MAX_LEVEL = 4096
 MAX_NAME_LEN = 100
 #: Longest prompt_id or category.
 MAX_LABEL_LEN = 200
-#: The ``runs/latest`` link's name: a run may not be called that.
+#: The name of the link to the newest run (``runs/latest``, ``specdec.runfolder``): a run may not be called that.
+LATEST = "latest"
 _RESERVED_RUN_NAMES = {LATEST}
 
 _RUN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
@@ -130,9 +130,19 @@ def _run_name(value: str) -> str:
         raise PydanticCustomError("run_name", "not a plain run name: {why}", {"why": str(exc)}) from None
 
 
-def _arm_name(value: str) -> str:
-    from specdec.arms import check_arm_name
+#: A plain arm name.
+ARM_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
+_ARM_NAME = re.compile(ARM_NAME)
 
+def check_arm_name(name: Any) -> str:
+    """``name`` if it is a plain arm name; a ValueError saying what one is, otherwise."""
+    if not isinstance(name, str) or not _ARM_NAME.match(name):
+        raise ValueError(f"arm name {name!r}: use 1-40 lower-case letters, digits, '-' or '_', starting with a "
+                         "letter or digit (it becomes part of request ids and file names)")
+    return name
+
+
+def _arm_name(value: str) -> str:
     try:
         return check_arm_name(value)
     except ValueError as exc:

@@ -38,6 +38,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from specdec.schemas.strict import ARM_NAME, check_arm_name
+
 __all__ = ["ARM_NAME", "BASELINE", "ENGINE_NAMES", "NGRAM", "ROLES", "ROLES_TABLE", "SPECULATIVE", "ArmSpec",
            "Comparison", "analysis_run_id", "check_arm_name", "check_arms", "classic", "comparison_manifest", "comparisons",
            "parse_arm",
@@ -47,10 +49,6 @@ __all__ = ["ARM_NAME", "BASELINE", "ENGINE_NAMES", "NGRAM", "ROLES", "ROLES_TABL
 BASELINE = "baseline"
 SPECULATIVE = "speculative"
 ROLES = (BASELINE, SPECULATIVE)
-
-#: A plain arm name.
-ARM_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
-_ARM_NAME = re.compile(ARM_NAME)
 
 #: The columns by_role (sql/macros.sql) adds to a staging model after run_id and arm.
 STAGING_ADDED = ("arm_name", "source_run_id")
@@ -66,14 +64,6 @@ NGRAM = {"vllm": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup
                   "prompt_lookup_max": 4},
          "llama.cpp": {"type": "ngram-mod"}}
 ENGINE_NAMES = tuple(NGRAM)
-
-
-def check_arm_name(name: Any) -> str:
-    """``name`` if it is a plain arm name; a ValueError saying what one is, otherwise."""
-    if not isinstance(name, str) or not _ARM_NAME.match(name):
-        raise ValueError(f"arm name {name!r}: use 1-40 lower-case letters, digits, '-' or '_', starting with a "
-                         "letter or digit (it becomes part of request ids and file names)")
-    return name
 
 
 @dataclass(frozen=True)

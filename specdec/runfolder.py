@@ -28,22 +28,29 @@ It imports nothing heavy: the capture plugin loads it inside the engine.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, unquote
 
-from specdec.errors import InputFileError
+from pydantic import ValidationError
+
+from specdec.atomic import atomic_write_text
+from specdec.errors import InputFileError, SpecdecError
 from specdec.json_limits import JsonLimitError, scan
+from specdec.schemas import records
+from specdec.schemas.counters import CounterScrape
+from specdec.schemas.records import RoundTrace, RunManifest
+from specdec.schemas.strict import LATEST
 
 # ------------------------------------------------------------------ names
 MANIFEST = "manifest.json"
 DB_NAME = "specdec.duckdb"
 REPORT = "report.html"
 CHARTS_SUBDIR = "charts"
-LATEST = "latest"
 CAPTURE_SUBDIR = "capture"
 REQUESTS_SUBDIR = "requests"
 GREEDY_SUBDIR = "greedy"
@@ -77,9 +84,7 @@ class RecordFile:
         return f"raw_{self.name}"
 
     def record(self):
-        """The pydantic model of the rows (imported lazily: it pulls pydantic)."""
-        from specdec.schemas import records
-
+        """The pydantic model of the rows."""
         return {
             "rounds": records.RoundTrace,
             "requests": records.RequestResult,
@@ -210,8 +215,6 @@ TRAFFIC_PART_LAYOUT = "date=YYYY-MM-DD/part-*.parquet"
 
 def partition_date(wall_time_ns: int) -> str:
     """The ``date=`` partition (UTC, YYYY-MM-DD) of a Unix wall time in ns."""
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(wall_time_ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%d")
 
 
@@ -241,50 +244,8 @@ def files_of(run_dir: Path, rec: RecordFile) -> list[Path]:
     return sorted(p for p in run_dir.glob(rec.part_glob) if not p.name.startswith("."))
 
 
-# ----------------------------------------------------------- atomic writes
-def _tmp_beside(path: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    return Path(name)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a unique temporary name beside ``path``, fsync, rename. A reader
-    or a crash never sees half a file; two writers never share a temp file."""
-    path = Path(path)
-    tmp = _tmp_beside(path)
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_with(path: Path, write) -> None:
-    """Like atomic_write_bytes, for writers that take a path (Parquet, DuckDB)."""
-    path = Path(path)
-    tmp = _tmp_beside(path)
-    try:
-        tmp.unlink()  # some writers refuse an existing file
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def new_run_id() -> str:
     """The default run id: the UTC start time, e.g. 20261129T160526Z."""
-    import datetime as dt
-
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
@@ -292,8 +253,6 @@ def claim_run_dir(runs_dir: Path, run_id: str | None) -> tuple[str, Path]:
     """(run id, run folder) for a new run; refuses a folder that already holds
     files. Creates nothing: callers validate everything first, then
     ``open_run_dir``."""
-    from specdec.errors import SpecdecError
-
     run_id = run_id or new_run_id()
     run_dir = Path(runs_dir) / run_id
     if run_dir.exists() and any(run_dir.iterdir()):
@@ -338,10 +297,6 @@ def read_manifest(run_dir: Path):
     """Read and validate ``manifest.json``; every problem names the file and
     field. Bounded (``MANIFEST_MAX_*``): at most 1 MiB, arrays and objects
     nested at most 64 deep, strings of at most 65,536 characters."""
-    from pydantic import ValidationError
-
-    from specdec.schemas.records import RunManifest
-
     path = Path(run_dir) / MANIFEST
     if not path.is_file():
         raise InputFileError(path, "missing: is this a specdec run folder?")
@@ -393,8 +348,6 @@ def lake_partition_value(value: str) -> str:
     (``urllib.parse.quote``, nothing kept but letters, digits and ``_.-~``);
     a value of dots only is encoded too, the empty string is Hive's
     ``__HIVE_DEFAULT_PARTITION__``."""
-    from urllib.parse import quote
-
     text = quote(value, safe="")
     if not text:
         return "__HIVE_DEFAULT_PARTITION__"
@@ -424,14 +377,8 @@ class LakeRecord:
         return f"raw_{self.name}"
 
     def record(self):
-        """The pydantic model of the rows (imported lazily)."""
-        if self.name == "rounds":
-            from specdec.schemas.records import RoundTrace
-
-            return RoundTrace
-        from specdec.capture.sidecar_records import CounterScrape
-
-        return CounterScrape
+        """The pydantic model of the rows."""
+        return RoundTrace if self.name == "rounds" else CounterScrape
 
 
 LAKE_RECORDS: tuple[LakeRecord, ...] = (
@@ -453,8 +400,6 @@ def lake_files(lake: Path, rec: LakeRecord) -> list[Path]:
 def lake_run_id(path: Path) -> str:
     """The run_id of a lake rounds file, from its ``run_id=`` partition folder:
     the inverse of ``lake_partition_value``."""
-    from urllib.parse import unquote
-
     value = Path(path).parent.name.removeprefix("run_id=")
     return "" if value == "__HIVE_DEFAULT_PARTITION__" else unquote(value)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specdec.runfolder import atomic_write_with
+from specdec.atomic import atomic_write_with
 from specdec.schemas.arrow import arrow_schema, table_from_columns
 from specdec.schemas.records import TrafficRow
 

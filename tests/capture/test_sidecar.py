@@ -25,7 +25,7 @@ from specdec.capture.cli import main as capture_cli
 from specdec.capture.sidecar import Sidecar, SidecarSettings
 from specdec.capture.sidecar_lake import Compactor
 from specdec.capture.sidecar_metrics import BUCKETS_MS, METRIC_NAMES
-from specdec.capture.sidecar_records import CounterScrape
+from specdec.schemas.counters import CounterScrape
 from specdec.engines.metrics import COUNTERS, GAUGES, parse_counters
 from specdec.runfolder import (
     LAKE_COUNTERS_GLOB,
