@@ -25,6 +25,7 @@ from specdec.analytics.html import banner, esc, script_json, table
 from specdec.analytics.intervals import METHOD
 from specdec.analytics.labels import RULE as LABEL_RULE
 from specdec.analytics.labels_text import chart_safe
+from specdec.analytics.page import chart_divs, page
 from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
@@ -97,14 +98,6 @@ SPEEDUP_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "c
                    "pointwise_ci_low", "pointwise_ci_high", "prompts_ci_low", "prompts_ci_high", "aa_speedup",
                    "aa_ci_low", "aa_ci_high", "aa_check", "aa_pairs", "speedup_mean_of_rates", "baseline_tokens_per_s",
                    "speculative_tokens_per_s", "label_basis", "excluded_reason")
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
-table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}td.num{text-align:right}
-th{background:#f3f3f3}pre{background:#f7f7f7;padding:1em;font-size:12px;overflow:auto;white-space:pre-wrap}
-.alarm{background:#fde2e1;border:2px solid #c0392b;color:#7b1d15;padding:.6em 1em;margin:.5em 0;font-weight:600}
-.warn{background:#fff4d6;border:1px solid #d4a017;padding:.6em 1em;margin:.5em 0}
-table.flagged{opacity:.6}"""
-
 
 def _charts(data: ReportData) -> dict[str, dict]:
     """Vega-Lite specs of the charts that have data (a chart of nothing is left out)."""
@@ -411,28 +404,6 @@ def _run_line(data: ReportData) -> str:
             else "arms")
     return (f"{what}; {arms} differ only in: <code>{esc('; '.join(data.arm_difference))}</code>. "
             f"Run finished: {esc(m.finished)}. Requests: {data.requests_total}, failed: {data.requests_failed}.")
-
-
-def page(title: str, charts: dict[str, dict], body: str) -> str:
-    """A self-contained report page: the Vega-Lite bundle inline, ``body`` (HTML) after the
-    title, each chart of ``charts`` embedded in the <div> of its name (``body`` places them)."""
-    from altair.utils._importers import vl_version_for_vl_convert
-    import vl_convert
-
-    embeds = "\n".join(f"vegaEmbed('#{k}', {script_json(v)}, {{actions: false}});" for k, v in charts.items())
-    bundle = vl_convert.javascript_bundle(vl_version=vl_version_for_vl_convert())
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{esc(title)}</title>
-<style>{_CSS}</style>
-<script>{bundle}</script></head><body>
-<h1>{esc(title)}</h1>
-{body}
-<script>{embeds}</script>
-</body></html>"""
-
-
-def chart_divs(charts: dict[str, dict]) -> str:
-    return "".join(f'<div id="{k}"></div>' for k in charts)
 
 
 def render_html(data: ReportData) -> str:

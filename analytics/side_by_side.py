@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from specdec.analytics.html import banner, esc, table
 from specdec.analytics.labels_text import chart_safe
+from specdec.analytics.page import chart_divs, page
 from specdec.analytics.report_data import Table
 
 __all__ = ["Comparison", "comparisons_in", "side_by_side", "render_side_by_side", "summary_lines"]
@@ -138,8 +139,6 @@ def _acceptance_rate(r: dict) -> str:
 
 def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table, notes: list[str]) -> str:
     """``report.html`` of a run of named arms."""
-    from specdec.analytics.report import chart_divs, page
-
     charts = chart_specs(t)
     links = "".join(f'<li><a href="{esc(c.report_name)}">{esc(c.arm)}</a> ({esc(c.engine)}) against '
                     f'{esc(c.reference)} ({esc(c.reference_engine)}): analysis run <code>{esc(c.analysis_run_id)}'

@@ -70,8 +70,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specdec.capture import plugin_v2, vllm_targets
 from specdec.capture import settings as capture_settings
-from specdec.capture import vllm_targets
 from specdec.runfolder import ENV_CAPTURE_DIR
 
 log = logging.getLogger("specdec.capture")
@@ -85,6 +85,7 @@ class _State:
     def __init__(self, out_dir: Path, run_id: str, flush_s: float = capture_settings.DEFAULT_FLUSH_S,
                  max_rows: int = capture_settings.DEFAULT_MAX_ROWS,
                  max_bytes: int = capture_settings.DEFAULT_MAX_BYTES):
+        # deferred: the writer pulls pyarrow, which a vLLM process with capture off never needs
         from specdec.capture.writer import RoundWriter
 
         self.writer = RoundWriter(out_dir, flush_s=flush_s, max_rows=max_rows, max_bytes=max_bytes)
@@ -118,6 +119,17 @@ _GAVE_UP = False  # a bad setting was logged once; later calls stay quiet
 def state() -> _State | None:
     """The active capture state of this process, or None when capture is off."""
     return _STATE
+
+
+def _fail(where: str, exc: BaseException) -> None:
+    """A hook of ``plugin_v2`` failed: counted (and logged once) in this process's state."""
+    if _STATE is not None:
+        _STATE.fail(where, exc)
+    else:  # pragma: no cover - hooks are only installed with capture on
+        log.debug("specdec-capture: %s failed: %s", where, exc)
+
+
+plugin_v2.report_failure = _fail
 
 
 def _after_fork_in_child() -> None:
@@ -215,8 +227,6 @@ def _announce(text: str) -> None:
 
 def runner_line(runner: Any) -> str:
     """What the capture gives with this model runner, said once when it is made."""
-    from specdec.capture import plugin_v2
-
     version = _vllm_version()
     name = f"{type(runner).__module__}.{type(runner).__qualname__}"
     if plugin_v2.is_v2_runner(runner):
@@ -253,8 +263,6 @@ def _wrap_make_model_runner(original):
     def _make_model_runner(self, *args, **kwargs):
         runner = original(self, *args, **kwargs)
         try:
-            from specdec.capture import plugin_v2
-
             if plugin_v2.is_v2_runner(runner):
                 problems = vllm_targets.runtime_problems(("timing-v2",))
                 if problems:

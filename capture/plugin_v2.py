@@ -81,14 +81,17 @@ class RunnerState:
         self.prev_draft: tuple[Any, Any] | None = None
 
 
-def _fail(where: str, exc: BaseException) -> None:
-    from specdec.capture import plugin
+def _log_failure(where: str, exc: BaseException) -> None:  # pragma: no cover - the plugin replaces it
+    log.debug("specdec-capture: %s failed: %s", where, exc)
 
-    st = plugin.state()
-    if st is not None:
-        st.fail(where, exc)
-    else:  # pragma: no cover - hooks are only installed with capture on
-        log.debug("specdec-capture: %s failed: %s", where, exc)
+
+#: Where a failed hook is reported: the capture plugin (``plugin.py``) points this at
+#: its per-process state when it loads, so this module does not import the plugin.
+report_failure: Callable[[str, BaseException], None] = _log_failure
+
+
+def _fail(where: str, exc: BaseException) -> None:
+    report_failure(where, exc)
 
 
 def is_v2_runner(runner: Any) -> bool:
