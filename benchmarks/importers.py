@@ -49,7 +49,7 @@ if old:  # the old commit's tree instead of the editable install
     sys.path.insert(0, sys.argv[4])
 from specdec.replay import importers
 opts = importers.ImportOptions() if sys.argv[1] == "azure" else importers.ImportOptions(category="chat")
-if old:
+if old and sys.argv[5] == "memory":  # a commit before import_to_file
     report = importers.import_trace(sys.argv[1], sys.argv[2], opts)
     importers.write_traffic(report, sys.argv[3])
     n = len(report.rows)
@@ -60,8 +60,8 @@ print(json.dumps({"rows": n, "wall_s": time.perf_counter() - t0, "cpu_s": time.p
 """
 
 
-def run(fmt: str, path: Path, out: Path, old_tree: str = "-") -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, fmt, str(path), str(out), old_tree],
+def run(fmt: str, path: Path, out: Path, old_tree: str = "-", how: str = "file") -> dict:
+    done = subprocess.run([sys.executable, "-c", CHILD, fmt, str(path), str(out), old_tree, how],
                           capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{fmt} {path.name} failed:\n{done.stderr[-2000:]}")
@@ -131,10 +131,13 @@ def main() -> None:
     ap.add_argument("--formats", default="azure,burstgpt,mooncake",
                     help="generated files of these formats (comma-separated)")
     ap.add_argument("--no-trace", action="store_true", help="skip the whole Azure trace")
+    ap.add_argument("--compare", default=None,
+                    help="a commit with import_to_file: each generated file is also imported with its code, side by side")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        compare_tree = old_tree(args.compare, tmp / "compare") if args.compare else "-"
         lengths = azure_lengths()
         results = {} if args.no_trace else {
             "azure conversation trace (whole)": run("azure", AZURE, tmp / "a.parquet")}
@@ -143,7 +146,8 @@ def main() -> None:
             head.write_text("".join(AZURE.open().readlines()[: args.old_rows + 1]))
             tree = old_tree(args.old, tmp / "old")
             results[f"azure first {args.old_rows} rows, new"] = run("azure", head, tmp / "h.parquet")
-            results[f"azure first {args.old_rows} rows, old {args.old[:8]}"] = run("azure", head, tmp / "o.parquet", tree)
+            results[f"azure first {args.old_rows} rows, old {args.old[:8]}"] = run("azure", head, tmp / "o.parquet",
+                                                                                tree, "memory")
         for fmt, gen, n in (("azure", gen_azure, args.rows), ("burstgpt", gen_burstgpt, args.rows),
                             ("mooncake", None, args.mooncake_rows or args.rows)):
             if fmt not in args.formats.split(","):
@@ -151,6 +155,8 @@ def main() -> None:
             path = tmp / f"gen_{fmt}_conv.{'jsonl' if fmt == 'mooncake' else 'csv'}"
             gen_mooncake(path, n) if gen is None else gen(path, n, lengths)
             results[f"{fmt} generated"] = run(fmt, path, tmp / f"{fmt}.parquet")
+            if args.compare:
+                results[f"{fmt} generated, {args.compare[:8]}"] = run(fmt, path, tmp / "c.parquet", compare_tree)
             path.unlink()
         for name, r in results.items():
             print(line(name, r))

@@ -41,6 +41,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
+from specdec.replay.importers.utf8 import Utf8Parts
 from specdec.replay.prompt_pool import (
     EXACT, SEPARATOR, Composed, PoolPrompt, TokenCounter, Unit, _by_piece, _cut, tolerance,
 )
@@ -63,6 +64,7 @@ class Block:
     start: int  # index of its first unit in the stream
     units: tuple[Unit, ...]
     text: str
+    data: bytes  # text as UTF-8 (a row's prompt is joined from these: ``utf8``)
     tokens: int  # counter.text(text): exact
     pieces: tuple[tuple[str, int], ...]  # (piece id, unit tokens) as Composed.context counts them
 
@@ -81,6 +83,7 @@ class BlockComposer:
         self._front: dict[str, int] = {}
         self._tails: dict[tuple[int, int], tuple[str, int]] = {}
         self._q: dict[str, int] = {}
+        self._asked: dict[str, bytes] = {}  # prompt id -> SEPARATOR + its text, as UTF-8
 
     # -------------------------------------------------------------- blocks
     def start_of(self, hash_id: int) -> int:
@@ -108,7 +111,7 @@ class BlockComposer:
                 tokens += self.stream[i].tokens
                 i = (i + 1) % len(self.stream)
             text = "".join(u.text for u in units)
-            hit = self._blocks[start] = Block(start, tuple(units), text, self.counter.text(text),
+            hit = self._blocks[start] = Block(start, tuple(units), text, text.encode("utf-8"), self.counter.text(text),
                                               tuple(_by_piece(units)))
         return hit
 
@@ -171,7 +174,8 @@ class BlockComposer:
 
     # -------------------------------------------------------------- one row
     def compose(self, prompt: PoolPrompt, target: int, blocks: list[Block]) -> Composed | None:
-        """The row's content from its blocks, or None when the target is too
+        """The row's content from its blocks (the message's content a
+        ``Utf8Parts``: the blocks' bytes, not joined here), or None when the target is too
         small for whole blocks and units (the prompt alone, or its first unit,
         overshoots): the caller composes those rows unit by unit
         (``prompt_pool.compose``), as every row was composed before."""
@@ -252,7 +256,10 @@ class _Row:
                     if cut_reached is not None and abs(cut_reached - target) < abs(reached - target):
                         text, reached, cut = cut_text, cut_reached, nxt.units[m0].piece
                         tail_units = list(nxt.units[:m0]) + [part]
-        content = "".join(b.text for b in whole) + text + SEPARATOR + self.prompt.text
+        asked = self.o._asked.get(self.prompt.id)
+        if asked is None:
+            asked = self.o._asked[self.prompt.id] = (SEPARATOR + self.prompt.text).encode("utf-8")
+        content = Utf8Parts((*(b.data for b in whole), text.encode("utf-8"), asked))
         pieces = _merged([p for b in whole for p in b.pieces] + _by_piece(tail_units))
         done = Composed([{"role": "user", "content": content}], self.prompt.id, target, reached, pieces, cut,
                         sum(len(b.units) for b in whole) + len(tail_units))

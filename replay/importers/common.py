@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specdec.errors import InputFileError
 from specdec.replay.importers.content import ContentAssigner
+from specdec.replay.importers.utf8 import plain
 from specdec.replay.prompt_pool import Pool, TokenCounter, tolerance, unit_hash
 from specdec.schemas.records import TrafficRow
 from specdec.schemas.strict import MAX_ARRIVAL_MS, MAX_TOKENS_CEILING
@@ -249,7 +250,8 @@ def select(rows: Iterable[TraceRow], opts: ImportOptions, report: ImportReport,
 def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
                    report: ImportReport) -> Iterator[dict]:
     """Each kept row's TrafficRow fields (a dict, so a writer can fill
-    column buffers without a model object per row): content, arrival from the
+    column buffers without a model object per row; ``prompt`` may be a
+    ``utf8.Utf8Parts``, which ``writer`` takes as it is): content, arrival from the
     first kept row, sessions numbered by turn among the kept rows."""
     assigner = ContentAssigner(pool, counter, opts.seed, opts.category, opts.mix, opts.max_input_tokens)
     turns: Counter = Counter()
@@ -290,7 +292,8 @@ def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, p
 def to_traffic(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
                report: ImportReport) -> list[TrafficRow]:
     """``traffic_values`` as validated TrafficRow records (small imports, the tests)."""
-    return [TrafficRow(**v) for v in traffic_values(rows, source, opts, pool, counter, report)]
+    return [TrafficRow(**{**v, "prompt": plain(v["prompt"])})
+            for v in traffic_values(rows, source, opts, pool, counter, report)]
 
 
 def _json(value) -> str:
