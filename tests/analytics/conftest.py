@@ -45,6 +45,7 @@ from specdec.analytics.build import build
 from specdec.runfolder import write_manifest
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, RoundTrace, RunManifest
+from tests.support.duck import rows
 
 RUN = "t"
 T0 = 1_700_000_000_000_000_000  # ns
@@ -240,9 +241,7 @@ def query(run_dir: Path):
     def run(sql: str) -> list[dict]:
         nonlocal con
         con = con or duckdb.connect(str(build(run_dir)), read_only=True)
-        cur = con.execute(sql)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
+        return rows(con, sql)
 
     yield run
     if con is not None:

@@ -8,6 +8,7 @@ from pytest import approx
 
 from specdec.analytics.build import build
 from specdec.analytics.settings import Slo
+from tests.support.duck import rows
 
 from .conftest import failed, repeated_counters, repeated_requests, write_run
 
@@ -17,14 +18,7 @@ E2E = {"baseline": {1: 5000, 2: 8000, 4: 12000, 8: 20000},      # TPOT 50, 80, 1
 
 
 def capacity(run_dir, slo=None) -> dict[str, dict]:
-    con = duckdb.connect(str(build(run_dir, slo=slo)), read_only=True)
-    try:
-        cur = con.execute("select * from capacity_under_slo")
-        cols = [d[0] for d in cur.description]
-        return {row["arm"]: row for row in (dict(zip(cols, r)) for r in cur.fetchall())}
-
-    finally:
-        con.close()
+    return {row["arm"]: row for row in rows(build(run_dir, slo=slo), "select * from capacity_under_slo")}
 
 
 def run(tmp_path, e2e=E2E, requests=None):

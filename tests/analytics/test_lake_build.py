@@ -14,7 +14,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from specdec.analytics.build import build
@@ -25,6 +24,7 @@ from specdec.errors import InputFileError
 from specdec.runfolder import LAKE_ROUNDS_GLOB, lake_rounds_part, round_part_name
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
+from tests.support.duck import rows
 
 from .conftest import T0, make_rounds, write_run
 
@@ -63,16 +63,6 @@ def lake(tmp_path) -> Path:
     counters = CounterLake(lake)
     assert counters.write([scrape(T0, 3.0), scrape(T0 + DAY, None)]) == []
     return lake
-
-
-def rows(db: Path, sql: str) -> list[dict]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(sql)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
 
 
 def test_a_lake_of_two_runs_gives_capture_acceptance_per_run(lake):

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from specdec.analytics.build import build
@@ -36,6 +35,7 @@ from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult, RoundTrace
 from tests.analytics.conftest import RUN, T0, failed, make_manifest, write_run
+from tests.support import duck
 
 EOS = [0]
 
@@ -137,13 +137,8 @@ def make_run(run_dir: Path, *, checks=None, requests=None, max_error_rate: float
 
 
 def rows(run_dir: Path, sql: str) -> list[dict]:
-    con = duckdb.connect(str(build(run_dir)), read_only=True)
-    try:
-        cur = con.execute(sql)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    """The run's database built, then read."""
+    return duck.rows(build(run_dir), sql)
 
 
 @pytest.fixture

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
-import pytest
 
 from specdec.analytics.build import build
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, PassCounters
 from tests.analytics.conftest import RUN, T0, make_manifest, write_run
+from tests.support import duck
 
 
 def check(arm: str, level: int, prompt: str, ids: list[int], at: dict[int, tuple[float, float, int]] | None = None,
@@ -100,13 +99,8 @@ def make_run(run_dir: Path, checks: list[GreedyCheck], passes: list[PassCounters
 
 
 def rows(run_dir: Path, sql: str) -> list[dict]:
-    con = duckdb.connect(str(build(run_dir)), read_only=True)
-    try:
-        cur = con.execute(sql)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    """The run's database built, then read."""
+    return duck.rows(build(run_dir), sql)
 
 
 def test_a_speculative_token_that_is_not_the_runner_up_is_suspect_even_at_a_small_margin(tmp_path):

@@ -16,6 +16,7 @@ from pytest import approx
 from specdec.analytics.build import build, runs_of
 from specdec.analytics.report import write_report
 from specdec.arms import ArmSpec, classic, comparisons, parse_arm, role_rows
+from tests.support.duck import rows as _rows  # a local list is called rows
 
 from .conftest import RUN, make_counters, make_manifest, make_requests, make_rounds, write_run
 
@@ -67,16 +68,6 @@ def write_named_run(run_dir: Path, two_engines: bool = False) -> Path:
                                              "model_source": {"file": "g.gguf"}},
                                "vllm": {"model": "m", "dtype": "float32", "model_source": {}}})
     return write_run(run_dir, cnts, requests=reqs, rounds=rounds, manifest=m.model_copy(update=update))
-
-
-def _rows(db: Path, sql: str, *params) -> list[dict]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(sql, list(params))
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
 
 
 @pytest.fixture

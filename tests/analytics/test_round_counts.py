@@ -18,6 +18,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
+from tests.support.duck import rows as _rows  # a local list is called rows
 
 from . import test_lossless
 from .conftest import RUN, T0, write_run
@@ -137,12 +138,6 @@ def db(tmp_path_factory):
     write_run(run_dir, requests=timed, rounds=test_lossless.make_rounds() + _extra_rounds(),
               manifest=test_lossless.make_manifest(dtype="bfloat16", max_error_rate=0.5))
     return duckdb.connect(str(build(run_dir)), read_only=True)
-
-
-def _rows(con, sql: str) -> list[dict]:
-    cur = con.execute(sql)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
 
 
 def _same(a, b) -> bool:

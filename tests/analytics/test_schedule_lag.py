@@ -17,11 +17,11 @@ made an open-loop Poisson level at 0.5 requests/s, level 2 stays closed loop:
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from specdec.analytics.build import build
 from tests.analytics.conftest import make_requests, write_run
+from tests.support.duck import rows
 
 SENDS = {("baseline", 1): [(0.0, 1.0, None), (2000.0, 2004.0, 0.0)],
          ("speculative", 1): [(0.0, 0.0, None), (2000.0, 2010.0, 30.0)],
@@ -44,11 +44,8 @@ def _requests():
 
 
 def test_schedule_lag_per_arm_and_level(tmp_path):
-    con = duckdb.connect(str(build(write_run(tmp_path, requests=_requests()))), read_only=True)
-    cur = con.execute("select * from schedule_lag")
-    cols = [d[0] for d in cur.description]
-    got = {(r["arm"], r["concurrency"]): r for r in (dict(zip(cols, row)) for row in cur.fetchall())}
-    con.close()
+    got = {(r["arm"], r["concurrency"]): r
+           for r in rows(build(write_run(tmp_path, requests=_requests())), "select * from schedule_lag")}
     b1, s1, b2 = got[("baseline", 1)], got[("speculative", 1)], got[("baseline", 2)]
     assert (b1["load_mode"], b1["level_value"], b1["repeats"], b1["requests"], b1["requests_held"]) == (
         "poisson", 0.5, 1, 2, 0)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from specdec.analytics.build import build
@@ -38,6 +37,7 @@ from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult
 from tests.analytics.conftest import RUN, T0, failed, make_manifest, write_run
+from tests.support import duck
 
 # prompt -> (category, baseline (offsets, tokens, e2e), speculative (offsets, tokens, e2e))
 SPLIT = ([100.0, 400.0, 1000.0], [2, 4, 10], 1000.0), ([50.0, 200.0, 500.0], [1, 5, 10], 500.0)
@@ -107,13 +107,8 @@ def make_run(run_dir: Path, timed_rows=TIMED) -> Path:
 
 
 def rows(run_dir: Path, sql: str) -> list[dict]:
-    con = duckdb.connect(str(build(run_dir)), read_only=True)
-    try:
-        cur = con.execute(sql)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
+    """The run's database built, then read."""
+    return duck.rows(build(run_dir), sql)
 
 
 @pytest.fixture(scope="module")

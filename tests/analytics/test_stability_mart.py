@@ -24,6 +24,7 @@ from specdec.replay.stability import fault_table
 from specdec.runfolder import write_manifest
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import ArmConfig, RunManifest, StabilityResult
+from tests.support.duck import rows
 
 
 def _row(fault, i, outcome, sent, failed, errs, healthy=True, w=0, expected="completes", **rss):
@@ -61,20 +62,14 @@ def con(tmp_path):
     c.close()
 
 
-def _rows(con, sql):
-    cur = con.execute(sql)
-    cols = [d[0] for d in cur.description]
-    return [dict(zip(cols, r)) for r in cur.fetchall()]
-
-
 def test_stg_stability_columns_are_the_record_fields(con):
-    cols = [r["column_name"] for r in _rows(con, "describe stg_stability")]
+    cols = [r["column_name"] for r in rows(con, "describe stg_stability")]
     assert cols == list(StabilityResult.model_fields)
     assert con.execute("select count(*) from stg_stability").fetchone() == (len(ROWS),)
 
 
 def test_one_row_per_fault_in_run_order_with_worst_outcome(con):
-    got = {r["fault"]: r for r in _rows(con, "select * from stability")}
+    got = {r["fault"]: r for r in rows(con, "select * from stability")}
     assert list(got) == ["empty_prompt", "odd_unicode", "soak", "kill_restart", "greedy_recheck"]
     u = got["odd_unicode"]
     assert (u["probes"], u["requests_sent"], u["requests_failed"]) == (3, 3, 2)
@@ -89,7 +84,7 @@ def test_one_row_per_fault_in_run_order_with_worst_outcome(con):
 
 
 def test_soak_rss_trend_columns_and_null_elsewhere(con):
-    got = {r["fault"]: r for r in _rows(con, "select * from stability")}
+    got = {r["fault"]: r for r in rows(con, "select * from stability")}
     s = got["soak"]
     assert (s["rss_first_mb"], s["rss_last_mb"], s["rss_max_mb"], s["rss_samples"], s["rss_slope_mb_per_min"]) == \
         (100.0, 120.0, 121.0, 3, 10.0)
@@ -99,7 +94,7 @@ def test_soak_rss_trend_columns_and_null_elsewhere(con):
 
 def test_the_terminal_table_follows_the_same_rule_as_the_mart(con):
     mart = [(r["fault"], r["outcome"], r["requests_sent"], r["requests_failed"], r["server_healthy_after"],
-             r["detail"]) for r in _rows(con, "select * from stability")]
+             r["detail"]) for r in rows(con, "select * from stability")]
     py = [(f["fault"], f["outcome"], f["requests_sent"], f["requests_failed"], f["server_healthy_after"],
            f["detail"]) for f in fault_table(ROWS)]
     assert py == mart

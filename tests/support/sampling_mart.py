@@ -10,6 +10,7 @@ from specdec.analytics.models import discover, macros_sql
 from specdec.arms import create_roles_table
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import SampleCheck
+from tests.support.duck import rows
 
 
 def roles(con) -> None:
@@ -38,9 +39,7 @@ def mart(records) -> list[dict]:
     no_pass_counters(con)
     con.execute(f"create view sampling as\n{models['sampling'].sql}")
     st.fill(con)
-    cur = con.execute("select * from sampling")
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r)) for r in cur.fetchall()]
+    return rows(con, "select * from sampling")
 
 
 def by_stat(rows: list[dict], **where) -> dict[str, dict]:
