@@ -92,6 +92,22 @@ def gen_burstgpt(path: Path, n: int, lengths) -> None:
             fh.write(f"{i * 0.002:.3f},ChatGPT,{c},{g},{int(c) + int(g)},Conversation log\n")
 
 
+def gen_burstgpt_sessions(path: Path, n: int, lengths) -> None:
+    """Every row a turn of a 4-turn session, four sessions interleaved; a
+    turn's input holds its history: the previous turn's input and output
+    (at most 256) plus the Azure row's context as the new message."""
+    with path.open("w") as fh:
+        fh.write("Timestamp,Session ID,Model,Request tokens,Response tokens,Total tokens,Log Type\n")
+        history: dict[int, int] = {}
+        for i in range(n):
+            c, g = lengths[i % len(lengths)]
+            s = (i // 16) * 4 + i % 4
+            turn_in = history.pop(s, 0) + int(c)
+            if (i % 16) < 12:
+                history[s] = turn_in + min(int(g), 256)
+            fh.write(f"{i * 0.002:.3f},s{s},ChatGPT,{turn_in},{g},{turn_in + int(g)},Conversation log\n")
+
+
 def gen_mooncake(path: Path, n: int) -> None:
     rows = [json.loads(line) for line in MOONCAKE.open() if line.strip()]
     top = max(max(r["hash_ids"], default=0) for r in rows) + 1
@@ -128,7 +144,7 @@ def main() -> None:
     ap.add_argument("--mooncake-rows", type=int, default=None, help="rows of the generated Mooncake file (default: --rows)")
     ap.add_argument("--old", default=None, help="a commit whose importers to measure side by side")
     ap.add_argument("--old-rows", type=int, default=1_000)
-    ap.add_argument("--formats", default="azure,burstgpt,mooncake",
+    ap.add_argument("--formats", default="azure,burstgpt,burstgpt-sessions,mooncake",
                     help="generated files of these formats (comma-separated)")
     ap.add_argument("--no-trace", action="store_true", help="skip the whole Azure trace")
     ap.add_argument("--compare", default=None,
@@ -148,15 +164,17 @@ def main() -> None:
             results[f"azure first {args.old_rows} rows, new"] = run("azure", head, tmp / "h.parquet")
             results[f"azure first {args.old_rows} rows, old {args.old[:8]}"] = run("azure", head, tmp / "o.parquet",
                                                                                 tree, "memory")
-        for fmt, gen, n in (("azure", gen_azure, args.rows), ("burstgpt", gen_burstgpt, args.rows),
-                            ("mooncake", None, args.mooncake_rows or args.rows)):
-            if fmt not in args.formats.split(","):
+        for name, gen, n in (("azure", gen_azure, args.rows), ("burstgpt", gen_burstgpt, args.rows),
+                             ("burstgpt-sessions", gen_burstgpt_sessions, args.rows),
+                             ("mooncake", None, args.mooncake_rows or args.rows)):
+            if name not in args.formats.split(","):
                 continue
-            path = tmp / f"gen_{fmt}_conv.{'jsonl' if fmt == 'mooncake' else 'csv'}"
+            fmt = name.split("-")[0]
+            path = tmp / f"gen_{name}_conv.{'jsonl' if fmt == 'mooncake' else 'csv'}"
             gen_mooncake(path, n) if gen is None else gen(path, n, lengths)
-            results[f"{fmt} generated"] = run(fmt, path, tmp / f"{fmt}.parquet")
+            results[f"{name} generated"] = run(fmt, path, tmp / f"{name}.parquet")
             if args.compare:
-                results[f"{fmt} generated, {args.compare[:8]}"] = run(fmt, path, tmp / "c.parquet", compare_tree)
+                results[f"{name} generated, {args.compare[:8]}"] = run(fmt, path, tmp / "c.parquet", compare_tree)
             path.unlink()
         for name, r in results.items():
             print(line(name, r))

@@ -250,7 +250,7 @@ def select(rows: Iterable[TraceRow], opts: ImportOptions, report: ImportReport,
 def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
                    report: ImportReport) -> Iterator[dict]:
     """Each kept row's TrafficRow fields (a dict, so a writer can fill
-    column buffers without a model object per row; ``prompt`` may be a
+    column buffers without a model object per row; ``prompt`` and ``messages`` may be
     ``utf8.Utf8Parts``, which ``writer`` takes as it is): content, arrival from the
     first kept row, sessions numbered by turn among the kept rows."""
     assigner = ContentAssigner(pool, counter, opts.seed, opts.category, opts.mix, opts.max_input_tokens)
@@ -275,15 +275,13 @@ def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, p
             turns[r.session] += 1
         t0 = r.time_ms if t0 is None else t0
         arrival = round(r.time_ms - t0, 6)
-        single = len(done.messages) == 1
         report.count(done.category, arrival)
         yield {
             "prompt_id": key, "category": done.category, "max_tokens": max(1, r.output_tokens), "temperature": 0.0,
             "model": r.model, "arrival_ms": arrival, "session_id": session, "turn_index": turn,
             "input_tokens": r.input_tokens, "recorded_output_tokens": r.output_tokens, "tier": done.tier,
             "source": source, "content_note": done.note,
-            "prompt": done.messages[0]["content"] if single else None,
-            "messages": None if single else done.messages_json,
+            "prompt": done.prompt, "messages": done.messages,
         }
         report.content[done.status] += 1
     report.capped = assigner.capped
@@ -292,7 +290,7 @@ def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, p
 def to_traffic(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
                report: ImportReport) -> list[TrafficRow]:
     """``traffic_values`` as validated TrafficRow records (small imports, the tests)."""
-    return [TrafficRow(**{**v, "prompt": plain(v["prompt"])})
+    return [TrafficRow(**{**v, "prompt": plain(v["prompt"]), "messages": plain(v["messages"])})
             for v in traffic_values(rows, source, opts, pool, counter, report)]
 
 

@@ -21,7 +21,11 @@ the row's key):
     turn's messages, a stand-in assistant reply (material, about the previous
     turn's recorded output length, at most ``MAX_REPLY_TOKENS``) and a new user
     message; when that history is already longer than the turn's input length
-    the turn is composed alone and the note says so;
+    the turn is composed alone and the note says so. The user message is a
+    length bucket's content and the conversation is counted as the sum of its
+    messages' terms (``sessions``: exact for a template with special tokens
+    around each message, checked once; otherwise each turn is composed and
+    tokenized whole);
   - otherwise: the pieces the prompt's category reads first (code for code,
     documents for summaries, dialogues for chat), same language first.
     These rows are composed once per category and length bucket and the
@@ -32,7 +36,8 @@ the row's key):
     cost ~4-16 ms of CPU, hours for a million-row trace; a trace has a few
     hundred buckets per category. The price: rows of one bucket send the same
     text, so a server's prefix cache sees them as repeats (mind it when
-    TTFT is what is measured; a session's turns are still composed row by row).
+    TTFT is what is measured; a session turn's user message comes from the
+    same buckets).
 """
 
 from __future__ import annotations
@@ -40,16 +45,16 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from specdec.errors import SpecdecError
 from specdec.replay.importers.blocks import BlockComposer
+from specdec.replay.importers.sessions import MAX_REPLY_TOKENS, Bucket, Session, SessionTurns
+from specdec.replay.importers.utf8 import Utf8Parts
 from specdec.replay.prompt_pool import (
     KIND_PREFERENCE, Composed, Pool, PoolPrompt, TokenCounter, Unit, compose, split_units, tolerance, unit_hash,
 )
 
-#: Longest stand-in assistant reply between two turns of a session.
-MAX_REPLY_TOKENS = 256
 _LANG_RANK = {"en": {"en": 0, "mixed": 1, "zh": 2}, "zh": {"zh": 0, "mixed": 1, "en": 2},
               "mixed": {"mixed": 0, "en": 1, "zh": 1}}
 
@@ -72,21 +77,21 @@ def bucket_target(target: int) -> int:
 
 @dataclass
 class Assigned:
+    """A row's content: ``prompt`` (one user message) or ``messages`` (the
+    chat as JSON text), either possibly ``Utf8Parts`` (``utf8``)."""
+
     category: str
     tier: str
-    messages: list[dict]
     note: str
     status: str
-    messages_json: str | None = None  # the messages as JSON text (cached with a bucket's content)
+    prompt: str | Utf8Parts | None = None
+    messages: str | Utf8Parts | None = None
 
-
-@dataclass
-class _Session:
-    choice: str
-    messages: list[dict] = field(default_factory=list)
-    units: list[Unit] = field(default_factory=list)  # the session's material, in order
-    offset: int = 0  # units of it already used
-    last_output: int = 0
+    @classmethod
+    def of(cls, prompt: PoolPrompt, done: Composed, note: str) -> Assigned:
+        single = len(done.messages) == 1
+        return cls(prompt.category, prompt.tier, note, done.status, done.messages[0]["content"] if single else None,
+                   None if single else json.dumps(done.messages, ensure_ascii=False))
 
 
 class ContentAssigner:
@@ -106,8 +111,10 @@ class ContentAssigner:
         self._units: dict[str, list[Unit]] = {}
         self._base: dict[str, int] = {}
         self._blocks: BlockComposer | None = None
-        self._sessions: dict[str, _Session] = {}
-        self._buckets: dict[tuple[str, int], tuple[PoolPrompt, Composed, str]] = {}
+        self._sessions: dict[str, Session] = {}
+        self._turns: SessionTurns | None = None
+        self._buckets: dict[tuple[str, int], Bucket] = {}
+        self._material: dict[str, list[Unit]] = {}
         self.statuses: Counter[str] = Counter()
         self.capped = 0
 
@@ -172,7 +179,12 @@ class ContentAssigner:
         if session is not None:
             state = self._sessions.get(session)
             if state is None:
-                state = self._sessions[session] = _Session(self.choose(f"session:{session}", label))
+                state = self._sessions[session] = Session(self.choose(f"session:{session}", label))
+            if not hash_ids and self._session_turns().additive:
+                turn = self._turns.turn(state, target, output_tokens, extra)
+                self.statuses[turn.status] += 1
+                return Assigned(turn.prompt.category, turn.prompt.tier, turn.note, turn.status, turn.text,
+                                turn.messages)
             choice = state.choice
         else:
             choice = self.choose(key, label)
@@ -190,32 +202,52 @@ class ContentAssigner:
         else:
             return self._bucketed(choice, target, extra)
         self.statuses[done.status] += 1
-        return Assigned(prompt.category, prompt.tier, done.messages, done.note(**extra), done.status,
-                        json.dumps(done.messages, ensure_ascii=False) if len(done.messages) > 1 else None)
+        return Assigned.of(prompt, done, done.note(**extra))
 
-    def _bucketed(self, choice: str, target: int, extra: dict) -> Assigned:
-        """A row without prefix blocks or session: its bucket's content,
-        composed the first time the bucket is seen."""
+    def bucket(self, choice: str, target: int) -> Bucket:
+        """The content of ``target``'s length bucket, composed the first time the bucket is seen."""
         aim = bucket_target(target)
         hit = self._buckets.get((choice, aim))
         if hit is None:
             key = f"bucket:{choice}:{aim}"
             prompt = self._prompt(choice, key, aim)
             done = compose(prompt, aim, self._ordered_units(prompt, key), self.counter)
-            hit = self._buckets[(choice, aim)] = (prompt, done, json.dumps(done.messages, ensure_ascii=False))
-        prompt, done, as_json = hit
+            hit = self._buckets[(choice, aim)] = Bucket(
+                prompt, done, aim, json.dumps(done.messages[0], ensure_ascii=False).encode("utf-8"))
+        return hit
+
+    def _bucketed(self, choice: str, target: int, extra: dict) -> Assigned:
+        """A row without prefix blocks or session: its bucket's content."""
+        b = self.bucket(choice, target)
         tol = tolerance(target)
-        if abs(done.reached - target) <= tol:
+        if abs(b.done.reached - target) <= tol:
             status = "ok"
-        elif done.status in ("over", "short"):
-            status = done.status
+        elif b.done.status in ("over", "short"):
+            status = b.done.status
         else:
             status = "missed"
         self.statuses[status] += 1
-        note = replace(done, target=target, status=status).note(composed_for=aim, **extra)
-        return Assigned(prompt.category, prompt.tier, done.messages, note, status, as_json)
+        note = replace(b.done, target=target, status=status).note(composed_for=b.aim, **extra)
+        return Assigned(b.prompt.category, b.prompt.tier, note, status, b.done.messages[0]["content"])
 
-    def _session_turn(self, state: _Session, prompt: PoolPrompt, target: int, extra: dict) -> Composed:
+    # -------------------------------------------------------------- sessions
+    def _session_turns(self) -> SessionTurns:
+        if self._turns is None:
+            probes = [p.text for p in self.pool.prompts[:4]]
+            for piece in self.pool.pieces[:4]:
+                probes += [u.text for u in self._piece_units(piece.id)[:2]]
+            self._turns = SessionTurns(self.counter, self.bucket, self._reply_material, probes)
+        return self._turns
+
+    def _reply_material(self, choice: str) -> list[Unit]:
+        """The material stand-in replies are cut from: the category's reading order."""
+        if choice not in self._material:
+            key = f"reply:{choice}"
+            self._material[choice] = self._ordered_units(self._prompt(choice, key, 0), key)
+        return self._material[choice]
+
+    def _session_turn(self, state: Session, prompt: PoolPrompt, target: int, extra: dict) -> Composed:
+        """A turn composed and tokenized whole (a counter that is not additive: ``sessions``)."""
         units = state.units
         history: list[dict] = []
         if state.messages:

@@ -13,7 +13,7 @@ the rows of a page: 20,000 such rows take 29 MB with zstd against 380 MB with
 snappy (the default), written 3x faster. A batch also ends at ``BATCH_CHARS``
 characters of text, so long rows do not make a batch's memory grow.
 
-A prompt given as ``utf8.Utf8Parts`` (Mooncake rows) goes into its column as
+A prompt or messages given as ``utf8.Utf8Parts`` (Mooncake rows, session turns) goes into its column as
 bytes (``utf8.string_array``), never as a Python ``str``. The Arrow table is
 made and written (encoded, compressed: about 26 us a Mooncake row, with
 the GIL released) in a thread of its own while the next batch is composed,
@@ -40,7 +40,7 @@ BATCH = 20_000
 #: Characters (bytes, for ``Utf8Parts``) of prompt and messages text per batch, at most (a batch ends at the row that passes it).
 BATCH_CHARS = 16_000_000
 #: Text columns that may hold ``Utf8Parts``.
-_PARTS = ("prompt",)
+_PARTS = ("prompt", "messages")
 
 
 def write_batches(values: Iterable[dict], out: Path) -> int:
