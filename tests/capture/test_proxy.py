@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from specdec.capture.proxy_export import export_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
 from specdec.replay.traffic import load_traffic
-from tests.capture.proxy_stub import EchoUpstream, proxied, recorder, until
+from tests.support.proxy_stub import EchoUpstream, proxied, recorder, until
 from tests.replay.fake_server import GOOD_SSE, FakeVllm
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "Tell Zorblax a story"}]}

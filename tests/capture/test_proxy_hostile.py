@@ -12,7 +12,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.capture.proxy_stub import RawUpstream, proxy_for, proxy_stats, raw_exchange
+from tests.support.proxy_stub import RawUpstream, proxy_for, proxy_stats, raw_exchange
 
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 2000}]}).encode()  # over 1 KiB
 

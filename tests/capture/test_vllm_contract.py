@@ -10,7 +10,7 @@ import pytest
 
 from specdec.capture.vllm_targets import SUPPORTED, TARGETS, WHEELS, runtime_problems, source_problems, supported
 
-from .vllm_wheels import wheel_sources
+from tests.support.vllm_wheels import wheel_sources
 
 FILES = {t.file for t in TARGETS}
 

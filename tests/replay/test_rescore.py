@@ -18,7 +18,7 @@ from specdec.arms import ArmSpec, NGRAM
 from specdec.replay.rescore import instrument_arm, rescore_body, rescore_one, rescore_pass, rescored_sum
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.schemas.records import SampleCheck, TrafficRow
-from tests.replay.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_logprobs
+from tests.support.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_logprobs
 from tests.replay.fake_server import FakeVllm, serving
 from tests.support.sampling_mart import by_stat, mart
 
