@@ -143,7 +143,7 @@ def show(target: str, f: dict) -> None:
 
 # ---------------------------------------------------------------- main
 def start_proxy(upstream: str, out_dir: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "proxy", "--upstream", upstream,
+    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "proxy", "--upstream", upstream,
                              "--listen", "127.0.0.1:0", "--out", str(out_dir), "--content", "hash"],
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()

@@ -14,6 +14,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.arms import NGRAM, ArmSpec, check_arms
+from specdec.engines import Arm, LlamaCpp
+from specdec.engines.urls import ClientSettings
+from specdec.replay.load import check_values
+from specdec.replay.traffic_mix import check_mix
 from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
@@ -48,66 +52,8 @@ class ClientOptions(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
     def client_settings(self):
-        from specdec.replay.client import ClientSettings
-
         return ClientSettings(connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s,
                               api_key=self.api_key())
-
-
-def schedule_options(fn=None, *, repeats: int | None = None):
-    """The click options of the schedule (--repeats, --verify/--no-verify,
-    --samples, --restart-servers, --prefix-cache) and of its reading
-    (--margin), defaults and meaning from ReplayConfig; ``repeats`` overrides
-    the default number of repeats (the demo's design). Used bare
-    (``@schedule_options``) or called (``@schedule_options(repeats=4)``)."""
-    import click
-
-    if fn is None:
-        return lambda f: schedule_options(f, repeats=repeats)
-
-    from specdec.validate import NonNegativeInt, PositiveInt
-
-    fields = ReplayConfig.model_fields
-    fn = click.option("--margin", type=float, default=fields["margin"].default, show_default=True,
-                      help=fields["margin"].description + " (0 < delta <= 1)")(fn)
-    fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
-                      default=fields["prefix_cache"].default, show_default=True,
-                      help=fields["prefix_cache"].description)(fn)
-    fn = click.option("--restart-servers", type=click.Choice(["repeat", "never"]),
-                      default=fields["restart_servers"].default, show_default=True,
-                      help=fields["restart_servers"].description)(fn)
-    fn = click.option("--samples", type=NonNegativeInt, default=fields["samples"].default, show_default=True,
-                      help=fields["samples"].description)(fn)
-    fn = click.option("--verify/--no-verify", default=fields["verify"].default, show_default=True,
-                      help=fields["verify"].description)(fn)
-    fn = click.option("--repeats", type=PositiveInt, default=repeats or fields["repeats"].default,
-                      show_default=True, help=fields["repeats"].description)(fn)
-    return fn
-
-
-def client_options(api_key: bool = True):
-    """The click options of ClientOptions (defaults and meaning from the model);
-    they arrive as connect_timeout, request_timeout and api_key_env."""
-    import click
-
-    from specdec.validate import PositiveFloat
-
-    fields = ClientOptions.model_fields
-
-    def decorate(fn):
-        if api_key:
-            fn = click.option("--api-key-env", default=fields["api_key_env"].default, show_default=True,
-                              metavar="NAME", help="Environment variable holding the API key, sent as "
-                                                   "'Authorization: Bearer'. Never written to any file.")(fn)
-        fn = click.option("--request-timeout", type=PositiveFloat, default=fields["request_timeout_s"].default,
-                          show_default=True,
-                          help="Seconds to wait for the next byte of a reply (the first one included). A hung "
-                               "server fails within this time; a generation that keeps streaming never times out.")(fn)
-        fn = click.option("--connect-timeout", type=PositiveFloat, default=fields["connect_timeout_s"].default,
-                          show_default=True, help="Seconds to wait for a connection.")(fn)
-        return fn
-
-    return decorate
 
 
 class ReplayConfig(ClientOptions):
@@ -231,15 +177,11 @@ class ReplayConfig(ClientOptions):
     @field_validator("mix")
     @classmethod
     def _mix(cls, v: dict[str, float] | None) -> dict[str, float] | None:
-        from specdec.replay.traffic_mix import check_mix
-
         return None if v is None else check_mix(v)
 
     @field_validator("time_scales", "rates")
     @classmethod
     def _load_values(cls, v, info):
-        from specdec.replay.load import check_values
-
         return check_values(v, info.field_name)
 
     @model_validator(mode="after")
@@ -313,8 +255,6 @@ class ReplayConfig(ClientOptions):
 
 def _check_llama_speculation(arm: ArmSpec, what: str) -> None:
     """llama.cpp speculation settings that its adapter takes, and a draft GGUF that exists."""
-    from specdec.engines import Arm, LlamaCpp
-
     try:
         LlamaCpp(binary=Path("llama-server")).speculation_args(Arm(arm.name, arm.speculation))
     except ValueError as exc:

@@ -31,12 +31,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import click
-
 from specdec.errors import SpecdecError
 from specdec.levels import level_name
 from specdec.replay.arrivals import Arrival, poisson_plan, recorded_plan
-from specdec.validate import StrictFloatType
 
 LOAD_MODES = ("closed", "recorded", "poisson")
 
@@ -115,39 +112,3 @@ def check_values(values: list[float] | None, what: str) -> list[float] | None:
     if len(set(values)) != len(values):
         raise ValueError(f"{what} has a value given twice: {values}")
     return values
-
-
-def load_options(fn):
-    """The click options of the load mode (--load, --time-scale, --rates,
-    --arrival-seed); they arrive as load, time_scales, rates, arrival_seed."""
-    from specdec.replay.config import ReplayConfig
-
-    fields = ReplayConfig.model_fields
-    fn = click.option("--arrival-seed", type=int, default=fields["arrival_seed"].default, show_default=True,
-                      help=fields["arrival_seed"].description)(fn)
-    fn = click.option("--rates", "rates", type=FloatList(), default=None, metavar="R1,R2,...",
-                      help=fields["rates"].description)(fn)
-    fn = click.option("--time-scale", "time_scales", type=FloatList(), default=None,
-                      metavar="S1,S2,...", help=fields["time_scales"].description)(fn)
-    fn = click.option("--load", type=click.Choice(LOAD_MODES), default=fields["load"].default, show_default=True,
-                      help=fields["load"].description)(fn)
-    return fn
-
-
-class FloatList(click.ParamType):
-    """Comma-separated positive finite numbers -> list[float]; an empty item or
-    a value given twice is refused rather than dropped."""
-
-    name = "numbers"
-
-    def convert(self, value, param, ctx) -> list[float]:
-        if isinstance(value, list):
-            return value
-        parts = [p.strip() for p in str(value).split(",")]
-        if any(not p for p in parts):
-            self.fail(f"{value!r} has an empty item; expected comma-separated numbers such as 1,0.5", param, ctx)
-        item = StrictFloatType(0.0, exclusive_min=True)
-        out = [item.convert(p, param, ctx) for p in parts]
-        if len(set(out)) != len(out):
-            self.fail(f"{value!r} gives a value twice", param, ctx)
-        return out

@@ -6,13 +6,13 @@ import time
 
 from click.testing import CliRunner
 
-from specdec.cli import main
-from specdec.replay.cli import main as replay_main
+from specdec.cli.main import main
+from specdec.cli.replay import main as replay_main
 
 
 def test_help_is_fast_and_imports_nothing_heavy():
     code = ("import sys, time; t=time.perf_counter()\n"
-            "from specdec.cli import main\n"
+            "from specdec.cli.main import main\n"
             "heavy = [m for m in ('vllm', 'torch', 'duckdb', 'altair') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     start = time.perf_counter()

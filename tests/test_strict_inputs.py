@@ -8,7 +8,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from specdec.cli import main, parse_levels
+from specdec.cli.common import parse_levels
+from specdec.cli.main import main
 from specdec.errors import SpecdecError
 
 
@@ -69,7 +70,7 @@ def test_parse_levels_names_the_option():
 
 
 def _command(param_type, default=None):
-    from specdec import validate  # noqa: F401  (the types under test)
+    from specdec.cli import params  # noqa: F401  (the types under test)
 
     @click.command()
     @click.option("--value", type=param_type, default=default)
@@ -86,9 +87,9 @@ def _command(param_type, default=None):
     ("UnitInterval", {"0": 0.0, "1": 1.0, ".25": 0.25}, ["-0.01", "1.01", "nan", "5%"]),
 ])
 def test_reusable_number_types(type_name, good, bad):
-    from specdec import validate
+    from specdec.cli import params
 
-    cmd = _command(getattr(validate, type_name))
+    cmd = _command(getattr(params, type_name))
     for text, value in good.items():
         r = CliRunner().invoke(cmd, ["--value", text])
         assert r.exit_code == 0 and r.output.strip() == repr(value), (text, r.output)
@@ -100,7 +101,7 @@ def test_reusable_number_types(type_name, good, bad):
 @pytest.mark.parametrize("name", ["", ".hidden", "-rf", "a/b", "..", "a..b", "../x", "x" * 101, "latest", "Latest",
                                   "naïve", "a b", "a\nb", "a\\b", "nul\x00", "run:1"])
 def test_run_name_refuses_anything_but_a_plain_name(name):
-    from specdec.validate import RunName
+    from specdec.cli.params import RunName
 
     with pytest.raises(click.BadParameter, match="not a plain run name"):
         RunName.convert(name, None, None)
@@ -108,6 +109,6 @@ def test_run_name_refuses_anything_but_a_plain_name(name):
 
 @pytest.mark.parametrize("name", ["run-1", "2025.01.01_a", "_x", "x" * 100, "20250101T000000Z", "A.b-c_9"])
 def test_run_name_accepts_plain_names(name):
-    from specdec.validate import RunName
+    from specdec.cli.params import RunName
 
     assert RunName.convert(name, None, None) == name

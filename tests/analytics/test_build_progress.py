@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from specdec.analytics.build import COMPUTED, build, build_steps
 from specdec.analytics.models import discover
-from specdec.cli import _build_bar, main
+from specdec.cli.common import build_bar
+from specdec.cli.main import main
 
 from .conftest import write_run
 
@@ -32,12 +33,12 @@ class _Terminal(io.StringIO):
 
 
 def test_the_bar_is_drawn_on_a_terminal_only(tmp_path):
-    with _build_bar(True, io.StringIO()) as progress:
+    with build_bar(True, io.StringIO()) as progress:
         assert progress is None  # not a terminal: no bar, nothing written
-    with _build_bar(False, _Terminal()) as progress:
+    with build_bar(False, _Terminal()) as progress:
         assert progress is None  # --no-progress
     term = _Terminal()
-    with _build_bar(True, term) as progress:
+    with build_bar(True, term) as progress:
         progress(1, 2, "acceptance")
         progress(2, 2, "speedup")
     assert "building" in term.getvalue() and "2/2" in term.getvalue()

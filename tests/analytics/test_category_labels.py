@@ -14,7 +14,7 @@ import textwrap
 from click.testing import CliRunner
 
 from specdec.analytics.labels_text import CONTROL_ONLY, chart_safe, strip_control
-from specdec.cli import main
+from specdec.cli.main import main
 
 from .conftest import make_requests, write_run
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from pytest import approx
 
 from specdec.analytics.compare import compare, settings_diff
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.schemas.records import ArmConfig
 
 from .conftest import RUN, _row, make_manifest, repeated_counters, repeated_requests, write_run

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from specdec.analytics.contracts import declared_categories
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.runfolder import capture_dir, round_part_name
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
@@ -46,7 +46,7 @@ def index_of(rows, engine_id_part: str, rnd: int) -> int:
 
 
 def test_import_of_the_cli_does_not_import_great_expectations():
-    out = subprocess.run([sys.executable, "-c", "import specdec.cli, sys; print('great_expectations' in sys.modules)"],
+    out = subprocess.run([sys.executable, "-c", "import specdec.cli.main, sys; print('great_expectations' in sys.modules)"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specdec.cli import main
+from specdec.cli.main import main
 from specdec.errors import InputFileError
 from specdec.runfolder import (
     MANIFEST,

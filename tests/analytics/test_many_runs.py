@@ -29,6 +29,7 @@ from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace, SampleCheck
+from tests.support.duck import rows
 
 from . import test_lossless, test_sampling
 from .conftest import T0, make_counters, make_manifest, repeated_counters, repeated_requests, write_run
@@ -92,16 +93,6 @@ def runs(tmp_path_factory) -> Path:
     repeated_run(root / "c", "c")
     os.symlink("c", root / "latest")  # the run folders' `latest` link: not a second run
     return root
-
-
-def rows(db: Path, sql: str, params=None) -> list[dict]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(sql, params or [])
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
 
 
 def relations_with_run_id(db: Path) -> list[str]:
@@ -268,7 +259,7 @@ def test_footer_checks_name_a_null_as_the_full_read_does(tmp_path):
 def test_the_commands_on_a_folder_of_runs(runs):
     from click.testing import CliRunner
 
-    from specdec.cli import main
+    from specdec.cli.main import main
 
     built = CliRunner().invoke(main, ["analytics", "build", str(runs), "--check", "footer"])
     assert built.exit_code == 0 and f"built {runs / 'specdec.duckdb'}" in built.output

@@ -7,7 +7,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from specdec.capture.cli import main
+from specdec.cli.capture import main
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_FLUSH_S, ENV_CAPTURE_RUN_ID
 
 

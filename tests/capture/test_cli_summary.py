@@ -1,6 +1,6 @@
 from click.testing import CliRunner
 
-from specdec.capture.cli import main
+from specdec.cli.capture import main
 from specdec.capture.writer import RoundWriter
 from specdec.runfolder import capture_dir
 from tests.capture.rows import rows

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import specdec.capture.proxy as proxy_mod
-from specdec.capture.cli import main
+from specdec.cli.capture import main
 from specdec.capture.proxy_record import Exchange, RowMaker
 from specdec.capture.proxy_writer import Recorder
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
@@ -71,7 +71,7 @@ DISK_FULL = ("import errno, sys, specdec.schemas.arrow as arrow\n"
              "def full(table, path):\n"
              "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
              "arrow.write_parquet_atomic = full\n"
-             "from specdec.capture.cli import main\n"
+             "from specdec.cli.capture import main\n"
              "main()\n")
 
 
@@ -82,7 +82,7 @@ async def _run_proxy_process(out, turns: int, *, disk_full: bool = False) -> tup
 
     upstream = FakeVllm().server()
     await upstream.start_server()
-    start = ["-c", DISK_FULL] if disk_full else ["-m", "specdec.capture.cli"]
+    start = ["-c", DISK_FULL] if disk_full else ["-m", "specdec.cli.capture"]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *start, "proxy", "--upstream", str(upstream.make_url("")),
         "--listen", "127.0.0.1:0", "--out", str(out), "--flush-s", "3600", "--content", "keep",

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from specdec.capture.cli import main as capture_cli
+from specdec.cli.capture import main as capture_cli
 from specdec.capture.sidecar import Sidecar, SidecarSettings
 from specdec.capture.sidecar_lake import Compactor
 from specdec.capture.sidecar_metrics import BUCKETS_MS, METRIC_NAMES
@@ -358,7 +358,7 @@ def test_stopping_compacts_and_flushes_what_is_left(tmp_path):
 def _cli_sidecar(*args: str):
     """The CLI sidecar in a subprocess: yields (process, result); on leaving the
     block it gets SIGTERM and result["out"] holds all it printed (killed if it hangs)."""
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", *args],
+    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", *args],
                             stdout=subprocess.PIPE, text=True)
     result: dict = {}
     try:

@@ -20,7 +20,7 @@ DISK_FULL = ("import errno, specdec.schemas.arrow as arrow\n"
              "def full(table, path):\n"
              "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
              "arrow.write_parquet_atomic = full\n"
-             "from specdec.capture.cli import main\n"
+             "from specdec.cli.capture import main\n"
              "main()\n")
 
 

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from specdec.replay import importers
 from specdec.replay.traffic import load_traffic
-from specdec.replay.traffic_cli import traffic
+from specdec.cli.traffic import traffic
 
 from .conftest import FakeCounter
 

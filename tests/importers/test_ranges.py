@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from specdec.errors import InputFileError
 from specdec.replay import importers
 from specdec.replay.importers import ImportOptions, import_trace
-from specdec.replay.traffic_cli import traffic
+from specdec.cli.traffic import traffic
 
 from .conftest import FakeCounter
 
@@ -92,7 +92,7 @@ def test_a_burstgpt_timestamp_that_overflows_to_infinity_in_ms_is_refused(tmp_pa
 
 
 def test_validate_refuses_a_traffic_file_with_an_arrival_beyond_30_days(tmp_path):
-    from specdec.validate_cli import validate_command
+    from specdec.cli.validate import validate_command
 
     path = tmp_path / "t.jsonl"
     rows = [{"prompt_id": "a", "category": "chat", "prompt": "hi", "max_tokens": 4, "arrival_ms": 0.0},

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.engine
 
 def _selfcheck(tmp_path, model_dir, spec_config: dict, max_tokens: int = 40) -> dict:
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "specdec.capture.cli", "selfcheck", "--dir", str(tmp_path / "cap"),
+    cmd = [sys.executable, "-m", "specdec.cli.capture", "selfcheck", "--dir", str(tmp_path / "cap"),
            "--model", model_dir, "--spec-config", json.dumps(spec_config),
            "--max-tokens", str(max_tokens), "--json-out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

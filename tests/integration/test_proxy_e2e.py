@@ -86,7 +86,7 @@ def recorded(tmp_path_factory, model_dir):
     t0 = time.monotonic()
     spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="off")  # no cache: identical compute per call
     with LocalServer(spec, None, base / "capture", "upstream", base / "upstream.log") as upstream:
-        proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "proxy", "--upstream", upstream.base_url,
+        proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "proxy", "--upstream", upstream.base_url,
                                  "--listen", "127.0.0.1:0", "--out", str(out), "--content", "keep", "--flush-s", "0.5"],
                                 stdout=subprocess.PIPE, text=True)
         try:

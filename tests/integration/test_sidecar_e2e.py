@@ -114,7 +114,7 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     cap, lake = tmp_path / "cap", tmp_path / "lake"
     spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="off")
     with LocalServer(spec, NGRAM, cap, RUN_ID, tmp_path / "server.log") as server:
-        proc = subprocess.Popen([sys.executable, "-m", "specdec.capture.cli", "sidecar", "--capture-dir", str(cap),
+        proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", "--capture-dir", str(cap),
                                  "--lake", str(lake), "--server", server.base_url, "--listen", "127.0.0.1:0",
                                  "--compact-s", "0.5", "--scrape-s", "0.5", "--window-s", "600",
                                  "--proxy-listen", "127.0.0.1:0"],

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, model_dir, llama_server_binary):
     from specdec.analytics.report import write_report
-    from specdec.cli import BOTH_ENGINES_ARMS
+    from specdec.cli.main import BOTH_ENGINES_ARMS
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
     from specdec.replay.traffic import BUNDLED

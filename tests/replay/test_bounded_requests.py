@@ -80,7 +80,7 @@ def _traffic(path):
 
 def test_the_replay_command_against_a_server_that_ignores_max_tokens_ends_with_those_rows_failed(tmp_path):
     """The issue's case: it used to run until killed (120 s, 150 s)."""
-    from specdec.replay.cli import main
+    from specdec.cli.replay import main
 
     traffic = _traffic(tmp_path / "t.jsonl")
     with threaded(EndlessVllm(), EndlessVllm()) as (base, spec):

@@ -238,7 +238,7 @@ class FlakyVllm(FakeVllm):
 def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixtures):
     from click.testing import CliRunner
 
-    from specdec.replay.cli import main as replay_main
+    from specdec.cli.replay import main as replay_main
 
     with threaded(FakeVllm(), FlakyVllm()) as (b, s):
         r = CliRunner().invoke(replay_main, [
@@ -269,7 +269,7 @@ def test_a_run_stopped_by_a_dead_server_still_reports_what_it_recorded(tmp_path,
     fails with that message, and the report of what was recorded is written."""
     from click.testing import CliRunner
 
-    from specdec.replay.cli import main as replay_main
+    from specdec.cli.replay import main as replay_main
 
     with threaded(FakeVllm(), DyingVllm()) as (b, s):
         r = CliRunner().invoke(replay_main, [

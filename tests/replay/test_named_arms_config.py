@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from pydantic import ValidationError
 
 from specdec.arms import parse_arm
-from specdec.replay.cli import main as replay_main
+from specdec.cli.replay import main as replay_main
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import arm_difference, comparison_note
 from specdec.replay.traffic import BUNDLED

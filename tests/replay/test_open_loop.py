@@ -303,7 +303,7 @@ def test_recorded_load_without_arrival_times_stops_before_any_request(tmp_path):
 def test_cli_passes_the_load_options_and_refuses_a_mode_without_its_levels(monkeypatch, tmp_path):
     from click.testing import CliRunner
 
-    import specdec.replay.cli as cli
+    import specdec.cli.replay as cli
     import specdec.replay.experiment as experiment
 
     got = []

@@ -383,7 +383,7 @@ def test_a_probe_over_its_budget_is_cut_off_and_counted(serve):
 
 
 def test_cli_prints_the_table_and_exits_1_when_a_fault_failed(serve, tmp_path):
-    from specdec.cli import main
+    from specdec.cli.main import main
 
     srv = serve(FakeEngine(drift_after=6))
     r = CliRunner().invoke(main, ["stability", "--url", srv.url, "--runs-dir", str(tmp_path / "runs"),
@@ -420,7 +420,7 @@ def test_a_server_that_does_not_list_models_stops_the_run_with_a_hint(serve, tmp
 
 
 def test_stability_is_a_specdec_command():
-    from specdec.cli import main
+    from specdec.cli.main import main
 
     r = CliRunner().invoke(main, ["--help"])
     assert r.exit_code == 0 and "stability" in r.output

@@ -16,7 +16,7 @@ from specdec.replay.config import ReplayConfig
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import MixError, mix_rows, parse_mix, sample_rows, units_of, write_rows
 from specdec.replay.traffic_profile import arrival_curve, length_histogram, manifest_traffic, profile, render
-from specdec.replay.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
+from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
 
 
 def row(pid, category, **kw):
@@ -71,7 +71,7 @@ def test_replay_config_checks_the_mix(tmp_path):
 
 
 def test_replay_refuses_a_bad_mix_while_parsing_options(tmp_path):
-    from specdec.replay.cli import main
+    from specdec.cli.replay import main
 
     path = write(tmp_path, [row("a", "code")])
     res = CliRunner().invoke(main, [str(path), "--mix", "code=0.3,chat=0.6", "--runs-dir", str(tmp_path / "runs")])

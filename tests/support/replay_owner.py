@@ -14,7 +14,7 @@ from specdec.engines import llama_build
 
 llama_build.build_llama_server = lambda *a, **k: SimpleNamespace(path=Path(os.environ["FAKE_LLAMA_BINARY"]))
 
-from specdec.replay.cli import main  # noqa: E402  (after the patch, which the run reads at its start)
+from specdec.cli.replay import main  # noqa: E402  (after the patch, which the run reads at its start)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,15 +14,12 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from specdec.cli import finish_run, handle_errors, report_stopped_run
+from specdec.cli.common import finish_run, handle_errors, report_stopped_run
+from specdec.cli.options import client_options, load_options, schedule_options
+from specdec.cli.params import (ArmParam, LevelList, MaxTokens, MixParam, NonNegativeInt, PositiveInt, RunName,
+                                UnitInterval)
 from specdec.errors import SpecdecError
-from specdec.validate import (
-    LevelList, MaxTokens, NonNegativeInt, PositiveInt, RunName, UnitInterval,
-)
-from specdec.replay.config import ReplayConfig, client_options, default_of, schedule_options
-from specdec.replay.traffic_tools import MixParam
-from specdec.validate import ArmParam
-from specdec.replay.load import load_options
+from specdec.replay.config import ReplayConfig, default_of
 
 
 def _d(name: str):

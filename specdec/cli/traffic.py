@@ -1,7 +1,7 @@
 """``specdec traffic``: commands on traffic files. This module holds the group
 and ``import`` (public traces -> traffic Parquet with content from the prompt
 pool), and registers ``inspect``, ``sample`` and ``mix`` from
-``traffic_tools``; the group is added to ``specdec`` in ``specdec.cli``.
+``traffic_tools``; the group is added to ``specdec`` in ``specdec.cli.main``.
 
 Thin: options -> ``ImportOptions`` -> ``import_trace`` (which the tests also
 call) -> summary. Heavy imports (the tokenizer) happen inside the command.
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import click
 
-from specdec.replay.traffic_tools import MixParam, inspect_cmd, mix_cmd, sample_cmd
-from specdec.validate import PositiveInt, StrictFloatType, StrictIntType
+from specdec.cli.common import handle_errors
+from specdec.cli.params import MixParam, PositiveInt, StrictFloatType, StrictIntType
+from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
 
 
 @click.group()
@@ -73,8 +74,6 @@ def import_command(fmt: str, file: Path, out: Path, **options) -> None:
     content_note's composed_for), except Mooncake prefix blocks and sessions."""
     if out.suffix.lower() != ".parquet":
         raise click.BadParameter(f"{out} must end in .parquet (a traffic file)", param_hint="'-o'")
-    from specdec.cli import handle_errors  # here, not at import: specdec.cli registers this group
-
     handle_errors(_import)(fmt, file, out, **options)
 
 

@@ -28,6 +28,8 @@ import re
 
 import click
 
+from specdec.arms import ArmSpec, parse_arm
+from specdec.replay.traffic_mix import MixError, parse_mix
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING, check_run_name
 
 _INT = re.compile(r"[+-]?[0-9]+")
@@ -147,8 +149,6 @@ class ArmParam(click.ParamType):
     name = "arm"
 
     def convert(self, value, param, ctx):
-        from specdec.arms import ArmSpec, parse_arm
-
         if isinstance(value, ArmSpec):
             return value
         try:
@@ -169,3 +169,36 @@ __all__ = [
     "LevelList", "LevelListType", "MaxTokens", "NonNegativeInt", "PositiveFloat", "PositiveInt",
     "RunName", "RunNameType", "StrictFloatType", "StrictIntType", "UnitInterval",
 ]
+
+
+class FloatList(click.ParamType):
+    """Comma-separated positive finite numbers -> list[float]; an empty item or
+    a value given twice is refused rather than dropped."""
+
+    name = "numbers"
+
+    def convert(self, value, param, ctx) -> list[float]:
+        if isinstance(value, list):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if any(not p for p in parts):
+            self.fail(f"{value!r} has an empty item; expected comma-separated numbers such as 1,0.5", param, ctx)
+        item = StrictFloatType(0.0, exclusive_min=True)
+        out = [item.convert(p, param, ctx) for p in parts]
+        if len(set(out)) != len(out):
+            self.fail(f"{value!r} gives a value twice", param, ctx)
+        return out
+
+
+class MixParam(click.ParamType):
+    """``category=share,...``, shares from 0 to 1 summing to 1 (see traffic_mix.check_mix)."""
+
+    name = "mix"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, dict):
+            return value
+        try:
+            return parse_mix(value)
+        except MixError as exc:
+            self.fail(str(exc), param, ctx)

@@ -1,7 +1,7 @@
 """``specdec traffic inspect|sample|mix``: look at a traffic file, draw a
 seeded sample of it, re-weight it to a category mix. Thin click commands over
 ``traffic_profile`` and ``traffic_mix`` (the tests call those functions);
-registered into the ``traffic`` group by ``replay/traffic_cli.py`` as
+registered into the ``traffic`` group by ``specdec/cli/traffic.py`` as
 ``inspect_cmd``, ``sample_cmd`` and ``mix_cmd``.
 
 ``MixParam`` is the click type of every ``--mix`` option (here and
@@ -16,8 +16,11 @@ from pathlib import Path
 
 import click
 
-from specdec.replay.traffic_mix import MixError, parse_mix
-from specdec.validate import NonNegativeInt, PositiveInt
+from specdec.cli.common import handle_errors
+from specdec.cli.params import MixParam, NonNegativeInt, PositiveInt
+from specdec.replay.traffic import load_traffic
+from specdec.replay.traffic_mix import MixError, mix_rows, sample_rows, write_rows
+from specdec.replay.traffic_profile import profile, render
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _OUT = click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -26,23 +29,7 @@ _SEED = click.option("--seed", type=NonNegativeInt, default=0, show_default=True
                      help="Seed of the random draw: the same seed gives the same rows.")
 
 
-class MixParam(click.ParamType):
-    """``category=share,...``, shares from 0 to 1 summing to 1 (see traffic_mix.check_mix)."""
-
-    name = "mix"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, dict):
-            return value
-        try:
-            return parse_mix(value)
-        except MixError as exc:
-            self.fail(str(exc), param, ctx)
-
-
 def _errors(fn, *args):
-    from specdec.cli import handle_errors  # here, not at import: specdec.cli registers these commands
-
     return handle_errors(fn)(*args)
 
 
@@ -63,9 +50,6 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     FILE (.parquet or .jsonl of TrafficRow)."""
 
     def run() -> None:
-        from specdec.replay.traffic import load_traffic
-        from specdec.replay.traffic_profile import profile, render
-
         prof = profile(load_traffic(file))
         click.echo(json.dumps(prof, indent=2) if as_json else render(prof))
 
@@ -84,9 +68,6 @@ def sample_cmd(file: Path, n: int, out: Path, seed: int, by_category: bool) -> N
     or none), in FILE's order; arrival times are kept as they are."""
 
     def run() -> None:
-        from specdec.replay.traffic import load_traffic
-        from specdec.replay.traffic_mix import sample_rows, write_rows
-
         traffic = load_traffic(file)
         drawn = sample_rows(traffic, n, seed=seed, by_category=by_category)
         write_rows(drawn.rows, out, traffic)
@@ -111,9 +92,6 @@ def mix_cmd(file: Path, mix: dict[str, float], n: int | None, out: Path, seed: i
     output keeps FILE's arrival-rate curve (units placed on its clock)."""
 
     def run() -> None:
-        from specdec.replay.traffic import load_traffic
-        from specdec.replay.traffic_mix import mix_rows, write_rows
-
         traffic = load_traffic(file)
         try:
             drawn = mix_rows(traffic, mix, n or len(traffic.rows), seed=seed)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from specdec.cli import handle_errors
+from specdec.cli.common import handle_errors
 from specdec.errors import InputFileError
 from specdec.runfolder import (
     ENV_CAPTURE_DIR,
