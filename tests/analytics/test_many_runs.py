@@ -29,7 +29,6 @@ from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace, SampleCheck
-from tests.support.duck import rows
 
 from . import test_lossless, test_sampling
 from .conftest import T0, make_counters, make_manifest, repeated_counters, repeated_requests, write_run
@@ -93,6 +92,16 @@ def runs(tmp_path_factory) -> Path:
     repeated_run(root / "c", "c")
     os.symlink("c", root / "latest")  # the run folders' `latest` link: not a second run
     return root
+
+
+def rows(db: Path, sql: str, params=None) -> list[dict]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        cur = con.execute(sql, params or [])
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+    finally:
+        con.close()
 
 
 def relations_with_run_id(db: Path) -> list[str]:
