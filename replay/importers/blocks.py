@@ -43,7 +43,15 @@ from dataclasses import dataclass
 
 from specdec.replay.importers.utf8 import Utf8Parts
 from specdec.replay.prompt_pool import (
-    EXACT, SEPARATOR, Composed, PoolPrompt, TokenCounter, Unit, _by_piece, _cut, tolerance,
+    EXACT,
+    SEPARATOR,
+    Composed,
+    PoolPrompt,
+    TokenCounter,
+    Unit,
+    _by_piece,
+    _cut,
+    tolerance,
 )
 
 #: Tokens of one Mooncake prefix block (trace-formats.md).

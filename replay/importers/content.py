@@ -52,12 +52,24 @@ from specdec.replay.importers.blocks import BlockComposer
 from specdec.replay.importers.sessions import MAX_REPLY_TOKENS, Bucket, Session, SessionTurns
 from specdec.replay.importers.utf8 import Utf8Parts
 from specdec.replay.prompt_pool import (
-    KIND_PREFERENCE, Composed, Pool, PoolPrompt, TokenCounter, Unit, compose, split_units, tolerance, unit_hash,
+    KIND_PREFERENCE,
+    Composed,
+    Pool,
+    PoolPrompt,
+    TokenCounter,
+    Unit,
+    compose,
+    split_units,
+    tolerance,
+    unit_hash,
 )
 
 _LANG_RANK = {"en": {"en": 0, "mixed": 1, "zh": 2}, "zh": {"zh": 0, "mixed": 1, "en": 2},
               "mixed": {"mixed": 0, "en": 1, "zh": 1}}
 
+
+#: Short Mooncake rows' compositions kept (``ContentAssigner._short``).
+SHORT_CACHE = 65_536
 
 #: Below this many tokens, length buckets are this wide (half of the smallest tolerance, 8).
 _FLAT_BELOW, _FLAT_WIDTH = 800, 8
@@ -115,6 +127,8 @@ class ContentAssigner:
         self._turns: SessionTurns | None = None
         self._buckets: dict[tuple[str, int], Bucket] = {}
         self._material: dict[str, list[Unit]] = {}
+        self._shorts: dict[tuple, Composed] = {}
+        self._matching: dict[str, list[PoolPrompt]] = {}
         self.statuses: Counter[str] = Counter()
         self.capped = 0
 
@@ -134,7 +148,9 @@ class ContentAssigner:
         return label
 
     def _prompt(self, choice: str, key: str, target: int) -> PoolPrompt:
-        candidates = self.pool.matching(choice)
+        candidates = self._matching.get(choice)
+        if candidates is None:  # pool.matching scans the pool: once per choice, not per row
+            candidates = self._matching[choice] = self.pool.matching(choice)
         fitting = [p for p in candidates if self._base_tokens(p) <= target]
         if not fitting:
             return min(candidates, key=lambda p: (self._base_tokens(p), p.id))
@@ -165,6 +181,24 @@ class ContentAssigner:
             self._blocks = BlockComposer([u for p in order for u in self._piece_units(p.id)], self.counter)
         return self._blocks
 
+    def _short(self, prompt: PoolPrompt, target: int, blocks: list) -> Composed:
+        """A Mooncake row too short for whole units (``BlockComposer.compose``
+        gave None), composed unit by unit as ``compose`` does; a fifth of
+        Mooncake's rows ask for 13-100 tokens. A prompt alone longer than the
+        target is said without tokenizing (its count is cached); the others
+        are cached by prompt, target and blocks (short rows repeat), at most
+        ``SHORT_CACHE`` of them."""
+        base = self._base_tokens(prompt)
+        if base > target + tolerance(target):  # what compose returns at once
+            return Composed([{"role": "user", "content": prompt.text}], prompt.id, target, base, status="over")
+        key = (prompt.id, target, tuple(b.start for b in blocks))
+        hit = self._shorts.get(key)
+        if hit is None:
+            if len(self._shorts) >= SHORT_CACHE:
+                self._shorts.clear()
+            hit = self._shorts[key] = compose(prompt, target, [u for b in blocks for u in b.units], self.counter)
+        return hit
+
     # -------------------------------------------------------------- one row
     def assign(self, key: str, input_tokens: int, output_tokens: int, *, label: str | None = None,
                hash_ids: tuple[int, ...] = (), session: str | None = None, cap: int | None = None) -> Assigned:
@@ -192,8 +226,7 @@ class ContentAssigner:
         if hash_ids:
             blocks = self._composer().row_blocks(hash_ids)
             extra["hash_blocks"] = f"{len(blocks)} of {len(hash_ids)}"
-            done = self._composer().compose(prompt, target, blocks) or compose(
-                prompt, target, [u for b in blocks for u in b.units], self.counter)
+            done = self._composer().compose(prompt, target, blocks) or self._short(prompt, target, blocks)
         elif state is not None:
             if not state.units:
                 state.units = self._ordered_units(prompt, f"session:{session}")

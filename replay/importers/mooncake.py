@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from specdec.errors import InputFileError
 from specdec.replay.importers.common import Malformed, TraceRow
@@ -24,6 +24,9 @@ SOURCE = "mooncake"
 UNITS = "timestamp: ms relative to the trace start"
 #: The columns checked for range (``common.out_of_range``): time, input length, output length.
 FIELDS = {"time": "timestamp", "input": "input_length", "output": "output_length"}
+
+
+_INT = {int}
 
 
 def _count(obj: dict, name: str) -> int:
@@ -50,7 +53,7 @@ def _row(obj: object, row: int) -> TraceRow | Malformed:
         except ValueError as exc:
             return Malformed(row, name, str(exc))
     ids = obj.get("hash_ids", [])
-    if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in ids):
+    if not isinstance(ids, list) or not set(map(type, ids)) <= _INT:  # bool is not int here
         return Malformed(row, "hash_ids", "expected a list of whole numbers (prefix block ids)")
     return TraceRow(row, float(t), counts["input_length"], counts["output_length"], hash_ids=tuple(ids))
 

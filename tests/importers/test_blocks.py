@@ -88,3 +88,29 @@ def test_block_ids_map_to_fixed_starts_and_wrap_around_the_material(counter):
     assert blocks.start_of(7) == 342 and len(blocks.block(342).units) == 171  # wraps: 58 units, then 113
     assert _spans(342, 171, 400) == [(342, 400), (0, 113)]
     assert [b.start for b in blocks.row_blocks((5, 10**12, 7))] == [0, 171]  # block 7 overlaps block 5
+
+
+def test_short_rows_are_composed_once_and_said_as_compose_says(tmp_path):
+    # 2 tokens: the prompt alone is longer ("over", no tokenizing); 90: cut within the first unit
+    path = tmp_path / "t.jsonl"
+    lines = [json.dumps({"timestamp": i, "input_length": n, "output_length": 4, "hash_ids": [7]})
+             for i, n in enumerate([2, 90] * 30)]
+    path.write_text("\n".join(lines) + "\n")
+
+    class Counting(FakeCounter):
+        calls = 0
+
+        def chat(self, messages):
+            self.calls += 1
+            return super().chat(messages)
+
+    counter = Counting()
+    rows = import_trace("mooncake", path, ImportOptions(category="chat"), counter=counter).rows
+    notes = [json.loads(r.content_note) for r in rows]
+    assert {n["status"] for n in notes[::2]} == {"over"} and {n["status"] for n in notes[1::2]} == {"ok"}
+    assert [n["reached_tokens"] for n in notes] == [FakeCounter().chat(r.chat()) for r in rows]
+    by_prompt = {}
+    for r, n in zip(rows[1::2], notes[1::2]):
+        assert by_prompt.setdefault(n["pool_prompt"], r.prompt) == r.prompt  # one composition per prompt, reused
+    assert len(by_prompt) < 30
+    assert counter.calls < 40  # 26 here (the prompts' own counts, 8 compositions); before: one or more per row (60 rows)

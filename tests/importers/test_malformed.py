@@ -104,3 +104,12 @@ def test_a_file_of_only_a_header_keeps_nothing_and_writing_refuses(tmp_path, cou
     assert report.rows == [] and report.read == 0
     with pytest.raises(InputFileError, match="no row was kept"):
         write_traffic(report, tmp_path / "out.parquet")
+
+
+@pytest.mark.parametrize("ids", ["[46, true]", "[46, 2.0]", '"46"', "[46, null]", "[[46]]"])
+def test_mooncake_hash_ids_must_be_whole_numbers(tmp_path, ids):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}\n'
+                    f'{{"timestamp": 5, "input_length": 655, "output_length": 52, "hash_ids": {ids}}}\n')
+    err = refused("mooncake", path, category="chat")
+    assert (err.row, err.field) == (2, "hash_ids")
