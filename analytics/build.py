@@ -70,12 +70,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-import time
 import shutil
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
 
 import pyarrow as pa
 
@@ -86,8 +86,8 @@ from specdec.analytics.arrow_tables import create_empty_table, duckdb_columns
 from specdec.analytics.checks import read_parquet_checked
 from specdec.analytics.models import discover, macros_sql
 from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
-from specdec.errors import InputFileError, SpecdecError
 from specdec.atomic import atomic_write_with
+from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, files_of
 from specdec.schemas.arrow import arrow_schema
 
@@ -351,7 +351,7 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
                     [(m.name, m.layer, m.materialized, str(m.path), m.sql) for m in models])
 
 
-def build(path: Path, db_path: Path | None = None, slo: "analysis_settings.Slo | None" = None, *,
+def build(path: Path, db_path: Path | None = None, slo: analysis_settings.Slo | None = None, *,
           copy: bool = False, check: Check = "auto",
           progress: Callable[[int, int, str], None] | None = None) -> Path:
     """Check every input, then write the database atomically; return its path.

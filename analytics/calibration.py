@@ -34,8 +34,8 @@ mirrored A/A interval (the old double hurdle).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 import numpy as np
 

@@ -48,14 +48,15 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from specdec.errors import InputFileError, SpecdecError
 from specdec.engines.metrics import COUNTERS as ENGINE_COUNTERS
+from specdec.errors import InputFileError, SpecdecError
 from specdec.schemas.strict import Label
 
 MAX_EXAMPLES = 5
@@ -336,7 +337,10 @@ def _quiet_gx():
 def _context(gx):
     """An ephemeral context: in-memory stores, no data docs, no progress bars."""
     from great_expectations.data_context.types.base import (
-        DataContextConfig, InMemoryStoreBackendDefaults, ProgressBarsConfig)
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
 
     config = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
                                analytics_enabled=False,

@@ -15,7 +15,6 @@ fails when the copy is stale (run ``specdec analytics docs`` to refresh it).
 
 from __future__ import annotations
 
-import re
 import typing
 from pathlib import Path
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import html
 import json
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 _SCRIPT_SAFE = {
     "<": "\\u003c",

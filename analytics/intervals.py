@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view

@@ -38,8 +38,8 @@ label reads. Every row also keeps its plain 95% interval (``pointwise``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Hashable, Mapping
 
 from specdec.analytics.variance import t_interval, t_quantile
 

@@ -29,8 +29,8 @@ from specdec.analytics.page import chart_divs, page
 from specdec.analytics.report_data import ReportData, Table, load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
-from specdec.levels import name_of
 from specdec.atomic import atomic_write_bytes
+from specdec.levels import name_of
 from specdec.runfolder import DB_NAME, REPORT, chart_png
 
 __all__ = ["DEFINITIONS", "render_html", "summary_text", "write_report"]
@@ -427,8 +427,8 @@ def write_chart_pngs(data: ReportData, run_dir: Path, prefix: str = "") -> list[
 
 def write_pngs(specs: dict[str, dict], run_dir: Path, prefix: str = "") -> list[Path]:
     """Vega-Lite specs as PNGs under the run folder's charts/ (``runfolder.chart_png``)."""
-    from altair.utils._importers import vl_version_for_vl_convert
     import vl_convert
+    from altair.utils._importers import vl_version_for_vl_convert
 
     out = []
     for name, spec in specs.items():

@@ -66,7 +66,10 @@ import pyarrow as pa
 from specdec.analytics.arrow_tables import create_empty_table
 from specdec.analytics.ks_distance import critical_d, kolmogorov_sf, ks_2samp
 from specdec.analytics.permutation import (
-    PERMUTATIONS, SEED, stratified_min_detectable_shift, stratified_permutation_test,
+    PERMUTATIONS,
+    SEED,
+    stratified_min_detectable_shift,
+    stratified_permutation_test,
 )
 from specdec.analytics.sample_distinct import NOT_DISTINCT, distinctness
 

@@ -41,7 +41,14 @@ import pyarrow as pa
 from specdec.analytics.checks import FULL_CHECK_BYTES, check_file
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import (
-    LAKE_RECORDS, MANIFEST, RECORD_FILES, files_of, is_lake, lake_files, lake_run_id, read_manifest,
+    LAKE_RECORDS,
+    MANIFEST,
+    RECORD_FILES,
+    files_of,
+    is_lake,
+    lake_files,
+    lake_run_id,
+    read_manifest,
 )
 from specdec.schemas.arrow import arrow_schema
 

@@ -58,7 +58,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from analytics_scale_data import TOKENS, generate  # a module beside this script
 
 

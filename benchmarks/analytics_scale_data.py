@@ -123,7 +123,12 @@ def _manifest(run_id: str):
 def generate(root: Path, rounds_target: int, runs: int, layout: str, seed: int = 0) -> dict:
     """Write the runs; return what was written."""
     from specdec.runfolder import (
-        counters_part, lake_rounds_part, partition_date, requests_part, round_part_name, write_manifest,
+        counters_part,
+        lake_rounds_part,
+        partition_date,
+        requests_part,
+        round_part_name,
+        write_manifest,
     )
     from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
     from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace
@@ -142,16 +147,17 @@ def generate(root: Path, rounds_target: int, runs: int, layout: str, seed: int =
 
         pending, pending_rows, seq, step, counters, drafts = [], 0, 0, 0, [], {}
 
+        # flush() runs only inside the iteration whose run_id, r and run_dir it reads (B023 below)
         def flush():
             nonlocal pending, pending_rows, seq
             if not pending:
                 return
             table = pa.concat_tables(pending)
             if layout == "lake":
-                path = lake_rounds_part(root, partition_date(T0), run_id, f"7-{r:04d}", seq)
+                path = lake_rounds_part(root, partition_date(T0), run_id, f"7-{r:04d}", seq)  # noqa: B023
                 path.parent.mkdir(parents=True, exist_ok=True)
             else:
-                path = run_dir / "capture" / round_part_name(f"7-{r:04d}", seq)
+                path = run_dir / "capture" / round_part_name(f"7-{r:04d}", seq)  # noqa: B023
                 path.parent.mkdir(exist_ok=True)
             write_parquet_atomic(table, path)
             written["files"] += 1

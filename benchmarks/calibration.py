@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, evaluate, estimate, noise_from
+from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, estimate, evaluate, noise_from
 
 DEMO_REPEATS = Design().repeats  # the demo's design (specdec/demo_design.py)
 

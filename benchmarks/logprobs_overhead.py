@@ -25,10 +25,10 @@ from pathlib import Path
 
 import aiohttp
 
+from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.client import build_payload, stream_payload
 from specdec.replay.config import DEFAULT_SPEC_CONFIG, ReplayConfig
 from specdec.replay.runner import level_rows
-from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.replay.verify import verify_payload
 

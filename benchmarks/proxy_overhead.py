@@ -201,8 +201,8 @@ def main() -> None:
             stub.terminate()
             stub.wait(10)
         if args.engine:
-            from specdec.model import prepare_model
             from specdec.engines.server import LocalServer, ServerSpec
+            from specdec.model import prepare_model
 
             spec = ServerSpec(model=str(prepare_model().path), dtype="bfloat16", prefix_cache="off")
             with LocalServer(spec, None, tmp / "capture", "bench", tmp / "server.log") as srv:

@@ -199,7 +199,7 @@ class Proxy:
             try:
                 upstream = await self.session.request(request.method, url, headers=request_headers(request.headers),
                                                       data=body or None, allow_redirects=False)
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 counter, reply = no_reply(exc, self.upstream_idle_s)
                 self.counts[counter] += 1
                 return reply
@@ -233,7 +233,7 @@ class Proxy:
             while True:
                 try:
                     chunk = await upstream.content.readany()
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError) as exc:
                     self._broken(request, exc, sent)
                     return resp, False
                 if not chunk:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from specdec.runfolder import TRAFFIC_PART_GLOB, traffic_part_date
 from specdec.errors import InputFileError
+from specdec.runfolder import TRAFFIC_PART_GLOB, traffic_part_date
 from specdec.schemas.records import TrafficRow
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 APPROX_NAME = "approx-v1"
 _APPROX = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\W_]+|[^\w\s]|_",
@@ -45,7 +46,7 @@ class Redactor:
         self.count, self.tokenizer_name = count, tokenizer_name
 
     @classmethod
-    def from_tokenizer_file(cls, path) -> "Redactor":
+    def from_tokenizer_file(cls, path) -> Redactor:
         from tokenizers import Tokenizer  # optional: installed with the engine extra
 
         tok = Tokenizer.from_file(str(path))

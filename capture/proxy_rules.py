@@ -54,7 +54,7 @@ class CategoryRule(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _some_condition(self) -> "CategoryRule":
+    def _some_condition(self) -> CategoryRule:
         if self.route is None and self.model is None and self.content is None:
             raise ValueError("a rule needs at least one of route, model and content")
         return self

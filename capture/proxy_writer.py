@@ -26,8 +26,8 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from specdec.capture.proxy_record import Exchange, NotRecorded, RowMaker
 from specdec.runfolder import partition_date, process_token, traffic_part
@@ -67,7 +67,7 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="specdec-proxy-recorder", daemon=True)
 
     # ------------------------------------------------ called on the event loop
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         self._thread.start()
         return self
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from specdec.runfolder import (
     ENV_CAPTURE_DIR,

@@ -46,8 +46,8 @@ import json
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -55,10 +55,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from specdec.capture.proxy import ProxySettings, RowsLost, exposure, start_proxy
 from specdec.capture.sidecar_categories import CategoryBook
-from specdec.capture.sidecar_lake import CompactResult, Compactor, CounterLake, read_capture_status
+from specdec.capture.sidecar_lake import Compactor, CompactResult, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
-from specdec.schemas.counters import CounterScrape
 from specdec.listen import warn_if_exposed
+from specdec.schemas.counters import CounterScrape
 
 log = logging.getLogger("specdec.capture.sidecar")
 
@@ -203,7 +203,7 @@ class Sidecar:
                 values = parse_metrics(text)
         except aiohttp.ClientResponseError as exc:
             error = f"HTTP {exc.status} from {self.settings.server}/metrics"
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         if error is None and self.metrics.model is None:
             self.metrics.model = await served_model(self.session, self.settings.server)
@@ -252,7 +252,7 @@ class Sidecar:
                 log.exception("specdec-sidecar: %s failed", getattr(work, "__name__", work))
             try:
                 await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def close(self) -> None:
@@ -290,7 +290,7 @@ async def served_model(session: aiohttp.ClientSession, server: str) -> str | Non
             data = (await resp.json(content_type=None)).get("data") or []
             ids = [m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
             return ids[0] if ids else None
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError, ValueError, AttributeError):
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError, AttributeError):
         return None
 
 

@@ -50,12 +50,18 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from specdec.capture.settings import DEFAULT_FLUSH_S, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, flush_seconds
 from specdec.atomic import atomic_write_text
-from specdec.runfolder import ENV_CAPTURE_MAX_BYTES, ENV_CAPTURE_MAX_ROWS, capture_status_name, process_token, round_part_name
+from specdec.capture.settings import DEFAULT_FLUSH_S, DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, flush_seconds
+from specdec.runfolder import (
+    ENV_CAPTURE_MAX_BYTES,
+    ENV_CAPTURE_MAX_ROWS,
+    capture_status_name,
+    process_token,
+    round_part_name,
+)
 from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
 

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from specdec.engines.urls import ClientSettings, Endpoint, as_endpoint, redact_text, request_headers
 from specdec.replay.http_stream import ConnectFailed, ConnectTimedOut, ReadTimedOut, StreamBroken, StreamPool
 from specdec.replay.sse import SseParser
-from specdec.engines.urls import ClientSettings, Endpoint, as_endpoint, redact_text, request_headers
 from specdec.schemas.records import TrafficRow
 
 #: Every failure class a request can end in, with its meaning (shown in docs and reports).
@@ -108,7 +108,7 @@ class StreamResult:
     spec_num_draft_tokens: int | None = None
     spec_num_accepted_tokens: int | None = None
 
-    def fail(self, error_type: str, message: str) -> "StreamResult":
+    def fail(self, error_type: str, message: str) -> StreamResult:
         self.success = False
         self.error_type = error_type
         self.error_message = message[:_BODY_LIMIT] or error_type
@@ -145,7 +145,7 @@ def build_payload(model: str, row: TrafficRow, *, per_chunk_usage: bool = False)
 
 
 async def stream_chat(
-    session: "aiohttp.ClientSession | StreamPool", base_url: str | Endpoint, model: str, row: TrafficRow,
+    session: aiohttp.ClientSession | StreamPool, base_url: str | Endpoint, model: str, row: TrafficRow,
     request_id: str, settings: ClientSettings | None = None, result: StreamResult | None = None,
 ) -> StreamResult:
     """One timed request: the row's payload with per-chunk usage."""
@@ -168,7 +168,7 @@ async def send_recorded(session, ep: Endpoint, model: str, row: TrafficRow, rid:
 
 
 async def stream_payload(
-    session: "aiohttp.ClientSession | StreamPool", base_url: str | Endpoint, payload: dict, request_id: str,
+    session: aiohttp.ClientSession | StreamPool, base_url: str | Endpoint, payload: dict, request_id: str,
     settings: ClientSettings | None = None, on_chunk: Callable[[dict], None] | None = None,
     result: StreamResult | None = None,
 ) -> StreamResult:

@@ -185,7 +185,7 @@ class ReplayConfig(ClientOptions):
         return check_values(v, info.field_name)
 
     @model_validator(mode="after")
-    def _load_levels(self) -> "ReplayConfig":
+    def _load_levels(self) -> ReplayConfig:
         """Open loop: the options of the other modes are refused, and levels
         become the level keys 1..N (specdec.replay.load)."""
         if self.load != "recorded" and self.time_scales != [1.0]:
@@ -203,7 +203,7 @@ class ReplayConfig(ClientOptions):
         return self
 
     @model_validator(mode="after")
-    def _engine_defaults(self) -> "ReplayConfig":
+    def _engine_defaults(self) -> ReplayConfig:
         """llama.cpp: the speculative arm's default is prompt lookup (ngram-mod, the
         counterpart of vLLM's ngram); the greedy verification pass (token ids and
         logprobs through vLLM's API) is not available for it, and it has no prefix
@@ -223,7 +223,7 @@ class ReplayConfig(ClientOptions):
         return self
 
     @model_validator(mode="after")
-    def _named_arms_alone(self) -> "ReplayConfig":
+    def _named_arms_alone(self) -> ReplayConfig:
         if self.named_arms is None:
             return self
         if self.external:

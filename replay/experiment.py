@@ -11,6 +11,8 @@ import logging
 from pathlib import Path
 
 from specdec.arms import ArmSpec, comparisons, specs_of
+from specdec.engines.server import LlamaServer, LocalServer, ServerSpec, start_all
+from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
 from specdec.replay import event_loop
 from specdec.replay.capture_import import import_capture
@@ -22,13 +24,15 @@ from specdec.replay.load import summary as load_summary
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
-from specdec.engines.server import LlamaServer, LocalServer, ServerSpec, start_all
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import unknown_categories
 from specdec.replay.traffic_profile import manifest_traffic
-from specdec.engines.urls import parse_endpoint
 from specdec.runfolder import (
-    capture_dir, claim_run_dir, open_run_dir, server_log, write_manifest,
+    capture_dir,
+    claim_run_dir,
+    open_run_dir,
+    server_log,
+    write_manifest,
 )
 from specdec.schemas.records import ArmConfig, RunManifest
 
@@ -83,9 +87,9 @@ def run_replay(cfg: ReplayConfig) -> Path:
     if cfg.external:
         models[cfg.engine] = cfg.served_model
     if not cfg.external and "llama.cpp" in engines:
-        from specdec.model import GGUF_DIST, find_gguf
         from specdec.engines import LlamaCpp
         from specdec.engines.llama_build import build_llama_server
+        from specdec.model import GGUF_DIST, find_gguf
 
         gguf = cfg.model or str(find_gguf())
         models["llama.cpp"] = gguf
@@ -145,7 +149,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
                    for e in sorted(models)})
     manifest = RunManifest(
         run_id=run_id,
-        created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created_wall=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         specdec_version=package_version(),
         engine=facts, model=model, model_source=model_source,
         dtype=("unknown" if cfg.external else "; ".join(f"{e}: {dtype[e]}" for e in sorted(engines))
@@ -234,7 +238,7 @@ class EmbeddedServers:
         self._stack = contextlib.ExitStack()
         self._servers: dict[str, LocalServer] = {}  # arm -> the server started for it (shared in A/A)
 
-    def __enter__(self) -> "EmbeddedServers":
+    def __enter__(self) -> EmbeddedServers:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -69,7 +69,7 @@ class Connection(asyncio.Protocol):
     consumer has all it wants), one call per read; bytes that arrive before
     a sink is attached are kept, with their arrival times, until it is."""
 
-    def __init__(self, pool: "StreamPool", key: tuple):
+    def __init__(self, pool: StreamPool, key: tuple):
         self.pool, self.key = pool, key
         self.transport: asyncio.Transport | None = None
         self.state = _IDLE
@@ -416,7 +416,7 @@ class StreamPool:
         self._all: set[Connection] = set()
         self._targets: dict[str, tuple] = {}
 
-    async def __aenter__(self) -> "StreamPool":
+    async def __aenter__(self) -> StreamPool:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -459,7 +459,7 @@ class StreamPool:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: Connection(self, key), host, port, ssl=ctx), timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             raise ConnectTimedOut(f"no connection to {host}:{port} within {timeout_s:g} s") from None
         except OSError as exc:
             raise ConnectFailed(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None

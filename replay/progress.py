@@ -29,7 +29,7 @@ class Progress:
                 console=Console(file=self.stream),
             )
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         if self._bar is not None:
             self._bar.__enter__()
         return self

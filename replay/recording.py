@@ -19,8 +19,8 @@ import logging
 from contextlib import contextmanager
 from pathlib import Path
 
-from specdec.errors import SpecdecError
 from specdec.engines.lifecycle import interrupt_on_signals
+from specdec.errors import SpecdecError
 from specdec.replay.ledger import LEDGER
 from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
 

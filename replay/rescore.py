@@ -38,9 +38,9 @@ from collections.abc import Sequence
 import aiohttp
 
 from specdec.arms import BASELINE, ArmSpec, classic, reference_of
+from specdec.engines.urls import Endpoint, redact_text
 from specdec.replay.client import ClientSettings, as_endpoint, request_headers
 from specdec.replay.closed_loop import closed_loop
-from specdec.engines.urls import Endpoint, redact_text
 
 __all__ = ["COMPLETIONS_PATH", "instrument_arm", "rescore_body", "rescore_one", "rescore_pass", "rescored_sum"]
 

@@ -66,7 +66,7 @@ async def sample_block(session: aiohttp.ClientSession, ep, settings, pid: int | 
         rss = await asyncio.to_thread(process_tree_rss, pid)
         try:
             gauges = await read_gauges(session, ep, settings, timeout_s=min(interval_s, 5.0))
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             gauges = {k: None for k in GAUGES}
         out.append({"t_ms": t_ms, "wall_time_ns": wall, "rss_bytes": rss, **gauges})
 
@@ -74,6 +74,6 @@ async def sample_block(session: aiohttp.ClientSession, ep, settings, pid: int | 
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=interval_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await take()
     await take()

@@ -22,27 +22,27 @@ from pathlib import Path
 import aiohttp
 import pyarrow as pa
 
+from specdec.engines import engine
+from specdec.engines.lifecycle import in_thread
+from specdec.engines.metrics import read_counters, reset_prefix_cache
+from specdec.engines.urls import Endpoint
 from specdec.errors import EngineError
 from specdec.replay.arrivals import session_predecessors
 from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, send_recorded
-from specdec.replay.ledger import LEDGER
 from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
-from specdec.engines.metrics import read_counters, reset_prefix_cache
-from specdec.engines import engine
-from specdec.engines.lifecycle import in_thread
+from specdec.replay.event_loop import quiet_gc
+from specdec.replay.http_stream import StreamPool
+from specdec.replay.ledger import LEDGER
 from specdec.replay.load import LoadLevel, load_levels, plans
 from specdec.replay.open_loop import SendTime, run_open_level
 from specdec.replay.pass_counters import PassCounterLog, PassKind
 from specdec.replay.progress import Progress
-from specdec.replay.traffic import Traffic
-from specdec.engines.urls import Endpoint
-from specdec.replay.schedule import interleaved
 from specdec.replay.rescore import instrument_arm, rescore_pass
-from specdec.replay.sampling import sampled_rows
-from specdec.replay.event_loop import quiet_gc
-from specdec.replay.http_stream import StreamPool
 from specdec.replay.resources import sample_block
+from specdec.replay.sampling import sampled_rows
+from specdec.replay.schedule import interleaved
+from specdec.replay.traffic import Traffic
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceSample, TrafficRow
@@ -134,7 +134,7 @@ async def settled_counters(session, ep: Endpoint, settings: ClientSettings, trie
                 return cur
             prev = cur
         return prev
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise EngineError(
             f"could not read {ep.display}/metrics ({type(exc).__name__}); the server stopped "
             "answering. Requests that finished are saved in the run folder."

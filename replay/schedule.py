@@ -27,8 +27,9 @@ where the intervals see it, at the cost of one server start per arm per repeat
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 
 @dataclass(frozen=True)

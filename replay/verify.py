@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from specdec.engines.urls import Endpoint
 from specdec.replay.client import ERROR_TYPES, ClientSettings, StreamResult, as_endpoint, build_payload, stream_payload
 from specdec.replay.closed_loop import closed_loop
-from specdec.engines.urls import Endpoint
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import GreedyCheck, TrafficRow
 
@@ -102,7 +102,7 @@ class VerifyResult:
         self.top2_logprobs.append(second[0])
         self.top2_token_ids.append(second[1])
 
-    def finish(self) -> "VerifyResult":
+    def finish(self) -> VerifyResult:
         """A successful stream whose logprobs do not cover it exactly is a failure."""
         res = self.stream
         if not res.success:

@@ -14,8 +14,19 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.schemas.strict import (
-    MAX_ARRIVAL_MS, MAX_LABEL_LEN, MAX_TEMPERATURE, MAX_TOKENS_CEILING, ArmName, FiniteFloat, FreeForm, Label, Prompt, RunName,
-    StrictBool, StrictInt, Text,
+    MAX_ARRIVAL_MS,
+    MAX_LABEL_LEN,
+    MAX_TEMPERATURE,
+    MAX_TOKENS_CEILING,
+    ArmName,
+    FiniteFloat,
+    FreeForm,
+    Label,
+    Prompt,
+    RunName,
+    StrictBool,
+    StrictInt,
+    Text,
 )
 
 #: Written into every Parquet file's key-value metadata as ``schema_version``.
@@ -127,7 +138,7 @@ class TrafficRow(_Record):
         return value
 
     @model_validator(mode="after")
-    def _together(self) -> "TrafficRow":
+    def _together(self) -> TrafficRow:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give exactly one of the fields prompt (one user message) and messages "
                              "(a JSON array of chat messages)")

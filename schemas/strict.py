@@ -38,7 +38,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, AllowInfNan, Strict
 from pydantic_core import PydanticCustomError
 
-
 #: Upper bound of any max_tokens (no served model generates more in one reply).
 MAX_TOKENS_CEILING = 1_000_000
 #: Upper bound of a traffic row's arrival_ms: 30 days (an imported trace's

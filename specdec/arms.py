@@ -34,9 +34,9 @@ file names in the run folder.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from specdec.schemas.strict import ARM_NAME, check_arm_name
 

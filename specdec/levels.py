@@ -11,7 +11,7 @@ table (``schedule.load.levels``), so names can be rebuilt from any run folder.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["level_name", "names_from_load", "name_of"]
 

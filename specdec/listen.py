@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 

@@ -215,7 +215,7 @@ TRAFFIC_PART_LAYOUT = "date=YYYY-MM-DD/part-*.parquet"
 
 def partition_date(wall_time_ns: int) -> str:
     """The ``date=`` partition (UTC, YYYY-MM-DD) of a Unix wall time in ns."""
-    return dt.datetime.fromtimestamp(wall_time_ns // 10**9, dt.timezone.utc).strftime("%Y-%m-%d")
+    return dt.datetime.fromtimestamp(wall_time_ns // 10**9, dt.UTC).strftime("%Y-%m-%d")
 
 
 def _part_name(token: str, seq: int) -> str:
@@ -246,7 +246,7 @@ def files_of(run_dir: Path, rec: RecordFile) -> list[Path]:
 
 def new_run_id() -> str:
     """The default run id: the UTC start time, e.g. 20261129T160526Z."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def claim_run_dir(runs_dir: Path, run_id: str | None) -> tuple[str, Path]:

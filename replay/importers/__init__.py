@@ -21,7 +21,15 @@ from pathlib import Path
 from specdec.errors import InputFileError
 from specdec.replay.importers import azure, burstgpt, mooncake
 from specdec.replay.importers.common import (
-    ImportOptions, ImportReport, checked, in_time_order, read_rows, select, survey, to_traffic, traffic_values,
+    ImportOptions,
+    ImportReport,
+    checked,
+    in_time_order,
+    read_rows,
+    select,
+    survey,
+    to_traffic,
+    traffic_values,
 )
 from specdec.replay.importers.tokens import counter_for
 from specdec.replay.importers.writer import write_batches

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from specdec.replay.importers.common import Malformed, TraceRow
 from specdec.replay.importers.csvrows import csv_rows, whole_number

@@ -13,8 +13,8 @@ arrival order. ``Model`` (e.g. ChatGPT, GPT-4) is kept as the row's ``model``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from specdec.replay.importers.common import Malformed, TraceRow
 from specdec.replay.importers.csvrows import csv_rows, seconds, whole_number

@@ -6,8 +6,8 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from specdec.errors import InputFileError
 from specdec.replay.importers.common import Malformed

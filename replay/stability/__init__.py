@@ -19,8 +19,8 @@ import asyncio
 import dataclasses
 import datetime as dt
 import itertools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from pydantic import Field
 
@@ -111,8 +111,8 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
 
 def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict, server, endpoint):
-    from specdec.replay.stability.load_faults import BURST_FACTOR
     from specdec.replay.host import engine_facts, host_facts, package_version
+    from specdec.replay.stability.load_faults import BURST_FACTOR
     from specdec.schemas.records import ArmConfig, RunManifest
 
     embedded = endpoint is None
@@ -120,7 +120,7 @@ def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict,
                     server_args=server.server_args if embedded else [],
                     endpoint="embedded" if embedded else endpoint.display)
     return RunManifest(
-        kind="stability", run_id=run_id, created_wall=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        kind="stability", run_id=run_id, created_wall=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         specdec_version=package_version(),
         engine=engine_facts() if embedded else {"name": "external", "version": None},
         model=model, model_source=model_source, dtype=cfg.dtype if embedded else "unknown",

@@ -25,13 +25,14 @@ import asyncio
 import itertools
 import time
 import unicodedata
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Literal
+from typing import Literal
 
 import aiohttp
 
-from specdec.replay.client import ClientSettings, StreamResult, request_headers, stream_payload
 from specdec.engines.urls import redact_text
+from specdec.replay.client import ClientSettings, StreamResult, request_headers, stream_payload
 
 Verdict = Literal["ok", "degraded", "failed", "skipped"]
 
@@ -59,7 +60,7 @@ class Probe:
 
     fault: str
     expected: str
-    run: Callable[["Target"], Awaitable[Finding]]
+    run: Callable[[Target], Awaitable[Finding]]
     budget_s: float | None = None  # None: the run's probe timeout
 
 
@@ -158,7 +159,7 @@ class Target:
             async with self.session.get(ep.url(path), params=ep.params or None, timeout=timeout,
                                         headers=request_headers(self.settings, ep)) as resp:
                 return resp.status, await resp.text(errors="replace")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return None, redact_text(f"{type(exc).__name__}: {exc}", ep.secrets)
 
     async def healthy(self, attempts: int = 3) -> bool:

@@ -18,7 +18,17 @@ import aiohttp
 
 from specdec.replay.client import CHAT_PATH, request_headers
 from specdec.replay.stability.faults import (
-    LONG_PROMPT, PLAIN_PROMPT, Finding, Probe, Target, answer, chat, error_label, long_tokens, say, wait_busy,
+    LONG_PROMPT,
+    PLAIN_PROMPT,
+    Finding,
+    Probe,
+    Target,
+    answer,
+    chat,
+    error_label,
+    long_tokens,
+    say,
+    wait_busy,
 )
 
 BURST_FACTOR = 4
@@ -43,7 +53,7 @@ async def read_then_drop(t: Target, payload: dict, chunks: int) -> str | None:
                         break
             resp.close()  # drop the connection, not just this response
             return None if got >= chunks else "stream_truncated"
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         return "request_timeout" if isinstance(exc, asyncio.TimeoutError) else "connect_error"
 
 

@@ -15,7 +15,17 @@ import asyncio
 
 from specdec.errors import EngineError, SpecdecError
 from specdec.replay.stability.faults import (
-    LONG_PROMPT, PLAIN_PROMPT, Finding, Probe, Target, answer, chat, clean, error_label, long_tokens, say,
+    LONG_PROMPT,
+    PLAIN_PROMPT,
+    Finding,
+    Probe,
+    Target,
+    answer,
+    chat,
+    clean,
+    error_label,
+    long_tokens,
+    say,
     wait_busy,
 )
 

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import aiohttp
 
@@ -46,7 +46,7 @@ async def run_probe(t: Target, probe: Probe, index: int, run_id: str, budget_s: 
     mark, wall, t0 = len(t.log), time.time_ns(), time.perf_counter()
     try:
         finding = await asyncio.wait_for(probe.run(t), budget_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         finding = Finding("degraded", f"the probe did not finish within its budget of {budget_s:g} s")
     except (SpecdecError, OSError) as exc:  # the server could not be killed or started, say
         finding = Finding("failed", f"the probe stopped: {clean(str(exc), 200)}")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from specdec.replay.stability.faults import Finding, Probe, Target, chat, error_label
 
@@ -80,7 +80,7 @@ def soak_probe(minutes: float, interval_s: float, clock: Callable[[], float] = t
                 sample()
                 try:
                     await asyncio.wait_for(stop.wait(), interval_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
 
         async def worker(w: int) -> None:

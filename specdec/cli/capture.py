@@ -247,10 +247,9 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
     """
     from pydantic import ValidationError
 
+    from specdec.capture.proxy import ProxySettings
     from specdec.capture.settings import SettingError, usable_dir
     from specdec.capture.sidecar import SidecarSettings, run_sidecar
-
-    from specdec.capture.proxy import ProxySettings
 
     host, port = _listen(listen)
     if proxy_listen is None and (proxy_out is not None or proxy_rules is not None):

@@ -13,8 +13,15 @@ from pathlib import Path
 import click
 
 from specdec.arms import parse_arm
-from specdec.cli.common import (build_bar, finish_run, handle_errors, report_stopped_run, run_dir_arg, slo_of,
-                                slo_options)
+from specdec.cli.common import (
+    build_bar,
+    finish_run,
+    handle_errors,
+    report_stopped_run,
+    run_dir_arg,
+    slo_of,
+    slo_options,
+)
 from specdec.cli.options import client_options, schedule_options
 from specdec.cli.params import LevelList, MaxTokens, PositiveInt, UnitInterval
 from specdec.cli.stability import stability_command
@@ -24,8 +31,6 @@ from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
 from specdec.replay.config import default_of
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
-
-
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -138,7 +143,8 @@ def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
     import json as _json
     from dataclasses import asdict
 
-    from specdec.analytics.compare import compare as run_compare, compare_in, render_text
+    from specdec.analytics.compare import compare as run_compare
+    from specdec.analytics.compare import compare_in, render_text
 
     if within is not None:
         result = compare_in(within, run_a, run_b)

@@ -16,8 +16,16 @@ from click.core import ParameterSource
 
 from specdec.cli.common import finish_run, handle_errors, report_stopped_run
 from specdec.cli.options import client_options, load_options, schedule_options
-from specdec.cli.params import (ArmParam, LevelList, MaxTokens, MixParam, NonNegativeInt, PositiveInt, RunName,
-                                UnitInterval)
+from specdec.cli.params import (
+    ArmParam,
+    LevelList,
+    MaxTokens,
+    MixParam,
+    NonNegativeInt,
+    PositiveInt,
+    RunName,
+    UnitInterval,
+)
 from specdec.errors import SpecdecError
 from specdec.replay.config import ReplayConfig, default_of
 

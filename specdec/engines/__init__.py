@@ -29,7 +29,7 @@ one run can hold both (see ``docs/engines.md``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from specdec.engines.base import Arm, Engine, RequestStats
 from specdec.engines.llama_cpp import LlamaCpp

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 from specdec.engines.metrics import parse_counters
 
@@ -70,7 +71,7 @@ class Engine(ABC):
         sets; None for a counter the page does not have (not 0)."""
         return parse_counters(text, dict(self.counters))
 
-    def settle_stats(self, res, speculative: bool) -> None:
+    def settle_stats(self, res, speculative: bool) -> None:  # noqa: B027 - a hook whose default is to do nothing
         """Fix a finished request's speculative stats where the engine's silence has a
         meaning (llama.cpp: no draft fields on a speculative server = nothing drafted)."""
 

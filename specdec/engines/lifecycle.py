@@ -56,8 +56,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Callable, Iterator
+from typing import IO
 
 from specdec.errors import EngineError
 
@@ -175,7 +176,7 @@ def _child_setup(parent: int, blocked: set[int], pdeathsig: bool) -> Callable[[]
     return setup
 
 
-def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -> "OwnedGroup":
+def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -> OwnedGroup:
     """Start ``cmd`` in a session (process group) of its own, stderr with stdout.
     From the main thread the stop signals are blocked across the fork, so the
     ``OwnedGroup`` exists before an interrupt can be raised (no unowned

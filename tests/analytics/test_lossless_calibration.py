@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from specdec.analytics.build import build
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic

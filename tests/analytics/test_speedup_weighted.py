@@ -186,11 +186,11 @@ def test_one_repeat_gives_no_weighted_interval(tmp_path, query):
 
 
 def test_terminal_summary_shows_the_weighted_figure(tmp_path, query):
+    import duckdb
+
     from specdec.analytics.build import build
     from specdec.analytics.report_data import load_report
     from specdec.analytics.summary import summary_text
-
-    import duckdb
 
     run(tmp_path, traffic=traffic(code=0.1, chat=0.9))
     con = duckdb.connect(str(build(tmp_path)), read_only=True)

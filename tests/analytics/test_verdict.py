@@ -6,7 +6,11 @@ from __future__ import annotations
 import re
 
 from specdec.analytics.verdict import (
-    calibration_sentence, category_sentence, lossless_sentence, row_anchor, verdict,
+    calibration_sentence,
+    category_sentence,
+    lossless_sentence,
+    row_anchor,
+    verdict,
 )
 
 BASIS = "99.6% family-wise interval (Holm over 12 labels) against 1 and the 5% margin"

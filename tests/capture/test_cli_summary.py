@@ -1,7 +1,7 @@
 from click.testing import CliRunner
 
-from specdec.cli.capture import main
 from specdec.capture.writer import RoundWriter
+from specdec.cli.capture import main
 from specdec.runfolder import capture_dir
 from tests.capture.rows import rows
 

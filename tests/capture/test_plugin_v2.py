@@ -26,7 +26,7 @@ class FakeEvent:
     """torch.cuda.Event(enable_timing=True): record() takes the device clock;
     query() is False until the stream has reached it (``done``)."""
 
-    made: list["FakeEvent"] = []
+    made: list[FakeEvent] = []
 
     def __init__(self):
         self.t = None

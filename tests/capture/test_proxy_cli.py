@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 import specdec.capture.proxy as proxy_mod
-from specdec.cli.capture import main
 from specdec.capture.proxy_record import Exchange, RowMaker
 from specdec.capture.proxy_writer import Recorder
-from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
+from specdec.cli.capture import main
 from specdec.replay.traffic import load_traffic
+from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
 from tests.replay.fake_server import FakeVllm
 
 

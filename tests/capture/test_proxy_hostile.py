@@ -52,7 +52,7 @@ def test_a_client_that_sends_its_headers_a_byte_at_a_time_is_dropped(tmp_path):
                 writer.write(bytes([byte]))
                 try:
                     answer += await asyncio.wait_for(reader.read(100), 0.1)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 if time.monotonic() - start > 3:
                     break

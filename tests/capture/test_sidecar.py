@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,11 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from specdec.cli.capture import main as capture_cli
 from specdec.capture.sidecar import Sidecar, SidecarSettings
 from specdec.capture.sidecar_lake import Compactor
 from specdec.capture.sidecar_metrics import BUCKETS_MS, METRIC_NAMES
-from specdec.schemas.counters import CounterScrape
+from specdec.cli.capture import main as capture_cli
 from specdec.engines.metrics import COUNTERS, GAUGES, parse_counters
 from specdec.runfolder import (
     LAKE_COUNTERS_GLOB,
@@ -34,6 +32,7 @@ from specdec.runfolder import (
     round_part_name,
 )
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace
 from tests.capture.rows import rows
 from tests.replay.fake_server import FakeVllm, serving

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from specdec.capture.vllm_targets import SUPPORTED, TARGETS, WHEELS, runtime_problems, source_problems, supported
-
 from tests.support.vllm_wheels import wheel_sources
 
 FILES = {t.file for t in TARGETS}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from specdec.cli.traffic import traffic
 from specdec.replay import importers
 from specdec.replay.traffic import load_traffic
-from specdec.cli.traffic import traffic
 
 from .conftest import FakeCounter
 

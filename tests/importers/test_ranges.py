@@ -11,10 +11,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from specdec.cli.traffic import traffic
 from specdec.errors import InputFileError
 from specdec.replay import importers
 from specdec.replay.importers import ImportOptions, import_trace
-from specdec.cli.traffic import traffic
 
 from .conftest import FakeCounter
 

@@ -11,8 +11,8 @@ import pytest
 def llama_server_binary():
     """llama-server, built once per machine (``make llama-server``; built here when
     missing); a failure to build fails under CI=true and skips elsewhere."""
-    from specdec.errors import EngineError
     from specdec.engines.llama_build import build_llama_server
+    from specdec.errors import EngineError
 
     try:
         return build_llama_server().path

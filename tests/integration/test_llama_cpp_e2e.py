@@ -21,11 +21,11 @@ import urllib.request
 
 import pytest
 
+from specdec.engines import Arm, LlamaCpp
+from specdec.engines.server import LlamaServer
 from specdec.model import find_gguf
 from specdec.replay.client import build_payload, stream_payload
-from specdec.engines import Arm, LlamaCpp
 from specdec.replay.http_stream import StreamPool
-from specdec.engines.server import LlamaServer
 from specdec.schemas.records import TrafficRow
 
 pytestmark = pytest.mark.engine

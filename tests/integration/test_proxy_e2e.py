@@ -20,9 +20,9 @@ import pytest
 
 from specdec.analytics.report import write_report
 from specdec.capture.proxy_export import export_traffic
+from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
-from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.traffic import load_traffic
 
 pytestmark = pytest.mark.engine

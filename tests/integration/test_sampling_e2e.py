@@ -26,9 +26,9 @@ import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_test as st
+from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.rescore import rescore_pass
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
-from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.verify import eos_ids_for_model
 from specdec.schemas.records import TrafficRow
 from tests.support.sampling_mart import mart

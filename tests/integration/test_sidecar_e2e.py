@@ -34,7 +34,11 @@ import pytest
 from specdec.analytics.build import build
 from specdec.engines.server import LocalServer, ServerSpec
 from specdec.runfolder import (
-    LAKE_COUNTERS_GLOB, LAKE_ROUNDS_GLOB, ROUND_PART_GLOB, lake_partition_value, round_part_name,
+    LAKE_COUNTERS_GLOB,
+    LAKE_ROUNDS_GLOB,
+    ROUND_PART_GLOB,
+    lake_partition_value,
+    round_part_name,
 )
 from specdec.schemas.arrow import write_parquet_atomic
 

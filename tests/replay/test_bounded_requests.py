@@ -11,7 +11,6 @@ import json
 import time
 
 import pyarrow.parquet as pq
-import pytest
 from click.testing import CliRunner
 
 from specdec.replay.client import ClientSettings, stream_limit, stream_payload

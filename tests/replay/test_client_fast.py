@@ -38,7 +38,8 @@ ROLE = b'data: ' + (HEAD + '{"index":0,"delta":{"role":"assistant","content":""}
 
 
 def final(n: int) -> bytes:
-    return (b'data: ' + (HEAD + '],"usage":{"prompt_tokens":5,"total_tokens":%d,"completion_tokens":%d},'
+    # %-formatting: the JSON's own braces would need doubling in a format string
+    return (b'data: ' + (HEAD + '],"usage":{"prompt_tokens":5,"total_tokens":%d,"completion_tokens":%d},'  # noqa: UP031
                          '"metrics":{"speculative_decoding":{"num_spec_steps":3,"num_draft_tokens":12,'
                          '"num_accepted_draft_tokens":4}}}' % (5 + n, n)).encode()
             + b"\n\ndata: [DONE]\n\n")

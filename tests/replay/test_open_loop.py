@@ -14,7 +14,11 @@ from pydantic import ValidationError
 
 from specdec.errors import InputFileError, SpecdecError
 from specdec.replay.arrivals import (
-    Arrival, poisson_plan, poisson_times, recorded_plan, session_predecessors,
+    Arrival,
+    poisson_plan,
+    poisson_times,
+    recorded_plan,
+    session_predecessors,
 )
 from specdec.replay.client import as_endpoint
 from specdec.replay.config import ReplayConfig
@@ -242,7 +246,7 @@ def test_poisson_arrivals_are_the_same_in_both_arms_and_every_repeat(tmp_path):
                        progress=False, prefix_cache="keep")
     tables = _block_tables(tmp_path, cfg, ["baseline", "speculative"], 2)
     plan = {a.index: a.intended_ms for a in poisson_plan(level_rows(load_traffic(BUNDLED), cfg), 40.0, 3)}
-    for (arm, level, repeat), rows in tables.items():
+    for rows in tables.values():
         by_seq = {int(r["request_id"].rsplit(".", 1)[1]): r for r in rows}
         assert {i: r["intended_send_ms"] for i, r in by_seq.items()} == plan
         for r in rows:

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_test as st
-from specdec.arms import ArmSpec, NGRAM
+from specdec.arms import NGRAM, ArmSpec
 from specdec.replay.rescore import instrument_arm, rescore_body, rescore_one, rescore_pass, rescored_sum
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.schemas.records import SampleCheck, TrafficRow
-from tests.support.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_logprobs
 from tests.replay.fake_server import FakeVllm, serving
+from tests.support.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_logprobs
 from tests.support.sampling_mart import by_stat, mart
 
 ROWS = [TrafficRow(prompt_id=f"p{i}", category="chat", prompt=f"Tell me story number {i}", max_tokens=16,

@@ -4,9 +4,9 @@ import pytest
 
 from specdec.replay.client import as_endpoint
 from specdec.replay.config import ReplayConfig
-from specdec.runfolder import requests_part
 from specdec.replay.runner import level_rows, request_id, results_table, run_level
 from specdec.replay.traffic import BUNDLED, load_traffic
+from specdec.runfolder import requests_part
 from specdec.schemas.records import RequestResult
 from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
 

@@ -10,7 +10,12 @@ import json
 import pytest
 
 from specdec.replay.sampling import (
-    DEFAULT_SEEDS, derive_seeds, sample_one, sample_pass, sample_table, sampled_rows,
+    DEFAULT_SEEDS,
+    derive_seeds,
+    sample_one,
+    sample_pass,
+    sample_table,
+    sampled_rows,
 )
 from specdec.schemas.records import SampleCheck, TrafficRow
 from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving

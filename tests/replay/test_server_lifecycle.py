@@ -227,8 +227,8 @@ def test_start_all_starts_the_servers_at_once_and_a_failed_one_leaves_none_runni
     started are stopped with it: no process of any group is left."""
     import contextlib
 
-    from specdec.errors import SpecdecError
     from specdec.engines.server import ServerProcess, free_port, start_all
+    from specdec.errors import SpecdecError
 
     def fake(name: str, startup_s: float, port: int | None = None) -> tuple[ServerProcess, Path]:
         pidfile = tmp_path / f"{name}.pids"

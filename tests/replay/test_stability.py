@@ -23,15 +23,14 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
+from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
-from specdec.replay.stability import faults, load_faults
 from specdec.replay.client import ClientSettings, stream_payload
+from specdec.replay.stability import StabilityConfig, fault_table, faults, load_faults, run_stability, table_text
 from specdec.replay.stability.faults import Finding, Probe, Target, clean, gauge_sum
-from specdec.replay.stability.soak import rss_trend
-from specdec.replay.stability import StabilityConfig, fault_table, run_stability, table_text
 from specdec.replay.stability.runner import probe_all, run_probe
 from specdec.replay.stability.server import EndpointServer, require_loopback
-from specdec.engines.urls import parse_endpoint
+from specdec.replay.stability.soak import rss_trend
 from specdec.schemas.records import StabilityResult
 
 MAX_LEN = 1000

@@ -9,7 +9,12 @@ import json
 import pytest
 
 from specdec.replay.verify import (
-    VERIFY_ERROR_TYPES, eos_ids_for_model, greedy_table, natural_end_position, verify_one, verify_pass,
+    VERIFY_ERROR_TYPES,
+    eos_ids_for_model,
+    greedy_table,
+    natural_end_position,
+    verify_one,
+    verify_pass,
 )
 from specdec.schemas.records import GreedyCheck, TrafficRow
 from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving

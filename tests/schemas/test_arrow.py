@@ -1,6 +1,6 @@
 import pyarrow as pa
-import pytest
 import pyarrow.parquet as pq
+import pytest
 
 from specdec.schemas.arrow import arrow_schema, table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import SCHEMA_VERSION, RequestResult, RoundTrace, TrafficRow
