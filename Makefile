@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specdec-installed
 
-.PHONY: demo test install model browser llama-server clean-venv
+.PHONY: demo test check lint types imports quick-tests install model browser llama-server clean-venv
 
 install: $(STAMP)
 
@@ -44,8 +44,31 @@ browser:
 llama-server: $(STAMP)
 	$(BIN)/specdec engine build llama.cpp
 
-test: model browser llama-server
+test: model browser llama-server lint types imports
 	$(BIN)/python -m pytest
+
+# The contributor's loop before a commit (no engine, no model download): lint, types, the
+# import contract and the quick tests. `make check` measured here: see BENCHMARKS.md.
+check: lint types imports quick-tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+# mypy on the linked tree (tools/typecheck.py): strict on schemas and the core (pyproject.toml)
+types: $(STAMP)
+	$(BIN)/python tools/typecheck.py
+
+# lint-imports (the layers and acyclic contracts in pyproject.toml) and every import cycle
+imports: $(STAMP)
+	$(BIN)/python tools/import_contract.py
+
+# The quick tests: no engine, no model, no browser, and not the folders of end-to-end runs
+# against stub servers or of whole-database builds (tests/analytics, tests/replay), which
+# `make test` runs. QUICK_TESTS=tests make check: every non-engine test.
+QUICK_TESTS ?= tests/schemas tests/engines tests/tools tests/capture tests/importers tests/test_strict_inputs.py \
+	tests/test_listen.py tests/test_cli.py
+quick-tests: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not engine" -p no:cacheprovider --ignore=tests/integration $(QUICK_TESTS)
 
 clean-venv:
 	rm -rf $(VENV)

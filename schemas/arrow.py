@@ -73,7 +73,7 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     atomic_write_with(Path(path), lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
 
 
-def table_from_columns(model: type[BaseModel], columns: dict[str, list]) -> pa.Table:
+def table_from_columns(model: type[BaseModel], columns: dict[str, list[Any]]) -> pa.Table:
     """Build a table from column buffers (the hot-path representation).
 
     Arrow does not enforce non-nullable fields by itself; a null where the
@@ -87,7 +87,7 @@ def table_from_columns(model: type[BaseModel], columns: dict[str, list]) -> pa.T
 
 
 def table_from_records(model: type[BaseModel], records: list[BaseModel]) -> pa.Table:
-    columns: dict[str, list] = {name: [] for name in model.model_fields}
+    columns: dict[str, list[Any]] = {name: [] for name in model.model_fields}
     for rec in records:
         for name in columns:
             columns[name].append(getattr(rec, name))

@@ -9,7 +9,7 @@ monotonic clock, ``wall_*_ns`` Unix wall-clock nanoseconds); ``None`` means
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -146,14 +146,14 @@ class TrafficRow(_Record):
             raise ValueError("the fields session_id and turn_index go together: give both or neither")
         return self
 
-    def chat(self) -> list[dict]:
+    def chat(self) -> list[dict[str, Any]]:
         """The messages to send: ``messages`` parsed, or one user message."""
         if self.messages is not None:
             return chat_messages(self.messages)
         return [{"role": "user", "content": self.prompt}]
 
 
-def chat_messages(text: str) -> list[dict]:
+def chat_messages(text: str) -> list[dict[str, Any]]:
     """Parse and check a ``messages`` value: a non-empty JSON array of objects,
     each with a string ``role``; raises ValueError saying what is wrong."""
     try:

@@ -55,12 +55,14 @@ STAGING_ADDED = ("arm_name", "source_run_id")
 
 #: The build's table of analysis runs (``role_rows``).
 ROLES_TABLE = "raw_arm_roles"
+#: A row of ``ROLES_TABLE`` (``ROLES_COLUMNS``); the treatment arm is None for an arm that is only a reference.
+RoleRow = tuple[str, str, str, str, str, str | None, str]
 ROLES_COLUMNS = ("run_id varchar, arm varchar, analysis_run_id varchar, role varchar, "
                  "reference_arm varchar, treatment_arm varchar, engine varchar")
 
 #: The speculation each engine runs when an arm asks for "ngram" (prompt lookup):
 #: vLLM's ngram proposer, llama.cpp's ngram-mod.
-NGRAM = {"vllm": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+NGRAM: dict[str, dict[str, Any]] = {"vllm": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
                   "prompt_lookup_max": 4},
          "llama.cpp": {"type": "ngram-mod"}}
 ENGINE_NAMES = tuple(NGRAM)
@@ -72,7 +74,7 @@ class ArmSpec:
     the arm it is measured against."""
     name: str
     engine: str = "vllm"
-    speculation: Mapping | None = None
+    speculation: Mapping[str, Any] | None = None
     reference: str | None = None
 
 
@@ -174,13 +176,14 @@ def classic(arms: Sequence[ArmSpec]) -> bool:
     return all(c == Comparison(SPECULATIVE, BASELINE) for c in comparisons(arms))
 
 
-def role_rows(run_id: str, arms: Sequence[ArmSpec]) -> list[tuple]:
+def role_rows(run_id: str, arms: Sequence[ArmSpec]) -> list[RoleRow]:
     """The rows of ``ROLES_TABLE`` for one run: (run_id, arm, analysis_run_id, role,
     reference_arm, treatment_arm, engine); none for a classic run (its ids are kept)."""
     if classic(arms):
         return []
     engines = {a.name: a.engine for a in arms}
-    rows, used = [], set()
+    rows: list[RoleRow] = []
+    used: set[str] = set()
     for c in comparisons(arms):
         aid = c.analysis_run_id(run_id)
         rows.append((run_id, c.reference, aid, BASELINE, c.reference, c.treatment, engines[c.reference]))
@@ -229,7 +232,7 @@ def by_role_columns(fields: Sequence[str]) -> list[str]:
     return [*fields[:i], *STAGING_ADDED, *fields[i:]]
 
 
-def create_roles_table(con, rows: Sequence[tuple] = ()) -> None:
+def create_roles_table(con: Any, rows: Sequence[RoleRow] = ()) -> None:  # con: a DuckDB connection
     """``ROLES_TABLE`` in a DuckDB connection, with ``rows`` (``role_rows``)."""
     con.execute(f"create table {ROLES_TABLE} ({ROLES_COLUMNS})")
     if rows:

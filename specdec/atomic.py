@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -38,7 +39,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_with(path: Path, write) -> None:
+def atomic_write_with(path: Path, write: Callable[[Path], object]) -> None:
     """Like atomic_write_bytes, for writers that take a path (Parquet, DuckDB)."""
     path = Path(path)
     tmp = _tmp_beside(path)

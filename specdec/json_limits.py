@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 __all__ = ["JsonLimitError", "scan"]
 
@@ -42,13 +43,13 @@ class JsonLimitError(ValueError):
 
 def _key(token: str) -> str:
     try:
-        key = json.loads(token)
+        key = str(json.loads(token))  # a JSON string token: a str
     except ValueError:
         key = token[1:-1]
     return key if len(key) <= _SHOWN_KEY else key[:_SHOWN_KEY] + "…"
 
 
-def _path(frames: list[list]) -> str | None:
+def _path(frames: list[list[Any]]) -> str | None:
     parts = [str(f[1]) for f in frames if f[1] is not None]
     if not parts:
         return None
@@ -61,7 +62,7 @@ def scan(text: str, *, max_depth: int, max_string: int) -> dict[str, int]:
     or string longer than ``max_string``; else return the characters each
     top-level value of an object takes (empty for any other top level)."""
     # frames: [kind, key-or-index, expecting_key]; kind "{" or "["
-    frames: list[list] = []
+    frames: list[list[Any]] = []
     top: dict[str, int] = {}
     top_key, top_start = None, 0
     for m in _TOKEN.finditer(text):

@@ -12,6 +12,7 @@ table (``schedule.load.levels``), so names can be rebuilt from any run folder.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["level_name", "names_from_load", "name_of"]
 
@@ -25,7 +26,7 @@ def level_name(mode: str, key: int, value: float) -> str:
     return f"c{key}"
 
 
-def names_from_load(load: Mapping | None) -> dict[int, str]:
+def names_from_load(load: Mapping[str, Any] | None) -> dict[int, str]:
     """Level key -> name from a manifest's ``schedule.load`` (mode and levels);
     empty for closed loop or a manifest without it (``name_of`` then says c<key>)."""
     if not isinstance(load, Mapping) or load.get("mode", "closed") == "closed":

@@ -34,7 +34,7 @@ class PreparedModel:
     seconds: float
 
     @property
-    def source(self) -> dict:
+    def source(self) -> dict[str, str]:
         """Where the weights came from, for the run manifest."""
         return {"package": GGUF_DIST, "gguf_sha256": self.gguf_sha256}
 
@@ -59,7 +59,7 @@ def find_gguf() -> Path:
         ) from exc
     for f in dist.files or []:
         if f.name == GGUF_NAME:
-            path = Path(dist.locate_file(f))
+            path = Path(str(dist.locate_file(f)))
             if path.is_file():
                 return path
     raise SpecdecError(f"{GGUF_DIST} is installed but {GGUF_NAME} is missing from it")
@@ -121,7 +121,7 @@ def _convert(gguf: Path, out: Path) -> None:
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
     config.dtype = torch.float32
-    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]  # transformers' own signature is untyped
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     # Tied embeddings may legitimately be absent from one side.
     real_missing = [k for k in missing if k != "lm_head.weight"]

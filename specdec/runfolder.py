@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from specdec.atomic import atomic_write_text
 from specdec.errors import InputFileError, SpecdecError
@@ -83,9 +83,9 @@ class RecordFile:
     def raw_table(self) -> str:
         return f"raw_{self.name}"
 
-    def record(self):
+    def record(self) -> type[BaseModel]:
         """The pydantic model of the rows."""
-        return {
+        models: dict[str, type[BaseModel]] = {
             "rounds": records.RoundTrace,
             "requests": records.RequestResult,
             "engine_counters": records.MetricSnapshot,
@@ -94,7 +94,8 @@ class RecordFile:
             "sample_checks": records.SampleCheck,
             "pass_counters": records.PassCounters,
             "resources": records.ResourceSample,
-        }[self.name]
+        }
+        return models[self.name]
 
 
 RECORD_FILES: tuple[RecordFile, ...] = (
@@ -276,7 +277,7 @@ def point_latest(runs_dir: Path, run_dir: Path) -> None:
 
 
 # --------------------------------------------------------------- manifest
-def write_manifest(run_dir: Path, manifest) -> None:
+def write_manifest(run_dir: Path, manifest: RunManifest) -> None:
     """Write a RunManifest as ``manifest.json`` atomically."""
     atomic_write_text(Path(run_dir) / MANIFEST, manifest.model_dump_json(indent=2))
 
@@ -293,7 +294,7 @@ MANIFEST_MAX_STRING = 2**16
 MANIFEST_SCAN_BYTES = 64 * 2**20
 
 
-def read_manifest(run_dir: Path):
+def read_manifest(run_dir: Path) -> RunManifest:
     """Read and validate ``manifest.json``; every problem names the file and
     field. Bounded (``MANIFEST_MAX_*``): at most 1 MiB, arrays and objects
     nested at most 64 deep, strings of at most 65,536 characters."""
@@ -308,7 +309,7 @@ def read_manifest(run_dir: Path):
         text = raw.decode("utf-8")
         sizes = scan(text, max_depth=MANIFEST_MAX_DEPTH, max_string=MANIFEST_MAX_STRING)
         if len(raw) > MANIFEST_MAX_BYTES:
-            largest = max(sizes, key=sizes.get, default=None)
+            largest = max(sizes, key=lambda k: sizes[k], default=None)
             raise InputFileError(path, f"{len(raw):,} bytes; a manifest holds at most {MANIFEST_MAX_BYTES:,}"
                                  + (f" (the largest field: {sizes[largest]:,} characters)" if largest else ""),
                                  field=largest)
@@ -376,7 +377,7 @@ class LakeRecord:
     def raw_table(self) -> str:
         return f"raw_{self.name}"
 
-    def record(self):
+    def record(self) -> type[BaseModel]:
         """The pydantic model of the rows."""
         return RoundTrace if self.name == "rounds" else CounterScrape
 

@@ -30,6 +30,7 @@ one run can hold both (see ``docs/engines.md``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from specdec.engines.base import Arm, Engine, RequestStats
 from specdec.engines.llama_cpp import LlamaCpp
@@ -48,7 +49,7 @@ def engine(name: str) -> Engine:
         raise ValueError(f"unknown engine {name!r}: one of {', '.join(sorted(ENGINES))}") from None
 
 
-def request_stats_of(chunk: dict) -> RequestStats | None:
+def request_stats_of(chunk: dict[str, Any]) -> RequestStats | None:
     """The per-request speculative stats in a response chunk, whichever engine sent it."""
     for e in ENGINES.values():
         stats = e.request_stats(chunk)

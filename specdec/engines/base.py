@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specdec.engines.metrics import parse_counters
 
@@ -25,7 +25,7 @@ class Arm:
     """One server configuration of an engine: a name, and the engine's speculation
     settings (None: no speculation)."""
     name: str
-    speculation: Mapping | None = None
+    speculation: Mapping[str, Any] | None = None
 
 
 class Engine(ABC):
@@ -63,7 +63,7 @@ class Engine(ABC):
         """The arguments that differ between arms: the only allowed difference."""
 
     @abstractmethod
-    def request_stats(self, chunk: dict) -> RequestStats | None:
+    def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:
         """This engine's per-request speculative stats in a response chunk, or None."""
 
     def parse_counters(self, text: str) -> dict[str, float | None]:
@@ -71,11 +71,11 @@ class Engine(ABC):
         sets; None for a counter the page does not have (not 0)."""
         return parse_counters(text, dict(self.counters))
 
-    def settle_stats(self, res, speculative: bool) -> None:  # noqa: B027 - a hook whose default is to do nothing
+    def settle_stats(self, res: Any, speculative: bool) -> None:  # res: the replay's StreamResult  # noqa: B027 - a hook whose default is to do nothing
         """Fix a finished request's speculative stats where the engine's silence has a
         meaning (llama.cpp: no draft fields on a speculative server = nothing drafted)."""
 
-    def parse_snapshot(self, text: str) -> dict:
+    def parse_snapshot(self, text: str) -> dict[str, Any]:
         """What a before/after snapshot records from a /metrics page: the counters
         (``parse_counters``) and ``accepted_per_position`` (``positions_list``)."""
         return {**self.parse_counters(text), "accepted_per_position": positions_list(self.parse_positions(text))}
@@ -91,6 +91,8 @@ class Engine(ABC):
                 continue
             labels, _, rest = line[len(name) + 1:].partition("}")
             pos = dict(_label_pairs(labels)).get(label)
+            if pos is None:
+                continue
             try:
                 out[int(pos)] = out.get(int(pos), 0.0) + float(rest.split()[0])
             except (TypeError, ValueError, IndexError):
@@ -106,12 +108,12 @@ def positions_list(positions: dict[int, float]) -> list[float] | None:
     return [positions.get(i, 0.0) for i in range(max(positions) + 1)]
 
 
-def _label_pairs(labels: str):
+def _label_pairs(labels: str) -> Iterator[tuple[str, str]]:
     for part in labels.split(","):
         key, _, value = part.partition("=")
         yield key.strip(), value.strip().strip('"')
 
 
-def count(value) -> int | None:
+def count(value: object) -> int | None:
     """A token count as the server sent it, if it is a non-negative integer."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -58,9 +58,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO
+from types import FrameType
+from typing import IO, Any, TypeVar
 
 from specdec.errors import EngineError
+
+T = TypeVar("T")
 
 #: Seconds between SIGTERM to a served server's group and SIGKILL to it.
 GRACE_S = 10.0
@@ -86,8 +89,8 @@ def _in_main_thread() -> bool:
 
 # --- signals --------------------------------------------------------------------------------------
 
-def _as_ctrl_c(on_signal: Callable[[int], None] | None):
-    def handler(signum: int, frame) -> None:
+def _as_ctrl_c(on_signal: Callable[[int], None] | None) -> Callable[[int, FrameType | None], None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if on_signal is not None:
             on_signal(signum)
         on_int = signal.getsignal(signal.SIGINT)
@@ -131,7 +134,7 @@ def _deferred_signals(hurry: threading.Event, redeliver: bool) -> Iterator[None]
         return
     got: list[int] = []
 
-    def handler(signum: int, frame) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         got.append(signum)
         hurry.set()
 
@@ -147,7 +150,7 @@ def _deferred_signals(hurry: threading.Event, redeliver: bool) -> Iterator[None]
 
 # --- start ---------------------------------------------------------------------------------------
 
-def _prctl():
+def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -182,7 +185,7 @@ def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -
     ``OwnedGroup`` exists before an interrupt can be raised (no unowned
     window), and the child gets PDEATHSIG (module docstring)."""
     main = _in_main_thread()
-    blocked = set(STOP_SIGNALS) if main else set()
+    blocked: set[int] = set(STOP_SIGNALS) if main else set()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if blocked else None
     try:
         proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, env=env, start_new_session=True,
@@ -194,7 +197,7 @@ def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -
     return group
 
 
-async def in_thread(fn: Callable, *args):
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     """``asyncio.to_thread`` for a call that starts servers: cancelling the await
     (Ctrl-C in the event loop) ends the start-up wait in the thread, which kills
     the group it was starting, and waits for the thread to finish before the
@@ -229,7 +232,7 @@ class StopOutcome:
 class OwnedGroup:
     """A started server process and its process group (pgid = its pid)."""
 
-    def __init__(self, proc: subprocess.Popen):
+    def __init__(self, proc: subprocess.Popen[bytes]):
         self.proc, self.pgid = proc, proc.pid
 
     def wait_ready(self, probe: Callable[[float], bool], timeout_s: float, *,
@@ -294,20 +297,21 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-def _descendants(pid: int) -> list:
+def _descendants(pid: int) -> list[Any]:  # psutil.Process objects
     import psutil  # only when stopping: psutil is not needed to start
 
     try:
-        return psutil.Process(pid).children(recursive=True)
+        children: list[Any] = psutil.Process(pid).children(recursive=True)
+        return children
     except psutil.Error:
         return []
 
 
-def _alive(proc) -> bool:
-    import psutil
+def _alive(proc: Any) -> bool:  # a psutil.Process
+    import psutil  # only when stopping (as _descendants)
 
     try:
-        return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        return bool(proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD))
     except psutil.Error:
         return False
 
@@ -315,7 +319,7 @@ def _alive(proc) -> bool:
 def group_members(pgid: int) -> int:
     """Live (not zombie) processes of process group ``pgid`` (the group, not the
     tree: the leader's children are re-parented once it has exited)."""
-    import psutil
+    import psutil  # only when stopping (as _descendants)
 
     n = 0
     for proc in psutil.process_iter():

@@ -41,6 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from specdec.errors import EngineError
 from specdec.model import cache_root
@@ -75,7 +76,7 @@ class BuiltServer:
     path: Path
     built: bool  # False when the cached binary was reused
     seconds: float  # the build's seconds (the one that made the cached binary, when reused)
-    record: dict
+    record: dict[str, Any]
 
 
 def _cpu_key() -> str:
@@ -115,7 +116,7 @@ def _cmake() -> list[str]:
     return [str(venv_cmake)]
 
 
-def _run(cmd: list[str], what: str, log_file=None) -> None:
+def _run(cmd: list[str], what: str, log_file: IO[str] | None = None) -> None:
     try:
         proc = subprocess.run(cmd, stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=log_file is None)
@@ -126,7 +127,7 @@ def _run(cmd: list[str], what: str, log_file=None) -> None:
         raise EngineError(f"llama-server build: {what} failed with exit code {proc.returncode}:\n{tail}")
 
 
-def _sdist(work: Path, log_file) -> Path:
+def _sdist(work: Path, log_file: IO[str] | None) -> Path:
     _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
           "-d", str(work), f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], "pip download of the llama-cpp-python sdist",
          log_file)
@@ -178,11 +179,12 @@ def build_llama_server(cache: Path | None = None, jobs: int | None = None) -> Bu
         return BuiltServer(target / BINARY, True, seconds, record)
 
 
-def _read_record(target: Path) -> dict:
+def _read_record(target: Path) -> dict[str, Any]:
     try:
-        return json.loads((target / RECORD).read_text())
+        record = json.loads((target / RECORD).read_text())
     except (OSError, ValueError):
         return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _compiler() -> str:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specdec.engines.base import Arm, Engine, RequestStats, count
 
@@ -98,7 +98,7 @@ class LlamaCpp(Engine):
                 args += [flag, str(int(spec[key]))]
         return args
 
-    def request_stats(self, chunk: dict) -> RequestStats | None:
+    def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:
         """The draft stats in a chunk's ``timings``; None when the chunk has no
         timings or they carry no draft fields (no draft was made, or the server
         does not speculate: ``settle_stats`` tells those apart)."""
@@ -110,7 +110,7 @@ class LlamaCpp(Engine):
             return None
         return RequestStats(self.name, drafted, accepted, None)
 
-    def settle_stats(self, res, speculative: bool) -> None:
+    def settle_stats(self, res: Any, speculative: bool) -> None:  # res: the replay's StreamResult
         """A successful request on a speculative server whose timings had no draft
         fields made no draft: 0 drafted, 0 accepted (not unknown)."""
         if speculative and res.success and res.spec_num_draft_tokens is None:

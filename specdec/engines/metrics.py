@@ -8,9 +8,12 @@ KV-cache usage is the largest over engines, the running requests their sum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import aiohttp
 
-from specdec.engines.urls import ClientSettings, as_endpoint, request_headers
+from specdec.engines.urls import ClientSettings, Endpoint, as_endpoint, request_headers
 
 COUNTERS = {
     "spec_num_drafts": "vllm:spec_decode_num_drafts_total",
@@ -22,7 +25,8 @@ COUNTERS = {
 }
 
 
-GAUGES = {
+#: specdec's key -> (vLLM's gauge, how the values of its label sets combine)
+GAUGES: dict[str, tuple[str, Callable[[list[float]], float]]] = {
     "kv_cache_usage": ("vllm:kv_cache_usage_perc", max),
     "requests_running": ("vllm:num_requests_running", sum),
 }
@@ -74,8 +78,9 @@ def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
     return out
 
 
-async def read_counters(session: aiohttp.ClientSession, base_url, settings=None,
-                        counters: dict[str, str] | None = None, parse=None) -> dict:
+async def read_counters(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None,
+                        counters: dict[str, str] | None = None,
+                        parse: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """Counters of a server (vLLM's names unless ``counters`` says otherwise); all None
     if it has no /metrics. ``parse``: the engine's ``parse_snapshot`` (the counters and
     the per-position counter) instead of the counters alone."""
@@ -86,14 +91,14 @@ async def read_counters(session: aiohttp.ClientSession, base_url, settings=None,
     return parse(text) if parse else parse_counters(text, counters)
 
 
-async def read_gauges(session: aiohttp.ClientSession, base_url, settings=None,
+async def read_gauges(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None,
                       timeout_s: float = 30) -> dict[str, float | None]:
     """The gauges of a server; all None if it has no /metrics."""
     text = await metrics_text(session, base_url, settings, timeout_s)
     return {k: None for k in GAUGES} if text is None else parse_gauges(text)
 
 
-async def metrics_text(session: aiohttp.ClientSession, base_url, settings=None, timeout_s: float = 30) -> str | None:
+async def metrics_text(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None, timeout_s: float = 30) -> str | None:
     """The /metrics page; None when the server has none (404). Any other
     status that is not a success raises aiohttp.ClientResponseError."""
     ep = as_endpoint(base_url)
@@ -106,7 +111,7 @@ async def metrics_text(session: aiohttp.ClientSession, base_url, settings=None, 
         return await resp.text(errors="replace")
 
 
-async def reset_prefix_cache(session: aiohttp.ClientSession, base_url, settings=None) -> bool:
+async def reset_prefix_cache(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None) -> bool:
     """POST /reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1,
     which specdec sets for the servers it starts). True if the server did it;
     False if it has no such endpoint or refused (e.g. requests still running)."""

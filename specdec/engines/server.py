@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from specdec.engines.base import Arm
 from specdec.engines.lifecycle import GRACE_S, OwnedGroup, group_members, interrupt_on_signals, spawn, wait_group
@@ -39,7 +40,7 @@ def free_port() -> int:
             port = s.getsockname()[1]
         if port not in _GIVEN:
             _GIVEN.append(port)
-            return port
+            return int(port)
 
 
 class ServerProcess:
@@ -65,10 +66,10 @@ class ServerProcess:
         self._signals = contextlib.ExitStack()
 
     @property
-    def proc(self) -> subprocess.Popen | None:
+    def proc(self) -> subprocess.Popen[bytes] | None:
         return self.group.proc if self.group is not None else None
 
-    def __enter__(self):
+    def __enter__(self) -> ServerProcess:
         self.launch()
         self.wait_ready()
         return self
@@ -93,6 +94,7 @@ class ServerProcess:
     def wait_ready(self) -> None:
         """Wait until the launched server answers its health check; on a failure
         (it exited, the time ran out, an interrupt) its group is killed first."""
+        assert self.group is not None, "wait_ready before launch"
         try:
             self.group.wait_ready(
                 self._healthy, self.startup_timeout_s,
@@ -108,7 +110,7 @@ class ServerProcess:
     def _healthy(self, timeout_s: float) -> bool:
         try:
             with urllib.request.urlopen(f"{self.base_url}{self.health_path}", timeout=timeout_s) as r:
-                return r.status == 200
+                return bool(r.status == 200)
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
             return False
 
@@ -140,21 +142,22 @@ class ServerProcess:
         process ended, so a reader can tell them from a real crash."""
         if self.group is None:
             return
-        if self.proc.poll() is not None and not self.group.members():
-            self._mark(f"the server had already exited with code {self.proc.returncode} before specdec stopped it")
+        proc = self.group.proc
+        if proc.poll() is not None and not self.group.members():
+            self._mark(f"the server had already exited with code {proc.returncode} before specdec stopped it")
             return
         self._mark(f"stopping the server on purpose (SIGTERM to its process group, SIGKILL after "
                    f"{grace_s:g} s).{self.stop_note}")
         out = self.group.stop(grace_s, redeliver=redeliver)
         left = f"; {out.left} process(es) of its group still there after SIGKILL" if out.left else ""
-        self._mark(f"server stopped: {out.how} in {out.seconds:.1f} s (exit code {self.proc.returncode}){left}")
+        self._mark(f"server stopped: {out.how} in {out.seconds:.1f} s (exit code {proc.returncode}){left}")
 
     def _close(self) -> None:
         self._signals.close()
         with contextlib.suppress(OSError, AttributeError):
             self._log.close()
 
-    def __exit__(self, exc_type=None, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None = None, *exc: object) -> None:
         try:
             # a signal during a stop that is itself part of an interrupt only hurries it (SIGKILL now)
             self.stop(self.grace_s, redeliver=exc_type is None)
@@ -169,7 +172,7 @@ class LocalServer(ServerProcess):
     stop_note = (" vLLM's shutdown messages below ('force killing', 'leaked', resource_tracker warnings) "
                  "are its normal exit, not failures")
 
-    def __init__(self, spec: ServerSpec, spec_config: dict | None, capture_dir: Path,
+    def __init__(self, spec: ServerSpec, spec_config: dict[str, Any] | None, capture_dir: Path,
                  run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
         port = free_port()
         self.capture_dir, self.run_id = capture_dir, run_id
@@ -192,7 +195,8 @@ class LlamaServer(ServerProcess):
 
     label = "llama-server"
 
-    def __init__(self, arm, model: Path, log_path: Path, engine=None, startup_timeout_s: float = 120.0):
+    def __init__(self, arm: Arm, model: Path, log_path: Path, engine: LlamaCpp | None = None,
+                 startup_timeout_s: float = 120.0) -> None:
         self.engine = engine or LlamaCpp()
         port = free_port()
         cmd = self.engine.server_command(arm, model=str(model), port=port)

@@ -114,7 +114,7 @@ def parse_endpoint(url: str, option: str = "URL") -> Endpoint:
     netloc = f"{host}:{port}" if port else host
     base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     return Endpoint(
-        base=base, display=redact_url(url.strip().rstrip("/")),
+        base=base, display=redact_url(url.strip().rstrip("/")) or "",
         query=tuple(parse_qsl(parts.query, keep_blank_values=True)),
         user=parts.username, password=parts.password,
     )

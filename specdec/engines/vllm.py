@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from specdec.engines import metrics as engine_metrics
 from specdec.engines.base import Arm, Engine, RequestStats, count
@@ -48,7 +48,7 @@ class ServerSpec:
         return {"VLLM_SERVER_DEV_MODE": "1"} if self.prefix_cache == "reset" else {}
 
 
-def speculative_args(spec_config: dict | None) -> list[str]:
+def speculative_args(spec_config: dict[str, Any] | None) -> list[str]:
     if spec_config is None:
         return []
     return [
@@ -63,8 +63,8 @@ class Vllm(Engine):
     position_counter: ClassVar[tuple[str, str] | None] = (
         "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
 
-    def __init__(self, spec=None):
-        """``spec``: the ``replay.server.ServerSpec`` whose common arguments every arm shares."""
+    def __init__(self, spec: ServerSpec | None = None) -> None:
+        """``spec``: the ``ServerSpec`` whose common arguments every arm shares."""
         self.spec = spec
 
     def executable(self) -> list[str]:
@@ -77,8 +77,10 @@ class Vllm(Engine):
     def speculation_args(self, arm: Arm) -> list[str]:
         return speculative_args(None if arm.speculation is None else dict(arm.speculation))
 
-    def request_stats(self, chunk: dict) -> RequestStats | None:
-        usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else {}
+    def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:
+        usage = chunk.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         metrics = chunk.get("metrics") or usage.get("metrics") or {}
         spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
         if not isinstance(spec, dict):
