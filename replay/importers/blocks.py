@@ -90,6 +90,7 @@ class BlockComposer:
         self._windows: dict[tuple[str, str], int] = {}
         self._alone: dict[str, int] = {}  # a window's own count (one window meets many others)
         self._cuts: dict[tuple[Unit, int], Unit | None] = {}
+        self._steps: dict[tuple[int, int], tuple[int | None, int]] = {}
         self._front: dict[str, int] = {}
         self._tails: dict[tuple[int, int], tuple[str, int]] = {}
         self._q: dict[str, int] = {}
@@ -136,7 +137,12 @@ class BlockComposer:
         for h in hash_ids:
             b = self.block(self.start_of(h))
             length = len(b.units)
-            if any((b.start - s) % n < ln or (s - b.start) % n < length for s, ln in runs):
+            overlaps = False
+            for s, ln in runs:  # a loop, not any(<generator>): this runs for every block of every row
+                if (b.start - s) % n < ln or (s - b.start) % n < length:
+                    overlaps = True
+                    break
+            if overlaps:
                 break
             if runs and (runs[-1][0] + runs[-1][1]) % n == b.start:
                 runs[-1][1] += length
@@ -199,6 +205,24 @@ class BlockComposer:
             hit = self._tails[(block.start, m)] = (text, self.counter.text(text) if text else 0)
         return hit
 
+    def step(self, prev: Block | None, nxt: Block) -> tuple[int | None, int]:
+        """For ``nxt`` after ``prev`` (None: first): what the row's count
+        would add with ``nxt`` as its last block (rstripped; None when that
+        is empty) and what taking ``nxt`` whole adds; cached per pair, so a
+        whole block costs one lookup."""
+        key = (-1 if prev is None else prev.start, nxt.start)
+        hit = self._steps.get(key)
+        if hit is None:
+            text, tokens = self.tail(nxt, len(nxt.units))
+            check = None
+            if text:
+                check = (self.join((prev.start, nxt.start, len(nxt.units)), prev.text, text) + tokens if prev
+                         else tokens + self.front(text))
+            step = nxt.tokens + (self.join((prev.start, nxt.start), prev.text, nxt.text) if prev
+                                 else self.front(nxt.text))
+            hit = self._steps[key] = (check, step)
+        return hit
+
     # -------------------------------------------------------------- one row
     def compose(self, prompt: PoolPrompt, target: int, blocks: list[Block]) -> Composed | None:
         """The row's content from its blocks (the message's content a
@@ -211,17 +235,12 @@ class BlockComposer:
         prev, last_k = None, len(blocks) - 1
         for k, nxt in enumerate(blocks):
             if k < last_k:  # whole, as far as the next block still fits (a fast path: no _Row)
-                text, tokens = self.tail(nxt, len(nxt.units))
-                if text:
-                    n = len(nxt.units)
-                    full = (pre + self.join((prev.start, nxt.start, n), prev.text, text) + tokens if prev
-                            else pre + tokens + self.front(text))
-                    if full < target - EXACT:
-                        pre += nxt.tokens + (self.join((prev.start, nxt.start), prev.text, nxt.text) if prev
-                                             else self.front(nxt.text))
-                        whole.append(nxt)
-                        prev = nxt
-                        continue
+                check, step = self.step(prev, nxt)
+                if check is not None and pre + check < target - EXACT:
+                    pre += step
+                    whole.append(nxt)
+                    prev = nxt
+                    continue
             last = k == last_k
             row = _Row(self, prompt, target, pre, prev, nxt)
             m = row.closest()
