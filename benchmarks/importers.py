@@ -3,16 +3,20 @@
 For the Azure conversation trace (19,366 rows, ../shared/data/azure-llm-2023:
 Microsoft's AzurePublicDataset, CC-BY 4.0; see its README) and a generated
 file of ``--rows`` rows (default 1,000,000) in each format (azure, burstgpt,
-mooncake), runs ``specdec.replay.importers.import_to_file`` in a fresh
+burstgpt-sessions, mooncake), runs ``specdec.replay.importers.import_to_file`` in a fresh
 process each (so every figure includes the start-up: imports, the pool, the
 tokenizer) and prints wall seconds, CPU seconds, rows/s and the process's
 peak RSS. With ``--old COMMIT`` the same import of the first ``--old-rows``
 rows of the Azure trace also runs on that commit's code (extracted with
 ``git archive``; its ``import_trace`` + ``write_traffic``), side by side, as
 rows/s: the old code took ~16 ms of CPU per row, so a whole file is out of reach.
+With ``--compare COMMIT`` (a commit that has ``import_to_file``) every
+generated file is also imported with that commit's code, side by side.
 
 Generated files: Azure and BurstGPT rows take their lengths from the Azure
-trace (cycled) and arrive 2 ms apart; Mooncake rows take lengths and prefix
+trace (cycled) and arrive 2 ms apart; burstgpt-sessions rows are all turns
+of 4-turn sessions, four interleaved, each turn's input its history plus the
+Azure row's context (``gen_burstgpt_sessions``); Mooncake rows take lengths and prefix
 blocks from ../shared/data/mooncake-fast25 (cycled, block ids shifted per
 cycle so later cycles do not share the first cycle's blocks). Mooncake rows
 are composed from cached prefix blocks (``replay.importers.blocks``); each
@@ -22,6 +26,7 @@ composition, bounds that run: ``--mooncake-rows`` (default: ``--rows``).
 
     .venv/bin/python benchmarks/importers.py [--rows N] [--old COMMIT]
     .venv/bin/python benchmarks/importers.py --no-trace --formats mooncake --mooncake-rows 100000
+    .venv/bin/python benchmarks/importers.py --no-trace --formats burstgpt-sessions --rows 10000 --compare b3985ac
 """
 
 from __future__ import annotations
@@ -178,6 +183,7 @@ def main() -> None:
             path.unlink()
         for name, r in results.items():
             print(line(name, r))
+    print(f"load average at end: {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[1]:.2f} (5 min)")
 
 
 if __name__ == "__main__":
