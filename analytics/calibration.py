@@ -66,15 +66,15 @@ class Noise:
     prompt: Mapping[str, float] = field(default_factory=lambda: {"chat": 0.05, "code": 0.05, "structured": 0.05})
 
 
-#: The noise components measured on this 2-core machine today, pooled (root mean square) over
-#: three demo-sized runs (vLLM CPU, SmolLM2-135M, the bundled mix, ngram k=4 vs none, levels 1, 4,
-#: 8, fresh servers per repeat: 3 repeats x 128 tokens, 2 repeats x 128 tokens, 4 repeats x 64
-#: tokens), with ``benchmarks/calibration.py --estimate`` (2026-12-02; BENCHMARKS.md,
-#: "Calibration"). The host was shared with other work (load 5-10 on 2 cores), so these are a
-#: busy host's figures. Standard deviations on the log scale.
-MEASURED = Noise(process=0.022, block=0.036,
-                 request={"chat": 0.055, "code": 0.089, "structured": 0.081},
-                 prompt={"chat": 0.107, "code": 0.451, "structured": 0.439})
+#: The noise components measured on this 2-core machine, pooled (root mean square) over three
+#: runs of the demo's design (vLLM CPU, SmolLM2-135M, the bundled mix, ngram k=4 vs none, levels
+#: 1, 4, 8, 5 repeats x 32 tokens on fresh servers) with ``benchmarks/calibration.py --estimate``
+#: (2026-12-02; BENCHMARKS.md, issue 19): two on a host busy with other work (load 9-14) and
+#: one on a quiet host, so these are mostly a busy host's figures (the quiet run alone: process
+#: 0.012, block 0.012, request 0.028-0.052). Standard deviations on the log scale.
+MEASURED = Noise(process=0.029, block=0.036,
+                 request={"chat": 0.088, "code": 0.104, "structured": 0.093},
+                 prompt={"chat": 0.140, "code": 0.446, "structured": 0.425})
 
 
 def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float],
