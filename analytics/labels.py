@@ -75,6 +75,22 @@ def label_of(ci_low: float, ci_high: float, margin: float) -> tuple[str, bool | 
     return "inconclusive", None
 
 
+def bound_text(v: float, digits: int = 2) -> str:
+    """An interval bound as text that stays on its side of 1: 0.998 is '0.998',
+    not '1.00' (an interval labelled ``slower`` must not read as if it touched
+    1); 2 decimals unless rounding would land on 1.00, up to 4."""
+    for d in range(digits, 5):
+        text = f"{v:.{d}f}"
+        if v == 1.0 or float(text) != 1.0:
+            return text
+    return f"{v:.4f}"
+
+
+def bounds_text(low: float, high: float) -> str:
+    """'0.95-0.998': an interval's bounds, each by ``bound_text``."""
+    return f"{bound_text(low)}-{bound_text(high)}"
+
+
 def holm_levels(p_values: Mapping[Hashable, float], alpha: float = ALPHA) -> dict[Hashable, float]:
     """Per key, the confidence level of its interval under Holm's step-down
     procedure (see the module docstring): the interval at that level excludes

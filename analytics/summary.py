@@ -14,7 +14,7 @@ from __future__ import annotations
 import unicodedata
 
 from specdec.analytics.html import fmt
-from specdec.analytics.labels import RULE_SHORT
+from specdec.analytics.labels import RULE_SHORT, bounds_text
 from specdec.analytics.report_data import ReportData
 
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
@@ -208,7 +208,7 @@ def _prefix_cache_line(data: ReportData) -> str:
 
 def ci_text(low: float | None, high: float | None) -> str:
     """' [2.20-2.60]': an interval after its figure; '' without one."""
-    return "" if low is None or high is None else f" [{low:.2f}-{high:.2f}]"
+    return "" if low is None or high is None else f" [{bounds_text(low, high)}]"
 
 
 def _cell(r: dict) -> str:

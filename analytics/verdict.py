@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from specdec.analytics.labels import bounds_text
 from specdec.levels import name_of
 
 Names = Mapping[int, str] | None  # level key -> name (open loop); None: c<key>
@@ -78,7 +79,7 @@ def _pct(v: float) -> str:
 
 def _ci(r: dict) -> str:
     level = r.get("ci_level") or 0.95
-    return f"{100 * level:.3g}% CI {r['ci_low']:.2f}-{r['ci_high']:.2f}"
+    return f"{100 * level:.3g}% CI {bounds_text(r['ci_low'], r['ci_high'])}"
 
 
 def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None) -> list[Part]:

@@ -169,3 +169,12 @@ def test_failed_level_figures_and_segments_share_the_model():
     # the 'before' segment is ln 3 in both repeats: no noise of its own, a zero-width interval
     assert rows["code", "before_natural_end", "family"][5:7] == (approx(3.0), approx(3.0))
     assert rows["code", "before_natural_end", "family"][11] == "faster"
+
+
+def test_a_bound_is_printed_on_its_side_of_one():
+    """A 'slower' interval whose upper bound is 0.998 must not read '0.95-1.00'."""
+    from specdec.analytics.labels import bound_text, bounds_text
+
+    assert bounds_text(0.9512, 0.998) == "0.95-0.998"
+    assert bound_text(1.0004) == "1.0004" and bound_text(0.99999) == "1.0000"
+    assert bound_text(1.0) == "1.00" and bound_text(2.4049) == "2.40" and bound_text(1.006) == "1.01"
