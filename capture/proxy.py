@@ -26,7 +26,8 @@ itself, an upstream silent for ``upstream_idle_s`` a 504, or, once the reply
 has begun, a closed stream (never a clean end a client could take for a
 whole reply). A client that leaves cancels its handler, which closes the
 upstream connection whatever the proxy was waiting for. A client gets
-``header_timeout_s`` to send a request's headers (``proxy_guard``). Each
+``header_timeout_s`` to send a request's headers (``proxy_guard``), and as
+long between two pieces of its body (a 408 and a closed connection after). Each
 malformed request and each upstream that stops mid-stream is one log line
 and a counter at ``/specdec/stats``, never a traceback.
 """
@@ -53,6 +54,7 @@ from specdec.capture.proxy_redact import Redactor
 from specdec.capture.proxy_rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
 from specdec.capture.proxy_writer import DEFAULT_FLUSH_S, Recorder
 from specdec.capture.sidecar_categories import CategoryBook, reply_id
+from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
 
 log = logging.getLogger("specdec.capture.proxy")
@@ -86,8 +88,9 @@ class ProxySettings(BaseModel):
     tokenizer: Path | None = Field(default=None, description="tokenizer.json for token lengths in hash mode.")
     flush_s: float = Field(default=DEFAULT_FLUSH_S, gt=0, description="Seconds between Parquet flushes.")
     header_timeout_s: float = Field(default=DEFAULT_HEADER_TIMEOUT_S, gt=0,
-                                    description="Seconds a client gets to send a request's headers; then 408 and "
-                                                "the connection is closed.")
+                                    description="Seconds a client gets to send a request's headers, and at most "
+                                                "between two pieces of its body; then 408 and the connection is "
+                                                "closed.")
     upstream_idle_s: float = Field(default=DEFAULT_UPSTREAM_IDLE_S, gt=0,
                                    description="Seconds without a byte from the upstream before the proxy gives up: "
                                                "504 before the reply began, a closed stream after.")
@@ -97,16 +100,19 @@ class Proxy:
     """The aiohttp application and its upstream session."""
 
     def __init__(self, upstream_base: str, recorder: Recorder | None, book: CategoryBook | None = None,
-                 upstream_idle_s: float = DEFAULT_UPSTREAM_IDLE_S):
+                 upstream_idle_s: float = DEFAULT_UPSTREAM_IDLE_S, body_idle_s: float = DEFAULT_HEADER_TIMEOUT_S):
         self.base = upstream_base.rstrip("/")
+        self.body_idle_s = body_idle_s
         self.recorder = recorder
         self.book = book  # the sidecar's: each request's category, by reply id
         self.upstream_idle_s = upstream_idle_s
         # client_gone: requests whose client left before the reply's end (their upstream connection closed);
         # upstream_timeouts: no byte for upstream_idle_s; upstream_dropped: the upstream broke a reply off;
-        # bad_requests: requests the server could not parse; header_timeouts: headers not sent in time.
+        # bad_requests: requests the server could not parse; header_timeouts: headers not sent in time;
+        # body_timeouts: a body that stalled for body_idle_s between two pieces.
         self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "upstream_timeouts": 0,
-                       "upstream_dropped": 0, "bad_requests": 0, "header_timeouts": 0, "submit_failures": 0,
+                       "upstream_dropped": 0, "bad_requests": 0, "header_timeouts": 0, "body_timeouts": 0,
+                       "submit_failures": 0,
                        "label_failures": 0}
         self.guards: dict = {}  # transport -> HeaderGuard (proxy_guard)
         self.session: aiohttp.ClientSession | None = None
@@ -185,13 +191,43 @@ class Proxy:
         if request.transport is not None:
             request.transport.close()
 
+    async def _read_body(self, request: web.Request) -> bytes | None:
+        """The request's body, each piece within ``body_idle_s`` of the last (a
+        slow-body client cannot hold a handler and its connection for ever);
+        None after a stall, counted and said in one line. Bodies over
+        ``MAX_BODY_BYTES`` (the app's ``client_max_size``) get a 413, as from ``request.read``."""
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                chunk = await asyncio.wait_for(request.content.readany(), self.body_idle_s)
+            except TimeoutError:
+                self.counts["body_timeouts"] += 1
+                log.warning("specdec proxy: %s sent no body bytes for %g s after %d bytes (%s %s); answered 408 "
+                            "and closed", request.remote, self.body_idle_s, size, request.method, request.path)
+                return None
+            if not chunk:
+                return b"".join(parts)
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise web.HTTPRequestEntityTooLarge(max_size=MAX_BODY_BYTES, actual_size=size)
+            parts.append(chunk)
+
     async def forward(self, request: web.Request) -> web.StreamResponse:
         self.counts["requests"] += 1
         ex = self._exchange(request)
         upstream: aiohttp.ClientResponse | None = None
         done = False
         try:
-            body = await request.read()
+            body = await self._read_body(request)
+            if body is None:  # answered, then closed: aiohttp would otherwise linger to drain the body
+                resp = web.Response(status=408, text="request body not sent in time\n",
+                                    headers={"Connection": "close"})
+                await resp.prepare(request)
+                await resp.write_eof()
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
             if ex is not None:
                 ex.body = body
             label = self._label(request, body)
@@ -281,14 +317,13 @@ async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
     """Start the proxy on the running loop (the recorder's thread too); with
     ``book``, each request's category is noted there by reply id (the sidecar's
     per-category gauges)."""
-    from specdec.engines.urls import parse_endpoint
-
     endpoint = parse_endpoint(settings.upstream, option="--upstream")
     if endpoint.query or endpoint.user or endpoint.password:
         raise SpecdecError("--upstream: give the URL without credentials or query; the clients' own "
                            "Authorization header passes through")
     recorder = (recorder or make_recorder(settings)).start()
-    proxy = Proxy(endpoint.base, recorder, book, upstream_idle_s=settings.upstream_idle_s)
+    proxy = Proxy(endpoint.base, recorder, book, upstream_idle_s=settings.upstream_idle_s,
+                  body_idle_s=settings.header_timeout_s)
     # handler_cancellation: a client that leaves cancels its handler, which closes the upstream connection
     runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S,
                            handler_cancellation=True, keepalive_timeout=KEEPALIVE_S,

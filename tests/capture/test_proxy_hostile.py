@@ -174,3 +174,36 @@ def test_an_upstream_that_drops_mid_stream_is_one_log_line_and_counted(tmp_path,
     lines = [r for r in caplog.records if "broke the reply off" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.WARNING
     assert not _tracebacks(caplog), _tracebacks(caplog)
+
+
+def test_a_client_whose_body_stalls_gets_a_408_and_nothing_is_forwarded(tmp_path):
+    """Headers in time, then half the body and silence: the proxy waits
+    ``header_timeout_s`` for the next piece, answers 408 and closes; the
+    upstream never sees the request. A body sent slowly but steadily is
+    forwarded whole."""
+    async def go():
+        async with RawUpstream("reply") as up, proxy_for(up.url, tmp_path, header_timeout_s=0.5) as proxy:
+            host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            start = time.monotonic()
+            writer.write(_post(BODY) + BODY[:1000])
+            answer = await asyncio.wait_for(reader.read(), 5)
+            took_s = time.monotonic() - start
+            writer.close()
+            # steady: a piece every 0.2 s (each within the 0.5 s limit), 1.2 s in all
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(_post(BODY))
+            for i in range(0, len(BODY), 400):
+                writer.write(BODY[i:i + 400])
+                await writer.drain()
+                await asyncio.sleep(0.2)
+            steady = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            async with aiohttp.ClientSession() as session:
+                return answer, took_s, steady, await proxy_stats(session, proxy.url), up.seen
+
+    answer, took_s, steady, stats, seen = asyncio.run(go())
+    assert answer.startswith(b"HTTP/1.1 408") and 0.4 < took_s < 2.5
+    assert stats["body_timeouts"] == 1
+    assert steady.startswith(b"HTTP/1.1 200") and steady.endswith(b'{"got_bytes": %d}' % len(BODY))
+    assert len(seen) == 1 and seen[0][1] == BODY
