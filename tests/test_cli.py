@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from specdec.cli.main import main
 from specdec.cli.replay import main as replay_main
+from tests.support.synthetic_run import failed, make_requests, repeated_counters, repeated_requests, write_run
 
 
 def test_help_is_fast_and_imports_nothing_heavy():
@@ -51,8 +52,6 @@ def test_report_on_missing_run_folder(tmp_path):
 
 
 def test_report_on_a_corrupted_run_is_a_named_error(tmp_path):
-    from tests.analytics.conftest import write_run
-
     run_dir = write_run(tmp_path)
     path = run_dir / "requests.parquet"
     path.write_bytes(path.read_bytes()[:100])
@@ -63,8 +62,6 @@ def test_report_on_a_corrupted_run_is_a_named_error(tmp_path):
 
 
 def test_report_on_a_run_missing_its_requests_is_a_named_error(tmp_path):
-    from tests.analytics.conftest import write_run
-
     run_dir = write_run(tmp_path)
     (run_dir / "requests.parquet").unlink()
     r = CliRunner().invoke(main, ["analytics", "build", str(run_dir)])
@@ -72,8 +69,6 @@ def test_report_on_a_run_missing_its_requests_is_a_named_error(tmp_path):
 
 
 def test_report_of_an_all_failed_run_says_so_first(tmp_path):
-    from tests.analytics.conftest import failed, make_requests, write_run
-
     reqs = [failed(q, http_status=404, message="HTTP 404: Not Found") for q in make_requests()]
     run_dir = write_run(tmp_path, requests=reqs, rounds=[])
     r = CliRunner().invoke(main, ["report", str(run_dir)])
@@ -86,8 +81,6 @@ def test_report_of_an_all_failed_run_says_so_first(tmp_path):
 
 
 def test_report_prints_the_verdict_after_the_failures(tmp_path):
-    from tests.analytics.conftest import repeated_counters, repeated_requests, write_run
-
     e2e = lambda arm, pid, level, r: 2000.0 if arm == "baseline" else 800.0  # noqa: E731
     run_dir = write_run(tmp_path, requests=repeated_requests(e2e), rounds=[], counters=repeated_counters())
     r = CliRunner().invoke(main, ["report", str(run_dir)])

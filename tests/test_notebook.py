@@ -32,7 +32,7 @@ import pytest
 
 from specdec.analytics.build import build
 from specdec.schemas.records import RoundTrace
-from tests.analytics.conftest import RUN, T0, repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import RUN, T0, repeated_counters, repeated_requests, write_run
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "specdec_analysis.ipynb"
 KERNEL = "specdec-notebook-test"

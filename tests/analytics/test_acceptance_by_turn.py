@@ -14,8 +14,7 @@ from specdec.analytics.checks import check_file, read_parquet_checked
 from specdec.errors import InputFileError
 from specdec.schemas.arrow import arrow_schema, table_from_records
 from specdec.schemas.records import RequestResult
-
-from .conftest import make_manifest, make_requests, write_run
+from tests.support.synthetic_run import make_manifest, make_requests, write_run
 
 
 def with_sessions():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest import approx
 
-from .conftest import _row, make_requests, request_id, write_run
+from tests.support.synthetic_run import make_requests, request_id, round_row, write_run
 
 # speculative code request: rounds (k, a) (4,4), (4,0) and a no-draft step;
 # speculative chat request: (4,1), (4,1), (4,1), (4,1)
@@ -16,10 +16,10 @@ def rounds():
     for cat, plan in PLAN.items():
         eid = f"chatcmpl-{request_id('speculative', 1, cat)}-0123abcd"
         step += 1
-        rows.append(_row(eid, 2, step, 0, 0, 0, phase="prefill"))
+        rows.append(round_row(eid, 2, step, 0, 0, 0, phase="prefill"))
         for rnd, (k, a) in enumerate(plan, start=1):
             step += 1
-            rows.append(_row(eid, 2, step, rnd, k, a))
+            rows.append(round_row(eid, 2, step, rnd, k, a))
     return rows
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest import approx
 
-from .conftest import _row, request_id, write_run
+from tests.support.synthetic_run import request_id, round_row, with_position_counter, write_run
 
 # one speculative code request at c1: its verify rounds (k proposed, a accepted)
 ROUNDS = [(4, 4), (4, 2), (4, 0), (3, 1), (2, 2), (0, 0)]  # the last: a decode step with no draft
@@ -12,9 +12,9 @@ ROUNDS = [(4, 4), (4, 2), (4, 0), (3, 1), (2, 2), (0, 0)]  # the last: a decode 
 
 def rounds(context=lambda rnd: 10 + rnd):
     eid = f"chatcmpl-{request_id('speculative', 1, 'code')}-0123abcd"
-    rows = [_row(eid, 2, 1, 0, 0, 0, phase="prefill")]
+    rows = [round_row(eid, 2, 1, 0, 0, 0, phase="prefill")]
     for rnd, (k, a) in enumerate(ROUNDS, start=1):
-        r = _row(eid, 2, 1 + rnd, rnd, k, a)
+        r = round_row(eid, 2, 1 + rnd, rnd, k, a)
         rows.append(r.model_copy(update={"context_len": context(rnd)}))
     return rows
 
@@ -71,23 +71,9 @@ def test_acceptance_by_context_bucket(tmp_path, query):
         1, 4096, None, approx(1.0))
 
 
-def _with_position_counter(per_level):
-    """conftest's counters, with the per-position counter on the speculative arm: the
-    warm-up round (4,4) counts 1 at every position, then ``per_level`` per level."""
-    from .conftest import make_counters
-
-    out = []
-    for s in make_counters():
-        if s.arm == "speculative":
-            mult = s.concurrency - (s.position == "before")
-            s = s.model_copy(update={"accepted_per_position": [1.0 + n * mult for n in per_level]})
-        out.append(s)
-    return out
-
-
 def test_per_position_acceptance_from_the_engine_counter_equals_the_rounds(tmp_path, query):
     # per level the captured rounds are (4,4) (4,2) (4,0) (4,1) (4,0): accepted >= 1: 3, >= 2: 2, >= 3: 1, >= 4: 1
-    write_run(tmp_path, _with_position_counter([3, 2, 1, 1]))
+    write_run(tmp_path, with_position_counter([3, 2, 1, 1]))
     got = query("select * from acceptance_positions_engine order by concurrency, position")
     assert [(r["concurrency"], r["position"]) for r in got] == [(c, p) for c in (1, 2) for p in (1, 2, 3, 4)]
     assert {r["arm"] for r in got} == {"speculative"}  # the baseline server exports no such counter
@@ -102,7 +88,7 @@ def test_per_position_acceptance_from_the_engine_counter_equals_the_rounds(tmp_p
 
 def test_a_counter_of_the_first_positions_only_is_flagged(tmp_path, query):
     # llama.cpp's counter covers the first few positions of longer drafts: here 2 of 4
-    counters = _with_position_counter([3, 2])
+    counters = with_position_counter([3, 2])
     write_run(tmp_path, counters, rounds=[])
     got = query("select * from acceptance_positions_engine where concurrency = 1 order by position")
     assert [r["position"] for r in got] == [1, 2]
@@ -110,13 +96,13 @@ def test_a_counter_of_the_first_positions_only_is_flagged(tmp_path, query):
 
 
 def test_the_counter_disagreeing_with_the_rounds_shows_as_a_diff(tmp_path, query):
-    write_run(tmp_path, _with_position_counter([3, 2, 2, 1]))
+    write_run(tmp_path, with_position_counter([3, 2, 2, 1]))
     got = {(r["concurrency"], r["position"]): r["diff_accepted"] for r in query("select * from acceptance_positions_engine")}
     assert got[1, 3] == -1 and got[2, 3] == -1 and got[1, 1] == 0
 
 
 def test_without_captured_rounds_the_counter_still_gives_per_position_acceptance(tmp_path, query):
-    write_run(tmp_path, _with_position_counter([3, 2, 1, 1]), rounds=[])  # an engine without per-round rows
+    write_run(tmp_path, with_position_counter([3, 2, 1, 1]), rounds=[])  # an engine without per-round rows
     got = query("select * from acceptance_positions_engine where concurrency = 1 order by position")
     assert [r["acceptance_at_position"] for r in got] == [approx(0.6), approx(0.4), approx(0.2), approx(0.2)]
     assert {r["captured_accepted"] for r in got} == {None} and {r["diff_accepted"] for r in got} == {None}

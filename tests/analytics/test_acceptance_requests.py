@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pytest import approx
 
-from .conftest import make_counters, make_requests, write_run
+from tests.support.synthetic_run import make_counters, make_requests, write_run
 
 
 def rows(query) -> dict:

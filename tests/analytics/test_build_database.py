@@ -10,8 +10,7 @@ import sys
 import duckdb
 
 from specdec.analytics.build import STORAGE_VERSION, build
-
-from .conftest import write_run
+from tests.support.synthetic_run import write_run
 
 
 def test_the_database_is_written_in_the_storage_format_of_duckdb_1_0(tmp_path):

@@ -19,8 +19,7 @@ from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RECORD_FILES
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RequestResult
-
-from .conftest import make_requests
+from tests.support.synthetic_run import make_requests
 
 
 def leftovers(run_dir: Path) -> list[str]:

@@ -12,8 +12,7 @@ from specdec.analytics.build import COMPUTED, build, build_steps
 from specdec.analytics.models import discover
 from specdec.cli.common import build_bar
 from specdec.cli.main import main
-
-from .conftest import write_run
+from tests.support.synthetic_run import write_run
 
 
 def test_every_step_is_reported_once_and_counts_to_the_total(tmp_path):

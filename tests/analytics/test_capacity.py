@@ -9,8 +9,7 @@ from pytest import approx
 from specdec.analytics.build import build
 from specdec.analytics.settings import Slo
 from tests.support.duck import rows
-
-from .conftest import failed, repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import failed, repeated_counters, repeated_requests, write_run
 
 LEVELS = (1, 2, 4, 8)
 E2E = {"baseline": {1: 5000, 2: 8000, 4: 12000, 8: 20000},      # TPOT 50, 80, 120, 200 ms

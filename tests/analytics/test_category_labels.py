@@ -15,8 +15,7 @@ from click.testing import CliRunner
 
 from specdec.analytics.labels_text import CONTROL_ONLY, chart_safe, strip_control
 from specdec.cli.main import main
-
-from .conftest import make_requests, write_run
+from tests.support.synthetic_run import make_requests, write_run
 
 ESC = "\x1b[2Jcode"
 

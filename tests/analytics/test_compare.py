@@ -10,8 +10,7 @@ from pytest import approx
 from specdec.analytics.compare import compare, settings_diff
 from specdec.cli.main import main
 from specdec.schemas.records import ArmConfig
-
-from .conftest import RUN, _row, make_manifest, repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import RUN, make_manifest, repeated_counters, repeated_requests, round_row, write_run
 
 SPEC = {"code-0": 1000.0, "code-1": 500.0, "chat-0": 1600.0, "chat-1": 1700.0}
 
@@ -19,7 +18,7 @@ SPEC = {"code-0": 1000.0, "code-1": 500.0, "chat-0": 1600.0, "chat-1": 1700.0}
 def rounds(plan):
     """Rounds of the speculative code-0 request of repeat 0 at level 1 (sequence 0)."""
     eid = f"chatcmpl-sd.{RUN}.speculative.c1.r0.00000-0123abcd"
-    return [_row(eid, 2, 1, 0, 0, 0, phase="prefill")] + [_row(eid, 2, 1 + i, i, k, a)
+    return [round_row(eid, 2, 1, 0, 0, 0, phase="prefill")] + [round_row(eid, 2, 1 + i, i, k, a)
                                                         for i, (k, a) in enumerate(plan, start=1)]
 
 

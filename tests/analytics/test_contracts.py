@@ -23,13 +23,21 @@ from specdec.cli.main import main
 from specdec.runfolder import capture_dir, round_part_name
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
-from tests.analytics.conftest import _row, failed, make_counters, make_manifest, make_requests, make_rounds, write_run
+from tests.support.synthetic_run import (
+    failed,
+    make_counters,
+    make_manifest,
+    make_requests,
+    make_rounds,
+    round_row,
+    write_run,
+)
 
 WARMUP = "chatcmpl-sd.t.speculative.c0.00000.warmup-deadbeef"
 
 
 def clean_rounds() -> list[RoundTrace]:
-    return [_row(WARMUP, 2, 0, 0, 0, 0, phase="prefill"), *make_rounds()]
+    return [round_row(WARMUP, 2, 0, 0, 0, 0, phase="prefill"), *make_rounds()]
 
 
 def invoke(*args: str):
@@ -90,7 +98,7 @@ def dirty(tmp_path_factory):
     spec_code_c2 = "speculative.c2.00000"  # rounds 0..4; drop round 2 -> 0, 1, 3, 4
     del rounds[index_of(rounds, spec_code_c2, 2)]
     gap = index_of(rounds, spec_code_c2, 4)
-    rounds.insert(0, _row(WARMUP, 2, 0, 0, 0, 0, phase="prefill"))
+    rounds.insert(0, round_row(WARMUP, 2, 0, 0, 0, 0, phase="prefill"))
     bad, gap = bad + 1, gap + 1
     twice = index_of(rounds, "baseline.c1.00000", 2)  # rounds 0, 1, 2 -> 0, 1, 2, 2
     rounds.append(rounds[twice])

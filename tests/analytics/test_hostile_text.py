@@ -10,8 +10,7 @@ from html.parser import HTMLParser
 
 from specdec.analytics.html import esc, script_json
 from specdec.analytics.report import write_report
-
-from .conftest import failed, make_manifest, make_requests, write_run
+from tests.support.synthetic_run import failed, make_manifest, make_requests, write_run
 
 SCRIPT = "</script><script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(1)>\u2028"

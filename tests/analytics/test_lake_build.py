@@ -25,8 +25,7 @@ from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace
 from tests.support.duck import rows
-
-from .conftest import T0, make_rounds, write_run
+from tests.support.synthetic_run import T0, make_rounds, write_run
 
 DAY = 86_400 * 10**9
 
@@ -41,8 +40,8 @@ def _round(run_id, request, step, k, a, phase="decode", day=0) -> RoundTrace:
 def compact(cap: Path, lake: Path, parts: list[list[RoundTrace]]) -> None:
     """Parts as the plugin writes them, moved into the lake as the sidecar does."""
     cap.mkdir(parents=True, exist_ok=True)
-    for seq, rows in enumerate(parts):
-        write_parquet_atomic(table_from_records(RoundTrace, rows), cap / round_part_name("11-aaaa", seq))
+    for seq, part in enumerate(parts):
+        write_parquet_atomic(table_from_records(RoundTrace, part), cap / round_part_name("11-aaaa", seq))
     assert Compactor(cap, lake).compact_once().files == len(parts)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from pytest import approx
 
-from .conftest import failed, make_manifest, make_requests, write_run
+from tests.support.synthetic_run import failed, make_manifest, make_requests, write_run
 
 BASE_C2_CHAT = ("baseline", 2, "chat")
 

@@ -39,8 +39,8 @@ from specdec.analytics.build import build
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, PassCounters
-from tests.analytics.conftest import RUN, T0, make_manifest, write_run
 from tests.support import duck
+from tests.support.synthetic_run import RUN, T0, make_manifest, write_run
 
 
 def check(arm: str, level: int, prompt: str, ids: list[int], at: dict[int, tuple[float, float, int]] | None = None,

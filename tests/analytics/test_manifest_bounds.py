@@ -22,8 +22,7 @@ from specdec.runfolder import (
     REPORT,
     read_manifest,
 )
-
-from .conftest import write_run
+from tests.support.synthetic_run import write_run
 
 DEEP = 200_000
 BIG = 50 * 10**6

@@ -29,9 +29,17 @@ from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import RoundTrace, SampleCheck
-
-from . import test_lossless, test_sampling
-from .conftest import T0, make_counters, make_manifest, repeated_counters, repeated_requests, write_run
+from tests.support.duck import rows
+from tests.support.lossless_run import make_checks, make_rounds, make_timed, write_greedy
+from tests.support.sampling_mart import two_arms
+from tests.support.synthetic_run import (
+    T0,
+    make_counters,
+    make_manifest,
+    repeated_counters,
+    repeated_requests,
+    write_run,
+)
 
 DECODE = {"a": {"code": [(4, 4), (4, 2)], "chat": [(4, 1), (4, 0)]},
           "c": {"code": [(4, 0)], "chat": [(4, 3), (4, 3), (4, 3)]}}
@@ -67,7 +75,7 @@ def repeated_run(run_dir: Path, run_id: str) -> Path:
                                run_id),
               requests=requests, rounds=rounds_of(requests, DECODE[run_id]), manifest=make_manifest(run_id=run_id))
     if run_id == "a":
-        checks = relabel(test_sampling.two_arms([-float(i) for i in range(40)], [-float(i) - 0.5 for i in range(40)],
+        checks = relabel(two_arms([-float(i) for i in range(40)], [-float(i) - 0.5 for i in range(40)],
                                                 ends=([5] * 40, [6] * 40)), run_id)
         write_parquet_atomic(table_from_records(SampleCheck, checks),
                              run_dir / record_file("sample_checks").consolidated)
@@ -75,12 +83,12 @@ def repeated_run(run_dir: Path, run_id: str) -> Path:
 
 
 def lossless_run(run_dir: Path) -> Path:
-    """test_lossless's run, as run b."""
+    """The lossless tests' run (tests/support/lossless_run.py), as run b."""
     run_dir.mkdir(parents=True)
-    write_run(run_dir, relabel(make_counters(), "b"), requests=relabel(test_lossless.make_timed(), "b"),
-              rounds=relabel(test_lossless.make_rounds(), "b"),
+    write_run(run_dir, relabel(make_counters(), "b"), requests=relabel(make_timed(), "b"),
+              rounds=relabel(make_rounds(), "b"),
               manifest=make_manifest(run_id="b", dtype="bfloat16", max_error_rate=0.5))
-    test_lossless.write_greedy(run_dir, relabel(test_lossless.make_checks(), "b"))
+    write_greedy(run_dir, relabel(make_checks(), "b"))
     return run_dir
 
 
@@ -92,16 +100,6 @@ def runs(tmp_path_factory) -> Path:
     repeated_run(root / "c", "c")
     os.symlink("c", root / "latest")  # the run folders' `latest` link: not a second run
     return root
-
-
-def rows(db: Path, sql: str, params=None) -> list[dict]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        cur = con.execute(sql, params or [])
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r)) for r in cur.fetchall()]
-    finally:
-        con.close()
 
 
 def relations_with_run_id(db: Path) -> list[str]:

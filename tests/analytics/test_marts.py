@@ -10,6 +10,7 @@ from specdec.analytics.build import build
 from specdec.errors import InputFileError
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import SCHEMA_VERSION, MetricSnapshot
+from tests.support.synthetic_run import make_rounds, write_run
 
 
 def by(rows: list[dict], *keys: str) -> dict:
@@ -145,8 +146,6 @@ def test_step_timing_keeps_apart_two_engines_that_reused_a_pid(tmp_path):
     """A restarted engine under the same PID restarts its step counter: its steps
     must not merge with the first incarnation's (grouped by process_token)."""
     import duckdb
-
-    from tests.analytics.conftest import make_rounds, write_run
 
     rounds = make_rounds()
     base = [r for r in rounds if r.pid == 1]  # baseline rows: 12 rows, 8 decode steps

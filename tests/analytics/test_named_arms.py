@@ -17,8 +17,7 @@ from specdec.analytics.build import build, runs_of
 from specdec.analytics.report import write_report
 from specdec.arms import ArmSpec, classic, comparisons, parse_arm, role_rows
 from tests.support.duck import rows as _rows  # a local list is called rows
-
-from .conftest import RUN, make_counters, make_manifest, make_requests, make_rounds, write_run
+from tests.support.synthetic_run import RUN, make_counters, make_manifest, make_requests, make_rounds, write_run
 
 RENAME = {"baseline": "plain", "speculative": "ngram"}
 

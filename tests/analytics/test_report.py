@@ -11,8 +11,7 @@ from specdec.analytics.build import build
 from specdec.analytics.report import render_html, write_report
 from specdec.analytics.report_data import load_report
 from specdec.analytics.summary import summary_text, text_table
-
-from .conftest import failed, make_manifest, make_requests, write_run
+from tests.support.synthetic_run import failed, make_manifest, make_requests, with_position_counter, write_run
 
 
 def report_of(run_dir):
@@ -161,9 +160,7 @@ def test_a_stability_run_reports_its_faults_and_no_replay_sections(tmp_path):
 
 
 def test_without_rounds_per_position_acceptance_comes_from_the_engine_counter(tmp_path):
-    from .test_acceptance_positions import _with_position_counter
-
-    page, _ = report_of(write_run(tmp_path, _with_position_counter([3, 2, 1, 1]), rounds=[]))
+    page, _ = report_of(write_run(tmp_path, with_position_counter([3, 2, 1, 1]), rounds=[]))
     text = page.replace("&#x27;", "'")
     assert "Acceptance by draft position, from the engine's counter (speculative arm)" in text  # table and chart
     assert "per draft position from the engine's counter" in text

@@ -16,8 +16,7 @@ import subprocess
 import pytest
 
 from specdec.analytics.report import write_report
-
-from .conftest import repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import repeated_counters, repeated_requests, write_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

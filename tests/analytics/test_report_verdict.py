@@ -15,8 +15,7 @@ from specdec.analytics.report import render_html
 from specdec.analytics.report_data import load_report
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import row_anchor
-
-from .conftest import repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import make_manifest, repeated_counters, repeated_requests, write_run
 
 SPEC = {"code-0": 1000.0, "code-1": 125.0, "chat-0": 1600.0, "chat-1": 1600.0}
 
@@ -119,8 +118,6 @@ def test_no_lossless_section_or_sentence_without_its_marts(repeated):
 def test_open_loop_levels_are_named_by_their_setting(tmp_path):
     """An open-loop run keys its levels 1, 2, ... (``concurrency``); a reader
     sees the rates: in the verdict, the summary's tables and the chart's axis."""
-    from .conftest import make_manifest
-
     load = {"mode": "poisson", "arrival_seed": 0,
             "levels": [{"key": 1, "value": 0.5}, {"key": 2, "value": 2.0}]}
     run_dir = write_run(tmp_path, requests=repeated_requests(steady, levels=(1, 2)), rounds=[],

@@ -10,8 +10,7 @@ from pytest import approx
 from specdec.replay.resources import process_tree_rss, sample_block
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import ResourceSample
-
-from .conftest import RUN, write_run
+from tests.support.synthetic_run import RUN, write_run
 
 MIB = 1 << 20
 

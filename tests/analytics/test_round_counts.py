@@ -4,7 +4,7 @@ their row-level definitions give over int_rounds_attributed, one row per
 captured round. The references below are those definitions, as the marts
 were written before the counting (the formulas of their headers).
 
-The run: test_lossless's (natural ends: rounds before and after the end, a
+The run: the lossless tests' (tests/support/lossless_run.py; natural ends: rounds before and after the end, a
 prompt that never ends, end-of-sequence ids unknown), plus, at level 2, a
 second speculative request of pB whose rounds share engine steps with pB's
 (batch_size 2), a warm-up request's rounds, and rounds in four context
@@ -18,10 +18,9 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
+from tests.support import lossless_run
 from tests.support.duck import rows as _rows  # a local list is called rows
-
-from . import test_lossless
-from .conftest import RUN, T0, write_run
+from tests.support.synthetic_run import RUN, T0, make_manifest, write_run
 
 REFERENCE = {
     "acceptance": """
@@ -121,22 +120,22 @@ def _extra_rounds():
     rows = []
     for rid, (k, a) in ((f"sd.{RUN}.speculative.c2.r0.pB", (4, 1)), (f"sd.{RUN}.speculative.c2.r0.pB2", (4, 3))):
         for i, ctx in enumerate((100, 300, 700, 1500, 5000)):
-            r = test_lossless._round(rid, 100 + i, k, a if i % 2 else a - 1, ctx)
+            r = lossless_run.round_trace(rid, 100 + i, k, a if i % 2 else a - 1, ctx)
             rows.append(r.model_copy(update={"batch_size": 2, "draft_ms": 0.5 + i, "verify_ms": 10.0 + i}))
-    rows.append(test_lossless._round(f"sd.{RUN}.speculative.c0.r0.warmup", 200, 4, 4, 10))
+    rows.append(lossless_run.round_trace(f"sd.{RUN}.speculative.c0.r0.warmup", 200, 4, 4, 10))
     return rows
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    run_dir = test_lossless.make_run(tmp_path_factory.mktemp("rounds"))
-    timed = test_lossless.make_timed()
+    run_dir = lossless_run.make_run(tmp_path_factory.mktemp("rounds"))
+    timed = lossless_run.make_timed()
     pb2 = next(q for q in timed if q.request_id == f"sd.{RUN}.speculative.c1.r0.pB")
     timed += [pb2.model_copy(update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB"}),
               pb2.model_copy(update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB2",
                                      "wall_send_ns": T0 + 5})]
-    write_run(run_dir, requests=timed, rounds=test_lossless.make_rounds() + _extra_rounds(),
-              manifest=test_lossless.make_manifest(dtype="bfloat16", max_error_rate=0.5))
+    write_run(run_dir, requests=timed, rounds=lossless_run.make_rounds() + _extra_rounds(),
+              manifest=make_manifest(dtype="bfloat16", max_error_rate=0.5))
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 
@@ -167,4 +166,4 @@ def test_the_run_has_what_the_comparison_needs(db):
     assert {0, 256, 512, 1024, 4096} <= buckets
     (c2,) = [r for r in _rows(db, "select * from step_timing where arm = 'speculative' and concurrency = 2")]
     assert c2["steps"] == 6 and c2["batch_size_mean"] == pytest.approx((5 * 2 + 1) / 6)  # 5 shared steps + pA's one
-    assert _rows(db, "select rows from capture_acceptance")[0]["rows"] == len(test_lossless.make_rounds()) + 11
+    assert _rows(db, "select rows from capture_acceptance")[0]["rows"] == len(lossless_run.make_rounds()) + 11

@@ -19,41 +19,9 @@ from specdec.analytics.sample_distinct import distinctness
 from specdec.arms import by_role_columns
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import SampleCheck
-from tests.support.sampling_mart import by_stat, mart, no_pass_counters
+from tests.support.sampling_mart import by_stat, check, mart, no_pass_counters, two_arms
 from tests.support.sampling_mart import roles as _roles
-
-EOS = [2]
-
-
-def check(arm: str, prompt: str, k: int, logprob: float | None, end: int | None = None, *,
-          category: str = "chat", level: int = 1, success: bool = True, max_tokens: int = 32,
-          eos: list[int] | None = EOS, rescored: float | None = None, tokens: list[int] | None = None,
-          by: str | None = "baseline") -> SampleCheck:
-    """A sample; ``rescored`` and ``tokens`` (the new fields) None: as a file before they existed."""
-    return SampleCheck(
-        run_id="t", arm=arm, concurrency=level, request_id=f"{arm}.{level}.{prompt}.{k}", prompt_id=prompt,
-        category=category, sample_index=k, seed=1000 + k, temperature=1.0, max_tokens=max_tokens,
-        success=success, error_type=None if success else "http_status", output_tokens=max_tokens if success else None,
-        sequence_logprob=logprob if success else None, natural_end_position=end, eos_token_ids=eos,
-        token_ids=tokens if success else None, rescored_logprob_sum=rescored if success else None,
-        rescored_by=by if rescored is not None and success else None,
-    )
-
-
-def two_arms(base: list[float], spec: list[float], ends=None, prompts: int = 4, rescored=None, tokens=None,
-             **kw) -> list[SampleCheck]:
-    """Sample i of each arm goes to prompt i % prompts, sample index i // prompts.
-    ``rescored``, ``tokens``: (baseline, speculative) lists of the new fields' values."""
-    ends = ends or (None, None)
-    rescored, tokens = rescored or (None, None), tokens or (None, None)
-    out = []
-    for j, (arm, values, end) in enumerate((("baseline", base, ends[0]), ("speculative", spec, ends[1]))):
-        for i, v in enumerate(values):
-            e = end[i] if isinstance(end, list) else end
-            out.append(check(arm, f"p{i % prompts}", i // prompts, v, e,
-                             rescored=None if rescored[j] is None else rescored[j][i],
-                             tokens=None if tokens[j] is None else tokens[j][i], **kw))
-    return out
+from tests.support.synthetic_run import write_run
 
 
 def distinct_tokens(n: int, offset: int = 0) -> list[list[int]]:
@@ -322,8 +290,6 @@ def test_report_and_summary_show_the_sampling_check_and_name_what_differs(tmp_pa
     from specdec.analytics.report import write_report
     from specdec.runfolder import record_file
     from specdec.schemas.arrow import write_parquet_atomic
-    from tests.analytics.conftest import write_run
-
     rng = np.random.default_rng(3)
     base = list(rng.normal(-40.0, 3.0, 48))
     spec = list(rng.normal(-60.0, 3.0, 48))  # a broken arm: far less likely samples
@@ -344,8 +310,6 @@ def test_a_file_written_before_token_ids_and_rescores_still_builds(tmp_path):
 
     from specdec.analytics.build import build
     from specdec.runfolder import record_file
-    from tests.analytics.conftest import write_run
-
     rng = np.random.default_rng(7)
     base = rng.normal(-60, 8, 48)
     table = table_from_records(SampleCheck, two_arms(list(base), list(base + 8.0), ([10] * 48, [10] * 48)))

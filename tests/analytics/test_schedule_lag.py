@@ -20,8 +20,8 @@ from __future__ import annotations
 import pytest
 
 from specdec.analytics.build import build
-from tests.analytics.conftest import make_requests, write_run
 from tests.support.duck import rows
+from tests.support.synthetic_run import make_requests, write_run
 
 SENDS = {("baseline", 1): [(0.0, 1.0, None), (2000.0, 2004.0, 0.0)],
          ("speculative", 1): [(0.0, 0.0, None), (2000.0, 2010.0, 30.0)],

@@ -11,8 +11,7 @@ from pytest import approx
 
 from specdec.analytics.variance import chi2_quantile, t_quantile, t_sf
 from specdec.schemas.records import RoundTrace
-
-from .conftest import RUN, T0, repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import RUN, T0, repeated_counters, repeated_requests, write_run
 
 
 def by(rows, *keys):

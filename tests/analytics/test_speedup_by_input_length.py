@@ -6,7 +6,7 @@ import math
 
 from pytest import approx
 
-from .conftest import repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import repeated_counters, repeated_requests, write_run
 
 PROMPT_TOKENS = {"code-0": 100, "code-1": 300, "chat-0": 2000, "chat-1": 255}
 SPEC = {"code-0": 1000.0, "code-1": 500.0, "chat-0": 1600.0, "chat-1": 250.0}

@@ -36,8 +36,8 @@ from specdec.analytics.report_data import Table
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult
-from tests.analytics.conftest import RUN, T0, failed, make_manifest, write_run
 from tests.support import duck
+from tests.support.synthetic_run import RUN, SEC, T0, failed, make_manifest, repeated_counters, write_run
 
 # prompt -> (category, baseline (offsets, tokens, e2e), speculative (offsets, tokens, e2e))
 SPLIT = ([100.0, 400.0, 1000.0], [2, 4, 10], 1000.0), ([50.0, 200.0, 500.0], [1, 5, 10], 500.0)
@@ -218,8 +218,6 @@ def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
     comes from its own series' block figures (ln 2 in every repeat, whatever the
     host did to both arms): no noise, a zero-width interval at 2, 'faster' with
     its Holm level among the run's two segment rows."""
-    from tests.analytics.conftest import SEC, repeated_counters
-
     out = []
     for r, scale in ((0, 1.0), (1, 1.1), (2, 1.0)):
         for i, (arm, (offsets, tokens, e2e)) in enumerate(zip(("baseline", "speculative"), SPLIT)):

@@ -15,8 +15,7 @@ import math
 from pytest import approx
 
 from specdec.analytics.report import write_report
-
-from .conftest import failed, make_manifest, repeated_counters, repeated_requests, write_run
+from tests.support.synthetic_run import failed, make_manifest, repeated_counters, repeated_requests, write_run
 
 SPEC = {"code": 1000.0, "chat": 3000.0}
 
