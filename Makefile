@@ -64,11 +64,16 @@ imports: $(STAMP)
 
 # The quick tests: no engine, no model, no browser, and not the folders of end-to-end runs
 # against stub servers or of whole-database builds (tests/analytics, tests/replay), which
-# `make test` runs. QUICK_TESTS=tests make check: every non-engine test.
+# `make test` runs. `make check QUICK_TESTS=tests QUICK_SKIP=`: every non-engine test.
 QUICK_TESTS ?= tests/schemas tests/engines tests/tools tests/capture tests/importers tests/test_strict_inputs.py \
 	tests/test_listen.py tests/test_cli.py
+# the slowest here: two import vLLM in a fresh process (~50 s each), two build a run's database and report (~15 s)
+QUICK_SKIP ?= --deselect tests/capture/test_plugin_v2.py::test_the_worker_hook_installs_v2_timing_and_says_so \
+	--deselect tests/capture/test_plugin_v2.py::test_an_unsupported_vllm_is_refused_and_nothing_is_patched \
+	--deselect tests/test_cli.py::test_report_of_an_all_failed_run_says_so_first \
+	--deselect tests/test_cli.py::test_report_prints_the_verdict_after_the_failures
 quick-tests: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not engine" -p no:cacheprovider --ignore=tests/integration $(QUICK_TESTS)
+	$(BIN)/python -m pytest -q -m "not engine" -p no:cacheprovider --ignore=tests/integration $(QUICK_SKIP) $(QUICK_TESTS)
 
 clean-venv:
 	rm -rf $(VENV)

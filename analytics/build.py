@@ -67,6 +67,7 @@ failure.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import re
@@ -90,6 +91,7 @@ from specdec.atomic import atomic_write_with
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, files_of
 from specdec.schemas.arrow import arrow_schema
+from specdec.schemas.records import RunManifest
 
 __all__ = ["COMPUTED", "DB_NAME", "build", "build_steps", "load_record_file", "read_parquet_checked", "run_kind"]
 
@@ -196,7 +198,7 @@ _NO_STEPS = _Steps(None, 0)
 
 def _materialize(con, m, schema: str = STORED, steps: _Steps = _NO_STEPS) -> None:
     """Compute a model once into <schema>.<name>; its view reads the table from now on."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     started = time.perf_counter()
     try:
@@ -242,8 +244,6 @@ def _fill_inputs(models, working_inputs: dict[str, set[str]], working: set[str])
     names as a word, if it is one, and the working models those read (the names are found,
     not declared, so they cannot go stale; a mart named there counts with its inputs
     whether or not it is stored yet)."""
-    import inspect
-
     source = "\n".join(inspect.getsource(c) for c in COMPUTED)
     out: set[str] = set()
     for m in models:
@@ -317,7 +317,7 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
     """Views, then the materialized intermediate models, then the computed tables and the
     marts that do not read them at once (the intervals are Python, mostly on one core; the
     marts DuckDB's), then the marts that read the computed tables."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     con.execute(macros_sql())
     for m in models:
@@ -360,7 +360,7 @@ def build(path: Path, db_path: Path | None = None, slo: analysis_settings.Slo | 
     ``slo``: the latency SLO of the capacity_under_slo mart (``analytics/settings.py``;
     its defaults when None). ``copy``: copy the rows into the database (self-contained)
     instead of views over the files. ``check``: 'auto', 'full' or 'footer' (``sources.py``)."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     started = time.perf_counter()
     inputs = find_inputs(Path(path), check)
@@ -407,8 +407,6 @@ def manifest_of(con, run_id: str):
     """The RunManifest of one (analysis) run of a database (of its run folder), as that run
     sees it: one comparison of a run of two engines names its own engine's model and dtype
     (``arms.comparison_manifest``); None for a run only the lake holds."""
-    from specdec.schemas.records import RunManifest
-
     row = con.execute("select manifest, reference_arm, treatment_arm from stg_manifest where run_id = ?",
                       [run_id]).fetchone()
     if row is None:

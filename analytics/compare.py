@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.analytics.build import build, manifest_of
+from specdec.analytics.summary import ci_text, term, text_table
 from specdec.errors import SpecdecError
 from specdec.runfolder import read_manifest
 
@@ -144,7 +145,7 @@ def _tables(con, a_db: str, b_db: str, runs: dict[str, str]) -> dict[str, list[d
 
 def compare(run_a: Path, run_b: Path) -> Comparison:
     """Two run folders, each rebuilt first."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     manifest_a, manifest_b = read_manifest(Path(run_a)), read_manifest(Path(run_b))
     db_a, db_b = build(Path(run_a)), build(Path(run_b))
@@ -170,7 +171,7 @@ def compare(run_a: Path, run_b: Path) -> Comparison:
 
 def compare_in(path: Path, run_a: str, run_b: str) -> Comparison:
     """Two runs of the database built from ``path`` (a folder of run folders, a lake ...)."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     db = build(Path(path))
     con = duckdb.connect()
@@ -193,8 +194,6 @@ def _num(v, digits: int = 3) -> str:
 
 
 def render_text(c: Comparison) -> str:
-    from specdec.analytics.summary import ci_text, term, text_table
-
     lines = [f"A: {term(c.run_a)}", f"B: {term(c.run_b)}",
              f"settings that differ ({len(c.settings)}; run ids and timestamps left out):"]
     lines += (text_table(["field", "A", "B"], [[s["field"], json.dumps(s["a"]), json.dumps(s["b"])]

@@ -46,8 +46,11 @@ the functions, so no other command pays for it.
 
 from __future__ import annotations
 
+import bisect
+import logging
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,8 +58,12 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from specdec.analytics.build import load_record_file, run_kind
 from specdec.engines.metrics import COUNTERS as ENGINE_COUNTERS
 from specdec.errors import InputFileError, SpecdecError
+from specdec.replay import traffic as tr
+from specdec.runfolder import RECORD_FILES, files_of, read_manifest
+from specdec.schemas.records import TrafficRow
 from specdec.schemas.strict import Label
 
 MAX_EXAMPLES = 5
@@ -195,9 +202,7 @@ def declared_categories(manifest) -> list[str] | None:
 def _record_frame(rec, files: list[Path], table, keys: tuple[str, ...]) -> Frame:
     """The table (read from ``files``, in order) as pandas, with each row
     traced to its file and row (from 0)."""
-    import bisect
-
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # heavy: pyarrow, imported only when used
 
     starts, total = [], 0
     for f in files:
@@ -214,8 +219,8 @@ def _record_frame(rec, files: list[Path], table, keys: tuple[str, ...]) -> Frame
 def _rounds_table(table):
     """Rounds with ``_round_index_contiguous``: per (process_token,
     engine_request_id), the index is unique and below the request's row count."""
-    import duckdb
-    import pyarrow as pa
+    import duckdb  # heavy: duckdb, imported only when used
+    import pyarrow as pa  # heavy: pyarrow, imported only when used
 
     cols = ["run_id", "process_token", "engine_request_id", "round_index", "tokens_proposed", "tokens_accepted",
             "tokens_emitted", "batch_size", "context_len", "draft_ms", "verify_ms"]
@@ -238,7 +243,7 @@ def _rounds_table(table):
 def _with_label_check(table):
     """``table`` with ``_category_is_label``: whether its category validates as a
     ``Label``, the traffic schema's own type (each distinct value checked once)."""
-    import pyarrow as pa
+    import pyarrow as pa  # heavy: pyarrow, imported only when used
 
     adapter, ok = TypeAdapter(Label), {}
     for value in table["category"].unique().to_pylist():
@@ -252,9 +257,6 @@ def _with_label_check(table):
 
 
 def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
-    from specdec.analytics.build import load_record_file, run_kind
-    from specdec.runfolder import RECORD_FILES, files_of, read_manifest
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise SpecdecError(f"{run_dir}: no such run folder")
@@ -287,10 +289,7 @@ def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
 def traffic_frame(path: Path) -> Frame:
     """A traffic file's rows as parsed (not yet validated), with a
     ``_row_valid`` / ``problem`` column from TrafficRow."""
-    import pandas as pd
-
-    from specdec.replay import traffic as tr
-    from specdec.schemas.records import TrafficRow
+    import pandas as pd  # heavy: pandas, imported only when used
 
     path = Path(path)
     records = tr.read_traffic_records(path)  # names the file when it is missing or unreadable
@@ -325,10 +324,8 @@ def traffic_frame(path: Path) -> Frame:
 # ------------------------------------------------------------------ running
 def _quiet_gx():
     """Import great_expectations with analytics, progress bars and chatter off."""
-    import logging
-
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
+    import great_expectations as gx  # heavy: great-expectations, imported only when used
 
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
     return gx
@@ -340,7 +337,7 @@ def _context(gx):
         DataContextConfig,
         InMemoryStoreBackendDefaults,
         ProgressBarsConfig,
-    )
+    )  # heavy: great-expectations, imported only when used
 
     config = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
                                analytics_enabled=False,
@@ -358,7 +355,7 @@ def _plain(v):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return None
     try:
-        import pandas as pd
+        import pandas as pd  # heavy: pandas, imported only when used
 
         if v is pd.NA or v is pd.NaT:
             return None
@@ -381,10 +378,10 @@ def _exception_text(info) -> str | None:
 
 def check_frame(frame: Frame, checks: list[Check]) -> list[ContractResult]:
     """Run one suite on one frame; one ContractResult per check, in order."""
-    import warnings
-
     gx = _quiet_gx()
-    from great_expectations.expectations.row_conditions import Column
+    from great_expectations.expectations.row_conditions import (
+        Column,  # heavy: great-expectations, imported only when used
+    )
 
     gxe = gx.expectations
     ctx = _context(gx)

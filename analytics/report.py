@@ -27,6 +27,7 @@ from specdec.analytics.labels import RULE as LABEL_RULE
 from specdec.analytics.labels_text import chart_safe
 from specdec.analytics.page import chart_divs, page
 from specdec.analytics.report_data import ReportData, Table, load_report
+from specdec.analytics.sampling_test import METHOD as SAMPLING_METHOD
 from specdec.analytics.summary import summary_text
 from specdec.analytics.verdict import Sentence, row_anchor
 from specdec.atomic import atomic_write_bytes
@@ -101,7 +102,7 @@ SPEEDUP_COLUMNS = ("category", "concurrency", "speedup", "ci_low", "ci_high", "c
 
 def _charts(data: ReportData) -> dict[str, dict]:
     """Vega-Lite specs of the charts that have data (a chart of nothing is left out)."""
-    import altair as alt
+    import altair as alt  # heavy: altair, imported only when used
 
     speed, thr = data.chart_speedup(), data.chart_throughput()
     levels = sorted({r["concurrency"] for r in thr} | {r["concurrency"] for r in speed})
@@ -220,8 +221,6 @@ def _lossless(data: ReportData) -> list[tuple[str, str]]:
         out.append(("Lossless: every non-identical greedy pair",
                     _tab(data.lossless_divergences, table_id=row_anchor("lossless_divergences"))))
     if data.sampling is not None:
-        from specdec.analytics.sampling_test import METHOD as SAMPLING_METHOD
-
         out.append(("Lossless under sampling: same output distribution? (sampling pass)",
                     f"<p>{esc(SAMPLING_METHOD)}</p>" + _tab(data.sampling, table_id=row_anchor("sampling"))))
     return out
@@ -259,7 +258,7 @@ def _traffic_charts(data: ReportData) -> str:
 def _traffic_chart_specs(data: ReportData) -> dict[str, dict]:
     """The traffic's category shares (and the --mix shares when given) and, when
     its rows have arrival times, its arrival-rate curve, from the manifest."""
-    import altair as alt
+    import altair as alt  # heavy: altair, imported only when used
 
     traffic, m = data.manifest.traffic or {}, data.manifest
     recorded = traffic.get("category_shares")
@@ -427,8 +426,8 @@ def write_chart_pngs(data: ReportData, run_dir: Path, prefix: str = "") -> list[
 
 def write_pngs(specs: dict[str, dict], run_dir: Path, prefix: str = "") -> list[Path]:
     """Vega-Lite specs as PNGs under the run folder's charts/ (``runfolder.chart_png``)."""
-    import vl_convert
-    from altair.utils._importers import vl_version_for_vl_convert
+    import vl_convert  # heavy: vl-convert, imported only when used
+    from altair.utils._importers import vl_version_for_vl_convert  # heavy: altair, imported only when used
 
     out = []
     for name, spec in specs.items():
@@ -446,7 +445,7 @@ def write_report(run_dir: Path, slo=None, progress=None) -> tuple[Path, str]:
     A report is of one run: a folder whose database holds several is refused, the runs named
     (``report_data.report_run``)."""
 
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     run_dir = Path(run_dir)
     db = build(run_dir, slo=slo, progress=progress)
@@ -489,7 +488,7 @@ def _write_side_by_side(con, run_dir: Path, run_id: str, comps) -> tuple[Path, s
 def failed_levels(run_dir: Path) -> list[str]:
     """Arm and level of every level the marts mark failed (``level_health``);
     reads the database ``write_report`` or ``build`` left in the run folder."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     con = duckdb.connect(str(Path(run_dir) / DB_NAME), read_only=True)
     try:

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Literal
 
-from specdec.analytics.build import manifest_of
+from specdec.analytics.build import manifest_of, runs_of
 from specdec.analytics.models import has_view
 from specdec.analytics.verdict import Sentence, verdict
+from specdec.errors import SpecdecError
 from specdec.levels import name_of, names_from_load
 from specdec.schemas.records import RunManifest
 
@@ -183,9 +184,6 @@ def _latency_cdf(m: _Marts) -> Table | None:
 def report_run(con, run_id: str | None = None) -> str:
     """The run a report shows: ``run_id``, or the database's only run. A
     database of many runs is refused, naming them: the report is of one run."""
-    from specdec.analytics.build import runs_of
-    from specdec.errors import SpecdecError
-
     runs = runs_of(con)
     if run_id is None:
         if len(runs) != 1:
@@ -214,8 +212,6 @@ def capture_source(manifest: RunManifest) -> str:
 
 def load_report(con, run_id: str | None = None) -> ReportData:
     """Read every mart the report shows, once, for one run (``report_run``)."""
-    from specdec.errors import SpecdecError
-
     run_id = report_run(con, run_id)
     m = _Marts(con, run_id)
     manifest = manifest_of(con, run_id)

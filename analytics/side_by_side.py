@@ -21,12 +21,14 @@ Nothing is pooled across comparisons: each row is one comparison's figure.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from specdec.analytics.html import banner, esc, table
 from specdec.analytics.labels_text import chart_safe
 from specdec.analytics.page import chart_divs, page
 from specdec.analytics.report_data import Table
+from specdec.analytics.summary import text_table
 
 __all__ = ["Comparison", "comparisons_in", "side_by_side", "render_side_by_side", "summary_lines"]
 
@@ -90,7 +92,7 @@ def side_by_side(con, source_run_id: str) -> Table:
 
 
 def _chart(t: Table) -> dict | None:
-    import altair as alt
+    import altair as alt  # heavy: altair, imported only when used
 
     rows = [{k: r[k] for k in ("arm", "engine", "category", "concurrency", "speedup", "ci_low", "ci_high", "label")}
             for r in t.dicts() if r["speedup"] is not None]
@@ -125,8 +127,6 @@ def _cell(v, fmt: str = "{:.2f}") -> str:
 
 
 def _arm_text(arm) -> str:
-    import json
-
     spec = "no speculation" if arm.speculative_config is None else json.dumps(arm.speculative_config)
     return f"{arm.name} ({arm.engine or '?'}, {spec})"
 
@@ -173,8 +173,6 @@ over levels (vLLM only).</p>
 
 
 def summary_lines(run_id: str, comps: list[Comparison], t: Table) -> list[str]:
-    from specdec.analytics.summary import text_table
-
     lines = [f"run {run_id}: {len(comps)} comparisons, side by side (reports: "
              f"{', '.join(c.report_name for c in comps)}):"]
     lines += text_table(["category", "level", "comparison", "engine", "speedup", "interval", "label", "accept rate"],

@@ -167,7 +167,7 @@ def register() -> None:
     _STATE = _start()
     if _STATE is None:
         return
-    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.sched.scheduler import Scheduler  # heavy: vllm, imported only when used
 
     _patch(Scheduler, "update_from_output", _wrap_update_from_output)
     _patch(Scheduler, "shutdown", _wrap_shutdown)
@@ -176,7 +176,7 @@ def register() -> None:
     problems = vllm_targets.runtime_problems(("timing-v1",))
     _STATE.timing_v1_off = "; ".join(problems) or None
     try:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # heavy: vllm, imported only when used
     except ImportError:
         GPUModelRunner = None
     if GPUModelRunner is not None:
@@ -186,7 +186,7 @@ def register() -> None:
             _patch(GPUModelRunner, "sample_tokens", _wrap_sample_tokens)
             _patch(GPUModelRunner, "propose_draft_token_ids", _wrap_propose)
     try:
-        from vllm.v1.worker.gpu_worker import Worker
+        from vllm.v1.worker.gpu_worker import Worker  # heavy: vllm, imported only when used
 
         _patch(Worker, "_make_model_runner", _wrap_make_model_runner)
     except (ImportError, AttributeError) as exc:  # no GPU worker in this build: the V2 runner cannot be made
@@ -215,7 +215,7 @@ def _supported_or_refuse() -> bool:
 
 
 def _vllm_version() -> str:
-    import vllm
+    import vllm  # heavy: vllm, imported only when used
 
     return getattr(vllm, "__version__", "unknown")
 
@@ -282,14 +282,14 @@ def _wrap_make_model_runner(original):
 
 def _is_v1(runner: Any) -> bool:
     try:
-        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # heavy: vllm, imported only when used
     except ImportError:
         return False
     return isinstance(runner, GPUModelRunner)
 
 
 def is_active() -> bool:
-    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.core.sched.scheduler import Scheduler  # heavy: vllm, imported only when used
 
     return _STATE is not None and getattr(Scheduler.update_from_output, _PATCHED_ATTR, False)
 
@@ -342,7 +342,7 @@ def _wrap_sample_tokens(original):
 
 
 def _attach_timing(st: _State, result: Any, sample_ns: int) -> None:
-    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput
+    from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # heavy: vllm, imported only when used
 
     verify_ms = (st.exec_ns + sample_ns - st.propose_ns) / 1e6
     this_propose = st.propose_ns / 1e6 if st.propose_ns else None

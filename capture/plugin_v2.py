@@ -51,7 +51,7 @@ _ATTR = "__specdec_v2__"
 
 
 def _cuda_event():
-    import torch
+    import torch  # heavy: torch, imported only when used
 
     return torch.cuda.Event(enable_timing=True)
 

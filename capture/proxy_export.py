@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from specdec.errors import InputFileError
 from specdec.runfolder import TRAFFIC_PART_GLOB, traffic_part_date
+from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import TrafficRow
 
 
@@ -32,9 +33,7 @@ def part_files(out_dir: Path, since: str | None = None, until: str | None = None
 
 def export_traffic(out_dir: Path, out: Path, since: str | None = None, until: str | None = None) -> dict:
     """Write the merged traffic file; return a summary (files, rows, processes, categories)."""
-    import pyarrow.parquet as pq
-
-    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+    import pyarrow.parquet as pq  # heavy: pyarrow, imported only when used
 
     files = part_files(out_dir, since, until)
     if not files:

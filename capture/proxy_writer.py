@@ -31,6 +31,7 @@ from pathlib import Path
 
 from specdec.capture.proxy_record import Exchange, NotRecorded, RowMaker
 from specdec.runfolder import partition_date, process_token, traffic_part
+from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import TRAFFIC_SCHEMA_VERSION, TrafficRow
 
 log = logging.getLogger("specdec.capture.proxy")
@@ -40,8 +41,6 @@ DEFAULT_MAX_PENDING_ROWS = 100_000
 
 
 def _default_write(table, path: Path) -> None:
-    from specdec.schemas.arrow import write_parquet_atomic
-
     path.parent.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(table, path)
 
@@ -186,8 +185,6 @@ class Recorder:
                     self.counts["rows_dropped"] += over
 
     def _table(self, rows: list[dict]):
-        from specdec.schemas.arrow import table_from_columns
-
         columns = {name: [r[name] for r in rows] for name in TrafficRow.model_fields}
         table = table_from_columns(TrafficRow, columns)
         meta = dict(table.schema.metadata or {})

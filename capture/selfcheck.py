@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from specdec.capture import plugin
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID, ROUND_PART_GLOB
 
 PROMPTS = [
@@ -45,10 +46,8 @@ def run_selfcheck(out_dir: Path, model: str, spec_config: dict, dtype: str = "bf
     os.environ.setdefault(ENV_CAPTURE_RUN_ID, "selfcheck")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    import duckdb
-    from vllm import LLM, SamplingParams
-
-    from specdec.capture import plugin
+    import duckdb  # heavy: duckdb, imported only when used
+    from vllm import LLM, SamplingParams  # heavy: vllm, imported only when used
 
     llm = LLM(model=model, dtype=dtype, max_model_len=2048, enforce_eager=True,
               speculative_config=spec_config, disable_log_stats=False, seed=0)

@@ -57,6 +57,8 @@ from specdec.capture.proxy import ProxySettings, RowsLost, exposure, start_proxy
 from specdec.capture.sidecar_categories import CategoryBook
 from specdec.capture.sidecar_lake import Compactor, CompactResult, CounterLake, read_capture_status
 from specdec.capture.sidecar_metrics import LiveMetrics
+from specdec.engines.metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
+from specdec.errors import SpecdecError
 from specdec.listen import warn_if_exposed
 from specdec.schemas.counters import CounterScrape
 
@@ -124,8 +126,6 @@ class Sidecar:
         except OSError as exc:
             await self.runner.cleanup()
             await self.session.close()
-            from specdec.errors import SpecdecError
-
             raise SpecdecError(f"--listen {self.settings.host}:{self.settings.port}: cannot listen there "
                                f"({exc.strerror or exc})") from None
         host, port = self.runner.addresses[0][:2]
@@ -189,8 +189,6 @@ class Sidecar:
 
     async def scrape(self) -> CounterScrape:
         """Read the server's /metrics once into a row (a failure is a row too)."""
-        from specdec.engines.metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
-
         wall = time.time_ns()
         values: dict[str, float | None] = dict.fromkeys([*COUNTERS, *GAUGES])
         error = None

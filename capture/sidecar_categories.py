@@ -27,6 +27,7 @@ label value is a Prometheus series).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections import OrderedDict
@@ -43,8 +44,6 @@ _REPLY_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){1,512}")')
 def reply_id(first_bytes: bytes) -> str | None:
     """The ``id`` of an OpenAI reply from its first bytes (the first SSE event or
     the start of the JSON body: vLLM writes ``id`` first); None when not there."""
-    import json
-
     m = _REPLY_ID.search(first_bytes[:4096])
     if m is None:
         return None

@@ -51,6 +51,7 @@ from specdec.runfolder import (
     round_part_key,
 )
 from specdec.schemas.arrow import arrow_schema, table_from_records, write_parquet_atomic
+from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace
 
 log = logging.getLogger("specdec.capture.sidecar")
@@ -248,8 +249,6 @@ class CounterLake:
 
     def write(self, rows: list) -> list:
         """Write ``rows`` (one file per UTC date); return the rows not written (kept for a retry)."""
-        from specdec.schemas.counters import CounterScrape
-
         by_date: dict[str, list] = {}
         for row in rows:
             by_date.setdefault(partition_date(row.wall_time_ns), []).append(row)

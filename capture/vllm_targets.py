@@ -25,6 +25,8 @@ those two sources. Nothing in the timing-v2 list has run on a GPU here.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 from dataclasses import dataclass
 
 #: vLLM releases the plugin supports (major.minor); any patch release of them.
@@ -217,9 +219,6 @@ def runtime_problems(hooks: tuple[str, ...] = ("counts", "timing-v1")) -> list[s
     """The methods of the given hooks, checked on the imported vLLM (importable,
     defined, with the parameters relied on); attributes and calls are checked by
     the contract tests only. Imports what the plugin would patch anyway."""
-    import importlib
-    import inspect
-
     problems = []
     for t in TARGETS:
         if t.hook not in hooks or t.kind not in ("method", "function"):

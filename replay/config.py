@@ -14,8 +14,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.arms import NGRAM, ArmSpec, check_arms
-from specdec.engines import Arm, LlamaCpp
-from specdec.engines.urls import ClientSettings
 from specdec.replay.load import check_values
 from specdec.replay.traffic_mix import check_mix
 from specdec.schemas.strict import RunName
@@ -52,6 +50,9 @@ class ClientOptions(BaseModel):
         return os.environ.get(self.api_key_env) or None
 
     def client_settings(self):
+        # heavy: aiohttp (ClientSettings' module); `specdec --help` imports this module for the defaults
+        from specdec.engines.urls import ClientSettings
+
         return ClientSettings(connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s,
                               api_key=self.api_key())
 
@@ -255,6 +256,8 @@ class ReplayConfig(ClientOptions):
 
 def _check_llama_speculation(arm: ArmSpec, what: str) -> None:
     """llama.cpp speculation settings that its adapter takes, and a draft GGUF that exists."""
+    from specdec.engines import Arm, LlamaCpp  # heavy: aiohttp (the adapters read /metrics); as client_settings
+
     try:
         LlamaCpp(binary=Path("llama-server")).speculation_args(Arm(arm.name, arm.speculation))
     except ValueError as exc:

@@ -11,9 +11,12 @@ import logging
 from pathlib import Path
 
 from specdec.arms import ArmSpec, comparisons, specs_of
+from specdec.engines import Arm, LlamaCpp, Vllm
+from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server, cached_llama_server
 from specdec.engines.server import LlamaServer, LocalServer, ServerSpec, start_all
 from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
+from specdec.model import GGUF_DIST, find_gguf, prepare_model
 from specdec.replay import event_loop
 from specdec.replay.capture_import import import_capture
 from specdec.replay.client import CHAT_PATH
@@ -27,6 +30,7 @@ from specdec.replay.runner import Replayer, level_rows, request_id_prefix
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import unknown_categories
 from specdec.replay.traffic_profile import manifest_traffic
+from specdec.replay.verify import eos_ids_for_model
 from specdec.runfolder import (
     capture_dir,
     claim_run_dir,
@@ -87,10 +91,6 @@ def run_replay(cfg: ReplayConfig) -> Path:
     if cfg.external:
         models[cfg.engine] = cfg.served_model
     if not cfg.external and "llama.cpp" in engines:
-        from specdec.engines import LlamaCpp
-        from specdec.engines.llama_build import build_llama_server
-        from specdec.model import GGUF_DIST, find_gguf
-
         gguf = cfg.model or str(find_gguf())
         models["llama.cpp"] = gguf
         model_sources["llama.cpp"] = {"package": GGUF_DIST, "file": Path(gguf).name,
@@ -102,8 +102,6 @@ def run_replay(cfg: ReplayConfig) -> Path:
     if not cfg.external and "vllm" in engines:
         folder = cfg.model
         if folder is None:
-            from specdec.model import prepare_model
-
             prepared = prepare_model()
             folder = str(prepared.path)
             model_sources["vllm"] = prepared.source
@@ -117,8 +115,6 @@ def run_replay(cfg: ReplayConfig) -> Path:
     arms = [_arm_config(cfg, arm, spec, llama, models) for arm in cfg.arm_specs()]
     eos_ids = None
     if spec is not None and (cfg.verify or cfg.samples):  # both passes look up natural ends
-        from specdec.replay.verify import eos_ids_for_model
-
         eos_ids = eos_ids_for_model(spec.model)
     rows = level_rows(traffic, cfg)
     no_plugin = ("llama.cpp has no capture plugin: no per-round rows; the per-request draft stats (timings) and "
@@ -257,8 +253,6 @@ class EmbeddedServers:
             log = server_log(self.run_dir, arm.name)
             when = f" for repeat {repeat}" if repeat else ""
             if engines[arm.name] == "llama.cpp":
-                from specdec.engines import Arm
-
                 self.progress.message(f"starting llama-server for the {arm.name} arm{when} (log: {log})")
                 srv = LlamaServer(Arm(arm.name, arm.speculative_config), Path(self.model), log,
                                   self.llama, self.cfg.startup_timeout_s)
@@ -291,8 +285,6 @@ LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
 
 def llama_facts(llama) -> dict:
     """The manifest's engine facts for the embedded llama-server."""
-    from specdec.engines.llama_build import LLAMA_CPP_PYTHON, cached_llama_server
-
     return {"name": "llama.cpp", "version": f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp 0c1e570)",
             "binary": str(llama.binary or cached_llama_server()), "threads": llama.threads,
             "slots": llama.slots, "context": llama.context}
@@ -302,8 +294,6 @@ def _arm_config(cfg: ReplayConfig, arm: ArmSpec, spec: ServerSpec | None, llama=
                 models: dict[str, str] | None = None) -> ArmConfig:
     """An arm as the manifest records it; an embedded one's ``server_args`` are its engine
     adapter's (``replay/engines``), the settings its server starts with."""
-    from specdec.engines import Arm, Vllm
-
     spec_cfg = None if arm.speculation is None else dict(arm.speculation)
     named = {"engine": arm.engine, "reference": arm.reference} if cfg.named_arms is not None else {}
     if cfg.external:

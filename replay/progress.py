@@ -19,9 +19,14 @@ class Progress:
         self._done = 0
         self._level: tuple[str, int, int, float] | None = None
         if self.bars:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-            from rich.progress import Progress as RichProgress
+            from rich.console import Console  # heavy: rich, imported only when used
+            from rich.progress import (  # heavy: rich, imported only when used
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.progress import Progress as RichProgress  # heavy: rich, imported only when used
 
             self._bar = RichProgress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -23,6 +23,7 @@ from specdec.engines.lifecycle import interrupt_on_signals
 from specdec.errors import SpecdecError
 from specdec.replay.ledger import LEDGER
 from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
+from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
 
 log = logging.getLogger("specdec.replay")
 
@@ -48,10 +49,8 @@ def _note(signum: int) -> None:
 def consolidate(run_dir: Path) -> None:
     """Merge part files into one Parquet per record type; parts are removed
     only after the merged file is safely written."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
+    import pyarrow as pa  # heavy: pyarrow, imported only when used
+    import pyarrow.parquet as pq  # heavy: pyarrow, imported only when used
 
     run_dir = Path(run_dir)
     for rec in RECORD_FILES:

@@ -36,7 +36,7 @@ def process_tree_rss(pid: int | None) -> int | None:
     the process is gone."""
     if pid is None:
         return None
-    import psutil
+    import psutil  # heavy: psutil, imported only when used
 
     try:
         root = psutil.Process(pid)

@@ -40,9 +40,10 @@ from specdec.replay.pass_counters import PassCounterLog, PassKind
 from specdec.replay.progress import Progress
 from specdec.replay.rescore import instrument_arm, rescore_pass
 from specdec.replay.resources import sample_block
-from specdec.replay.sampling import sampled_rows
+from specdec.replay.sampling import derive_seeds, sample_pass, sample_table, sampled_rows
 from specdec.replay.schedule import interleaved
 from specdec.replay.traffic import Traffic
+from specdec.replay.verify import greedy_table, verify_pass
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceSample, TrafficRow
@@ -330,8 +331,6 @@ class Replayer:
 
     async def _verify(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
         """The lossless verification pass of one arm at one level (logprobs on)."""
-        from specdec.replay.verify import greedy_table, verify_pass
-
         await self._prepare(session, ep, arm)
         self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "before")
@@ -353,8 +352,6 @@ class Replayer:
         temperature > 0 once per seed of the same fixed list in every arm; then
         each sample re-scored on ``instrument`` (arm, endpoint: the arm's
         reference, ``replay/rescore.py``), so one server scores both arms."""
-        from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
-
         await self._prepare(session, ep, arm)
         seeds = derive_seeds(0, self.cfg.samples)
         self.progress.message(f"{arm} c={level}: sampling pass ({len(rows)} prompts x {len(seeds)} seeds, logprobs on)")

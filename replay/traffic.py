@@ -213,7 +213,7 @@ def _read_jsonl(path: Path, raw: bytes) -> list[tuple[int, dict]]:
 # ------------------------------------------------------------ Parquet
 def _accepts(expected, actual) -> bool:
     """Whether an Arrow column type can hold a field of the expected Arrow type."""
-    import pyarrow.types as pt
+    import pyarrow.types as pt  # heavy: pyarrow, only when a Parquet file is read
 
     if pt.is_dictionary(actual):
         actual = actual.value_type
@@ -227,6 +227,7 @@ def _accepts(expected, actual) -> bool:
 
 
 def _read_parquet(path: Path) -> list[tuple[int, dict]]:
+    # heavy: pyarrow (schemas.arrow too), only when a Parquet file is read; `specdec --help` imports this module
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -269,7 +270,7 @@ def _nullable(name: str) -> bool:
 def _check_utf8(path: Path, name: str, column) -> None:
     """Arrow does not check that a string column read from a file is UTF-8;
     find the first bad value and name its row and byte offset."""
-    import pyarrow as pa
+    import pyarrow as pa  # heavy: pyarrow, only when a Parquet file is checked
 
     try:
         column.validate(full=True)
@@ -290,6 +291,6 @@ def _check_utf8(path: Path, name: str, column) -> None:
 
 
 def write_traffic_parquet(traffic: Traffic, out: Path) -> None:
-    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+    from specdec.schemas.arrow import table_from_records, write_parquet_atomic  # heavy: pyarrow, only when written
 
     write_parquet_atomic(table_from_records(TrafficRow, traffic.rows), out)

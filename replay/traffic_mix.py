@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec.atomic import atomic_write_text
 from specdec.errors import SpecdecError
 from specdec.replay.traffic import Traffic, write_traffic_parquet
 from specdec.schemas.records import TrafficRow
@@ -278,8 +279,6 @@ def mix_rows(traffic: Traffic, mix: dict[str, float], n: int, seed: int = 0) -> 
 # ------------------------------------------------------------------ output
 def write_rows(rows: list[TrafficRow], out: Path, source: Traffic) -> Traffic:
     """Write rows as ``.parquet`` or ``.jsonl`` (atomically); the file must not be the source."""
-    from specdec.atomic import atomic_write_text
-
     out = Path(out)
     if out.resolve() == Path(source.path).resolve():
         raise SpecdecError(f"-o {out}: is the input file; write to another file")

@@ -34,6 +34,7 @@ file names in the run folder.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -96,8 +97,6 @@ def parse_arm(text: str) -> ArmSpec:
     ``ngram`` (prompt lookup: vLLM's ngram, llama.cpp's ngram-mod) or a JSON object
     of the engine's own speculation settings. ``NAME=ENGINE:SPEC@REFERENCE`` names
     the arm it is measured against."""
-    import json
-
     name, eq, rest = text.partition("=")
     if not eq:
         raise ValueError(f"{text!r}: expected NAME=ENGINE[:SPEC] (e.g. vllm-ngram=vllm:ngram)")

@@ -106,8 +106,12 @@ def _convert(gguf: Path, out: Path) -> None:
     and the dequantized weights are loaded into it.
     """
     try:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        import torch  # heavy: torch, imported only when used
+        from transformers import (  # heavy: transformers, imported only when used
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoTokenizer,
+        )
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise SpecdecError(
             "model conversion needs torch, transformers, gguf and accelerate: "

@@ -54,6 +54,8 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     """Run every probe against the embedded engine (or cfg.url) and write the
     run folder; returns (run folder, StabilityResult rows). The URL is checked
     before anything is created on disk."""
+    # heavy: aiohttp and pyarrow (the server, the probes, the Parquet writers), only when a run starts;
+    # `specdec --help` imports this module for StabilityConfig's defaults
     from specdec.replay.recording import recording
     from specdec.replay.stability.runner import probe_all
     from specdec.replay.stability.server import EmbeddedServer, EndpointServer, require_loopback
@@ -69,11 +71,11 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
     model_source: dict = {}
     if endpoint is None:
-        from specdec.engines.server import ServerSpec
+        from specdec.engines.server import ServerSpec  # heavy: aiohttp (as above)
 
         model = cfg.model
         if model is None:
-            from specdec.model import prepare_model
+            from specdec.model import prepare_model  # deferred with the rest of the run (as above)
 
             prepared = prepare_model()
             model, model_source = str(prepared.path), prepared.source
@@ -111,6 +113,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
 
 def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict, server, endpoint):
+    # deferred with the run (as in run_stability): load_faults pulls aiohttp
     from specdec.replay.host import engine_facts, host_facts, package_version
     from specdec.replay.stability.load_faults import BURST_FACTOR
     from specdec.schemas.records import ArmConfig, RunManifest

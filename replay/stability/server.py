@@ -44,7 +44,7 @@ def _is_loopback(host: str) -> bool:
 def tree_rss_mb(pid: int) -> float | None:
     """Resident memory of a process and all its descendants, MiB (pages
     shared between them are counted once per process); None if it is gone."""
-    import psutil
+    import psutil  # heavy: psutil, imported only when used
 
     try:
         root = psutil.Process(pid)

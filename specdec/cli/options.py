@@ -5,11 +5,17 @@ the client's timeouts and API key, the schedule, the load mode.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import click
 
 from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt
 from specdec.replay.config import ClientOptions, ReplayConfig
 from specdec.replay.load import LOAD_MODES
+
+#: the values click.Choice lets through for --restart-servers and --prefix-cache
+RestartServers = Literal["repeat", "never"]
+PrefixCache = Literal["reset", "off", "keep"]
 
 
 def schedule_options(fn=None, *, repeats: int | None = None):
@@ -23,7 +29,7 @@ def schedule_options(fn=None, *, repeats: int | None = None):
 
     fields = ReplayConfig.model_fields
     fn = click.option("--margin", type=float, default=fields["margin"].default, show_default=True,
-                      help=fields["margin"].description + " (0 < delta <= 1)")(fn)
+                      help=f"{fields['margin'].description} (0 < delta <= 1)")(fn)
     fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
                       default=fields["prefix_cache"].default, show_default=True,
                       help=fields["prefix_cache"].description)(fn)

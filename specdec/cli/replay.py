@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from specdec.cli.common import finish_run, handle_errors, report_stopped_run
-from specdec.cli.options import client_options, load_options, schedule_options
+from specdec.cli.options import PrefixCache, RestartServers, client_options, load_options, schedule_options
 from specdec.cli.params import (
     ArmParam,
     LevelList,
@@ -28,6 +28,7 @@ from specdec.cli.params import (
 )
 from specdec.errors import SpecdecError
 from specdec.replay.config import ReplayConfig, default_of
+from specdec.replay.ledger import LEDGER
 
 
 def _d(name: str):
@@ -89,7 +90,7 @@ def _d(name: str):
 @handle_errors
 def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_config: str | None, requests_per_level, max_tokens,
          warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
-         repeats: int, verify: bool, samples: int, restart_servers: str, prefix_cache: str, margin: float, load: str,
+         repeats: int, verify: bool, samples: int, restart_servers: RestartServers, prefix_cache: PrefixCache, margin: float, load: str,
          time_scales,
          rates, arrival_seed: int, runs_dir: Path, run_id, engine, model, dtype, baseline_url,
          speculative_url, served_model, capture_dir, no_progress, mix=None) -> None:
@@ -124,9 +125,7 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
     printed, and the status is 130 (SIGINT) or 143 (SIGTERM); a run that lost
     rows (a part file it could not write) exits 1 and says how many.
     """
-    from specdec.replay.experiment import run_replay
-    from specdec.replay.ledger import LEDGER
-
+    from specdec.replay.experiment import run_replay  # heavy (aiohttp, pyarrow, numpy): only when the command runs
     try:
         spec = json.loads(spec_config) if spec_config else _d("speculative_config")
     except json.JSONDecodeError as exc:

@@ -9,6 +9,8 @@ call) -> summary. Heavy imports (the tokenizer) happen inside the command.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from pathlib import Path
 
 import click
@@ -16,6 +18,7 @@ import click
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam, PositiveInt, StrictFloatType, StrictIntType
 from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
+from specdec.replay.prompt_pool import load_pool
 
 
 @click.group()
@@ -80,11 +83,9 @@ def import_command(fmt: str, file: Path, out: Path, **options) -> None:
 def _import(fmt: str, file: Path, out: Path, start_s: float, end_s: float | None, sample: float, seed: int,
             skip_bad: bool, category: str | None, mix: dict[str, float] | None, max_input_tokens: int | None,
             fit_context: int | None, pool_dir: Path | None, tokenizer: Path | None, no_progress: bool = False) -> None:
-    import sys
-
+    # heavy (pyarrow, numpy): only when the command runs
     from specdec.replay.importers import ImportOptions, import_to_file
-    from specdec.replay.importers.tokens import counter_for
-    from specdec.replay.prompt_pool import load_pool
+    from specdec.replay.importers.tokens import counter_for  # heavy (pyarrow, numpy): only when the command runs
 
     opts = ImportOptions(start_s=start_s, end_s=end_s, sample=sample, seed=seed, skip_bad=skip_bad,
                          category=category, mix=mix, max_input_tokens=max_input_tokens,
@@ -101,14 +102,14 @@ def _import(fmt: str, file: Path, out: Path, start_s: float, end_s: float | None
 def _bar(show: bool):
     """A context manager giving ``progress(done, total)``: a rich bar on
     standard error, or None (no bar)."""
-    import contextlib
-
     if not show:
         return contextlib.nullcontext(None)
 
     @contextlib.contextmanager
     def bar():
-        from rich.console import Console
+        from rich.console import Console  # heavy: rich, imported only when used
+
+        # heavy (rich): only when the command runs
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         with Progress("importing", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

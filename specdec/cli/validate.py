@@ -16,6 +16,8 @@ from pathlib import Path
 
 import click
 
+from specdec.errors import SpecdecError
+
 EXIT_FAILED, EXIT_ERROR = 1, 2
 
 
@@ -27,10 +29,9 @@ def validate_command(path: Path, as_json: bool) -> None:
     traffic file (.jsonl, .ndjson, .parquet): accepted <= proposed, non-negative
     times and counters, round indexes contiguous per request, categories from
     the manifest's declared set, one run id per folder."""
-    from specdec.errors import SpecdecError
-
     ctx = click.get_current_context()
     try:
+        # heavy (pyarrow, numpy, aiohttp): only when the command runs
         from specdec.analytics.contracts import render, validate_path
 
         results = validate_path(path)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.engines.base import Arm, Engine, RequestStats, count
+from specdec.engines.llama_build import build_llama_server
 
 #: The speculation types this adapter starts, and what each needs.
 SPEC_TYPES = ("ngram-mod", "draft-simple")
@@ -66,8 +67,6 @@ class LlamaCpp(Engine):
 
     def executable(self) -> list[str]:
         if self.binary is None:
-            from specdec.engines.llama_build import build_llama_server
-
             self.binary = build_llama_server().path
         return [str(self.binary)]
 
