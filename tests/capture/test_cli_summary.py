@@ -3,7 +3,7 @@ from click.testing import CliRunner
 from specdec.capture.writer import RoundWriter
 from specdec.cli.capture import main
 from specdec.runfolder import capture_dir
-from tests.capture.rows import rows
+from tests.support.capture_rows import rows
 
 
 def test_summary_reads_a_capture_folder_or_the_run_folder_around_it(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from specdec.capture import plugin
 from specdec.runfolder import ROUND_PART_GLOB
-from tests.capture.rows import rows
+from tests.support.capture_rows import rows
 
 out = Path(sys.argv[1])
 

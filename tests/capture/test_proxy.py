@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from specdec.capture.proxy_export import export_traffic
 from specdec.replay.traffic import load_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
-from tests.replay.fake_server import GOOD_SSE, FakeVllm
+from tests.support.fake_server import GOOD_SSE, FakeVllm
 from tests.support.proxy_stub import EchoUpstream, proxied, recorder, until
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "Tell Zorblax a story"}]}

@@ -19,7 +19,7 @@ from specdec.capture.proxy_writer import Recorder
 from specdec.cli.capture import main
 from specdec.replay.traffic import load_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
-from tests.replay.fake_server import FakeVllm
+from tests.support.fake_server import FakeVllm
 
 
 @pytest.fixture

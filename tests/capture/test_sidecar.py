@@ -34,10 +34,10 @@ from specdec.runfolder import (
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace
-from tests.capture.rows import rows
-from tests.replay.fake_server import FakeVllm, serving
+from tests.support.capture_rows import rows
+from tests.support.fake_server import FakeVllm, serving, threaded
+from tests.support.prometheus import NOW_NS, samples
 
-NOW_NS = 1_780_000_000 * 10**9  # 2026-05-28 20:26:40 UTC
 DAY1 = "2026-05-28"
 NEXT_DAY_NS = NOW_NS + 86_400 * 10**9  # 2026-05-29
 ALERTS = Path(__file__).parents[2] / "capture" / "alerts" / "specdec-alerts.yml"
@@ -65,16 +65,6 @@ def _lake_rows(lake: Path, glob: str = LAKE_ROUNDS_GLOB) -> list[dict]:
 
 def _settings(tmp_path: Path, server: str = "http://127.0.0.1:9", **kw) -> SidecarSettings:
     return SidecarSettings(capture_dir=tmp_path / "cap", lake=tmp_path / "lake", server=server, port=0, **kw)
-
-
-def _samples(text: str) -> dict[str, float]:
-    """'name{labels}' -> value of a Prometheus text exposition."""
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
 
 
 async def _get(url: str) -> str:
@@ -175,7 +165,7 @@ def test_unreadable_parts_show_on_the_endpoint(tmp_path):
     async def body(sc):
         await sc.compact()
         await sc.compact()
-        return _samples(await _get(sc.url + "/metrics"))
+        return samples(await _get(sc.url + "/metrics"))
 
     m = _with_sidecar(s, body)
     assert m["specdec_sidecar_rows_dropped_total"] == 3
@@ -205,7 +195,7 @@ def test_engine_capture_status_files_are_summed_onto_the_endpoint(tmp_path):
 
     async def body(sc):
         await sc.compact()
-        return _samples(await _get(sc.url + "/metrics"))
+        return samples(await _get(sc.url + "/metrics"))
 
     m = _with_sidecar(s, body)
     assert m["specdec_capture_hook_failures_total"] == 2
@@ -235,15 +225,15 @@ def test_rolling_acceptance_is_exact_and_moves_with_new_rows(tmp_path):
 
     async def body(sc):
         base = sc.url + "/metrics"
-        empty = _samples(await _get(base))
+        empty = samples(await _get(base))
         _part(s.capture_dir, 0, [_round(0, 0, step=0), _round(4, 4, step=1), _round(4, 0, step=2)])
         await sc.compact()
-        first = _samples(await _get(base))
+        first = samples(await _get(base))
         _part(s.capture_dir, 1, [_round(4, 4, step=3), _round(4, 4, step=4)])
         await sc.compact()
-        second = _samples(await _get(base))
+        second = samples(await _get(base))
         now[0] += 61 * 10**9  # every row has left the window
-        later = _samples(await _get(base))
+        later = samples(await _get(base))
         return empty, first, second, later
 
     empty, first, second, later = _with_sidecar(s, body, clock_ns=lambda: now[0])
@@ -270,7 +260,7 @@ def test_histograms_count_one_observation_per_engine_step(tmp_path):
     async def body(sc):
         _part(s.capture_dir, 0, rows)
         await sc.compact()
-        return _samples(await _get(sc.url + "/metrics"))
+        return samples(await _get(sc.url + "/metrics"))
 
     m = _with_sidecar(s, body)
     lab = 'server="http://127.0.0.1:9"'
@@ -299,7 +289,7 @@ def test_counter_scrapes_land_in_the_lake(tmp_path, fixtures):
                 text = await _get(sc.url + "/metrics")
             finally:
                 await sc.close()
-            return url, written, _samples(text)
+            return url, written, samples(text)
 
     url, written, m = asyncio.run(go())
     assert written == 2
@@ -318,7 +308,7 @@ def test_a_failed_scrape_is_a_row_and_counted(tmp_path):
     async def body(sc):
         row = await sc.scrape()  # nothing listens on port 9
         await sc.flush_counters()
-        return row, _samples(await _get(sc.url + "/metrics"))
+        return row, samples(await _get(sc.url + "/metrics"))
 
     row, m = _with_sidecar(_settings(tmp_path), body)
     assert not row.scrape_ok and row.error and row.spec_num_drafts is None
@@ -443,8 +433,6 @@ def test_one_sidecar_process_also_records_traffic_through_its_proxy(tmp_path):
     import urllib.request
 
     from specdec.runfolder import TRAFFIC_PART_GLOB
-    from tests.replay.test_external_run import threaded
-
     cap, lake = tmp_path / "cap", tmp_path / "lake"
     fake = FakeVllm()
     with threaded(fake) as (server,), _cli_sidecar(

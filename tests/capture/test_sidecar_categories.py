@@ -19,8 +19,7 @@ from specdec.capture.proxy_rules import CategoryRule, CategoryRules
 from specdec.capture.proxy_writer import Recorder
 from specdec.capture.sidecar_categories import OTHER, CategoryBook, reply_id
 from specdec.capture.sidecar_metrics import LiveMetrics
-
-from .test_sidecar import NOW_NS, _samples
+from tests.support.prometheus import NOW_NS, samples
 
 SERVER = "http://s"
 
@@ -88,7 +87,7 @@ def test_rolling_acceptance_per_category_is_exact():
     m.observe_rounds(_rows([("chatcmpl-a-00000001", 4, 4), ("chatcmpl-a-00000001", 4, 2),
                             ("chatcmpl-b-00000002", 4, 1), ("chatcmpl-b-00000002", 0, 0),
                             ("chatcmpl-z-00000003", 4, 4)]))  # a request the proxy never saw
-    got = _samples(m.render(NOW_NS))
+    got = samples(m.render(NOW_NS))
     lab = 'server="http://s"'
     assert got[f"specdec_acceptance_rate{{{lab}}}"] == 11 / 16  # every row, labelled or not
     assert got[f'specdec_category_acceptance_rate{{{lab},category="code"}}'] == 6 / 8
@@ -96,7 +95,7 @@ def test_rolling_acceptance_per_category_is_exact():
     assert got[f'specdec_category_acceptance_rate{{{lab},category="chat"}}'] == 1 / 4
     assert got[f'specdec_category_window_verify_rounds{{{lab},category="chat"}}'] == 1
     assert not any('category="unknown"' in k for k in got)
-    later = _samples(m.render(NOW_NS + 61 * 10**9))  # the window moved past every row
+    later = samples(m.render(NOW_NS + 61 * 10**9))  # the window moved past every row
     assert not any(k.startswith("specdec_category_") for k in later)
     assert math.isnan(later[f"specdec_acceptance_rate{{{lab}}}"])
 

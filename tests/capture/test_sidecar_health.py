@@ -13,7 +13,7 @@ import sys
 import aiohttp
 
 from specdec.capture.sidecar import Sidecar, SidecarSettings
-from tests.replay.fake_server import FakeVllm, serving
+from tests.support.fake_server import FakeVllm, serving
 
 LOGGER = "specdec.capture.sidecar"
 

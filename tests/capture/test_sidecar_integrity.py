@@ -15,7 +15,7 @@ from specdec.capture.sidecar import Sidecar, SidecarSettings
 from specdec.capture.sidecar_lake import Compactor
 from specdec.capture.writer import RoundWriter
 from specdec.runfolder import LAKE_ROUNDS_GLOB, ROUND_PART_GLOB
-from tests.capture.rows import rows
+from tests.support.capture_rows import rows
 
 N = 2000
 

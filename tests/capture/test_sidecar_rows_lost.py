@@ -13,7 +13,7 @@ import sys
 import urllib.request
 
 from specdec.capture.sidecar import rows_lost
-from tests.replay.fake_server import FakeVllm, threaded
+from tests.support.fake_server import FakeVllm, threaded
 
 #: The capture CLI in a process whose disk is full: every Parquet write fails as ENOSPC would.
 DISK_FULL = ("import errno, specdec.schemas.arrow as arrow\n"

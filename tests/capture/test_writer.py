@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 from specdec.capture import writer as writer_mod
 from specdec.capture.writer import ROW_BYTES, RoundWriter
 from specdec.runfolder import ROUND_PART_GLOB
-from tests.capture.rows import rows
+from tests.support.capture_rows import rows
 
 
 def _steps(directory) -> list[int]:

@@ -10,7 +10,7 @@ import pytest
 from specdec.capture import writer as writer_mod
 from specdec.capture.writer import ROW_BYTES, RoundWriter
 from specdec.runfolder import ROUND_PART_GLOB
-from tests.capture.rows import rows
+from tests.support.capture_rows import rows
 
 ROW = ROW_BYTES + 26  # estimated bytes of one test row
 

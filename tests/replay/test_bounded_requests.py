@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from specdec.replay.client import ClientSettings, stream_limit, stream_payload
-from tests.replay.fake_server import EndlessVllm, both_transports, serving, threaded
+from tests.support.fake_server import EndlessVllm, FakeVllm, both_transports, serving, threaded
 
 transport = both_transports()
 
@@ -59,8 +59,6 @@ def test_bytes_that_are_never_tokens_end_at_the_wall_limit():
 
 
 def test_a_well_behaved_stream_is_untouched_by_the_bounds():
-    from tests.replay.fake_server import FakeVllm
-
     async def go():
         async with serving(FakeVllm().server()) as (s, base):
             return await stream_payload(s, base, {**PAYLOAD, "max_tokens": 1}, "r1",

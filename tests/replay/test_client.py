@@ -6,7 +6,7 @@ import pytest
 
 from specdec.replay.client import ERROR_TYPES, ClientSettings, build_payload, stream_chat
 from specdec.schemas.records import TrafficRow
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, both_transports, serving
+from tests.support.fake_server import GOOD_SSE, FakeVllm, both_transports, serving
 
 transport = both_transports()
 

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from specdec.replay.client import ClientSettings, stream_payload
 from specdec.replay.sse import FAST_CHUNK as _FAST_CHUNK
-from tests.replay.fake_server import both_transports, serving
+from tests.support.fake_server import both_transports, serving
 
 transport = both_transports()
 

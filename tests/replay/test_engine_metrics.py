@@ -1,4 +1,10 @@
-from specdec.engines.metrics import parse_counters
+import asyncio
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from specdec.engines.metrics import parse_counters, read_counters
+from tests.support.fake_server import serving
 
 
 def test_parses_real_vllm_exposition(fixtures):
@@ -24,14 +30,6 @@ def test_sums_label_sets_and_absent_counter_is_none():
 
 
 def test_server_without_metrics_endpoint_gives_none_counters():
-    import asyncio
-
-    from aiohttp import web
-    from aiohttp.test_utils import TestServer
-
-    from specdec.engines.metrics import read_counters
-    from tests.replay.fake_server import serving
-
     async def go():
         # every path is a 404
         async with serving(TestServer(web.Application(), host="127.0.0.1")) as (s, base):

@@ -5,10 +5,7 @@ level and position."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from contextlib import contextmanager
 
 import pyarrow.parquet as pq
 import pytest
@@ -21,47 +18,10 @@ from specdec.replay.progress import Progress
 from specdec.replay.runner import request_id
 from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
-from tests.replay.fake_server import FakeVllm
+from tests.support.fake_server import FakeVllm, threaded
 
 SPEC_METRICS = ("vllm:spec_decode_num_drafts_total 0\nvllm:spec_decode_num_draft_tokens_total 0\n"
                 "vllm:spec_decode_num_accepted_tokens_total 0\nvllm:generation_tokens_total 1\n")
-
-
-@contextmanager
-def threaded(*fakes: FakeVllm):
-    """Serve each fake on 127.0.0.1 from a background event loop; yield base URLs."""
-    loop = asyncio.new_event_loop()
-    runners, urls = [], []
-    ready = threading.Event()
-
-    async def start():
-        for fake in fakes:
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", fake.chat)
-            app.router.add_get("/metrics", fake.metrics)
-            app.router.add_get("/v1/models", fake.models)
-            if getattr(fake, "serves_reset", True):
-                app.router.add_post("/reset_prefix_cache", fake.reset_prefix_cache)
-            runner = web.AppRunner(app, shutdown_timeout=0.2)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            runners.append(runner)
-            urls.append(f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}")
-        ready.set()
-
-    t = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
-    t.start()
-    ready.wait(10)
-    try:
-        yield urls
-    finally:
-        async def stop():
-            for r in runners:
-                await r.cleanup()
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        t.join(5)
 
 
 def _cfg(tmp_path, fixtures, **kw) -> ReplayConfig:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.replay.fake_server import EndlessVllm, threaded
+from tests.support.fake_server import EndlessVllm, threaded
 
 REPLAY = Path(sys.executable).parent / "specdec-replay"
 

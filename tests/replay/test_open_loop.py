@@ -29,7 +29,7 @@ from specdec.replay.runner import Replayer, level_rows, request_id, results_tabl
 from specdec.replay.traffic import BUNDLED, Traffic, load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import TrafficRow
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
+from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 
 def row(pid: str, arrival_ms: float | None = None, session: str | None = None, turn: int | None = None,

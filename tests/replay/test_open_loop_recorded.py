@@ -22,8 +22,7 @@ from specdec.replay.runner import Replayer, level_rows
 from specdec.replay.traffic import load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import TrafficRow
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
-from tests.replay.test_external_run import threaded
+from tests.support.fake_server import GOOD_SSE, FakeVllm, serving, threaded
 
 
 def write_traffic(path, rows: list[TrafficRow]):

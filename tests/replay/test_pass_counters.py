@@ -17,7 +17,7 @@ from specdec.replay.runner import Replayer, level_rows
 from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.runfolder import pass_counters_part
 from specdec.schemas.records import PassCounters
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
+from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 
 class Drafting(FakeVllm):

@@ -17,8 +17,8 @@ from specdec.arms import NGRAM, ArmSpec
 from specdec.replay.rescore import instrument_arm, rescore_body, rescore_one, rescore_pass, rescored_sum
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.schemas.records import SampleCheck, TrafficRow
-from tests.replay.fake_server import FakeVllm, serving
 from tests.support.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_logprobs
+from tests.support.fake_server import FakeVllm, serving
 from tests.support.sampling_mart import by_stat, mart
 
 ROWS = [TrafficRow(prompt_id=f"p{i}", category="chat", prompt=f"Tell me story number {i}", max_tokens=16,

@@ -8,7 +8,7 @@ from specdec.replay.runner import level_rows, request_id, results_table, run_lev
 from specdec.replay.traffic import BUNDLED, load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import RequestResult
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
+from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 SSE = GOOD_SSE
 

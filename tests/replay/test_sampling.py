@@ -18,7 +18,7 @@ from specdec.replay.sampling import (
     sampled_rows,
 )
 from specdec.schemas.records import SampleCheck, TrafficRow
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
+from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 ROW = TrafficRow(prompt_id="p1", category="chat", prompt="Tell me a story", max_tokens=16, temperature=0.8)
 

@@ -17,7 +17,7 @@ from specdec.replay.verify import (
     verify_pass,
 )
 from specdec.schemas.records import GreedyCheck, TrafficRow
-from tests.replay.fake_server import GOOD_SSE, FakeVllm, serving
+from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 ROW = TrafficRow(prompt_id="p1", category="code", prompt="Repeat exactly: alpha beta gamma", max_tokens=16)
 RID = "sd.fx.speculative.c1.r0.00000.verify"

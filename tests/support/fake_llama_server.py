@@ -1,7 +1,7 @@
 """A stand-in for llama.cpp's ``llama-server`` binary in the lifecycle tests
 of the real replay path: takes llama-server's arguments (uses only
 ``--port``), forks a child of its own, writes "<own pid> <child pid>" to
-``$FAKE_LLAMA_PIDS/<port>.pids``, and serves ``tests/replay/fake_server.py``'s
+``$FAKE_LLAMA_PIDS/<port>.pids``, and serves ``tests/support/fake_server.py``'s
 ``EndlessVllm`` (a chunk a second, never finished) after
 ``$FAKE_LLAMA_STARTUP_S`` seconds of start-up that ignore SIGTERM, touching
 ``$FAKE_LLAMA_PIDS/<port>.chat`` when a timed request arrives."""
@@ -19,7 +19,7 @@ from pathlib import Path
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
-from tests.replay.fake_server import EndlessVllm  # noqa: E402  (run as a script: the repo root first)
+from tests.support.fake_server import EndlessVllm  # noqa: E402  (run as a script: the repo root first)
 
 
 class Marking(EndlessVllm):

@@ -24,7 +24,7 @@ import random
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from tests.replay.fake_server import FakeVllm
+from tests.support.fake_server import FakeVllm
 
 #: Token id -> logit of the fake model; id 2 is end-of-sequence.
 LOGITS = {2: -1.0, 10: 2.0, 11: 1.5, 12: 1.0, 13: 0.5, 14: 0.0, 15: -0.5, 16: -1.0}

@@ -175,7 +175,8 @@ def threaded(*fakes: FakeVllm):
             app.router.add_post("/v1/chat/completions", fake.chat)
             app.router.add_get("/metrics", fake.metrics)
             app.router.add_get("/v1/models", fake.models)
-            app.router.add_post("/reset_prefix_cache", fake.reset_prefix_cache)
+            if getattr(fake, "serves_reset", True):  # a fake may play a server without dev mode
+                app.router.add_post("/reset_prefix_cache", fake.reset_prefix_cache)
             runner = web.AppRunner(app, shutdown_timeout=0.2)
             await runner.setup()
             site = web.TCPSite(runner, "127.0.0.1", 0)
