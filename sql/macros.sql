@@ -1,5 +1,7 @@
 -- macros
--- Grain: none (functions, not relations).
+-- Grain: none (functions, not relations). A scalar macro here is an expression over
+--   its arguments: its grain is the caller's (the caller passes sums over its own group,
+--   so every ratio below is pooled over that group unless the caller averages it).
 -- Purpose: expressions several models share, each defined once here; `specdec analytics
 --   build` creates them before the models (they are kept in the database, so a notebook
 --   can call them too).
@@ -9,8 +11,6 @@
 --                     stg_rounds applies it to every captured row; int_engine_requests
 --                     once per distinct engine request id (tens of millions of rows hold a
 --                     few hundred thousand ids)
-create or replace macro request_id_of(engine_request_id) as
-    nullif(regexp_extract(engine_request_id, '^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$', 1), '');
 --   by_role(raw_table)  the rows of a raw relation that has run_id and arm, seen by role
 --                     (specdec/arms.py): run_id becomes the analysis run (<run_id>/<arm> of
 --                     each comparison a run of named arms makes; a classic run's own id),
@@ -18,6 +18,29 @@ create or replace macro request_id_of(engine_request_id) as
 --                     treatment); arm_name keeps the arm's own name and source_run_id the
 --                     run folder's id. A row of a reference arm that two comparisons share
 --                     is in both. Rows of runs raw_arm_roles does not name are unchanged.
+--   The acceptance formulas. A verify round is an engine step that checked drafted
+--   tokens (k = tokens_proposed > 0); a = tokens_accepted of it. Each ratio is NULL (not
+--   applicable) when its denominator is 0, never 0 or infinity.
+--   mean_acceptance_length(tokens_accepted, verify_rounds)
+--                     = 1 + tokens_accepted / verify_rounds  [tokens per verify round]
+--                     the per-round definition: tokens one verify round yields, the
+--                     bonus token included (vLLM's "mean acceptance length"; AIPerf's
+--                     token-weighted acceptance length); 1.0 when nothing is accepted
+--   acceptance_rate(tokens_accepted, tokens_proposed)
+--                     = tokens_accepted / tokens_proposed  [fraction, 0..1]
+--                     the per-token definition: the share of drafted tokens the target
+--                     accepted (vLLM's "draft acceptance rate"; llama.cpp's acceptance
+--                     rate). Counting the bonus token as proposed and accepted,
+--                     acceptance_rate(a + verify_rounds, k + verify_rounds) is AIPerf's
+--                     accepted per verified token
+--   tokens_per_round(tokens_emitted, verify_rounds)
+--                     = tokens_emitted / verify_rounds  [tokens per verify round]
+--                     tokens the engine emitted per verify round (the bonus token
+--                     included): the output one target forward yields, as counted by
+--                     the engine's emitted tokens rather than from a + 1
+create or replace macro request_id_of(engine_request_id) as
+    nullif(regexp_extract(engine_request_id, '^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$', 1), '');
+
 create or replace macro by_role(raw_table) as table
     select coalesce(roles.analysis_run_id, source.run_id) as run_id,
            coalesce(roles.role, source.arm) as arm,
@@ -26,3 +49,12 @@ create or replace macro by_role(raw_table) as table
            source.* exclude (run_id, arm)
     from query_table(raw_table) source
     left join raw_arm_roles roles on roles.run_id = source.run_id and roles.arm = source.arm;
+
+create or replace macro mean_acceptance_length(tokens_accepted, verify_rounds) as
+    1 + tokens_accepted / nullif(verify_rounds, 0);
+
+create or replace macro acceptance_rate(tokens_accepted, tokens_proposed) as
+    tokens_accepted / nullif(tokens_proposed, 0);
+
+create or replace macro tokens_per_round(tokens_emitted, verify_rounds) as
+    tokens_emitted / nullif(verify_rounds, 0);

@@ -3,11 +3,11 @@
 --   and repeats; never over runs).
 -- Purpose: draft acceptance under two explicit definitions, from the captured rounds.
 --   A verify round is a captured row with tokens_proposed > 0 (k > 0).
---   mean_acceptance_length   = 1 + sum(tokens_accepted) / verify_rounds
---                              per-round definition, pooled over all rounds (vLLM's
---                              "mean acceptance length"; includes the bonus token)
---   acceptance_rate          = sum(tokens_accepted) / sum(tokens_proposed)
---                              per-token definition, pooled (vLLM's "draft acceptance rate")
+--   mean_acceptance_length   = mean_acceptance_length(sum(tokens_accepted), verify_rounds)
+--                              per-round definition (sql/macros.sql), pooled over all
+--                              rounds [tokens per verify round, the bonus token included]
+--   acceptance_rate          = acceptance_rate(sum(tokens_accepted), sum(tokens_proposed))
+--                              per-token definition (sql/macros.sql), pooled [fraction]
 --   decode_steps_no_draft    = decode rows with k = 0 (nothing proposed); not rounds,
 --                              excluded from both denominators, counted here
 --   rounds_all_rejected      = verify rounds with tokens_accepted = 0
@@ -25,9 +25,9 @@ final as (
         cast(coalesce(sum(rounds) filter (where is_verify_round), 0) as bigint) as verify_rounds,
         coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
         coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,
-        1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where is_verify_round), 0)
+        mean_acceptance_length(sum(tokens_accepted * rounds), sum(rounds) filter (where is_verify_round))
             as mean_acceptance_length,
-        sum(tokens_accepted * rounds) / nullif(sum(tokens_proposed * rounds), 0) as acceptance_rate,
+        acceptance_rate(sum(tokens_accepted * rounds), sum(tokens_proposed * rounds)) as acceptance_rate,
         cast(coalesce(sum(rounds) filter (where phase = 'decode' and not is_verify_round), 0) as bigint)
             as decode_steps_no_draft,
         cast(coalesce(sum(rounds) filter (where is_verify_round and tokens_accepted = 0), 0) as bigint)

@@ -10,9 +10,12 @@
 --   context_low, context_high  the bucket's bounds [tokens]
 --   verify_rounds       rounds (tokens_proposed > 0) in the bucket
 --   requests            distinct requests with a round in the bucket
---   mean_acceptance_length  1 + sum(tokens_accepted) / verify_rounds (per-round, as acceptance)
---   acceptance_rate     sum(tokens_accepted) / sum(tokens_proposed) (per-token, as acceptance)
---   tokens_per_round    mean tokens_emitted per verify round: the tokens one target
+--   mean_acceptance_length  mean_acceptance_length(sum(tokens_accepted), verify_rounds)
+--                       (sql/macros.sql; per-round, as acceptance)
+--   acceptance_rate     acceptance_rate(sum(tokens_accepted), sum(tokens_proposed))
+--                       (sql/macros.sql; per-token, as acceptance)
+--   tokens_per_round    tokens_per_round(sum(tokens_emitted), verify_rounds) (sql/macros.sql):
+--                       mean tokens_emitted per verify round: the tokens one target
 --                       forward yields for this request in this bucket (the bonus token
 --                       included), the per-step throughput speculation buys
 --   (Read counted from int_round_counts, which buckets context_len as above.)
@@ -29,9 +32,9 @@ final as (
         case when context_low = 4096 then null when context_low = 0 then 256 else context_low * 2 end as context_high,
         cast(sum(rounds) as bigint) as verify_rounds,
         count(distinct request_id) as requests,
-        1 + sum(tokens_accepted * rounds) / sum(rounds) as mean_acceptance_length,
-        sum(tokens_accepted * rounds) / sum(tokens_proposed * rounds) as acceptance_rate,
-        sum(tokens_emitted) / sum(rounds) as tokens_per_round
+        mean_acceptance_length(sum(tokens_accepted * rounds), sum(rounds)) as mean_acceptance_length,
+        acceptance_rate(sum(tokens_accepted * rounds), sum(tokens_proposed * rounds)) as acceptance_rate,
+        tokens_per_round(sum(tokens_emitted), sum(rounds)) as tokens_per_round
     from rounds
     group by all
 )

@@ -13,12 +13,13 @@
 --   prompt_tokens_mean  mean prompt tokens per the server's usage block
 --   verify_rounds       captured rounds with tokens_proposed > 0 of those requests
 --                       (int_round_counts); 0 without drafts or without capture
---   mean_acceptance_length  1 + sum(tokens_accepted) / verify_rounds (per-round, as
---                       acceptance); NULL without a verify round
---   acceptance_rate     sum(tokens_accepted) / sum(tokens_proposed) over those rounds
---                       (per-token, as acceptance); NULL likewise
---   tokens_per_round    mean tokens_emitted per verify round (the bonus token included)
---   stats_acceptance_rate  sum(spec_num_accepted_tokens) / sum(spec_num_draft_tokens)
+--   mean_acceptance_length  mean_acceptance_length(sum(tokens_accepted), verify_rounds)
+--                       (sql/macros.sql; per-round, as acceptance); NULL without a verify round
+--   acceptance_rate     acceptance_rate(sum(tokens_accepted), sum(tokens_proposed)) over
+--                       those rounds (sql/macros.sql; per-token, as acceptance); NULL likewise
+--   tokens_per_round    tokens_per_round(sum(tokens_emitted), verify_rounds) (sql/macros.sql):
+--                       mean tokens_emitted per verify round (the bonus token included)
+--   stats_acceptance_rate  acceptance_rate(sum(spec_num_accepted_tokens), sum(spec_num_draft_tokens))
 --                       from the engine's per-request stats (acceptance_requests' source:
 --                       the figure an engine without per-round rows, llama.cpp, has);
 --                       NULL when no request reports drafted tokens
@@ -46,10 +47,10 @@ final as (
         count(distinct requests.session_id) as sessions,
         avg(requests.prompt_tokens) as prompt_tokens_mean,
         cast(coalesce(sum(rounds.verify_rounds), 0) as bigint) as verify_rounds,
-        1 + sum(rounds.tokens_accepted) / nullif(sum(rounds.verify_rounds), 0) as mean_acceptance_length,
-        sum(rounds.tokens_accepted) / nullif(sum(rounds.tokens_proposed), 0) as acceptance_rate,
-        sum(rounds.tokens_emitted) / nullif(sum(rounds.verify_rounds), 0) as tokens_per_round,
-        sum(requests.spec_num_accepted_tokens) / nullif(sum(requests.spec_num_draft_tokens), 0)
+        mean_acceptance_length(sum(rounds.tokens_accepted), sum(rounds.verify_rounds)) as mean_acceptance_length,
+        acceptance_rate(sum(rounds.tokens_accepted), sum(rounds.tokens_proposed)) as acceptance_rate,
+        tokens_per_round(sum(rounds.tokens_emitted), sum(rounds.verify_rounds)) as tokens_per_round,
+        acceptance_rate(sum(requests.spec_num_accepted_tokens), sum(requests.spec_num_draft_tokens))
             as stats_acceptance_rate,
         avg(requests.output_tokens_per_s) as output_tokens_per_s_mean,
         quantile_cont(requests.ttft_ms, 0.5) as ttft_ms_p50,

@@ -6,24 +6,31 @@
 --   number quoted from another tool can be compared like for like
 --   (../shared/reference/metric-definitions.md; the sources named per column).
 --   Notation per verify round: k = tokens_proposed > 0, a = tokens_accepted; a decode
---   step with k = 0 is not a verify round.
+--   step with k = 0 is not a verify round. The ratios use the acceptance macros of
+--   sql/macros.sql (mean_acceptance_length, acceptance_rate, tokens_per_round), which
+--   define the formulas once; the arguments below say what each definition pools.
 --   verify_rounds, requests   rounds with k > 0; requests with at least one such round
 --   decode_steps_no_draft     decode steps with k = 0 (counted in specbench only)
 --   rounds_all_rejected       verify rounds with a = 0
---   vllm_mean_acceptance_length   1 + sum(a) / verify_rounds, pooled (vLLM; AIPerf's
+--   vllm_mean_acceptance_length   mean_acceptance_length(sum(a), verify_rounds) = 1 + sum(a) /
+--                             verify_rounds, pooled (vLLM; AIPerf's
 --                             "token-weighted acceptance length" is the same formula)
---   vllm_draft_acceptance_rate    sum(a) / sum(k), pooled (vLLM; llama.cpp's acceptance
+--   vllm_draft_acceptance_rate    acceptance_rate(sum(a), sum(k)), pooled (vLLM; llama.cpp's acceptance
 --                             rate, accepted / drafts actually tested, is the same here
 --                             because k counts the drafts the target verified)
 --   aiperf_acceptance_length_per_request  per request the mean of (a + 1) over its verify
---                             rounds, then the mean over requests (a macro average: every
+--                             rounds (mean_acceptance_length(sum(a), verify_rounds) of the
+--                             request), then the mean over requests (a macro average: every
 --                             request weighs the same, however many rounds it had)
---   acceptance_rate_per_request   per request sum(a) / sum(k), then the mean over requests
---   aiperf_accepted_per_verified  sum(a + 1) / sum(k + 1), pooled over verify rounds
+--   acceptance_rate_per_request   per request acceptance_rate(sum(a), sum(k)), then the mean
+--                             over requests
+--   aiperf_accepted_per_verified  sum(a + 1) / sum(k + 1) = acceptance_rate(sum(a) + verify_rounds,
+--                             sum(k) + verify_rounds), pooled over verify rounds
 --   specbench_mean_accepted_tokens  mean tokens emitted per decode step, every decode step
 --                             of the arm's requests included (k = 0 steps emit 1): 1.00 for
 --                             plain decoding (Spec-Bench's "mean accepted tokens")
---   sglang_accept_length      sum of the requests' output tokens / verify_rounds (SGLang's
+--   sglang_accept_length      tokens_per_round(sum of the requests' output tokens,
+--                             verify_rounds) (SGLang's
 --                             tests; the numerator counts the token of the prefill step too)
 --   macro_over_categories_length  '(all)' rows only: the mean over categories of
 --                             vllm_mean_acceptance_length (AIPerf speed-bench's "overall"),
@@ -49,8 +56,8 @@ per_request as (
 ),
 request_figures as (
     select *,
-           (accepted + verify_rounds) / nullif(verify_rounds, 0) as mean_length,  -- mean of (a + 1) over its rounds
-           accepted / nullif(proposed, 0) as rate
+           mean_acceptance_length(accepted, verify_rounds) as mean_length,  -- mean of (a + 1) over its rounds
+           acceptance_rate(accepted, proposed) as rate
     from per_request
 ),
 outputs as (
@@ -62,9 +69,9 @@ grouped as (
         count(*) filter (where r.verify_rounds > 0) as requests,
         cast(sum(r.decode_no_draft) as bigint) as decode_steps_no_draft,
         cast(sum(r.all_rejected) as bigint) as rounds_all_rejected,
-        1 + sum(r.accepted) / nullif(sum(r.verify_rounds), 0) as vllm_mean_acceptance_length,
-        sum(r.accepted) / nullif(sum(r.proposed), 0) as vllm_draft_acceptance_rate,
-        (sum(r.accepted) + sum(r.verify_rounds)) / nullif(sum(r.proposed) + sum(r.verify_rounds), 0)
+        mean_acceptance_length(sum(r.accepted), sum(r.verify_rounds)) as vllm_mean_acceptance_length,
+        acceptance_rate(sum(r.accepted), sum(r.proposed)) as vllm_draft_acceptance_rate,
+        acceptance_rate(sum(r.accepted) + sum(r.verify_rounds), sum(r.proposed) + sum(r.verify_rounds))
             as aiperf_accepted_per_verified,
         sum(r.decode_emitted) / sum(r.decode_steps) as specbench_mean_accepted_tokens,
         avg(r.mean_length) filter (where r.verify_rounds > 0) as aiperf_acceptance_length_per_request,
@@ -74,7 +81,7 @@ grouped as (
 ),
 sglang as (
     select p.run_id, p.arm, coalesce(p.category, '(all)') as category,
-           sum(o.output_tokens) filter (where p.verify_rounds > 0) / nullif(sum(p.verify_rounds), 0)
+           tokens_per_round(sum(o.output_tokens) filter (where p.verify_rounds > 0), sum(p.verify_rounds))
                as sglang_accept_length
     from per_request p join outputs o using (run_id, arm, category, request_id)
     group by grouping sets ((p.run_id, p.arm, p.category), (p.run_id, p.arm))

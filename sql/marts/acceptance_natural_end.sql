@@ -24,9 +24,11 @@
 --   requests         speculative requests with at least one verify round in the segment
 --   verify_rounds    captured rows with tokens_proposed > 0
 --   tokens_proposed, tokens_accepted   summed over those rounds
---   mean_acceptance_length   1 + tokens_accepted / verify_rounds (as acceptance; includes the
---                    bonus token; NULL without verify rounds)
---   acceptance_rate  tokens_accepted / tokens_proposed (NULL when none proposed)
+--   mean_acceptance_length   mean_acceptance_length(tokens_accepted, verify_rounds)
+--                    (sql/macros.sql, as acceptance; includes the bonus token; NULL without
+--                    verify rounds)
+--   acceptance_rate  acceptance_rate(tokens_accepted, tokens_proposed) (sql/macros.sql;
+--                    NULL when none proposed)
 --   The speedup split at the same natural end is speedup_natural_end (time to the natural
 --   end from the server's per-chunk running token count, exact to one chunk).
 --   How (int_engine_requests places each request): a request whose rounds all fall in one
@@ -69,8 +71,8 @@ final as (
         cast(sum(rounds) as bigint) as verify_rounds,
         cast(sum(proposed) as bigint) as tokens_proposed,
         cast(sum(accepted) as bigint) as tokens_accepted,
-        1 + sum(accepted) / sum(rounds) as mean_acceptance_length,
-        sum(accepted) / nullif(sum(proposed), 0) as acceptance_rate
+        mean_acceptance_length(sum(accepted), sum(rounds)) as mean_acceptance_length,
+        acceptance_rate(sum(accepted), sum(proposed)) as acceptance_rate
     from placed
     group by all
 )

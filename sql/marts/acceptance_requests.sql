@@ -10,10 +10,10 @@
 --   requests_with_stats   successful requests with both counts
 --   tokens_proposed       sum of their draft tokens
 --   tokens_accepted       sum of their accepted draft tokens
---   acceptance_rate       = tokens_accepted / tokens_proposed (per token, pooled); NULL
---                         when nothing was proposed
+--   acceptance_rate       = acceptance_rate(tokens_accepted, tokens_proposed)
+--                         (sql/macros.sql: per token, pooled); NULL when nothing was proposed
 --   acceptance_rate_per_request   mean over requests with tokens proposed of each one's
---                         accepted / proposed (AIPerf's per-request mean)
+--                         acceptance_rate(accepted, proposed) (AIPerf's per-request mean)
 --   steps                 sum of the requests' verify steps where the engine says (vLLM);
 --                         NULL for llama.cpp, which reports none
 --   engine_proposed, engine_accepted   '(all)' rows only: the engine's counters over the
@@ -41,8 +41,8 @@ grouped as (
            count(*) as requests_with_stats,
            cast(sum(proposed) as bigint) as tokens_proposed,
            cast(sum(accepted) as bigint) as tokens_accepted,
-           sum(accepted) / nullif(sum(proposed), 0) as acceptance_rate,
-           avg(accepted / proposed) filter (where proposed > 0) as acceptance_rate_per_request,
+           acceptance_rate(sum(accepted), sum(proposed)) as acceptance_rate,
+           avg(acceptance_rate(accepted, proposed)) filter (where proposed > 0) as acceptance_rate_per_request,
            cast(sum(spec_num_steps) as bigint) as steps
     from requests
     group by grouping sets ((run_id, arm, concurrency, category), (run_id, arm, concurrency))

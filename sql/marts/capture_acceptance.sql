@@ -11,10 +11,11 @@
 --   engines           distinct process_token values (engine process incarnations)
 --   verify_rounds     rows with tokens_proposed > 0
 --   tokens_proposed, tokens_accepted   summed over the run's rows
---   mean_acceptance_length  = 1 + tokens_accepted / verify_rounds (per round, pooled, the
---                     bonus token included); NULL without verify rounds
---   acceptance_rate   = tokens_accepted / tokens_proposed (per token, pooled); NULL when
---                     nothing was proposed
+--   mean_acceptance_length  = mean_acceptance_length(tokens_accepted, verify_rounds)
+--                     (sql/macros.sql: per round, pooled, the bonus token included); NULL
+--                     without verify rounds
+--   acceptance_rate   = acceptance_rate(tokens_accepted, tokens_proposed) (sql/macros.sql:
+--                     per token, pooled); NULL when nothing was proposed
 --   first_wall_time_ns, last_wall_time_ns  wall clock of the run's first and last captured
 --                     step [Unix ns]
 --   (The counts are read counted from int_round_groups: a group of n rows with k proposed
@@ -40,9 +41,9 @@ counted as (
         cast(coalesce(sum(rounds) filter (where tokens_proposed > 0), 0) as bigint) as verify_rounds,
         coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
         coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,
-        1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where tokens_proposed > 0), 0)
+        mean_acceptance_length(sum(tokens_accepted * rounds), sum(rounds) filter (where tokens_proposed > 0))
             as mean_acceptance_length,
-        sum(tokens_accepted * rounds) / nullif(sum(tokens_proposed * rounds), 0) as acceptance_rate
+        acceptance_rate(sum(tokens_accepted * rounds), sum(tokens_proposed * rounds)) as acceptance_rate
     from rounds
     group by run_id
 ),
