@@ -10,9 +10,11 @@ creates before the models (``SOURCES``: the raw relations and the tables
 computed in Python). A name that is neither is an error naming the file, and so
 is SQL that does not parse. A column, an alias or a CTE named like a model is
 not a dependency. Models are created in layer order, then dependency order.
-(Parsing the 58 models takes about 0.3 s here, once per build; matching names
-in the text, as before, invented edges: a column ``speedup`` made the
-``speedup`` mart a dependency of ``speedup_weighted``.)
+(Discovering the 58 models takes 0.40 s with sqlglot 30.31 against 0.17 s for the
+word match it replaced, measured side by side, best of 5, on this 2-core host at
+load 9: a quarter of a second per build, less than one mart. The word match
+invented edges: a column ``speedup`` made the ``speedup`` mart a dependency of
+``speedup_weighted``.)
 
 A model is **materialized** (computed once at build into a table, see
 ``build.py``) when it is a mart, or when its header has a line starting
