@@ -96,7 +96,7 @@ class ImportOptions(BaseModel):
     fit_context: int | None = Field(default=None, ge=2, description="The served model's context length: each row's input is capped so that input + max_tokens fits it, the composition's tolerance included; rows whose output leaves no room are left out and counted.")
 
     @model_validator(mode="after")
-    def _check(self) -> "ImportOptions":
+    def _check(self) -> ImportOptions:
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"the window end ({self.end_s} s) must be after its start ({self.start_s} s)")
         if self.category and self.mix:
@@ -155,7 +155,7 @@ class ImportReport:
             out.append(f"time span: {span:.3f} s over {kept} rows ({rate})")
             out.append("categories: " + ", ".join(f"{c} {n}" for c, n in self.categories.most_common()))
             out.append("content: " + ", ".join(f"{s} {n}" for s, n in sorted(self.content.items()))
-                       + f" (ok: within tolerance; over: prompt alone longer; short: material exhausted)"
+                       + " (ok: within tolerance; over: prompt alone longer; short: material exhausted)"
                        + f"; input capped (--max-input-tokens, --fit-context): {self.capped}")
         return out
 

@@ -43,7 +43,7 @@ def _trace(path, sessions: int, turns: int, seed: int = 3) -> None:
     rng, rows = random.Random(seed), []
     for s in range(sessions):
         length = rng.randint(60, 400)
-        for t in range(turns):
+        for _ in range(turns):
             rows.append((rng.uniform(0, 1000), f"s-{s}", length, rng.choice([0, 12, 90, 400])))
             length += rng.randint(-150, 700)  # sometimes shorter than its history: dropped
             length = max(length, 20)
