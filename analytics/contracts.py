@@ -58,10 +58,10 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from specdec import trafficfile
 from specdec.analytics.build import load_record_file, run_kind
 from specdec.engines.metrics import COUNTERS as ENGINE_COUNTERS
 from specdec.errors import InputFileError, SpecdecError
-from specdec.replay import traffic as tr
 from specdec.runfolder import RECORD_FILES, files_of, read_manifest
 from specdec.schemas.records import TrafficRow
 from specdec.schemas.strict import Label
@@ -292,7 +292,7 @@ def traffic_frame(path: Path) -> Frame:
     import pandas as pd  # heavy: pandas, imported only when used
 
     path = Path(path)
-    records = tr.read_traffic_records(path)  # names the file when it is missing or unreadable
+    records = trafficfile.read_traffic_records(path)  # names the file when it is missing or unreadable
     if not records:
         raise InputFileError(path, "the file holds no rows")
 
@@ -306,7 +306,7 @@ def traffic_frame(path: Path) -> Frame:
             problems.append(None)
         except ValidationError as exc:
             err = exc.errors()[0]
-            problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {tr.describe_error(err)}")
+            problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {trafficfile.describe_error(err)}")
     df = pd.DataFrame({
         "prompt_id": pd.Series([r.get("prompt_id") if isinstance(r.get("prompt_id"), str) else None
                                 for _, r in records], dtype=object),
