@@ -25,6 +25,9 @@ from pathlib import Path
 from pydantic import Field
 
 from specdec.replay.config import ClientOptions
+from specdec.replay.host import engine_facts, host_facts, package_version
+from specdec.runfolder import claim_run_dir, open_run_dir, server_log, stability_part, write_manifest
+from specdec.schemas.records import ArmConfig, RunManifest, StabilityResult
 from specdec.schemas.strict import RunName
 
 OUTCOME_RANK = {"skipped": 0, "ok": 1, "degraded": 2, "failed": 3}
@@ -59,9 +62,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     from specdec.replay.recording import recording
     from specdec.replay.stability.runner import probe_all
     from specdec.replay.stability.server import EmbeddedServer, EndpointServer, require_loopback
-    from specdec.runfolder import claim_run_dir, open_run_dir, server_log, stability_part, write_manifest
     from specdec.schemas.arrow import table_from_records, write_parquet_atomic
-    from specdec.schemas.records import StabilityResult
 
     endpoint = require_loopback(cfg.url) if cfg.url is not None else None
     settings = cfg.client_settings()
@@ -113,10 +114,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
 
 def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict, server, endpoint):
-    # deferred with the run (as in run_stability): load_faults pulls aiohttp
-    from specdec.replay.host import engine_facts, host_facts, package_version
-    from specdec.replay.stability.load_faults import BURST_FACTOR
-    from specdec.schemas.records import ArmConfig, RunManifest
+    from specdec.replay.stability.load_faults import BURST_FACTOR  # heavy: aiohttp, as in run_stability
 
     embedded = endpoint is None
     arm = ArmConfig(name="baseline", speculative_config=None,
