@@ -27,7 +27,7 @@ def test_every_definition_on_the_same_rounds(tmp_path, query):
     write_run(tmp_path, rounds=rounds(), requests=make_requests())  # output_tokens 100 per request
     got = {r["category"]: r for r in query("select * from acceptance_definitions where arm = 'speculative'")}
     assert list(got) == ["chat", "code", "(all)"]
-    code, chat, both = got["code"], got["chat"], got["(all)"]
+    code, both = got["code"], got["(all)"]
     assert (code["verify_rounds"], code["decode_steps_no_draft"], code["rounds_all_rejected"]) == (2, 1, 1)
     assert code["vllm_mean_acceptance_length"] == approx(1 + 4 / 2)
     assert code["vllm_draft_acceptance_rate"] == approx(4 / 8)

@@ -85,16 +85,16 @@ def make_timed(timed_rows=TIMED) -> list[RequestResult]:
     return out
 
 
-def check(level: int, prompt: str, end: int | None, *, eos: list[int] | None = [0]) -> GreedyCheck:
+def check(level: int, prompt: str, end: int | None, *, eos: tuple[int, ...] | None = (0,)) -> GreedyCheck:
     return GreedyCheck(
         run_id=RUN, arm="baseline", concurrency=level, repeat=0, request_id=f"sd.{RUN}.baseline.c{level}.{prompt}.v",
         prompt_id=prompt, category="code", success=True, error_type=None, token_ids=[5] * 10,
         top1_logprobs=[-0.1] * 10, top2_logprobs=[-3.0] * 10, top2_token_ids=[9] * 10,
-        natural_end_position=end if eos else None, eos_token_ids=eos)
+        natural_end_position=end if eos else None, eos_token_ids=None if eos is None else list(eos))
 
 
 def make_checks() -> list[GreedyCheck]:
-    rows = [check(1, p, end, eos=None if p == "pF" else [0]) for p, end in ENDS.items()]
+    rows = [check(1, p, end, eos=None if p == "pF" else (0,)) for p, end in ENDS.items()]
     return rows + [check(2, "pA", 4), check(2, "pB", None)]
 
 

@@ -108,9 +108,9 @@ class RawUpstream:
         self.server: asyncio.AbstractServer | None = None
         self.url = ""
 
-    async def __aenter__(self) -> "RawUpstream":
+    async def __aenter__(self) -> RawUpstream:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = "http://127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc) -> None:
