@@ -125,7 +125,7 @@ class ReplayConfig(ClientOptions):
                                   "re-weighted traffic, make one with `specdec traffic mix`.")
     # embedded engine
     engine: Literal["vllm", "llama.cpp"] = Field(
-        default="vllm", description="The engine (replay/engines): vllm (embedded vLLM CPU + the capture plugin), or "
+        default="vllm", description="The engine (specdec/engines): vllm (embedded vLLM CPU + the capture plugin), or "
                                     "llama.cpp (llama-server, built once from PyPI, serving the SmolLM2 Q4_1 GGUF as "
                                     "shipped; no per-round rows; speculative arm --spec-type ngram-mod unless "
                                     "--spec-config says otherwise). With external URLs it names the servers' "

@@ -293,7 +293,7 @@ def llama_facts(llama) -> dict:
 def _arm_config(cfg: ReplayConfig, arm: ArmSpec, spec: ServerSpec | None, llama=None,
                 models: dict[str, str] | None = None) -> ArmConfig:
     """An arm as the manifest records it; an embedded one's ``server_args`` are its engine
-    adapter's (``replay/engines``), the settings its server starts with."""
+    adapter's (``specdec/engines``), the settings its server starts with."""
     spec_cfg = None if arm.speculation is None else dict(arm.speculation)
     named = {"engine": arm.engine, "reference": arm.reference} if cfg.named_arms is not None else {}
     if cfg.external:

@@ -124,7 +124,7 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
 async def settled_counters(session, ep: Endpoint, settings: ClientSettings, tries: int = 20,
                            counters: dict[str, str] | None = None, parse=None) -> dict:
     """Read /metrics until two reads agree (stats are recorded after the last chunk);
-    ``counters``: the engine's names (``replay/engines``; vLLM's by default); ``parse``:
+    ``counters``: the engine's names (``specdec/engines``; vLLM's by default); ``parse``:
     the engine's ``parse_snapshot`` (counters and per-position counter)."""
     try:
         prev = await read_counters(session, ep, settings, counters, parse)
@@ -179,7 +179,7 @@ class Replayer:
         self.pid_of = pid_of or (lambda arm: None)
         self.progress = progress
         self.settings = cfg.client_settings()
-        # each arm's engine adapter (replay/engines): its /metrics names, its per-request stats
+        # each arm's engine adapter (specdec/engines): its /metrics names, its per-request stats
         self.engines = {arm.name: engine(arm.engine) for arm in cfg.arm_specs()}
         self.speculating = {arm.name: arm.speculation is not None for arm in cfg.arm_specs()}
         self.eos_token_ids = eos_token_ids

@@ -1,7 +1,7 @@
 """Stream traffic rows (``TrafficRow`` field dicts) to a Parquet file in
 batches: column buffers, one Arrow table per ``BATCH`` rows, one row group
 each, written to a temporary name and renamed when complete
-(``runfolder.atomic_write_with``), so memory holds one batch, not the file.
+(``specdec.atomic.atomic_write_with``), so memory holds one batch, not the file.
 
 The composed content repeats (rows of one length bucket share it), so the
 text columns are dictionary-encoded with a dictionary page large enough to

@@ -35,7 +35,7 @@ GAUGES: dict[str, tuple[str, Callable[[list[float]], float]]] = {
 def parse_counters(text: str, counters: dict[str, str] | None = None) -> dict[str, float | None]:
     """Sum the wanted counters in a Prometheus text exposition; ``counters`` (specdec key ->
     metric name) defaults to vLLM's, another engine's adapter passes its own
-    (``replay/engines``)."""
+    (``specdec/engines``)."""
     counters = COUNTERS if counters is None else counters
     values = _samples(text, {v: k for k, v in counters.items()})
     return {k: (sum(values[k]) if values[k] else None) for k in counters}

@@ -4,7 +4,7 @@
 --   runs or levels).
 -- Purpose: acceptance from the engine's per-request speculative stats, for every engine:
 --   the only acceptance an engine without per-round rows has (llama.cpp: timings.draft_n
---   and draft_n_accepted; replay/engines), and for vLLM a check on the rounds (its
+--   and draft_n_accepted; specdec/engines), and for vLLM a check on the rounds (its
 --   metrics.speculative_decoding). Requests whose stats are unknown (NULL: a baseline arm,
 --   a failed request, an engine that reports none) are left out, not counted as 0.
 --   requests_with_stats   successful requests with both counts
