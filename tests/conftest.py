@@ -20,3 +20,18 @@ def model_dir() -> str:
     from specdec.model import prepare_model
 
     return str(prepare_model().path)
+
+
+@pytest.fixture(scope="session")
+def vllm_pair(tmp_path_factory, model_dir):
+    """The session's shared vLLM servers (tests/support/engine_servers.py): baseline
+    and ngram, float32 (speculation changes no greedy token), the prefix cache
+    emptied by the replay before every block, the replay's max_num_seqs; started
+    by the first test that asks, stopped at the end of the session."""
+    # deferred, as in model_dir: a run without engine tests never imports the engine code
+    from specdec.engines.server import ServerSpec
+    from tests.support.engine_servers import start_vllm_pair
+
+    spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="reset")
+    with start_vllm_pair(spec, tmp_path_factory.mktemp("vllm-pair")) as pair:
+        yield pair

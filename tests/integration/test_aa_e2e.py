@@ -27,6 +27,7 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory, model_dir):
+    # its own servers: what is tested is the A/A schedule, a fresh server before every repeat
     cfg = ReplayConfig(traffic=BUNDLED, runs_dir=tmp_path_factory.mktemp("runs"), run_id="aa",
                        speculative_config=None, levels=[1, 2], requests_per_level=12, max_tokens=32,
                        repeats=3, verify=False, warmup_requests=1, model=model_dir, progress=False)

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.engine
 
 
 def _selfcheck(tmp_path, model_dir, spec_config: dict, max_tokens: int = 40) -> dict:
+    # its own engine, in a process of its own: vLLM loads the capture plugin once per process
     out = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "specdec.cli.capture", "selfcheck", "--dir", str(tmp_path / "cap"),
            "--model", model_dir, "--spec-config", json.dumps(spec_config),

@@ -1,7 +1,8 @@
 """Per-chunk token counts on the embedded engine (issue 6, item 9): the timed
 requests ask for vLLM's continuous_usage_stats, so every content chunk carries
 the running output-token count, and the speedup can be split at the natural
-end. One level, one repeat, float32 (the same greedy text in both arms)."""
+end. One level, one repeat, float32 (the same greedy text in both arms), on
+the session's shared servers (tests/support/engine_servers.py)."""
 
 import duckdb
 import pytest
@@ -9,16 +10,18 @@ import pytest
 from specdec.analytics.build import build
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
+from tests.support.engine_servers import embedded_as
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def con(tmp_path_factory, model_dir, fixtures):
+def con(tmp_path_factory, model_dir, fixtures, vllm_pair):
     cfg = ReplayConfig(traffic=fixtures / "traffic_small.jsonl", runs_dir=tmp_path_factory.mktemp("runs"),
                        run_id="natural-end", levels=[1], max_tokens=32, warmup_requests=1, model=model_dir,
                        dtype="float32", repeats=1, verify=True, samples=0, progress=False)
-    run_dir = run_replay(cfg)
+    with embedded_as(vllm_pair):
+        run_dir = run_replay(cfg)
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 

@@ -3,7 +3,8 @@ sends two multi-turn streamed sessions through `specdec-capture proxy` in
 front of a vLLM server; the rows appear while the proxy runs; `proxy-export`
 writes traffic.parquet; specdec-replay replays it in both arms; the report
 shows its categories. The client's streamed bytes through the proxy equal a
-direct call's apart from ids and timestamps."""
+direct call's apart from ids and timestamps. All on the session's shared
+servers (tests/support/engine_servers.py)."""
 
 import asyncio
 import json
@@ -20,10 +21,10 @@ import pytest
 
 from specdec.analytics.report import write_report
 from specdec.capture.proxy_export import export_traffic
-from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from specdec.replay.traffic import load_traffic
+from tests.support.engine_servers import embedded_as
 
 pytestmark = pytest.mark.engine
 
@@ -49,9 +50,11 @@ def _text(sse: bytes) -> str:
     return "".join(out)
 
 
-async def _client(proxy: str, direct: str) -> tuple[bytes, bytes]:
+async def _client(proxy: str, direct: str, empty_cache) -> tuple[bytes, bytes]:
     """Both sessions turn by turn through the proxy; the first turn of the
-    code session is also sent directly, just before, for the byte comparison."""
+    code session is also sent directly, just before, for the byte comparison,
+    each of the two calls on an empty prefix cache (``empty_cache()``): the
+    same compute for both."""
     compared = None
     async with aiohttp.ClientSession() as session:
         for category, turns in SESSIONS.items():
@@ -63,8 +66,10 @@ async def _client(proxy: str, direct: str) -> tuple[bytes, bytes]:
                 headers = {"X-Specdec-Category": category, "X-Specdec-Session": f"{category}-1",
                            "Authorization": "Bearer e2e-SECRET-token"}
                 if compared is None:
+                    empty_cache()
                     async with session.post(direct + "/v1/chat/completions", json=body) as r:
                         direct_bytes = await r.read()
+                    empty_cache()
                 async with session.post(proxy + "/v1/chat/completions", json=body, headers=headers) as r:
                     assert r.status == 200
                     reply = await r.read()
@@ -80,26 +85,25 @@ def _stats(url: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory, model_dir):
+def recorded(tmp_path_factory, vllm_pair):
     base = tmp_path_factory.mktemp("proxy_e2e")
     out = base / "recorded"
     t0 = time.monotonic()
-    spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="off")  # no cache: identical compute per call
-    with LocalServer(spec, None, base / "capture", "upstream", base / "upstream.log") as upstream:
-        proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "proxy", "--upstream", upstream.base_url,
-                                 "--listen", "127.0.0.1:0", "--out", str(out), "--content", "keep", "--flush-s", "0.5"],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            url = proc.stdout.readline().split("listening on ")[1].split()[0]
-            compared = asyncio.run(_client(url, upstream.base_url))
-            deadline = time.monotonic() + 30
-            while _stats(url)["recording"]["rows_written"] < 4:  # flushed while the proxy runs
-                assert time.monotonic() < deadline, _stats(url)
-                time.sleep(0.1)
-            stats = _stats(url)
-        finally:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(60)
+    upstream = vllm_pair.baseline  # the session's shared baseline server, float32
+    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "proxy", "--upstream", upstream.base_url,
+                             "--listen", "127.0.0.1:0", "--out", str(out), "--content", "keep", "--flush-s", "0.5"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().split("listening on ")[1].split()[0]
+        compared = asyncio.run(_client(url, upstream.base_url, lambda: vllm_pair.reset_prefix_cache("baseline")))
+        deadline = time.monotonic() + 30
+        while _stats(url)["recording"]["rows_written"] < 4:  # flushed while the proxy runs
+            assert time.monotonic() < deadline, _stats(url)
+            time.sleep(0.1)
+        stats = _stats(url)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
     traffic = base / "traffic.parquet"
     summary = export_traffic(out, traffic)
     return {"base": base, "out": out, "traffic": traffic, "summary": summary, "compared": compared,
@@ -126,11 +130,12 @@ def test_the_recording_holds_both_sessions_turn_by_turn(recorded):
         assert not path.is_file() or b"e2e-SECRET-token" not in path.read_bytes()
 
 
-def test_the_recording_replays_in_both_arms_and_the_report_shows_its_categories(recorded, model_dir):
+def test_the_recording_replays_in_both_arms_and_the_report_shows_its_categories(recorded, model_dir, vllm_pair):
     cfg = ReplayConfig(traffic=recorded["traffic"], runs_dir=recorded["base"] / "runs", run_id="proxy-e2e",
                        levels=[1], repeats=1, verify=False, warmup_requests=0, samples=0, model=model_dir,
                        dtype="float32", progress=False)
-    run_dir = run_replay(cfg)
+    with embedded_as(vllm_pair):
+        run_dir = run_replay(cfg)
     report, _ = write_report(run_dir)
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     got = con.execute("select arm, category, count(*) filter (success), count(*) from stg_requests "

@@ -1,7 +1,9 @@
 """A short real run end to end: two local vLLM CPU servers (baseline, ngram k=4),
 closed-loop replay at two levels, two interleaved repeats and the lossless
 verification pass, DuckDB marts, report. In float32, so that speculation must
-change no greedy token (issue 6, item 7)."""
+change no greedy token (issue 6, item 7). The embedded path runs on the
+session's shared servers (tests/support/engine_servers.py: a repeat's restart
+keeps them); fresh servers per repeat are tested in test_aa_e2e."""
 
 import json
 
@@ -11,17 +13,19 @@ import pytest
 from specdec.analytics.report import write_report
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
+from tests.support.engine_servers import embedded_as
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, model_dir, fixtures):
+def run(tmp_path_factory, model_dir, fixtures, vllm_pair):
     runs = tmp_path_factory.mktemp("runs")
     cfg = ReplayConfig(traffic=fixtures / "traffic_small.jsonl", runs_dir=runs, run_id="e2e",
                        levels=[1, 2], max_tokens=24, warmup_requests=1, model=model_dir,
                        dtype="float32", repeats=2, verify=True, progress=False)
-    run_dir = run_replay(cfg)
+    with embedded_as(vllm_pair):
+        run_dir = run_replay(cfg)
     report, summary = write_report(run_dir)
     return run_dir, report, summary
 

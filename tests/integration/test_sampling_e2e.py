@@ -12,7 +12,9 @@ server (``replay/rescore.py``): the real endpoint, the real prompt ids.
   temperature"); the test must reject it on the re-scored logprob (p < 0.025).
 
 4 prompts x 24 seeds = 96 samples of 32 tokens per pass, 8 in flight: about
-85 s on 2 cores, server start included. Seen (vLLM 0.32 CPU, float32): A/A
+85 s on 2 cores with a server start (the session's shared baseline server
+now, tests/support/engine_servers.py: sampling and re-scoring need a running
+server, not a fresh one). Seen (vLLM 0.32 CPU, float32): A/A
 p = 0.79 (sequence logprob) and 1.0 (natural length: almost every sample runs
 to 32 tokens); the 0.7 arm D = 0.66, p = 2e-18 on the sequence logprob, whose
 smallest detectable D at these sizes is 0.21."""
@@ -26,7 +28,6 @@ import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_test as st
-from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.rescore import rescore_pass
 from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
 from specdec.replay.verify import eos_ids_for_model
@@ -44,24 +45,23 @@ LEVEL = 8
 
 
 @pytest.fixture(scope="module")
-def passes(tmp_path_factory, model_dir):
+def passes(model_dir, vllm_pair):
     """Three sampling passes on one server: (label, temperature override, seed base)."""
-    tmp = tmp_path_factory.mktemp("sampling")
     eos = eos_ids_for_model(model_dir)
-    spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="keep")
-    with LocalServer(spec, None, tmp / "capture", "sampling", tmp / "server.log") as server:
-        async def go() -> dict[str, pa.Table]:
-            out = {}
-            async with aiohttp.ClientSession() as session:
-                for label, override, base in (("a1", None, 1), ("a2", None, 2), ("defect", 0.7, 3)):
-                    results = await sample_pass(session, server.base_url, "specdec-target", ROWS, LEVEL,
-                                                lambda i, label=label: f"sd.sampling.{label}.{i:05d}", None,
-                                                derive_seeds(base, SEEDS), eos, temperature_override=override)
-                    await rescore_pass(session, server.base_url, "specdec-target", results, LEVEL, by="baseline")
-                    out[label] = results
-            return out
+    url = vllm_pair.baseline.base_url  # float32; its prefix cache kept (no replay empties it meanwhile)
 
-        results = asyncio.run(go())
+    async def go() -> dict[str, pa.Table]:
+        out = {}
+        async with aiohttp.ClientSession() as session:
+            for label, override, base in (("a1", None, 1), ("a2", None, 2), ("defect", 0.7, 3)):
+                results = await sample_pass(session, url, "specdec-target", ROWS, LEVEL,
+                                            lambda i, label=label: f"sd.sampling.{label}.{i:05d}", None,
+                                            derive_seeds(base, SEEDS), eos, temperature_override=override)
+                await rescore_pass(session, url, "specdec-target", results, LEVEL, by="baseline")
+                out[label] = results
+        return out
+
+    results = asyncio.run(go())
     return {label: (res, eos) for label, res in results.items()}
 
 

@@ -116,6 +116,7 @@ def _until(check, timeout_s: float, what: str):
 def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     t0 = time.monotonic()
     cap, lake = tmp_path / "cap", tmp_path / "lake"
+    # its own server: the lake must equal vLLM's counters since start-up, and the sidecar empties the capture folder
     spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="off")
     with LocalServer(spec, NGRAM, cap, RUN_ID, tmp_path / "server.log") as server:
         proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", "--capture-dir", str(cap),

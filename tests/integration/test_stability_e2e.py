@@ -22,6 +22,7 @@ FAULTS = ["empty_prompt", "whitespace_prompt", "over_length_prompt", "odd_unicod
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, model_dir):
+    # its own server: the kill_restart fault kills it and starts another
     runs = tmp_path_factory.mktemp("runs")
     cfg = StabilityConfig(runs_dir=runs, run_id="stab", model=model_dir, concurrency=2, soak_minutes=0.3,
                           rss_interval_s=2.0, request_timeout_s=60.0, probe_timeout_s=240.0)
