@@ -29,7 +29,7 @@ def test_every_timed_request_has_running_token_counts(con):
     rows = con.execute("select arm, request_id, chunk_offsets_ms, chunk_tokens, output_tokens, "
                        "spec_num_accepted_tokens from stg_requests where success order by all").fetchall()
     assert {r[0] for r in rows} == {"baseline", "speculative"} and len(rows) == 6
-    for arm, rid, offsets, tokens, output_tokens, accepted in rows:
+    for _arm, rid, offsets, tokens, output_tokens, accepted in rows:
         assert tokens is not None and len(tokens) == len(offsets) > 0, rid
         assert tokens == sorted(tokens) and tokens[0] >= 1, (rid, tokens)  # non-decreasing
         assert tokens[-1] == output_tokens == 32, (rid, tokens)

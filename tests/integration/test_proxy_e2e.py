@@ -59,7 +59,7 @@ async def _client(proxy: str, direct: str, empty_cache) -> tuple[bytes, bytes]:
     async with aiohttp.ClientSession() as session:
         for category, turns in SESSIONS.items():
             messages = [{"role": "system", "content": "You are a helpful assistant."}]
-            for i, turn in enumerate(turns):
+            for turn in turns:
                 messages.append({"role": "user", "content": turn})
                 body = {"model": "specdec-target", "messages": messages, "stream": True, "temperature": 0,
                         "max_tokens": MAX_TOKENS, "stream_options": {"include_usage": True}}

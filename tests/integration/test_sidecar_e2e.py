@@ -155,8 +155,8 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
             out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     # the engine said once, at start-up, what the capture gives with its runner (capture.plugin.runner_line)
-    lines = [l for l in (tmp_path / "server.log").read_text(errors="replace").splitlines()
-             if "specdec-capture: counts exact" in l]
+    lines = [line for line in (tmp_path / "server.log").read_text(errors="replace").splitlines()
+             if "specdec-capture: counts exact" in line]
     assert len(lines) == 1 and "timings from the host clock (V1 runner" in lines[0] and "on CPU" in lines[0], lines
 
     # the gauge moved: NaN before the requests, a rate after
