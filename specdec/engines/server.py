@@ -213,18 +213,19 @@ def start_all(stack: contextlib.ExitStack, servers: list[ServerProcess]) -> None
     The first failure raises; the servers already on ``stack`` are stopped
     when it closes."""
     ready: list[ServerProcess] = []
+    current: ServerProcess | None = None  # the one launching or waited for: a failure there cleans up itself
     try:
-        for srv in servers:
-            srv.launch()
-            stack.push(srv)
-        for srv in servers:
-            srv.wait_ready()
-            ready.append(srv)
+        for current in servers:
+            current.launch()
+            stack.push(current)
+        for current in servers:
+            current.wait_ready()
+            ready.append(current)
     except BaseException as exc:
-        # a server still starting is killed at once, as a failed start is (an engine
-        # loading its model may ignore SIGTERM until it is done)
+        # every other server still starting is killed at once, as a failed start is (an
+        # engine loading its model may ignore SIGTERM until it is done)
         for srv in servers:
-            if srv not in ready and srv.group is not None:
+            if srv is not current and srv not in ready and srv.group is not None:
                 srv.group.stop(grace_s=0.0)
                 srv._mark(f"start-up ended ({type(exc).__name__} while the servers started together): "
                           "the server's process group was killed")
