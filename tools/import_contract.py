@@ -1,13 +1,16 @@
 """Check specdec's import contract: ``lint-imports`` (import-linter, the contracts in
 pyproject.toml's ``[tool.importlinter]``) plus a list of every import cycle (grimp).
 
-Why a wrapper: the repository keeps the design's top-level folders (``capture/``,
-``replay/``, ...) and installs them under one namespace through
-``[tool.setuptools.package-dir]`` (``specdec.replay`` is ``replay/``). import-linter
-and grimp find a package's modules by walking its folder, so they would see only
-``specdec/``. This script builds, in a temporary folder, a ``specdec/`` made of
-symbolic links (``specdec/*`` plus one link per mapped package) and runs both
-tools there; nothing is copied, the line numbers are the real files'.
+The repository keeps the design's top-level folders (``capture/``, ``replay/``, ...)
+and installs them under one namespace through ``[tool.setuptools.package-dir]``
+(``specdec.replay`` is ``replay/``). ``specdec/`` also holds committed symbolic links
+to those folders (``specdec/replay -> ../replay``), so import-linter and grimp, which
+find a package's modules by walking its folder, see the whole package: plain
+``.venv/bin/lint-imports`` in the repository root checks the same contracts. This
+script adds the list of cycles and works on any copy (``--root``, which the tests use
+to plant a bad import): it builds, in a temporary folder, a ``specdec/`` of links to
+``root/specdec/*`` and to each mapped package, and runs both tools there; nothing is
+copied, the line numbers are the real files'.
 
     .venv/bin/python tools/import_contract.py            # this checkout
     .venv/bin/python tools/import_contract.py --root DIR # another copy (the tests plant a bad import)
@@ -113,8 +116,12 @@ def cycles(mirror: Path) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
-                        help="Repository root to check (default: this checkout).")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="Repository root to check (default: this checkout).",
+    )
     args = parser.parse_args(argv)
     root = args.root.resolve()
     with tempfile.TemporaryDirectory(prefix="specdec-imports-") as tmp:
