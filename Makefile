@@ -53,6 +53,7 @@ check: lint types imports quick-tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # mypy on the linked tree (tools/typecheck.py): strict on schemas and the core (pyproject.toml)
 types: $(STAMP)

@@ -108,8 +108,7 @@ WORK = "build_work"
 STORAGE_VERSION = "v1.0.0"
 
 
-def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
-                     files: list[Path] | None = None) -> pa.Table:
+def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay", files: list[Path] | None = None) -> pa.Table:
     """All rows of one record type of one run folder, read and checked in full:
     the consolidated file or its part files (``files``, when the caller has
     listed them: ``files_of``). An absent record gives an empty table with the
@@ -119,9 +118,10 @@ def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay",
     files = files_of(run_dir, rec) if files is None else files
     if not files:
         if kind in rec.required_for:
-            raise InputFileError(Path(run_dir) / rec.consolidated,
-                                 f"missing, and no part files {rec.part_glob} either: "
-                                 f"the run recorded no {rec.name} (did it start?)")
+            raise InputFileError(
+                Path(run_dir) / rec.consolidated,
+                f"missing, and no part files {rec.part_glob} either: the run recorded no {rec.name} (did it start?)",
+            )
         return schema.empty_table()
     return pa.concat_tables([read_parquet_checked(f, schema) for f in files])
 
@@ -142,8 +142,10 @@ def raw_select(con, raw: RawInput) -> str:
     (``runs/latest`` is a link that moves on to the next run: the view must not).
     A column a file may lack (``absent_as_null``) reads as NULL from it."""
     nowhere = {name for name, count in raw.absent.items() if count == len(raw.files)}
-    cols = ", ".join(f'cast({"null" if name in nowhere else _ident(name)} as {dtype}) as "{name}"'
-                     for name, dtype in duckdb_columns(con, raw.schema))
+    cols = ", ".join(
+        f'cast({"null" if name in nowhere else _ident(name)} as {dtype}) as "{name}"'
+        for name, dtype in duckdb_columns(con, raw.schema)
+    )
     files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
     union = ", union_by_name = true" if len(raw.absent) > len(nowhere) else ""
     return f"select {cols} from read_parquet([{files}], hive_partitioning = false{union})"
@@ -160,13 +162,21 @@ def _create_manifest(con, inputs: Inputs) -> None:
     """``raw_manifest``, and ``raw_arm_roles``: the analysis runs of the runs of named arms
     (``specdec.arms``: one per comparison; a classic run has no rows, its ids are kept)."""
     con.execute("create table raw_manifest (run_id varchar, source_path varchar, manifest json)")
-    rows = [(r.run_id, str(r.source_path), None if r.manifest is None else r.manifest.model_dump_json())
-            for r in inputs.runs]
+    rows = [
+        (r.run_id, str(r.source_path), None if r.manifest is None else r.manifest.model_dump_json())
+        for r in inputs.runs
+    ]
     if rows:
         con.executemany("insert into raw_manifest values (?, ?, ?)", rows)
-    arms.create_roles_table(con, [row for r in inputs.runs if r.manifest is not None
-                                  for row in arms.role_rows(r.run_id, arms.specs_of(r.manifest.arms,
-                                                                                     _engine_name(r.manifest)))])
+    arms.create_roles_table(
+        con,
+        [
+            row
+            for r in inputs.runs
+            if r.manifest is not None
+            for row in arms.role_rows(r.run_id, arms.specs_of(r.manifest.arms, _engine_name(r.manifest)))
+        ],
+    )
 
 
 def _engine_name(manifest) -> str:
@@ -279,7 +289,11 @@ class _Working:
         for readers in self.pending.values():
             readers.discard(mart)
         for m in self.models:
-            if m.name in self.held and not self.pending.get(m.name) and not (fill_running and m.name in self.fill_inputs):
+            if (
+                m.name in self.held
+                and not self.pending.get(m.name)
+                and not (fill_running and m.name in self.fill_inputs)
+            ):
                 self.release(m)
 
     def release(self, m) -> None:
@@ -345,15 +359,24 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
             _materialize(con, m, steps=steps)
             working.done(m.name, fill_running=False)
     working.close()  # the marts are stored: the working tables go, the views compute again
-    con.execute("create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, "
-                "sql varchar)")
-    con.executemany("insert into sql_models values (?, ?, ?, ?, ?)",
-                    [(m.name, m.layer, m.materialized, str(m.path), m.sql) for m in models])
+    con.execute(
+        "create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, sql varchar)"
+    )
+    con.executemany(
+        "insert into sql_models values (?, ?, ?, ?, ?)",
+        [(m.name, m.layer, m.materialized, str(m.path), m.sql) for m in models],
+    )
 
 
-def build(path: Path, db_path: Path | None = None, slo: analysis_settings.Slo | None = None, *,
-          copy: bool = False, check: Check = "auto",
-          progress: Callable[[int, int, str], None] | None = None) -> Path:
+def build(
+    path: Path,
+    db_path: Path | None = None,
+    slo: analysis_settings.Slo | None = None,
+    *,
+    copy: bool = False,
+    check: Check = "auto",
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Path:
     """Check every input, then write the database atomically; return its path.
     ``progress(done, total, name)``: called after each step of the build (each materialized
     model, each computed table; ``build_steps``), from the build's threads.
@@ -364,8 +387,13 @@ def build(path: Path, db_path: Path | None = None, slo: analysis_settings.Slo | 
 
     started = time.perf_counter()
     inputs = find_inputs(Path(path), check)
-    log.debug("found and checked %s (%s, %s check) in %.3f s", inputs.root, inputs.layout,
-              "full" if inputs.full_check else "footer", time.perf_counter() - started)
+    log.debug(
+        "found and checked %s (%s, %s check) in %.3f s",
+        inputs.root,
+        inputs.layout,
+        "full" if inputs.full_check else "footer",
+        time.perf_counter() - started,
+    )
     models = discover()
     db_path = Path(db_path or inputs.root / DB_NAME)
 
@@ -407,8 +435,9 @@ def manifest_of(con, run_id: str):
     """The RunManifest of one (analysis) run of a database (of its run folder), as that run
     sees it: one comparison of a run of two engines names its own engine's model and dtype
     (``arms.comparison_manifest``); None for a run only the lake holds."""
-    row = con.execute("select manifest, reference_arm, treatment_arm from stg_manifest where run_id = ?",
-                      [run_id]).fetchone()
+    row = con.execute(
+        "select manifest, reference_arm, treatment_arm from stg_manifest where run_id = ?", [run_id]
+    ).fetchone()
     if row is None:
         raise SpecdecError(f"no run {run_id!r} in this database (it holds: {', '.join(runs_of(con)) or 'none'})")
     if row[0] is None:

@@ -72,13 +72,21 @@ class Noise:
 #: (2026-12-02; BENCHMARKS.md, issue 19): two on a host busy with other work (load 9-14) and
 #: one on a quiet host, so these are mostly a busy host's figures (the quiet run alone: process
 #: 0.012, block 0.012, request 0.028-0.052). Standard deviations on the log scale.
-MEASURED = Noise(process=0.029, block=0.036,
-                 request={"chat": 0.088, "code": 0.104, "structured": 0.093},
-                 prompt={"chat": 0.140, "code": 0.446, "structured": 0.425})
+MEASURED = Noise(
+    process=0.029,
+    block=0.036,
+    request={"chat": 0.088, "code": 0.104, "structured": 0.093},
+    prompt={"chat": 0.140, "code": 0.446, "structured": 0.425},
+)
 
 
-def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float],
-             rng: np.random.Generator, centred: bool = True) -> tuple[list[tuple], list[tuple], dict, dict]:
+def simulate(
+    design: Design,
+    noise: Noise,
+    ratio: float | Mapping[tuple[str, int], float],
+    rng: np.random.Generator,
+    centred: bool = True,
+) -> tuple[list[tuple], list[tuple], dict, dict]:
     """One synthetic run: (pairs, blocks, prompt-set truth, category truth),
     the truths as log ratios keyed by (category, level), with '(system)'.
     ``centred``: the prompts' effects sum to zero within each category, so the
@@ -86,8 +94,9 @@ def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int
     False draws the prompts as a sample of the category (what the
     prompts-and-runs interval is for)."""
     cats, levels, reps, n_p = design.categories, design.levels, design.repeats, design.prompts
-    true = {(c, lv): math.log(ratio if isinstance(ratio, (int, float)) else ratio[c, lv]) for c in cats
-            for lv in levels}
+    true = {
+        (c, lv): math.log(ratio if isinstance(ratio, (int, float)) else ratio[c, lv]) for c in cats for lv in levels
+    }
     effect = {c: rng.normal(0.0, noise.prompt.get(c, 0.0), n_p) for c in cats}
     if centred:  # this prompt set's mean effect is exactly the true ratio (the prompts still differ)
         effect = {c: e - e.mean() for c, e in effect.items()}
@@ -114,8 +123,11 @@ def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int
                     pairs += [("aa", c, lv, f"{c}{p}", r, float(aa[p])) for p in range(n_p)]
     for lv in levels:
         # block throughput: every request emits the same tokens, so tokens/s ~ 1 / mean e2e
-        thr = {(arm, r): -math.log(np.mean(np.exp(np.concatenate([log_e2e[arm, c, lv, r] for c in cats]))))
-               for arm in ("b", "s") for r in range(reps)}
+        thr = {
+            (arm, r): -math.log(np.mean(np.exp(np.concatenate([log_e2e[arm, c, lv, r] for c in cats]))))
+            for arm in ("b", "s")
+            for r in range(reps)
+        }
         blocks += [("ab", lv, r, thr["s", r] - thr["b", r]) for r in range(reps)]
         blocks += [("aa", lv, r, thr["b", r] - thr["b", r - 1]) for r in range(1, reps)]
     prompt_set = {(c, lv): true[c, lv] + float(np.mean(effect[c])) for c in cats for lv in levels}
@@ -130,14 +142,14 @@ def simulate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int
 @dataclass(frozen=True)
 class Result:
     runs: int
-    coverage: float           # pointwise 95% measurement intervals that hold the prompt-set truth
+    coverage: float  # pointwise 95% measurement intervals that hold the prompt-set truth
     coverage_by_category: dict
-    prompts_coverage: float   # prompts-and-runs intervals that hold the category's truth
-    aa_coverage: float        # A/A intervals that hold 1
-    false_label_runs: float   # runs with a faster/slower label where the truth is not so (family-wise)
-    faster_share: float       # rows labelled faster (power when every true ratio > 1)
-    equivalent_share: float   # rows labelled equivalent
-    mean_level: float         # mean confidence level of the labelled intervals
+    prompts_coverage: float  # prompts-and-runs intervals that hold the category's truth
+    aa_coverage: float  # A/A intervals that hold 1
+    false_label_runs: float  # runs with a faster/slower label where the truth is not so (family-wise)
+    faster_share: float  # rows labelled faster (power when every true ratio > 1)
+    equivalent_share: float  # rows labelled equivalent
+    mean_level: float  # mean confidence level of the labelled intervals
 
     def line(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -146,9 +158,16 @@ class Result:
 Method = Callable[..., list[tuple]]
 
 
-def evaluate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int], float], runs: int,
-             seed: int = 0, method: Method = intervals.compute, margin: float = 0.05,
-             centred: bool = True) -> Result:
+def evaluate(
+    design: Design,
+    noise: Noise,
+    ratio: float | Mapping[tuple[str, int], float],
+    runs: int,
+    seed: int = 0,
+    method: Method = intervals.compute,
+    margin: float = 0.05,
+    centred: bool = True,
+) -> Result:
     """Coverage, family-wise false labels and label shares over ``runs`` synthetic
     runs, with ``method`` (the project's ``intervals.compute`` unless a test
     plants another) computing every interval and label."""
@@ -184,9 +203,17 @@ def evaluate(design: Design, noise: Noise, ratio: float | Mapping[tuple[str, int
                 if (label == "faster" and truth <= 0) or (label == "slower" and truth >= 0):
                     false_here = True
         false_runs += false_here
-    return Result(runs, hit / max(total, 1), {c: round(h / n, 4) for c, (h, n) in sorted(by_cat.items())},
-                  p_hit / max(p_total, 1), aa_hit / max(aa_total, 1), false_runs / runs,
-                  faster / max(labelled, 1), equivalent / max(labelled, 1), level_sum / max(labelled, 1))
+    return Result(
+        runs,
+        hit / max(total, 1),
+        {c: round(h / n, 4) for c, (h, n) in sorted(by_cat.items())},
+        p_hit / max(p_total, 1),
+        aa_hit / max(aa_total, 1),
+        false_runs / runs,
+        faster / max(labelled, 1),
+        equivalent / max(labelled, 1),
+        level_sum / max(labelled, 1),
+    )
 
 
 def estimate(con, run_id: str | None = None) -> dict:
@@ -197,8 +224,10 @@ def estimate(con, run_id: str | None = None) -> dict:
     repeat-shared part, / 2) and block (the rest, less the request noise
     averaged over the block's pairs, / 2) components. Standard deviations."""
     where = "where comparison = 'ab'" + (f" and run_id = '{run_id}'" if run_id else "")
-    rows = con.execute(f"select run_id, category, concurrency, prompt_id, repeat, avg(log_ratio) "
-                       f"from int_requests_paired {where} group by all").fetchall()
+    rows = con.execute(
+        f"select run_id, category, concurrency, prompt_id, repeat, avg(log_ratio) "
+        f"from int_requests_paired {where} group by all"
+    ).fetchall()
     cells: dict[tuple, dict[tuple, float]] = {}
     for run, cat, lv, prompt, rep, y in rows:
         cells.setdefault((run, cat), {})[lv, prompt, rep] = y
@@ -212,7 +241,7 @@ def estimate(con, run_id: str | None = None) -> dict:
             if np.isnan(grid).any() or len(prompts) < 2 or len(reps) < 2:
                 continue
             resid = grid - grid.mean(axis=1, keepdims=True) - grid.mean(axis=0, keepdims=True) + grid.mean()
-            ms_res = float((resid ** 2).sum() / ((len(prompts) - 1) * (len(reps) - 1)))
+            ms_res = float((resid**2).sum() / ((len(prompts) - 1) * (len(reps) - 1)))
             ms_prompt = float(len(reps) * grid.mean(axis=1).var(ddof=1))
             req.append(ms_res / 2)
             prm.append(max(0.0, (ms_prompt - ms_res) / len(reps)))
@@ -223,9 +252,14 @@ def estimate(con, run_id: str | None = None) -> dict:
             continue
         request = float(np.mean(req))
         block = max(0.0, noise.block - 2 * request / float(np.mean(n_prompts))) / 2
-        out.setdefault(run, {})[cat] = {"request_sd": math.sqrt(request), "prompt_sd": math.sqrt(float(np.mean(prm))),
-                                        "process_sd": math.sqrt(noise.repeat / 2), "block_sd": math.sqrt(block),
-                                        "block_figure_sd": math.sqrt(noise.variance), "df": noise.df}
+        out.setdefault(run, {})[cat] = {
+            "request_sd": math.sqrt(request),
+            "prompt_sd": math.sqrt(float(np.mean(prm))),
+            "process_sd": math.sqrt(noise.repeat / 2),
+            "block_sd": math.sqrt(block),
+            "block_figure_sd": math.sqrt(noise.variance),
+            "df": noise.df,
+        }
     return out
 
 
@@ -238,10 +272,12 @@ def noise_from(estimates: Iterable[Mapping[str, Mapping[str, float]]]) -> Noise:
             for k, v in comp.items():
                 per_cat.setdefault(cat, {}).setdefault(k, []).append(v)
     rms = lambda xs: math.sqrt(sum(x * x for x in xs) / len(xs))  # noqa: E731
-    return Noise(process=rms([v for c in per_cat.values() for v in c["process_sd"]]),
-                 block=rms([v for c in per_cat.values() for v in c["block_sd"]]),
-                 request={c: rms(v["request_sd"]) for c, v in per_cat.items()},
-                 prompt={c: rms(v["prompt_sd"]) for c, v in per_cat.items()})
+    return Noise(
+        process=rms([v for c in per_cat.values() for v in c["process_sd"]]),
+        block=rms([v for c in per_cat.values() for v in c["block_sd"]]),
+        request={c: rms(v["request_sd"]) for c, v in per_cat.items()},
+        prompt={c: rms(v["prompt_sd"]) for c, v in per_cat.items()},
+    )
 
 
 def _df_per_level(cells: Mapping[tuple, float]) -> BlockNoise | None:
@@ -271,5 +307,4 @@ def _double_hurdle_method(*args, margin: float = 0.05, **kw) -> list[tuple]:
 
 
 #: Methods the calibration must reject (tests/analytics/test_calibration.py).
-PLANTED: dict[str, Method] = {"df counted per level": _df_per_level_method,
-                              "old double hurdle": _double_hurdle_method}
+PLANTED: dict[str, Method] = {"df counted per level": _df_per_level_method, "old double hurdle": _double_hurdle_method}

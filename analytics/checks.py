@@ -72,8 +72,9 @@ def _check_header(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
             continue  # absent_as_null: read as NULL
         have = pf.schema_arrow.field(want.name).type
         if not _castable(have, want.type):
-            raise InputFileError(path, f"a column has the wrong type ({have}, the record's is {want.type})",
-                                 field=want.name)
+            raise InputFileError(
+                path, f"a column has the wrong type ({have}, the record's is {want.type})", field=want.name
+            )
 
 
 def _castable(have: pa.DataType, want: pa.DataType) -> bool:
@@ -99,8 +100,9 @@ def _first_null(column) -> int:
 
 
 def _null_error(path: Path, name: str, count: int, first_row: int) -> InputFileError:
-    return InputFileError(path, f"{count} null value(s) in a required column (row counted from 0 in the file)",
-                          row=first_row, field=name)
+    return InputFileError(
+        path, f"{count} null value(s) in a required column (row counted from 0 in the file)", row=first_row, field=name
+    )
 
 
 def _row_offsets(pf: pq.ParquetFile) -> list[int]:
@@ -139,8 +141,11 @@ def _read(path: Path, pf: pq.ParquetFile, group: int, name: str):
     try:
         return pf.read_row_group(group, columns=[name]).column(0)
     except Exception as exc:  # decompression, page header, checksum ...
-        raise InputFileError(path, f"row group {group} of {pf.num_row_groups} cannot be read, "
-                                   f"the file is corrupted or truncated ({_why(exc)})") from None
+        raise InputFileError(
+            path,
+            f"row group {group} of {pf.num_row_groups} cannot be read, "
+            f"the file is corrupted or truncated ({_why(exc)})",
+        ) from None
 
 
 def _read_group(pf: pq.ParquetFile, i: int, schema: pa.Schema) -> pa.Table:
@@ -163,8 +168,11 @@ def _read_all(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
         try:
             group = _read_group(pf, i, schema)
         except Exception as exc:  # decompression, page header, checksum ...
-            raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
-                                       f"the file is corrupted or truncated ({_why(exc)})") from None
+            raise InputFileError(
+                path,
+                f"row group {i} of {pf.num_row_groups} cannot be read, "
+                f"the file is corrupted or truncated ({_why(exc)})",
+            ) from None
         for field, column in zip(schema, group.columns):
             if not field.nullable and column.null_count:
                 seen = nulls.setdefault(field.name, [0, offset + _first_null(column)])
@@ -198,9 +206,13 @@ def _check_run_id(path: Path, pf: pq.ParquetFile, run_id: str, whose: str) -> No
         other = pc.not_equal(column.fill_null(""), pa.scalar(run_id))
         if pc.any(other).as_py():
             row = pc.index(other, True).as_py()
-            raise InputFileError(path, f"run_id is {column[row].as_py()!r}, but {whose} is {run_id!r}: the rows "
-                                       "of a run folder or lake partition belong to that run only",
-                                 row=offsets[i] + row, field="run_id")
+            raise InputFileError(
+                path,
+                f"run_id is {column[row].as_py()!r}, but {whose} is {run_id!r}: the rows "
+                "of a run folder or lake partition belong to that run only",
+                row=offsets[i] + row,
+                field="run_id",
+            )
 
 
 @dataclass(frozen=True)
@@ -212,8 +224,9 @@ class FileCheck:
     absent: tuple[str, ...]
 
 
-def check_file(path: Path, schema: pa.Schema, *, run_id: str | None = None, whose: str = "",
-               full: bool = False) -> FileCheck:
+def check_file(
+    path: Path, schema: pa.Schema, *, run_id: str | None = None, whose: str = "", full: bool = False
+) -> FileCheck:
     """Check one file (module docstring). ``run_id``: the run every row must hold,
     ``whose`` says where that comes from (for the message)."""
     pf = _open(path)
@@ -240,8 +253,11 @@ def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
             try:
                 groups.append(_read_group(pf, i, schema))
             except Exception as exc:  # decompression, page header, checksum ...
-                raise InputFileError(path, f"row group {i} of {pf.num_row_groups} cannot be read, "
-                                           f"the file is corrupted or truncated ({_why(exc)})") from None
+                raise InputFileError(
+                    path,
+                    f"row group {i} of {pf.num_row_groups} cannot be read, "
+                    f"the file is corrupted or truncated ({_why(exc)})",
+                ) from None
     table = pa.concat_tables(groups) if groups else schema.empty_table()
     for field, column in zip(schema, table.columns):
         if not field.nullable and column.null_count:

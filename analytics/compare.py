@@ -131,15 +131,22 @@ def _rows(con, sql: str, runs: dict[str, str]) -> list[dict]:
 def _tables(con, a_db: str, b_db: str, runs: dict[str, str]) -> dict[str, list[dict]]:
     """The three comparisons, side A the rows of run ``runs['a']`` of database
     ``a_db`` (an attached alias), side B likewise."""
-    rel = {f"{side}_{mart}": f"(select * from {db}.{mart} where run_id = ${side})"
-           for side, db in (("a", a_db), ("b", b_db)) for mart in ("speedup", "acceptance", "throughput", "acceptance_requests")}
+    rel = {
+        f"{side}_{mart}": f"(select * from {db}.{mart} where run_id = ${side})"
+        for side, db in (("a", a_db), ("b", b_db))
+        for mart in ("speedup", "acceptance", "throughput", "acceptance_requests")
+    }
     return {
-        "speedup": _rows(con, f"select * from ({SPEEDUP.format(**rel)}) "
-                              "order by category = '(system)', category, concurrency", runs),
+        "speedup": _rows(
+            con, f"select * from ({SPEEDUP.format(**rel)}) order by category = '(system)', category, concurrency", runs
+        ),
         "acceptance": _rows(con, f"select * from ({ACCEPTANCE.format(**rel)}) order by category", runs),
         "throughput": _rows(con, f"select * from ({THROUGHPUT.format(**rel)}) order by arm, concurrency", runs),
-        "request_acceptance": _rows(con, f"select * from ({REQUEST_ACCEPTANCE.format(**rel)}) "
-                                         "order by category = '(all)', category, concurrency", runs),
+        "request_acceptance": _rows(
+            con,
+            f"select * from ({REQUEST_ACCEPTANCE.format(**rel)}) order by category = '(all)', category, concurrency",
+            runs,
+        ),
     }
 
 
@@ -157,14 +164,15 @@ def compare(run_a: Path, run_b: Path) -> Comparison:
         for key, schema, manifest in (("a", "run_a", manifest_a), ("b", "run_b", manifest_b)):
             held = [r[0] for r in con.execute(f"select run_id from {schema}.stg_manifest order by 1").fetchall()]
             if held != [manifest.run_id]:  # a run of named arms: one analysis run per comparison
-                raise SpecdecError(f"run {manifest.run_id} holds {len(held)} comparisons ({', '.join(held)}): "
-                                   f"name the ones to compare, e.g. specdec compare --in "
-                                   f"{Path(run_a if key == 'a' else run_b).parent} {held[0]} <other run or "
-                                   "comparison>")
+                raise SpecdecError(
+                    f"run {manifest.run_id} holds {len(held)} comparisons ({', '.join(held)}): "
+                    f"name the ones to compare, e.g. specdec compare --in "
+                    f"{Path(run_a if key == 'a' else run_b).parent} {held[0]} <other run or "
+                    "comparison>"
+                )
             ids[key] = manifest.run_id
         tables = _tables(con, "run_a", "run_b", ids)
-        return Comparison(run_a=str(run_a), run_b=str(run_b), settings=settings_diff(manifest_a, manifest_b),
-                          **tables)
+        return Comparison(run_a=str(run_a), run_b=str(run_b), settings=settings_diff(manifest_a, manifest_b), **tables)
     finally:
         con.close()
 
@@ -181,8 +189,10 @@ def compare_in(path: Path, run_a: str, run_b: str) -> Comparison:
         manifests = [manifest_of(con, r) for r in (run_a, run_b)]
         for run_id, manifest in zip((run_a, run_b), manifests):
             if manifest is None:
-                raise SpecdecError(f"run {run_id!r} has no manifest (only the lake holds it): "
-                                   "it has no speedup or throughput to compare")
+                raise SpecdecError(
+                    f"run {run_id!r} has no manifest (only the lake holds it): "
+                    "it has no speedup or throughput to compare"
+                )
         tables = _tables(con, "runs", "runs", {"a": run_a, "b": run_b})
         return Comparison(run_a=run_a, run_b=run_b, settings=settings_diff(*manifests), **tables)
     finally:
@@ -194,31 +204,89 @@ def _num(v, digits: int = 3) -> str:
 
 
 def render_text(c: Comparison) -> str:
-    lines = [f"A: {term(c.run_a)}", f"B: {term(c.run_b)}",
-             f"settings that differ ({len(c.settings)}; run ids and timestamps left out):"]
-    lines += (text_table(["field", "A", "B"], [[s["field"], json.dumps(s["a"]), json.dumps(s["b"])]
-                                               for s in c.settings]) if c.settings else ["  none"])
+    lines = [
+        f"A: {term(c.run_a)}",
+        f"B: {term(c.run_b)}",
+        f"settings that differ ({len(c.settings)}; run ids and timestamps left out):",
+    ]
+    lines += (
+        text_table(["field", "A", "B"], [[s["field"], json.dumps(s["a"]), json.dumps(s["b"])] for s in c.settings])
+        if c.settings
+        else ["  none"]
+    )
     lines.append("speedup (the family-wise interval its label reads, label; overlap: the intervals share a point):")
     lines += text_table(
         ["category", "level", "A", "A label", "B", "B label", "B/A", "overlap", "label changed"],
-        [[r["category"], f"c{r['concurrency']}", _num(r["a_speedup"]) + ci_text(r["a_ci_low"], r["a_ci_high"]),
-          r["a_label"] or "n/a", _num(r["b_speedup"]) + ci_text(r["b_ci_low"], r["b_ci_high"]), r["b_label"] or "n/a",
-          _num(r["b_over_a"]), "n/a" if r["overlap"] is None else ("yes" if r["overlap"] else "NO"),
-          "YES" if r["label_changed"] else "no"] for r in c.speedup])
+        [
+            [
+                r["category"],
+                f"c{r['concurrency']}",
+                _num(r["a_speedup"]) + ci_text(r["a_ci_low"], r["a_ci_high"]),
+                r["a_label"] or "n/a",
+                _num(r["b_speedup"]) + ci_text(r["b_ci_low"], r["b_ci_high"]),
+                r["b_label"] or "n/a",
+                _num(r["b_over_a"]),
+                "n/a" if r["overlap"] is None else ("yes" if r["overlap"] else "NO"),
+                "YES" if r["label_changed"] else "no",
+            ]
+            for r in c.speedup
+        ],
+    )
     lines.append("acceptance, speculative arm (pooled mean acceptance length and rate):")
-    lines += (text_table(["category", "A length", "B length", "B-A", "A rate", "B rate", "B-A"],
-                         [[r["category"], _num(r["a_length"]), _num(r["b_length"]), _num(r["length_b_minus_a"]),
-                           _num(r["a_rate"]), _num(r["b_rate"]), _num(r["rate_b_minus_a"])] for r in c.acceptance])
-              if c.acceptance else ["  none (no captured rounds in either run)"])
-    lines.append("acceptance from the engines' per-request stats, speculative arm (rate = accepted / proposed "
-                 "tokens, per level; mart acceptance_requests):")
-    lines += (text_table(["category", "level", "A rate", "B rate", "B-A", "A proposed", "B proposed"],
-                         [[r["category"], f"c{r['concurrency']}", _num(r["a_rate"]), _num(r["b_rate"]),
-                           _num(r["rate_b_minus_a"]), "n/a" if r["a_proposed"] is None else r["a_proposed"],
-                           "n/a" if r["b_proposed"] is None else r["b_proposed"]] for r in c.request_acceptance])
-              if c.request_acceptance else ["  none (neither run's engine reported per-request stats)"])
+    lines += (
+        text_table(
+            ["category", "A length", "B length", "B-A", "A rate", "B rate", "B-A"],
+            [
+                [
+                    r["category"],
+                    _num(r["a_length"]),
+                    _num(r["b_length"]),
+                    _num(r["length_b_minus_a"]),
+                    _num(r["a_rate"]),
+                    _num(r["b_rate"]),
+                    _num(r["rate_b_minus_a"]),
+                ]
+                for r in c.acceptance
+            ],
+        )
+        if c.acceptance
+        else ["  none (no captured rounds in either run)"]
+    )
+    lines.append(
+        "acceptance from the engines' per-request stats, speculative arm (rate = accepted / proposed "
+        "tokens, per level; mart acceptance_requests):"
+    )
+    lines += (
+        text_table(
+            ["category", "level", "A rate", "B rate", "B-A", "A proposed", "B proposed"],
+            [
+                [
+                    r["category"],
+                    f"c{r['concurrency']}",
+                    _num(r["a_rate"]),
+                    _num(r["b_rate"]),
+                    _num(r["rate_b_minus_a"]),
+                    "n/a" if r["a_proposed"] is None else r["a_proposed"],
+                    "n/a" if r["b_proposed"] is None else r["b_proposed"],
+                ]
+                for r in c.request_acceptance
+            ],
+        )
+        if c.request_acceptance
+        else ["  none (neither run's engine reported per-request stats)"]
+    )
     lines.append("throughput (output tokens/s, whole level):")
-    lines += text_table(["arm", "level", "A", "B", "B/A"],
-                        [[r["arm"], f"c{r['concurrency']}", _num(r["a_tokens_per_s"], 1), _num(r["b_tokens_per_s"], 1),
-                          _num(r["b_over_a"])] for r in c.throughput])
+    lines += text_table(
+        ["arm", "level", "A", "B", "B/A"],
+        [
+            [
+                r["arm"],
+                f"c{r['concurrency']}",
+                _num(r["a_tokens_per_s"], 1),
+                _num(r["b_tokens_per_s"], 1),
+                _num(r["b_over_a"]),
+            ]
+            for r in c.throughput
+        ],
+    )
     return "\n".join(lines)

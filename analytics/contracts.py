@@ -127,15 +127,30 @@ def _all_true(name, column, fields) -> Check:
 
 
 def _run_id(run_id: str) -> Check:
-    return Check("run_id_is_manifest_run_id", "ExpectColumnValuesToBeInSet", {"column": "run_id", "value_set": [run_id]})
+    return Check(
+        "run_id_is_manifest_run_id", "ExpectColumnValuesToBeInSet", {"column": "run_id", "value_set": [run_id]}
+    )
 
 
 def rounds_checks(run_id: str) -> list[Check]:
     return [
-        Check("accepted_le_proposed", "ExpectColumnPairValuesAToBeGreaterThanB",
-              {"column_A": "tokens_proposed", "column_B": "tokens_accepted", "or_equal": True}),
-        *[_between(f"{c}_non_negative", c) for c in
-          ("tokens_proposed", "tokens_accepted", "tokens_emitted", "batch_size", "context_len", "draft_ms", "verify_ms")],
+        Check(
+            "accepted_le_proposed",
+            "ExpectColumnPairValuesAToBeGreaterThanB",
+            {"column_A": "tokens_proposed", "column_B": "tokens_accepted", "or_equal": True},
+        ),
+        *[
+            _between(f"{c}_non_negative", c)
+            for c in (
+                "tokens_proposed",
+                "tokens_accepted",
+                "tokens_emitted",
+                "batch_size",
+                "context_len",
+                "draft_ms",
+                "verify_ms",
+            )
+        ],
         _all_true("round_index_contiguous", "_round_index_contiguous", ("round_index",)),
         _run_id(run_id),
     ]
@@ -144,19 +159,35 @@ def rounds_checks(run_id: str) -> list[Check]:
 def requests_checks(run_id: str, categories: list[str] | None) -> list[Check]:
     out = [
         Check("e2e_present_on_success", "ExpectColumnValuesToNotBeNull", {"column": "e2e_ms"}, when=("success", True)),
-        Check("e2e_ge_ttft_on_success", "ExpectColumnPairValuesAToBeGreaterThanB",
-              {"column_A": "e2e_ms", "column_B": "ttft_ms", "or_equal": True,
-               "ignore_row_if": "either_value_is_missing"}, when=("success", True)),
-        Check("ttft_non_negative_on_success", "ExpectColumnValuesToBeBetween", {"column": "ttft_ms", "min_value": 0},
-              when=("success", True)),
+        Check(
+            "e2e_ge_ttft_on_success",
+            "ExpectColumnPairValuesAToBeGreaterThanB",
+            {"column_A": "e2e_ms", "column_B": "ttft_ms", "or_equal": True, "ignore_row_if": "either_value_is_missing"},
+            when=("success", True),
+        ),
+        Check(
+            "ttft_non_negative_on_success",
+            "ExpectColumnValuesToBeBetween",
+            {"column": "ttft_ms", "min_value": 0},
+            when=("success", True),
+        ),
         _between("output_tokens_non_negative", "output_tokens"),
-        Check("success_has_no_error_type", "ExpectColumnValuesToBeNull", {"column": "error_type"}, when=("success", True)),
-        Check("failure_has_error_type", "ExpectColumnValuesToNotBeNull", {"column": "error_type"}, when=("success", False)),
+        Check(
+            "success_has_no_error_type", "ExpectColumnValuesToBeNull", {"column": "error_type"}, when=("success", True)
+        ),
+        Check(
+            "failure_has_error_type", "ExpectColumnValuesToNotBeNull", {"column": "error_type"}, when=("success", False)
+        ),
         _run_id(run_id),
     ]
     if categories is not None:
-        out.append(Check("category_declared", "ExpectColumnValuesToBeInSet",
-                         {"column": "category", "value_set": sorted(categories)}))
+        out.append(
+            Check(
+                "category_declared",
+                "ExpectColumnValuesToBeInSet",
+                {"column": "category", "value_set": sorted(categories)},
+            )
+        )
     return out
 
 
@@ -169,11 +200,20 @@ COUNTERS = tuple(ENGINE_COUNTERS)  # the MetricSnapshot columns replay fills fro
 
 
 def counters_checks(run_id: str) -> list[Check]:
-    return [*[_between(f"{c}_non_negative", c) for c in COUNTERS],
-            Check("accepted_le_draft_tokens", "ExpectColumnPairValuesAToBeGreaterThanB",
-                  {"column_A": "spec_num_draft_tokens", "column_B": "spec_num_accepted_tokens", "or_equal": True,
-                   "ignore_row_if": "either_value_is_missing"}),
-            _run_id(run_id)]
+    return [
+        *[_between(f"{c}_non_negative", c) for c in COUNTERS],
+        Check(
+            "accepted_le_draft_tokens",
+            "ExpectColumnPairValuesAToBeGreaterThanB",
+            {
+                "column_A": "spec_num_draft_tokens",
+                "column_B": "spec_num_accepted_tokens",
+                "or_equal": True,
+                "ignore_row_if": "either_value_is_missing",
+            },
+        ),
+        _run_id(run_id),
+    ]
 
 
 TRAFFIC_CHECKS = [
@@ -186,9 +226,12 @@ TRAFFIC_CHECKS = [
     _all_true("row_schema", "_row_valid", ("problem",)),
 ]
 
-KEYS = {"rounds": ("process_token", "engine_request_id", "round_index"),
-        "requests": ("request_id", "success"), "engine_counters": ("arm", "concurrency", "repeat", "position"),
-        "traffic": ("prompt_id",)}
+KEYS = {
+    "rounds": ("process_token", "engine_request_id", "round_index"),
+    "requests": ("request_id", "success"),
+    "engine_counters": ("arm", "concurrency", "repeat", "position"),
+    "traffic": ("prompt_id",),
+}
 
 
 def declared_categories(manifest) -> list[str] | None:
@@ -222,8 +265,19 @@ def _rounds_table(table):
     import duckdb  # heavy: duckdb, imported only when used
     import pyarrow as pa  # heavy: pyarrow, imported only when used
 
-    cols = ["run_id", "process_token", "engine_request_id", "round_index", "tokens_proposed", "tokens_accepted",
-            "tokens_emitted", "batch_size", "context_len", "draft_ms", "verify_ms"]
+    cols = [
+        "run_id",
+        "process_token",
+        "engine_request_id",
+        "round_index",
+        "tokens_proposed",
+        "tokens_accepted",
+        "tokens_emitted",
+        "batch_size",
+        "context_len",
+        "draft_ms",
+        "verify_ms",
+    ]
     t = table.select(cols).append_column("_row", pa.array(range(table.num_rows), pa.int64()))
     con = duckdb.connect()
     try:
@@ -272,8 +326,9 @@ def run_frames(run_dir: Path) -> list[tuple[Frame, list[Check]]]:
             table, checks = _rounds_table(table), rounds_checks(run_id)
         elif rec.name == "requests":
             checks = requests_checks(run_id, declared_categories(manifest))
-            table = table.select(["run_id", "request_id", "category", "success", "error_type", "ttft_ms", "e2e_ms",
-                                  "output_tokens"])
+            table = table.select(
+                ["run_id", "request_id", "category", "success", "error_type", "ttft_ms", "e2e_ms", "output_tokens"]
+            )
         elif rec.name == "engine_counters":
             table, checks = table.select(["run_id", *KEYS["engine_counters"], *COUNTERS]), counters_checks(run_id)
         elif rec.name in CATEGORY_RECORDS:
@@ -307,16 +362,20 @@ def traffic_frame(path: Path) -> Frame:
         except ValidationError as exc:
             err = exc.errors()[0]
             problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {trafficfile.describe_error(err)}")
-    df = pd.DataFrame({
-        "prompt_id": pd.Series([r.get("prompt_id") if isinstance(r.get("prompt_id"), str) else None
-                                for _, r in records], dtype=object),
-        "category": pd.Series([r.get("category") if isinstance(r.get("category"), str) else None
-                               for _, r in records], dtype=object),
-        "max_tokens": pd.Series([num(r.get("max_tokens")) for _, r in records], dtype="float64"),
-        "temperature": pd.Series([num(r.get("temperature", 0.0)) for _, r in records], dtype="float64"),
-        "_row_valid": [p is None for p in problems],
-        "problem": pd.Series(problems, dtype=object),
-    })
+    df = pd.DataFrame(
+        {
+            "prompt_id": pd.Series(
+                [r.get("prompt_id") if isinstance(r.get("prompt_id"), str) else None for _, r in records], dtype=object
+            ),
+            "category": pd.Series(
+                [r.get("category") if isinstance(r.get("category"), str) else None for _, r in records], dtype=object
+            ),
+            "max_tokens": pd.Series([num(r.get("max_tokens")) for _, r in records], dtype="float64"),
+            "temperature": pd.Series([num(r.get("temperature", 0.0)) for _, r in records], dtype="float64"),
+            "_row_valid": [p is None for p in problems],
+            "problem": pd.Series(problems, dtype=object),
+        }
+    )
     rows = [n for n, _ in records]
     return Frame("traffic", df, lambda i: (str(path), rows[i]), KEYS["traffic"], row_base=1)
 
@@ -339,9 +398,11 @@ def _context(gx):
         ProgressBarsConfig,
     )  # heavy: great-expectations, imported only when used
 
-    config = DataContextConfig(store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-                               analytics_enabled=False,
-                               progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False))
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+        analytics_enabled=False,
+        progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+    )
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
@@ -385,10 +446,12 @@ def check_frame(frame: Frame, checks: list[Check]) -> list[ContractResult]:
 
     gxe = gx.expectations
     ctx = _context(gx)
-    batch = (ctx.data_sources.add_pandas(f"specdec_{frame.suite}")
-             .add_dataframe_asset(name=frame.suite)
-             .add_batch_definition_whole_dataframe("whole")
-             .get_batch(batch_parameters={"dataframe": frame.df}))
+    batch = (
+        ctx.data_sources.add_pandas(f"specdec_{frame.suite}")
+        .add_dataframe_asset(name=frame.suite)
+        .add_batch_definition_whole_dataframe("whole")
+        .get_batch(batch_parameters={"dataframe": frame.df})
+    )
     expectations = []
     for c in checks:
         kw = dict(c.args, meta={"contract": c.name})
@@ -398,8 +461,9 @@ def check_frame(frame: Frame, checks: list[Check]) -> list[ContractResult]:
     suite = gx.ExpectationSuite(name=f"specdec_{frame.suite}", expectations=expectations)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        outcome = batch.validate(suite, result_format={"result_format": "SUMMARY",
-                                                       "partial_unexpected_count": MAX_EXAMPLES})
+        outcome = batch.validate(
+            suite, result_format={"result_format": "SUMMARY", "partial_unexpected_count": MAX_EXAMPLES}
+        )
     by_name = {}
     for res in outcome.results:
         d = res.to_json_dict()
@@ -409,8 +473,9 @@ def check_frame(frame: Frame, checks: list[Check]) -> list[ContractResult]:
 
 def _result(frame: Frame, check: Check, d: dict | None) -> ContractResult:
     cols = check.columns()
-    base = dict(suite=frame.suite, expectation=check.name, columns=cols, rows_checked=len(frame.df),
-                row_base=frame.row_base)
+    base = dict(
+        suite=frame.suite, expectation=check.name, columns=cols, rows_checked=len(frame.df), row_base=frame.row_base
+    )
     if d is None:
         return ContractResult(**base, success=False, unexpected_count=0, error="great-expectations returned no result")
     error = _exception_text(d.get("exception_info"))
@@ -422,8 +487,13 @@ def _result(frame: Frame, check: Check, d: dict | None) -> ContractResult:
         names = list(dict.fromkeys([*cols, *frame.keys]))
         values = {n: _plain(frame.df.at[i, n]) for n in names if n in frame.df.columns}
         examples.append({"file": file, "row": row, "values": values})
-    return ContractResult(**base, success=bool(d.get("success")) and error is None,
-                          unexpected_count=int(result.get("unexpected_count") or 0), examples=examples, error=error)
+    return ContractResult(
+        **base,
+        success=bool(d.get("success")) and error is None,
+        unexpected_count=int(result.get("unexpected_count") or 0),
+        examples=examples,
+        error=error,
+    )
 
 
 def validate_path(path: Path) -> list[ContractResult]:
@@ -446,17 +516,33 @@ def render(results: list[ContractResult]) -> str:
     lines = [f"{'suite':<16} {'expectation':<38} {'result':<7} {'unexpected':>10} {'rows':>8}  column(s)"]
     for r in results:
         state = "ERROR" if r.error else ("passed" if r.success else "FAILED")
-        lines.append(f"{r.suite:<16} {r.expectation:<38} {state:<7} {r.unexpected_count:>10} {r.rows_checked:>8}  "
-                     f"{', '.join(r.columns)}")
+        lines.append(
+            f"{r.suite:<16} {r.expectation:<38} {state:<7} {r.unexpected_count:>10} {r.rows_checked:>8}  "
+            f"{', '.join(r.columns)}"
+        )
     failed = [r for r in results if not r.success]
     for r in failed:
-        lines += ["", f"{r.suite} / {r.expectation}: " + (f"could not run ({r.error})" if r.error else
-                  f"{r.unexpected_count} of {r.rows_checked} row(s) break it (first {len(r.examples)} shown)")]
+        lines += [
+            "",
+            f"{r.suite} / {r.expectation}: "
+            + (
+                f"could not run ({r.error})"
+                if r.error
+                else f"{r.unexpected_count} of {r.rows_checked} row(s) break it (first {len(r.examples)} shown)"
+            ),
+        ]
         for ex in r.examples:
             vals = ", ".join(f"{k}={v!r}" for k, v in ex["values"].items())
             lines.append(f"  {ex['file']}, row {ex['row']}, field {', '.join(r.columns)!r}: {vals}")
     passed = sum(r.success for r in results)
-    lines += ["", f"{passed} of {len(results)} expectation(s) passed"
-              + ("" if passed == len(results) else "; rows count from 0 in a run folder's Parquet files, "
-                 "from 1 in a traffic file (in JSON Lines, the line number)")]
+    lines += [
+        "",
+        f"{passed} of {len(results)} expectation(s) passed"
+        + (
+            ""
+            if passed == len(results)
+            else "; rows count from 0 in a run folder's Parquet files, "
+            "from 1 in a traffic file (in JSON Lines, the line number)"
+        ),
+    ]
     return "\n".join(lines)

@@ -74,15 +74,22 @@ def _cell(v: object) -> str:
     return f'<td class="num">{esc(fmt(v))}</td>' if num else f"<td>{esc(fmt(v))}</td>"
 
 
-def table(columns: Iterable[str], rows: Iterable[Iterable[object]], *, css_class: str = "",
-          table_id: str | None = None, row_ids: Iterable[str | None] | None = None) -> str:
+def table(
+    columns: Iterable[str],
+    rows: Iterable[Iterable[object]],
+    *,
+    css_class: str = "",
+    table_id: str | None = None,
+    row_ids: Iterable[str | None] | None = None,
+) -> str:
     """An HTML table; every header and cell escaped. ``table_id`` and
     ``row_ids`` (one per row, None for none) are link targets (escaped too)."""
     rows = list(rows)
     ids = list(row_ids) if row_ids is not None else [None] * len(rows)
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = "".join((f'<tr id="{esc(i)}">' if i else "<tr>") + "".join(_cell(v) for v in r) + "</tr>"
-                   for r, i in zip(rows, ids))
+    body = "".join(
+        (f'<tr id="{esc(i)}">' if i else "<tr>") + "".join(_cell(v) for v in r) + "</tr>" for r, i in zip(rows, ids)
+    )
     cls = f' class="{esc(css_class)}"' if css_class else ""
     tid = f' id="{esc(table_id)}"' if table_id else ""
     return f"<table{tid}{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -71,8 +71,19 @@ from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
 from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_interval, t_quantile, t_sf
 
-__all__ = ["LEVEL", "METHOD", "SYSTEM", "TABLE", "WEIGHTED", "compute", "compute_summed", "create_table", "fill",
-           "geometric_mean", "t_quantile"]
+__all__ = [
+    "LEVEL",
+    "METHOD",
+    "SYSTEM",
+    "TABLE",
+    "WEIGHTED",
+    "compute",
+    "compute_summed",
+    "create_table",
+    "fill",
+    "geometric_mean",
+    "t_quantile",
+]
 
 LEVEL = 0.95
 TABLE = "int_speedup_intervals"
@@ -80,14 +91,16 @@ SYSTEM = "(system)"
 WEIGHTED = "(weighted)"
 
 #: One paragraph for the report and the data dictionary: how the intervals are computed.
-METHOD = (f"{LEVEL:.0%} intervals on the log scale over block figures (one per repeat: the group's mean log ratio "
-          "in that repeat). Noise model per category: block figure = effect at the level + a shift shared by every "
-          "level of the repeat (the server process) + the block's own noise; the variance of one block figure is "
-          "estimated from the run by method of moments, with Satterthwaite's degrees of freedom for that design "
-          "(repeats - 1 when the shared shift dominates). measurement: prompts fixed, mean +- t(df) * sqrt(V / R). "
-          "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
-          f"{ALPHA:.0%}); labels read it. prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. A/A: the "
-          "baseline against itself, a calibration check that should hold 1; labels: analytics/labels.py.")
+METHOD = (
+    f"{LEVEL:.0%} intervals on the log scale over block figures (one per repeat: the group's mean log ratio "
+    "in that repeat). Noise model per category: block figure = effect at the level + a shift shared by every "
+    "level of the repeat (the server process) + the block's own noise; the variance of one block figure is "
+    "estimated from the run by method of moments, with Satterthwaite's degrees of freedom for that design "
+    "(repeats - 1 when the shared shift dominates). measurement: prompts fixed, mean +- t(df) * sqrt(V / R). "
+    "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
+    f"{ALPHA:.0%}); labels read it. prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. A/A: the "
+    "baseline against itself, a calibration check that should hold 1; labels: analytics/labels.py."
+)
 
 _COLUMNS = """run_id varchar, comparison varchar, category varchar, concurrency integer, segment varchar,
     "interval" varchar, ci_low double, ci_high double, ci_level double, df double, p_value double,
@@ -129,8 +142,9 @@ def _means(reps: Mapping[int, Summed]) -> dict[int, float]:
 NoiseModel = Callable[[Mapping[tuple, float]], "BlockNoise | None"]
 
 
-def _series_noise(figures: Mapping[GroupKey, Mapping[int, float]],
-                  model: NoiseModel = block_noise) -> dict[tuple, BlockNoise | None]:
+def _series_noise(
+    figures: Mapping[GroupKey, Mapping[int, float]], model: NoiseModel = block_noise
+) -> dict[tuple, BlockNoise | None]:
     """Per series (comparison, category, segment-or-None): the block noise of
     its figures across levels. Keys of ``figures``: (comparison, category,
     concurrency[, segment])."""
@@ -152,11 +166,34 @@ def _p(centre: float, se: float, df: float) -> float:
     return min(1.0, 2.0 * t_sf(abs(centre) / se, df))
 
 
-def _row(key: tuple, segment, kind: str, ci: tuple[float, float], level: float, df: float, p: float | None,
-         method: str, **extra) -> tuple:
-    return (*key, segment, kind, ci[0], ci[1], level, df, p, extra.get("family_size"), extra.get("label"),
-            extra.get("clears_margin"), extra.get("detectable_effect"), extra.get("repeats_needed"),
-            extra.get("margin"), method)
+def _row(
+    key: tuple,
+    segment,
+    kind: str,
+    ci: tuple[float, float],
+    level: float,
+    df: float,
+    p: float | None,
+    method: str,
+    **extra,
+) -> tuple:
+    return (
+        *key,
+        segment,
+        kind,
+        ci[0],
+        ci[1],
+        level,
+        df,
+        p,
+        extra.get("family_size"),
+        extra.get("label"),
+        extra.get("clears_margin"),
+        extra.get("detectable_effect"),
+        extra.get("repeats_needed"),
+        extra.get("margin"),
+        method,
+    )
 
 
 class _Measured:
@@ -179,13 +216,28 @@ def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> lis
     levels = holm_levels({i: g.p for i, g in enumerate(ok)})
     out: list[tuple] = []
     for i, g in enumerate(ok):
-        out.append(_row(g.key, g.segment, "measurement", _t(g.centre, g.se, g.df), LEVEL, g.df, g.p,
-                        f"{method}; pointwise"))
+        out.append(
+            _row(g.key, g.segment, "measurement", _t(g.centre, g.se, g.df), LEVEL, g.df, g.p, f"{method}; pointwise")
+        )
         j = judge(g.centre, g.se, g.df, levels[i], margin, g.repeats)
-        out.append(_row(g.key, g.segment, "family", (j.ci_low, j.ci_high), j.level, g.df, g.p,
-                        f"{method}; Holm level for its rank among {len(ok)}", family_size=len(ok), label=j.label,
-                        clears_margin=j.clears_margin, detectable_effect=j.detectable_effect,
-                        repeats_needed=j.repeats_needed, margin=margin))
+        out.append(
+            _row(
+                g.key,
+                g.segment,
+                "family",
+                (j.ci_low, j.ci_high),
+                j.level,
+                g.df,
+                g.p,
+                f"{method}; Holm level for its rank among {len(ok)}",
+                family_size=len(ok),
+                label=j.label,
+                clears_margin=j.clears_margin,
+                detectable_effect=j.detectable_effect,
+                repeats_needed=j.repeats_needed,
+                margin=margin,
+            )
+        )
     return out
 
 
@@ -203,9 +255,19 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
     df = satterthwaite([(run_part, g.df), (prompt_part, p - 1)])
     if se <= 0 or math.isinf(df):
         df = g.df
-    return [_row(key, None, "prompts", _t(centre, se, df), LEVEL, df, _p(centre, se, df),
-                 "prompts and runs: se^2 = V / R + s2_prompt / P (this category's prompts in general, "
-                 "on another run of this setup)")]
+    return [
+        _row(
+            key,
+            None,
+            "prompts",
+            _t(centre, se, df),
+            LEVEL,
+            df,
+            _p(centre, se, df),
+            "prompts and runs: se^2 = V / R + s2_prompt / P (this category's prompts in general, "
+            "on another run of this setup)",
+        )
+    ]
 
 
 def _aa_rows(key: tuple, means: Mapping[int, float], noise: BlockNoise | None) -> list[tuple]:
@@ -217,14 +279,29 @@ def _aa_rows(key: tuple, means: Mapping[int, float], noise: BlockNoise | None) -
     adjacent = sum(1 for r in means if r + 1 in means)
     centre = sum(means.values()) / n
     se = math.sqrt(noise.variance * (n - adjacent)) / n
-    return [_row(key, None, "measurement", _t(centre, se, noise.df), LEVEL, noise.df, _p(centre, se, noise.df),
-                 "A/A calibration check: baseline against itself, consecutive repeats, with the A/B noise of "
-                 "its category (V / 2 per arm)")]
+    return [
+        _row(
+            key,
+            None,
+            "measurement",
+            _t(centre, se, noise.df),
+            LEVEL,
+            noise.df,
+            _p(centre, se, noise.df),
+            "A/A calibration check: baseline against itself, consecutive repeats, with the A/B noise of "
+            "its category (V / 2 per arm)",
+        )
+    ]
 
 
-def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[tuple] = (),
-            times: Iterable[tuple] = (), margin: float = DEFAULT_MARGIN,
-            noise_model: NoiseModel = block_noise) -> list[tuple]:
+def compute(
+    pairs: Iterable[tuple],
+    blocks: Iterable[tuple],
+    segments: Iterable[tuple] = (),
+    times: Iterable[tuple] = (),
+    margin: float = DEFAULT_MARGIN,
+    noise_model: NoiseModel = block_noise,
+) -> list[tuple]:
     """Rows of ``int_speedup_intervals`` (without run_id).
 
     ``pairs``: (comparison, category, concurrency, prompt_id, repeat, log_ratio)
@@ -244,17 +321,30 @@ def compute(pairs: Iterable[tuple], blocks: Iterable[tuple], segments: Iterable[
         acc = by_prompt[comparison, category, concurrency][prompt_id]
         acc[0] += log_ratio
         acc[1] += 1
-    prompts = {key: ([group[p][0] for p in sorted(group)], [group[p][1] for p in sorted(group)])
-               for key, group in by_prompt.items()}
-    return compute_summed([(c, cat, lv, rep, lr, 1) for c, cat, lv, _p, rep, lr in pairs], prompts, blocks,
-                          [(c, lv, seg, rep, lr, 1) for c, lv, seg, _p, rep, lr in segments], times, margin,
-                          noise_model)
+    prompts = {
+        key: ([group[p][0] for p in sorted(group)], [group[p][1] for p in sorted(group)])
+        for key, group in by_prompt.items()
+    }
+    return compute_summed(
+        [(c, cat, lv, rep, lr, 1) for c, cat, lv, _p, rep, lr in pairs],
+        prompts,
+        blocks,
+        [(c, lv, seg, rep, lr, 1) for c, lv, seg, _p, rep, lr in segments],
+        times,
+        margin,
+        noise_model,
+    )
 
 
-def compute_summed(repeats: Iterable[tuple], prompts: Mapping[tuple, tuple[Sequence[float], Sequence[int]]],
-                   blocks: Iterable[tuple], segments: Iterable[tuple] = (),
-                   times: Iterable[tuple] = (), margin: float = DEFAULT_MARGIN,
-                   noise_model: NoiseModel = block_noise) -> list[tuple]:
+def compute_summed(
+    repeats: Iterable[tuple],
+    prompts: Mapping[tuple, tuple[Sequence[float], Sequence[int]]],
+    blocks: Iterable[tuple],
+    segments: Iterable[tuple] = (),
+    times: Iterable[tuple] = (),
+    margin: float = DEFAULT_MARGIN,
+    noise_model: NoiseModel = block_noise,
+) -> list[tuple]:
     """``compute`` from the pairs already summed, as ``fill`` reads them from
     DuckDB. ``repeats``: (comparison, category, concurrency, repeat, log ratio
     sum, count); ``prompts``: per group (comparison, category, concurrency),
@@ -311,9 +401,19 @@ def _weighted(times: Iterable[tuple], noise_model: NoiseModel = block_noise) -> 
     for key in sorted(figures):
         g = _Measured(key, None, figures[key], noise)
         if g.ok:
-            out.append(_row(key, None, "measurement", _t(g.centre, g.se, g.df), LEVEL, g.df, g.p,
-                            "t interval over repeats: per-repeat weighted mean e2e ratio, its own variance "
-                            "components, Satterthwaite df"))
+            out.append(
+                _row(
+                    key,
+                    None,
+                    "measurement",
+                    _t(g.centre, g.se, g.df),
+                    LEVEL,
+                    g.df,
+                    g.p,
+                    "t interval over repeats: per-repeat weighted mean e2e ratio, its own variance "
+                    "components, Satterthwaite df",
+                )
+            )
     return out
 
 
@@ -332,9 +432,12 @@ def _by_run(rows: list[tuple]) -> dict[str, list[tuple]]:
 
 def fill(con) -> None:
     """Compute every interval from the paired views, one run at a time, and insert them."""
-    repeats = _by_run(con.execute(
-        "select run_id, comparison, category, concurrency, repeat, sum(log_ratio), count(log_ratio) "
-        "from int_requests_paired group by all order by all").fetchall())
+    repeats = _by_run(
+        con.execute(
+            "select run_id, comparison, category, concurrency, repeat, sum(log_ratio), count(log_ratio) "
+            "from int_requests_paired group by all order by all"
+        ).fetchall()
+    )
     prompts: dict[str, dict[tuple, tuple[list[float], list[int]]]] = defaultdict(dict)
     for run_id, comparison, category, concurrency, sums, counts in con.execute("""
             select run_id, comparison, category, concurrency, list(s order by prompt_id), list(n order by prompt_id)
@@ -343,37 +446,57 @@ def fill(con) -> None:
                   from int_requests_paired where comparison = 'ab' and log_ratio is not null group by all)
             group by all""").fetchall():
         prompts[run_id][comparison, category, concurrency] = (sums, counts)
-    blocks = _by_run(con.execute(
-        "select run_id, comparison, concurrency, repeat, log_ratio from int_blocks_paired "
-        "order by run_id, comparison, concurrency, repeat").fetchall())
-    segments = _by_run(con.execute(
-        "select run_id, category, concurrency, segment, repeat, sum(log_ratio), count(log_ratio) "
-        "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
-        "group by all order by all").fetchall())
+    blocks = _by_run(
+        con.execute(
+            "select run_id, comparison, concurrency, repeat, log_ratio from int_blocks_paired "
+            "order by run_id, comparison, concurrency, repeat"
+        ).fetchall()
+    )
+    segments = _by_run(
+        con.execute(
+            "select run_id, category, concurrency, segment, repeat, sum(log_ratio), count(log_ratio) "
+            "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
+            "group by all order by all"
+        ).fetchall()
+    )
     times: dict[str, list[tuple]] = {}
     if has_view(con, "speedup_weighted"):
-        times = _by_run(con.execute("""
+        times = _by_run(
+            con.execute("""
             select p.run_id, p.concurrency, p.repeat, p.category, w.share_used,
                    avg(p.reference_e2e_ms), avg(p.treatment_e2e_ms)
             from int_requests_paired p
             join speedup_weighted w
               on w.run_id = p.run_id and w.category = p.category and w.concurrency = p.concurrency
             where p.comparison = 'ab' and w.category <> '(weighted)' and w.share_used > 0
-            group by all order by all""").fetchall())
+            group by all order by all""").fetchall()
+        )
     margins = dict(con.execute("select run_id, margin from int_run_settings").fetchall())
     # a failed level gives no speedup (the marts say why): it neither joins a family nor informs the noise
-    excluded = set(con.execute(
-        "select run_id, concurrency from int_levels_compared where excluded_reason is not null").fetchall())
+    excluded = set(
+        con.execute("select run_id, concurrency from int_levels_compared where excluded_reason is not null").fetchall()
+    )
     if excluded:
         keep = lambda rows, at: [r for r in rows if (r[0], r[at]) not in excluded]  # noqa: E731
-        repeats, blocks, segments, times = (_by_run(keep([(k, *r) for k, v in d.items() for r in v], at))
-                                            for d, at in ((repeats, 3), (blocks, 2), (segments, 2), (times, 1)))
-        prompts = {run: {key: v for key, v in groups.items() if (run, key[2]) not in excluded}
-                   for run, groups in prompts.items()}
-    rows = [(run_id, *row)
-            for run_id in sorted(set(repeats) | set(blocks) | set(segments) | set(times))
-            for row in compute_summed(repeats.get(run_id, ()), prompts.get(run_id, {}), blocks.get(run_id, ()),
-                                      segments.get(run_id, ()), times.get(run_id, ()),
-                                      margins.get(run_id) or DEFAULT_MARGIN)]
+        repeats, blocks, segments, times = (
+            _by_run(keep([(k, *r) for k, v in d.items() for r in v], at))
+            for d, at in ((repeats, 3), (blocks, 2), (segments, 2), (times, 1))
+        )
+        prompts = {
+            run: {key: v for key, v in groups.items() if (run, key[2]) not in excluded}
+            for run, groups in prompts.items()
+        }
+    rows = [
+        (run_id, *row)
+        for run_id in sorted(set(repeats) | set(blocks) | set(segments) | set(times))
+        for row in compute_summed(
+            repeats.get(run_id, ()),
+            prompts.get(run_id, {}),
+            blocks.get(run_id, ()),
+            segments.get(run_id, ()),
+            times.get(run_id, ()),
+            margins.get(run_id) or DEFAULT_MARGIN,
+        )
+    ]
     if rows:
         con.executemany(f"insert into {TABLE} values ({', '.join(['?'] * (_WIDTH + 1))})", rows)

@@ -51,16 +51,20 @@ _MAX_REPEATS = 100  # repeats_needed says 101 for "more than this"
 LABELS = ("faster", "slower", "equivalent", "inconclusive")
 
 #: The rule in one paragraph, for the report, the data dictionary and the marts' readers.
-RULE = ("Labels read the family-wise interval (Holm over the run's labels, family-wise error rate 5%) and the "
-        "run's margin delta, declared before the run (--margin, default 5%): faster = the interval lies above 1 "
-        "(clears_margin: above 1 + delta); slower = below 1 (clears_margin: below 1 / (1 + delta)); equivalent = "
-        "inside [1 / (1 + delta), 1 + delta]; inconclusive = otherwise, with the smallest effect the run could "
-        "tell from none (detectable_effect) and the repeats that would resolve +-delta (repeats_needed). The A/A "
-        "interval is a calibration check beside the verdict (it should hold 1), not a second hurdle.")
+RULE = (
+    "Labels read the family-wise interval (Holm over the run's labels, family-wise error rate 5%) and the "
+    "run's margin delta, declared before the run (--margin, default 5%): faster = the interval lies above 1 "
+    "(clears_margin: above 1 + delta); slower = below 1 (clears_margin: below 1 / (1 + delta)); equivalent = "
+    "inside [1 / (1 + delta), 1 + delta]; inconclusive = otherwise, with the smallest effect the run could "
+    "tell from none (detectable_effect) and the repeats that would resolve +-delta (repeats_needed). The A/A "
+    "interval is a calibration check beside the verdict (it should hold 1), not a second hurdle."
+)
 
 #: The same in one line, for the terminal.
-RULE_SHORT = ("family-wise intervals (Holm, 5% family-wise error rate) against 1 and the run's margin: faster / "
-              "slower = the interval clears 1; equivalent = inside the margin; inconclusive = neither")
+RULE_SHORT = (
+    "family-wise intervals (Holm, 5% family-wise error rate) against 1 and the run's margin: faster / "
+    "slower = the interval clears 1; equivalent = inside the margin; inconclusive = neither"
+)
 
 
 def label_of(ci_low: float, ci_high: float, margin: float) -> tuple[str, bool | None]:
@@ -121,8 +125,15 @@ class Judged:
     repeats_needed: int | None  # repeats that would resolve +-margin; None when already resolved
 
 
-def judge(centre: float, se: float, df: float, level: float, margin: float, repeats: int,
-          df_at: Callable[[int], float] | None = None) -> Judged:
+def judge(
+    centre: float,
+    se: float,
+    df: float,
+    level: float,
+    margin: float,
+    repeats: int,
+    df_at: Callable[[int], float] | None = None,
+) -> Judged:
     """Label one row from its log-scale centre, standard error and df at the
     family-wise ``level``. ``df_at(n)``: the df that n repeats would give
     (default: df grows in proportion to repeats - 1), for ``repeats_needed``:

@@ -50,8 +50,9 @@ COMPUTED_TABLES = frozenset({"int_speedup_intervals", "sampling_tests", settings
 #: Every relation the build creates before the models: one raw relation per record of the
 #: run folder and of the lake, ``raw_manifest`` and the arms' roles (``build._create_manifest``),
 #: and the tables computed in Python.
-SOURCES = frozenset({rec.raw_table for rec in (*RECORD_FILES, *LAKE_RECORDS)}
-                    | {"raw_manifest", arms.ROLES_TABLE} | COMPUTED_TABLES)
+SOURCES = frozenset(
+    {rec.raw_table for rec in (*RECORD_FILES, *LAKE_RECORDS)} | {"raw_manifest", arms.ROLES_TABLE} | COMPUTED_TABLES
+)
 #: Table macros (sql/macros.sql) whose first argument is the name of the relation they read.
 RELATION_MACROS = frozenset({"by_role", "query_table"})
 
@@ -95,11 +96,14 @@ def discover(root: Path | None = None) -> list[SqlModel]:
         reads = relations_read(sql, path)
         unknown = sorted(reads - raw.keys() - SOURCES)
         if unknown:
-            raise SpecdecError(f"{path}: reads {', '.join(map(repr, unknown))}, which is neither a model "
-                               f"(no sql/<layer>/<name>.sql) nor a relation the build creates before the "
-                               f"models (a raw_* relation or a table computed in Python)")
-        models.append(SqlModel(name, layer, path, sql, frozenset(reads & raw.keys() - {name}),
-                               frozenset(reads & SOURCES)))
+            raise SpecdecError(
+                f"{path}: reads {', '.join(map(repr, unknown))}, which is neither a model "
+                f"(no sql/<layer>/<name>.sql) nor a relation the build creates before the "
+                f"models (a raw_* relation or a table computed in Python)"
+            )
+        models.append(
+            SqlModel(name, layer, path, sql, frozenset(reads & raw.keys() - {name}), frozenset(reads & SOURCES))
+        )
     return order(models)
 
 
@@ -110,8 +114,9 @@ def relations_read(sql: str, path: Path | str = "<sql>") -> frozenset[str]:
     try:
         tree = sqlglot.parse_one(sql, read="duckdb")
     except SqlglotError as exc:
-        raise SpecdecError(f"{path}: the SQL does not parse (sqlglot, DuckDB dialect): "
-                           f"{' '.join(str(exc).split())}") from None
+        raise SpecdecError(
+            f"{path}: the SQL does not parse (sqlglot, DuckDB dialect): {' '.join(str(exc).split())}"
+        ) from None
     out: set[str] = set()
     for scope in traverse_scope(tree):
         for source in scope.sources.values():  # a CTE in scope is a Scope here, not a Table

@@ -35,8 +35,14 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["PERMUTATIONS", "SEED", "PermutationResult", "relabellings", "stratified_min_detectable_shift",
-           "stratified_permutation_test"]
+__all__ = [
+    "PERMUTATIONS",
+    "SEED",
+    "PermutationResult",
+    "relabellings",
+    "stratified_min_detectable_shift",
+    "stratified_permutation_test",
+]
 
 #: Random relabellings when there are more than this many; also the most enumerated exactly.
 PERMUTATIONS = 9999
@@ -106,11 +112,18 @@ def stratified_permutation_test(strata, permutations: int = PERMUTATIONS, seed: 
     if count <= permutations:
         null = np.abs(_exact(used))
         top = null.max()
-        return PermutationResult(t, float(np.mean(null >= reach)), count, True,
-                                 float(np.mean(null >= top - _TIE * (1 + top))), len(used))
+        return PermutationResult(
+            t, float(np.mean(null >= reach)), count, True, float(np.mean(null >= top - _TIE * (1 + top))), len(used)
+        )
     null = np.abs(_sampled(used, permutations, seed))
-    return PermutationResult(t, float((1 + np.sum(null >= reach)) / (1 + permutations)), permutations, False,
-                             1 / (1 + permutations), len(used))
+    return PermutationResult(
+        t,
+        float((1 + np.sum(null >= reach)) / (1 + permutations)),
+        permutations,
+        False,
+        1 / (1 + permutations),
+        len(used),
+    )
 
 
 def stratified_min_detectable_shift(strata, alpha: float, power: float = 0.80) -> float | None:

@@ -17,7 +17,6 @@ read and the ``run_id`` column left out, so the model, and what the report
 shows, is the same as for a one-run database.
 """
 
-
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -31,8 +30,18 @@ from specdec.errors import SpecdecError
 from specdec.levels import name_of, names_from_load
 from specdec.schemas.records import RunManifest
 
-LEVEL_COLUMNS = ("arm", "concurrency", "repeats", "requests", "requests_failed", "error_rate", "error_types",
-                 "http_statuses", "level_failed", "error_example")
+LEVEL_COLUMNS = (
+    "arm",
+    "concurrency",
+    "repeats",
+    "requests",
+    "requests_failed",
+    "error_rate",
+    "error_types",
+    "http_statuses",
+    "level_failed",
+    "error_example",
+)
 
 
 @dataclass(frozen=True)
@@ -101,7 +110,7 @@ class ReportData:
         if self.comparison is None:
             return list(self.manifest.arm_difference)
         prefix = f"{self.comparison[0]} vs {self.comparison[1]}: "
-        return [d[len(prefix):] for d in self.manifest.arm_difference if d.startswith(prefix)]
+        return [d[len(prefix) :] for d in self.manifest.arm_difference if d.startswith(prefix)]
 
     @property
     def has_replay(self) -> bool:
@@ -126,12 +135,18 @@ class ReportData:
 
     def chart_speedup(self) -> list[dict]:
         """Speedup and its measurement interval (None when there is none)."""
-        return [{k: r[k] for k in ("category", "concurrency", "speedup", "ci_low", "ci_high", "label", "pairs")}
-                for r in self.speedup.dicts() if r["speedup"] is not None]
+        return [
+            {k: r[k] for k in ("category", "concurrency", "speedup", "ci_low", "ci_high", "label", "pairs")}
+            for r in self.speedup.dicts()
+            if r["speedup"] is not None
+        ]
 
     def chart_throughput(self) -> list[dict]:
-        return [{"arm": r["arm"], "concurrency": r["concurrency"], "output_tokens_per_s": r["output_tokens_per_s"]}
-                for r in self.throughput.dicts() if r["output_tokens_per_s"] is not None]
+        return [
+            {"arm": r["arm"], "concurrency": r["concurrency"], "output_tokens_per_s": r["output_tokens_per_s"]}
+            for r in self.throughput.dicts()
+            if r["output_tokens_per_s"] is not None
+        ]
 
 
 class _Marts:
@@ -150,8 +165,9 @@ class _Marts:
         if "run_id" not in columns:
             return Table(columns, tuple(tuple(r) for r in rows))
         i = columns.index("run_id")
-        return Table(columns[:i] + columns[i + 1:],
-                     tuple(tuple(r[:i]) + tuple(r[i + 1:]) for r in rows if r[i] == self.run_id))
+        return Table(
+            columns[:i] + columns[i + 1 :], tuple(tuple(r[:i]) + tuple(r[i + 1 :]) for r in rows if r[i] == self.run_id)
+        )
 
     def view(self, name: str) -> Table | None:
         return self.table(f"select * from {name}") if has_view(self.con, name) else None
@@ -188,8 +204,10 @@ def report_run(con, run_id: str | None = None) -> str:
     if run_id is None:
         if len(runs) != 1:
             listed = ", ".join(runs) or "none"
-            raise SpecdecError(f"the database holds {len(runs)} runs ({listed}); a report shows one run: "
-                               "report a run folder on its own (specdec report RUNS/<run>)")
+            raise SpecdecError(
+                f"the database holds {len(runs)} runs ({listed}); a report shows one run: "
+                "report a run folder on its own (specdec report RUNS/<run>)"
+            )
         run_id = runs[0]
     elif run_id not in runs:
         raise SpecdecError(f"no run {run_id!r} in this database (it holds: {', '.join(runs) or 'none'})")
@@ -221,15 +239,18 @@ def load_report(con, run_id: str | None = None) -> ReportData:
     total, failed, n_rounds = m.value(
         "select (select count(*) from stg_requests where run_id = $run_id),"
         " (select count(*) filter (where not success) from stg_requests where run_id = $run_id),"
-        " (select coalesce(sum(rounds), 0) from int_round_counts where run_id = $run_id)")
+        " (select coalesce(sum(rounds), 0) from int_round_counts where run_id = $run_id)"
+    )
     errors = m.value(
         "select string_agg(t || ': ' || n, '; ' order by n desc, t) from "
         "(select coalesce(error_type, '(untyped)') t, count(*) n from stg_requests"
-        " where run_id = $run_id and not success group by 1)")[0]
+        " where run_id = $run_id and not success group by 1)"
+    )[0]
     statuses = m.value(
         "select string_agg('HTTP ' || s || ': ' || n, '; ' order by n desc, s) from "
         "(select http_status s, count(*) n from stg_requests"
-        " where run_id = $run_id and not success and http_status is not null group by 1)")[0]
+        " where run_id = $run_id and not success and http_status is not null group by 1)"
+    )[0]
     if errors and statuses:
         errors += f" ({statuses})"
     stability = None
@@ -240,20 +261,26 @@ def load_report(con, run_id: str | None = None) -> ReportData:
     without = set((manifest.capture or {}).get("arms_without_rounds") or ())
     reference, treatment = m.value("select reference_arm, treatment_arm from stg_manifest where run_id = $run_id")
     if n_rounds == 0 and total and treatment and {reference, treatment} <= without:
-        capture_note = (f"No rounds for this comparison: its arms ({reference}, {treatment}) run an engine without "
-                        "the capture plugin (llama.cpp), so acceptance by round, draft position and context, and "
-                        "engine step timing are empty, and the reconciliation diffs below compare nothing. "
-                        "Acceptance from the engine's per-request stats is in acceptance_requests, and per draft "
-                        "position from its counter in acceptance_positions_engine.")
+        capture_note = (
+            f"No rounds for this comparison: its arms ({reference}, {treatment}) run an engine without "
+            "the capture plugin (llama.cpp), so acceptance by round, draft position and context, and "
+            "engine step timing are empty, and the reconciliation diffs below compare nothing. "
+            "Acceptance from the engine's per-request stats is in acceptance_requests, and per draft "
+            "position from its counter in acceptance_positions_engine."
+        )
     elif n_rounds == 0 and total:
-        capture_note = (f"No rounds were captured ({capture_source(manifest)}; see manifest.capture): "
-                        "no per-round data for this run, so acceptance by round, draft position and context, "
-                        "and engine step timing are empty, and the reconciliation diffs below compare nothing. "
-                        "Acceptance from the engine's per-request stats, where it reports them, is in "
-                        "acceptance_requests, and per draft position from its counter in "
-                        "acceptance_positions_engine.")
+        capture_note = (
+            f"No rounds were captured ({capture_source(manifest)}; see manifest.capture): "
+            "no per-round data for this run, so acceptance by round, draft position and context, "
+            "and engine step timing are empty, and the reconciliation diffs below compare nothing. "
+            "Acceptance from the engine's per-request stats, where it reports them, is in "
+            "acceptance_requests, and per draft position from its counter in "
+            "acceptance_positions_engine."
+        )
     data = ReportData(
-        manifest=manifest, kind=kind, comparison=(treatment, reference) if treatment else None,
+        manifest=manifest,
+        kind=kind,
+        comparison=(treatment, reference) if treatment else None,
         levels=m.table(f"select run_id, {', '.join(LEVEL_COLUMNS)} from level_health"),
         speedup=m.table("select * from speedup"),
         knee=m.table("select * from knee"),
@@ -266,7 +293,8 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         step_timing=m.table("select * from step_timing"),
         output_equality=m.table("select * from output_equality"),
         reconciliation=m.table("select * from reconciliation"),
-        stability=stability, lossless=m.view("lossless"),
+        stability=stability,
+        lossless=m.view("lossless"),
         lossless_divergences=m.view("lossless_divergences"),
         sampling=_nonempty(m.view("sampling")),
         speedup_natural_end=_nonempty(m.view("speedup_natural_end")),
@@ -280,16 +308,27 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         by_input_length=_nonempty(m.view("speedup_by_input_length")),
         resource_cost=_nonempty(m.view("resource_cost")),
         latency_cdf=_nonempty(_latency_cdf(m)),
-        requests_total=total, requests_failed=failed, errors=errors,
-        rounds_captured=n_rounds, capture_note=capture_note,
+        requests_total=total,
+        requests_failed=failed,
+        errors=errors,
+        rounds_captured=n_rounds,
+        capture_note=capture_note,
     )
-    first_error = m.value("select arg_min(error_message, wall_send_ns) from stg_requests"
-                          " where run_id = $run_id and not success")[0]
+    first_error = m.value(
+        "select arg_min(error_message, wall_send_ns) from stg_requests where run_id = $run_id and not success"
+    )[0]
 
     if data.has_replay:
-        data = replace(data, verdict=verdict(data.speedup.dicts(), data.knee.dicts(),
-                                             data.lossless.dicts() if data.lossless is not None else None,
-                                             manifest.dtype, data.level_names))
+        data = replace(
+            data,
+            verdict=verdict(
+                data.speedup.dicts(),
+                data.knee.dicts(),
+                data.lossless.dicts() if data.lossless is not None else None,
+                manifest.dtype,
+                data.level_names,
+            ),
+        )
     return _with_notices(data, first_error)
 
 
@@ -301,26 +340,45 @@ def _with_notices(data: ReportData, first_error: str | None) -> ReportData:
     out: list[Notice] = []
     m = data.manifest
     if not m.finished:
-        out.append(Notice("alarm", "Run not finished (manifest.finished is false): it was interrupted or is "
-                                   "still running; the figures below cover only what was recorded."))
+        out.append(
+            Notice(
+                "alarm",
+                "Run not finished (manifest.finished is false): it was interrupted or is "
+                "still running; the figures below cover only what was recorded.",
+            )
+        )
     if data.kind == "replay" and data.requests_total == 0:
         out.append(Notice("alarm", "No requests were recorded in this run: there is nothing to measure."))
     elif data.requests_total and data.requests_failed == data.requests_total:
-        text = (f"Every request failed ({data.requests_failed} of {data.requests_total}): no latency, "
-                f"throughput, speedup or lossless figure can be computed. Errors: {data.errors}.")
+        text = (
+            f"Every request failed ({data.requests_failed} of {data.requests_total}): no latency, "
+            f"throughput, speedup or lossless figure can be computed. Errors: {data.errors}."
+        )
         if first_error:
             text += f" First error: {first_error}"
         out.append(Notice("alarm", text))
     failed = data.failed_levels
     if failed:
-        listed = ", ".join(f"{_level_name(r, data.level_names)} ({r['requests_failed']}/{r['requests']} failed: {r['error_types']})"
-                           for r in failed)
-        out.append(Notice("alarm", f"{len(failed)} level(s) failed (error rate above max_error_rate "
-                                   f"{m.max_error_rate:g}): {listed}; no speedup or lossless figure computed "
-                                   "from them."))
+        listed = ", ".join(
+            f"{_level_name(r, data.level_names)} ({r['requests_failed']}/{r['requests']} failed: {r['error_types']})"
+            for r in failed
+        )
+        out.append(
+            Notice(
+                "alarm",
+                f"{len(failed)} level(s) failed (error rate above max_error_rate "
+                f"{m.max_error_rate:g}): {listed}; no speedup or lossless figure computed "
+                "from them.",
+            )
+        )
     elif data.requests_failed and data.requests_failed < data.requests_total:
-        out.append(Notice("warn", f"{data.requests_failed} of {data.requests_total} requests failed ({data.errors}), "
-                                  f"within max_error_rate {m.max_error_rate:g}; figures use successful requests only."))
+        out.append(
+            Notice(
+                "warn",
+                f"{data.requests_failed} of {data.requests_total} requests failed ({data.errors}), "
+                f"within max_error_rate {m.max_error_rate:g}; figures use successful requests only.",
+            )
+        )
     if data.capture_note:
         out.append(Notice("warn", data.capture_note))
     return replace(data, notices=tuple(out))

@@ -54,9 +54,13 @@ def distinctness(arms: dict[str, list[tuple[str, list[int] | None]]]) -> Distinc
     if any(ids is None for samples in arms.values() for _, ids in samples):
         return Distinctness({arm: {"distinct_share": None, "not_distinct_prompts": None} for arm in arms}, False)
     counts = {arm: _counts(samples) for arm, samples in arms.items()}
-    per_arm = {arm: {"distinct_share": (sum(k / n for k, n in c.values()) / len(c)) if c else None,
-                     "not_distinct_prompts": sum(k == 1 for k, _ in c.values())}
-               for arm, c in counts.items()}
+    per_arm = {
+        arm: {
+            "distinct_share": (sum(k / n for k, n in c.values()) / len(c)) if c else None,
+            "not_distinct_prompts": sum(k == 1 for k, _ in c.values()),
+        }
+        for arm, c in counts.items()
+    }
     return Distinctness(per_arm, _seed_ignored(counts) or _nothing_random(counts))
 
 

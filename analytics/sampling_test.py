@@ -73,9 +73,25 @@ from specdec.analytics.permutation import (
 )
 from specdec.analytics.sample_distinct import NOT_DISTINCT, distinctness
 
-__all__ = ["ALPHA", "DIFFERS", "FAMILY_ALPHA", "METHOD", "NOT_DISTINCT", "SAME", "SAMPLING_TESTS_SCHEMA",
-           "STATISTICS", "TABLE", "compare", "compute", "create_table", "critical_d", "fill", "kolmogorov_sf",
-           "ks_2samp", "min_detectable_shift"]
+__all__ = [
+    "ALPHA",
+    "DIFFERS",
+    "FAMILY_ALPHA",
+    "METHOD",
+    "NOT_DISTINCT",
+    "SAME",
+    "SAMPLING_TESTS_SCHEMA",
+    "STATISTICS",
+    "TABLE",
+    "compare",
+    "compute",
+    "create_table",
+    "critical_d",
+    "fill",
+    "kolmogorov_sf",
+    "ks_2samp",
+    "min_detectable_shift",
+]
 
 TABLE = "sampling_tests"
 FAMILY_ALPHA = 0.05
@@ -86,34 +102,59 @@ ALPHA = FAMILY_ALPHA / VERDICT_FAMILY  # Bonferroni: each statistic at 0.025
 POWER = 0.80
 SAME = "same distribution (not rejected at 0.05)"
 DIFFERS = "differs"
-DIAGNOSTIC = ("self-reported by each arm's own server (two instruments): a diagnostic beside rescored_logprob, "
-              "which carries the verdict")
+DIAGNOSTIC = (
+    "self-reported by each arm's own server (two instruments): a diagnostic beside rescored_logprob, "
+    "which carries the verdict"
+)
 INSTRUMENTS = {"natural_length": "token ids (no logprob)", "sequence_logprob": "each arm's own server"}
-METHOD = (f"permutation test stratified by prompt: T = mean over prompts of (speculative - baseline) mean, arm "
-          f"labels permuted within prompts, {PERMUTATIONS} random relabellings (seed {SEED}; all of them, exact, "
-          f"when fewer), two-sided p; rescored_logprob: both arms' samples scored on one server (the reference "
-          f"arm's) by teacher forcing, sequence_logprob (each arm's own report) a diagnostic beside it; family "
-          f"alpha 0.05 over {VERDICT_FAMILY} statistics (rescored_logprob, natural_length), Bonferroni: each at "
-          f"{ALPHA:g}; samples matched by prompt and sample index, successful in both arms; natural_length "
-          f"censored at max_tokens; '{NOT_DISTINCT}' when an arm's seeds gave one token sequence at a prompt "
-          "where at least half of the other arm's were distinct, or every prompt gave one sequence in both arms")
+METHOD = (
+    f"permutation test stratified by prompt: T = mean over prompts of (speculative - baseline) mean, arm "
+    f"labels permuted within prompts, {PERMUTATIONS} random relabellings (seed {SEED}; all of them, exact, "
+    f"when fewer), two-sided p; rescored_logprob: both arms' samples scored on one server (the reference "
+    f"arm's) by teacher forcing, sequence_logprob (each arm's own report) a diagnostic beside it; family "
+    f"alpha 0.05 over {VERDICT_FAMILY} statistics (rescored_logprob, natural_length), Bonferroni: each at "
+    f"{ALPHA:g}; samples matched by prompt and sample index, successful in both arms; natural_length "
+    f"censored at max_tokens; '{NOT_DISTINCT}' when an arm's seeds gave one token sequence at a prompt "
+    "where at least half of the other arm's were distinct, or every prompt gave one sequence in both arms"
+)
 
-SAMPLING_TESTS_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("category", pa.string()), ("concurrency", pa.int64()), ("statistic", pa.string()),
-    ("n_baseline", pa.int64()), ("n_speculative", pa.int64()),
-    ("failed_baseline", pa.int64()), ("failed_speculative", pa.int64()),
-    ("censored_baseline", pa.int64()), ("censored_speculative", pa.int64()),
-    ("mean_baseline", pa.float64()), ("mean_speculative", pa.float64()),
-    ("ks_statistic", pa.float64()), ("p_value", pa.float64()), ("alpha", pa.float64()),
-    ("min_detectable_d", pa.float64()), ("min_detectable_shift", pa.float64()),
-    ("verdict", pa.string()), ("excluded_reason", pa.string()), ("method", pa.string()),
-    ("instrument", pa.string()), ("prompts", pa.int64()), ("mean_difference", pa.float64()),
-    ("permutations", pa.int64()), ("permutation_exact", pa.bool_()),
-    ("distinct_share_baseline", pa.float64()), ("distinct_share_speculative", pa.float64()),
-    ("not_distinct_prompts_baseline", pa.int64()), ("not_distinct_prompts_speculative", pa.int64()),
-    ("not_rescored_baseline", pa.int64()), ("not_rescored_speculative", pa.int64()),
-    ("reported_minus_rescored_baseline", pa.float64()), ("reported_minus_rescored_speculative", pa.float64()),
-])
+SAMPLING_TESTS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("category", pa.string()),
+        ("concurrency", pa.int64()),
+        ("statistic", pa.string()),
+        ("n_baseline", pa.int64()),
+        ("n_speculative", pa.int64()),
+        ("failed_baseline", pa.int64()),
+        ("failed_speculative", pa.int64()),
+        ("censored_baseline", pa.int64()),
+        ("censored_speculative", pa.int64()),
+        ("mean_baseline", pa.float64()),
+        ("mean_speculative", pa.float64()),
+        ("ks_statistic", pa.float64()),
+        ("p_value", pa.float64()),
+        ("alpha", pa.float64()),
+        ("min_detectable_d", pa.float64()),
+        ("min_detectable_shift", pa.float64()),
+        ("verdict", pa.string()),
+        ("excluded_reason", pa.string()),
+        ("method", pa.string()),
+        ("instrument", pa.string()),
+        ("prompts", pa.int64()),
+        ("mean_difference", pa.float64()),
+        ("permutations", pa.int64()),
+        ("permutation_exact", pa.bool_()),
+        ("distinct_share_baseline", pa.float64()),
+        ("distinct_share_speculative", pa.float64()),
+        ("not_distinct_prompts_baseline", pa.int64()),
+        ("not_distinct_prompts_speculative", pa.int64()),
+        ("not_rescored_baseline", pa.int64()),
+        ("not_rescored_speculative", pa.int64()),
+        ("reported_minus_rescored_baseline", pa.float64()),
+        ("reported_minus_rescored_speculative", pa.float64()),
+    ]
+)
 
 _SAMPLES_SQL = """
     select run_id, category, concurrency, arm, prompt_id, sample_index, success, sequence_logprob,
@@ -125,6 +166,7 @@ _SAMPLES_SQL = """
 
 class Sample(NamedTuple):
     """One row of ``_SAMPLES_SQL``."""
+
     run_id: str
     category: str
     concurrency: int
@@ -158,14 +200,24 @@ def compare(strata: list[tuple[list, list]], alpha: float = ALPHA) -> dict:
     res = stratified_permutation_test(strata)
     x = [v for a, _ in strata for v in a]
     y = [v for _, b in strata for v in b]
-    out = {"p_value": res.p_value, "alpha": alpha, "mean_difference": res.statistic, "prompts": res.prompts,
-           "permutations": res.permutations, "permutation_exact": res.exact,
-           "ks_statistic": ks_2samp(x, y)[0], "min_detectable_d": critical_d(len(x), len(y), alpha),
-           "min_detectable_shift": stratified_min_detectable_shift(strata, alpha, POWER),
-           "verdict": None, "excluded_reason": None}
+    out = {
+        "p_value": res.p_value,
+        "alpha": alpha,
+        "mean_difference": res.statistic,
+        "prompts": res.prompts,
+        "permutations": res.permutations,
+        "permutation_exact": res.exact,
+        "ks_statistic": ks_2samp(x, y)[0],
+        "min_detectable_d": critical_d(len(x), len(y), alpha),
+        "min_detectable_shift": stratified_min_detectable_shift(strata, alpha, POWER),
+        "verdict": None,
+        "excluded_reason": None,
+    }
     if res.min_p_value >= alpha:
-        out["excluded_reason"] = (f"too few samples ({len(x)} and {len(y)} over {res.prompts} prompt(s)): "
-                                  f"the smallest p-value they allow is {res.min_p_value:.3g} >= {alpha:g}")
+        out["excluded_reason"] = (
+            f"too few samples ({len(x)} and {len(y)} over {res.prompts} prompt(s)): "
+            f"the smallest p-value they allow is {res.min_p_value:.3g} >= {alpha:g}"
+        )
     else:
         out["verdict"] = DIFFERS if res.p_value < alpha else SAME
     return out
@@ -186,22 +238,34 @@ def _rows(samples: list[Sample]) -> list[dict]:
 def _group_rows(run_id: str, category: str, level: int, arms: dict[str, list[Sample]]) -> list[dict]:
     ok = {arm: {(s.prompt_id, s.sample_index) for s in rows if _usable(s)} for arm, rows in arms.items()}
     both = ok["baseline"] & ok["speculative"]
-    used = {arm: [s for s in rows if _usable(s) and (s.prompt_id, s.sample_index) in both]
-            for arm, rows in arms.items()}
+    used = {
+        arm: [s for s in rows if _usable(s) and (s.prompt_id, s.sample_index) in both] for arm, rows in arms.items()
+    }
     rescored = {(s.prompt_id, s.sample_index) for s in used["baseline"] if s.rescored_logprob_sum is not None}
     rescored &= {(s.prompt_id, s.sample_index) for s in used["speculative"] if s.rescored_logprob_sum is not None}
     distinct = distinctness({arm: [(s.prompt_id, s.token_ids) for s in rows] for arm, rows in used.items()})
-    base = {"run_id": run_id, "category": category, "concurrency": level, "method": METHOD, "alpha": ALPHA,
-            "failed_baseline": sum(not s.success for s in arms["baseline"]),
-            "failed_speculative": sum(not s.success for s in arms["speculative"]),
-            **{f"{k}_{arm}": v for arm, figures in distinct.per_arm.items() for k, v in figures.items()},
-            **{f"{k}_{arm}": v for arm, rows in arms.items() for k, v in _instrument_figures(rows).items()}}
+    base = {
+        "run_id": run_id,
+        "category": category,
+        "concurrency": level,
+        "method": METHOD,
+        "alpha": ALPHA,
+        "failed_baseline": sum(not s.success for s in arms["baseline"]),
+        "failed_speculative": sum(not s.success for s in arms["speculative"]),
+        **{f"{k}_{arm}": v for arm, figures in distinct.per_arm.items() for k, v in figures.items()},
+        **{f"{k}_{arm}": v for arm, rows in arms.items() for k, v in _instrument_figures(rows).items()},
+    }
     out = []
     for statistic in STATISTICS:
         pairs = rescored if statistic == "rescored_logprob" else both
         group = {arm: [s for s in rows if (s.prompt_id, s.sample_index) in pairs] for arm, rows in used.items()}
-        row = {**base, "statistic": statistic, "instrument": _instrument(statistic, group),
-               "n_baseline": len(group["baseline"]), "n_speculative": len(group["speculative"])}
+        row = {
+            **base,
+            "statistic": statistic,
+            "instrument": _instrument(statistic, group),
+            "n_baseline": len(group["baseline"]),
+            "n_speculative": len(group["speculative"]),
+        }
         out.append(row)
         reason = _missing(statistic, arms, used, group)
         if reason is not None:
@@ -237,8 +301,14 @@ def _missing(statistic: str, arms: dict[str, list], used: dict[str, list], group
         return "end-of-sequence ids unknown: the natural end was not recorded"
     if statistic == "rescored_logprob":
         if not group["baseline"]:
-            reasons = sorted({s.not_rescored_reason or "recorded before re-scoring existed"
-                              for a in used.values() for s in a if s.rescored_logprob_sum is None})
+            reasons = sorted(
+                {
+                    s.not_rescored_reason or "recorded before re-scoring existed"
+                    for a in used.values()
+                    for s in a
+                    if s.rescored_logprob_sum is None
+                }
+            )
             return "not re-scored: " + "; ".join(reasons[:3])
         by = sorted({s.rescored_by or "?" for a in group.values() for s in a})
         if len(by) > 1:
@@ -256,10 +326,13 @@ def _instrument(statistic: str, group: dict[str, list[Sample]]) -> str:
 def _instrument_figures(rows: list[Sample]) -> dict:
     """One arm's successful samples without a re-score, and the mean of its reported minus
     re-scored sum (None when no sample has both)."""
-    gaps = [s.sequence_logprob - s.rescored_logprob_sum for s in rows
-            if _usable(s) and s.rescored_logprob_sum is not None]
-    return {"not_rescored": sum(_usable(s) and s.rescored_logprob_sum is None for s in rows),
-            "reported_minus_rescored": float(np.mean(gaps)) if gaps else None}
+    gaps = [
+        s.sequence_logprob - s.rescored_logprob_sum for s in rows if _usable(s) and s.rescored_logprob_sum is not None
+    ]
+    return {
+        "not_rescored": sum(_usable(s) and s.rescored_logprob_sum is None for s in rows),
+        "reported_minus_rescored": float(np.mean(gaps)) if gaps else None,
+    }
 
 
 def _value(statistic: str, s: Sample) -> float:

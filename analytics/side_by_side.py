@@ -94,26 +94,45 @@ def side_by_side(con, source_run_id: str) -> Table:
 def _chart(t: Table) -> dict | None:
     import altair as alt  # heavy: altair, imported only when used
 
-    rows = [{k: r[k] for k in ("arm", "engine", "category", "concurrency", "speedup", "ci_low", "ci_high", "label")}
-            for r in t.dicts() if r["speedup"] is not None]
+    rows = [
+        {k: r[k] for k in ("arm", "engine", "category", "concurrency", "speedup", "ci_low", "ci_high", "label")}
+        for r in t.dicts()
+        if r["speedup"] is not None
+    ]
     if not rows:
         return None
     levels = sorted({r["concurrency"] for r in rows})
     domain = [levels[0], levels[-1]] if len(levels) > 1 else [levels[0] / 2, levels[0] * 2]
-    x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False),
-              axis=alt.Axis(values=levels, format="d"), title="concurrent requests")
+    x = alt.X(
+        "concurrency:Q",
+        scale=alt.Scale(type="log", base=2, domain=domain, nice=False),
+        axis=alt.Axis(values=levels, format="d"),
+        title="concurrent requests",
+    )
     base = alt.Chart().encode(
-        x=x, color=alt.Color("arm:N", title="comparison (treatment arm)"),
-        tooltip=["arm:N", "engine:N", "category:N", "concurrency:Q", alt.Tooltip("speedup:Q", format=".2f"),
-                 alt.Tooltip("ci_low:Q", format=".2f"), alt.Tooltip("ci_high:Q", format=".2f"), "label:N"])
+        x=x,
+        color=alt.Color("arm:N", title="comparison (treatment arm)"),
+        tooltip=[
+            "arm:N",
+            "engine:N",
+            "category:N",
+            "concurrency:Q",
+            alt.Tooltip("speedup:Q", format=".2f"),
+            alt.Tooltip("ci_low:Q", format=".2f"),
+            alt.Tooltip("ci_high:Q", format=".2f"),
+            "label:N",
+        ],
+    )
     line = base.mark_line(point=True).encode(y=alt.Y("speedup:Q", title="speedup (reference / treatment e2e)"))
-    band = base.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="speedup (reference / treatment e2e)"),
-                                       y2="ci_high:Q")
+    band = base.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="speedup (reference / treatment e2e)"), y2="ci_high:Q")
     one = alt.Chart().mark_rule(strokeDash=[4, 4], color="gray").encode(y=alt.datum(1.0))  # no speedup
-    return (alt.layer(band, line, one, data=alt.Data(values=rows)).properties(width=220, height=180)
-            .facet(facet=alt.Facet("category:N", title=None), columns=4)
-            .properties(title="Speedup per category and level, each comparison against its own reference")
-            .to_dict())
+    return (
+        alt.layer(band, line, one, data=alt.Data(values=rows))
+        .properties(width=220, height=180)
+        .facet(facet=alt.Facet("category:N", title=None), columns=4)
+        .properties(title="Speedup per category and level, each comparison against its own reference")
+        .to_dict()
+    )
 
 
 def chart_specs(t: Table) -> dict[str, dict]:
@@ -140,22 +159,50 @@ def _acceptance_rate(r: dict) -> str:
 def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table, notes: list[str]) -> str:
     """``report.html`` of a run of named arms."""
     charts = chart_specs(t)
-    links = "".join(f'<li><a href="{esc(c.report_name)}">{esc(c.arm)}</a> ({esc(c.engine)}) against '
-                    f'{esc(c.reference)} ({esc(c.reference_engine)}): analysis run <code>{esc(c.analysis_run_id)}'
-                    f'</code></li>' for c in comps)
-    rows = [(r["category"], r["concurrency"], r["arm"], r["engine"],
-             _cell(r["speedup"]), f"[{_cell(r['ci_low'])}, {_cell(r['ci_high'])}]", r["label"] or "",
-             _acceptance_rate(r),
-             _cell(r["acceptance_length_rounds"]) if r["acceptance_length_rounds"] is not None
-             else "no per-round data for this engine" if r["engine"] == "llama.cpp"
-             else "-" if r["category"] == "(system)" else "n/a")
-            for r in t.dicts()]
-    head = ("category", "level", "comparison", "engine", "speedup", "interval (family-wise)", "label",
-            "acceptance rate (per-request stats)", "acceptance length (rounds)")
+    links = "".join(
+        f'<li><a href="{esc(c.report_name)}">{esc(c.arm)}</a> ({esc(c.engine)}) against '
+        f"{esc(c.reference)} ({esc(c.reference_engine)}): analysis run <code>{esc(c.analysis_run_id)}"
+        f"</code></li>"
+        for c in comps
+    )
+    rows = [
+        (
+            r["category"],
+            r["concurrency"],
+            r["arm"],
+            r["engine"],
+            _cell(r["speedup"]),
+            f"[{_cell(r['ci_low'])}, {_cell(r['ci_high'])}]",
+            r["label"] or "",
+            _acceptance_rate(r),
+            _cell(r["acceptance_length_rounds"])
+            if r["acceptance_length_rounds"] is not None
+            else "no per-round data for this engine"
+            if r["engine"] == "llama.cpp"
+            else "-"
+            if r["category"] == "(system)"
+            else "n/a",
+        )
+        for r in t.dicts()
+    ]
+    head = (
+        "category",
+        "level",
+        "comparison",
+        "engine",
+        "speedup",
+        "interval (family-wise)",
+        "label",
+        "acceptance rate (per-request stats)",
+        "acceptance length (rounds)",
+    )
     title = f"specdec report: run {run_id}, {len(comps)} comparisons side by side"
     warn = "".join(banner("warn", n) for n in notes)
-    return page(title, charts, f"""{warn}
-<p>Arms: {esc(', '.join(_arm_text(a) for a in manifest.arms))}.
+    return page(
+        title,
+        charts,
+        f"""{warn}
+<p>Arms: {esc(", ".join(_arm_text(a) for a in manifest.arms))}.
 Run finished: {esc(manifest.finished)}. Each comparison is a treatment arm measured against its own reference
 arm on the same traffic, in the same run; its full report (verdict, latency, acceptance, lossless checks,
 reconciliation) is linked below.</p>
@@ -169,14 +216,28 @@ throughput ratio. acceptance rate: tokens accepted / tokens drafted, from the en
 (vLLM metrics.speculative_decoding, llama.cpp timings), pooled over the level's requests (on (system) rows,
 over all its categories): the one acceptance figure both engines report. acceptance length: 1 + accepted / verify rounds over the captured rounds, pooled
 over levels (vLLM only).</p>
-{table(head, rows)}""")
+{table(head, rows)}""",
+    )
 
 
 def summary_lines(run_id: str, comps: list[Comparison], t: Table) -> list[str]:
-    lines = [f"run {run_id}: {len(comps)} comparisons, side by side (reports: "
-             f"{', '.join(c.report_name for c in comps)}):"]
-    lines += text_table(["category", "level", "comparison", "engine", "speedup", "interval", "label", "accept rate"],
-                        [[r["category"], r["concurrency"], r["arm"], r["engine"], r["speedup"],
-                          f"[{_cell(r['ci_low'])}, {_cell(r['ci_high'])}]", r["label"],
-                          _acceptance_rate(r)] for r in t.dicts()])
+    lines = [
+        f"run {run_id}: {len(comps)} comparisons, side by side (reports: {', '.join(c.report_name for c in comps)}):"
+    ]
+    lines += text_table(
+        ["category", "level", "comparison", "engine", "speedup", "interval", "label", "accept rate"],
+        [
+            [
+                r["category"],
+                r["concurrency"],
+                r["arm"],
+                r["engine"],
+                r["speedup"],
+                f"[{_cell(r['ci_low'])}, {_cell(r['ci_high'])}]",
+                r["label"],
+                _acceptance_rate(r),
+            ]
+            for r in t.dicts()
+        ],
+    )
     return lines

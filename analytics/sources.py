@@ -94,8 +94,11 @@ def run_kind(manifest) -> str:
 
 
 def _run_dirs(root: Path) -> list[Path]:
-    return [d for d in sorted(root.iterdir())
-            if not d.name.startswith(".") and not d.is_symlink() and d.is_dir() and (d / MANIFEST).is_file()]
+    return [
+        d
+        for d in sorted(root.iterdir())
+        if not d.name.startswith(".") and not d.is_symlink() and d.is_dir() and (d / MANIFEST).is_file()
+    ]
 
 
 def _layout(root: Path) -> tuple[str, list[Path], bool]:
@@ -103,8 +106,11 @@ def _layout(root: Path) -> tuple[str, list[Path], bool]:
         return "run folder", [root], False
     run_dirs, lake = _run_dirs(root), is_lake(root)
     if not run_dirs and not lake:
-        raise InputFileError(root / MANIFEST, "missing: is this a specdec run folder? (nor does the folder hold "
-                                              "run folders, */manifest.json, or a Parquet lake, rounds/ or counters/)")
+        raise InputFileError(
+            root / MANIFEST,
+            "missing: is this a specdec run folder? (nor does the folder hold "
+            "run folders, */manifest.json, or a Parquet lake, rounds/ or counters/)",
+        )
     if run_dirs and lake:
         return "folder of run folders and a lake", run_dirs, True
     return ("lake", [], True) if lake else ("folder of run folders", run_dirs, False)
@@ -116,9 +122,10 @@ def _run_folder_files(run_dir: Path, manifest) -> dict[str, list[Path]]:
     for rec in RECORD_FILES:
         files = [f.absolute() for f in files_of(run_dir, rec)]
         if not files and run_kind(manifest) in rec.required_for:
-            raise InputFileError(run_dir / rec.consolidated,
-                                 f"missing, and no part files {rec.part_glob} either: "
-                                 f"the run recorded no {rec.name} (did it start?)")
+            raise InputFileError(
+                run_dir / rec.consolidated,
+                f"missing, and no part files {rec.part_glob} either: the run recorded no {rec.name} (did it start?)",
+            )
         out[rec.raw_table] = files
     return out
 
@@ -136,9 +143,13 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
     for run_dir in run_dirs:
         manifest = read_manifest(run_dir)
         if manifest.run_id in runs:
-            raise InputFileError(run_dir / MANIFEST, f"run_id {manifest.run_id!r} is also the run of "
-                                 f"{runs[manifest.run_id].source_path}: each run is built once "
-                                 "(is one folder a copy of the other?)", field="run_id")
+            raise InputFileError(
+                run_dir / MANIFEST,
+                f"run_id {manifest.run_id!r} is also the run of "
+                f"{runs[manifest.run_id].source_path}: each run is built once "
+                "(is one folder a copy of the other?)",
+                field="run_id",
+            )
         runs[manifest.run_id] = Run(manifest.run_id, run_dir.resolve(), manifest)
         whose = f"the run folder's manifest.json ({run_dir / MANIFEST}) says the run"
         for table, found in _run_folder_files(run_dir, manifest).items():
@@ -153,9 +164,13 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
                 if run_id is None:
                     continue
                 if run_id in with_rounds:
-                    raise InputFileError(f, f"the lake holds rounds of run {run_id!r}, and so does its run folder "
-                                            f"{runs[run_id].source_path}: they would count twice "
-                                            "(move one of them away)", field="run_id")
+                    raise InputFileError(
+                        f,
+                        f"the lake holds rounds of run {run_id!r}, and so does its run folder "
+                        f"{runs[run_id].source_path}: they would count twice "
+                        "(move one of them away)",
+                        field="run_id",
+                    )
                 runs.setdefault(run_id, Run(run_id, root.resolve(), None))
     every = [f for listed in files.values() for f, _, _ in listed]
     full = check == "full" or (check == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)

@@ -61,21 +61,38 @@ def _pct(v: float | None) -> str:
 def summary_text(data: ReportData) -> str:
     m = data.manifest
     which = f" ({term(data.comparison[0])} against {term(data.comparison[1])})" if data.comparison else ""
-    lines = [f"run {term(m.run_id)}{which}: {term(m.model)} ({term(m.dtype)}), levels {m.concurrency_levels}, "
-             f"finished={m.finished}"]
+    lines = [
+        f"run {term(m.run_id)}{which}: {term(m.model)} ({term(m.dtype)}), levels {m.concurrency_levels}, "
+        f"finished={m.finished}"
+    ]
     for n in data.notices:
         lines.append(("!! " if n.kind == "alarm" else "note: ") + term(n.text))
     if data.levels.rows:
-        lines.append(f"requests per arm and level (error_rate = failed / requests; a level fails above "
-                     f"max_error_rate {m.max_error_rate:g}):")
-        rows = [[r["arm"], data.level(r["concurrency"]), r["requests"], r["requests_failed"], _pct(r["error_rate"]),
-                 r["error_types"] or "-", "FAILED" if r["level_failed"] else "ok"] for r in data.levels.dicts()]
+        lines.append(
+            f"requests per arm and level (error_rate = failed / requests; a level fails above "
+            f"max_error_rate {m.max_error_rate:g}):"
+        )
+        rows = [
+            [
+                r["arm"],
+                data.level(r["concurrency"]),
+                r["requests"],
+                r["requests_failed"],
+                _pct(r["error_rate"]),
+                r["error_types"] or "-",
+                "FAILED" if r["level_failed"] else "ok",
+            ]
+            for r in data.levels.dicts()
+        ]
         lines += text_table(["arm", "level", "requests", "failed", "error_rate", "errors", "status"], rows)
     if data.stability is not None:
         lines.append("stability: fault -> outcome:")
         st = data.stability
-        cols = [c for c in ("fault", "outcome", "requests_sent", "requests_failed", "server_healthy_after", "detail")
-                if c in st.columns] or list(st.columns)
+        cols = [
+            c
+            for c in ("fault", "outcome", "requests_sent", "requests_failed", "server_healthy_after", "detail")
+            if c in st.columns
+        ] or list(st.columns)
         lines += text_table(cols, [[r[c] for c in cols] for r in st.dicts()])
     if not data.has_replay:
         return "\n".join(lines)
@@ -85,20 +102,34 @@ def summary_text(data: ReportData) -> str:
     lines.append("acceptance, speculative arm (length = 1 + accepted/rounds; rate = accepted/proposed; pooled):")
     acc = data.acceptance.dicts()
     if acc:
-        lines += text_table(["category", "length", "rate"],
-                            [[r["category"], r["mean_acceptance_length"], r["acceptance_rate"]] for r in acc])
+        lines += text_table(
+            ["category", "length", "rate"],
+            [[r["category"], r["mean_acceptance_length"], r["acceptance_rate"]] for r in acc],
+        )
     else:
         lines.append("  none (no captured rounds of replayed requests: no per-round data for this run)")
         req = data.acceptance_requests
         if req is not None:
-            lines.append("acceptance from the engine's per-request stats, speculative arm (rate = accepted/proposed "
-                         "tokens; engine = its counters over the same blocks; mart acceptance_requests):")
-            lines += text_table(["level", "category", "requests", "proposed", "accepted", "rate", "engine accepted",
-                                 "diff"],
-                                [[data.level(r["concurrency"]), r["category"], r["requests_with_stats"],
-                                  r["tokens_proposed"], r["tokens_accepted"], r["acceptance_rate"],
-                                  "-" if r["engine_accepted"] is None else r["engine_accepted"],
-                                  "-" if r["diff_accepted"] is None else r["diff_accepted"]] for r in req.dicts()])
+            lines.append(
+                "acceptance from the engine's per-request stats, speculative arm (rate = accepted/proposed "
+                "tokens; engine = its counters over the same blocks; mart acceptance_requests):"
+            )
+            lines += text_table(
+                ["level", "category", "requests", "proposed", "accepted", "rate", "engine accepted", "diff"],
+                [
+                    [
+                        data.level(r["concurrency"]),
+                        r["category"],
+                        r["requests_with_stats"],
+                        r["tokens_proposed"],
+                        r["tokens_accepted"],
+                        r["acceptance_rate"],
+                        "-" if r["engine_accepted"] is None else r["engine_accepted"],
+                        "-" if r["diff_accepted"] is None else r["diff_accepted"],
+                    ]
+                    for r in req.dicts()
+                ],
+            )
     lines += _capacity_lines(data)
     lines.append(_reconciliation_line(data))
     lines.append(_prefix_cache_line(data))
@@ -111,8 +142,7 @@ def summary_text(data: ReportData) -> str:
 def _verdict_lines(data: ReportData) -> list[str]:
     if not data.verdict:
         return []
-    return (["verdict:"] + [f"  - {term(s.text)}" for s in data.verdict]
-            + [f"  (labels: {RULE_SHORT}; see the report)"])
+    return ["verdict:"] + [f"  - {term(s.text)}" for s in data.verdict] + [f"  (labels: {RULE_SHORT}; see the report)"]
 
 
 def _weighted_lines(data: ReportData) -> list[str]:
@@ -128,11 +158,18 @@ def _weighted_lines(data: ReportData) -> list[str]:
         if r["speedup"] is None:
             cells.append([data.level(r["concurrency"]), "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
             continue
-        cells.append([data.level(r["concurrency"]), f"{r['speedup']:.3f}{ci_text(r['ci_low'], r['ci_high'])}",
-                      r["speedup_unweighted"], "-"])
-    return ([f"speedup weighted by the traffic's category shares ({term(source or 'no weights')}; ratio of "
-             "weighted mean e2e times; mart speedup_weighted):"]
-            + text_table(["level", "weighted [95% interval]", "unweighted", "excluded"], cells))
+        cells.append(
+            [
+                data.level(r["concurrency"]),
+                f"{r['speedup']:.3f}{ci_text(r['ci_low'], r['ci_high'])}",
+                r["speedup_unweighted"],
+                "-",
+            ]
+        )
+    return [
+        f"speedup weighted by the traffic's category shares ({term(source or 'no weights')}; ratio of "
+        "weighted mean e2e times; mart speedup_weighted):"
+    ] + text_table(["level", "weighted [95% interval]", "unweighted", "excluded"], cells)
 
 
 def _capacity_lines(data: ReportData) -> list[str]:
@@ -143,15 +180,22 @@ def _capacity_lines(data: ReportData) -> list[str]:
     slo = rows[0]
     cells = []
     for r in rows:
-        limit = ("none measured" if r["max_concurrency"] is None else
-                 f"{data.level(r['max_concurrency'])}{' or more' if r['sustains_all_measured'] else ''}")
-        fails = ("-" if r["first_failing_level"] is None else
-                 f"{data.level(r['first_failing_level'])} ({r['first_failing_reason']})")
+        limit = (
+            "none measured"
+            if r["max_concurrency"] is None
+            else f"{data.level(r['max_concurrency'])}{' or more' if r['sustains_all_measured'] else ''}"
+        )
+        fails = (
+            "-"
+            if r["first_failing_level"] is None
+            else f"{data.level(r['first_failing_level'])} ({r['first_failing_reason']})"
+        )
         ratio = "-" if r["capacity_ratio"] is None else f"{r['capacity_ratio']:.2f}x"
         cells.append([r["arm"], limit, fails, ratio])
-    return ([f"capacity under p95 TTFT <= {slo['slo_ttft_p95_ms']:g} ms and p95 TPOT <= {slo['slo_tpot_p95_ms']:g} ms "
-             f"({slo['slo_source']} SLO; mart capacity_under_slo):"]
-            + text_table(["arm", "sustains", "first failing level", "vs baseline"], cells))
+    return [
+        f"capacity under p95 TTFT <= {slo['slo_ttft_p95_ms']:g} ms and p95 TPOT <= {slo['slo_tpot_p95_ms']:g} ms "
+        f"({slo['slo_source']} SLO; mart capacity_under_slo):"
+    ] + text_table(["arm", "sustains", "first failing level", "vs baseline"], cells)
 
 
 def _text_identity_line(data: ReportData) -> str:
@@ -178,14 +222,16 @@ def _sampling_line(data: ReportData) -> str:
     if not tested:
         return head + "no test could be made (see the report)"
     if differ:
-        listed = ", ".join(f"{term(r['category'])} c{r['concurrency']} {r['statistic']} (p={r['p_value']:.2g})"
-                           for r in differ)
+        listed = ", ".join(
+            f"{term(r['category'])} c{r['concurrency']} {r['statistic']} (p={r['p_value']:.2g})" for r in differ
+        )
         text = f"DIFFERS in {len(differ)} of {len(judged)} tests: {listed}"
     else:
         text = f"same distribution in all {len(judged)} tests" if judged else ""
     if stuck:
-        text += ("; " if text else "") + ("samples not distinct across seeds (an arm ignoring the seed?), "
-                                          f"not judged: {', '.join(stuck)}")
+        text += ("; " if text else "") + (
+            f"samples not distinct across seeds (an arm ignoring the seed?), not judged: {', '.join(stuck)}"
+        )
     return head + text
 
 
@@ -217,8 +263,10 @@ def _cell(r: dict) -> str:
 
 
 def _speedup_lines(data: ReportData) -> list[str]:
-    lines = ["speedup (speculative/baseline; per category = geometric mean of paired e2e ratios, (system) = "
-             "per-repeat level throughput ratios; [family-wise interval, Holm] label):"]
+    lines = [
+        "speedup (speculative/baseline; per category = geometric mean of paired e2e ratios, (system) = "
+        "per-repeat level throughput ratios; [family-wise interval, Holm] label):"
+    ]
     rows = data.speedup.dicts()
     if not rows:
         return lines + ["  n/a (no level has requests in either arm)"]
@@ -232,8 +280,10 @@ def _speedup_lines(data: ReportData) -> list[str]:
             reasons.setdefault(r["excluded_reason"], []).append(f"{cat} {data.level(conc)}")
         else:
             cells.setdefault(cat, {})[conc] = _cell(r)
-    lines += text_table(["category"] + [data.level(c) for c in levels],
-                        [[cat] + [vals.get(c, "-") for c in levels] for cat, vals in cells.items()])
+    lines += text_table(
+        ["category"] + [data.level(c) for c in levels],
+        [[cat] + [vals.get(c, "-") for c in levels] for cat, vals in cells.items()],
+    )
     for reason, where in reasons.items():
         lines.append(f"  excluded: {term(reason)}: {term(', '.join(where))}")
     return lines
@@ -241,8 +291,10 @@ def _speedup_lines(data: ReportData) -> list[str]:
 
 def _reconciliation_line(data: ReportData) -> str:
     if data.capture_note:
-        return ("reconciliation of the rounds with the engine's counters: not applicable (no rounds were captured); "
-                + _request_reconciliation(data))
+        return (
+            "reconciliation of the rounds with the engine's counters: not applicable (no rounds were captured); "
+            + _request_reconciliation(data)
+        )
     recon = data.reconciliation.dicts()
     captured = [r for r in recon if r["capture_present"]]
     if not captured:
@@ -258,5 +310,6 @@ def _request_reconciliation(data: ReportData) -> str:
     if not rows:
         return "per-request stats against the counters: not applicable (no stats or no counters)"
     bad = sum(1 for r in rows if r["diff_proposed"] or r["diff_accepted"])
-    return ("per-request stats against the counters: " +
-            (f"exact at {len(rows)} level(s)" if bad == 0 else f"{bad} of {len(rows)} level(s) differ"))
+    return "per-request stats against the counters: " + (
+        f"exact at {len(rows)} level(s)" if bad == 0 else f"{bad} of {len(rows)} level(s) differ"
+    )

@@ -71,8 +71,16 @@ from statistics import NormalDist
 
 import numpy as np
 
-__all__ = ["REPEAT_BOUND", "BlockNoise", "block_noise", "chi2_quantile", "satterthwaite", "t_interval", "t_quantile",
-           "t_sf"]
+__all__ = [
+    "REPEAT_BOUND",
+    "BlockNoise",
+    "block_noise",
+    "chi2_quantile",
+    "satterthwaite",
+    "t_interval",
+    "t_quantile",
+    "t_sf",
+]
 
 #: One-sided confidence of the pessimistic s2_repeat used for the df (see above).
 REPEAT_BOUND = 0.75
@@ -85,10 +93,10 @@ class BlockNoise:
     """The noise of one block figure of a series (log scale)."""
 
     variance: float  # V = repeat + block: the variance of one block figure
-    df: float        # Satterthwaite's effective degrees of freedom of the estimate of V
-    repeat: float    # s2_repeat, noise shared by every level of a repeat
-    block: float     # s2_block, noise of one block alone
-    k1: int          # sum over levels of (repeats - 1): the residual count
+    df: float  # Satterthwaite's effective degrees of freedom of the estimate of V
+    repeat: float  # s2_repeat, noise shared by every level of a repeat
+    block: float  # s2_block, noise of one block alone
+    k1: int  # sum over levels of (repeats - 1): the residual count
 
 
 def block_noise(figures: Mapping[Cell, float], repeat_bound: float | None = REPEAT_BOUND) -> BlockNoise | None:

@@ -31,8 +31,15 @@ from specdec.levels import name_of
 
 Names = Mapping[int, str] | None  # level key -> name (open loop); None: c<key>
 
-__all__ = ["Part", "Sentence", "calibration_sentence", "category_sentence", "lossless_sentence", "row_anchor",
-           "verdict"]
+__all__ = [
+    "Part",
+    "Sentence",
+    "calibration_sentence",
+    "category_sentence",
+    "lossless_sentence",
+    "row_anchor",
+    "verdict",
+]
 
 SYSTEM = "(system)"
 
@@ -87,8 +94,12 @@ def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None) ->
     out: list[Part] = []
     for i, r in enumerate(rows):
         ci = f" ({_ci(r)})" if with_ci and r.get("ci_low") is not None else ""
-        out.append(Part(f"{_x(r['speedup'])}{ci} at {name_of(r['concurrency'], names)}",
-                        row_anchor("speedup", r["category"], r["concurrency"])))
+        out.append(
+            Part(
+                f"{_x(r['speedup'])}{ci} at {name_of(r['concurrency'], names)}",
+                row_anchor("speedup", r["category"], r["concurrency"]),
+            )
+        )
         if i < len(rows) - 1:
             out.append(Part(", "))
     return out
@@ -105,8 +116,10 @@ def _sample(cat: str, rows: Sequence[dict]) -> str:
     """The sample size behind the figures: pairs (prompts x repeats) per level."""
     if cat == SYSTEM:
         return f"n = {_count(rows, 'repeats', 'repeat')} per level, whole-level throughput"
-    return (f"n = {_count(rows, 'pairs', 'pair')} per level: {_count(rows, 'prompts', 'prompt')} x "
-            f"{_count(rows, 'repeats', 'repeat')}")
+    return (
+        f"n = {_count(rows, 'pairs', 'pair')} per level: {_count(rows, 'prompts', 'prompt')} x "
+        f"{_count(rows, 'repeats', 'repeat')}"
+    )
 
 
 def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, names: Names = None) -> Sentence:
@@ -118,17 +131,27 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
     parts: list[Part] = [Part(f"{cat}: ")]
     if not computed:
         reason = excluded[0]["excluded_reason"] if excluded else "no level measured"
-        parts.append(Part(f"no speedup figure at any level ({reason})",
-                          row_anchor("speedup", cat, excluded[0]["concurrency"]) if excluded else None))
+        parts.append(
+            Part(
+                f"no speedup figure at any level ({reason})",
+                row_anchor("speedup", cat, excluded[0]["concurrency"]) if excluded else None,
+            )
+        )
         return Sentence(tuple(parts))
-    by_label = {lab: [r for r in computed if r.get("label") == lab]
-                for lab in ("faster", "equivalent", "inconclusive", "slower", None)}
+    by_label = {
+        lab: [r for r in computed if r.get("label") == lab]
+        for lab in ("faster", "equivalent", "inconclusive", "slower", None)
+    }
     clauses: list[list[Part]] = []
     faster = by_label["faster"]
     if faster:
-        head = ("faster at every level" if faster == computed
-                else f"faster up to {_up_to(faster[-1]['concurrency'], names)}"
-                if len(faster) > 1 and faster == computed[:len(faster)] else "faster")
+        head = (
+            "faster at every level"
+            if faster == computed
+            else f"faster up to {_up_to(faster[-1]['concurrency'], names)}"
+            if len(faster) > 1 and faster == computed[: len(faster)]
+            else "faster"
+        )
         clauses.append([Part(head + ": ")] + _figures(faster, names=names) + _margin_note(faster, "gain"))
     equivalent = by_label["equivalent"]
     if equivalent:
@@ -155,10 +178,16 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
         clauses.append(clause + [Part(f" ({reason})")])
     if knee and knee.get("gain_lost_concurrency") is not None and knee.get("peak_label") == "faster":
         frac = knee.get("peak_fraction") or 0.5
-        clauses.append([Part(f"gain below {frac:.0%} of its peak ({_x(knee['peak_speedup'])} at "
-                             f"{name_of(knee['peak_concurrency'], names)}) from "
-                             f"{name_of(knee['gain_lost_concurrency'], names)}",
-                             row_anchor("knee", cat))])
+        clauses.append(
+            [
+                Part(
+                    f"gain below {frac:.0%} of its peak ({_x(knee['peak_speedup'])} at "
+                    f"{name_of(knee['peak_concurrency'], names)}) from "
+                    f"{name_of(knee['gain_lost_concurrency'], names)}",
+                    row_anchor("knee", cat),
+                )
+            ]
+        )
     for i, clause in enumerate(clauses):
         parts += clause
         parts.append(Part("; " if i < len(clauses) - 1 else ""))
@@ -201,25 +230,41 @@ def calibration_sentence(rows: Sequence[dict]) -> Sentence | None:
     parts: list[Part] = [Part("calibration: ")]
     if aa:
         held = sum(r["aa_check"] == "holds 1" for r in aa)
-        parts.append(Part(f"{held} of {len(aa)} A/A intervals (the baseline against itself) hold 1, about 95% "
-                          "expected" + ("" if held >= len(aa) - max(1, round(0.1 * len(aa))) else
-                                        ": more excluded than chance allows, so this run's noise is not what the "
-                                        "intervals assume; read its labels with care")))
+        parts.append(
+            Part(
+                f"{held} of {len(aa)} A/A intervals (the baseline against itself) hold 1, about 95% "
+                "expected"
+                + (
+                    ""
+                    if held >= len(aa) - max(1, round(0.1 * len(aa)))
+                    else ": more excluded than chance allows, so this run's noise is not what the "
+                    "intervals assume; read its labels with care"
+                )
+            )
+        )
     if labelled:
         sizes = sorted({r.get("family_size") for r in labelled if r.get("family_size")})
         margin = _pct(labelled[0].get("margin") or 0.05)
-        parts.append(Part(("; " if aa else "") + f"labels hold a 5% family-wise error rate over "
-                          f"{sizes[-1] if sizes else len(labelled)} labels (Holm) with a {margin} margin "
-                          "declared before the run"))
+        parts.append(
+            Part(
+                ("; " if aa else "") + f"labels hold a 5% family-wise error rate over "
+                f"{sizes[-1] if sizes else len(labelled)} labels (Holm) with a {margin} margin "
+                "declared before the run"
+            )
+        )
     parts.append(Part("."))
     return Sentence(tuple(parts))
 
 
 def _levels_text(levels: Sequence[int], names: Names) -> str:
     levels = sorted(set(levels))
-    return (name_of(levels[0], names) if len(levels) == 1
-            else f"{name_of(levels[0], names)} to {name_of(levels[-1], names)}" if names
-            else f"c{levels[0]}-c{levels[-1]}")
+    return (
+        name_of(levels[0], names)
+        if len(levels) == 1
+        else f"{name_of(levels[0], names)} to {name_of(levels[-1], names)}"
+        if names
+        else f"c{levels[0]}-c{levels[-1]}"
+    )
 
 
 def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = None) -> Sentence:
@@ -234,12 +279,22 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
     total = lambda col: sum(r.get(col) or 0 for r in rows)  # noqa: E731
     pairs, suspect = total("pairs"), total("suspect")
     if not pairs and invalid:
-        return Sentence((Part("lossless: not shown", row_anchor("lossless")),
-                         Part(f" (speculation did not run during the verification pass at "
-                              f"{_levels_text(invalid, names)}: the speculative arm's draft counters did not move).")))
+        return Sentence(
+            (
+                Part("lossless: not shown", row_anchor("lossless")),
+                Part(
+                    f" (speculation did not run during the verification pass at "
+                    f"{_levels_text(invalid, names)}: the speculative arm's draft counters did not move)."
+                ),
+            )
+        )
     if not pairs:
-        return Sentence((Part("lossless: not verified", row_anchor("lossless")),
-                         Part(" (no greedy pair in the verification pass).")))
+        return Sentence(
+            (
+                Part("lossless: not verified", row_anchor("lossless")),
+                Part(" (no greedy pair in the verification pass)."),
+            )
+        )
     identical, near = total("identical"), total("near_tie")
     aa_pairs, aa_identical = total("aa_pairs"), total("aa_identical")
     thresholds = sorted({r["near_tie_threshold"] for r in rows if r.get("near_tie_threshold") is not None})
@@ -248,25 +303,39 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
     if len(thresholds) == 1:
         source = {r.get("near_tie_threshold_source") for r in rows} - {None}
         flips = max((r.get("near_tie_threshold_divergences") or 0) for r in rows)
-        basis = (f": the largest of {flips} A/A flip{'s' if flips != 1 else ''}" if source == {"aa_divergences"}
-                 else f": the {dtype} default, no A/A flip to calibrate from" if source == {"dtype_default"} else "")
+        basis = (
+            f": the largest of {flips} A/A flip{'s' if flips != 1 else ''}"
+            if source == {"aa_divergences"}
+            else f": the {dtype} default, no A/A flip to calibrate from"
+            if source == {"dtype_default"}
+            else ""
+        )
         margin = f" (the baseline's runner-up, margin at most {thresholds[0]:g} nats{basis})"
     aa = f"; A/A floor {aa_identical}/{aa_pairs} identical" if aa_pairs else "; no A/A floor"
     head = f"lossless: {suspect} suspect divergence{'s' if suspect != 1 else ''} in {pairs} greedy pairs"
     anchor = row_anchor("lossless_divergences") if suspect else row_anchor("lossless")
     tail = ""
     if invalid:
-        tail += (f"; {', '.join(name_of(c, names) for c in invalid)} not counted: speculation did not run during "
-                 "its verification pass (draft counters unchanged)")
+        tail += (
+            f"; {', '.join(name_of(c, names) for c in invalid)} not counted: speculation did not run during "
+            "its verification pass (draft counters unchanged)"
+        )
     if any(r.get("pass_valid") is None for r in rows) and any("pass_valid" in r for r in rows):
         tail += "; speculation during the pass not confirmed (no counter reads)"
-    detail = (f" ({dtype or 'dtype not recorded'}, {where}; {identical}/{pairs} identical, "
-              f"{near} near-tie{'s' if near != 1 else ''}{margin}{aa}{tail}).")
+    detail = (
+        f" ({dtype or 'dtype not recorded'}, {where}; {identical}/{pairs} identical, "
+        f"{near} near-tie{'s' if near != 1 else ''}{margin}{aa}{tail})."
+    )
     return Sentence((Part(head, anchor), Part(detail)))
 
 
-def verdict(speedup: Iterable[dict], knee: Iterable[dict] = (), lossless: Sequence[dict] | None = None,
-            dtype: str | None = None, names: Names = None) -> tuple[Sentence, ...]:
+def verdict(
+    speedup: Iterable[dict],
+    knee: Iterable[dict] = (),
+    lossless: Sequence[dict] | None = None,
+    dtype: str | None = None,
+    names: Names = None,
+) -> tuple[Sentence, ...]:
     """Every sentence: categories in name order, '(system)' last, then lossless.
     ``names``: level key -> name for open-loop runs (``specdec.levels``)."""
     by_cat: dict[str, list[dict]] = {}

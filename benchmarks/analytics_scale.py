@@ -97,21 +97,35 @@ def child_build(root: Path) -> dict:
     finally:
         con.close()
     done = time.perf_counter()
-    return {"build_s": built - t0, "marts_s": done - built, "total_s": done - t0, "peak_rss_mib": _peak_rss_mib(),
-            "cpu_s": time.process_time(), "mart_s": marts, "mart_rows": rows, "db_bytes": db.stat().st_size,
-            "steps": steps}
+    return {
+        "build_s": built - t0,
+        "marts_s": done - built,
+        "total_s": done - t0,
+        "peak_rss_mib": _peak_rss_mib(),
+        "cpu_s": time.process_time(),
+        "mart_s": marts,
+        "mart_rows": rows,
+        "db_bytes": db.stat().st_size,
+        "steps": steps,
+    }
 
 
 #: Typical analyst questions, each on a mart (stored at build).
 QUERIES = {
     "acceptance of one run": "select * from acceptance where run_id = 'bench-00' order by arm, category",
-    "acceptance across runs": ("select run_id, category, mean_acceptance_length, acceptance_rate from acceptance "
-                               "where arm = 'speculative' order by category, run_id"),
-    "acceptance by position, one run": ("select category, position, acceptance_at_position from acceptance_positions "
-                                        "where run_id = 'bench-00' and arm = 'speculative' order by all"),
+    "acceptance across runs": (
+        "select run_id, category, mean_acceptance_length, acceptance_rate from acceptance "
+        "where arm = 'speculative' order by category, run_id"
+    ),
+    "acceptance by position, one run": (
+        "select category, position, acceptance_at_position from acceptance_positions "
+        "where run_id = 'bench-00' and arm = 'speculative' order by all"
+    ),
     "speedup of one run": "select * from speedup where run_id = 'bench-00' order by category, concurrency",
-    "(system) speedup across runs": ("select run_id, concurrency, speedup, ci_low, ci_high, label from speedup "
-                                     "where category = '(system)' order by concurrency, run_id"),
+    "(system) speedup across runs": (
+        "select run_id, concurrency, speedup, ci_low, ci_high, label from speedup "
+        "where category = '(system)' order by concurrency, run_id"
+    ),
 }
 
 
@@ -125,14 +139,18 @@ def _from_parquet(con, final: str, models: list[str]) -> str:
 
 #: The pandas comparison's two figures, computed by DuckDB from the Parquet as the build does.
 FROM_PARQUET = {
-    "acceptance": (["int_round_groups", "int_engine_requests", "int_round_counts"],
-                   "select run_id, arm, category, sum(rounds) filter (where is_verify_round) as verify_rounds, "
-                   "sum(tokens_proposed * rounds) as tokens_proposed, sum(tokens_accepted * rounds) as tokens_accepted, "
-                   "1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where is_verify_round), 0) "
-                   "as mean_acceptance_length from int_round_counts group by all"),
-    "speedup": (["int_requests_measured", "int_requests_paired"],
-                "select run_id, category, concurrency, exp(avg(log_ratio)) as speedup from int_requests_paired "
-                "where comparison = 'ab' group by all"),
+    "acceptance": (
+        ["int_round_groups", "int_engine_requests", "int_round_counts"],
+        "select run_id, arm, category, sum(rounds) filter (where is_verify_round) as verify_rounds, "
+        "sum(tokens_proposed * rounds) as tokens_proposed, sum(tokens_accepted * rounds) as tokens_accepted, "
+        "1 + sum(tokens_accepted * rounds) / nullif(sum(rounds) filter (where is_verify_round), 0) "
+        "as mean_acceptance_length from int_round_counts group by all",
+    ),
+    "speedup": (
+        ["int_requests_measured", "int_requests_paired"],
+        "select run_id, category, concurrency, exp(avg(log_ratio)) as speedup from int_requests_paired "
+        "where comparison = 'ab' group by all",
+    ),
 }
 
 
@@ -196,23 +214,38 @@ def child_queries(root: Path) -> dict:
             t = time.perf_counter()
             same_rows[name] = con.execute(sql).fetchall()
             same[name] = time.perf_counter() - t
-        acc = {f"{r}/{a}/{c}": v for r, a, c, v in con.execute(
-            "select run_id, arm, category, mean_acceptance_length from acceptance").fetchall()}
+        acc = {
+            f"{r}/{a}/{c}": v
+            for r, a, c, v in con.execute(
+                "select run_id, arm, category, mean_acceptance_length from acceptance"
+            ).fetchall()
+        }
     finally:
         con.close()
-    return {"query_s": out, "from_parquet_s": fresh, "from_parquet_rows": figures, "acceptance": acc,
-            "same_steps_s": same, "same_steps_acceptance": {f"{r[0]}/{r[1]}/{r[2]}": r[-1]
-                                                             for r in same_rows["acceptance"]},
-            "same_steps_speedup": {f"{r}/{c}/{n}": v for r, c, n, v in same_rows["speedup"]},
-            "peak_rss_mib": _peak_rss_mib()}
+    return {
+        "query_s": out,
+        "from_parquet_s": fresh,
+        "from_parquet_rows": figures,
+        "acceptance": acc,
+        "same_steps_s": same,
+        "same_steps_acceptance": {f"{r[0]}/{r[1]}/{r[2]}": r[-1] for r in same_rows["acceptance"]},
+        "same_steps_speedup": {f"{r}/{c}/{n}": v for r, c, n, v in same_rows["speedup"]},
+        "peak_rss_mib": _peak_rss_mib(),
+    }
 
 
 def _pandas_rounds(root: Path):
     import pandas as pd
 
     files = sorted(root.glob("rounds/date=*/run_id=*/*.parquet")) or sorted(root.glob("*/capture/rounds-*.parquet"))
-    frames = [pd.read_parquet(f, columns=["run_id", "engine_request_id", "tokens_proposed", "tokens_accepted"],
-                              read_dictionary=["run_id", "engine_request_id"]) for f in files]
+    frames = [
+        pd.read_parquet(
+            f,
+            columns=["run_id", "engine_request_id", "tokens_proposed", "tokens_accepted"],
+            read_dictionary=["run_id", "engine_request_id"],
+        )
+        for f in files
+    ]
     return pd.concat(frames, ignore_index=True)  # categoricals of different files: union, as object-free as pandas gets
 
 
@@ -226,17 +259,36 @@ def child_pandas(root: Path) -> dict:
     import pandas as pd
 
     def read_requests():
-        return pd.concat([pd.read_parquet(f, columns=["run_id", "arm", "concurrency", "repeat", "request_id",
-                                                     "prompt_id", "category", "success", "e2e_ms"])
-                          for f in sorted(root.glob("*/requests/*.parquet"))], ignore_index=True)
+        return pd.concat(
+            [
+                pd.read_parquet(
+                    f,
+                    columns=[
+                        "run_id",
+                        "arm",
+                        "concurrency",
+                        "repeat",
+                        "request_id",
+                        "prompt_id",
+                        "category",
+                        "success",
+                        "e2e_ms",
+                    ],
+                )
+                for f in sorted(root.glob("*/requests/*.parquet"))
+            ],
+            ignore_index=True,
+        )
 
     pattern = r"^(?:chatcmpl-|cmpl-)?(.+)-[0-9a-f]{8}$"
 
     def engine_lookup(rounds):
         """Per (run_id, engine id) category pair: the request's row in ``requests`` (-1: none)."""
         eng = rounds[["run_id", "engine_request_id"]].drop_duplicates()
-        eng = eng.assign(request_id=eng["engine_request_id"].astype(str).str.extract(pattern, expand=False),
-                         run_id=eng["run_id"].astype(str))
+        eng = eng.assign(
+            request_id=eng["engine_request_id"].astype(str).str.extract(pattern, expand=False),
+            run_id=eng["run_id"].astype(str),
+        )
         pos = requests.reset_index()[["index", "run_id", "request_id"]]
         return eng.merge(pos, on=["run_id", "request_id"], how="left")
 
@@ -251,14 +303,19 @@ def child_pandas(root: Path) -> dict:
     rounds["run_id"] = rounds["run_id"].astype("category")
     rounds["engine_request_id"] = rounds["engine_request_id"].astype("category")
     lookup = engine_lookup(rounds)
-    attributed = rounds.merge(lookup[["run_id", "engine_request_id", "index"]].dropna(),
-                              on=["run_id", "engine_request_id"])
+    attributed = rounds.merge(
+        lookup[["run_id", "engine_request_id", "index"]].dropna(), on=["run_id", "engine_request_id"]
+    )
     attributed["arm"] = requests["arm"].to_numpy()[attributed["index"].astype(int)]
     attributed["category"] = requests["category"].to_numpy()[attributed["index"].astype(int)]
     attributed["verify"] = attributed["tokens_proposed"] > 0
-    row_by_row = figures(attributed.groupby(["run_id", "arm", "category"], observed=True).agg(
-        verify_rounds=("verify", "sum"), tokens_proposed=("tokens_proposed", "sum"),
-        tokens_accepted=("tokens_accepted", "sum")))
+    row_by_row = figures(
+        attributed.groupby(["run_id", "arm", "category"], observed=True).agg(
+            verify_rounds=("verify", "sum"),
+            tokens_proposed=("tokens_proposed", "sum"),
+            tokens_accepted=("tokens_accepted", "sum"),
+        )
+    )
     row_s = time.perf_counter() - t0
     del attributed, rounds
 
@@ -266,19 +323,30 @@ def child_pandas(root: Path) -> dict:
     requests = read_requests()
     rounds = _pandas_rounds(root)
     rounds["verify"] = rounds["tokens_proposed"] > 0
-    per_engine = rounds.groupby(["run_id", "engine_request_id"], observed=True).agg(
-        verify_rounds=("verify", "sum"), tokens_proposed=("tokens_proposed", "sum"),
-        tokens_accepted=("tokens_accepted", "sum")).reset_index()
+    per_engine = (
+        rounds.groupby(["run_id", "engine_request_id"], observed=True)
+        .agg(
+            verify_rounds=("verify", "sum"),
+            tokens_proposed=("tokens_proposed", "sum"),
+            tokens_accepted=("tokens_accepted", "sum"),
+        )
+        .reset_index()
+    )
     lookup = engine_lookup(per_engine).dropna(subset=["index"])
-    per_engine = per_engine.assign(run_id=per_engine["run_id"].astype(str),
-                                   engine_request_id=per_engine["engine_request_id"].astype(str))
+    per_engine = per_engine.assign(
+        run_id=per_engine["run_id"].astype(str), engine_request_id=per_engine["engine_request_id"].astype(str)
+    )
     lookup = lookup.assign(engine_request_id=lookup["engine_request_id"].astype(str))
     joined = per_engine.merge(lookup[["run_id", "engine_request_id", "index"]], on=["run_id", "engine_request_id"])
     joined["arm"] = requests["arm"].to_numpy()[joined["index"].astype(int)]
     joined["category"] = requests["category"].to_numpy()[joined["index"].astype(int)]
-    grouped_first = figures(joined.groupby(["run_id", "arm", "category"]).agg(
-        verify_rounds=("verify_rounds", "sum"), tokens_proposed=("tokens_proposed", "sum"),
-        tokens_accepted=("tokens_accepted", "sum")))
+    grouped_first = figures(
+        joined.groupby(["run_id", "arm", "category"]).agg(
+            verify_rounds=("verify_rounds", "sum"),
+            tokens_proposed=("tokens_proposed", "sum"),
+            tokens_accepted=("tokens_accepted", "sum"),
+        )
+    )
     grouped_s = time.perf_counter() - t1
     del rounds
 
@@ -291,12 +359,16 @@ def child_pandas(root: Path) -> dict:
     pairs["log_ratio"] = np.log(pairs["e2e_ms_b"] / pairs["e2e_ms_s"])
     speedup = np.exp(pairs.groupby(["run_id", "category", "concurrency"])["log_ratio"].mean())
     speedup_s = time.perf_counter() - t2
-    return {"acceptance_row_by_row_s": row_s, "acceptance_grouped_first_s": grouped_s, "speedup_s": speedup_s,
-            "peak_rss_mib": _peak_rss_mib(), "speedup_rows": len(speedup),
-            "speedup": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in speedup.items()},
-            "acceptance": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in row_by_row["mean_acceptance_length"].items()},
-            "acceptance_grouped": {f"{k[0]}/{k[1]}/{k[2]}": v
-                                   for k, v in grouped_first["mean_acceptance_length"].items()}}
+    return {
+        "acceptance_row_by_row_s": row_s,
+        "acceptance_grouped_first_s": grouped_s,
+        "speedup_s": speedup_s,
+        "peak_rss_mib": _peak_rss_mib(),
+        "speedup_rows": len(speedup),
+        "speedup": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in speedup.items()},
+        "acceptance": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in row_by_row["mean_acceptance_length"].items()},
+        "acceptance_grouped": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in grouped_first["mean_acceptance_length"].items()},
+    }
 
 
 def _close(ours: dict, theirs: dict) -> bool:
@@ -348,12 +420,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=50_000_000, help="synthetic rounds in all (default 50 million)")
     ap.add_argument("--runs", type=int, default=4, help="runs the rounds are spread over")
     ap.add_argument("--layout", choices=("lake", "runs"), default="lake")
-    ap.add_argument("--data", default=None, help="folder for the generated data, kept and reused (default: a "
-                                                 "temporary folder, removed at the end)")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="folder for the generated data, kept and reused (default: a temporary folder, removed at the end)",
+    )
     ap.add_argument("--no-pandas", action="store_true", help="skip the pandas comparison")
-    ap.add_argument("--builds", type=int, default=3,
-                    help="builds, each in a fresh process; the median is the figure, every one is printed "
-                         "(default 3: this host's noise moves one build by 1-5 s)")
+    ap.add_argument(
+        "--builds",
+        type=int,
+        default=3,
+        help="builds, each in a fresh process; the median is the figure, every one is printed "
+        "(default 3: this host's noise moves one build by 1-5 s)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("PART", "ROOT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -363,11 +442,16 @@ def main() -> None:
     root, written, remove = _data(args)
     versions, load = _versions(), [round(x, 2) for x in os.getloadavg()]
     try:
-        print(f"data: {written['rounds']:,} rounds, {written['requests']:,} requests, {args.runs} runs "
-              f"({args.layout} layout), {written['files']} Parquet files, {written['bytes'] / 2**20:.0f} MiB, "
-              f"generated in {written.get('generate_s', 0):.0f} s (not measured) at {root}")
-        print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items())
-              + f"; load average at the start {load[0]} (1 min), {load[1]} (5 min)")
+        print(
+            f"data: {written['rounds']:,} rounds, {written['requests']:,} requests, {args.runs} runs "
+            f"({args.layout} layout), {written['files']} Parquet files, {written['bytes'] / 2**20:.0f} MiB, "
+            f"generated in {written.get('generate_s', 0):.0f} s (not measured) at {root}"
+        )
+        print(
+            "versions: "
+            + ", ".join(f"{k} {v}" for k, v in versions.items())
+            + f"; load average at the start {load[0]} (1 min), {load[1]} (5 min)"
+        )
         builds = [_child("build", root) for _ in range(args.builds)]
         b = sorted(builds, key=lambda r: r["total_s"])[len(builds) // 2]  # the median build (upper, when even)
         q = _child("queries", root)
@@ -376,61 +460,90 @@ def main() -> None:
         if remove:
             shutil.rmtree(root, ignore_errors=True)
     peak = max(r["peak_rss_mib"] for r in builds)
-    print(f"build {b['build_s']:.2f} s + every mart read in full {b['marts_s']:.2f} s = {b['total_s']:.2f} s "
-          f"(goal <= 10 s; the median of {len(builds)} builds); peak RSS {peak:.0f} MiB (goal <= 2048; the "
-          f"highest); CPU {b['cpu_s']:.1f} s; database {b['db_bytes'] / 2**20:.1f} MiB")
+    print(
+        f"build {b['build_s']:.2f} s + every mart read in full {b['marts_s']:.2f} s = {b['total_s']:.2f} s "
+        f"(goal <= 10 s; the median of {len(builds)} builds); peak RSS {peak:.0f} MiB (goal <= 2048; the "
+        f"highest); CPU {b['cpu_s']:.1f} s; database {b['db_bytes'] / 2**20:.1f} MiB"
+    )
     if len(builds) > 1:
-        print("each build: " + ", ".join(f"{r['total_s']:.2f} s (CPU {r['cpu_s']:.1f} s, {r['peak_rss_mib']:.0f} MiB)"
-                                         for r in builds))
+        print(
+            "each build: "
+            + ", ".join(f"{r['total_s']:.2f} s (CPU {r['cpu_s']:.1f} s, {r['peak_rss_mib']:.0f} MiB)" for r in builds)
+        )
     print("build steps (time since the build process started):")
     for line in b["steps"]:
         print("  " + line)
-    print("mart reads:", ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(b["mart_s"].items(), key=lambda kv: -kv[1])[:5]))
+    print(
+        "mart reads:",
+        ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in sorted(b["mart_s"].items(), key=lambda kv: -kv[1])[:5]),
+    )
     for name, sec in q["query_s"].items():
         print(f"query {name:34s} {sec * 1000:8.1f} ms (goal <= 1000)")
     duck_acc, duck_speed = q["from_parquet_s"]["acceptance"], q["from_parquet_s"]["speedup"]
     lean_acc, lean_speed = q["same_steps_s"]["acceptance"], q["same_steps_s"]["speedup"]
     lean_same = _close(q["same_steps_acceptance"], q["acceptance"])
-    print(f"from the Parquet, DuckDB, the build's models: acceptance {duck_acc:.2f} s, per-category speedup "
-          f"{duck_speed:.3f} s; the same steps as pandas: acceptance {lean_acc:.2f} s (same figures as the mart: "
-          f"{lean_same}), speedup {lean_speed:.3f} s")
-    figures = {"rounds": written["rounds"], "requests": written["requests"], "runs": args.runs, "layout": args.layout,
-               "parquet_mib": round(written["bytes"] / 2**20, 1), "build_s": round(b["build_s"], 2),
-               "marts_read_s": round(b["marts_s"], 3), "build_and_marts_s": round(b["total_s"], 2),
-               "build_cpu_s": round(b["cpu_s"], 1), "peak_rss_mib": round(peak),
-               "builds": len(builds), "build_and_marts_s_each": [round(r["total_s"], 2) for r in builds],
-               "build_cpu_s_each": [round(r["cpu_s"], 1) for r in builds],
-               "db_mib": round(b["db_bytes"] / 2**20, 1),
-               "query_ms": {k: round(v * 1000, 1) for k, v in q["query_s"].items()},
-               "duckdb_acceptance_from_parquet_s": round(duck_acc, 3),
-               "duckdb_speedup_from_parquet_s": round(duck_speed, 3),
-               "duckdb_same_steps_acceptance_s": round(lean_acc, 3), "duckdb_same_steps_speedup_s": round(lean_speed, 3),
-               "same_steps_acceptance_matches_mart": lean_same, "versions": versions, "load_average_at_start": load}
+    print(
+        f"from the Parquet, DuckDB, the build's models: acceptance {duck_acc:.2f} s, per-category speedup "
+        f"{duck_speed:.3f} s; the same steps as pandas: acceptance {lean_acc:.2f} s (same figures as the mart: "
+        f"{lean_same}), speedup {lean_speed:.3f} s"
+    )
+    figures = {
+        "rounds": written["rounds"],
+        "requests": written["requests"],
+        "runs": args.runs,
+        "layout": args.layout,
+        "parquet_mib": round(written["bytes"] / 2**20, 1),
+        "build_s": round(b["build_s"], 2),
+        "marts_read_s": round(b["marts_s"], 3),
+        "build_and_marts_s": round(b["total_s"], 2),
+        "build_cpu_s": round(b["cpu_s"], 1),
+        "peak_rss_mib": round(peak),
+        "builds": len(builds),
+        "build_and_marts_s_each": [round(r["total_s"], 2) for r in builds],
+        "build_cpu_s_each": [round(r["cpu_s"], 1) for r in builds],
+        "db_mib": round(b["db_bytes"] / 2**20, 1),
+        "query_ms": {k: round(v * 1000, 1) for k, v in q["query_s"].items()},
+        "duckdb_acceptance_from_parquet_s": round(duck_acc, 3),
+        "duckdb_speedup_from_parquet_s": round(duck_speed, 3),
+        "duckdb_same_steps_acceptance_s": round(lean_acc, 3),
+        "duckdb_same_steps_speedup_s": round(lean_speed, 3),
+        "same_steps_acceptance_matches_mart": lean_same,
+        "versions": versions,
+        "load_average_at_start": load,
+    }
     if p:
         same = _close(p["acceptance"], q["acceptance"]) and _close(p["acceptance_grouped"], q["acceptance"])
         speed_same = _close(p["speedup"], q["same_steps_speedup"])
-        print(f"pandas: acceptance row by row {p['acceptance_row_by_row_s']:.2f} s "
-              f"({p['acceptance_row_by_row_s'] / duck_acc:.1f}x DuckDB's), grouped first "
-              f"{p['acceptance_grouped_first_s']:.2f} s ({p['acceptance_grouped_first_s'] / duck_acc:.1f}x); "
-              f"speedup {p['speedup_s']:.3f} s ({p['speedup_s'] / duck_speed:.1f}x) (goal: DuckDB >= 20x faster); "
-              f"pandas peak RSS {p['peak_rss_mib']:.0f} MiB; same acceptance figures as the mart (both ways): {same}")
-        print(f"pandas against DuckDB's same steps: acceptance grouped first "
-              f"{p['acceptance_grouped_first_s'] / lean_acc:.1f}x, row by row {p['acceptance_row_by_row_s'] / lean_acc:.1f}x, "
-              f"speedup {p['speedup_s'] / lean_speed:.1f}x (same speedup figures: {speed_same}); both together "
-              f"(grouped first and the speedup) {(p['acceptance_grouped_first_s'] + p['speedup_s']) / (lean_acc + lean_speed):.1f}x")
-        figures.update(pandas_acceptance_row_by_row_s=round(p["acceptance_row_by_row_s"], 2),
-                       pandas_acceptance_grouped_first_s=round(p["acceptance_grouped_first_s"], 2),
-                       pandas_speedup_s=round(p["speedup_s"], 3),
-                       acceptance_ratio_row_by_row=round(p["acceptance_row_by_row_s"] / duck_acc, 1),
-                       acceptance_ratio_grouped_first=round(p["acceptance_grouped_first_s"] / duck_acc, 1),
-                       speedup_ratio=round(p["speedup_s"] / duck_speed, 1),
-                       pandas_peak_rss_mib=round(p["peak_rss_mib"]), pandas_matches_mart=same,
-                       same_steps_ratio_grouped_first=round(p["acceptance_grouped_first_s"] / lean_acc, 1),
-                       same_steps_ratio_row_by_row=round(p["acceptance_row_by_row_s"] / lean_acc, 1),
-                       same_steps_speedup_ratio=round(p["speedup_s"] / lean_speed, 1),
-                       same_steps_both_ratio=round((p["acceptance_grouped_first_s"] + p["speedup_s"])
-                                                   / (lean_acc + lean_speed), 1),
-                       pandas_speedup_matches_same_steps=speed_same)
+        print(
+            f"pandas: acceptance row by row {p['acceptance_row_by_row_s']:.2f} s "
+            f"({p['acceptance_row_by_row_s'] / duck_acc:.1f}x DuckDB's), grouped first "
+            f"{p['acceptance_grouped_first_s']:.2f} s ({p['acceptance_grouped_first_s'] / duck_acc:.1f}x); "
+            f"speedup {p['speedup_s']:.3f} s ({p['speedup_s'] / duck_speed:.1f}x) (goal: DuckDB >= 20x faster); "
+            f"pandas peak RSS {p['peak_rss_mib']:.0f} MiB; same acceptance figures as the mart (both ways): {same}"
+        )
+        print(
+            f"pandas against DuckDB's same steps: acceptance grouped first "
+            f"{p['acceptance_grouped_first_s'] / lean_acc:.1f}x, row by row {p['acceptance_row_by_row_s'] / lean_acc:.1f}x, "
+            f"speedup {p['speedup_s'] / lean_speed:.1f}x (same speedup figures: {speed_same}); both together "
+            f"(grouped first and the speedup) {(p['acceptance_grouped_first_s'] + p['speedup_s']) / (lean_acc + lean_speed):.1f}x"
+        )
+        figures.update(
+            pandas_acceptance_row_by_row_s=round(p["acceptance_row_by_row_s"], 2),
+            pandas_acceptance_grouped_first_s=round(p["acceptance_grouped_first_s"], 2),
+            pandas_speedup_s=round(p["speedup_s"], 3),
+            acceptance_ratio_row_by_row=round(p["acceptance_row_by_row_s"] / duck_acc, 1),
+            acceptance_ratio_grouped_first=round(p["acceptance_grouped_first_s"] / duck_acc, 1),
+            speedup_ratio=round(p["speedup_s"] / duck_speed, 1),
+            pandas_peak_rss_mib=round(p["peak_rss_mib"]),
+            pandas_matches_mart=same,
+            same_steps_ratio_grouped_first=round(p["acceptance_grouped_first_s"] / lean_acc, 1),
+            same_steps_ratio_row_by_row=round(p["acceptance_row_by_row_s"] / lean_acc, 1),
+            same_steps_speedup_ratio=round(p["speedup_s"] / lean_speed, 1),
+            same_steps_both_ratio=round(
+                (p["acceptance_grouped_first_s"] + p["speedup_s"]) / (lean_acc + lean_speed), 1
+            ),
+            pandas_speedup_matches_same_steps=speed_same,
+        )
     print(json.dumps(figures))
 
 

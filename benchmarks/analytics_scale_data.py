@@ -67,57 +67,100 @@ def _block(rng, run_id: str, arm: str, level: int, repeat: int, prompts: int, st
     engine_ids = pa.array([f"chatcmpl-{r}-{i:08x}" for i, r in enumerate(rids)])
     wall = T0 + (step * 15_000_000)
     rounds = {
-        "run_id": pa.array([run_id] * total), "engine_request_id": engine_ids.take(pa.array(req)),
-        "pid": pa.array(np.full(total, 1 if arm == "baseline" else 2)), "process_token": pa.array([token] * total),
-        "step_index": pa.array(step), "round_index": pa.array(round_index),
-        "phase": pa.array(np.where(decode, "decode", "prefill")), "tokens_proposed": pa.array(k),
-        "tokens_accepted": pa.array(a), "tokens_emitted": pa.array(emitted), "batch_size": pa.array(np.full(total, level)),
-        "num_scheduled_tokens": pa.array(np.where(decode, 1 + k, context)), "context_len": pa.array(context),
-        "draft_ms": pa.array(np.where(k > 0, 0.8, np.nan), mask=k == 0), "verify_ms": pa.array(np.full(total, 12.0)),
+        "run_id": pa.array([run_id] * total),
+        "engine_request_id": engine_ids.take(pa.array(req)),
+        "pid": pa.array(np.full(total, 1 if arm == "baseline" else 2)),
+        "process_token": pa.array([token] * total),
+        "step_index": pa.array(step),
+        "round_index": pa.array(round_index),
+        "phase": pa.array(np.where(decode, "decode", "prefill")),
+        "tokens_proposed": pa.array(k),
+        "tokens_accepted": pa.array(a),
+        "tokens_emitted": pa.array(emitted),
+        "batch_size": pa.array(np.full(total, level)),
+        "num_scheduled_tokens": pa.array(np.where(decode, 1 + k, context)),
+        "context_len": pa.array(context),
+        "draft_ms": pa.array(np.where(k > 0, 0.8, np.nan), mask=k == 0),
+        "verify_ms": pa.array(np.full(total, 12.0)),
         "wall_time_ns": pa.array(wall),
         "step_drafts_verified": pa.nulls(total, pa.int64()),  # not measured (Model Runner V1's rows)
     }
     step_ms = 12.0 + (0.8 if spec else 0.0)
-    e2e = 30.0 + n_rows * step_ms * level ** 0.3 * rng.lognormal(0, 0.05, prompts)
+    e2e = 30.0 + n_rows * step_ms * level**0.3 * rng.lognormal(0, 0.05, prompts)
     chunk_at = np.linspace(1 / CHUNKS, 1, CHUNKS)[None, :] * e2e[:, None]  # the first chunk arrives at TTFT
     chunk_tokens = np.linspace(TOKENS / CHUNKS, TOKENS, CHUNKS).astype(int)
     send = T0 + (step0 + (np.arange(prompts) // level) * TOKENS) * 15_000_000
     requests = {
-        "run_id": [run_id] * prompts, "arm": [arm] * prompts, "concurrency": [level] * prompts,
-        "repeat": [repeat] * prompts, "request_id": rids, "prompt_id": [f"p{i:06d}" for i in range(prompts)],
-        "category": [CATEGORIES[c] for c in cats], "max_tokens": [TOKENS] * prompts,
-        "temperature": [0.0] * prompts, "success": [True] * prompts, "error_type": [None] * prompts,
-        "http_status": [200] * prompts, "error_message": [None] * prompts, "wall_send_ns": send.tolist(),
-        "ttft_ms": chunk_at[:, 0].tolist(), "e2e_ms": e2e.tolist(),
-        "chunk_offsets_ms": chunk_at.tolist(), "chunk_tokens": [chunk_tokens.tolist()] * prompts,
-        "prompt_tokens": prompt_tokens.tolist(), "output_tokens": [TOKENS] * prompts,
-        "output_text": [f"out {i}" for i in range(prompts)], "finish_reason": ["length"] * prompts,
+        "run_id": [run_id] * prompts,
+        "arm": [arm] * prompts,
+        "concurrency": [level] * prompts,
+        "repeat": [repeat] * prompts,
+        "request_id": rids,
+        "prompt_id": [f"p{i:06d}" for i in range(prompts)],
+        "category": [CATEGORIES[c] for c in cats],
+        "max_tokens": [TOKENS] * prompts,
+        "temperature": [0.0] * prompts,
+        "success": [True] * prompts,
+        "error_type": [None] * prompts,
+        "http_status": [200] * prompts,
+        "error_message": [None] * prompts,
+        "wall_send_ns": send.tolist(),
+        "ttft_ms": chunk_at[:, 0].tolist(),
+        "e2e_ms": e2e.tolist(),
+        "chunk_offsets_ms": chunk_at.tolist(),
+        "chunk_tokens": [chunk_tokens.tolist()] * prompts,
+        "prompt_tokens": prompt_tokens.tolist(),
+        "output_tokens": [TOKENS] * prompts,
+        "output_text": [f"out {i}" for i in range(prompts)],
+        "finish_reason": ["length"] * prompts,
         "spec_num_steps": decode_rounds.tolist() if spec else [None] * prompts,
-
-        "spec_num_draft_tokens": [None] * prompts, "spec_num_accepted_tokens": [None] * prompts,
-        "load_mode": ["closed"] * prompts, "level_value": [float(level)] * prompts,
-        "intended_send_ms": [None] * prompts, "actual_send_ms": [None] * prompts,
-        "schedule_lag_ms": [None] * prompts, "session_wait_ms": [None] * prompts,
-        "session_id": [None] * prompts, "turn_index": [None] * prompts,
+        "spec_num_draft_tokens": [None] * prompts,
+        "spec_num_accepted_tokens": [None] * prompts,
+        "load_mode": ["closed"] * prompts,
+        "level_value": [float(level)] * prompts,
+        "intended_send_ms": [None] * prompts,
+        "actual_send_ms": [None] * prompts,
+        "schedule_lag_ms": [None] * prompts,
+        "session_wait_ms": [None] * prompts,
+        "session_id": [None] * prompts,
+        "turn_index": [None] * prompts,
     }
     sums = (int((k > 0).sum()), int(k.sum()), int(a.sum()))
     return rounds, requests, sums, int(step.max()) + 1
-
 
 
 def _manifest(run_id: str):
     from specdec.schemas.records import ArmConfig, RunManifest
 
     spec = {"method": "ngram", "num_speculative_tokens": K}
-    arms = [ArmConfig(name="baseline", speculative_config=None, server_args=[], endpoint="http://127.0.0.1:8001"),
-            ArmConfig(name="speculative", speculative_config=spec, server_args=[], endpoint="http://127.0.0.1:8002",
-                      speculative_config_source="declared")]
-    return RunManifest(run_id=run_id, created_wall="2026-01-01T00:00:00Z", specdec_version="bench",
-                       engine={"name": "external"}, model="synthetic", dtype="bfloat16", arms=arms,
-                       arm_difference=["--speculative-config"], sampling={"temperature": 0.0, "ignore_eos": True},
-                       traffic={"path": "synthetic", "category_shares": {c: 0.25 for c in CATEGORIES}},
-                       concurrency_levels=list(LEVELS), warmup_requests=0, host={}, finished=True,
-                       capture={"source": "directory"}, schedule={"repeats": REPEATS})
+    arms = [
+        ArmConfig(name="baseline", speculative_config=None, server_args=[], endpoint="http://127.0.0.1:8001"),
+        ArmConfig(
+            name="speculative",
+            speculative_config=spec,
+            server_args=[],
+            endpoint="http://127.0.0.1:8002",
+            speculative_config_source="declared",
+        ),
+    ]
+    return RunManifest(
+        run_id=run_id,
+        created_wall="2026-01-01T00:00:00Z",
+        specdec_version="bench",
+        engine={"name": "external"},
+        model="synthetic",
+        dtype="bfloat16",
+        arms=arms,
+        arm_difference=["--speculative-config"],
+        sampling={"temperature": 0.0, "ignore_eos": True},
+        traffic={"path": "synthetic", "category_shares": {c: 0.25 for c in CATEGORIES}},
+        concurrency_levels=list(LEVELS),
+        warmup_requests=0,
+        host={},
+        finished=True,
+        capture={"source": "directory"},
+        schedule={"repeats": REPEATS},
+    )
 
 
 def generate(root: Path, rounds_target: int, runs: int, layout: str, seed: int = 0) -> dict:
@@ -170,8 +213,9 @@ def generate(root: Path, rounds_target: int, runs: int, layout: str, seed: int =
                     pending.append(pa.Table.from_pydict(cols, schema=round_schema))
                     pending_rows += len(cols["run_id"])
                     written["rounds"] += len(cols["run_id"])
-                    write_parquet_atomic(pa.Table.from_pydict(reqs, schema=request_schema),
-                                         requests_part(run_dir, arm, level, repeat))
+                    write_parquet_atomic(
+                        pa.Table.from_pydict(reqs, schema=request_schema), requests_part(run_dir, arm, level, repeat)
+                    )
                     written["requests"] += prompts
                     written["files"] += 1
                     before = drafts.get(arm, (0, 0, 0))
@@ -179,19 +223,29 @@ def generate(root: Path, rounds_target: int, runs: int, layout: str, seed: int =
                     drafts[arm] = after
                     for position, (n, k, a) in (("before", before), ("after", after)):
                         spec = arm == "speculative"
-                        counters.append(MetricSnapshot(
-                            run_id=run_id, arm=arm, concurrency=level, repeat=repeat, position=position,
-                            wall_time_ns=T0 + step, spec_num_drafts=float(n) if spec else None,
-                            spec_num_draft_tokens=float(k) if spec else None,
-                            spec_num_accepted_tokens=float(a) if spec else None, generation_tokens=None))
+                        counters.append(
+                            MetricSnapshot(
+                                run_id=run_id,
+                                arm=arm,
+                                concurrency=level,
+                                repeat=repeat,
+                                position=position,
+                                wall_time_ns=T0 + step,
+                                spec_num_drafts=float(n) if spec else None,
+                                spec_num_draft_tokens=float(k) if spec else None,
+                                spec_num_accepted_tokens=float(a) if spec else None,
+                                generation_tokens=None,
+                            )
+                        )
                     if pending_rows >= PART_ROWS:
                         flush()
         flush()
         from specdec.schemas.arrow import table_from_records
 
         for arm in ("baseline", "speculative"):
-            write_parquet_atomic(table_from_records(MetricSnapshot, [c for c in counters if c.arm == arm]),
-                                 counters_part(run_dir, arm))
+            write_parquet_atomic(
+                table_from_records(MetricSnapshot, [c for c in counters if c.arm == arm]), counters_part(run_dir, arm)
+            )
     written["bytes"] = sum(f.stat().st_size for f in root.rglob("*.parquet"))
     written["blocks_per_run"] = blocks
     return written

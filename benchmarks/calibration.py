@@ -46,18 +46,26 @@ DEMO_REPEATS = Design().repeats  # the demo's design (specdec/demo_design.py)
 def _run(job: tuple) -> dict:
     name, design, noise, ratio, runs, seed, method, centred = job
     t0 = time.perf_counter()
-    result = evaluate(design, noise, ratio, runs, seed=seed, centred=centred,
-                      **({"method": PLANTED[method]} if method else {}))
-    return {"scenario": name, "method": method or "specdec", "repeats": design.repeats,
-            "process_sd": noise.process, "true_ratio": ratio, **result.line(),
-            "seconds": round(time.perf_counter() - t0, 1)}
+    result = evaluate(
+        design, noise, ratio, runs, seed=seed, centred=centred, **({"method": PLANTED[method]} if method else {})
+    )
+    return {
+        "scenario": name,
+        "method": method or "specdec",
+        "repeats": design.repeats,
+        "process_sd": noise.process,
+        "true_ratio": ratio,
+        **result.line(),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
 
 
 def _noise(base: Noise, process: float, prompt: bool = True) -> Noise:
     """``base`` with another process shift; ``prompt=False``: no prompt-specific effect (a true A/A:
     identical arms cannot speed one prompt up and another down)."""
-    return Noise(process=process, block=base.block, request=dict(base.request),
-                 prompt=dict(base.prompt) if prompt else {})
+    return Noise(
+        process=process, block=base.block, request=dict(base.request), prompt=dict(base.prompt) if prompt else {}
+    )
 
 
 def _estimate(paths: list[str]) -> list[dict]:
@@ -89,44 +97,78 @@ def main(argv: list[str] | None = None) -> int:
             for cat, comp in run.items():
                 print(json.dumps({"run": path, "category": cat, **{k: round(v, 4) for k, v in comp.items()}}))
         n = noise_from(runs)
-        print(json.dumps({"pooled": True, "process": round(n.process, 4), "block": round(n.block, 4),
-                          "request": {k: round(v, 4) for k, v in n.request.items()},
-                          "prompt": {k: round(v, 4) for k, v in n.prompt.items()}}))
+        print(
+            json.dumps(
+                {
+                    "pooled": True,
+                    "process": round(n.process, 4),
+                    "block": round(n.block, 4),
+                    "request": {k: round(v, 4) for k, v in n.request.items()},
+                    "prompt": {k: round(v, 4) for k, v in n.prompt.items()},
+                }
+            )
+        )
         return 0
 
     base = noise_from(_estimate(args.noise_from)) if args.noise_from else MEASURED
-    print(json.dumps({"noise": {"process": base.process, "block": base.block, "request": dict(base.request),
-                                "prompt": dict(base.prompt)},
-                      "source": "--noise-from " + " ".join(args.noise_from) if args.noise_from else "MEASURED"}))
+    print(
+        json.dumps(
+            {
+                "noise": {
+                    "process": base.process,
+                    "block": base.block,
+                    "request": dict(base.request),
+                    "prompt": dict(base.prompt),
+                },
+                "source": "--noise-from " + " ".join(args.noise_from) if args.noise_from else "MEASURED",
+            }
+        )
+    )
     jobs = []
     seed = args.seed
     for repeats in sorted({2, 3, 4, 5, DEMO_REPEATS}):
         for process in (0.0, 0.03, 0.06, 0.10):
             seed += 1
-            jobs.append(("A/A", Design(repeats=repeats), _noise(base, process, prompt=False), 1.0, args.runs, seed,
-                         None, True))
+            jobs.append(
+                ("A/A", Design(repeats=repeats), _noise(base, process, prompt=False), 1.0, args.runs, seed, None, True)
+            )
         seed += 1
         jobs.append(("prompts", Design(repeats=repeats), base, 1.2, args.runs, seed, None, False))
         for ratio in (1.1, 1.2, 1.3):
             seed += 1
             jobs.append(("power", Design(repeats=repeats), base, ratio, max(args.runs // 2, 20), seed, None, True))
     for method in PLANTED:
-        jobs.append(("A/A", Design(repeats=DEMO_REPEATS), _noise(base, 0.10, prompt=False), 1.0, args.runs,
-                     args.seed, method, True))
-        jobs.append(("power", Design(repeats=DEMO_REPEATS), base, 1.2, max(args.runs // 2, 20), args.seed, method,
-                     True))
+        jobs.append(
+            (
+                "A/A",
+                Design(repeats=DEMO_REPEATS),
+                _noise(base, 0.10, prompt=False),
+                1.0,
+                args.runs,
+                args.seed,
+                method,
+                True,
+            )
+        )
+        jobs.append(
+            ("power", Design(repeats=DEMO_REPEATS), base, 1.2, max(args.runs // 2, 20), args.seed, method, True)
+        )
     lines = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for line in pool.map(_run, jobs):
             print(json.dumps(line), flush=True)
             lines.append(line)
 
-    print(f"\n{'method':22} {'R':>2} {'scenario':8} {'proc':>5} {'ratio':>5} {'cover':>6} {'prompts':>7} "
-          f"{'A/A':>5} {'FWER':>5} {'faster':>6}")
+    print(
+        f"\n{'method':22} {'R':>2} {'scenario':8} {'proc':>5} {'ratio':>5} {'cover':>6} {'prompts':>7} "
+        f"{'A/A':>5} {'FWER':>5} {'faster':>6}"
+    )
     for x in lines:
-        print(f"{x['method']:22} {x['repeats']:>2} {x['scenario']:8} {x['process_sd']:>5.2f} {x['true_ratio']:>5.2f} "
-              f"{x['coverage']:>6.1%} {x['prompts_coverage']:>7.1%} {x['aa_coverage']:>5.1%} "
-              f"{x['false_label_runs']:>5.1%} {x['faster_share']:>6.1%}")
+        print(
+            f"{x['method']:22} {x['repeats']:>2} {x['scenario']:8} {x['process_sd']:>5.2f} {x['true_ratio']:>5.2f} "
+            f"{x['coverage']:>6.1%} {x['prompts_coverage']:>7.1%} {x['aa_coverage']:>5.1%} "
+            f"{x['false_label_runs']:>5.1%} {x['faster_share']:>6.1%}"
+        )
     ours = [x for x in lines if x["method"] == "specdec"]
     demo = [x for x in ours if x["repeats"] == DEMO_REPEATS]
     worst_cover = min(x["coverage"] for x in demo if x["scenario"] == "A/A")
@@ -134,9 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     prompts = next(x["prompts_coverage"] for x in demo if x["scenario"] == "prompts")
     fwer = max(x["false_label_runs"] for x in demo if x["scenario"] == "A/A")
     power = next(x["faster_share"] for x in demo if x["scenario"] == "power" and x["true_ratio"] == 1.2)
-    print(f"\ndemo design ({DEMO_REPEATS} repeats): coverage {worst_cover:.1%}-{best_cover:.1%} (goal 93-97%), "
-          f"family-wise false labels <= {fwer:.1%} (goal <= 5%), power at 1.20x {power:.1%} (goal >= 80%), "
-          f"prompts-and-runs coverage {prompts:.1%}")
+    print(
+        f"\ndemo design ({DEMO_REPEATS} repeats): coverage {worst_cover:.1%}-{best_cover:.1%} (goal 93-97%), "
+        f"family-wise false labels <= {fwer:.1%} (goal <= 5%), power at 1.20x {power:.1%} (goal >= 80%), "
+        f"prompts-and-runs coverage {prompts:.1%}"
+    )
     return 0
 
 

@@ -41,8 +41,13 @@ def one(model: str, capture: bool, max_tokens: int, batch: int) -> float:
     env.pop(ENV_CAPTURE_DIR, None)
     if capture:
         env[ENV_CAPTURE_DIR] = tempfile.mkdtemp(prefix="specdec-bench-")
-    out = subprocess.run([sys.executable, "-c", CHILD, model, str(max_tokens), str(batch)],
-                         env=env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, model, str(max_tokens), str(batch)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("RESULT "))
     return json.loads(line[7:])["seconds"]
 
@@ -64,8 +69,10 @@ def main() -> None:
         on.append(one(a.model, True, a.max_tokens, a.batch))
         print(f"pair {i + 1}: capture off {off[-1]:.2f}s  on {on[-1]:.2f}s", flush=True)
     m_off, m_on = statistics.median(off), statistics.median(on)
-    print(f"median generation time, {a.batch} requests x {a.max_tokens} tokens: "
-          f"capture off {m_off:.2f}s | capture on {m_on:.2f}s | on/off ratio {m_on / m_off:.3f}")
+    print(
+        f"median generation time, {a.batch} requests x {a.max_tokens} tokens: "
+        f"capture off {m_off:.2f}s | capture on {m_on:.2f}s | on/off ratio {m_on / m_off:.3f}"
+    )
 
 
 if __name__ == "__main__":

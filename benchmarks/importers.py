@@ -66,8 +66,12 @@ print(json.dumps({"rows": n, "wall_s": time.perf_counter() - t0, "cpu_s": time.p
 
 
 def run(fmt: str, path: Path, out: Path, old_tree: str = "-", how: str = "file") -> dict:
-    done = subprocess.run([sys.executable, "-c", CHILD, fmt, str(path), str(out), old_tree, how],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, fmt, str(path), str(out), old_tree, how],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
         raise SystemExit(f"{fmt} {path.name} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -119,9 +123,17 @@ def gen_mooncake(path: Path, n: int) -> None:
     with path.open("w") as fh:
         for i in range(n):
             r, cycle = rows[i % len(rows)], i // len(rows)
-            fh.write(json.dumps({"timestamp": 2 * i, "input_length": r["input_length"],
-                                 "output_length": r["output_length"],
-                                 "hash_ids": [h + cycle * top for h in r["hash_ids"]]}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "timestamp": 2 * i,
+                        "input_length": r["input_length"],
+                        "output_length": r["output_length"],
+                        "hash_ids": [h + cycle * top for h in r["hash_ids"]],
+                    }
+                )
+                + "\n"
+            )
 
 
 def old_tree(commit: str, into: Path) -> str:
@@ -139,39 +151,52 @@ def old_tree(commit: str, into: Path) -> str:
 
 
 def line(name: str, r: dict) -> str:
-    return (f"{name:<34} {r['rows']:>9,} rows {r['wall_s']:8.1f} s wall {r['cpu_s']:8.1f} s CPU "
-            f"{r['rows'] / r['wall_s']:>10,.0f} rows/s  peak RSS {r['peak_rss_mib']:6.0f} MiB")
+    return (
+        f"{name:<34} {r['rows']:>9,} rows {r['wall_s']:8.1f} s wall {r['cpu_s']:8.1f} s CPU "
+        f"{r['rows'] / r['wall_s']:>10,.0f} rows/s  peak RSS {r['peak_rss_mib']:6.0f} MiB"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--mooncake-rows", type=int, default=None, help="rows of the generated Mooncake file (default: --rows)")
+    ap.add_argument(
+        "--mooncake-rows", type=int, default=None, help="rows of the generated Mooncake file (default: --rows)"
+    )
     ap.add_argument("--old", default=None, help="a commit whose importers to measure side by side")
     ap.add_argument("--old-rows", type=int, default=1_000)
-    ap.add_argument("--formats", default="azure,burstgpt,burstgpt-sessions,mooncake",
-                    help="generated files of these formats (comma-separated)")
+    ap.add_argument(
+        "--formats",
+        default="azure,burstgpt,burstgpt-sessions,mooncake",
+        help="generated files of these formats (comma-separated)",
+    )
     ap.add_argument("--no-trace", action="store_true", help="skip the whole Azure trace")
-    ap.add_argument("--compare", default=None,
-                    help="a commit with import_to_file: each generated file is also imported with its code, side by side")
+    ap.add_argument(
+        "--compare",
+        default=None,
+        help="a commit with import_to_file: each generated file is also imported with its code, side by side",
+    )
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         compare_tree = old_tree(args.compare, tmp / "compare") if args.compare else "-"
         lengths = azure_lengths()
-        results = {} if args.no_trace else {
-            "azure conversation trace (whole)": run("azure", AZURE, tmp / "a.parquet")}
+        results = {} if args.no_trace else {"azure conversation trace (whole)": run("azure", AZURE, tmp / "a.parquet")}
         if args.old:
             head = tmp / "azure_conv_head.csv"
             head.write_text("".join(AZURE.open().readlines()[: args.old_rows + 1]))
             tree = old_tree(args.old, tmp / "old")
             results[f"azure first {args.old_rows} rows, new"] = run("azure", head, tmp / "h.parquet")
-            results[f"azure first {args.old_rows} rows, old {args.old[:8]}"] = run("azure", head, tmp / "o.parquet",
-                                                                                tree, "memory")
-        for name, gen, n in (("azure", gen_azure, args.rows), ("burstgpt", gen_burstgpt, args.rows),
-                             ("burstgpt-sessions", gen_burstgpt_sessions, args.rows),
-                             ("mooncake", None, args.mooncake_rows or args.rows)):
+            results[f"azure first {args.old_rows} rows, old {args.old[:8]}"] = run(
+                "azure", head, tmp / "o.parquet", tree, "memory"
+            )
+        for name, gen, n in (
+            ("azure", gen_azure, args.rows),
+            ("burstgpt", gen_burstgpt, args.rows),
+            ("burstgpt-sessions", gen_burstgpt_sessions, args.rows),
+            ("mooncake", None, args.mooncake_rows or args.rows),
+        ):
             if name not in args.formats.split(","):
                 continue
             fmt = name.split("-")[0]

@@ -81,21 +81,27 @@ def main() -> None:
     cfg = ReplayConfig(traffic=BUNDLED, requests_per_level=a.requests, max_tokens=a.max_tokens)
     rows = [r for r in level_rows(load_traffic(BUNDLED), cfg) if r.temperature == 0]
     spec = ServerSpec(model=a.model, dtype=a.dtype, prefix_cache="keep")
-    result = {arm: measure(spec, conf, rows, a.pairs, arm)
-              for arm, conf in (("baseline", None), ("speculative", dict(DEFAULT_SPEC_CONFIG)))}
+    result = {
+        arm: measure(spec, conf, rows, a.pairs, arm)
+        for arm, conf in (("baseline", None), ("speculative", dict(DEFAULT_SPEC_CONFIG)))
+    }
     print(f"\n{len(rows)} greedy prompts, {a.max_tokens} forced tokens, {a.dtype}, one at a time, {a.pairs} pairs\n")
     print(f"{'arm':12s} {'plain ms':>9s} {'logprobs ms':>11s} {'ratio (geo mean, per pair)':>30s}")
     for arm, blocks in result.items():
         per_pair = [geo([lp / pl for lp, pl in zip(l_, p_)]) for l_, p_ in zip(blocks["logprobs"], blocks["plain"])]
         allr = geo([lp / pl for l_, p_ in zip(blocks["logprobs"], blocks["plain"]) for lp, pl in zip(l_, p_)])
         mean = lambda bs: sum(sum(b) for b in bs) / sum(len(b) for b in bs)  # noqa: E731
-        print(f"{arm:12s} {mean(blocks['plain']):9.1f} {mean(blocks['logprobs']):11.1f} "
-              f"{allr:10.3f}  ({', '.join(f'{r:.3f}' for r in per_pair)})")
+        print(
+            f"{arm:12s} {mean(blocks['plain']):9.1f} {mean(blocks['logprobs']):11.1f} "
+            f"{allr:10.3f}  ({', '.join(f'{r:.3f}' for r in per_pair)})"
+        )
     for kind in ("plain", "logprobs"):
         b = [x for blk in result["baseline"][kind] for x in blk]
         s = [x for blk in result["speculative"][kind] for x in blk]
-        print(f"speedup {kind:9s} (geo mean of baseline / speculative over prompts and pairs): "
-              f"{geo([x / y for x, y in zip(b, s)]):.3f}")
+        print(
+            f"speedup {kind:9s} (geo mean of baseline / speculative over prompts and pairs): "
+            f"{geo([x / y for x, y in zip(b, s)]):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,16 @@ def serve_stub(port: int, chunks: int, gap_ms: float, first_ms: float) -> None:
         await resp.write(event({**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
         for i in range(chunks):
             last = i == chunks - 1
-            await resp.write(event({**head, "choices": [{"index": 0, "delta": {"content": f" tok{i}"},
-                                                         "finish_reason": "length" if last else None}]}))
+            await resp.write(
+                event(
+                    {
+                        **head,
+                        "choices": [
+                            {"index": 0, "delta": {"content": f" tok{i}"}, "finish_reason": "length" if last else None}
+                        ],
+                    }
+                )
+            )
             if not last:
                 await asyncio.sleep(gap_ms / 1000)
         await resp.write(event({**head, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": chunks}}))
@@ -124,8 +132,9 @@ def figures(m: dict) -> dict:
             for q in (50, 90, 99):
                 res[f"{metric}_{name}_p{q}_ms"] = round(pct(m[name][metric], q), 4)
         res[f"{metric}_added_p50_ms"] = round(res[f"{metric}_proxy_p50_ms"] - res[f"{metric}_direct_p50_ms"], 4)
-    res["ttft_paired_median_diff_ms"] = round(statistics.median(
-        p - d for p, d in zip(m["proxy"]["ttft"], m["direct"]["ttft"])), 4)
+    res["ttft_paired_median_diff_ms"] = round(
+        statistics.median(p - d for p, d in zip(m["proxy"]["ttft"], m["direct"]["ttft"])), 4
+    )
     res["requests_per_side"] = len(m["direct"]["ttft"])
     res["gaps_per_side"] = len(m["direct"]["gaps"])
     return res
@@ -143,9 +152,24 @@ def show(target: str, f: dict) -> None:
 
 # ---------------------------------------------------------------- main
 def start_proxy(upstream: str, out_dir: Path) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "proxy", "--upstream", upstream,
-                             "--listen", "127.0.0.1:0", "--out", str(out_dir), "--content", "hash"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdec.cli.capture",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--listen",
+            "127.0.0.1:0",
+            "--out",
+            str(out_dir),
+            "--content",
+            "hash",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     if "listening on " not in line:
         proc.kill()
@@ -188,14 +212,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         port = free_port()
-        stub = subprocess.Popen([sys.executable, __file__, "--serve-stub", str(port), "--chunks", str(args.chunks),
-                                 "--gap-ms", str(args.gap_ms), "--first-ms", str(args.first_ms)])
+        stub = subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--serve-stub",
+                str(port),
+                "--chunks",
+                str(args.chunks),
+                "--gap-ms",
+                str(args.gap_ms),
+                "--first-ms",
+                str(args.first_ms),
+            ]
+        )
         try:
             upstream = f"http://127.0.0.1:{port}"
             wait_up(upstream + CHAT)
             body = {"model": "stub", "stream": True, "messages": [{"role": "user", "content": "Say something."}]}
-            result["stub"] = {"chunks": args.chunks, "gap_ms": args.gap_ms, "first_ms": args.first_ms,
-                              **run_target(upstream, body, args.pairs, tmp, "stub")}
+            result["stub"] = {
+                "chunks": args.chunks,
+                "gap_ms": args.gap_ms,
+                "first_ms": args.first_ms,
+                **run_target(upstream, body, args.pairs, tmp, "stub"),
+            }
             show(f"stub ({args.chunks} chunks, {args.gap_ms} ms apart)", result["stub"])
         finally:
             stub.terminate()
@@ -206,11 +246,18 @@ def main() -> None:
 
             spec = ServerSpec(model=str(prepare_model().path), dtype="bfloat16", prefix_cache="off")
             with LocalServer(spec, None, tmp / "capture", "bench", tmp / "server.log") as srv:
-                body = {"model": "specdec-target", "stream": True, "temperature": 0, "ignore_eos": True,
-                        "max_tokens": args.max_tokens,
-                        "messages": [{"role": "user", "content": "Write a short story about a lighthouse."}]}
-                result["engine"] = {"max_tokens": args.max_tokens,
-                                    **run_target(srv.base_url, body, args.engine_pairs, tmp, "engine")}
+                body = {
+                    "model": "specdec-target",
+                    "stream": True,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "max_tokens": args.max_tokens,
+                    "messages": [{"role": "user", "content": "Write a short story about a lighthouse."}],
+                }
+                result["engine"] = {
+                    "max_tokens": args.max_tokens,
+                    **run_target(srv.base_url, body, args.engine_pairs, tmp, "engine"),
+                }
                 show(f"embedded vLLM engine ({args.max_tokens} tokens)", result["engine"])
     print(json.dumps(result))
 

@@ -96,8 +96,13 @@ class _Stats:
 
     def as_dict(self) -> dict:
         span = (self.last - self.first) if self.first is not None else 0.0
-        return {"tokens": self.tokens, "requests": self.requests, "max_open": self.max_open,
-                "mean_open": self.area / span if span > 0 else 0.0, "span_s": span}
+        return {
+            "tokens": self.tokens,
+            "requests": self.requests,
+            "max_open": self.max_open,
+            "mean_open": self.area / span if span > 0 else 0.0,
+            "span_s": span,
+        }
 
 
 class _Stream:
@@ -124,13 +129,17 @@ class StubServer:
 
     def event(self, s: _Stream) -> bytes:
         head = b'data: {"id":"chatcmpl-%s","object":"chat.completion.chunk","created":%d,"model":"stub","choices":[' % (
-            s.rid.encode(), self.created)
+            s.rid.encode(),
+            self.created,
+        )
         if not s.sent_role:
             s.sent_role = True
             body = b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
             if s.usage:
                 body += b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":0}' % (
-                    s.prompt_tokens, s.prompt_tokens)
+                    s.prompt_tokens,
+                    s.prompt_tokens,
+                )
             return _chunk(head + body + b"}\n\n")
         s.n += 1
         s.left -= 1
@@ -139,11 +148,17 @@ class StubServer:
         body = b'{"index":0,"delta":{"content":"%s"},"logprobs":null,"finish_reason":%s}]' % (word, finish)
         if s.usage:
             body += b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
-                s.prompt_tokens, s.prompt_tokens + s.n, s.n)
+                s.prompt_tokens,
+                s.prompt_tokens + s.n,
+                s.n,
+            )
         out = _chunk(head + body + b"}\n\n")
         if s.left == 0:
-            out += _chunk(head + b'],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (
-                s.prompt_tokens, s.prompt_tokens + s.n, s.n))
+            out += _chunk(
+                head
+                + b'],"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}}\n\n'
+                % (s.prompt_tokens, s.prompt_tokens + s.n, s.n)
+            )
             out += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
         return out
 
@@ -169,11 +184,13 @@ class StubServer:
     def start_stream(self, transport, body: bytes) -> None:
         req = json.loads(body)
         opts = req.get("stream_options") or {}
-        transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-                        b"transfer-encoding: chunked\r\n\r\n")
+        transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+        )
         self.stats.change(+1)
-        self.streams.append(_Stream(transport, self.tokens, bool(opts.get("continuous_usage_stats")),
-                                    os.urandom(8).hex()))
+        self.streams.append(
+            _Stream(transport, self.tokens, bool(opts.get("continuous_usage_stats")), os.urandom(8).hex())
+        )
 
 
 class _Conn(asyncio.Protocol):
@@ -198,14 +215,15 @@ class _Conn(asyncio.Protocol):
                     length = int(value)
             if len(self.buf) < end + 4 + length:
                 return
-            body = self.buf[end + 4:end + 4 + length]
-            self.buf = self.buf[end + 4 + length:]
+            body = self.buf[end + 4 : end + 4 + length]
+            self.buf = self.buf[end + 4 + length :]
             method, path = lines[0].split(" ")[:2]
             self.handle(method, path, body)
 
     def reply(self, body: bytes, ctype: bytes = b"application/json") -> None:
-        self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
-                             % (ctype, len(body), body))
+        self.transport.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s" % (ctype, len(body), body)
+        )
 
     def handle(self, method: str, path: str, body: bytes) -> None:
         if path.startswith("/v1/chat/completions"):
@@ -232,10 +250,13 @@ async def _serve(tokens: int, step_ms: float) -> None:
 
 # ---------------------------------------------------------------- clients (child processes)
 
+
 def _idle_cpu_per_s(seconds: float = 0.5) -> float:
     """CPU per wall second of this process while its event loop only sleeps."""
+
     async def idle():
         await asyncio.sleep(seconds)
+
     c0, t0 = time.process_time(), time.perf_counter()
     asyncio.run(idle())
     return (time.process_time() - c0) / (time.perf_counter() - t0)
@@ -250,8 +271,13 @@ def _p99(values: list[float]) -> float | None:
 
 async def _drain(session, url: str, i: int):
     """The floor: one streamed request whose bytes are read (readany) and dropped."""
-    body = {"model": "stub", "messages": [{"role": "user", "content": f"Say something, number {i}."}],
-            "max_tokens": 1, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    body = {
+        "model": "stub",
+        "messages": [{"role": "user", "content": f"Say something, number {i}."}],
+        "max_tokens": 1,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
     async with session.post(url + "/v1/chat/completions", json=body) as resp:
         while await resp.content.readany():
             pass
@@ -274,8 +300,10 @@ def client_specdec(a) -> dict:
     if a.spin_ms is not None:
         open_loop.SPIN_MS = a.spin_ms
 
-    rows = [TrafficRow(prompt_id=f"p{i}", category="bench", prompt=f"Say something, number {i}.",
-                       max_tokens=a.tokens) for i in range(a.requests)]
+    rows = [
+        TrafficRow(prompt_id=f"p{i}", category="bench", prompt=f"Say something, number {i}.", max_tokens=a.tokens)
+        for i in range(a.requests)
+    ]
     settings = ClientSettings()
     idle = _idle_cpu_per_s()
     out: dict = {}
@@ -291,25 +319,36 @@ def client_specdec(a) -> dict:
                 if a.mode == "closed":
                     await closed_loop(len(rows), a.level, lambda i: _drain(session, a.url, i))
                 else:
+
                     async def send(i, when):
                         sends[i] = when
                         return await _drain(session, a.url, i)
+
                     await open_loop.open_loop(poisson_plan(rows, a.rate, seed=0), send)
                 results = [(None, _Drained())] * len(rows)
             elif a.mode == "closed":
-                results = await run_level(streams, a.url, "stub", rows, a.level, lambda i: f"r{i}", settings,
-                                          sends=sends)
+                results = await run_level(
+                    streams, a.url, "stub", rows, a.level, lambda i: f"r{i}", settings, sends=sends
+                )
             else:
                 plan = poisson_plan(rows, a.rate, seed=0)
-                results = await run_open_level(streams, a.url, "stub", rows, plan, lambda i: f"r{i}", settings,
-                                               sends=sends)
+                results = await run_open_level(
+                    streams, a.url, "stub", rows, plan, lambda i: f"r{i}", settings, sends=sends
+                )
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             lags = [s.lag_ms for s in sends.values() if s.lag_ms is not None]
             chunks = None if a.which == "aiohttp-floor" else sum(len(r.chunk_offsets_ms) for _, r in results)
-            out.update(wall_s=wall, cpu_s=cpu, marginal_cpu_s=cpu - idle * wall, idle_cpu_per_s=idle,
-                       ok=sum(r.success for _, r in results), failed=sum(not r.success for _, r in results),
-                       chunks_recorded=chunks, p99_lag_ms=_p99(lags),
-                       errors=sorted({r.error_type for _, r in results if not r.success}))
+            out.update(
+                wall_s=wall,
+                cpu_s=cpu,
+                marginal_cpu_s=cpu - idle * wall,
+                idle_cpu_per_s=idle,
+                ok=sum(r.success for _, r in results),
+                failed=sum(not r.success for _, r in results),
+                chunks_recorded=chunks,
+                p99_lag_ms=_p99(lags),
+                errors=sorted({r.error_type for _, r in results if not r.success}),
+            )
 
     if a.which == "specdec-uvloop":
         import uvloop
@@ -335,9 +374,28 @@ def client_vllm(a) -> dict:
 
     data = Path(tempfile.mkdtemp(prefix="bench-client-")) / "prompts.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"Say something, number {i}."}) + "\n" for i in range(a.requests)))
-    argv = ["--backend", "openai-chat", "--base-url", a.url, "--endpoint", "/v1/chat/completions",
-            "--model", "stub", "--skip-tokenizer-init", "--dataset-name", "custom", "--dataset-path", str(data),
-            "--num-prompts", str(a.requests), "--disable-tqdm", "--temperature", "0", "--seed", "0"]
+    argv = [
+        "--backend",
+        "openai-chat",
+        "--base-url",
+        a.url,
+        "--endpoint",
+        "/v1/chat/completions",
+        "--model",
+        "stub",
+        "--skip-tokenizer-init",
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(data),
+        "--num-prompts",
+        str(a.requests),
+        "--disable-tqdm",
+        "--temperature",
+        "0",
+        "--seed",
+        "0",
+    ]
     argv += ["--max-concurrency", str(a.level)] if a.mode == "closed" else ["--request-rate", str(a.rate)]
     parser = FlexibleArgumentParser()
     serve.add_cli_args(parser)
@@ -351,12 +409,21 @@ def client_vllm(a) -> dict:
     with contextlib.redirect_stdout(buf):
         result = serve.main(args)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"wall_s": wall, "cpu_s": cpu, "marginal_cpu_s": cpu - idle * wall, "idle_cpu_per_s": idle,
-            "ok": result.get("completed"), "failed": result.get("failed", 0), "p99_lag_ms": None,
-            "chunks_recorded": None, "errors": []}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "marginal_cpu_s": cpu - idle * wall,
+        "idle_cpu_per_s": idle,
+        "ok": result.get("completed"),
+        "failed": result.get("failed", 0),
+        "p99_lag_ms": None,
+        "chunks_recorded": None,
+        "errors": [],
+    }
 
 
 # ---------------------------------------------------------------- parent
+
 
 def _get(url: str) -> dict:
     import urllib.request
@@ -375,8 +442,24 @@ def measure(client: str, mode: str, level: int, requests: int, a, url: str, fixe
     run of the same client) is taken off the marginal figure: per-run set-up
     such as vLLM's ready check and metrics, not a per-token cost."""
     _get(url + "/stats?reset=1")
-    cmd = [sys.executable, str(HERE), "client", client, "--url", url, "--mode", mode, "--level", str(level),
-           "--requests", str(requests), "--tokens", str(a.tokens), "--rate", str(a.rate)]
+    cmd = [
+        sys.executable,
+        str(HERE),
+        "client",
+        client,
+        "--url",
+        url,
+        "--mode",
+        mode,
+        "--level",
+        str(level),
+        "--requests",
+        str(requests),
+        "--tokens",
+        str(a.tokens),
+        "--rate",
+        str(a.rate),
+    ]
     if a.spin_ms is not None:
         cmd += ["--spin-ms", str(a.spin_ms)]
     before = _children_cpu()
@@ -390,16 +473,24 @@ def measure(client: str, mode: str, level: int, requests: int, a, url: str, fixe
         return {"tokens": stats["tokens"], "cpu_s": child["marginal_cpu_s"]}
     tokens = max(stats["tokens"] - fixed["tokens"], 1)
     return {
-        "client": client, "load": f"closed c={level}" if mode == "closed" else f"open {a.rate:g} req/s",
-        "tokens": stats["tokens"], "requests": stats["requests"],
+        "client": client,
+        "load": f"closed c={level}" if mode == "closed" else f"open {a.rate:g} req/s",
+        "tokens": stats["tokens"],
+        "requests": stats["requests"],
         "marginal_cpu_s_per_100k": round((child["marginal_cpu_s"] - fixed["cpu_s"]) / tokens * 1e5, 3),
-        "total_cpu_s_per_100k": round(total / stats["tokens"] * 1e5, 3), "fixed_cpu_s": round(fixed["cpu_s"], 3),
-        "total_cpu_s": round(total, 2), "measured_cpu_s": round(child["cpu_s"], 3),
+        "total_cpu_s_per_100k": round(total / stats["tokens"] * 1e5, 3),
+        "fixed_cpu_s": round(fixed["cpu_s"], 3),
+        "total_cpu_s": round(total, 2),
+        "measured_cpu_s": round(child["cpu_s"], 3),
         "requests_per_s": round(stats["requests"] / child["wall_s"], 1),
-        "concurrency_mean": round(stats["mean_open"], 1), "concurrency_max": stats["max_open"],
+        "concurrency_mean": round(stats["mean_open"], 1),
+        "concurrency_max": stats["max_open"],
         "p99_lag_ms": None if child["p99_lag_ms"] is None else round(child["p99_lag_ms"], 3),
-        "ok": child["ok"], "failed": child["failed"], "errors": child["errors"],
-        "chunks_recorded": child["chunks_recorded"], "wall_s": round(child["wall_s"], 2),
+        "ok": child["ok"],
+        "failed": child["failed"],
+        "errors": child["errors"],
+        "chunks_recorded": child["chunks_recorded"],
+        "wall_s": round(child["wall_s"], 2),
     }
 
 
@@ -414,8 +505,14 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "client":
         ap = argparse.ArgumentParser()
         ap.add_argument("which", choices=CLIENTS)
-        for name, kind in (("--url", str), ("--mode", str), ("--level", int), ("--requests", int),
-                           ("--tokens", int), ("--rate", float)):
+        for name, kind in (
+            ("--url", str),
+            ("--mode", str),
+            ("--level", int),
+            ("--requests", int),
+            ("--tokens", int),
+            ("--rate", float),
+        ):
             ap.add_argument(name, type=kind, required=True)
         ap.add_argument("--spin-ms", type=float, default=None)
         a = ap.parse_args(sys.argv[2:])
@@ -430,39 +527,63 @@ def main() -> None:
     ap.add_argument("--requests-64", type=int, default=1600)
     ap.add_argument("--requests-256", type=int, default=3072)
     ap.add_argument("--requests-open", type=int, default=1500)
-    ap.add_argument("--clients", default=",".join(CLIENTS),
-                    help=f"comma-separated, from {', '.join(CLIENTS)} (vllm is the reference of the ratios)")
+    ap.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help=f"comma-separated, from {', '.join(CLIENTS)} (vllm is the reference of the ratios)",
+    )
     ap.add_argument("--loads", default="c64,c256,open", help="comma-separated, from c64, c256, open")
-    ap.add_argument("--spin-ms", type=float, default=None,
-                    help="override specdec.replay.open_loop.SPIN_MS in specdec's open loop (default: as shipped)")
+    ap.add_argument(
+        "--spin-ms",
+        type=float,
+        default=None,
+        help="override specdec.replay.open_loop.SPIN_MS in specdec's open loop (default: as shipped)",
+    )
     a = ap.parse_args()
     clients = [c for c in a.clients.split(",") if c]
     if "specdec-uvloop" in clients and importlib.util.find_spec("uvloop") is None:
         clients.remove("specdec-uvloop")
 
-    stub = subprocess.Popen([sys.executable, str(HERE), "serve", "--tokens", str(a.tokens), "--step-ms", str(a.step_ms)],
-                            stdout=subprocess.PIPE, text=True)
+    stub = subprocess.Popen(
+        [sys.executable, str(HERE), "serve", "--tokens", str(a.tokens), "--step-ms", str(a.step_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         port = int(stub.stdout.readline())
         url = f"http://127.0.0.1:{port}"
-        loads = [load for name, load in (("c64", ("closed", 64, a.requests_64)), ("c256", ("closed", 256, a.requests_256)),
-                                         ("open", ("open", 0, a.requests_open))) if name in a.loads.split(",")]
+        loads = [
+            load
+            for name, load in (
+                ("c64", ("closed", 64, a.requests_64)),
+                ("c256", ("closed", 256, a.requests_256)),
+                ("open", ("open", 0, a.requests_open)),
+            )
+            if name in a.loads.split(",")
+        ]
         fixed = {client: measure(client, "closed", 1, 1, a, url) for client in clients}
         rows = []
         for mode, level, n in loads:
             for client in clients:
                 r = measure(client, mode, level, n, a, url, fixed[client])
                 rows.append(r)
-                print(f"{r['client']:14} {r['load']:16} tokens={r['tokens']:7} "
-                      f"cpu/100k marginal={r['marginal_cpu_s_per_100k']:.3f}s total={r['total_cpu_s_per_100k']:.3f}s "
-                      f"req/s={r['requests_per_s']:7.1f} conc mean={r['concurrency_mean']:6.1f} "
-                      f"max={r['concurrency_max']:4} p99 lag={r['p99_lag_ms']} ms failed={r['failed']}",
-                      flush=True)
+                print(
+                    f"{r['client']:14} {r['load']:16} tokens={r['tokens']:7} "
+                    f"cpu/100k marginal={r['marginal_cpu_s_per_100k']:.3f}s total={r['total_cpu_s_per_100k']:.3f}s "
+                    f"req/s={r['requests_per_s']:7.1f} conc mean={r['concurrency_mean']:6.1f} "
+                    f"max={r['concurrency_max']:4} p99 lag={r['p99_lag_ms']} ms failed={r['failed']}",
+                    flush=True,
+                )
     finally:
         stub.terminate()
         stub.wait()
-    summary: dict = {"benchmark": "replay_client", "tokens_per_request": a.tokens, "step_ms": a.step_ms,
-                     "rate": a.rate, "runs": rows}
+    summary: dict = {
+        "benchmark": "replay_client",
+        "tokens_per_request": a.tokens,
+        "step_ms": a.step_ms,
+        "rate": a.rate,
+        "runs": rows,
+    }
     if "vllm" in clients:
         ratios: dict = {}
         for client in clients:
@@ -474,9 +595,14 @@ def main() -> None:
                 v = next(r for r in rows if r["client"] == "vllm" and r["load"] == key)
                 ratios.setdefault(client, {})[key] = {
                     "marginal": round(s["marginal_cpu_s_per_100k"] / v["marginal_cpu_s_per_100k"], 3),
-                    "total": round(s["total_cpu_s_per_100k"] / v["total_cpu_s_per_100k"], 3)}
-            print(f"{client} / vLLM CPU per token: " + ", ".join(
-                f"{k}: marginal {v['marginal']:.2f}x total {v['total']:.2f}x" for k, v in ratios[client].items()))
+                    "total": round(s["total_cpu_s_per_100k"] / v["total_cpu_s_per_100k"], 3),
+                }
+            print(
+                f"{client} / vLLM CPU per token: "
+                + ", ".join(
+                    f"{k}: marginal {v['marginal']:.2f}x total {v['total']:.2f}x" for k, v in ratios[client].items()
+                )
+            )
         summary["over_vllm"] = ratios
     print(json.dumps(summary))
 

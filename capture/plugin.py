@@ -82,9 +82,14 @@ _PATCHED_ATTR = "__specdec_capture__"
 class _State:
     """Per-process capture state (one per engine-core process)."""
 
-    def __init__(self, out_dir: Path, run_id: str, flush_s: float = capture_settings.DEFAULT_FLUSH_S,
-                 max_rows: int = capture_settings.DEFAULT_MAX_ROWS,
-                 max_bytes: int = capture_settings.DEFAULT_MAX_BYTES):
+    def __init__(
+        self,
+        out_dir: Path,
+        run_id: str,
+        flush_s: float = capture_settings.DEFAULT_FLUSH_S,
+        max_rows: int = capture_settings.DEFAULT_MAX_ROWS,
+        max_bytes: int = capture_settings.DEFAULT_MAX_BYTES,
+    ):
         # deferred: the writer pulls pyarrow, which a vLLM process with capture off never needs
         from specdec.capture.writer import RoundWriter
 
@@ -201,8 +206,7 @@ def _supported_or_refuse() -> bool:
     version = _vllm_version()
     why = None
     if not vllm_targets.supported(version):
-        why = (f"vLLM {version} is not supported (supported: "
-               f"{', '.join(v + '.x' for v in vllm_targets.SUPPORTED)})")
+        why = f"vLLM {version} is not supported (supported: {', '.join(v + '.x' for v in vllm_targets.SUPPORTED)})"
     else:
         problems = vllm_targets.runtime_problems(("counts",))
         if problems:
@@ -238,9 +242,11 @@ def runner_line(runner: Any) -> str:
         device = getattr(getattr(runner, "device", None), "type", "unknown")
         if device == "cpu":
             return f"counts exact; timings from the host clock (V1 runner {name} on CPU, vLLM {version})"
-        return (f"counts exact; timings from the host clock around the V1 runner ({name} on {device}, vLLM "
-                f"{version}): with synchronous scheduling they include the step's host sync, under async "
-                "scheduling they are NULL; not checked on a GPU")
+        return (
+            f"counts exact; timings from the host clock around the V1 runner ({name} on {device}, vLLM "
+            f"{version}): with synchronous scheduling they include the step's host sync, under async "
+            "scheduling they are NULL; not checked on a GPU"
+        )
     return f"counts exact; timings off: runner {name} not recognised (vLLM {version})"
 
 
@@ -421,10 +427,23 @@ def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -
     now = time.time_ns()
     token = st.writer.token  # renewed in a forked child
     cols: dict[str, list] = {
-        "run_id": [], "engine_request_id": [], "pid": [], "process_token": [], "step_index": [], "round_index": [],
-        "phase": [], "tokens_proposed": [], "tokens_accepted": [], "tokens_emitted": [],
-        "batch_size": [], "num_scheduled_tokens": [], "context_len": [], "draft_ms": [],
-        "verify_ms": [], "wall_time_ns": [], "step_drafts_verified": [],
+        "run_id": [],
+        "engine_request_id": [],
+        "pid": [],
+        "process_token": [],
+        "step_index": [],
+        "round_index": [],
+        "phase": [],
+        "tokens_proposed": [],
+        "tokens_accepted": [],
+        "tokens_emitted": [],
+        "batch_size": [],
+        "num_scheduled_tokens": [],
+        "context_len": [],
+        "draft_ms": [],
+        "verify_ms": [],
+        "wall_time_ns": [],
+        "step_drafts_verified": [],
     }
     for req_id, n_sched, k, n_invalid, context, phase, n_emitted in pre:
         r = st.rounds_by_request.get(req_id, 0)

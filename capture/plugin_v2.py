@@ -97,8 +97,10 @@ def _fail(where: str, exc: BaseException) -> None:
 
 def is_v2_runner(runner: Any) -> bool:
     """Whether ``runner`` is Model Runner V2 (by module, as it does not subclass V1's)."""
-    return any(c.__module__ == "vllm.v1.worker.gpu.model_runner" and c.__name__ == "GPUModelRunner"
-               for c in type(runner).__mro__)
+    return any(
+        c.__module__ == "vllm.v1.worker.gpu.model_runner" and c.__name__ == "GPUModelRunner"
+        for c in type(runner).__mro__
+    )
 
 
 def install(runner: Any) -> None:

@@ -82,25 +82,38 @@ class ProxySettings(BaseModel):
     host: str = Field(default="127.0.0.1", description="Address to listen on (loopback unless told otherwise).")
     port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port to listen on; 0: any free port.")
     out_dir: Path = Field(description="Folder of the date-partitioned traffic Parquet files.")
-    content: Literal["keep", "hash"] = Field(default="hash", description="hash: texts replaced by hash and token "
-                                                                         "length; keep: content recorded as sent.")
+    content: Literal["keep", "hash"] = Field(
+        default="hash", description="hash: texts replaced by hash and token length; keep: content recorded as sent."
+    )
     rules: Path | None = Field(default=None, description="JSON file of category rules (see proxy_rules).")
     tokenizer: Path | None = Field(default=None, description="tokenizer.json for token lengths in hash mode.")
     flush_s: float = Field(default=DEFAULT_FLUSH_S, gt=0, description="Seconds between Parquet flushes.")
-    header_timeout_s: float = Field(default=DEFAULT_HEADER_TIMEOUT_S, gt=0,
-                                    description="Seconds a client gets to send a request's headers, and at most "
-                                                "between two pieces of its body; then 408 and the connection is "
-                                                "closed.")
-    upstream_idle_s: float = Field(default=DEFAULT_UPSTREAM_IDLE_S, gt=0,
-                                   description="Seconds without a byte from the upstream before the proxy gives up: "
-                                               "504 before the reply began, a closed stream after.")
+    header_timeout_s: float = Field(
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        gt=0,
+        description="Seconds a client gets to send a request's headers, and at most "
+        "between two pieces of its body; then 408 and the connection is "
+        "closed.",
+    )
+    upstream_idle_s: float = Field(
+        default=DEFAULT_UPSTREAM_IDLE_S,
+        gt=0,
+        description="Seconds without a byte from the upstream before the proxy gives up: "
+        "504 before the reply began, a closed stream after.",
+    )
 
 
 class Proxy:
     """The aiohttp application and its upstream session."""
 
-    def __init__(self, upstream_base: str, recorder: Recorder | None, book: CategoryBook | None = None,
-                 upstream_idle_s: float = DEFAULT_UPSTREAM_IDLE_S, body_idle_s: float = DEFAULT_HEADER_TIMEOUT_S):
+    def __init__(
+        self,
+        upstream_base: str,
+        recorder: Recorder | None,
+        book: CategoryBook | None = None,
+        upstream_idle_s: float = DEFAULT_UPSTREAM_IDLE_S,
+        body_idle_s: float = DEFAULT_HEADER_TIMEOUT_S,
+    ):
         self.base = upstream_base.rstrip("/")
         self.body_idle_s = body_idle_s
         self.recorder = recorder
@@ -110,10 +123,18 @@ class Proxy:
         # upstream_timeouts: no byte for upstream_idle_s; upstream_dropped: the upstream broke a reply off;
         # bad_requests: requests the server could not parse; header_timeouts: headers not sent in time;
         # body_timeouts: a body that stalled for body_idle_s between two pieces.
-        self.counts = {"requests": 0, "upstream_unreachable": 0, "client_gone": 0, "upstream_timeouts": 0,
-                       "upstream_dropped": 0, "bad_requests": 0, "header_timeouts": 0, "body_timeouts": 0,
-                       "submit_failures": 0,
-                       "label_failures": 0}
+        self.counts = {
+            "requests": 0,
+            "upstream_unreachable": 0,
+            "client_gone": 0,
+            "upstream_timeouts": 0,
+            "upstream_dropped": 0,
+            "bad_requests": 0,
+            "header_timeouts": 0,
+            "body_timeouts": 0,
+            "submit_failures": 0,
+            "label_failures": 0,
+        }
         self.guards: dict = {}  # transport -> HeaderGuard (proxy_guard)
         self.session: aiohttp.ClientSession | None = None
 
@@ -136,8 +157,10 @@ class Proxy:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.upstream_idle_s),
-            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"))
+            auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        )
 
     async def _close(self, app) -> None:
         if self.session is not None:
@@ -152,9 +175,15 @@ class Proxy:
         if rec is None or not is_recorded_route(request.method, request.path):
             return None
         try:
-            return Exchange(prompt_id=rec.new_prompt_id(), path=request.path, arrival_ms=rec.arrival_ms(),
-                            wall_ns=time.time_ns(), body=b"", category=request.headers.get(CATEGORY_HEADER),
-                            session=request.headers.get(SESSION_HEADER))
+            return Exchange(
+                prompt_id=rec.new_prompt_id(),
+                path=request.path,
+                arrival_ms=rec.arrival_ms(),
+                wall_ns=time.time_ns(),
+                body=b"",
+                category=request.headers.get(CATEGORY_HEADER),
+                session=request.headers.get(SESSION_HEADER),
+            )
         except Exception:  # never let recording touch the request
             self.counts["submit_failures"] += 1
             return None
@@ -186,8 +215,13 @@ class Proxy:
         else:
             self.counts["upstream_dropped"] += 1
             why = f"broke the reply off ({type(exc).__name__}: {str(exc)[:200]})"
-        log.warning("specdec proxy: upstream %s on %s %s after %d bytes; the client's stream was closed",
-                    why, request.method, request.path, sent)
+        log.warning(
+            "specdec proxy: upstream %s on %s %s after %d bytes; the client's stream was closed",
+            why,
+            request.method,
+            request.path,
+            sent,
+        )
         if request.transport is not None:
             request.transport.close()
 
@@ -203,8 +237,14 @@ class Proxy:
                 chunk = await asyncio.wait_for(request.content.readany(), self.body_idle_s)
             except TimeoutError:
                 self.counts["body_timeouts"] += 1
-                log.warning("specdec proxy: %s sent no body bytes for %g s after %d bytes (%s %s); answered 408 "
-                            "and closed", request.remote, self.body_idle_s, size, request.method, request.path)
+                log.warning(
+                    "specdec proxy: %s sent no body bytes for %g s after %d bytes (%s %s); answered 408 and closed",
+                    request.remote,
+                    self.body_idle_s,
+                    size,
+                    request.method,
+                    request.path,
+                )
                 return None
             if not chunk:
                 return b"".join(parts)
@@ -221,8 +261,7 @@ class Proxy:
         try:
             body = await self._read_body(request)
             if body is None:  # answered, then closed: aiohttp would otherwise linger to drain the body
-                resp = web.Response(status=408, text="request body not sent in time\n",
-                                    headers={"Connection": "close"})
+                resp = web.Response(status=408, text="request body not sent in time\n", headers={"Connection": "close"})
                 await resp.prepare(request)
                 await resp.write_eof()
                 if request.transport is not None:
@@ -233,8 +272,13 @@ class Proxy:
             label = self._label(request, body)
             url = URL(self.base + request.raw_path, encoded=True)
             try:
-                upstream = await self.session.request(request.method, url, headers=request_headers(request.headers),
-                                                      data=body or None, allow_redirects=False)
+                upstream = await self.session.request(
+                    request.method,
+                    url,
+                    headers=request_headers(request.headers),
+                    data=body or None,
+                    allow_redirects=False,
+                )
             except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 counter, reply = no_reply(exc, self.upstream_idle_s)
                 self.counts[counter] += 1
@@ -253,11 +297,13 @@ class Proxy:
                 except Exception:
                     self.counts["submit_failures"] += 1
 
-    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange | None,
-                     label: str | None) -> tuple[web.StreamResponse, bool]:
+    async def _relay(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, ex: Exchange | None, label: str | None
+    ) -> tuple[web.StreamResponse, bool]:
         """Send the upstream's reply back chunk by chunk; (response, whether it ended whole)."""
-        resp = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                  headers=response_headers(upstream.headers))
+        resp = web.StreamResponse(
+            status=upstream.status, reason=upstream.reason, headers=response_headers(upstream.headers)
+        )
         if ex is not None:
             ex.status = upstream.status
             ex.content_type = upstream.headers.get("Content-Type", "")
@@ -312,31 +358,43 @@ def make_recorder(settings: ProxySettings) -> Recorder:
     return Recorder(settings.out_dir, RowMaker(rules, redactor), settings.flush_s)
 
 
-async def start_proxy(settings: ProxySettings, recorder: Recorder | None = None,
-                      book: CategoryBook | None = None) -> Running:
+async def start_proxy(
+    settings: ProxySettings, recorder: Recorder | None = None, book: CategoryBook | None = None
+) -> Running:
     """Start the proxy on the running loop (the recorder's thread too); with
     ``book``, each request's category is noted there by reply id (the sidecar's
     per-category gauges)."""
     endpoint = parse_endpoint(settings.upstream, option="--upstream")
     if endpoint.query or endpoint.user or endpoint.password:
-        raise SpecdecError("--upstream: give the URL without credentials or query; the clients' own "
-                           "Authorization header passes through")
+        raise SpecdecError(
+            "--upstream: give the URL without credentials or query; the clients' own "
+            "Authorization header passes through"
+        )
     recorder = (recorder or make_recorder(settings)).start()
-    proxy = Proxy(endpoint.base, recorder, book, upstream_idle_s=settings.upstream_idle_s,
-                  body_idle_s=settings.header_timeout_s)
+    proxy = Proxy(
+        endpoint.base, recorder, book, upstream_idle_s=settings.upstream_idle_s, body_idle_s=settings.header_timeout_s
+    )
     # handler_cancellation: a client that leaves cancels its handler, which closes the upstream connection
-    runner = web.AppRunner(proxy.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_GRACE_S,
-                           handler_cancellation=True, keepalive_timeout=KEEPALIVE_S,
-                           logger=OneLineLog(lambda: proxy.count("bad_requests")))
+    runner = web.AppRunner(
+        proxy.app(),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
+        handler_cancellation=True,
+        keepalive_timeout=KEEPALIVE_S,
+        logger=OneLineLog(lambda: proxy.count("bad_requests")),
+    )
     await runner.setup()
     try:
-        await GuardedSite(runner, settings.host, settings.port, settings.header_timeout_s, proxy.guards,
-                          proxy.header_timeout).start()
+        await GuardedSite(
+            runner, settings.host, settings.port, settings.header_timeout_s, proxy.guards, proxy.header_timeout
+        ).start()
     except OSError as exc:
         await runner.cleanup()
         recorder.close()
-        raise SpecdecError(f"--listen {settings.host}:{settings.port}: cannot listen there "
-                           f"({exc.strerror or exc})") from None
+        raise SpecdecError(
+            f"--listen {settings.host}:{settings.port}: cannot listen there ({exc.strerror or exc})"
+        ) from None
     host, port = runner.addresses[0][:2]
     host = f"[{host}]" if ":" in host else host
     return Running(f"http://{host}:{port}", runner, recorder)
@@ -349,8 +407,10 @@ class RowsLost(SpecdecError):
 
 def exposure(settings: ProxySettings) -> str:
     """What a proxy listening beyond loopback exposes (``specdec.listen.warn_if_exposed``)."""
-    return (f"an unauthenticated route to the upstream {settings.upstream} (every path, every method), "
-            f"and {STATS_PATH} shows the output folder {settings.out_dir}")
+    return (
+        f"an unauthenticated route to the upstream {settings.upstream} (every path, every method), "
+        f"and {STATS_PATH} shows the output folder {settings.out_dir}"
+    )
 
 
 def run_proxy(settings: ProxySettings, announce=print) -> dict:
@@ -364,21 +424,27 @@ def run_proxy(settings: ProxySettings, announce=print) -> dict:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         running = await start_proxy(settings)
-        announce(f"specdec proxy listening on {running.url} -> {settings.upstream} "
-                 f"(recording into {settings.out_dir}, content: {settings.content}; stats: {running.url}{STATS_PATH})")
+        announce(
+            f"specdec proxy listening on {running.url} -> {settings.upstream} "
+            f"(recording into {settings.out_dir}, content: {settings.content}; stats: {running.url}{STATS_PATH})"
+        )
         try:
             await stop.wait()
         finally:
             await running.stop()
             stats = running.recorder.stats()
-            announce(f"specdec proxy stopped: {stats['rows_written']} rows written, "
-                     f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written")
+            announce(
+                f"specdec proxy stopped: {stats['rows_written']} rows written, "
+                f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written"
+            )
         return stats
 
     stats = asyncio.run(main())
     lost = stats["rows_pending"] + stats["rows_dropped"]
     if lost:
-        raise RowsLost(f"{lost} recorded rows not written to {settings.out_dir} and lost "
-                       f"({stats['rows_pending']} still pending at the stop, {stats['rows_dropped']} dropped "
-                       f"over the pending limit); last error: {stats['last_error']}")
+        raise RowsLost(
+            f"{lost} recorded rows not written to {settings.out_dir} and lost "
+            f"({stats['rows_pending']} still pending at the stop, {stats['rows_dropped']} dropped "
+            f"over the pending limit); last error: {stats['last_error']}"
+        )
     return stats

@@ -65,7 +65,9 @@ def export_traffic(out_dir: Path, out: Path, since: str | None = None, until: st
     seen: set[str] = set()
     for row in rows:
         if row.prompt_id in seen:
-            raise InputFileError(out_dir, f"prompt_id {row.prompt_id!r} appears in more than one row", field="prompt_id")
+            raise InputFileError(
+                out_dir, f"prompt_id {row.prompt_id!r} appears in more than one row", field="prompt_id"
+            )
         seen.add(row.prompt_id)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -73,5 +75,10 @@ def export_traffic(out_dir: Path, out: Path, since: str | None = None, until: st
     categories: dict[str, int] = {}
     for row in rows:
         categories[row.category] = categories.get(row.category, 0) + 1
-    return {"files": len(files), "rows": len(rows), "processes": len({s for s, _ in loaded}),
-            "categories": dict(sorted(categories.items())), "out": str(out)}
+    return {
+        "files": len(files),
+        "rows": len(rows),
+        "processes": len({s for s, _ in loaded}),
+        "categories": dict(sorted(categories.items())),
+        "out": str(out),
+    }

@@ -117,8 +117,15 @@ def guard_middleware(guards: dict):
 class GuardedSite(web.BaseSite):
     """A TCP site whose every connection is wrapped in a ``HeaderGuard``."""
 
-    def __init__(self, runner: web.BaseRunner, host: str, port: int, timeout_s: float, guards: dict,
-                 on_timeout: Callable[[str], None]):
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        timeout_s: float,
+        guards: dict,
+        on_timeout: Callable[[str], None],
+    ):
         super().__init__(runner)
         self.host, self.port, self.timeout_s, self.guards, self.on_timeout = host, port, timeout_s, guards, on_timeout
 
@@ -132,8 +139,9 @@ class GuardedSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        self._server = await asyncio.get_running_loop().create_server(self._protocol, self.host, self.port,
-                                                                      backlog=BACKLOG)
+        self._server = await asyncio.get_running_loop().create_server(
+            self._protocol, self.host, self.port, backlog=BACKLOG
+        )
 
 
 class OneLineLog:
@@ -152,8 +160,13 @@ class OneLineLog:
         self.on_bad_request()
         peer = args[1] if len(args) > 1 else "?"
         text = " ".join(str(getattr(exc, "message", "") or exc).split())[:200]
-        log.warning("specdec proxy: malformed request from %s: %s %s (answered %s)", peer, type(exc).__name__,
-                    text, getattr(exc, "code", 400))
+        log.warning(
+            "specdec proxy: malformed request from %s: %s %s (answered %s)",
+            peer,
+            type(exc).__name__,
+            text,
+            getattr(exc, "code", 400),
+        )
         return True
 
     def exception(self, *args, **kw) -> None:

@@ -17,8 +17,20 @@ import asyncio
 from aiohttp import web
 
 OWN_HEADER_PREFIX = "x-specdec-"
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-                        "trailer", "trailers", "transfer-encoding", "upgrade", "proxy-connection"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+    }
+)
 NOT_FORWARDED = frozenset({"host", "content-length", "expect"})
 
 
@@ -30,8 +42,7 @@ def _named(headers) -> set[str]:
 def request_headers(headers) -> list[tuple[str, str]]:
     """Headers sent upstream: the client's, less hop-by-hop, Host, Content-Length, Expect and X-Specdec-*."""
     drop = HOP_BY_HOP | _named(headers) | NOT_FORWARDED
-    return [(k, v) for k, v in headers.items()
-            if k.lower() not in drop and not k.lower().startswith(OWN_HEADER_PREFIX)]
+    return [(k, v) for k, v in headers.items() if k.lower() not in drop and not k.lower().startswith(OWN_HEADER_PREFIX)]
 
 
 def response_headers(headers) -> list[tuple[str, str]]:

@@ -44,10 +44,14 @@ from specdec.schemas.records import TrafficRow
 
 SOURCE = "proxy"
 COMPLETIONS_NOTE = "recorded from /completions: replay sends the prompt as one chat user message"
-NO_TEMPERATURE_NOTE = ("temperature not sent: recorded as 1.0 (the OpenAI default); the server may have applied "
-                       "its model's default instead, so check it before reading this row as sampled")
-COUNTED_NOTE = ("recorded length counted from the stream's output chunks (the response had no usage block; "
-                "a chunk can carry more than one token)")
+NO_TEMPERATURE_NOTE = (
+    "temperature not sent: recorded as 1.0 (the OpenAI default); the server may have applied "
+    "its model's default instead, so check it before reading this row as sampled"
+)
+COUNTED_NOTE = (
+    "recorded length counted from the stream's output chunks (the response had no usage block; "
+    "a chunk can carry more than one token)"
+)
 
 
 class NotRecorded(Exception):
@@ -101,8 +105,9 @@ def _body(ex: Exchange) -> bytes:
 def _has_output(choice: dict) -> bool:
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    or delta.get("tool_calls"))
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+        )
     return bool(choice.get("text"))
 
 
@@ -239,8 +244,11 @@ class RowMaker:
             "model": model,
             "arrival_ms": ex.arrival_ms,
             "session_id": ex.session,
-            "turn_index": (sum(isinstance(m, dict) and m.get("role") == "assistant" for m in req["messages"])
-                           if chat else 0) if ex.session is not None else None,
+            "turn_index": (
+                sum(isinstance(m, dict) and m.get("role") == "assistant" for m in req["messages"]) if chat else 0
+            )
+            if ex.session is not None
+            else None,
             "input_tokens": resp.prompt_tokens,
             "recorded_output_tokens": resp.output_tokens,
             "ended_naturally": {"stop": True, "tool_calls": True, "length": False}.get(resp.finish_reason),

@@ -28,8 +28,9 @@ from collections.abc import Callable
 from typing import Any
 
 APPROX_NAME = "approx-v1"
-_APPROX = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\W_]+|[^\w\s]|_",
-                     re.UNICODE)
+_APPROX = re.compile(
+    r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]|[^\W_]+|[^\w\s]|_", re.UNICODE
+)
 #: Keys whose string values are structure and are kept in hash mode.
 KEPT_KEYS = frozenset({"role", "type"})
 
@@ -67,9 +68,11 @@ class Redactor:
         return value
 
     def note(self) -> str:
-        return (f"redacted (--content hash): every text replaced by sha256:<hex of its UTF-8>:<tokens>, "
-                f"tokens by {self.tokenizer_name}; roles, message count and JSON structure kept; "
-                f"replay needs content from the prompt pool")
+        return (
+            f"redacted (--content hash): every text replaced by sha256:<hex of its UTF-8>:<tokens>, "
+            f"tokens by {self.tokenizer_name}; roles, message count and JSON structure kept; "
+            f"replay needs content from the prompt pool"
+        )
 
 
 def message_text(messages: list) -> str:

@@ -64,8 +64,10 @@ class CategoryRules:
     """Compiled rules; ``category(...)`` is what the recorder calls."""
 
     def __init__(self, rules: list[CategoryRule] = ()):
-        self.rules = [(r.category, *(re.compile(p) if p is not None else None for p in (r.route, r.model, r.content)))
-                      for r in rules]
+        self.rules = [
+            (r.category, *(re.compile(p) if p is not None else None for p in (r.route, r.model, r.content)))
+            for r in rules
+        ]
 
     def category(self, route: str, model: str | None, text: str) -> str:
         for category, route_re, model_re, content_re in self.rules:

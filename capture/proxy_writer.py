@@ -46,8 +46,15 @@ def _default_write(table, path: Path) -> None:
 
 
 class Recorder:
-    def __init__(self, out_dir: Path, maker: RowMaker, flush_s: float = DEFAULT_FLUSH_S, *,
-                 write: Callable = _default_write, max_pending_rows: int = DEFAULT_MAX_PENDING_ROWS):
+    def __init__(
+        self,
+        out_dir: Path,
+        maker: RowMaker,
+        flush_s: float = DEFAULT_FLUSH_S,
+        *,
+        write: Callable = _default_write,
+        max_pending_rows: int = DEFAULT_MAX_PENDING_ROWS,
+    ):
         self.out_dir, self.maker, self.flush_s, self.write = Path(out_dir), maker, flush_s, write
         self.max_pending_rows = max_pending_rows
         self.token = process_token()
@@ -82,14 +89,19 @@ class Recorder:
 
     def stats(self) -> dict:
         with self._lock:
-            return {"process_token": self.token, "out_dir": str(self.out_dir),
-                    **{k: self.counts[k] for k in ("exchanges", "rows_recorded", "rows_written", "files_written",
-                                                    "flushes", "rows_dropped")},
-                    "rows_pending": len(self._pending) + self._queue.qsize(),
-                    "not_recorded": dict(self.not_recorded),
-                    "failures": dict(self.failures),
-                    "failures_total": sum(self.failures.values()),
-                    "last_error": self.last_error}
+            return {
+                "process_token": self.token,
+                "out_dir": str(self.out_dir),
+                **{
+                    k: self.counts[k]
+                    for k in ("exchanges", "rows_recorded", "rows_written", "files_written", "flushes", "rows_dropped")
+                },
+                "rows_pending": len(self._pending) + self._queue.qsize(),
+                "not_recorded": dict(self.not_recorded),
+                "failures": dict(self.failures),
+                "failures_total": sum(self.failures.values()),
+                "last_error": self.last_error,
+            }
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Process everything submitted, write it, stop the thread."""
@@ -112,8 +124,12 @@ class Recorder:
             self.failures[kind] += 1
             self.last_error = f"{kind}: {text}"[:500]
         if first:
-            log.warning("specdec proxy: recording failure (%s): %s; counted at /specdec/stats, "
-                        "the client's request is not affected", kind, text)
+            log.warning(
+                "specdec proxy: recording failure (%s): %s; counted at /specdec/stats, "
+                "the client's request is not affected",
+                kind,
+                text,
+            )
 
     def _take(self, ex: Exchange) -> None:
         with self._lock:
@@ -188,7 +204,11 @@ class Recorder:
         columns = {name: [r[name] for r in rows] for name in TrafficRow.model_fields}
         table = table_from_columns(TrafficRow, columns)
         meta = dict(table.schema.metadata or {})
-        meta.update({b"traffic_schema_version": TRAFFIC_SCHEMA_VERSION.encode(),
-                     b"process_token": self.token.encode(),
-                     b"recording_start_wall_ns": str(self.start_wall_ns).encode()})
+        meta.update(
+            {
+                b"traffic_schema_version": TRAFFIC_SCHEMA_VERSION.encode(),
+                b"process_token": self.token.encode(),
+                b"recording_start_wall_ns": str(self.start_wall_ns).encode(),
+            }
+        )
         return table.replace_schema_metadata(meta)

@@ -39,8 +39,14 @@ def _engine_counters(llm) -> dict[str, int]:
     return out
 
 
-def run_selfcheck(out_dir: Path, model: str, spec_config: dict, dtype: str = "bfloat16",
-                  max_tokens: int = 48, prompts: list[str] | None = None) -> dict:
+def run_selfcheck(
+    out_dir: Path,
+    model: str,
+    spec_config: dict,
+    dtype: str = "bfloat16",
+    max_tokens: int = 48,
+    prompts: list[str] | None = None,
+) -> dict:
     out_dir = Path(out_dir)
     os.environ[ENV_CAPTURE_DIR] = str(out_dir)
     os.environ.setdefault(ENV_CAPTURE_RUN_ID, "selfcheck")
@@ -49,23 +55,38 @@ def run_selfcheck(out_dir: Path, model: str, spec_config: dict, dtype: str = "bf
     import duckdb  # heavy: duckdb, imported only when used
     from vllm import LLM, SamplingParams  # heavy: vllm, imported only when used
 
-    llm = LLM(model=model, dtype=dtype, max_model_len=2048, enforce_eager=True,
-              speculative_config=spec_config, disable_log_stats=False, seed=0)
+    llm = LLM(
+        model=model,
+        dtype=dtype,
+        max_model_len=2048,
+        enforce_eager=True,
+        speculative_config=spec_config,
+        disable_log_stats=False,
+        seed=0,
+    )
     if not plugin.is_active():
-        raise RuntimeError("the specdec capture plugin did not load (is the package installed in this "
-                           "environment? was a capture setting refused? see the log above)")
+        raise RuntimeError(
+            "the specdec capture plugin did not load (is the package installed in this "
+            "environment? was a capture setting refused? see the log above)"
+        )
     before = _engine_counters(llm)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     llm.chat([[{"role": "user", "content": p}] for p in (prompts or PROMPTS)], params, use_tqdm=False)
     after = _engine_counters(llm)
     plugin.state().writer.flush()
     files = [str(f) for f in sorted(out_dir.glob(ROUND_PART_GLOB))]
-    rounds, proposed, accepted, timed, rows = duckdb.connect().execute(
-        """select count(*) filter (tokens_proposed > 0), coalesce(sum(tokens_proposed), 0),
+    rounds, proposed, accepted, timed, rows = (
+        duckdb.connect()
+        .execute(
+            """select count(*) filter (tokens_proposed > 0), coalesce(sum(tokens_proposed), 0),
                   coalesce(sum(tokens_accepted), 0),
                   count(*) filter (tokens_proposed > 0 and draft_ms is not null and verify_ms is not null),
                   count(*)
-           from read_parquet(?)""", [files]).fetchone()
+           from read_parquet(?)""",
+            [files],
+        )
+        .fetchone()
+    )
     engine = {k: after[k] - before[k] for k in _COUNTERS}
     captured = {"rounds": rounds, "proposed": proposed, "accepted": accepted}
     return {

@@ -57,8 +57,10 @@ def flush_seconds(value: object, name: str = ENV_CAPTURE_FLUSH_S) -> float:
     except (TypeError, ValueError):
         seconds = math.nan
     if not (math.isfinite(seconds) and MIN_FLUSH_S <= seconds <= MAX_FLUSH_S):
-        raise SettingError(f"{name}={value!r} is not a usable flush interval "
-                           f"(a number of seconds from {MIN_FLUSH_S} to {MAX_FLUSH_S:g})")
+        raise SettingError(
+            f"{name}={value!r} is not a usable flush interval "
+            f"(a number of seconds from {MIN_FLUSH_S} to {MAX_FLUSH_S:g})"
+        )
     return seconds
 
 
@@ -96,5 +98,6 @@ def from_env(environ: Mapping[str, str] | None = None) -> CaptureSettings | None
     flush_s = flush_seconds(env.get(ENV_CAPTURE_FLUSH_S, DEFAULT_FLUSH_S))
     max_rows = positive_int(env.get(ENV_CAPTURE_MAX_ROWS, DEFAULT_MAX_ROWS), ENV_CAPTURE_MAX_ROWS)
     max_bytes = positive_int(env.get(ENV_CAPTURE_MAX_BYTES, DEFAULT_MAX_BYTES), ENV_CAPTURE_MAX_BYTES)
-    return CaptureSettings(usable_dir(Path(out)), env.get(ENV_CAPTURE_RUN_ID) or DEFAULT_RUN_ID,
-                           flush_s, max_rows, max_bytes)
+    return CaptureSettings(
+        usable_dir(Path(out)), env.get(ENV_CAPTURE_RUN_ID) or DEFAULT_RUN_ID, flush_s, max_rows, max_bytes
+    )

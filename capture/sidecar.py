@@ -76,14 +76,22 @@ class SidecarSettings(BaseModel):
     capture_dir: Path = Field(description="The plugin's SPECDEC_CAPTURE_DIR, where its part files appear.")
     lake: Path = Field(description="Root of the Parquet lake (rounds/ and counters/ below it).")
     server: str = Field(description="Base URL of the vLLM server whose /metrics is read, e.g. http://127.0.0.1:8000.")
-    host: str = Field(default="127.0.0.1", description="Address of the sidecar's own endpoint (loopback unless told otherwise).")
-    port: int = Field(default=DEFAULT_PORT, ge=0, le=65535, description="Port of the sidecar's own endpoint; 0: any free port.")
+    host: str = Field(
+        default="127.0.0.1", description="Address of the sidecar's own endpoint (loopback unless told otherwise)."
+    )
+    port: int = Field(
+        default=DEFAULT_PORT, ge=0, le=65535, description="Port of the sidecar's own endpoint; 0: any free port."
+    )
     compact_s: float = Field(default=10.0, gt=0, le=3600, description="Seconds between compaction passes.")
     scrape_s: float = Field(default=5.0, gt=0, le=3600, description="Seconds between reads of the server's /metrics.")
     window_s: float = Field(default=60.0, gt=0, le=86400, description="Window of the rolling acceptance gauges [s].")
-    counters_flush_s: float = Field(default=30.0, gt=0, le=30, description="Most seconds a counter row waits before it is written to the lake.")
-    proxy: ProxySettings | None = Field(default=None, description="The recording proxy to run in the same process "
-                                                                   "(its upstream: this server); None: no proxy.")
+    counters_flush_s: float = Field(
+        default=30.0, gt=0, le=30, description="Most seconds a counter row waits before it is written to the lake."
+    )
+    proxy: ProxySettings | None = Field(
+        default=None,
+        description="The recording proxy to run in the same process (its upstream: this server); None: no proxy.",
+    )
 
     @field_validator("server")
     @classmethod
@@ -126,8 +134,9 @@ class Sidecar:
         except OSError as exc:
             await self.runner.cleanup()
             await self.session.close()
-            raise SpecdecError(f"--listen {self.settings.host}:{self.settings.port}: cannot listen there "
-                               f"({exc.strerror or exc})") from None
+            raise SpecdecError(
+                f"--listen {self.settings.host}:{self.settings.port}: cannot listen there ({exc.strerror or exc})"
+            ) from None
         host, port = self.runner.addresses[0][:2]
         self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
         return self.url
@@ -141,29 +150,43 @@ class Sidecar:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self._sync_gauges()
-        return web.Response(body=self.metrics.render(self.clock_ns()).encode(),
-                            headers={"Content-Type": METRICS_CONTENT_TYPE})
+        return web.Response(
+            body=self.metrics.render(self.clock_ns()).encode(), headers={"Content-Type": METRICS_CONTENT_TYPE}
+        )
 
     async def _healthz(self, request: web.Request) -> web.Response:
         self._sync_gauges()
-        body = {"ok": self.scrape_error is None, "status": "ok" if self.scrape_error is None else "degraded",
-                "counters": self.metrics.counters, "gauges": self.metrics.gauges}
+        body = {
+            "ok": self.scrape_error is None,
+            "status": "ok" if self.scrape_error is None else "degraded",
+            "counters": self.metrics.counters,
+            "gauges": self.metrics.gauges,
+        }
         if self.scrape_error is not None:
-            body["reasons"] = [f"the last {self.scrapes_failed_in_row} read(s) of {self.settings.server}/metrics "
-                               f"failed; the last: {self.scrape_error}"]
+            body["reasons"] = [
+                f"the last {self.scrapes_failed_in_row} read(s) of {self.settings.server}/metrics "
+                f"failed; the last: {self.scrape_error}"
+            ]
         return web.json_response(body, status=200 if self.scrape_error is None else 503)
 
     def _note_scrape(self, error: str | None) -> None:
         """Keep the scrape health; log only when it changes (failing <-> working)."""
         if error is not None:
             if self.scrape_error is None:
-                log.warning("specdec-sidecar: cannot read %s/metrics (%s); /healthz says degraded until a read "
-                            "works (logged once, not per scrape)", self.settings.server, error)
+                log.warning(
+                    "specdec-sidecar: cannot read %s/metrics (%s); /healthz says degraded until a read "
+                    "works (logged once, not per scrape)",
+                    self.settings.server,
+                    error,
+                )
             self.scrape_error = error
             self.scrapes_failed_in_row += 1
         elif self.scrape_error is not None:
-            log.warning("specdec-sidecar: %s/metrics read again after %d failed read(s); /healthz ok",
-                        self.settings.server, self.scrapes_failed_in_row)
+            log.warning(
+                "specdec-sidecar: %s/metrics read again after %d failed read(s); /healthz ok",
+                self.settings.server,
+                self.scrapes_failed_in_row,
+            )
             self.scrape_error, self.scrapes_failed_in_row = None, 0
 
     # -------------------------------------------------------------- work
@@ -193,8 +216,9 @@ class Sidecar:
         values: dict[str, float | None] = dict.fromkeys([*COUNTERS, *GAUGES])
         error = None
         try:
-            text = await metrics_text(self.session, self.settings.server,
-                                      timeout_s=min(30.0, max(2.0, self.settings.scrape_s)))
+            text = await metrics_text(
+                self.session, self.settings.server, timeout_s=min(30.0, max(2.0, self.settings.scrape_s))
+            )
             if text is None:
                 error = f"HTTP 404 from {self.settings.server}/metrics"
             else:
@@ -205,8 +229,9 @@ class Sidecar:
             error = f"{type(exc).__name__}: {exc}"[:500]
         if error is None and self.metrics.model is None:
             self.metrics.model = await served_model(self.session, self.settings.server)
-        row = CounterScrape(wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error,
-                            **values)
+        row = CounterScrape(
+            wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error, **values
+        )
         self.metrics.counters["specdec_sidecar_scrapes_total"] += 1
         self._note_scrape(error)
         if error is None:
@@ -236,8 +261,10 @@ class Sidecar:
     async def serve(self, stop: asyncio.Event) -> None:
         """Compact and scrape on their intervals until ``stop`` is set, then ``close``."""
         try:
-            await asyncio.gather(self._every(self.settings.compact_s, self.compact, stop),
-                                 self._every(self.settings.scrape_s, self._scrape_tick, stop))
+            await asyncio.gather(
+                self._every(self.settings.compact_s, self.compact, stop),
+                self._every(self.settings.scrape_s, self._scrape_tick, stop),
+            )
         finally:
             await self.close()
 
@@ -274,8 +301,11 @@ class Sidecar:
 
     def summary(self) -> dict:
         self._sync_gauges()
-        return {**self.metrics.counters, "unreadable_files_now": self.compactor.unreadable,
-                "counter_rows_not_written": len(self.counter_lake.rows)}
+        return {
+            **self.metrics.counters,
+            "unreadable_files_now": self.compactor.unreadable,
+            "counter_rows_not_written": len(self.counter_lake.rows),
+        }
 
 
 async def served_model(session: aiohttp.ClientSession, server: str) -> str | None:
@@ -295,8 +325,10 @@ async def served_model(session: aiohttp.ClientSession, server: str) -> str | Non
 def exposed_by_sidecar(settings: SidecarSettings) -> str:
     """What the sidecar's own endpoint shows to whoever can reach it (the
     ``--listen`` warning): read-only, but it names the server and its model."""
-    return (f"the sidecar's /metrics and /healthz (read-only: live acceptance figures, capture and "
-            f"scrape counters, the server URL {settings.server} and the name of the model it serves)")
+    return (
+        f"the sidecar's /metrics and /healthz (read-only: live acceptance figures, capture and "
+        f"scrape counters, the server URL {settings.server} and the name of the model it serves)"
+    )
 
 
 def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
@@ -314,16 +346,20 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
             loop.add_signal_handler(sig, stop.set)
         sidecar = Sidecar(settings)
         url = await sidecar.start()
-        announce(f"specdec sidecar listening on {url} (metrics: {url}/metrics): compacting {settings.capture_dir} "
-                 f"into {settings.lake} every {settings.compact_s:g} s, reading {settings.server}/metrics "
-                 f"every {settings.scrape_s:g} s")
+        announce(
+            f"specdec sidecar listening on {url} (metrics: {url}/metrics): compacting {settings.capture_dir} "
+            f"into {settings.lake} every {settings.compact_s:g} s, reading {settings.server}/metrics "
+            f"every {settings.scrape_s:g} s"
+        )
         warn_if_exposed(settings.host, exposed_by_sidecar(settings), warn)
         proxy, proxy_stats = None, None
         try:
             if settings.proxy is not None:
                 proxy = await start_proxy(settings.proxy, book=sidecar.book)
-                announce(f"specdec proxy listening on {proxy.url} -> {settings.server} (recording into "
-                         f"{settings.proxy.out_dir}, content: {settings.proxy.content})")
+                announce(
+                    f"specdec proxy listening on {proxy.url} -> {settings.server} (recording into "
+                    f"{settings.proxy.out_dir}, content: {settings.proxy.content})"
+                )
                 warn_if_exposed(settings.proxy.host, "the recording proxy: " + exposure(settings.proxy), warn)
             await sidecar.serve(stop)
         finally:
@@ -331,8 +367,10 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
             if proxy is not None:
                 await proxy.stop()
                 stats = proxy_stats = proxy.recorder.stats()
-                announce(f"specdec proxy stopped: {stats['rows_written']} rows written, "
-                         f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written")
+                announce(
+                    f"specdec proxy stopped: {stats['rows_written']} rows written, "
+                    f"{stats['failures_total']} recording failures, {stats['rows_pending']} rows not written"
+                )
         summary = sidecar.summary()
         announce("specdec sidecar stopped: " + json.dumps(summary))
         return summary, proxy_stats
@@ -352,10 +390,14 @@ def rows_lost(summary: dict, proxy_stats: dict | None) -> str | None:
     pending = summary["counter_rows_not_written"]
     dropped = summary.get("specdec_sidecar_counter_rows_dropped_total", 0)
     if pending + dropped:
-        parts.append(f"{pending + dropped} counter rows not written to the lake ({pending} still pending at the "
-                     f"stop, {dropped} dropped over the pending limit)")
+        parts.append(
+            f"{pending + dropped} counter rows not written to the lake ({pending} still pending at the "
+            f"stop, {dropped} dropped over the pending limit)"
+        )
     if proxy_stats is not None and proxy_stats["rows_pending"] + proxy_stats["rows_dropped"]:
         p, d = proxy_stats["rows_pending"], proxy_stats["rows_dropped"]
-        parts.append(f"{p + d} recorded proxy rows not written ({p} still pending at the stop, {d} dropped over "
-                     f"the pending limit; last error: {proxy_stats['last_error']})")
+        parts.append(
+            f"{p + d} recorded proxy rows not written ({p} still pending at the stop, {d} dropped over "
+            f"the pending limit; last error: {proxy_stats['last_error']})"
+        )
     return "sidecar stopped with rows lost: " + "; ".join(parts) if parts else None

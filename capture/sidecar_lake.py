@@ -62,9 +62,19 @@ NS_PER_DAY = 86_400 * 10**9
 class DamagedPart(Exception):
     """A part whose footer reads but whose pages do not: a page checksum
     mismatch, an undecodable page, or fewer rows than the footer declares."""
+
+
 #: Columns the sidecar's live metrics need from each compacted part.
-METRIC_COLUMNS = ("engine_request_id", "process_token", "step_index", "tokens_proposed", "tokens_accepted",
-                  "draft_ms", "verify_ms", "wall_time_ns")
+METRIC_COLUMNS = (
+    "engine_request_id",
+    "process_token",
+    "step_index",
+    "tokens_proposed",
+    "tokens_accepted",
+    "draft_ms",
+    "verify_ms",
+    "wall_time_ns",
+)
 
 
 @dataclass
@@ -86,13 +96,22 @@ def read_capture_status(capture_dir: Path) -> dict[str, int]:
     summed: hook_failures, rows_dropped, write_errors, rows_written,
     rows_pending, plus ``processes`` (files read) and ``unreadable`` (files
     that are not a JSON object of counts; skipped, never fatal)."""
-    out = {"hook_failures": 0, "rows_dropped": 0, "write_errors": 0, "rows_written": 0, "rows_pending": 0,
-           "processes": 0, "unreadable": 0}
+    out = {
+        "hook_failures": 0,
+        "rows_dropped": 0,
+        "write_errors": 0,
+        "rows_written": 0,
+        "rows_pending": 0,
+        "processes": 0,
+        "unreadable": 0,
+    }
     for path in sorted(Path(capture_dir).glob(CAPTURE_STATUS_GLOB)):
         try:
             status = json.loads(path.read_text())
-            counts = {key: status.get(key, 0) for key in ("hook_failures", "rows_dropped", "write_errors",
-                                                         "rows_written", "rows_pending")}
+            counts = {
+                key: status.get(key, 0)
+                for key in ("hook_failures", "rows_dropped", "write_errors", "rows_written", "rows_pending")
+            }
             if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts.values()):
                 raise ValueError("a count is not a non-negative integer")
         except (OSError, ValueError, AttributeError):
@@ -116,8 +135,11 @@ class Compactor:
     def finished_parts(self) -> list[Path]:
         if not self.capture_dir.is_dir():
             return []
-        return sorted(p for p in self.capture_dir.glob(ROUND_PART_GLOB)
-                      if not p.name.startswith(".") and round_part_key(p) is not None and p.is_file())
+        return sorted(
+            p
+            for p in self.capture_dir.glob(ROUND_PART_GLOB)
+            if not p.name.startswith(".") and round_part_key(p) is not None and p.is_file()
+        )
 
     def compact_once(self) -> CompactResult:
         result = CompactResult()
@@ -260,8 +282,13 @@ class CounterLake:
                 write_parquet_atomic(table_from_records(CounterScrape, group), path)
             except Exception as exc:  # noqa: BLE001 - keep the rows, retry at the next flush
                 self.write_failures += 1
-                log.error("specdec-sidecar: could not write %s (%s: %s); %d counter rows kept for the next flush",
-                          path, type(exc).__name__, exc, len(group))
+                log.error(
+                    "specdec-sidecar: could not write %s (%s: %s); %d counter rows kept for the next flush",
+                    path,
+                    type(exc).__name__,
+                    exc,
+                    len(group),
+                )
                 left.extend(group)
                 continue
             self.seq += 1

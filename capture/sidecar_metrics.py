@@ -48,14 +48,14 @@ BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0,
 OWN_COUNTERS = {
     "specdec_sidecar_rows_written_total": "Round rows moved into the lake.",
     "specdec_sidecar_rows_dropped_total": "Rows in capture part files that could not be read (left in place; "
-                                          "the rows their footer declares, each file counted once).",
+    "the rows their footer declares, each file counted once).",
     "specdec_sidecar_unreadable_files_total": "Capture part files that could not be read (left in place, counted once).",
     "specdec_sidecar_damaged_files_total": "Of the unreadable capture part files: those whose footer reads but a page "
-                                           "fails its checksum or does not decode (left in place, never compacted).",
+    "fails its checksum or does not decode (left in place, never compacted).",
     "specdec_sidecar_files_compacted_total": "Capture part files moved into the lake.",
     "specdec_sidecar_compactions_total": "Compaction passes completed.",
     "specdec_sidecar_compaction_failures_total": "Part files left in place because a lake write or delete failed "
-                                                 "(retried at the next pass).",
+    "(retried at the next pass).",
     "specdec_sidecar_scrapes_total": "Reads of the server's /metrics.",
     "specdec_sidecar_scrape_failures_total": "Reads of the server's /metrics that failed.",
     "specdec_sidecar_counter_rows_written_total": "Counter scrape rows written to the lake.",
@@ -70,13 +70,22 @@ OWN_GAUGES = {
 #: From the capturing engine processes' status files (``capture.writer``), summed
 #: over every process that ever wrote one into the capture folder.
 CAPTURE_COUNTERS = {
-    "hook_failures": ("specdec_capture_hook_failures_total",
-                      "Capture hook calls that failed inside the engine (logged once per process, never raised into vLLM)."),
-    "rows_dropped": ("specdec_capture_engine_rows_dropped_total",
-                     "Round rows the engine-side writer dropped because its memory bound was full (disk refusing writes)."),
-    "write_errors": ("specdec_capture_write_errors_total",
-                     "Failed part-file writes inside the engine (the rows are kept and retried)."),
-    "rows_written": ("specdec_capture_engine_rows_written_total", "Round rows the engine processes wrote to part files."),
+    "hook_failures": (
+        "specdec_capture_hook_failures_total",
+        "Capture hook calls that failed inside the engine (logged once per process, never raised into vLLM).",
+    ),
+    "rows_dropped": (
+        "specdec_capture_engine_rows_dropped_total",
+        "Round rows the engine-side writer dropped because its memory bound was full (disk refusing writes).",
+    ),
+    "write_errors": (
+        "specdec_capture_write_errors_total",
+        "Failed part-file writes inside the engine (the rows are kept and retried).",
+    ),
+    "rows_written": (
+        "specdec_capture_engine_rows_written_total",
+        "Round rows the engine processes wrote to part files.",
+    ),
 }
 CAPTURE_GAUGES = {
     "rows_pending": ("specdec_capture_rows_pending", "Round rows held in engine memory, not yet in a part file."),
@@ -86,14 +95,26 @@ CAPTURE_GAUGES = {
 SERVER_COUNTERS = {key: f"specdec_server_{key}_total" for key in COUNTERS}
 SERVER_GAUGES = {key: f"specdec_server_{key}" for key in GAUGES}
 WINDOW_GAUGES = ("specdec_acceptance_rate", "specdec_acceptance_length", "specdec_window_verify_rounds")
-CATEGORY_GAUGES = ("specdec_category_acceptance_rate", "specdec_category_acceptance_length",
-                   "specdec_category_window_verify_rounds")
+CATEGORY_GAUGES = (
+    "specdec_category_acceptance_rate",
+    "specdec_category_acceptance_length",
+    "specdec_category_window_verify_rounds",
+)
 HISTOGRAMS = {"draft_ms": "specdec_draft_ms", "verify_ms": "specdec_verify_ms"}
 
 METRIC_NAMES = frozenset(
-    [*OWN_COUNTERS, *OWN_GAUGES, *(n for n, _ in CAPTURE_COUNTERS.values()), *(n for n, _ in CAPTURE_GAUGES.values()),
-     *SERVER_COUNTERS.values(), *SERVER_GAUGES.values(), *WINDOW_GAUGES, *CATEGORY_GAUGES,
-     *(f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("bucket", "sum", "count"))])
+    [
+        *OWN_COUNTERS,
+        *OWN_GAUGES,
+        *(n for n, _ in CAPTURE_COUNTERS.values()),
+        *(n for n, _ in CAPTURE_GAUGES.values()),
+        *SERVER_COUNTERS.values(),
+        *SERVER_GAUGES.values(),
+        *WINDOW_GAUGES,
+        *CATEGORY_GAUGES,
+        *(f"{h}_{s}" for h in HISTOGRAMS.values() for s in ("bucket", "sum", "count")),
+    ]
+)
 
 
 class Histogram:
@@ -146,8 +167,7 @@ class LiveMetrics:
             cat = pc.take(labels, pc.index_in(table["engine_request_id"], value_set=ids))
             for category in pc.unique(cat.drop_null()).to_pylist():
                 _add(self.by_category.setdefault(category, {}), rows.filter(pc.equal(cat, category)))
-        steps = table.group_by(["process_token", "step_index"]).aggregate(
-            [(col, "max") for col in HISTOGRAMS])
+        steps = table.group_by(["process_token", "step_index"]).aggregate([(col, "max") for col in HISTOGRAMS])
         for col, hist in self.hist.items():
             for value in steps[f"{col}_max"].to_pylist():
                 if value is not None:
@@ -176,22 +196,43 @@ class LiveMetrics:
         rate, length, rounds = self.window(now_ns)
         win = f"{self.window_ns / 1e9:g} s"
         lines: list[str] = []
-        _metric(lines, "specdec_acceptance_rate", "gauge",
-                f"Accepted / proposed draft tokens of the rounds captured in the last {win}; NaN: no verify round.",
-                [(win_lab, rate)])
-        _metric(lines, "specdec_acceptance_length", "gauge",
-                f"1 + accepted tokens / verify rounds over the last {win}; NaN: no verify round.", [(win_lab, length)])
-        _metric(lines, "specdec_window_verify_rounds", "gauge",
-                f"Verify rounds (tokens_proposed > 0) captured in the last {win}.", [(win_lab, rounds)])
+        _metric(
+            lines,
+            "specdec_acceptance_rate",
+            "gauge",
+            f"Accepted / proposed draft tokens of the rounds captured in the last {win}; NaN: no verify round.",
+            [(win_lab, rate)],
+        )
+        _metric(
+            lines,
+            "specdec_acceptance_length",
+            "gauge",
+            f"1 + accepted tokens / verify rounds over the last {win}; NaN: no verify round.",
+            [(win_lab, length)],
+        )
+        _metric(
+            lines,
+            "specdec_window_verify_rounds",
+            "gauge",
+            f"Verify rounds (tokens_proposed > 0) captured in the last {win}.",
+            [(win_lab, rounds)],
+        )
         per_cat = self.category_windows(now_ns)
         if per_cat:
             cat_labs = {c: f'{win_lab},category="{_escape(c)}"' for c in per_cat}
-            for j, (name, help_) in enumerate((
-                    ("specdec_category_acceptance_rate", f"As specdec_acceptance_rate, per request category (the "
-                                                         f"sidecar proxy's), over the last {win}."),
-                    ("specdec_category_acceptance_length", f"As specdec_acceptance_length, per request category, "
-                                                           f"over the last {win}."),
-                    ("specdec_category_window_verify_rounds", f"Verify rounds per request category in the last {win}."))):
+            for j, (name, help_) in enumerate(
+                (
+                    (
+                        "specdec_category_acceptance_rate",
+                        f"As specdec_acceptance_rate, per request category (the sidecar proxy's), over the last {win}.",
+                    ),
+                    (
+                        "specdec_category_acceptance_length",
+                        f"As specdec_acceptance_length, per request category, over the last {win}.",
+                    ),
+                    ("specdec_category_window_verify_rounds", f"Verify rounds per request category in the last {win}."),
+                )
+            ):
                 _metric(lines, name, "gauge", help_, [(cat_labs[c], f[j]) for c, f in per_cat.items()])
         for col, name in HISTOGRAMS.items():
             hist = self.hist[col]
@@ -211,8 +252,13 @@ class LiveMetrics:
             for key, name in names.items():
                 value = self.server_values.get(key)
                 if value is not None:
-                    _metric(lines, name, kind, f"Last value of the server's {COUNTERS.get(key) or GAUGES[key][0]} "
-                                               "read by the sidecar.", [(lab, value)])
+                    _metric(
+                        lines,
+                        name,
+                        kind,
+                        f"Last value of the server's {COUNTERS.get(key) or GAUGES[key][0]} read by the sidecar.",
+                        [(lab, value)],
+                    )
         return "\n".join(lines) + "\n"
 
 

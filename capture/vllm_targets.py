@@ -84,9 +84,16 @@ TARGETS: tuple[Target, ...] = (
     Target("counts", "vllm/v1/outputs.py", "ModelRunnerOutput", "sampled_token_ids", "attribute"),
     Target("counts", "vllm/v1/outputs.py", "ModelRunnerOutput", "req_id_to_index", "attribute"),
     Target("counts", "vllm/v1/outputs.py", None, "EMPTY_MODEL_RUNNER_OUTPUT", "assignment"),
-    *(Target("counts", "vllm/v1/request.py", "Request", a, "attribute")
-      for a in ("num_computed_tokens", "num_in_flight_tokens", "num_prompt_tokens", "num_stale_output_tokens",
-                "drop_stale_output")),
+    *(
+        Target("counts", "vllm/v1/request.py", "Request", a, "attribute")
+        for a in (
+            "num_computed_tokens",
+            "num_in_flight_tokens",
+            "num_prompt_tokens",
+            "num_stale_output_tokens",
+            "drop_stale_output",
+        )
+    ),
     Target("counts", "vllm/v1/request.py", "Request", "is_finished"),
     # ---- timing-v1: wall clock around the V1 runner (CPUModelRunner inherits these)
     Target("timing-v1", V1_RUNNER, "GPUModelRunner", "__init__"),
@@ -96,19 +103,34 @@ TARGETS: tuple[Target, ...] = (
     # ---- timing-v2: CUDA events in Model Runner V2 (plugin_v2)
     Target("timing-v2", "vllm/v1/worker/gpu_worker.py", "Worker", "_make_model_runner"),
     Target("timing-v2", V2_RUNNER, "GPUModelRunner", "execute_model", params=("scheduler_output", "dummy_run")),
-    Target("timing-v2", V2_RUNNER, "GPUModelRunner", "execute_model", "calls", calls=("self.step_timing.forward_start",)),
+    Target(
+        "timing-v2", V2_RUNNER, "GPUModelRunner", "execute_model", "calls", calls=("self.step_timing.forward_start",)
+    ),
     Target("timing-v2", V2_RUNNER, "GPUModelRunner", "sample_tokens", params=("grammar_output",)),
-    Target("timing-v2", V2_RUNNER, "GPUModelRunner", "sample_tokens", "calls",
-           calls=("self.sample", "AsyncOutput", "self.speculator.propose")),
-    Target("timing-v2", V2_RUNNER, "GPUModelRunner", "sample", params=("hidden_states", "input_batch", "grammar_output")),
+    Target(
+        "timing-v2",
+        V2_RUNNER,
+        "GPUModelRunner",
+        "sample_tokens",
+        "calls",
+        calls=("self.sample", "AsyncOutput", "self.speculator.propose"),
+    ),
+    Target(
+        "timing-v2", V2_RUNNER, "GPUModelRunner", "sample", params=("hidden_states", "input_batch", "grammar_output")
+    ),
     Target("timing-v2", V2_RUNNER, "GPUModelRunner", "speculator", "attribute"),
     Target("timing-v2", V2_RUNNER, "GPUModelRunner", "step_timing", "attribute"),
     Target("timing-v2", V2_ASYNC, "StepTimingCollector", "forward_start"),
     Target("timing-v2", V2_ASYNC, "AsyncOutput", "__init__", params=("model_runner_output",)),
     Target("timing-v2", V2_ASYNC, "AsyncOutput", "get_output"),
     Target("timing-v2", V2_ASYNC, "AsyncOutput", "get_output", "calls", calls=("self.copy_event.synchronize",)),
-    Target("timing-v2", "vllm/v1/worker/gpu/spec_decode/speculator.py", "BaseSpeculator", "propose",
-           params=("input_batch", "dummy_run", "num_speculative_tokens")),
+    Target(
+        "timing-v2",
+        "vllm/v1/worker/gpu/spec_decode/speculator.py",
+        "BaseSpeculator",
+        "propose",
+        params=("input_batch", "dummy_run", "num_speculative_tokens"),
+    ),
     Target("timing-v2", "vllm/v1/worker/gpu/input_batch.py", "InputBatch", "num_draft_tokens", "attribute"),
 )
 
@@ -131,8 +153,11 @@ def _dotted(node: ast.AST) -> str | None:
 
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     a = fn.args
-    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)} | (
-        {a.vararg.arg} if a.vararg else set()) | ({a.kwarg.arg} if a.kwarg else set())
+    return (
+        {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+        | ({a.vararg.arg} if a.vararg else set())
+        | ({a.kwarg.arg} if a.kwarg else set())
+    )
 
 
 def _assigned_attributes(cls: ast.ClassDef) -> set[str]:
@@ -143,8 +168,9 @@ def _assigned_attributes(cls: ast.ClassDef) -> set[str]:
         elif isinstance(node, ast.Assign):
             out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if any(_dotted(d) in ("property", "functools.cached_property", "cached_property")
-                   for d in node.decorator_list):
+            if any(
+                _dotted(d) in ("property", "functools.cached_property", "cached_property") for d in node.decorator_list
+            ):
                 out.add(node.name)
     for node in ast.walk(cls):
         targets = []
@@ -186,21 +212,27 @@ def source_problems(sources: dict[str, str]) -> list[str]:
 def _check(tree: ast.Module, t: Target) -> str | None:
     if t.cls is None:
         if t.kind == "function":
-            found = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == t.member
-                        for n in tree.body)
+            found = any(
+                isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == t.member for n in tree.body
+            )
         else:
-            found = any(isinstance(n, ast.Assign) and any(isinstance(x, ast.Name) and x.id == t.member
-                                                          for x in n.targets)
-                        or isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == t.member
-                        for n in tree.body)
+            found = any(
+                isinstance(n, ast.Assign)
+                and any(isinstance(x, ast.Name) and x.id == t.member for x in n.targets)
+                or isinstance(n, ast.AnnAssign)
+                and isinstance(n.target, ast.Name)
+                and n.target.id == t.member
+                for n in tree.body
+            )
         return None if found else "not defined at module level"
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == t.cls), None)
     if cls is None:
         return f"class {t.cls} not found"
     if t.kind == "attribute":
         return None if t.member in _assigned_attributes(cls) else f"attribute {t.member} not assigned in {t.cls}"
-    fn = next((n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == t.member),
-              None)
+    fn = next(
+        (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == t.member), None
+    )
     if fn is None:
         return f"method {t.member} not defined in {t.cls}"
     missing = [p for p in t.params if p not in _params(fn)]

@@ -86,9 +86,15 @@ def _row_bytes(columns: dict[str, list], i: int) -> int:
 
 
 class RoundWriter:
-    def __init__(self, out_dir: Path, flush_s: float = DEFAULT_FLUSH_S, start_thread: bool = True,
-                 max_rows: int = DEFAULT_MAX_ROWS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        out_dir: Path,
+        flush_s: float = DEFAULT_FLUSH_S,
+        start_thread: bool = True,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         if max_rows < 1 or max_bytes < 1:
             raise ValueError(f"max_rows and max_bytes must be > 0 (got {max_rows}, {max_bytes})")
         self.out_dir = Path(out_dir)
@@ -133,8 +139,9 @@ class RoundWriter:
         if self._closed:
             self._stop.set()
         elif self._start_thread:
-            self._thread = threading.Thread(target=self._loop, args=(self._stop,),
-                                            name="specdec-capture-flush", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, args=(self._stop,), name="specdec-capture-flush", daemon=True
+            )
             self._thread.start()
 
     def _finalize_in_mp_child(self) -> None:
@@ -171,9 +178,15 @@ class RoundWriter:
                 self._dropped_since_ok += dropped
                 first_drop, self._drop_logged = not self._drop_logged, True
         if first_drop:
-            log.error("specdec-capture: %d rows are waiting to be written, the most kept in memory "
-                      "(%s=%d rows, %s=%d bytes); new rows are dropped and counted until writing catches up",
-                      self.pending(), ENV_CAPTURE_MAX_ROWS, self.max_rows, ENV_CAPTURE_MAX_BYTES, self.max_bytes)
+            log.error(
+                "specdec-capture: %d rows are waiting to be written, the most kept in memory "
+                "(%s=%d rows, %s=%d bytes); new rows are dropped and counted until writing catches up",
+                self.pending(),
+                ENV_CAPTURE_MAX_ROWS,
+                self.max_rows,
+                ENV_CAPTURE_MAX_BYTES,
+                self.max_bytes,
+            )
 
     def pending(self) -> int:
         """Rows not yet on disk (buffered plus being written)."""
@@ -226,9 +239,15 @@ class RoundWriter:
             self._retry_at = self._clock() + self.retry_delay(self._fail_streak)
             first, self._failing = not self._failing, True
         if first:
-            log.error("specdec-capture: could not write %s (%s); keeping up to %d rows / %d bytes in memory "
-                      "and retrying, backing off to every %g s; rows past that are dropped and counted",
-                      path, exc, self.max_rows, self.max_bytes, max(self.flush_s, MAX_RETRY_S))
+            log.error(
+                "specdec-capture: could not write %s (%s); keeping up to %d rows / %d bytes in memory "
+                "and retrying, backing off to every %g s; rows past that are dropped and counted",
+                path,
+                exc,
+                self.max_rows,
+                self.max_bytes,
+                max(self.flush_s, MAX_RETRY_S),
+            )
 
     def _written(self, n: int, path: Path) -> None:
         with self._lock:
@@ -238,11 +257,22 @@ class RoundWriter:
             self._failing, self._fail_streak, self._dropped_since_ok = False, 0, 0
             self._drop_logged = False
         if recovered:
-            log.warning("specdec-capture: writing works again (%s, %d rows) after %d failed attempt(s); "
-                        "%d rows were dropped meanwhile (%d in all)", path, n, failures, dropped, self.rows_dropped)
+            log.warning(
+                "specdec-capture: writing works again (%s, %d rows) after %d failed attempt(s); "
+                "%d rows were dropped meanwhile (%d in all)",
+                path,
+                n,
+                failures,
+                dropped,
+                self.rows_dropped,
+            )
         elif dropped:
-            log.warning("specdec-capture: the buffer drained (%s, %d rows); %d rows were dropped while it was full",
-                        path, n, dropped)
+            log.warning(
+                "specdec-capture: the buffer drained (%s, %d rows); %d rows were dropped while it was full",
+                path,
+                n,
+                dropped,
+            )
 
     def _loop(self, stop: threading.Event) -> None:
         while not stop.wait(self.flush_s):
@@ -252,9 +282,15 @@ class RoundWriter:
     def status(self) -> dict:
         """This process's capture counters (the file ``write_status`` keeps)."""
         extra = self.status_extra() if self.status_extra is not None else {}
-        return {"process_token": self.token, "pid": os.getpid(), "rows_written": self.rows_written,
-                "rows_dropped": self.rows_dropped, "write_errors": self.write_errors,
-                "rows_pending": self.pending(), **extra}
+        return {
+            "process_token": self.token,
+            "pid": os.getpid(),
+            "rows_written": self.rows_written,
+            "rows_dropped": self.rows_dropped,
+            "write_errors": self.write_errors,
+            "rows_pending": self.pending(),
+            **extra,
+        }
 
     def write_status(self) -> bool:
         """Rewrite ``status-<token>.json`` in the capture folder (atomically)
@@ -264,8 +300,10 @@ class RoundWriter:
             status = self.status()
             if status == self._last_status:
                 return False
-            atomic_write_text(self.out_dir / capture_status_name(self.token),
-                              json.dumps({**status, "updated_wall_ns": time.time_ns()}))
+            atomic_write_text(
+                self.out_dir / capture_status_name(self.token),
+                json.dumps({**status, "updated_wall_ns": time.time_ns()}),
+            )
             self._last_status = status
             return True
         except Exception:  # noqa: BLE001 - status is best effort; the rows matter
@@ -281,8 +319,11 @@ class RoundWriter:
         left = self.pending()
         if left and not self._loss_logged:
             self._loss_logged = True
-            log.error("specdec-capture: %d rows could not be written before exit and are lost "
-                      "(%d more were dropped earlier)", left, self.rows_dropped)
+            log.error(
+                "specdec-capture: %d rows could not be written before exit and are lost (%d more were dropped earlier)",
+                left,
+                self.rows_dropped,
+            )
 
 
 def _after_fork_in_child() -> None:

@@ -71,9 +71,13 @@ def recorded_plan(rows: Sequence[TrafficRow], time_scale: float, path: str | Pat
     for i, row in enumerate(rows):
         if row.arrival_ms is None:
             raise InputFileError(
-                path, f"prompt_id {row.prompt_id!r} has no arrival time: --load recorded replays the rows on "
-                      "their recorded clock, so every row needs arrival_ms (use --load poisson or closed for "
-                      "traffic without one)", row=i + 1, field="arrival_ms")
+                path,
+                f"prompt_id {row.prompt_id!r} has no arrival time: --load recorded replays the rows on "
+                "their recorded clock, so every row needs arrival_ms (use --load poisson or closed for "
+                "traffic without one)",
+                row=i + 1,
+                field="arrival_ms",
+            )
     if not rows:
         return []
     start = min(row.arrival_ms for row in rows)
@@ -102,5 +106,6 @@ def poisson_plan(rows: Sequence[TrafficRow], rate_per_s: float, seed: int = 0) -
         for slot, i in zip(sorted(chain), chain):
             slot_of[i] = slot
     after = session_predecessors(rows)
-    return sorted((Arrival(i, times[slot_of[i]], after[i]) for i in range(len(rows))),
-                  key=lambda a: (a.intended_ms, a.index))
+    return sorted(
+        (Arrival(i, times[slot_of[i]], after[i]) for i in range(len(rows))), key=lambda a: (a.intended_ms, a.index)
+    )

@@ -54,8 +54,7 @@ def _matching_rows(folder: Path, prefix: str) -> tuple[pa.Table, list[str]]:
     return pa.concat_tables(tables), skipped
 
 
-def import_capture(source: Path, run_dir: Path, run_id: str, prefix: str, wait_s: float,
-                   flush_s: float = 1.0) -> dict:
+def import_capture(source: Path, run_dir: Path, run_id: str, prefix: str, wait_s: float, flush_s: float = 1.0) -> dict:
     """Copy this run's rows from ``source`` into the run folder; return the
     manifest's ``capture`` entry (source, path, rows, skipped files)."""
     source = Path(source)
@@ -74,13 +73,17 @@ def import_capture(source: Path, run_dir: Path, run_id: str, prefix: str, wait_s
         entry["skipped_files"] = skipped
         log.warning("capture import: skipped %d unreadable file(s) in %s: %s", len(skipped), source, skipped[:5])
     if table.num_rows == 0:
-        entry["note"] = (f"no rows with request ids {prefix}* were found in {source}: is that the folder "
-                         "the servers' capture plugin writes to (SPECDEC_CAPTURE_DIR / specdec-capture serve --dir)?")
+        entry["note"] = (
+            f"no rows with request ids {prefix}* were found in {source}: is that the folder "
+            "the servers' capture plugin writes to (SPECDEC_CAPTURE_DIR / specdec-capture serve --dir)?"
+        )
         return entry
-    table = table.set_column(table.schema.get_field_index("run_id"), "run_id",
-                             pa.array([run_id] * table.num_rows, pa.string()))
+    table = table.set_column(
+        table.schema.get_field_index("run_id"), "run_id", pa.array([run_id] * table.num_rows, pa.string())
+    )
     out = capture_dir(run_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_parquet_atomic(table.replace_schema_metadata(arrow_schema(RoundTrace).metadata),
-                         out / round_part_name("import", 0))
+    write_parquet_atomic(
+        table.replace_schema_metadata(arrow_schema(RoundTrace).metadata), out / round_part_name("import", 0)
+    )
     return entry

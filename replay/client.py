@@ -64,9 +64,9 @@ ERROR_TYPES: dict[str, str] = {
     "stream_truncated": "the stream ended before [DONE]",
     "no_usage": "the stream ended without a usage block, so token counts are unknown",
     "overlong_stream": "the stream went on past max_tokens plus a margin (stream_limit): the server ignores "
-                       "max_tokens; the client stopped reading",
+    "max_tokens; the client stopped reading",
     "request_wall_timeout": "the request took longer than its wall limit (ClientSettings.wall_limit_s), "
-                            "although bytes kept arriving",
+    "although bytes kept arriving",
     "interrupted": "the replay was stopped (Ctrl-C, SIGTERM) while the request was in flight",
     "client_error": "any other failure on the client side (the message says which)",
 }
@@ -81,6 +81,7 @@ STREAM_MARGIN = 16
 def stream_limit(max_tokens: int) -> int:
     """Most content chunks (and running tokens) accepted for a request of ``max_tokens``."""
     return max_tokens + max(STREAM_MARGIN, max_tokens // 2)
+
 
 CHAT_PATH = "/v1/chat/completions"
 _BODY_LIMIT = 500
@@ -145,16 +146,23 @@ def build_payload(model: str, row: TrafficRow, *, per_chunk_usage: bool = False)
 
 
 async def stream_chat(
-    session: aiohttp.ClientSession | StreamPool, base_url: str | Endpoint, model: str, row: TrafficRow,
-    request_id: str, settings: ClientSettings | None = None, result: StreamResult | None = None,
+    session: aiohttp.ClientSession | StreamPool,
+    base_url: str | Endpoint,
+    model: str,
+    row: TrafficRow,
+    request_id: str,
+    settings: ClientSettings | None = None,
+    result: StreamResult | None = None,
 ) -> StreamResult:
     """One timed request: the row's payload with per-chunk usage."""
-    return await stream_payload(session, base_url, build_payload(model, row, per_chunk_usage=True), request_id,
-                                settings, result=result)
+    return await stream_payload(
+        session, base_url, build_payload(model, row, per_chunk_usage=True), request_id, settings, result=result
+    )
 
 
-async def send_recorded(session, ep: Endpoint, model: str, row: TrafficRow, rid: str,
-                        settings: ClientSettings | None, results: list | None) -> StreamResult:
+async def send_recorded(
+    session, ep: Endpoint, model: str, row: TrafficRow, rid: str, settings: ClientSettings | None, results: list | None
+) -> StreamResult:
     """``stream_chat``, and when the request is cut off in flight (Ctrl-C,
     SIGTERM, a stopped run) its row, failed ``interrupted``, appended to
     ``results`` before the cancellation goes on (closed and open loop)."""
@@ -168,8 +176,12 @@ async def send_recorded(session, ep: Endpoint, model: str, row: TrafficRow, rid:
 
 
 async def stream_payload(
-    session: aiohttp.ClientSession | StreamPool, base_url: str | Endpoint, payload: dict, request_id: str,
-    settings: ClientSettings | None = None, on_chunk: Callable[[dict], None] | None = None,
+    session: aiohttp.ClientSession | StreamPool,
+    base_url: str | Endpoint,
+    payload: dict,
+    request_id: str,
+    settings: ClientSettings | None = None,
+    on_chunk: Callable[[dict], None] | None = None,
     result: StreamResult | None = None,
 ) -> StreamResult:
     """POST any chat-completions payload as a stream and classify the outcome.
@@ -207,21 +219,29 @@ async def stream_payload(
         # someone else's cancellation (Ctrl-C, SIGTERM, a stopped run; the watchdogs' are settled
         # inside): the row says so, for a caller that passed ``result`` to record it
         if res.error_type is None:
-            res.fail("interrupted", "the replay was stopped while this request was in flight "
-                                    f"({len(res.chunk_offsets_ms)} content chunk(s) received)")
+            res.fail(
+                "interrupted",
+                "the replay was stopped while this request was in flight "
+                f"({len(res.chunk_offsets_ms)} content chunk(s) received)",
+            )
         raise
     except Exception as exc:  # a row, not a crash
         if deadline is not None and deadline.expired():
-            res.fail("request_wall_timeout", f"the request took longer than its wall limit of {wall_s:g} s "
-                                             f"(--request-timeout plus {settings.wall_s_per_token:g} s per "
-                                             f"requested token); {len(res.chunk_offsets_ms)} content chunk(s) "
-                                             "had arrived")
+            res.fail(
+                "request_wall_timeout",
+                f"the request took longer than its wall limit of {wall_s:g} s "
+                f"(--request-timeout plus {settings.wall_s_per_token:g} s per "
+                f"requested token); {len(res.chunk_offsets_ms)} content chunk(s) "
+                "had arrived",
+            )
         else:
             _classify(res, exc, settings)
     finally:
         parser.finish()
         res.output_text = "".join(text_parts)
-        res.error_message = redact_text(res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ()))
+        res.error_message = redact_text(
+            res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ())
+        )
     return res
 
 
@@ -256,13 +276,26 @@ async def _refused(res: StreamResult, status: int, ctype: str, read) -> bool:
     return True
 
 
-async def _via_pool(pool: StreamPool, ep: Endpoint, payload: dict, request_id: str, settings: ClientSettings,
-                    res: StreamResult, parser: SseParser) -> None:
+async def _via_pool(
+    pool: StreamPool,
+    ep: Endpoint,
+    payload: dict,
+    request_id: str,
+    settings: ClientSettings,
+    res: StreamResult,
+    parser: SseParser,
+) -> None:
     """The request over specdec's own transport: the connection's
     ``data_received`` feeds the parser directly."""
-    conn = await pool.post(ep.base, CHAT_PATH, ep.params or None, json.dumps(payload).encode(),
-                           request_headers(settings, ep, request_id), settings.connect_timeout_s,
-                           settings.request_timeout_s)
+    conn = await pool.post(
+        ep.base,
+        CHAT_PATH,
+        ep.params or None,
+        json.dumps(payload).encode(),
+        request_headers(settings, ep, request_id),
+        settings.connect_timeout_s,
+        settings.request_timeout_s,
+    )
     try:
         if await _refused(res, conn.status, conn.headers.get("content-type", ""), conn.read_body):
             return
@@ -272,14 +305,24 @@ async def _via_pool(pool: StreamPool, ep: Endpoint, payload: dict, request_id: s
         conn.done_with(reusable=res.error_type is None)
 
 
-async def _via_aiohttp(session: aiohttp.ClientSession, ep: Endpoint, payload: dict, request_id: str,
-                       settings: ClientSettings, res: StreamResult, parser: SseParser) -> None:
+async def _via_aiohttp(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    payload: dict,
+    request_id: str,
+    settings: ClientSettings,
+    res: StreamResult,
+    parser: SseParser,
+) -> None:
     """The request over aiohttp: each ``readany`` is fed to the parser."""
     idle: _IdleTimeout | None = None
     try:
         async with session.post(
-            ep.url(CHAT_PATH), params=ep.params or None, json=payload,
-            headers=request_headers(settings, ep, request_id), timeout=settings.timeout(),
+            ep.url(CHAT_PATH),
+            params=ep.params or None,
+            json=payload,
+            headers=request_headers(settings, ep, request_id),
+            timeout=settings.timeout(),
         ) as resp:
             if await _refused(res, resp.status, resp.headers.get("Content-Type", ""), resp.content.read):
                 return

@@ -22,9 +22,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def closed_loop(count: int, level: int, send: Callable[[int], Awaitable[T]],
-                      on_done: Callable[[T], None] | None = None, results: list | None = None,
-                      after: Sequence[int | None] | None = None) -> list[T]:
+async def closed_loop(
+    count: int,
+    level: int,
+    send: Callable[[int], Awaitable[T]],
+    on_done: Callable[[T], None] | None = None,
+    results: list | None = None,
+    after: Sequence[int | None] | None = None,
+) -> list[T]:
     """Await ``send(i)`` for every i in range(count) with ``level`` calls in
     flight; return the results in finish order. Pass ``results`` to keep what
     finished if the loop is interrupted (Ctrl-C, a dead server)."""

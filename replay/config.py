@@ -33,10 +33,12 @@ class ClientOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     connect_timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for a connection, seconds.")
-    request_timeout_s: float = Field(default=60.0, gt=0,
-                                     description="Longest wait for the next byte of a reply (the first included), seconds.")
-    api_key_env: str = Field(default=DEFAULT_API_KEY_ENV,
-                             description="Environment variable holding the API key sent as a bearer token.")
+    request_timeout_s: float = Field(
+        default=60.0, gt=0, description="Longest wait for the next byte of a reply (the first included), seconds."
+    )
+    api_key_env: str = Field(
+        default=DEFAULT_API_KEY_ENV, description="Environment variable holding the API key sent as a bearer token."
+    )
 
     @field_validator("connect_timeout_s", "request_timeout_s")
     @classmethod
@@ -53,83 +55,127 @@ class ClientOptions(BaseModel):
         # heavy: aiohttp (ClientSettings' module); `specdec --help` imports this module for the defaults
         from specdec.engines.urls import ClientSettings
 
-        return ClientSettings(connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s,
-                              api_key=self.api_key())
+        return ClientSettings(
+            connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s, api_key=self.api_key()
+        )
 
 
 class ReplayConfig(ClientOptions):
-
     traffic: Path = Field(description="Traffic mix (.parquet or .jsonl of TrafficRow).")
     runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
     run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
-    levels: list[int] = Field(default=list(DEFAULT_LEVELS), description="Closed-loop concurrency levels. Open loop "
-                              "(--load recorded|poisson): set to the level keys 1..N, one per time scale or rate.")
+    levels: list[int] = Field(
+        default=list(DEFAULT_LEVELS),
+        description="Closed-loop concurrency levels. Open loop "
+        "(--load recorded|poisson): set to the level keys 1..N, one per time scale or rate.",
+    )
     load: Literal["closed", "recorded", "poisson"] = Field(
-        default="closed", description="closed: stepped concurrency (--levels); recorded: open loop on the rows' "
-                                      "recorded arrival_ms, once per --time-scale; poisson: open-loop Poisson arrivals, "
-                                      "once per --rates. Open-loop levels are keyed 1..N in the concurrency column "
-                                      "(specdec.replay.load).")
-    time_scales: list[float] = Field(default=[1.0], description="--load recorded: time scales, one level each "
-                                                                "(0.1 = ten times faster; a 60 s trace in 6 s).")
-    rates: list[float] | None = Field(default=None, description="--load poisson: request rates in requests/s, "
-                                                                "one level each (required with --load poisson).")
-    arrival_seed: int = Field(default=0, description="--load poisson: seed of the arrival times (the same times in "
-                                                     "every arm and repeat).")
+        default="closed",
+        description="closed: stepped concurrency (--levels); recorded: open loop on the rows' "
+        "recorded arrival_ms, once per --time-scale; poisson: open-loop Poisson arrivals, "
+        "once per --rates. Open-loop levels are keyed 1..N in the concurrency column "
+        "(specdec.replay.load).",
+    )
+    time_scales: list[float] = Field(
+        default=[1.0],
+        description="--load recorded: time scales, one level each (0.1 = ten times faster; a 60 s trace in 6 s).",
+    )
+    rates: list[float] | None = Field(
+        default=None,
+        description="--load poisson: request rates in requests/s, one level each (required with --load poisson).",
+    )
+    arrival_seed: int = Field(
+        default=0, description="--load poisson: seed of the arrival times (the same times in every arm and repeat)."
+    )
     arms: list[str] = Field(default=["baseline", "speculative"], description="Arms to run, in order.")
     named_arms: list[ArmSpec] | None = Field(
-        default=None, description="Named arms (--arm NAME=ENGINE[:SPEC], specdec.arms), in order: any number, "
-                                  "each with its own engine and speculation, each speculative arm measured against "
-                                  "its reference (the first arm without speculation on its engine, unless it "
-                                  "names one). Replaces arms, speculative_config and engine's fixed pair; "
-                                  "embedded servers only.")
+        default=None,
+        description="Named arms (--arm NAME=ENGINE[:SPEC], specdec.arms), in order: any number, "
+        "each with its own engine and speculation, each speculative arm measured against "
+        "its reference (the first arm without speculation on its engine, unless it "
+        "names one). Replaces arms, speculative_config and engine's fixed pair; "
+        "embedded servers only.",
+    )
     speculative_config: dict[str, Any] | None = Field(
         default_factory=lambda: dict(DEFAULT_SPEC_CONFIG),
         description="vLLM --speculative-config of the speculative arm; None runs an A/A experiment: both arms "
-                    "identical (one embedded server serves both), so no speedup may be labelled faster or slower.")
-    requests_per_level: int | None = Field(default=None, ge=1, description="Requests per level; default: every traffic row once.")
-    warmup_requests: int = Field(default=2, ge=0, description="Requests sent before an arm's first level, not recorded.")
+        "identical (one embedded server serves both), so no speedup may be labelled faster or slower.",
+    )
+    requests_per_level: int | None = Field(
+        default=None, ge=1, description="Requests per level; default: every traffic row once."
+    )
+    warmup_requests: int = Field(
+        default=2, ge=0, description="Requests sent before an arm's first level, not recorded."
+    )
     max_tokens: int | None = Field(default=None, ge=1, description="Override every row's max_tokens.")
-    repeats: int = Field(default=3, ge=1, le=100,
-                         description="Times each level runs per arm, arms interleaved (A B A B). Intervals need 2 or "
-                                     "more; with fresh servers per repeat the shift of one server process is shared "
-                                     "by every level of a repeat, so the intervals' degrees of freedom grow with the "
-                                     "repeats, not the levels: 3 is the fewest that can label a 20% effect at all, "
-                                     "4-5 label it reliably (BENCHMARKS.md, Calibration).")
-    verify: bool = Field(default=True, description="After each level, a greedy verification pass per arm with "
-                                                   "token ids and top-2 logprobs (lossless check), apart from the timed requests.")
-    samples: int = Field(default=16, ge=0, le=1000,
-                         description="Rows with temperature > 0: after each level, each such prompt is sampled with "
-                                     "this many fixed seeds per arm (logprobs on) for the distribution check; 0: off.")
+    repeats: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Times each level runs per arm, arms interleaved (A B A B). Intervals need 2 or "
+        "more; with fresh servers per repeat the shift of one server process is shared "
+        "by every level of a repeat, so the intervals' degrees of freedom grow with the "
+        "repeats, not the levels: 3 is the fewest that can label a 20% effect at all, "
+        "4-5 label it reliably (BENCHMARKS.md, Calibration).",
+    )
+    verify: bool = Field(
+        default=True,
+        description="After each level, a greedy verification pass per arm with "
+        "token ids and top-2 logprobs (lossless check), apart from the timed requests.",
+    )
+    samples: int = Field(
+        default=16,
+        ge=0,
+        le=1000,
+        description="Rows with temperature > 0: after each level, each such prompt is sampled with "
+        "this many fixed seeds per arm (logprobs on) for the distribution check; 0: off.",
+    )
     restart_servers: Literal["repeat", "never"] = Field(
-        default="repeat", description="repeat: embedded servers are started afresh before every repeat after the "
-                                      "first (repeats then run one after another, all levels each), so the speed of "
-                                      "one server process enters the intervals instead of biasing every figure; "
-                                      "never: one server per arm for the whole run. External servers are never "
-                                      "restarted.")
+        default="repeat",
+        description="repeat: embedded servers are started afresh before every repeat after the "
+        "first (repeats then run one after another, all levels each), so the speed of "
+        "one server process enters the intervals instead of biasing every figure; "
+        "never: one server per arm for the whole run. External servers are never "
+        "restarted.",
+    )
     prefix_cache: Literal["reset", "off", "keep"] = Field(
-        default="reset", description="reset: empty vLLM's prefix cache before every block (embedded servers run with "
-                                     "VLLM_SERVER_DEV_MODE=1 for that); off: embedded servers without prefix caching; "
-                                     "keep: do nothing (earlier blocks may warm later ones).")
-    max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0,
-                                  description="A level whose share of failed requests exceeds this is marked failed.")
-    margin: float = Field(default=0.05, gt=0.0, le=1.0,
-                          description="The practical margin delta, declared before the run and recorded in the "
-                                      "manifest: a speedup whose family-wise interval lies inside [1/(1+delta), "
-                                      "1+delta] is labelled equivalent (no effect worth having); faster and slower say "
-                                      "whether they also clear it. 0.05: effects under 5% do not matter to you.")
+        default="reset",
+        description="reset: empty vLLM's prefix cache before every block (embedded servers run with "
+        "VLLM_SERVER_DEV_MODE=1 for that); off: embedded servers without prefix caching; "
+        "keep: do nothing (earlier blocks may warm later ones).",
+    )
+    max_error_rate: float = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="A level whose share of failed requests exceeds this is marked failed.",
+    )
+    margin: float = Field(
+        default=0.05,
+        gt=0.0,
+        le=1.0,
+        description="The practical margin delta, declared before the run and recorded in the "
+        "manifest: a speedup whose family-wise interval lies inside [1/(1+delta), "
+        "1+delta] is labelled equivalent (no effect worth having); faster and slower say "
+        "whether they also clear it. 0.05: effects under 5% do not matter to you.",
+    )
     mix: dict[str, float] | None = Field(
-        default=None, description="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): "
-                                  "the weights of the overall speedup in the speedup_weighted mart (recorded in the "
-                                  "manifest); default: the traffic file's own shares. It does not change what is "
-                                  "sent (a category's speedup does not depend on the weights); to send a "
-                                  "re-weighted traffic, make one with `specdec traffic mix`.")
+        default=None,
+        description="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): "
+        "the weights of the overall speedup in the speedup_weighted mart (recorded in the "
+        "manifest); default: the traffic file's own shares. It does not change what is "
+        "sent (a category's speedup does not depend on the weights); to send a "
+        "re-weighted traffic, make one with `specdec traffic mix`.",
+    )
     # embedded engine
     engine: Literal["vllm", "llama.cpp"] = Field(
-        default="vllm", description="The engine (specdec/engines): vllm (embedded vLLM CPU + the capture plugin), or "
-                                    "llama.cpp (llama-server, built once from PyPI, serving the SmolLM2 Q4_1 GGUF as "
-                                    "shipped; no per-round rows; speculative arm --spec-type ngram-mod unless "
-                                    "--spec-config says otherwise). With external URLs it names the servers' "
-                                    "engine, so the right counters are read.")
+        default="vllm",
+        description="The engine (specdec/engines): vllm (embedded vLLM CPU + the capture plugin), or "
+        "llama.cpp (llama-server, built once from PyPI, serving the SmolLM2 Q4_1 GGUF as "
+        "shipped; no per-round rows; speculative arm --spec-type ngram-mod unless "
+        "--spec-config says otherwise). With external URLs it names the servers' "
+        "engine, so the right counters are read.",
+    )
     model: str | None = Field(default=None, description="Model folder; default: the prepared SmolLM2.")
     dtype: str = Field(default="bfloat16", description="Model dtype of both arms (embedded engine).")
     max_num_seqs: int = 32
@@ -138,8 +184,12 @@ class ReplayConfig(ClientOptions):
     baseline_url: str | None = None
     speculative_url: str | None = None
     served_model: str = "specdec-target"
-    capture_dir: Path | None = Field(default=None, description="External servers: the folder their capture plugin writes to.")
-    capture_wait_s: float = Field(default=5.0, ge=0, description="External capture: how long to wait for the last rows to be flushed.")
+    capture_dir: Path | None = Field(
+        default=None, description="External servers: the folder their capture plugin writes to."
+    )
+    capture_wait_s: float = Field(
+        default=5.0, ge=0, description="External capture: how long to wait for the last rows to be flushed."
+    )
     progress: bool = True
 
     @field_validator("levels")
@@ -198,8 +248,9 @@ class ReplayConfig(ClientOptions):
         if self.load != "closed":
             keys = list(range(1, len(self.time_scales if self.load == "recorded" else self.rates) + 1))
             if "levels" in self.model_fields_set and self.levels not in (list(DEFAULT_LEVELS), keys):
-                raise ValueError("levels (--levels) are closed-loop concurrencies; open loop steps "
-                                 "--time-scale or --rates")
+                raise ValueError(
+                    "levels (--levels) are closed-loop concurrencies; open loop steps --time-scale or --rates"
+                )
             self.levels = keys
         return self
 
@@ -216,8 +267,9 @@ class ReplayConfig(ClientOptions):
         if self.speculative_config == DEFAULT_SPEC_CONFIG:  # vLLM's default, not a llama.cpp setting
             self.speculative_config = dict(LLAMA_CPP_SPEC_CONFIG)
         if self.speculative_config is not None:  # refused here, before a run folder exists
-            _check_llama_speculation(ArmSpec("speculative", "llama.cpp", self.speculative_config),
-                                     "--spec-config for --engine llama.cpp")
+            _check_llama_speculation(
+                ArmSpec("speculative", "llama.cpp", self.speculative_config), "--spec-config for --engine llama.cpp"
+            )
         self.verify = False
         if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
             self.prefix_cache = "off"
@@ -228,12 +280,14 @@ class ReplayConfig(ClientOptions):
         if self.named_arms is None:
             return self
         if self.external:
-            raise ValueError("named arms (--arm) start their own servers: they do not go with --baseline-url / "
-                             "--speculative-url")
+            raise ValueError(
+                "named arms (--arm) start their own servers: they do not go with --baseline-url / --speculative-url"
+            )
         for name, option in (("engine", "--engine"), ("arms", "--arms"), ("speculative_config", "--spec-config")):
             if getattr(self, name) != default_of(name):
-                raise ValueError(f"{name} ({option}) does not go with named arms (--arm): each arm names its "
-                                 "engine and speculation")
+                raise ValueError(
+                    f"{name} ({option}) does not go with named arms (--arm): each arm names its engine and speculation"
+                )
         self.arms = [a.name for a in self.named_arms]
         return self
 
@@ -246,8 +300,9 @@ class ReplayConfig(ClientOptions):
         ``engine``, the speculative one with ``speculative_config``."""
         if self.named_arms is not None:
             return list(self.named_arms)
-        return [ArmSpec(name, self.engine, self.speculative_config if name == "speculative" else None)
-                for name in self.arms]
+        return [
+            ArmSpec(name, self.engine, self.speculative_config if name == "speculative" else None) for name in self.arms
+        ]
 
     def arm_engines(self) -> dict[str, str]:
         """Each arm's engine adapter name."""

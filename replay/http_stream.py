@@ -102,8 +102,9 @@ class Connection(asyncio.Protocol):
         self.lost = True
         self.pool._forget(self)
         if self.state == _HEAD:
-            self._fail(StreamBroken(f"the server closed the connection before it replied ({exc or 'EOF'})",
-                                    before_reply=True))
+            self._fail(
+                StreamBroken(f"the server closed the connection before it replied ({exc or 'EOF'})", before_reply=True)
+            )
         elif self.state == _BODY and not self._body_done:
             if self._framing == "close":
                 self._end_of_body()
@@ -151,7 +152,7 @@ class Connection(asyncio.Protocol):
                 headers[name.strip().lower()] = value.strip()
         self.headers = headers
         if 100 <= self.status < 200:  # an interim reply (100 Continue): the real one follows
-            self._head(buf[end + 4:], now)
+            self._head(buf[end + 4 :], now)
             return
         conn_hdr = headers.get("connection", "").lower()
         self._keep = parts[0] == "HTTP/1.1" and "close" not in conn_hdr or "keep-alive" in conn_hdr
@@ -164,7 +165,7 @@ class Connection(asyncio.Protocol):
         self.state = _BODY
         self._body_done = False
         self._resolve(True)
-        rest = buf[end + 4:]
+        rest = buf[end + 4 :]
         if rest or (self._framing == "length" and self._left == 0):
             self._body(rest, now)
 
@@ -172,7 +173,7 @@ class Connection(asyncio.Protocol):
         if self._framing == "chunked":
             block = self._dechunk(data)
         elif self._framing == "length":
-            block = data[:self._left]
+            block = data[: self._left]
             if len(data) > self._left:
                 self._keep = False  # more than it announced
             self._left -= len(block)
@@ -196,7 +197,7 @@ class Connection(asyncio.Protocol):
                 except ValueError:
                     size = 0
                 if size and len(data) == j + size + 4 and data.endswith(b"\r\n"):
-                    return data[j + 2:j + 2 + size]
+                    return data[j + 2 : j + 2 + size]
         buf = self._buf + data if self._buf else data
         out = []
         i, n = 0, len(buf)
@@ -214,7 +215,7 @@ class Connection(asyncio.Protocol):
                 i = j + 2
                 continue
             if self._left:
-                piece = buf[i:i + self._left]
+                piece = buf[i : i + self._left]
                 out.append(piece)
                 i += len(piece)
                 self._left -= len(piece)
@@ -224,7 +225,7 @@ class Connection(asyncio.Protocol):
             if self._crlf:
                 if n - i < 2:
                     break
-                if buf[i:i + 2] != b"\r\n":
+                if buf[i : i + 2] != b"\r\n":
                     raise StreamBroken("a chunk of the reply is not followed by CRLF (broken chunked encoding)")
                 i += 2
                 self._crlf = False
@@ -394,8 +395,14 @@ class Connection(asyncio.Protocol):
         self._handed_back = True
         if self.state == _DONE:
             self._recycle()
-        elif (reusable and self.state == _BODY and self._consumer_done and not self._body_done and self._keep
-              and not self.lost):
+        elif (
+            reusable
+            and self.state == _BODY
+            and self._consumer_done
+            and not self._body_done
+            and self._keep
+            and not self.lost
+        ):
             self._disarm()
             self._arm(5.0)
         elif self.state != _IDLE:
@@ -458,7 +465,8 @@ class StreamPool:
             ctx = self._ssl or ssl.create_default_context()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: Connection(self, key), host, port, ssl=ctx), timeout_s)
+                loop.create_connection(lambda: Connection(self, key), host, port, ssl=ctx), timeout_s
+            )
         except TimeoutError:
             raise ConnectTimedOut(f"no connection to {host}:{port} within {timeout_s:g} s") from None
         except OSError as exc:
@@ -466,16 +474,30 @@ class StreamPool:
         self._all.add(conn)
         return conn
 
-    async def post(self, base: str, path: str, params: list[tuple[str, str]] | None, body: bytes,
-                   headers: dict[str, str], connect_timeout_s: float, read_timeout_s: float) -> Connection:
+    async def post(
+        self,
+        base: str,
+        path: str,
+        params: list[tuple[str, str]] | None,
+        body: bytes,
+        headers: dict[str, str],
+        connect_timeout_s: float,
+        read_timeout_s: float,
+    ) -> Connection:
         """Send one POST and wait for the reply's head; the connection is then
         the caller's until ``done_with``. A reused connection that the server
         had closed before replying is replaced by a fresh one, once."""
         key, host, port, prefix, host_hdr = self._target(base)
         target = prefix + path + ("?" + urlencode(params) if params else "")
-        lines = [f"POST {target} HTTP/1.1", f"Host: {host_hdr}", "Content-Type: application/json",
-                 f"Content-Length: {len(body)}", "Accept: text/event-stream", "Accept-Encoding: identity",
-                 "User-Agent: specdec"]
+        lines = [
+            f"POST {target} HTTP/1.1",
+            f"Host: {host_hdr}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            "Accept: text/event-stream",
+            "Accept-Encoding: identity",
+            "User-Agent: specdec",
+        ]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         for attempt in (0, 1):

@@ -37,8 +37,10 @@ class RowLedger:
 
     def summary(self) -> str:
         """One line a person (or a supervisor's log) reads."""
-        return (f"{self.written} request rows written ({self.interrupted} of them cut off in flight, recorded "
-                f"as failed with error_type 'interrupted'), {self.lost} rows lost")
+        return (
+            f"{self.written} request rows written ({self.interrupted} of them cut off in flight, recorded "
+            f"as failed with error_type 'interrupted'), {self.lost} rows lost"
+        )
 
     def exit_code(self) -> int:
         """128 + the signal's number (the shell's convention) when a signal

@@ -51,8 +51,11 @@ class LoadLevel:
 
     @property
     def label(self) -> str:
-        return {"closed": f"c={self.key}", "recorded": f"level {self.key}: time scale {self.value:g}",
-                "poisson": f"level {self.key}: {self.value:g} req/s"}[self.mode]
+        return {
+            "closed": f"c={self.key}",
+            "recorded": f"level {self.key}: time scale {self.value:g}",
+            "poisson": f"level {self.key}: {self.value:g} req/s",
+        }[self.mode]
 
 
 def open_levels(mode: str, values: list[float]) -> list[float]:
@@ -74,15 +77,21 @@ def summary(cfg) -> dict:
     if cfg.load == "closed":
         out["note"] = "closed loop: each level keeps `key` requests in flight until its rows are sent"
     elif cfg.load == "recorded":
-        out["note"] = ("open loop on the recorded clock: each row sent at (arrival_ms - earliest) * value "
-                       "(the time scale); the concurrency column holds the key")
+        out["note"] = (
+            "open loop on the recorded clock: each row sent at (arrival_ms - earliest) * value "
+            "(the time scale); the concurrency column holds the key"
+        )
     else:
         out["arrival_seed"] = cfg.arrival_seed
-        out["note"] = ("open loop, Poisson arrivals at `value` requests/s (first at 0), the same times in "
-                       "every arm and repeat; the concurrency column holds the key")
+        out["note"] = (
+            "open loop, Poisson arrivals at `value` requests/s (first at 0), the same times in "
+            "every arm and repeat; the concurrency column holds the key"
+        )
     if cfg.load != "closed":
-        out["sessions"] = ("a later turn of a session is sent only after the previous turn finished "
-                           "(planned time = lower bound; the wait is session_wait_ms)")
+        out["sessions"] = (
+            "a later turn of a session is sent only after the previous turn finished "
+            "(planned time = lower bound; the wait is session_wait_ms)"
+        )
     return out
 
 
@@ -91,8 +100,10 @@ def plans(cfg, traffic, rows) -> dict[int, list[Arrival] | None]:
     is sent if the traffic does not fit the mode."""
     out: dict[int, list[Arrival] | None] = {}
     if cfg.load == "recorded" and len(rows) > len(traffic.rows):
-        raise SpecdecError(f"--requests-per-level {len(rows)} is more than the {len(traffic.rows)} rows of "
-                           f"{traffic.path}: --load recorded sends each recorded row once per level")
+        raise SpecdecError(
+            f"--requests-per-level {len(rows)} is more than the {len(traffic.rows)} rows of "
+            f"{traffic.path}: --load recorded sends each recorded row once per level"
+        )
     for lv in load_levels(cfg):
         if lv.mode == "recorded":
             out[lv.key] = recorded_plan(rows, lv.value, traffic.path)

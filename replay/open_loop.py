@@ -81,8 +81,13 @@ class MonotonicClock:
             await asyncio.sleep((remaining - SPIN_MS) / 1000 if remaining > SPIN_MS else 0)
 
 
-async def open_loop(plan: list[Arrival], send: Callable[[int, SendTime], Awaitable[T]], clock: Clock | None = None,
-                    on_done: Callable[[T], None] | None = None, results: list | None = None) -> list[T]:
+async def open_loop(
+    plan: list[Arrival],
+    send: Callable[[int, SendTime], Awaitable[T]],
+    clock: Clock | None = None,
+    on_done: Callable[[T], None] | None = None,
+    results: list | None = None,
+) -> list[T]:
     """Await ``send(arrival.index, send_time)`` for every arrival at its time;
     return the results in finish order. Pass ``results`` to keep what finished
     if the loop is interrupted (Ctrl-C, a dead server)."""
@@ -123,9 +128,19 @@ async def open_loop(plan: list[Arrival], send: Callable[[int, SendTime], Awaitab
     return results
 
 
-async def run_open_level(session, base_url, model: str, rows, plan: list[Arrival], make_id,
-                         settings=None, on_done=None, results: list | None = None,
-                         sends: dict | None = None, clock: Clock | None = None) -> list:
+async def run_open_level(
+    session,
+    base_url,
+    model: str,
+    rows,
+    plan: list[Arrival],
+    make_id,
+    settings=None,
+    on_done=None,
+    results: list | None = None,
+    sends: dict | None = None,
+    clock: Clock | None = None,
+) -> list:
     """The open-loop counterpart of ``runner.run_level``: (row, StreamResult)
     pairs in finish order; ``sends`` receives request id -> SendTime."""
     ep = as_endpoint(base_url)

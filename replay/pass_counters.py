@@ -40,18 +40,32 @@ class PassCounterLog:
         self.run_id, self.run_dir = run_id, Path(run_dir)
         self.rows: dict[str, list[PassCounters]] = {}
 
-    def record(self, arm: str, level: int, pass_kind: PassKind, position: Literal["before", "after"],
-               counters: dict, wall_time_ns: int | None = None) -> PassCounters:
+    def record(
+        self,
+        arm: str,
+        level: int,
+        pass_kind: PassKind,
+        position: Literal["before", "after"],
+        counters: dict,
+        wall_time_ns: int | None = None,
+    ) -> PassCounters:
         """Keep one read (a later read of the same arm, level, pass and position replaces it) and
         rewrite the arm's file. ``counters``: a counter read (``engine_metrics.read_counters``);
         a key it lacks is None (the engine does not export it)."""
         row = PassCounters(
-            run_id=self.run_id, arm=arm, concurrency=level, pass_kind=pass_kind, position=position,
+            run_id=self.run_id,
+            arm=arm,
+            concurrency=level,
+            pass_kind=pass_kind,
+            position=position,
             wall_time_ns=time.time_ns() if wall_time_ns is None else wall_time_ns,
             **{k: counters.get(k) for k in PASS_COUNTERS},
         )
-        rows = [r for r in self.rows.get(arm, [])
-                if (r.concurrency, r.pass_kind, r.position) != (level, pass_kind, position)]
+        rows = [
+            r
+            for r in self.rows.get(arm, [])
+            if (r.concurrency, r.pass_kind, r.position) != (level, pass_kind, position)
+        ]
         rows.append(row)
         self.rows[arm] = rows
         write_parquet_atomic(table_from_records(PassCounters, rows), pass_counters_part(self.run_dir, arm))

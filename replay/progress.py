@@ -29,8 +29,12 @@ class Progress:
             from rich.progress import Progress as RichProgress  # heavy: rich, imported only when used
 
             self._bar = RichProgress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[status]}"), TimeElapsedColumn(), transient=False,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeElapsedColumn(),
+                transient=False,
                 console=Console(file=self.stream),
             )
 

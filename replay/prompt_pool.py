@@ -38,16 +38,26 @@ POOL_DIR = Path(__file__).parent / "data" / "prompt_pool"
 
 #: Tier of each category the issue names; a pool may add categories of its own.
 CATEGORY_TIERS = {
-    "code": "high", "structured": "high", "template": "high",
-    "summarize": "medium", "rewrite": "medium", "translate": "medium",
-    "chat": "low", "creative": "low", "advice": "low",
+    "code": "high",
+    "structured": "high",
+    "template": "high",
+    "summarize": "medium",
+    "rewrite": "medium",
+    "translate": "medium",
+    "chat": "low",
+    "creative": "low",
+    "advice": "low",
 }
 #: Which kinds of material a category's prompts read first (then the others).
 KIND_PREFERENCE = {
-    "code": ("code", "document", "dialogue"), "structured": ("document", "code", "dialogue"),
-    "template": ("document", "dialogue", "code"), "summarize": ("document", "dialogue", "code"),
-    "rewrite": ("document", "dialogue", "code"), "translate": ("document", "dialogue", "code"),
-    "chat": ("dialogue", "document", "code"), "creative": ("dialogue", "document", "code"),
+    "code": ("code", "document", "dialogue"),
+    "structured": ("document", "code", "dialogue"),
+    "template": ("document", "dialogue", "code"),
+    "summarize": ("document", "dialogue", "code"),
+    "rewrite": ("document", "dialogue", "code"),
+    "translate": ("document", "dialogue", "code"),
+    "chat": ("dialogue", "document", "code"),
+    "creative": ("dialogue", "document", "code"),
     "advice": ("dialogue", "document", "code"),
 }
 #: Between the context and the prompt in the user message.
@@ -139,8 +149,11 @@ def load_pool(folder: str | Path = POOL_DIR) -> Pool:
         seen.add(rec.id)
     for p in prompts:
         if CATEGORY_TIERS.get(p.category, p.tier) != p.tier:
-            raise InputFileError(folder, f"prompt {p.id!r}: category {p.category!r} is tier "
-                                         f"{CATEGORY_TIERS[p.category]!r}, not {p.tier!r}", field="tier")
+            raise InputFileError(
+                folder,
+                f"prompt {p.id!r}: category {p.category!r} is tier {CATEGORY_TIERS[p.category]!r}, not {p.tier!r}",
+                field="tier",
+            )
     return Pool(tuple(prompts), tuple(pieces))
 
 
@@ -209,10 +222,19 @@ class Composed:
 
     def note(self, **extra) -> str:
         """The row's content_note: JSON text a person can read."""
-        return json.dumps({"pool_prompt": self.prompt_id, "context": [f"{p}:{t}" for p, t in self.context],
-                           "cut": self.cut, "target_tokens": self.target, "reached_tokens": self.reached,
-                           "tolerance": tolerance(self.target), "status": self.status, **extra},
-                          ensure_ascii=False)
+        return json.dumps(
+            {
+                "pool_prompt": self.prompt_id,
+                "context": [f"{p}:{t}" for p, t in self.context],
+                "cut": self.cut,
+                "target_tokens": self.target,
+                "reached_tokens": self.reached,
+                "tolerance": tolerance(self.target),
+                "status": self.status,
+                **extra,
+            },
+            ensure_ascii=False,
+        )
 
 
 def _cut(unit: Unit, budget: int, counter: TokenCounter) -> Unit | None:
@@ -242,8 +264,9 @@ def _mid_word(before: str, after: str) -> bool:
     return before.isascii() and before.isalnum() and after.isascii() and after.isalnum()
 
 
-def compose(prompt: PoolPrompt, target: int, units: list[Unit], counter: TokenCounter,
-            history: list[dict] | None = None) -> Composed:
+def compose(
+    prompt: PoolPrompt, target: int, units: list[Unit], counter: TokenCounter, history: list[dict] | None = None
+) -> Composed:
     """Messages (``history`` + one user message: context units in order, then
     the prompt) whose token count reaches ``target`` within ``tolerance``.
 

@@ -50,8 +50,14 @@ _REASON_CHARS = 300  # of a server's error text kept in not_rescored_reason
 
 def rescore_body(model: str, prompt_ids: list[int], token_ids: list[int]) -> dict:
     """The teacher-forcing request: prompt + generated ids as one token-id prompt."""
-    return {"model": model, "prompt": [*prompt_ids, *token_ids], "max_tokens": 1, "temperature": 0.0,
-            "prompt_logprobs": 0, "stream": False}
+    return {
+        "model": model,
+        "prompt": [*prompt_ids, *token_ids],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": 0,
+        "stream": False,
+    }
 
 
 def rescored_sum(reply: dict, prompt_len: int, token_ids: list[int]) -> float:
@@ -60,8 +66,9 @@ def rescored_sum(reply: dict, prompt_len: int, token_ids: list[int]) -> float:
     try:
         entries = reply["choices"][0]["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
-        raise ValueError("the reply has no choices[0].prompt_logprobs (does the server support vLLM's "
-                         "prompt_logprobs?)") from None
+        raise ValueError(
+            "the reply has no choices[0].prompt_logprobs (does the server support vLLM's prompt_logprobs?)"
+        ) from None
     if not isinstance(entries, list) or len(entries) != prompt_len + len(token_ids):
         n = len(entries) if isinstance(entries, list) else type(entries).__name__
         raise ValueError(f"prompt_logprobs has {n} entries, expected {prompt_len + len(token_ids)}")
@@ -78,9 +85,15 @@ def rescored_sum(reply: dict, prompt_len: int, token_ids: list[int]) -> float:
     return total
 
 
-async def rescore_one(session: aiohttp.ClientSession, base_url: str | Endpoint, model: str,
-                      prompt_ids: list[int] | None, token_ids: list[int] | None, request_id: str,
-                      settings: ClientSettings | None = None) -> tuple[float | None, str | None]:
+async def rescore_one(
+    session: aiohttp.ClientSession,
+    base_url: str | Endpoint,
+    model: str,
+    prompt_ids: list[int] | None,
+    token_ids: list[int] | None,
+    request_id: str,
+    settings: ClientSettings | None = None,
+) -> tuple[float | None, str | None]:
     """(rescored_logprob_sum, None), or (None, the reason it could not be re-scored)."""
     if not token_ids:
         return None, "no generated token ids"
@@ -90,9 +103,13 @@ async def rescore_one(session: aiohttp.ClientSession, base_url: str | Endpoint, 
     ep = as_endpoint(base_url)
     secrets = ep.secrets + ((settings.api_key,) if settings.api_key else ())
     try:
-        async with session.post(ep.url(COMPLETIONS_PATH), params=ep.params or None,
-                                json=rescore_body(model, prompt_ids, token_ids),
-                                headers=request_headers(settings, ep, request_id), timeout=settings.timeout()) as resp:
+        async with session.post(
+            ep.url(COMPLETIONS_PATH),
+            params=ep.params or None,
+            json=rescore_body(model, prompt_ids, token_ids),
+            headers=request_headers(settings, ep, request_id),
+            timeout=settings.timeout(),
+        ) as resp:
             text = await resp.text()
             if not 200 <= resp.status < 300:
                 return None, redact_text(f"re-scoring failed: HTTP {resp.status}: {text[:_REASON_CHARS]}", secrets)
@@ -103,8 +120,15 @@ async def rescore_one(session: aiohttp.ClientSession, base_url: str | Endpoint, 
         return None, redact_text(f"re-scoring failed: {type(exc).__name__}: {str(exc)[:_REASON_CHARS]}", secrets)
 
 
-async def rescore_pass(session: aiohttp.ClientSession, base_url: str | Endpoint, model: str, results: list,
-                       level: int, settings: ClientSettings | None = None, by: str | None = None) -> None:
+async def rescore_pass(
+    session: aiohttp.ClientSession,
+    base_url: str | Endpoint,
+    model: str,
+    results: list,
+    level: int,
+    settings: ClientSettings | None = None,
+    by: str | None = None,
+) -> None:
     """Re-score every successful sample of ``results`` ((row, SampleResult)
     pairs) on ``base_url``, ``level`` requests in flight; each result's
     ``rescored_logprob_sum``, ``rescored_by`` (``by``, the arm name) and
@@ -119,8 +143,9 @@ async def rescore_pass(session: aiohttp.ClientSession, base_url: str | Endpoint,
 
     async def send(i: int) -> None:
         res = todo[i]
-        value, reason = await rescore_one(session, ep, model, res.prompt_token_ids, res.token_ids,
-                                          f"{res.stream.request_id}.rescore", settings)
+        value, reason = await rescore_one(
+            session, ep, model, res.prompt_token_ids, res.token_ids, f"{res.stream.request_id}.rescore", settings
+        )
         res.rescored_logprob_sum, res.not_rescored_reason = value, reason
         res.rescored_by = by if value is not None else None
 

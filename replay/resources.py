@@ -52,8 +52,15 @@ def process_tree_rss(pid: int | None) -> int | None:
     return total
 
 
-async def sample_block(session: aiohttp.ClientSession, ep, settings, pid: int | None, out: list[dict],
-                       stop: asyncio.Event, interval_s: float = INTERVAL_S) -> None:
+async def sample_block(
+    session: aiohttp.ClientSession,
+    ep,
+    settings,
+    pid: int | None,
+    out: list[dict],
+    stop: asyncio.Event,
+    interval_s: float = INTERVAL_S,
+) -> None:
     """Append one sample (t_ms, wall_time_ns, rss_bytes, kv_cache_usage,
     requests_running) at once, one every ``interval_s`` while the block runs,
     and one when ``stop`` is set (the block's end state): at least two per

@@ -69,9 +69,18 @@ def level_rows(traffic: Traffic, cfg: ReplayConfig) -> list[TrafficRow]:
     return rows
 
 
-async def run_level(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
-                    make_id, settings: ClientSettings | None = None, on_done=None,
-                    results: list | None = None, sends: dict | None = None) -> list[tuple[TrafficRow, StreamResult]]:
+async def run_level(
+    session,
+    base_url: str | Endpoint,
+    model: str,
+    rows: list[TrafficRow],
+    level: int,
+    make_id,
+    settings: ClientSettings | None = None,
+    on_done=None,
+    results: list | None = None,
+    sends: dict | None = None,
+) -> list[tuple[TrafficRow, StreamResult]]:
     """Keep `level` requests in flight until all rows are sent, a session's turns
     one after the other; return results in finish order. Pass `results` to keep
     what finished if the level is interrupted, and `sends` to receive request
@@ -85,8 +94,14 @@ async def run_level(session, base_url: str | Endpoint, model: str, rows: list[Tr
             sends[rid] = SendTime(None, (time.perf_counter_ns() - t0) / 1e6)
         return rows[i], await send_recorded(session, ep, model, rows[i], rid, settings, results)
 
-    return await closed_loop(len(rows), level, send, None if on_done is None else (lambda done: on_done(done[1])),
-                             results, after=session_predecessors(rows))
+    return await closed_loop(
+        len(rows),
+        level,
+        send,
+        None if on_done is None else (lambda done: on_done(done[1])),
+        results,
+        after=session_predecessors(rows),
+    )
 
 
 def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, model: str) -> str:
@@ -94,13 +109,18 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
     status = res.http_status
     if res.error_type == "http_status":
         if status in (401, 403):
-            return ("the server wants credentials: put the API key in the environment variable named by "
-                    "--api-key-env (default OPENAI_API_KEY)" if not settings.api_key else
-                    "the server refused the API key that was sent: check its value")
+            return (
+                "the server wants credentials: put the API key in the environment variable named by "
+                "--api-key-env (default OPENAI_API_KEY)"
+                if not settings.api_key
+                else "the server refused the API key that was sent: check its value"
+            )
         if status == 404 and ep.path_ends_with_v1:
             return "remove the /v1 suffix from the URL: specdec appends /v1/chat/completions itself"
         if status == 404 and "model" in (res.error_message or "").lower():
-            return f"the server does not serve a model named {model!r}: check --served-model (GET /v1/models lists them)"
+            return (
+                f"the server does not serve a model named {model!r}: check --served-model (GET /v1/models lists them)"
+            )
         if status in (404, 405, 501):
             return f"the server has no OpenAI-compatible {ep.display}/v1/chat/completions endpoint"
         if status == 400:
@@ -109,20 +129,23 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
     return {
         "connect_error": "is the server running and listening at that address?",
         "connect_timeout": "the host did not accept a connection: check the address and any firewall",
-        "request_timeout": ("the server accepted the request but sent nothing for "
-                            f"{settings.request_timeout_s:g} s: is it hung or overloaded? (--request-timeout)"),
+        "request_timeout": (
+            "the server accepted the request but sent nothing for "
+            f"{settings.request_timeout_s:g} s: is it hung or overloaded? (--request-timeout)"
+        ),
         "not_streamed": "the server ignored stream=true: it does not look like an OpenAI-compatible streaming server",
         "stream_truncated": "the server closed the stream early: see its log",
         "no_usage": "the server ignored stream_options.include_usage, so output tokens cannot be counted",
         "overlong_stream": "the server ignores max_tokens (and vLLM's ignore_eos): it kept streaming past the "
-                           "requested length; check that it is an OpenAI-compatible server that honours max_tokens",
+        "requested length; check that it is an OpenAI-compatible server that honours max_tokens",
         "request_wall_timeout": "the server kept the request open past its wall limit (--request-timeout plus "
-                                "1 s per requested token): is it streaming something other than tokens?",
+        "1 s per requested token): is it streaming something other than tokens?",
     }.get(res.error_type or "", "see the error message")
 
 
-async def settled_counters(session, ep: Endpoint, settings: ClientSettings, tries: int = 20,
-                           counters: dict[str, str] | None = None, parse=None) -> dict:
+async def settled_counters(
+    session, ep: Endpoint, settings: ClientSettings, tries: int = 20, counters: dict[str, str] | None = None, parse=None
+) -> dict:
     """Read /metrics until two reads agree (stats are recorded after the last chunk);
     ``counters``: the engine's names (``specdec/engines``; vLLM's by default); ``parse``:
     the engine's ``parse_snapshot`` (counters and per-position counter)."""
@@ -142,8 +165,15 @@ async def settled_counters(session, ep: Endpoint, settings: ClientSettings, trie
         ) from None
 
 
-def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0, load: LoadLevel | None = None,
-                  sends: dict[str, SendTime] | None = None) -> pa.Table:
+def results_table(
+    run_id: str,
+    arm: str,
+    level: int,
+    results,
+    repeat: int = 0,
+    load: LoadLevel | None = None,
+    sends: dict[str, SendTime] | None = None,
+) -> pa.Table:
     """One block's RequestResult table; ``load`` (default: closed loop at
     ``level``) and ``sends`` (request id -> SendTime) fill the load columns."""
     load = load or LoadLevel(level, "closed", float(level))
@@ -152,14 +182,24 @@ def results_table(run_id: str, arm: str, level: int, results, repeat: int = 0, l
     for row, res in results:
         when = sends.get(res.request_id)
         values = {
-            "run_id": run_id, "arm": arm, "concurrency": level, "repeat": repeat, "prompt_id": row.prompt_id,
-            "category": row.category, "max_tokens": row.max_tokens, "temperature": row.temperature,
-            "session_id": row.session_id, "turn_index": row.turn_index,
+            "run_id": run_id,
+            "arm": arm,
+            "concurrency": level,
+            "repeat": repeat,
+            "prompt_id": row.prompt_id,
+            "category": row.category,
+            "max_tokens": row.max_tokens,
+            "temperature": row.temperature,
+            "session_id": row.session_id,
+            "turn_index": row.turn_index,
             # None (unknown) unless the server reported a running count for every content chunk
             "chunk_tokens": res.chunk_tokens if len(res.chunk_tokens) == len(res.chunk_offsets_ms) else None,
-            "load_mode": load.mode, "level_value": load.value,
-            "intended_send_ms": when and when.intended_ms, "actual_send_ms": when and when.actual_ms,
-            "schedule_lag_ms": when and when.lag_ms, "session_wait_ms": when and when.session_wait_ms,
+            "load_mode": load.mode,
+            "level_value": load.value,
+            "intended_send_ms": when and when.intended_ms,
+            "actual_send_ms": when and when.actual_ms,
+            "schedule_lag_ms": when and when.lag_ms,
+            "session_wait_ms": when and when.session_wait_ms,
         }
         for f in cols:
             cols[f].append(values[f] if f in values else getattr(res, f))
@@ -170,9 +210,16 @@ class Replayer:
     """Runs a replay's schedule (``specdec.replay.schedule``) against one server
     per arm, all kept up, and writes each block's files as soon as it ends."""
 
-    def __init__(self, cfg: ReplayConfig, run_id: str, run_dir: Path, traffic: Traffic,
-                 progress: Progress, eos_token_ids: frozenset[int] | None = None,
-                 pid_of: Callable[[str], int | None] | None = None):
+    def __init__(
+        self,
+        cfg: ReplayConfig,
+        run_id: str,
+        run_dir: Path,
+        traffic: Traffic,
+        progress: Progress,
+        eos_token_ids: frozenset[int] | None = None,
+        pid_of: Callable[[str], int | None] | None = None,
+    ):
         """``pid_of(arm)``: the PID of the server process specdec started for
         that arm (its memory is sampled during each block), None otherwise."""
         self.cfg, self.run_id, self.run_dir, self.traffic = cfg, run_id, run_dir, traffic
@@ -190,8 +237,9 @@ class Replayer:
         self._plans: dict | None = None  # level key -> arrival plan (None: closed loop), same for every block
         self.streams: StreamPool | None = None  # the streaming transport, open while run() runs
 
-    async def run(self, endpoints: dict[str, str | Endpoint],
-                  restart: Callable[[int], dict[str, str]] | None = None) -> None:
+    async def run(
+        self, endpoints: dict[str, str | Endpoint], restart: Callable[[int], dict[str, str]] | None = None
+    ) -> None:
         """``restart(repeat)``, when given, stops the servers and starts fresh
         ones (blocking; run in a thread), returning their endpoints: the
         schedule is then repeat-major, with a restart before every repeat
@@ -210,8 +258,14 @@ class Replayer:
         async with aiohttp.ClientSession(connector=connector) as session, StreamPool() as self.streams:
             for arm, ep in eps.items():
                 await self._warmup(session, arm, ep, rows)
-            for block in interleaved(cfg.levels, cfg.repeats, list(eps), cfg.verify and bool(greedy), bool(sampled),
-                                     restart=restart is not None):
+            for block in interleaved(
+                cfg.levels,
+                cfg.repeats,
+                list(eps),
+                cfg.verify and bool(greedy),
+                bool(sampled),
+                restart=restart is not None,
+            ):
                 if block.kind == "restart":
                     eps = {arm: as_endpoint(url) for arm, url in (await in_thread(restart, block.repeat)).items()}
                     for arm, ep in eps.items():
@@ -236,8 +290,15 @@ class Replayer:
         """Unrecorded requests before the first level; ``--warmup 0`` still sends
         one, so a misconfigured server stops the run before anything is measured."""
         warm = rows[: max(self.cfg.warmup_requests, 1)]
-        results = await run_level(self._streaming(session), ep, self.cfg.served_model, warm, 1,
-                                  lambda i: request_id(self.run_id, arm, 0, i) + ".warmup", self.settings)
+        results = await run_level(
+            self._streaming(session),
+            ep,
+            self.cfg.served_model,
+            warm,
+            1,
+            lambda i: request_id(self.run_id, arm, 0, i) + ".warmup",
+            self.settings,
+        )
         for _, res in results:
             if not res.success:
                 status = f"HTTP {res.http_status}" if res.http_status is not None else res.error_type
@@ -266,8 +327,14 @@ class Replayer:
         plan = self._plan(rows, level)
         reset = await self._prepare(session, ep, arm)
         eng = self.engines[arm]
-        self._snapshot(arm, level, repeat, "before", await settled_counters(
-            session, ep, self.settings, counters=dict(eng.counters), parse=eng.parse_snapshot), reset)
+        self._snapshot(
+            arm,
+            level,
+            repeat,
+            "before",
+            await settled_counters(session, ep, self.settings, counters=dict(eng.counters), parse=eng.parse_snapshot),
+            reset,
+        )
         if load.mode != "closed":
             self.progress.message(f"{arm} {load.label}")
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
@@ -280,21 +347,33 @@ class Replayer:
         try:
             with quiet_gc():  # no whole-heap collection pauses the block (replay/event_loop.py)
                 await run(
-                    self._streaming(session), ep, self.cfg.served_model, rows, level if plan is None else plan,
-                    lambda i: request_id(self.run_id, arm, level, i, repeat), self.settings,
-                    on_done=lambda res: self.progress.advance(task, res), results=results, sends=sends,
+                    self._streaming(session),
+                    ep,
+                    self.cfg.served_model,
+                    rows,
+                    level if plan is None else plan,
+                    lambda i: request_id(self.run_id, arm, level, i, repeat),
+                    self.settings,
+                    on_done=lambda res: self.progress.advance(task, res),
+                    results=results,
+                    sends=sends,
                 )
         finally:
             # keep whatever finished, and what was in flight as failed rows, even on Ctrl-C or a dead server
             self._write_block(arm, level, repeat, results, load, sends)
             await self._end_sampling(sampler, stop, samples, arm, level, repeat)
-        self._snapshot(arm, level, repeat, "after",
-                       await settled_counters(session, ep, self.settings, counters=dict(eng.counters),
-                                              parse=eng.parse_snapshot))
+        self._snapshot(
+            arm,
+            level,
+            repeat,
+            "after",
+            await settled_counters(session, ep, self.settings, counters=dict(eng.counters), parse=eng.parse_snapshot),
+        )
         self.progress.end_level(task)
 
-    def _write_block(self, arm: str, level: int, repeat: int, results: list, load: LoadLevel,
-                     sends: dict[str, SendTime]) -> None:
+    def _write_block(
+        self, arm: str, level: int, repeat: int, results: list, load: LoadLevel, sends: dict[str, SendTime]
+    ) -> None:
         """Write one block's rows and count them in the ledger; a file that
         cannot be written stops the run with the number of rows lost."""
         eng = self.engines[arm]
@@ -310,13 +389,16 @@ class Replayer:
             write_parquet_atomic(results_table(self.run_id, arm, level, results, repeat, load, sends), path)
         except OSError as exc:
             LEDGER.lost += len(results)
-            raise EngineError(f"could not write {path} ({exc.strerror or exc}): the {len(results)} request rows "
-                              f"of {arm} level {level} repeat {repeat} are lost") from None
+            raise EngineError(
+                f"could not write {path} ({exc.strerror or exc}): the {len(results)} request rows "
+                f"of {arm} level {level} repeat {repeat} are lost"
+            ) from None
         LEDGER.written += len(results)
         LEDGER.interrupted += sum(res.error_type == "interrupted" for _, res in results)
 
-    async def _end_sampling(self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str,
-                            level: int, repeat: int) -> None:
+    async def _end_sampling(
+        self, sampler: asyncio.Task, stop: asyncio.Event, samples: list[dict], arm: str, level: int, repeat: int
+    ) -> None:
         """Stop the block's resource sampler (one last sample) and write what it took."""
         stop.set()
         try:
@@ -336,9 +418,17 @@ class Replayer:
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "before")
         results: list = []
         try:
-            await verify_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
-                              lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
-                              self.settings, self.eos_token_ids, results=results)
+            await verify_pass(
+                self._streaming(session),
+                ep,
+                self.cfg.served_model,
+                rows,
+                level,
+                lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
+                self.settings,
+                self.eos_token_ids,
+                results=results,
+            )
         finally:  # keep the checks that finished, even on Ctrl-C
             if results:
                 path = greedy_part(self.run_dir, arm, level, 0)
@@ -346,8 +436,9 @@ class Replayer:
                 write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "after")
 
-    async def _sample(self, session, arm: str, ep: Endpoint, rows, level: int,
-                      instrument: tuple[str, Endpoint] | None = None) -> None:
+    async def _sample(
+        self, session, arm: str, ep: Endpoint, rows, level: int, instrument: tuple[str, Endpoint] | None = None
+    ) -> None:
         """The sampling-mode pass of one arm at one level: each prompt with
         temperature > 0 once per seed of the same fixed list in every arm; then
         each sample re-scored on ``instrument`` (arm, endpoint: the arm's
@@ -358,12 +449,22 @@ class Replayer:
         await self._pass_counters(session, arm, ep, level, "sampling_pass", "before")
         results: list = []
         try:
-            await sample_pass(self._streaming(session), ep, self.cfg.served_model, rows, level,
-                              lambda i: f"{request_id(self.run_id, arm, level, i)}.sample",
-                              self.settings, seeds, self.eos_token_ids, results=results)
+            await sample_pass(
+                self._streaming(session),
+                ep,
+                self.cfg.served_model,
+                rows,
+                level,
+                lambda i: f"{request_id(self.run_id, arm, level, i)}.sample",
+                self.settings,
+                seeds,
+                self.eos_token_ids,
+                results=results,
+            )
             if instrument is not None:
-                await rescore_pass(session, instrument[1], self.cfg.served_model, results, level, self.settings,
-                                   by=instrument[0])
+                await rescore_pass(
+                    session, instrument[1], self.cfg.served_model, results, level, self.settings, by=instrument[0]
+                )
         finally:  # keep the samples that finished, even on Ctrl-C
             if results:
                 path = samples_part(self.run_dir, arm, level)
@@ -371,8 +472,7 @@ class Replayer:
                 write_parquet_atomic(sample_table(self.run_id, arm, level, results), path)
         await self._pass_counters(session, arm, ep, level, "sampling_pass", "after")
 
-    async def _pass_counters(self, session, arm: str, ep: Endpoint, level: int, kind: PassKind,
-                             position: str) -> None:
+    async def _pass_counters(self, session, arm: str, ep: Endpoint, level: int, kind: PassKind, position: str) -> None:
         """Read the arm's counters before or after an untimed pass (``replay/pass_counters.py``).
         A server that stopped answering /metrics leaves the read out (the pass is then
         'not known' to have speculated), and its requests fail on their own."""
@@ -384,14 +484,24 @@ class Replayer:
             return
         self.pass_counters.record(arm, level, kind, position, counters)
 
-    def _snapshot(self, arm: str, level: int, repeat: int, position: str, counters: dict,
-                  reset: bool | None = None) -> None:
+    def _snapshot(
+        self, arm: str, level: int, repeat: int, position: str, counters: dict, reset: bool | None = None
+    ) -> None:
         """One snapshot per arm, level, repeat and position; each arm has its own file."""
-        snaps = [s for s in self.snapshots.get(arm, [])
-                 if (s.concurrency, s.repeat, s.position) != (level, repeat, position)]
-        snaps.append(MetricSnapshot(
-            run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, position=position,
-            wall_time_ns=time.time_ns(), prefix_cache_reset=reset, **counters,
-        ))
+        snaps = [
+            s for s in self.snapshots.get(arm, []) if (s.concurrency, s.repeat, s.position) != (level, repeat, position)
+        ]
+        snaps.append(
+            MetricSnapshot(
+                run_id=self.run_id,
+                arm=arm,
+                concurrency=level,
+                repeat=repeat,
+                position=position,
+                wall_time_ns=time.time_ns(),
+                prefix_cache_reset=reset,
+                **counters,
+            )
+        )
         self.snapshots[arm] = snaps
         write_parquet_atomic(table_from_records(MetricSnapshot, snaps), counters_part(self.run_dir, arm))

@@ -45,8 +45,16 @@ from specdec.replay.verify import VerifyResult, verify_payload
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import SampleCheck, TrafficRow
 
-__all__ = ["DEFAULT_SEEDS", "SampleResult", "derive_seeds", "sample_one", "sample_pass", "sample_payload",
-           "sample_table", "sampled_rows"]
+__all__ = [
+    "DEFAULT_SEEDS",
+    "SampleResult",
+    "derive_seeds",
+    "sample_one",
+    "sample_pass",
+    "sample_payload",
+    "sample_table",
+    "sampled_rows",
+]
 
 _SEED_RANGE = 2**31  # seeds are sent as non-negative 32-bit integers
 
@@ -58,8 +66,7 @@ def derive_seeds(base: int, n: int) -> list[int]:
     A/A check)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    return [int.from_bytes(hashlib.sha256(f"{base}:{i}".encode()).digest()[:8], "big") % _SEED_RANGE
-            for i in range(n)]
+    return [int.from_bytes(hashlib.sha256(f"{base}:{i}".encode()).digest()[:8], "big") % _SEED_RANGE for i in range(n)]
 
 
 #: The seed list of a run unless told otherwise: 16 seeds from base 0, the same in both arms.
@@ -81,8 +88,13 @@ def sample_payload(model: str, row: TrafficRow, seed: int, temperature: float) -
     """The verification body with the row's sampling settings and a seed;
     only the emitted token's logprob is asked for (top_logprobs 0), and the
     prompt's token ids (vLLM's return_token_ids: in the first chunk)."""
-    return {**verify_payload(model, row), "temperature": temperature, "seed": seed, "top_logprobs": 0,
-            "return_token_ids": True}
+    return {
+        **verify_payload(model, row),
+        "temperature": temperature,
+        "seed": seed,
+        "top_logprobs": 0,
+        "return_token_ids": True,
+    }
 
 
 @dataclass
@@ -120,23 +132,40 @@ class SampleResult(VerifyResult):
         return float(sum(self.emitted_logprobs))
 
 
-async def sample_one(session, base_url: str | Endpoint, model: str, row: TrafficRow, request_id: str,
-                     sample_index: int, seed: int, temperature: float,
-                     settings: ClientSettings | None = None,
-                     eos_token_ids: frozenset[int] | None = None) -> SampleResult:
+async def sample_one(
+    session,
+    base_url: str | Endpoint,
+    model: str,
+    row: TrafficRow,
+    request_id: str,
+    sample_index: int,
+    seed: int,
+    temperature: float,
+    settings: ClientSettings | None = None,
+    eos_token_ids: frozenset[int] | None = None,
+) -> SampleResult:
     """One seeded request with logprobs; never raises (failures are rows)."""
     out = SampleResult(eos_token_ids=eos_token_ids, sample_index=sample_index, seed=seed, temperature=temperature)
-    out.stream = await stream_payload(session, base_url, sample_payload(model, row, seed, temperature),
-                                      request_id, settings, on_chunk=out.collect)
+    out.stream = await stream_payload(
+        session, base_url, sample_payload(model, row, seed, temperature), request_id, settings, on_chunk=out.collect
+    )
     out.finish()
     return out
 
 
-async def sample_pass(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
-                      make_id, settings: ClientSettings | None, seeds: list[int],
-                      eos_token_ids: frozenset[int] | None = None,
-                      temperature_override: float | None = None,
-                      results: list | None = None) -> list[tuple[TrafficRow, SampleResult]]:
+async def sample_pass(
+    session,
+    base_url: str | Endpoint,
+    model: str,
+    rows: list[TrafficRow],
+    level: int,
+    make_id,
+    settings: ClientSettings | None,
+    seeds: list[int],
+    eos_token_ids: frozenset[int] | None = None,
+    temperature_override: float | None = None,
+    results: list | None = None,
+) -> list[tuple[TrafficRow, SampleResult]]:
     """Send every row with temperature > 0 (each prompt once, see
     ``sampled_rows``) once per seed, ``level`` requests in flight (the closed
     loop of the timed requests); return (row, result) in finish order.
@@ -152,8 +181,7 @@ async def sample_pass(session, base_url: str | Endpoint, model: str, rows: list[
     async def send(i: int) -> tuple[TrafficRow, SampleResult]:
         row, k, seed = jobs[i]
         temperature = row.temperature if temperature_override is None else temperature_override
-        return row, await sample_one(session, ep, model, row, make_id(i), k, seed, temperature, settings,
-                                     eos_token_ids)
+        return row, await sample_one(session, ep, model, row, make_id(i), k, seed, temperature, settings, eos_token_ids)
 
     return await closed_loop(len(jobs), level, send, results=results)
 
@@ -163,16 +191,26 @@ def sample_table(run_id: str, arm: str, level: int, results: list[tuple[TrafficR
     cols: dict[str, list] = {f: [] for f in SampleCheck.model_fields}
     for row, res in results:
         values = {
-            "run_id": run_id, "arm": arm, "concurrency": level,
-            "request_id": res.stream.request_id, "prompt_id": row.prompt_id, "category": row.category,
-            "sample_index": res.sample_index, "seed": res.seed, "temperature": res.temperature,
-            "top_p": None, "max_tokens": row.max_tokens,
-            "success": res.stream.success, "error_type": res.stream.error_type,
-            "output_tokens": res.stream.output_tokens, "sequence_logprob": res.sequence_logprob,
+            "run_id": run_id,
+            "arm": arm,
+            "concurrency": level,
+            "request_id": res.stream.request_id,
+            "prompt_id": row.prompt_id,
+            "category": row.category,
+            "sample_index": res.sample_index,
+            "seed": res.seed,
+            "temperature": res.temperature,
+            "top_p": None,
+            "max_tokens": row.max_tokens,
+            "success": res.stream.success,
+            "error_type": res.stream.error_type,
+            "output_tokens": res.stream.output_tokens,
+            "sequence_logprob": res.sequence_logprob,
             "natural_end_position": res.natural_end_position,
             "eos_token_ids": None if res.eos_token_ids is None else sorted(res.eos_token_ids),
             "token_ids": list(res.token_ids) if res.stream.success else None,
-            "rescored_logprob_sum": res.rescored_logprob_sum, "rescored_by": res.rescored_by,
+            "rescored_logprob_sum": res.rescored_logprob_sum,
+            "rescored_by": res.rescored_by,
             "not_rescored_reason": _not_rescored_reason(res),
         }
         for f in cols:

@@ -40,25 +40,25 @@ class Block:
     repeat: int
 
 
-def interleaved(levels: list[int], repeats: int, arms: list[str], verify: bool,
-                sample: bool = False, restart: bool = False) -> Iterator[Block]:
+def interleaved(
+    levels: list[int], repeats: int, arms: list[str], verify: bool, sample: bool = False, restart: bool = False
+) -> Iterator[Block]:
     if restart:
         yield from _repeat_major(levels, repeats, arms, verify, sample)
         return
     for level in levels:
         for repeat in range(repeats):
-            for arm in (arms if repeat % 2 == 0 else arms[::-1]):
+            for arm in arms if repeat % 2 == 0 else arms[::-1]:
                 yield Block("timed", arm, level, repeat)
         yield from _passes(level, arms, verify, sample)
 
 
-def _repeat_major(levels: list[int], repeats: int, arms: list[str], verify: bool,
-                  sample: bool) -> Iterator[Block]:
+def _repeat_major(levels: list[int], repeats: int, arms: list[str], verify: bool, sample: bool) -> Iterator[Block]:
     for repeat in range(repeats):
         if repeat:
             yield Block("restart", "", 0, repeat)
         for i, level in enumerate(levels):
-            for arm in (arms if (repeat + i) % 2 == 0 else arms[::-1]):
+            for arm in arms if (repeat + i) % 2 == 0 else arms[::-1]:
                 yield Block("timed", arm, level, repeat)
     for level in levels:
         yield from _passes(level, arms, verify, sample)

@@ -36,19 +36,30 @@ MAX_LINE = 16 * 1024 * 1024
 # The exact shape of vLLM's content chunk (0.32; per-chunk usage optional):
 # when an event matches it whole, it is valid JSON and its fields are read
 # from the match instead of json.loads and a walk of the dict.
-_JSTR = rb'[\x20\x21\x23-\x5b\x5d-\x7e]*'  # a printable-ASCII JSON string body without escapes
-_JINT = rb'(?:0|[1-9][0-9]{0,17})'
+_JSTR = rb"[\x20\x21\x23-\x5b\x5d-\x7e]*"  # a printable-ASCII JSON string body without escapes
+_JINT = rb"(?:0|[1-9][0-9]{0,17})"
 _CHUNK = (
-    rb'\{"id":"' + _JSTR + rb'","object":"chat\.completion\.chunk","created":' + _JINT
-    + rb',"model":"' + _JSTR + rb'","choices":\[\{"index":0,"delta":\{"content":"'
+    rb'\{"id":"'
+    + _JSTR
+    + rb'","object":"chat\.completion\.chunk","created":'
+    + _JINT
+    + rb',"model":"'
+    + _JSTR
+    + rb'","choices":\[\{"index":0,"delta":\{"content":"'
     + rb'((?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*)'
     + rb'"\},"logprobs":null,"finish_reason":(?:null|"([a-z_]{1,32})")(?:,"stop_reason":null)?'
     + rb'(?:,"token_ids":null)?\}\]'
-    + rb'(?:,"usage":\{"prompt_tokens":(' + _JINT + rb'),"total_tokens":' + _JINT
-    + rb',"completion_tokens":(' + _JINT + rb')\})?\}')
+    + rb'(?:,"usage":\{"prompt_tokens":('
+    + _JINT
+    + rb'),"total_tokens":'
+    + _JINT
+    + rb',"completion_tokens":('
+    + _JINT
+    + rb")\})?\}"
+)
 FAST_CHUNK = re.compile(_CHUNK).fullmatch  # an event's data
-_FAST_LINE = re.compile(rb'[ \t]*data:[ \t]*' + _CHUNK + rb'[ \t\r]*').fullmatch  # one line, as split
-_FAST_EVENT = re.compile(rb'data:[ \t]*' + _CHUNK + rb'\r?\n\r?\n').fullmatch  # a read that is one whole event
+_FAST_LINE = re.compile(rb"[ \t]*data:[ \t]*" + _CHUNK + rb"[ \t\r]*").fullmatch  # one line, as split
+_FAST_EVENT = re.compile(rb"data:[ \t]*" + _CHUNK + rb"\r?\n\r?\n").fullmatch  # a read that is one whole event
 
 
 class SseParser:
@@ -62,11 +73,29 @@ class SseParser:
     is not an error event, in order; what it raises propagates to the caller
     of ``feed``."""
 
-    __slots__ = ("res", "text_parts", "t0", "on_chunk", "fast", "over", "saw_done", "got_usage",
-                 "per_chunk", "pending", "now_ms", "max_chunks")
+    __slots__ = (
+        "res",
+        "text_parts",
+        "t0",
+        "on_chunk",
+        "fast",
+        "over",
+        "saw_done",
+        "got_usage",
+        "per_chunk",
+        "pending",
+        "now_ms",
+        "max_chunks",
+    )
 
-    def __init__(self, res, text_parts: list[str], t0: int, on_chunk: Callable[[dict], None] | None = None,
-                 max_chunks: int | None = None):
+    def __init__(
+        self,
+        res,
+        text_parts: list[str],
+        t0: int,
+        on_chunk: Callable[[dict], None] | None = None,
+        max_chunks: int | None = None,
+    ):
         self.res, self.text_parts, self.t0, self.on_chunk = res, text_parts, t0, on_chunk
         self.fast = on_chunk is None  # on_chunk wants every event as a dict
         self.over = False  # nothing more is read: [DONE], a failure, or the end of the body
@@ -188,9 +217,12 @@ class SseParser:
         counts = res.chunk_tokens
         if n <= limit and not (counts and counts[-1] > limit):
             return False
-        res.fail("overlong_stream", f"the server streamed past {limit} content chunks or tokens "
-                                    f"({n} chunks, running count {counts[-1] if counts else 'unknown'}): it "
-                                    "ignores max_tokens; the client stopped reading")
+        res.fail(
+            "overlong_stream",
+            f"the server streamed past {limit} content chunks or tokens "
+            f"({n} chunks, running count {counts[-1] if counts else 'unknown'}): it "
+            "ignores max_tokens; the client stopped reading",
+        )
         self.over = True
         return True
 
@@ -203,11 +235,15 @@ class SseParser:
         if res.error_type is not None:
             return
         if not self.saw_done:
-            res.fail("stream_truncated",
-                     f"the stream ended before [DONE] after {len(res.chunk_offsets_ms)} content chunk(s)")
+            res.fail(
+                "stream_truncated", f"the stream ended before [DONE] after {len(res.chunk_offsets_ms)} content chunk(s)"
+            )
         elif not self.got_usage:
-            res.fail("no_usage", "the stream ended without a usage block with an integer completion_tokens "
-                                 "(was stream_options.include_usage ignored?)")
+            res.fail(
+                "no_usage",
+                "the stream ended without a usage block with an integer completion_tokens "
+                "(was stream_options.include_usage ignored?)",
+            )
 
 
 def _count(value) -> int | None:

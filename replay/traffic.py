@@ -54,8 +54,9 @@ def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
     failure), not here.
     """
     path = Path(path)
-    if max_model_len is not None and (isinstance(max_model_len, bool) or not isinstance(max_model_len, int)
-                                      or max_model_len < 2):
+    if max_model_len is not None and (
+        isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 2
+    ):
         raise ValueError(f"max_model_len must be an integer >= 2, got {max_model_len!r}")
     if not path.is_file():
         raise InputFileError(path, "no such file")
@@ -74,14 +75,18 @@ def load_traffic(path: str | Path, max_model_len: int | None = None) -> Traffic:
             raise InputFileError(path, describe_error(err), row=row_no, field=field) from None
         if max_model_len is not None and row.max_tokens >= max_model_len:
             raise InputFileError(
-                path, f"max_tokens {row.max_tokens} does not fit the model's context of {max_model_len} "
-                      f"tokens (max_model_len), which must also hold the prompt; use less than {max_model_len}",
-                row=row_no, field="max_tokens",
+                path,
+                f"max_tokens {row.max_tokens} does not fit the model's context of {max_model_len} "
+                f"tokens (max_model_len), which must also hold the prompt; use less than {max_model_len}",
+                row=row_no,
+                field="max_tokens",
             )
         if row.prompt_id in seen:
             raise InputFileError(
-                path, f"duplicate prompt_id {row.prompt_id!r} (first at row {seen[row.prompt_id]})",
-                row=row_no, field="prompt_id",
+                path,
+                f"duplicate prompt_id {row.prompt_id!r} (first at row {seen[row.prompt_id]})",
+                row=row_no,
+                field="prompt_id",
             )
         seen[row.prompt_id] = row_no
         rows.append(row)

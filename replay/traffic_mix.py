@@ -62,13 +62,19 @@ def check_mix(mix: dict[str, float]) -> dict[str, float]:
     for cat, share in mix.items():
         if not isinstance(cat, str) or not cat or cat != cat.strip() or any(ord(c) < 32 for c in cat):
             raise MixError(f"category {cat!r} is not a plain name")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share) \
-                or not 0 <= share <= 1:
+        if (
+            isinstance(share, bool)
+            or not isinstance(share, (int, float))
+            or not math.isfinite(share)
+            or not 0 <= share <= 1
+        ):
             raise MixError(f"the share of {cat!r} must be a number from 0 to 1, got {share!r}")
     total = math.fsum(mix.values())
     if abs(total - 1) > MIX_TOLERANCE:
-        raise MixError(f"the shares must sum to 1 (within {MIX_TOLERANCE:g}); "
-                         f"{' + '.join(f'{v:g}' for v in mix.values())} = {total:.6g}")
+        raise MixError(
+            f"the shares must sum to 1 (within {MIX_TOLERANCE:g}); "
+            f"{' + '.join(f'{v:g}' for v in mix.values())} = {total:.6g}"
+        )
     return {cat: float(share) for cat, share in mix.items()}
 
 
@@ -96,8 +102,10 @@ def unknown_categories(mix: dict[str, float], categories: list[str]) -> str | No
     missing = sorted(set(mix) - set(categories))
     if not missing:
         return None
-    return (f"categor{'y' if len(missing) == 1 else 'ies'} {', '.join(map(repr, missing))} not in the traffic "
-            f"(it has: {', '.join(categories)})")
+    return (
+        f"categor{'y' if len(missing) == 1 else 'ies'} {', '.join(map(repr, missing))} not in the traffic "
+        f"(it has: {', '.join(categories)})"
+    )
 
 
 # ------------------------------------------------------------------ units
@@ -167,20 +175,24 @@ class Drawn:
 def sample_rows(traffic: Traffic, n: int, seed: int = 0, by_category: bool = False) -> Drawn:
     rows = traffic.rows
     if n > len(rows):
-        raise SpecdecError(f"-n {n} is more than the {len(rows)} rows of {traffic.path}; a sample draws without "
-                           "replacement (`specdec traffic mix` draws with replacement)")
+        raise SpecdecError(
+            f"-n {n} is more than the {len(rows)} rows of {traffic.path}; a sample draws without "
+            "replacement (`specdec traffic mix` draws with replacement)"
+        )
     rng = random.Random(seed)
     units = units_of(rows)
     if by_category:
         targets = _targets(n, {c: float(k) for c, k in traffic.summary()["categories"].items()})
-        taken = [u for cat in sorted(targets)
-                 for u in _fill([u for u in units if u.category == cat], targets[cat], rng)]
+        taken = [
+            u for cat in sorted(targets) for u in _fill([u for u in units if u.category == cat], targets[cat], rng)
+        ]
     else:
         taken = _fill(units, n, rng)
     out = Drawn([rows[i] for i in sorted(i for u in taken for i in u.rows)])
     if len(out.rows) < n:
-        out.notes.append(f"{len(out.rows)} rows, not {n}: sessions are kept whole and no other session fits the "
-                         "rows still wanted")
+        out.notes.append(
+            f"{len(out.rows)} rows, not {n}: sessions are kept whole and no other session fits the rows still wanted"
+        )
     mixed = _mixed_sessions(rows, units)
     if mixed and by_category:
         out.notes.append(f"{mixed} session(s) have turns of several categories; each counts under its first turn's")
@@ -260,14 +272,18 @@ def mix_rows(traffic: Traffic, mix: dict[str, float], n: int, seed: int = 0) -> 
         out.copies += len(unit) if k else 0
     if timed:
         out.rows.sort(key=lambda r: r.arrival_ms)
-        out.notes.append(f"arrival_ms placed on the source's clock: {len(picks)} units on the quantiles of its "
-                         f"{len(units)} unit start times (the arrival-rate curve keeps its shape)")
+        out.notes.append(
+            f"arrival_ms placed on the source's clock: {len(picks)} units on the quantiles of its "
+            f"{len(units)} unit start times (the arrival-rate curve keeps its shape)"
+        )
     elif any(r.arrival_ms is not None for r in rows):
         out.notes.append("arrival_ms kept as drawn (not every source row has one): a copy arrives with its original")
     if out.copies:
-        out.notes.append(f"{out.copies} rows are copies (drawn with replacement): the same content as their "
-                         "original under a new prompt_id '<id>~<k>' (content_note says which); with "
-                         "--prefix-cache keep a copy may hit the prefix cache")
+        out.notes.append(
+            f"{out.copies} rows are copies (drawn with replacement): the same content as their "
+            "original under a new prompt_id '<id>~<k>' (content_note says which); with "
+            "--prefix-cache keep a copy may hit the prefix cache"
+        )
     if short:
         out.notes.append("fewer rows than the mix asks for (sessions are kept whole): " + ", ".join(short))
     mixed = _mixed_sessions(rows, units)

@@ -51,10 +51,20 @@ def length_histogram(values: list[int | None]) -> dict | None:
         return -1 if v == 0 else v.bit_length() - 1
 
     counts = Counter(bin_of(v) for v in known)
-    bins = [{"low": 0 if k < 0 else 2 ** k, "high": 1 if k < 0 else 2 ** (k + 1), "rows": counts.get(k, 0)}
-            for k in range(bin_of(known[0]), bin_of(known[-1]) + 1)]
-    return {"known": len(known), "of": len(values), "min": known[0], "p50": _quantile(known, 0.5),
-            "p90": _quantile(known, 0.9), "p99": _quantile(known, 0.99), "max": known[-1], "bins": bins}
+    bins = [
+        {"low": 0 if k < 0 else 2**k, "high": 1 if k < 0 else 2 ** (k + 1), "rows": counts.get(k, 0)}
+        for k in range(bin_of(known[0]), bin_of(known[-1]) + 1)
+    ]
+    return {
+        "known": len(known),
+        "of": len(values),
+        "min": known[0],
+        "p50": _quantile(known, 0.5),
+        "p90": _quantile(known, 0.9),
+        "p99": _quantile(known, 0.99),
+        "max": known[-1],
+        "bins": bins,
+    }
 
 
 def arrival_curve(arrivals_ms: list[float | None], max_bins: int = MAX_BINS) -> dict | None:
@@ -75,19 +85,31 @@ def arrival_curve(arrivals_ms: list[float | None], max_bins: int = MAX_BINS) -> 
     counts = Counter(math.floor(a / bin_ms) - start for a in known)
     rates = [counts.get(i, 0) / bin_s for i in range(bins_needed(bin_ms))]
     span_s = (last - first) / 1000
-    return {"known": len(known), "of": len(arrivals_ms), "first_s": first / 1000, "last_s": last / 1000,
-            "span_s": span_s, "mean_rate_per_s": (len(known) - 1) / span_s if span_s > 0 else None,
-            "bin_s": bin_s, "start_s": start * bin_s, "requests_per_s": rates, "peak_rate_per_s": max(rates)}
+    return {
+        "known": len(known),
+        "of": len(arrivals_ms),
+        "first_s": first / 1000,
+        "last_s": last / 1000,
+        "span_s": span_s,
+        "mean_rate_per_s": (len(known) - 1) / span_s if span_s > 0 else None,
+        "bin_s": bin_s,
+        "start_s": start * bin_s,
+        "requests_per_s": rates,
+        "peak_rate_per_s": max(rates),
+    }
 
 
 def sessions(traffic: Traffic) -> dict:
     turns = Counter(r.session_id for r in traffic.rows if r.session_id is not None)
     lengths = sorted(turns.values())
-    return {"sessions": len(turns), "rows_in_sessions": sum(lengths),
-            "standalone_rows": len(traffic.rows) - sum(lengths),
-            "turns_min": lengths[0] if lengths else None,
-            "turns_p50": _quantile(lengths, 0.5) if lengths else None,
-            "turns_max": lengths[-1] if lengths else None}
+    return {
+        "sessions": len(turns),
+        "rows_in_sessions": sum(lengths),
+        "standalone_rows": len(traffic.rows) - sum(lengths),
+        "turns_min": lengths[0] if lengths else None,
+        "turns_p50": _quantile(lengths, 0.5) if lengths else None,
+        "turns_max": lengths[-1] if lengths else None,
+    }
 
 
 def profile(traffic: Traffic) -> dict:
@@ -100,8 +122,10 @@ def profile(traffic: Traffic) -> dict:
         "tiers": dict(sorted(Counter(r.tier or "(none)" for r in rows).items())),
         "sources": dict(sorted(Counter(r.source or "(none)" for r in rows).items())),
         "sessions": sessions(traffic),
-        "temperature": {"greedy": sum(r.temperature == 0 for r in rows),
-                        "sampled": sum(r.temperature > 0 for r in rows)},
+        "temperature": {
+            "greedy": sum(r.temperature == 0 for r in rows),
+            "sampled": sum(r.temperature > 0 for r in rows),
+        },
         "input_tokens": length_histogram([r.input_tokens for r in rows]),
         "max_tokens": length_histogram([r.max_tokens for r in rows]),
         "arrival": arrival_curve([r.arrival_ms for r in rows]),
@@ -114,8 +138,7 @@ def manifest_traffic(traffic: Traffic) -> dict:
     given), the session count and, when the rows have arrival times, the
     arrival-rate curve (bin_s, start_s, requests_per_s) the report draws."""
     prof = profile(traffic)
-    out = {**traffic.summary(), "category_shares": prof["category_shares"],
-           "sessions": prof["sessions"]["sessions"]}
+    out = {**traffic.summary(), "category_shares": prof["category_shares"], "sessions": prof["sessions"]["sessions"]}
     if prof["arrival"] is not None:
         a = prof["arrival"]
         out["arrival_rate"] = {k: a[k] for k in ("known", "of", "bin_s", "start_s", "requests_per_s")}
@@ -130,8 +153,10 @@ def _bar(value: float, top: float) -> str:
 def _hist_lines(name: str, h: dict | None) -> list[str]:
     if h is None:
         return [f"{name}: not recorded"]
-    lines = [f"{name} (known for {h['known']} of {h['of']} rows): min {h['min']}, p50 {h['p50']}, "
-             f"p90 {h['p90']}, p99 {h['p99']}, max {h['max']}"]
+    lines = [
+        f"{name} (known for {h['known']} of {h['of']} rows): min {h['min']}, p50 {h['p50']}, "
+        f"p90 {h['p90']}, p99 {h['p99']}, max {h['max']}"
+    ]
     top = max(b["rows"] for b in h["bins"])
     width = len(str(h["bins"][-1]["high"]))
     for b in h["bins"]:
@@ -145,17 +170,27 @@ def _counts(counts: dict[str, int]) -> str:
 
 def render(prof: dict) -> str:
     """The profile as text for a terminal."""
-    lines = [f"{prof['path']}  ({prof['rows']} rows, sha256 {prof['sha256'][:12]}...)", "",
-             f"  {'category':<24} {'rows':>7} {'share':>7}"]
+    lines = [
+        f"{prof['path']}  ({prof['rows']} rows, sha256 {prof['sha256'][:12]}...)",
+        "",
+        f"  {'category':<24} {'rows':>7} {'share':>7}",
+    ]
     for cat, n in sorted(prof["categories"].items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"  {cat:<24} {n:>7} {prof['category_shares'][cat]:>7.1%}")
     s = prof["sessions"]
-    lines += ["", f"tiers: {_counts(prof['tiers'])}", f"sources: {_counts(prof['sources'])}",
-              f"temperature: {prof['temperature']['greedy']} greedy (0), "
-              f"{prof['temperature']['sampled']} sampled (> 0)",
-              (f"sessions: {s['sessions']} ({s['rows_in_sessions']} rows, {s['turns_min']} to {s['turns_max']} "
-               f"turns, median {s['turns_p50']}), {s['standalone_rows']} standalone rows" if s["sessions"] else
-               f"sessions: none ({s['standalone_rows']} standalone rows)"), ""]
+    lines += [
+        "",
+        f"tiers: {_counts(prof['tiers'])}",
+        f"sources: {_counts(prof['sources'])}",
+        f"temperature: {prof['temperature']['greedy']} greedy (0), {prof['temperature']['sampled']} sampled (> 0)",
+        (
+            f"sessions: {s['sessions']} ({s['rows_in_sessions']} rows, {s['turns_min']} to {s['turns_max']} "
+            f"turns, median {s['turns_p50']}), {s['standalone_rows']} standalone rows"
+            if s["sessions"]
+            else f"sessions: none ({s['standalone_rows']} standalone rows)"
+        ),
+        "",
+    ]
     lines += _hist_lines("input_tokens", prof["input_tokens"]) + [""]
     lines += _hist_lines("max_tokens", prof["max_tokens"]) + [""]
     a = prof["arrival"]
@@ -163,9 +198,11 @@ def render(prof: dict) -> str:
         lines.append("arrival: not recorded (no arrival_ms): the file replays closed-loop only")
     else:
         mean = f"{a['mean_rate_per_s']:.3g} requests/s" if a["mean_rate_per_s"] is not None else "n/a (one instant)"
-        lines.append(f"arrival (known for {a['known']} of {a['of']} rows): "
-                     f"{a['first_s']:.3f} s to {a['last_s']:.3f} s, "
-                     f"mean {mean}, peak {a['peak_rate_per_s']:.3g} requests/s in {a['bin_s']:g} s bins")
+        lines.append(
+            f"arrival (known for {a['known']} of {a['of']} rows): "
+            f"{a['first_s']:.3f} s to {a['last_s']:.3f} s, "
+            f"mean {mean}, peak {a['peak_rate_per_s']:.3g} requests/s in {a['bin_s']:g} s bins"
+        )
         for i, rate in enumerate(a["requests_per_s"]):
             start = a["start_s"] + i * a["bin_s"]
             lines.append(f"  {start:>10.1f} s  {rate:>9.3g}/s  {_bar(rate, a['peak_rate_per_s'])}")

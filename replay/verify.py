@@ -40,7 +40,7 @@ from specdec.schemas.records import GreedyCheck, TrafficRow
 VERIFY_ERROR_TYPES: dict[str, str] = {
     **ERROR_TYPES,
     "bad_logprobs": "a complete stream whose logprobs are missing, malformed, or fewer or more than "
-                    "the generated tokens (is the server vLLM with return_tokens_as_token_ids?)",
+    "the generated tokens (is the server vLLM with return_tokens_as_token_ids?)",
 }
 
 TOP_LOGPROBS = 2
@@ -90,8 +90,9 @@ class VerifyResult:
             self.problem = f"malformed logprobs at position {len(self.token_ids)} ({type(exc).__name__}: {exc})"
 
     def _position(self, entry: dict) -> None:
-        top = sorted(((float(t["logprob"]), token_id(t["token"])) for t in entry.get("top_logprobs") or ()),
-                     key=lambda t: -t[0])
+        top = sorted(
+            ((float(t["logprob"]), token_id(t["token"])) for t in entry.get("top_logprobs") or ()), key=lambda t: -t[0]
+        )
         emitted = token_id(entry["token"])
         # greedy: the emitted token is the most likely one; top_logprobs says so
         # independently (ties included), and is what the margin is computed from
@@ -110,11 +111,16 @@ class VerifyResult:
         if self.problem is not None:
             res.fail("bad_logprobs", self.problem)
         elif not self.token_ids:
-            res.fail("bad_logprobs", "the stream carried no logprobs (does the server support "
-                                     "logprobs / top_logprobs on chat completions?)")
+            res.fail(
+                "bad_logprobs",
+                "the stream carried no logprobs (does the server support logprobs / top_logprobs on chat completions?)",
+            )
         elif len(self.token_ids) != res.output_tokens:
-            res.fail("bad_logprobs", f"logprobs for {len(self.token_ids)} position(s), but usage says "
-                                     f"{res.output_tokens} completion token(s)")
+            res.fail(
+                "bad_logprobs",
+                f"logprobs for {len(self.token_ids)} position(s), but usage says "
+                f"{res.output_tokens} completion token(s)",
+            )
         return self
 
 
@@ -122,7 +128,7 @@ def token_id(token) -> int:
     """The id in vLLM's ``"token_id:<n>"`` form (return_tokens_as_token_ids)."""
     if not isinstance(token, str) or not token.startswith(_TOKEN_ID_PREFIX):
         raise ValueError(f"token {str(token)[:40]!r} is not in the 'token_id:<n>' form")
-    return int(token[len(_TOKEN_ID_PREFIX):])
+    return int(token[len(_TOKEN_ID_PREFIX) :])
 
 
 def natural_end_position(token_ids: list[int], eos_token_ids: frozenset[int] | None) -> int | None:
@@ -134,20 +140,34 @@ def natural_end_position(token_ids: list[int], eos_token_ids: frozenset[int] | N
     return next((i for i, t in enumerate(token_ids) if t in eos_token_ids), None)
 
 
-async def verify_one(session, base_url: str | Endpoint, model: str, row: TrafficRow, request_id: str,
-                     settings: ClientSettings | None = None,
-                     eos_token_ids: frozenset[int] | None = None) -> VerifyResult:
+async def verify_one(
+    session,
+    base_url: str | Endpoint,
+    model: str,
+    row: TrafficRow,
+    request_id: str,
+    settings: ClientSettings | None = None,
+    eos_token_ids: frozenset[int] | None = None,
+) -> VerifyResult:
     """One greedy request with logprobs; never raises (failures are rows)."""
     out = VerifyResult(eos_token_ids=eos_token_ids)
-    out.stream = await stream_payload(session, base_url, verify_payload(model, row), request_id, settings,
-                                      on_chunk=out.collect)
+    out.stream = await stream_payload(
+        session, base_url, verify_payload(model, row), request_id, settings, on_chunk=out.collect
+    )
     return out.finish()
 
 
-async def verify_pass(session, base_url: str | Endpoint, model: str, rows: list[TrafficRow], level: int,
-                      make_id, settings: ClientSettings | None = None,
-                      eos_token_ids: frozenset[int] | None = None,
-                      results: list | None = None) -> list[tuple[TrafficRow, VerifyResult]]:
+async def verify_pass(
+    session,
+    base_url: str | Endpoint,
+    model: str,
+    rows: list[TrafficRow],
+    level: int,
+    make_id,
+    settings: ClientSettings | None = None,
+    eos_token_ids: frozenset[int] | None = None,
+    results: list | None = None,
+) -> list[tuple[TrafficRow, VerifyResult]]:
     """Send every row greedily with logprobs, ``level`` requests in flight (the
     same closed loop as the timed requests); return (row, result) in finish
     order. Pass ``results`` to keep what finished if the pass is interrupted."""
@@ -159,17 +179,26 @@ async def verify_pass(session, base_url: str | Endpoint, model: str, rows: list[
     return await closed_loop(len(rows), level, send, results=results)
 
 
-def greedy_table(run_id: str, arm: str, level: int, repeat: int,
-                 results: list[tuple[TrafficRow, VerifyResult]]) -> pa.Table:
+def greedy_table(
+    run_id: str, arm: str, level: int, repeat: int, results: list[tuple[TrafficRow, VerifyResult]]
+) -> pa.Table:
     """GreedyCheck rows of one verification pass (one arm, level and repeat)."""
     cols: dict[str, list] = {f: [] for f in GreedyCheck.model_fields}
     for row, res in results:
         values = {
-            "run_id": run_id, "arm": arm, "concurrency": level, "repeat": repeat,
-            "request_id": res.stream.request_id, "prompt_id": row.prompt_id, "category": row.category,
-            "success": res.stream.success, "error_type": res.stream.error_type,
-            "token_ids": res.token_ids, "top1_logprobs": res.top1_logprobs,
-            "top2_logprobs": res.top2_logprobs, "top2_token_ids": res.top2_token_ids,
+            "run_id": run_id,
+            "arm": arm,
+            "concurrency": level,
+            "repeat": repeat,
+            "request_id": res.stream.request_id,
+            "prompt_id": row.prompt_id,
+            "category": row.category,
+            "success": res.stream.success,
+            "error_type": res.stream.error_type,
+            "token_ids": res.token_ids,
+            "top1_logprobs": res.top1_logprobs,
+            "top2_logprobs": res.top2_logprobs,
+            "top2_token_ids": res.top2_token_ids,
             "natural_end_position": res.natural_end_position,
             "eos_token_ids": None if res.eos_token_ids is None else sorted(res.eos_token_ids),
         }

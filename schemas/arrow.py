@@ -56,8 +56,7 @@ def arrow_schema(model: type[BaseModel]) -> pa.Schema:
     for name, info in model.model_fields.items():
         dtype, nullable = _arrow_type(info.annotation)
         optional = nullable and not info.is_required() and info.default is None
-        fields.append(pa.field(name, dtype, nullable=nullable,
-                               metadata={ABSENT_AS_NULL: b"1"} if optional else None))
+        fields.append(pa.field(name, dtype, nullable=nullable, metadata={ABSENT_AS_NULL: b"1"} if optional else None))
     return pa.schema(fields, metadata={"schema_version": SCHEMA_VERSION, "record": model.__name__})
 
 

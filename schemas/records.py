@@ -50,20 +50,35 @@ class RoundTrace(_Record):
     run_id: str = Field(description="Run this row belongs to (from SPECDEC_CAPTURE_RUN_ID).")
     engine_request_id: str = Field(description="vLLM's internal request id; embeds the client's X-Request-Id.")
     pid: int = Field(description="Process id of the engine core that recorded the row.")
-    process_token: str = Field(description="PID plus a random token of the recording process's incarnation (also in its part-file names): tells apart two engine processes that reused one PID.")
+    process_token: str = Field(
+        description="PID plus a random token of the recording process's incarnation (also in its part-file names): tells apart two engine processes that reused one PID."
+    )
     step_index: int = Field(description="Engine step counter within the recording process, from 0.")
     round_index: int = Field(description="Index of this row among the request's rows, from 0 (0 is prefill).")
-    phase: Literal["prefill", "decode"] = Field(description="prefill if the request's prompt was not fully computed before this step.")
-    tokens_proposed: int = Field(description="Draft tokens verified for this request in this step (k), after grammar invalidation; 0 if none.")
+    phase: Literal["prefill", "decode"] = Field(
+        description="prefill if the request's prompt was not fully computed before this step."
+    )
+    tokens_proposed: int = Field(
+        description="Draft tokens verified for this request in this step (k), after grammar invalidation; 0 if none."
+    )
     tokens_accepted: int = Field(description="Draft tokens accepted (a, 0..k); counted exactly as vLLM counts them.")
-    tokens_emitted: int = Field(description="Tokens the engine sampled for the request this step (accepted + bonus), before any stop-trimming; counted as vLLM counts them.")
+    tokens_emitted: int = Field(
+        description="Tokens the engine sampled for the request this step (accepted + bonus), before any stop-trimming; counted as vLLM counts them."
+    )
     batch_size: int = Field(description="Requests scheduled in this engine step.")
     num_scheduled_tokens: int = Field(description="Tokens scheduled for this request in this step (1 + k in decode).")
     context_len: int = Field(description="Tokens already computed for the request before this step (prompt + output).")
-    draft_ms: float | None = Field(description="Wall time of the drafter call that proposed the drafts verified in this step (whole batch, monotonic clock); None if no drafter ran.")
-    verify_ms: float | None = Field(description="Wall time of this step's target forward plus sampling/rejection, drafting excluded (whole batch, monotonic clock); None if not measured.")
+    draft_ms: float | None = Field(
+        description="Wall time of the drafter call that proposed the drafts verified in this step (whole batch, monotonic clock); None if no drafter ran."
+    )
+    verify_ms: float | None = Field(
+        description="Wall time of this step's target forward plus sampling/rejection, drafting excluded (whole batch, monotonic clock); None if not measured."
+    )
     wall_time_ns: int = Field(description="Unix wall clock when the step's output was processed, ns.")
-    step_drafts_verified: int | None = Field(default=None, description="Draft tokens the model runner actually put into this step's verify forward, whole batch (Model Runner V2: input_batch.num_draft_tokens). It differs from the step's sum of tokens_proposed (what the scheduler, and vLLM's counters, count as proposed) only under DSpark's adaptive verification, which can admit fewer drafts than were scheduled. None when not measured (V1 runner, CPU).")
+    step_drafts_verified: int | None = Field(
+        default=None,
+        description="Draft tokens the model runner actually put into this step's verify forward, whole batch (Model Runner V2: input_batch.num_draft_tokens). It differs from the step's sum of tokens_proposed (what the scheduler, and vLLM's counters, count as proposed) only under DSpark's adaptive verification, which can admit fewer drafts than were scheduled. None when not measured (V1 runner, CPU).",
+    )
 
 
 #: Version of the traffic-file format (TrafficRow). 1: prompt_id, category,
@@ -97,28 +112,90 @@ class TrafficRow(_Record):
     ("not recorded"), never a default that pretends to be a recording.
     """
 
-    prompt_id: Label = Field(max_length=MAX_LABEL_LEN, description="Stable identifier, unique within the file; no surrounding whitespace or control characters.")
-    category: Label = Field(max_length=MAX_LABEL_LEN, description="Task category used to group results (e.g. code, structured, chat; 'unknown' when a recorder could not tell); no surrounding whitespace or control characters.")
-    prompt: Prompt | None = Field(default=None, description="The user message sent to the chat endpoint (a single-turn request); any Unicode text except NUL, not whitespace only. None when messages is given.")
-    messages: Text | None = Field(default=None, description="The chat messages as sent, as a JSON array of OpenAI chat message objects (each with a string 'role'), earlier turns of the session included. None when prompt is given.")
-    max_tokens: StrictInt = Field(gt=0, le=MAX_TOKENS_CEILING, description=f"Forced output length in tokens (sent with ignore_eos), 1..{MAX_TOKENS_CEILING:,}; a recording sets it to the recorded response length.")
-    temperature: FiniteFloat = Field(default=0.0, ge=0.0, le=MAX_TEMPERATURE, description="Sampling temperature, 0..2; 0 means greedy.")
-    top_p: FiniteFloat | None = Field(default=None, gt=0.0, le=1.0, description="Nucleus sampling as sent, (0, 1]; None: not sent.")
-    top_k: StrictInt | None = Field(default=None, ge=-1, description="Top-k sampling as sent (vLLM extension; -1 or 0 means off); None: not sent.")
+    prompt_id: Label = Field(
+        max_length=MAX_LABEL_LEN,
+        description="Stable identifier, unique within the file; no surrounding whitespace or control characters.",
+    )
+    category: Label = Field(
+        max_length=MAX_LABEL_LEN,
+        description="Task category used to group results (e.g. code, structured, chat; 'unknown' when a recorder could not tell); no surrounding whitespace or control characters.",
+    )
+    prompt: Prompt | None = Field(
+        default=None,
+        description="The user message sent to the chat endpoint (a single-turn request); any Unicode text except NUL, not whitespace only. None when messages is given.",
+    )
+    messages: Text | None = Field(
+        default=None,
+        description="The chat messages as sent, as a JSON array of OpenAI chat message objects (each with a string 'role'), earlier turns of the session included. None when prompt is given.",
+    )
+    max_tokens: StrictInt = Field(
+        gt=0,
+        le=MAX_TOKENS_CEILING,
+        description=f"Forced output length in tokens (sent with ignore_eos), 1..{MAX_TOKENS_CEILING:,}; a recording sets it to the recorded response length.",
+    )
+    temperature: FiniteFloat = Field(
+        default=0.0, ge=0.0, le=MAX_TEMPERATURE, description="Sampling temperature, 0..2; 0 means greedy."
+    )
+    top_p: FiniteFloat | None = Field(
+        default=None, gt=0.0, le=1.0, description="Nucleus sampling as sent, (0, 1]; None: not sent."
+    )
+    top_k: StrictInt | None = Field(
+        default=None, ge=-1, description="Top-k sampling as sent (vLLM extension; -1 or 0 means off); None: not sent."
+    )
     seed: StrictInt | None = Field(default=None, description="Sampling seed as sent; None: not sent.")
-    stop: list[Text] | None = Field(default=None, description="Stop strings as sent (recorded for fidelity; replay forces the recorded length, so they do not end a replayed request); None: not sent.")
-    model: Text | None = Field(default=None, description="The model name as the client sent it (replay sends to the served model instead); None: not recorded.")
-    arrival_ms: FiniteFloat | None = Field(default=None, ge=0.0, le=MAX_ARRIVAL_MS, description="Arrival time, ms from the start of the recording or trace (the open-loop clock); None: not recorded.")
-    session_id: Label | None = Field(default=None, max_length=MAX_LABEL_LEN, description="Conversation the request belongs to; None: a standalone request.")
-    turn_index: StrictInt | None = Field(default=None, ge=0, description="Turn within the session, from 0; None without a session.")
-    input_tokens: StrictInt | None = Field(default=None, ge=0, description="Input length in tokens as recorded or given by a trace; None: not recorded.")
-    recorded_output_tokens: StrictInt | None = Field(default=None, ge=0, description="Response length in tokens as recorded (or given by a trace); None: not recorded.")
-    ended_naturally: StrictBool | None = Field(default=None, description="True when the recorded response ended by itself (finish_reason 'stop'), False when it hit a length limit; None: not recorded.")
-    tier: Literal["high", "medium", "low"] | None = Field(default=None, description="Predictability tier of the content (see TIERS); None: not assigned.")
-    source: Label | None = Field(default=None, max_length=MAX_LABEL_LEN, description="Where the row comes from: e.g. 'bundled', 'proxy', 'azure-llm-2023', 'mooncake', 'burstgpt', or a user's own label; None: not said.")
-    response_format: Text | None = Field(default=None, description="Structured-output constraint as sent (the request's response_format, JSON text); None: none.")
-    tools: Text | None = Field(default=None, description="Tool definitions as sent (the request's tools, JSON text); None: none.")
-    content_note: Text | None = Field(default=None, description="What an importer did to give the row its content (pool prompt, composed context, how the input length was reached); None: the content is the recorded one.")
+    stop: list[Text] | None = Field(
+        default=None,
+        description="Stop strings as sent (recorded for fidelity; replay forces the recorded length, so they do not end a replayed request); None: not sent.",
+    )
+    model: Text | None = Field(
+        default=None,
+        description="The model name as the client sent it (replay sends to the served model instead); None: not recorded.",
+    )
+    arrival_ms: FiniteFloat | None = Field(
+        default=None,
+        ge=0.0,
+        le=MAX_ARRIVAL_MS,
+        description="Arrival time, ms from the start of the recording or trace (the open-loop clock); None: not recorded.",
+    )
+    session_id: Label | None = Field(
+        default=None,
+        max_length=MAX_LABEL_LEN,
+        description="Conversation the request belongs to; None: a standalone request.",
+    )
+    turn_index: StrictInt | None = Field(
+        default=None, ge=0, description="Turn within the session, from 0; None without a session."
+    )
+    input_tokens: StrictInt | None = Field(
+        default=None, ge=0, description="Input length in tokens as recorded or given by a trace; None: not recorded."
+    )
+    recorded_output_tokens: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        description="Response length in tokens as recorded (or given by a trace); None: not recorded.",
+    )
+    ended_naturally: StrictBool | None = Field(
+        default=None,
+        description="True when the recorded response ended by itself (finish_reason 'stop'), False when it hit a length limit; None: not recorded.",
+    )
+    tier: Literal["high", "medium", "low"] | None = Field(
+        default=None, description="Predictability tier of the content (see TIERS); None: not assigned."
+    )
+    source: Label | None = Field(
+        default=None,
+        max_length=MAX_LABEL_LEN,
+        description="Where the row comes from: e.g. 'bundled', 'proxy', 'azure-llm-2023', 'mooncake', 'burstgpt', or a user's own label; None: not said.",
+    )
+    response_format: Text | None = Field(
+        default=None,
+        description="Structured-output constraint as sent (the request's response_format, JSON text); None: none.",
+    )
+    tools: Text | None = Field(
+        default=None, description="Tool definitions as sent (the request's tools, JSON text); None: none."
+    )
+    content_note: Text | None = Field(
+        default=None,
+        description="What an importer did to give the row its content (pool prompt, composed context, how the input length was reached); None: the content is the recorded one.",
+    )
 
     @field_validator("messages")
     @classmethod
@@ -140,8 +217,9 @@ class TrafficRow(_Record):
     @model_validator(mode="after")
     def _together(self) -> TrafficRow:
         if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of the fields prompt (one user message) and messages "
-                             "(a JSON array of chat messages)")
+            raise ValueError(
+                "give exactly one of the fields prompt (one user message) and messages (a JSON array of chat messages)"
+            )
         if (self.turn_index is None) != (self.session_id is None):
             raise ValueError("the fields session_id and turn_index go together: give both or neither")
         return self
@@ -173,37 +251,80 @@ class RequestResult(_Record):
 
     run_id: str = Field(description="Run identifier.")
     arm: ArmName = Field(description="Which server configuration served it.")
-    concurrency: int = Field(description="The level key: in closed loop the concurrency (in-flight requests); in open loop (load_mode recorded or poisson) the level's rank 1..N by rising load, its setting in level_value.")
-    repeat: int = Field(default=0, description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B, order counterbalanced), so host drift shows up as variance between repeats instead of bias; embedded servers are fresh per repeat by default (manifest.schedule.restart_servers).")
+    concurrency: int = Field(
+        description="The level key: in closed loop the concurrency (in-flight requests); in open loop (load_mode recorded or poisson) the level's rank 1..N by rising load, its setting in level_value."
+    )
+    repeat: int = Field(
+        default=0,
+        description="Repeat of the level, from 0. Within a repeat the arms run one after the other (A B, order counterbalanced), so host drift shows up as variance between repeats instead of bias; embedded servers are fresh per repeat by default (manifest.schedule.restart_servers).",
+    )
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
     category: str = Field(description="TrafficRow.category.")
     max_tokens: int = Field(description="Requested output length.")
     temperature: float = Field(description="Sampling temperature sent.")
-    success: bool = Field(description="True only if a 2xx streamed reply ended with [DONE] after a usage block, with no error event.")
-    error_type: str | None = Field(description="Failure class when success is false (see specdec.replay.client.ERROR_TYPES), else None.")
-    http_status: int | None = Field(default=None, description="HTTP status of the reply; None if no reply arrived (connection error, timeout).")
+    success: bool = Field(
+        description="True only if a 2xx streamed reply ended with [DONE] after a usage block, with no error event."
+    )
+    error_type: str | None = Field(
+        description="Failure class when success is false (see specdec.replay.client.ERROR_TYPES), else None."
+    )
+    http_status: int | None = Field(
+        default=None, description="HTTP status of the reply; None if no reply arrived (connection error, timeout)."
+    )
     error_message: str | None = Field(description="Error text when success is false, else None.")
     wall_send_ns: int = Field(description="Unix wall clock when the request was sent, ns.")
     ttft_ms: float | None = Field(description="Send to first content chunk, monotonic clock, ms.")
     e2e_ms: float | None = Field(description="Send to end of stream, monotonic clock, ms.")
     chunk_offsets_ms: list[float] = Field(description="Arrival of each content chunk, ms after send (monotonic).")
-    chunk_tokens: list[int] | None = Field(default=None, description="Per content chunk, aligned with chunk_offsets_ms: output tokens streamed up to and including that chunk [tokens, cumulative], as the server's per-chunk usage reported them (stream_options.continuous_usage_stats). A chunk can carry several tokens (speculation, merged engine steps). None when the server did not report a usable count for every content chunk (e.g. it ignores continuous_usage_stats), so it is never partly filled.")
+    chunk_tokens: list[int] | None = Field(
+        default=None,
+        description="Per content chunk, aligned with chunk_offsets_ms: output tokens streamed up to and including that chunk [tokens, cumulative], as the server's per-chunk usage reported them (stream_options.continuous_usage_stats). A chunk can carry several tokens (speculation, merged engine steps). None when the server did not report a usable count for every content chunk (e.g. it ignores continuous_usage_stats), so it is never partly filled.",
+    )
     prompt_tokens: int | None = Field(description="Prompt tokens per the server's usage block.")
     output_tokens: int | None = Field(description="Completion tokens per the server's usage block.")
     output_text: str = Field(description="Concatenated generated text.")
     finish_reason: str | None = Field(description="Finish reason of the choice.")
-    spec_num_steps: int | None = Field(description="Engine's per-request count of verify rounds; None without speculation.")
-    spec_num_draft_tokens: int | None = Field(description="Engine's per-request proposed draft tokens; None without speculation.")
-    spec_num_accepted_tokens: int | None = Field(description="Engine's per-request accepted draft tokens; None without speculation.")
-    load_mode: Literal["closed", "recorded", "poisson"] = Field(default="closed", description="How the level sent requests (specdec.replay.load): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.")
-    level_value: float | None = Field(default=None, description="The level's setting: the concurrency (closed), the time scale (recorded; 0.1 = ten times faster) or the offered rate in requests/s (poisson); None if not recorded.")
-    intended_send_ms: float | None = Field(default=None, description="When the schedule meant to send the request, ms after the block's start (monotonic clock): the planned arrival, or the previous turn's finish if later; None in closed loop (a request goes when a slot frees).")
-    actual_send_ms: float | None = Field(default=None, description="When the client sent the request, ms after the block's start (monotonic clock); None if not recorded.")
-    schedule_lag_ms: float | None = Field(default=None, description="actual_send_ms - intended_send_ms [ms]: delay the client added to the schedule; None in closed loop.")
-    session_wait_ms: float | None = Field(default=None, description="Open loop: ms the request was held past its planned arrival because the previous turn of its session had not finished (0 if not held); None in closed loop or without a previous turn.")
-    session_id: str | None = Field(default=None, description="TrafficRow.session_id: the conversation the prompt belongs to; None for a standalone request (and in files written before this field existed).")
-    turn_index: int | None = Field(default=None, description="TrafficRow.turn_index: the turn within its session, from 0; None without a session.")
+    spec_num_steps: int | None = Field(
+        description="Engine's per-request count of verify rounds; None without speculation."
+    )
+    spec_num_draft_tokens: int | None = Field(
+        description="Engine's per-request proposed draft tokens; None without speculation."
+    )
+    spec_num_accepted_tokens: int | None = Field(
+        description="Engine's per-request accepted draft tokens; None without speculation."
+    )
+    load_mode: Literal["closed", "recorded", "poisson"] = Field(
+        default="closed",
+        description="How the level sent requests (specdec.replay.load): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.",
+    )
+    level_value: float | None = Field(
+        default=None,
+        description="The level's setting: the concurrency (closed), the time scale (recorded; 0.1 = ten times faster) or the offered rate in requests/s (poisson); None if not recorded.",
+    )
+    intended_send_ms: float | None = Field(
+        default=None,
+        description="When the schedule meant to send the request, ms after the block's start (monotonic clock): the planned arrival, or the previous turn's finish if later; None in closed loop (a request goes when a slot frees).",
+    )
+    actual_send_ms: float | None = Field(
+        default=None,
+        description="When the client sent the request, ms after the block's start (monotonic clock); None if not recorded.",
+    )
+    schedule_lag_ms: float | None = Field(
+        default=None,
+        description="actual_send_ms - intended_send_ms [ms]: delay the client added to the schedule; None in closed loop.",
+    )
+    session_wait_ms: float | None = Field(
+        default=None,
+        description="Open loop: ms the request was held past its planned arrival because the previous turn of its session had not finished (0 if not held); None in closed loop or without a previous turn.",
+    )
+    session_id: str | None = Field(
+        default=None,
+        description="TrafficRow.session_id: the conversation the prompt belongs to; None for a standalone request (and in files written before this field existed).",
+    )
+    turn_index: int | None = Field(
+        default=None, description="TrafficRow.turn_index: the turn within its session, from 0; None without a session."
+    )
 
 
 class MetricSnapshot(_Record):
@@ -215,14 +336,33 @@ class MetricSnapshot(_Record):
     repeat: int = Field(default=0, description="Repeat of the level the snapshot brackets, from 0.")
     position: Literal["before", "after"] = Field(description="Read before the level's first request or after its last.")
     wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
-    spec_num_drafts: float | None = Field(description="vllm:spec_decode_num_drafts_total (verify rounds), or llama.cpp's llamacpp:spec_decode_num_drafts_total; None if absent.")
-    spec_num_draft_tokens: float | None = Field(description="vllm:spec_decode_num_draft_tokens_total (llama.cpp: llamacpp:...); None if absent.")
-    spec_num_accepted_tokens: float | None = Field(description="vllm:spec_decode_num_accepted_tokens_total (llama.cpp: llamacpp:...); None if absent.")
-    generation_tokens: float | None = Field(description="vllm:generation_tokens_total (llama.cpp: llamacpp:tokens_predicted_total); None if absent.")
-    prefix_cache_queries: float | None = Field(default=None, description="vllm:prefix_cache_queries_total (tokens looked up in the prefix cache); None if absent.")
-    prefix_cache_hits: float | None = Field(default=None, description="vllm:prefix_cache_hits_total (tokens found in the prefix cache); None if absent.")
-    accepted_per_position: list[float] | None = Field(default=None, description="The engine's per-position accepted-token counter, cumulative, by draft position from 0 (vllm:spec_decode_num_accepted_tokens_per_pos_total{position}, llama.cpp: llamacpp:...); None if the server exports none (no speculation, or a file written before this field existed).")
-    prefix_cache_reset: bool | None = Field(default=None, description="Before-snapshots only: True if POST /reset_prefix_cache succeeded just before the block, False if it was refused (then earlier blocks may have warmed the cache), None if not tried.")
+    spec_num_drafts: float | None = Field(
+        description="vllm:spec_decode_num_drafts_total (verify rounds), or llama.cpp's llamacpp:spec_decode_num_drafts_total; None if absent."
+    )
+    spec_num_draft_tokens: float | None = Field(
+        description="vllm:spec_decode_num_draft_tokens_total (llama.cpp: llamacpp:...); None if absent."
+    )
+    spec_num_accepted_tokens: float | None = Field(
+        description="vllm:spec_decode_num_accepted_tokens_total (llama.cpp: llamacpp:...); None if absent."
+    )
+    generation_tokens: float | None = Field(
+        description="vllm:generation_tokens_total (llama.cpp: llamacpp:tokens_predicted_total); None if absent."
+    )
+    prefix_cache_queries: float | None = Field(
+        default=None,
+        description="vllm:prefix_cache_queries_total (tokens looked up in the prefix cache); None if absent.",
+    )
+    prefix_cache_hits: float | None = Field(
+        default=None, description="vllm:prefix_cache_hits_total (tokens found in the prefix cache); None if absent."
+    )
+    accepted_per_position: list[float] | None = Field(
+        default=None,
+        description="The engine's per-position accepted-token counter, cumulative, by draft position from 0 (vllm:spec_decode_num_accepted_tokens_per_pos_total{position}, llama.cpp: llamacpp:...); None if the server exports none (no speculation, or a file written before this field existed).",
+    )
+    prefix_cache_reset: bool | None = Field(
+        default=None,
+        description="Before-snapshots only: True if POST /reset_prefix_cache succeeded just before the block, False if it was refused (then earlier blocks may have warmed the cache), None if not tried.",
+    )
 
 
 class ResourceSample(_Record):
@@ -235,23 +375,42 @@ class ResourceSample(_Record):
     repeat: int = Field(default=0, description="Repeat of the block, from 0.")
     t_ms: float = Field(description="Time of the sample, ms after the block's sampler started (monotonic clock).")
     wall_time_ns: int = Field(description="Unix wall clock of the sample, ns.")
-    rss_bytes: int | None = Field(description="Resident memory of the server's whole process tree (API server and engine core processes: the sum of their RSS, so pages shared between them count once per process) [bytes]; None for a server specdec did not start (no process to read).")
-    kv_cache_usage: float | None = Field(description="vllm:kv_cache_usage_perc, the share of the KV cache in use, 0..1 (the largest over engines); None if the server does not export it.")
-    requests_running: float | None = Field(description="vllm:num_requests_running (summed over engines); None if not exported.")
+    rss_bytes: int | None = Field(
+        description="Resident memory of the server's whole process tree (API server and engine core processes: the sum of their RSS, so pages shared between them count once per process) [bytes]; None for a server specdec did not start (no process to read)."
+    )
+    kv_cache_usage: float | None = Field(
+        description="vllm:kv_cache_usage_perc, the share of the KV cache in use, 0..1 (the largest over engines); None if the server does not export it."
+    )
+    requests_running: float | None = Field(
+        description="vllm:num_requests_running (summed over engines); None if not exported."
+    )
 
 
 class ArmConfig(_Record):
     """One arm of an experiment: a server configuration."""
 
-    name: ArmName = Field(description="The arm's name (specdec.arms): baseline / speculative in a classic run, any plain name otherwise.")
+    name: ArmName = Field(
+        description="The arm's name (specdec.arms): baseline / speculative in a classic run, any plain name otherwise."
+    )
     speculative_config: FreeForm | None = Field(description="vLLM --speculative-config, None for the baseline.")
-    server_args: list[Text] = Field(description="Full argument list the server was started with (empty for an external endpoint).")
-    endpoint: Text = Field(description="Base URL the arm was served at, credentials redacted ('embedded' for a server specdec started).")
+    server_args: list[Text] = Field(
+        description="Full argument list the server was started with (empty for an external endpoint)."
+    )
+    endpoint: Text = Field(
+        description="Base URL the arm was served at, credentials redacted ('embedded' for a server specdec started)."
+    )
     speculative_config_source: Literal["launched", "declared", "none"] = Field(
-        default="none", description="launched: specdec started the server with speculative_config; declared: an external server, "
-                                    "the setting is what the user said it runs (not verified); none: no speculation.")
-    engine: Text | None = Field(default=None, description="The arm's engine adapter (vllm, llama.cpp); None in manifests written before arms had one: the run's engine.")
-    reference: ArmName | None = Field(default=None, description="The arm this one is measured against (specdec.arms.reference_of decides when None).")
+        default="none",
+        description="launched: specdec started the server with speculative_config; declared: an external server, "
+        "the setting is what the user said it runs (not verified); none: no speculation.",
+    )
+    engine: Text | None = Field(
+        default=None,
+        description="The arm's engine adapter (vllm, llama.cpp); None in manifests written before arms had one: the run's engine.",
+    )
+    reference: ArmName | None = Field(
+        default=None, description="The arm this one is measured against (specdec.arms.reference_of decides when None)."
+    )
 
 
 class RunManifest(_Record):
@@ -270,7 +429,10 @@ class RunManifest(_Record):
     model: Text = Field(description="Model path or name served.")
     model_source: FreeForm = Field(default_factory=dict, description="Where the model came from (GGUF package, hash).")
     dtype: Text
-    engines: FreeForm = Field(default_factory=dict, description="A run whose arms run two engines: per engine, the model, dtype and model_source its arms served (model, dtype and model_source above name both; a comparison of two arms on one engine reads its own here, specdec.arms.comparison_manifest). Empty for a run of one engine, and in manifests written before the field existed.")
+    engines: FreeForm = Field(
+        default_factory=dict,
+        description="A run whose arms run two engines: per engine, the model, dtype and model_source its arms served (model, dtype and model_source above name both; a comparison of two arms on one engine reads its own here, specdec.arms.comparison_manifest). Empty for a run of one engine, and in manifests written before the field existed.",
+    )
     arms: list[ArmConfig]
     arm_difference: list[Text] = Field(description="Server arguments present in one arm but not the other.")
     sampling: FreeForm = Field(description="Sampling settings sent with every request.")
@@ -279,14 +441,38 @@ class RunManifest(_Record):
     warmup_requests: StrictInt = Field(ge=0)
     host: FreeForm = Field(description="CPU, memory, platform and Python facts.")
     finished: StrictBool = Field(default=False, description="True once every level of every arm completed.")
-    max_error_rate: FiniteFloat = Field(default=0.05, ge=0.0, le=1.0, description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.")
-    margin: FiniteFloat = Field(default=0.05, gt=0.0, le=1.0, description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the family-wise interval inside [1/(1+delta), 1+delta]). Manifests written before the field existed read as 0.05.")
-    capture: FreeForm = Field(default_factory=dict, description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.")
-    timeouts: dict[Text, Annotated[FiniteFloat, Field(gt=0)]] = Field(default_factory=dict, description="Client timeouts in seconds (connect, request = longest wait for the next byte).")
-    schedule: FreeForm = Field(default_factory=dict, description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the verification and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).")
+    max_error_rate: FiniteFloat = Field(
+        default=0.05,
+        ge=0.0,
+        le=1.0,
+        description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.",
+    )
+    margin: FiniteFloat = Field(
+        default=0.05,
+        gt=0.0,
+        le=1.0,
+        description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the family-wise interval inside [1/(1+delta), 1+delta]). Manifests written before the field existed read as 0.05.",
+    )
+    capture: FreeForm = Field(
+        default_factory=dict,
+        description="Where the engine rows came from: source = embedded | directory | none, plus the path or the reason.",
+    )
+    timeouts: dict[Text, Annotated[FiniteFloat, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Client timeouts in seconds (connect, request = longest wait for the next byte).",
+    )
+    schedule: FreeForm = Field(
+        default_factory=dict,
+        description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the verification and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).",
+    )
     notes: list[Text] = Field(default_factory=list)
-    kind: Literal["replay", "stability"] = Field(default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes).")
-    mix: dict[Text, Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]] | None = Field(default=None, description="Category shares given with specdec-replay --mix (summing to 1): the weights of the speedup_weighted mart. They do not change what was sent. None: the mart uses the traffic file's own shares (traffic.category_shares).")
+    kind: Literal["replay", "stability"] = Field(
+        default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes)."
+    )
+    mix: dict[Text, Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]] | None = Field(
+        default=None,
+        description="Category shares given with specdec-replay --mix (summing to 1): the weights of the speedup_weighted mart. They do not change what was sent. None: the mart uses the traffic file's own shares (traffic.category_shares).",
+    )
 
 
 class StabilityResult(_Record):
@@ -294,23 +480,44 @@ class StabilityResult(_Record):
     what the server did about it."""
 
     run_id: str = Field(description="Run identifier.")
-    fault: str = Field(description="Fault type probed (e.g. empty_prompt, disconnect_mid_stream, burst, soak, restart).")
+    fault: str = Field(
+        description="Fault type probed (e.g. empty_prompt, disconnect_mid_stream, burst, soak, restart)."
+    )
     probe_index: int = Field(description="Index of this probe within its fault type, from 0.")
     wall_start_ns: int = Field(description="Unix wall clock when the probe started, ns.")
     duration_ms: float = Field(description="Probe duration, monotonic clock, ms.")
     requests_sent: int = Field(description="Requests sent by this probe.")
     requests_failed: int = Field(description="Requests that ended in an error (expected or not).")
-    error_types: list[str] = Field(description="Distinct error labels seen, sorted: http_<status> for an HTTP error reply, else the client's error_type (specdec.replay.client.ERROR_TYPES).")
+    error_types: list[str] = Field(
+        description="Distinct error labels seen, sorted: http_<status> for an HTTP error reply, else the client's error_type (specdec.replay.client.ERROR_TYPES)."
+    )
     expected: str = Field(description="What a healthy server should do (e.g. 'HTTP 400', 'completes').")
-    outcome: Literal["ok", "degraded", "failed", "skipped"] = Field(description="ok: behaved as expected and stayed healthy; degraded: unexpected answers but healthy; failed: unhealthy afterwards or wrong output; skipped: not applicable to this target (detail says why).")
-    server_healthy_after: bool = Field(description="GET /health (GET /v1/models for a server without /health) answered 200 after the probe; for kill_restart, after the restart.")
+    outcome: Literal["ok", "degraded", "failed", "skipped"] = Field(
+        description="ok: behaved as expected and stayed healthy; degraded: unexpected answers but healthy; failed: unhealthy afterwards or wrong output; skipped: not applicable to this target (detail says why)."
+    )
+    server_healthy_after: bool = Field(
+        description="GET /health (GET /v1/models for a server without /health) answered 200 after the probe; for kill_restart, after the restart."
+    )
     detail: str = Field(description="One sentence on what happened.")
-    rss_mb: float | None = Field(default=None, description="Server RSS in MiB sampled after the probe (embedded server only); None if unknown.")
-    rss_samples: int | None = Field(default=None, description="Server RSS samples taken during the probe (soak only); None if not sampled.")
-    rss_first_mb: float | None = Field(default=None, description="First RSS sample of the probe, MiB; None if not sampled.")
-    rss_last_mb: float | None = Field(default=None, description="Last RSS sample of the probe, MiB; None if not sampled.")
-    rss_max_mb: float | None = Field(default=None, description="Largest RSS sample of the probe, MiB; None if not sampled.")
-    rss_slope_mb_per_min: float | None = Field(default=None, description="Least-squares slope of RSS over monotonic time, MiB per minute; None with fewer than 2 samples.")
+    rss_mb: float | None = Field(
+        default=None, description="Server RSS in MiB sampled after the probe (embedded server only); None if unknown."
+    )
+    rss_samples: int | None = Field(
+        default=None, description="Server RSS samples taken during the probe (soak only); None if not sampled."
+    )
+    rss_first_mb: float | None = Field(
+        default=None, description="First RSS sample of the probe, MiB; None if not sampled."
+    )
+    rss_last_mb: float | None = Field(
+        default=None, description="Last RSS sample of the probe, MiB; None if not sampled."
+    )
+    rss_max_mb: float | None = Field(
+        default=None, description="Largest RSS sample of the probe, MiB; None if not sampled."
+    )
+    rss_slope_mb_per_min: float | None = Field(
+        default=None,
+        description="Least-squares slope of RSS over monotonic time, MiB per minute; None with fewer than 2 samples.",
+    )
 
 
 class GreedyCheck(_Record):
@@ -321,18 +528,33 @@ class GreedyCheck(_Record):
     run_id: str = Field(description="Run identifier.")
     arm: ArmName = Field(description="Server that answered.")
     concurrency: int = Field(description="Closed-loop concurrency of the pass (the level's batch shape).")
-    repeat: int = Field(description="Which verification pass of the level, from 0 (two baseline passes give the A/A floor).")
+    repeat: int = Field(
+        description="Which verification pass of the level, from 0 (two baseline passes give the A/A floor)."
+    )
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
     category: str = Field(description="TrafficRow.category.")
     success: bool = Field(description="As RequestResult.success, and the logprobs were complete.")
     error_type: str | None = Field(description="Failure class when success is false, else None.")
     token_ids: list[int] = Field(description="Generated token ids in order.")
-    top1_logprobs: list[float] = Field(description="Per position: logprob of the most likely token (greedy: the emitted one).")
-    top2_logprobs: list[float | None] = Field(description="Per position: logprob of the second most likely token; None if not returned.")
-    natural_end_position: int | None = Field(default=None, description="First position (0-based) whose most likely token was end-of-sequence, so the model would have stopped there without ignore_eos; None if it never was, or if eos_token_ids is None.")
-    top2_token_ids: list[int | None] = Field(default_factory=list, description="Per position: token id of the second most likely token; None if not returned.")
-    eos_token_ids: list[int] | None = Field(default=None, description="End-of-sequence token ids natural_end_position was looked up with (the model folder's eos_token_id); None when unknown (an external server), then natural_end_position is None too.")
+    top1_logprobs: list[float] = Field(
+        description="Per position: logprob of the most likely token (greedy: the emitted one)."
+    )
+    top2_logprobs: list[float | None] = Field(
+        description="Per position: logprob of the second most likely token; None if not returned."
+    )
+    natural_end_position: int | None = Field(
+        default=None,
+        description="First position (0-based) whose most likely token was end-of-sequence, so the model would have stopped there without ignore_eos; None if it never was, or if eos_token_ids is None.",
+    )
+    top2_token_ids: list[int | None] = Field(
+        default_factory=list,
+        description="Per position: token id of the second most likely token; None if not returned.",
+    )
+    eos_token_ids: list[int] | None = Field(
+        default=None,
+        description="End-of-sequence token ids natural_end_position was looked up with (the model folder's eos_token_id); None when unknown (an external server), then natural_end_position is None too.",
+    )
 
 
 class PassCounters(_Record):
@@ -344,13 +566,23 @@ class PassCounters(_Record):
     run_id: str = Field(description="Run identifier.")
     arm: ArmName = Field(description="Server the counters were read from.")
     concurrency: int = Field(description="Level of the pass (its closed-loop concurrency).")
-    pass_kind: Literal["lossless_pass", "sampling_pass"] = Field(description="Which untimed pass the reads bracket: 'lossless_pass' (greedy, top-2 logprobs: GreedyCheck rows) or 'sampling_pass' (seeded: SampleCheck rows).")
+    pass_kind: Literal["lossless_pass", "sampling_pass"] = Field(
+        description="Which untimed pass the reads bracket: 'lossless_pass' (greedy, top-2 logprobs: GreedyCheck rows) or 'sampling_pass' (seeded: SampleCheck rows)."
+    )
     position: Literal["before", "after"] = Field(description="Read before the pass's first request or after its last.")
     wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
-    spec_num_drafts: float | None = Field(description="As MetricSnapshot.spec_num_drafts (drafts proposed, cumulative); None if the server does not export it.")
-    spec_num_draft_tokens: float | None = Field(description="As MetricSnapshot.spec_num_draft_tokens (draft tokens proposed, cumulative); None if absent.")
-    spec_num_accepted_tokens: float | None = Field(description="As MetricSnapshot.spec_num_accepted_tokens (draft tokens accepted, cumulative); None if absent.")
-    generation_tokens: float | None = Field(description="As MetricSnapshot.generation_tokens (tokens generated, cumulative); None if absent, and all four are None when the server has no /metrics page.")
+    spec_num_drafts: float | None = Field(
+        description="As MetricSnapshot.spec_num_drafts (drafts proposed, cumulative); None if the server does not export it."
+    )
+    spec_num_draft_tokens: float | None = Field(
+        description="As MetricSnapshot.spec_num_draft_tokens (draft tokens proposed, cumulative); None if absent."
+    )
+    spec_num_accepted_tokens: float | None = Field(
+        description="As MetricSnapshot.spec_num_accepted_tokens (draft tokens accepted, cumulative); None if absent."
+    )
+    generation_tokens: float | None = Field(
+        description="As MetricSnapshot.generation_tokens (tokens generated, cumulative); None if absent, and all four are None when the server has no /metrics page."
+    )
 
 
 class SampleCheck(_Record):
@@ -365,7 +597,9 @@ class SampleCheck(_Record):
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")
     category: str = Field(description="TrafficRow.category.")
-    sample_index: int = Field(description="Index in the seed list, from 0; the same index uses the same seed in both arms.")
+    sample_index: int = Field(
+        description="Index in the seed list, from 0; the same index uses the same seed in both arms."
+    )
     seed: int = Field(description="Sampling seed sent.")
     temperature: float = Field(description="Temperature sent.")
     top_p: float | None = Field(default=None, description="top_p sent; None if not sent.")
@@ -373,10 +607,30 @@ class SampleCheck(_Record):
     success: bool = Field(description="As RequestResult.success, and the logprobs were complete.")
     error_type: str | None = Field(description="Failure class when success is false, else None.")
     output_tokens: int | None = Field(description="Completion tokens per usage.")
-    sequence_logprob: float | None = Field(description="Sum over positions of the emitted token's logprob as the server reports it (the target's; vLLM returns target logprobs under speculation) [nats].")
-    natural_end_position: int | None = Field(default=None, description="First position (0-based) whose emitted token was end-of-sequence (the natural length under ignore_eos); None if never or unknown.")
-    eos_token_ids: list[int] | None = Field(default=None, description="End-of-sequence token ids natural_end_position was looked up with (the model folder's); None when unknown (an external server): then natural_end_position is None too, and the natural length is not tested.")
-    token_ids: list[int] | None = Field(default=None, description="The generated token ids, in order (vLLM's return_tokens_as_token_ids): what the seeds' samples are compared by (are they distinct?) and what the reference server re-scores. None when the request failed, or in a file written before they were recorded.")
-    rescored_logprob_sum: float | None = Field(default=None, description="Sum over positions of the generated token's logprob under the reference server by teacher forcing: the prompt's token ids plus token_ids sent to its /v1/completions with prompt_logprobs 0 (vLLM), so one server scores both arms' samples [nats]. None when not re-scored (not_rescored_reason says why).")
-    rescored_by: str | None = Field(default=None, description="Arm whose server re-scored the sample (the arm's reference; a plain arm scores its own); None when not re-scored.")
-    not_rescored_reason: str | None = Field(default=None, description="Why rescored_logprob_sum is None: the sample failed, the server did not return the prompt's token ids, or the re-scoring request failed (its error); None when re-scored, and in a file written before re-scoring existed.")
+    sequence_logprob: float | None = Field(
+        description="Sum over positions of the emitted token's logprob as the server reports it (the target's; vLLM returns target logprobs under speculation) [nats]."
+    )
+    natural_end_position: int | None = Field(
+        default=None,
+        description="First position (0-based) whose emitted token was end-of-sequence (the natural length under ignore_eos); None if never or unknown.",
+    )
+    eos_token_ids: list[int] | None = Field(
+        default=None,
+        description="End-of-sequence token ids natural_end_position was looked up with (the model folder's); None when unknown (an external server): then natural_end_position is None too, and the natural length is not tested.",
+    )
+    token_ids: list[int] | None = Field(
+        default=None,
+        description="The generated token ids, in order (vLLM's return_tokens_as_token_ids): what the seeds' samples are compared by (are they distinct?) and what the reference server re-scores. None when the request failed, or in a file written before they were recorded.",
+    )
+    rescored_logprob_sum: float | None = Field(
+        default=None,
+        description="Sum over positions of the generated token's logprob under the reference server by teacher forcing: the prompt's token ids plus token_ids sent to its /v1/completions with prompt_logprobs 0 (vLLM), so one server scores both arms' samples [nats]. None when not re-scored (not_rescored_reason says why).",
+    )
+    rescored_by: str | None = Field(
+        default=None,
+        description="Arm whose server re-scored the sample (the arm's reference; a plain arm scores its own); None when not re-scored.",
+    )
+    not_rescored_reason: str | None = Field(
+        default=None,
+        description="Why rescored_logprob_sum is None: the sample failed, the server did not return the prompt's token ids, or the re-scoring request failed (its error); None when re-scored, and in a file written before re-scoring existed.",
+    )

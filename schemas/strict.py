@@ -80,7 +80,8 @@ def _label(value: str) -> str:
     for pos, ch in enumerate(value, start=1):
         if unicodedata.category(ch) == "Cc" or ch in "\u2028\u2029":
             raise PydanticCustomError(
-                "label_control", "must not contain control characters (U+{cp} at character {pos})",
+                "label_control",
+                "must not contain control characters (U+{cp} at character {pos})",
                 {"cp": f"{ord(ch):04X}", "pos": pos},
             )
     return value
@@ -91,8 +92,9 @@ def _prompt(value: str) -> str:
     if not value or value.isspace():
         raise PydanticCustomError("prompt_blank", "must contain text, not only whitespace")
     if "\x00" in value:
-        raise PydanticCustomError("prompt_nul", "must not contain NUL (U+0000, at character {pos})",
-                                  {"pos": value.index("\x00") + 1})
+        raise PydanticCustomError(
+            "prompt_nul", "must not contain NUL (U+0000, at character {pos})", {"pos": value.index("\x00") + 1}
+        )
     return value
 
 
@@ -133,11 +135,14 @@ def _run_name(value: str) -> str:
 ARM_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
 _ARM_NAME = re.compile(ARM_NAME)
 
+
 def check_arm_name(name: Any) -> str:
     """``name`` if it is a plain arm name; a ValueError saying what one is, otherwise."""
     if not isinstance(name, str) or not _ARM_NAME.match(name):
-        raise ValueError(f"arm name {name!r}: use 1-40 lower-case letters, digits, '-' or '_', starting with a "
-                         "letter or digit (it becomes part of request ids and file names)")
+        raise ValueError(
+            f"arm name {name!r}: use 1-40 lower-case letters, digits, '-' or '_', starting with a "
+            "letter or digit (it becomes part of request ids and file names)"
+        )
     return name
 
 
@@ -153,14 +158,18 @@ def check_finite_tree(value: Any, where: str = "") -> Any:
     infinite floats and strings that are not valid Unicode, naming the key path.
     Used on the manifest's free-form dicts (engine, host, traffic, ...)."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise PydanticCustomError("finite_number", "{where}must be a finite number, got {v}",
-                                  {"where": f"{where}: " if where else "", "v": repr(value)})
+        raise PydanticCustomError(
+            "finite_number",
+            "{where}must be a finite number, got {v}",
+            {"where": f"{where}: " if where else "", "v": repr(value)},
+        )
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise PydanticCustomError("invalid_unicode", "{where}contains a lone surrogate",
-                                      {"where": f"{where}: " if where else ""}) from None
+            raise PydanticCustomError(
+                "invalid_unicode", "{where}contains a lone surrogate", {"where": f"{where}: " if where else ""}
+            ) from None
     elif isinstance(value, dict):
         for key, item in value.items():
             check_finite_tree(key, where)

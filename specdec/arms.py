@@ -41,10 +41,30 @@ from typing import Any
 
 from specdec.schemas.strict import ARM_NAME, check_arm_name
 
-__all__ = ["ARM_NAME", "BASELINE", "ENGINE_NAMES", "NGRAM", "ROLES", "ROLES_TABLE", "SPECULATIVE", "ArmSpec",
-           "Comparison", "analysis_run_id", "check_arm_name", "check_arms", "classic", "comparison_manifest", "comparisons",
-           "parse_arm",
-           "STAGING_ADDED", "by_role_columns", "create_roles_table", "reference_of", "role_rows", "specs_of"]
+__all__ = [
+    "ARM_NAME",
+    "BASELINE",
+    "ENGINE_NAMES",
+    "NGRAM",
+    "ROLES",
+    "ROLES_TABLE",
+    "SPECULATIVE",
+    "ArmSpec",
+    "Comparison",
+    "analysis_run_id",
+    "check_arm_name",
+    "check_arms",
+    "classic",
+    "comparison_manifest",
+    "comparisons",
+    "parse_arm",
+    "STAGING_ADDED",
+    "by_role_columns",
+    "create_roles_table",
+    "reference_of",
+    "role_rows",
+    "specs_of",
+]
 
 #: The two roles every model compares, and the classic run's arm names.
 BASELINE = "baseline"
@@ -58,14 +78,17 @@ STAGING_ADDED = ("arm_name", "source_run_id")
 ROLES_TABLE = "raw_arm_roles"
 #: A row of ``ROLES_TABLE`` (``ROLES_COLUMNS``); the treatment arm is None for an arm that is only a reference.
 RoleRow = tuple[str, str, str, str, str, str | None, str]
-ROLES_COLUMNS = ("run_id varchar, arm varchar, analysis_run_id varchar, role varchar, "
-                 "reference_arm varchar, treatment_arm varchar, engine varchar")
+ROLES_COLUMNS = (
+    "run_id varchar, arm varchar, analysis_run_id varchar, role varchar, "
+    "reference_arm varchar, treatment_arm varchar, engine varchar"
+)
 
 #: The speculation each engine runs when an arm asks for "ngram" (prompt lookup):
 #: vLLM's ngram proposer, llama.cpp's ngram-mod.
-NGRAM: dict[str, dict[str, Any]] = {"vllm": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
-                  "prompt_lookup_max": 4},
-         "llama.cpp": {"type": "ngram-mod"}}
+NGRAM: dict[str, dict[str, Any]] = {
+    "vllm": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    "llama.cpp": {"type": "ngram-mod"},
+}
 ENGINE_NAMES = tuple(NGRAM)
 
 
@@ -73,6 +96,7 @@ ENGINE_NAMES = tuple(NGRAM)
 class ArmSpec:
     """One arm: its name, its engine, its speculation (None: none) and, optionally,
     the arm it is measured against."""
+
     name: str
     engine: str = "vllm"
     speculation: Mapping[str, Any] | None = None
@@ -151,8 +175,9 @@ def check_arms(arms: Sequence[ArmSpec]) -> list[ArmSpec]:
             if a.reference == a.name:
                 raise ValueError(f"arm {a.name} cannot be measured against itself")
             if a.reference not in names:
-                raise ValueError(f"arm {a.name}: its reference {a.reference} is not one of the arms "
-                                 f"({', '.join(names)})")
+                raise ValueError(
+                    f"arm {a.name}: its reference {a.reference} is not one of the arms ({', '.join(names)})"
+                )
     return list(arms)
 
 
@@ -197,8 +222,12 @@ def role_rows(run_id: str, arms: Sequence[ArmSpec]) -> list[RoleRow]:
 def specs_of(manifest_arms: Iterable[Any], default_engine: str = "vllm") -> list[ArmSpec]:
     """The ArmSpecs of a manifest's ArmConfigs (an arm written before arms had an engine
     runs the manifest's engine)."""
-    return [ArmSpec(a.name, getattr(a, "engine", None) or default_engine, a.speculative_config,
-                    getattr(a, "reference", None)) for a in manifest_arms]
+    return [
+        ArmSpec(
+            a.name, getattr(a, "engine", None) or default_engine, a.speculative_config, getattr(a, "reference", None)
+        )
+        for a in manifest_arms
+    ]
 
 
 def comparison_manifest(manifest: Any, arm_names: Iterable[str | None]) -> Any:

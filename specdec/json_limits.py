@@ -72,8 +72,11 @@ def scan(text: str, *, max_depth: int, max_string: int) -> dict[str, int]:
             is_key = bool(frames) and frames[-1][0] == "{" and frames[-1][2]
             if len(tok) - 2 > max_string:
                 where = frames[:-1] + [["{", "(a key)", False]] if is_key else frames
-                raise JsonLimitError(f"a string of {len(tok) - 2:,} characters; at most {max_string:,} are read "
-                                     "(the value is not shown)", _path(where))
+                raise JsonLimitError(
+                    f"a string of {len(tok) - 2:,} characters; at most {max_string:,} are read "
+                    "(the value is not shown)",
+                    _path(where),
+                )
             if is_key:
                 frames[-1][1], frames[-1][2] = _key(tok), False
                 if len(frames) == 1:
@@ -82,8 +85,9 @@ def scan(text: str, *, max_depth: int, max_string: int) -> dict[str, int]:
                     top_key, top_start = frames[0][1], m.start()
         elif c in "[{":
             if len(frames) >= max_depth:
-                raise JsonLimitError(f"arrays or objects nested more than {max_depth} deep (at most {max_depth} "
-                                     "are read)", _path(frames))
+                raise JsonLimitError(
+                    f"arrays or objects nested more than {max_depth} deep (at most {max_depth} are read)", _path(frames)
+                )
             frames.append([c, None if c == "{" else 0, c == "{"])
         elif c in "]}":
             if frames:

@@ -46,8 +46,10 @@ def exposure_warning(host: str, what: str) -> str | None:
     (e.g. "an unauthenticated route to the upstream http://..."); None on loopback."""
     if is_loopback(host):
         return None
-    return (f"WARNING: listening beyond loopback, on {reach(host)}: this exposes {what}, "
-            f"with no authentication. Listen on 127.0.0.1 unless that is what you want.")
+    return (
+        f"WARNING: listening beyond loopback, on {reach(host)}: this exposes {what}, "
+        f"with no authentication. Listen on 127.0.0.1 unless that is what you want."
+    )
 
 
 def _stderr(text: str) -> None:

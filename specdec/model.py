@@ -88,9 +88,7 @@ def prepare_model(cache_dir: Path | None = None) -> PreparedModel:
     tmp.mkdir(parents=True)
     try:
         _convert(gguf, tmp)
-        (tmp / _MARKER).write_text(
-            json.dumps({"source": f"{GGUF_DIST}:{GGUF_NAME}", "gguf_sha256": digest}, indent=2)
-        )
+        (tmp / _MARKER).write_text(json.dumps({"source": f"{GGUF_DIST}:{GGUF_NAME}", "gguf_sha256": digest}, indent=2))
         shutil.rmtree(target, ignore_errors=True)
         tmp.rename(target)  # atomic: a half-written folder is never reused
     finally:
@@ -114,8 +112,7 @@ def _convert(gguf: Path, out: Path) -> None:
         )
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise SpecdecError(
-            "model conversion needs torch, transformers, gguf and accelerate: "
-            "install the package with its [cpu] extra"
+            "model conversion needs torch, transformers, gguf and accelerate: install the package with its [cpu] extra"
         ) from exc
 
     folder, name = str(gguf.parent), gguf.name
@@ -130,8 +127,6 @@ def _convert(gguf: Path, out: Path) -> None:
     # Tied embeddings may legitimately be absent from one side.
     real_missing = [k for k in missing if k != "lm_head.weight"]
     if real_missing or unexpected:
-        raise SpecdecError(
-            f"GGUF conversion mismatch: missing={real_missing[:5]} unexpected={unexpected[:5]}"
-        )
+        raise SpecdecError(f"GGUF conversion mismatch: missing={real_missing[:5]} unexpected={unexpected[:5]}")
     fresh.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)

@@ -310,9 +310,12 @@ def read_manifest(run_dir: Path) -> RunManifest:
         sizes = scan(text, max_depth=MANIFEST_MAX_DEPTH, max_string=MANIFEST_MAX_STRING)
         if len(raw) > MANIFEST_MAX_BYTES:
             largest = max(sizes, key=lambda k: sizes[k], default=None)
-            raise InputFileError(path, f"{len(raw):,} bytes; a manifest holds at most {MANIFEST_MAX_BYTES:,}"
-                                 + (f" (the largest field: {sizes[largest]:,} characters)" if largest else ""),
-                                 field=largest)
+            raise InputFileError(
+                path,
+                f"{len(raw):,} bytes; a manifest holds at most {MANIFEST_MAX_BYTES:,}"
+                + (f" (the largest field: {sizes[largest]:,} characters)" if largest else ""),
+                field=largest,
+            )
         data = json.loads(text)
     except JsonLimitError as exc:
         raise InputFileError(path, exc.problem, field=exc.field) from None
@@ -356,8 +359,13 @@ def lake_partition_value(value: str) -> str:
 
 
 def lake_rounds_part(lake: Path, date: str, run_id: str, token: str, seq: int) -> Path:
-    return (Path(lake) / LAKE_ROUNDS_SUBDIR / f"date={date}" / f"run_id={lake_partition_value(run_id)}"
-            / _part_name(token, seq))
+    return (
+        Path(lake)
+        / LAKE_ROUNDS_SUBDIR
+        / f"date={date}"
+        / f"run_id={lake_partition_value(run_id)}"
+        / _part_name(token, seq)
+    )
 
 
 def lake_counters_part(lake: Path, date: str, token: str, seq: int) -> Path:
@@ -406,11 +414,10 @@ def lake_run_id(path: Path) -> str:
 
 
 def round_part_key(path: Path) -> tuple[str, int] | None:
-
     """(process token, sequence) of a capture part file named by
     ``round_part_name``; None for any other name."""
     name = Path(path).name
     if not (name.startswith("rounds-") and name.endswith(".parquet")):
         return None
-    token, _, seq = name[len("rounds-"):-len(".parquet")].rpartition("-")
+    token, _, seq = name[len("rounds-") : -len(".parquet")].rpartition("-")
     return (token, int(seq)) if token and seq.isdigit() else None

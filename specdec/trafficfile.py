@@ -113,8 +113,9 @@ def _decode_utf8(path: Path, raw: bytes) -> str:
         line = raw.count(b"\n", 0, exc.start) + 1
         line_start = raw.rfind(b"\n", 0, exc.start) + 1
         raise InputFileError(
-            path, f"not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} of the file "
-                  f"(byte {exc.start - line_start + 1} of the line) is {exc.reason}; save the file as UTF-8",
+            path,
+            f"not UTF-8: byte 0x{raw[exc.start]:02x} at byte offset {exc.start} of the file "
+            f"(byte {exc.start - line_start + 1} of the line) is {exc.reason}; save the file as UTF-8",
             row=line,
         ) from None
     return text[1:] if text.startswith(_BOM) else text
@@ -149,7 +150,9 @@ def _accepts(expected: Any, actual: Any) -> bool:  # two pyarrow DataTypes
     if pt.is_dictionary(actual):
         actual = actual.value_type
     if pt.is_string(expected):
-        return pt.is_string(actual) or pt.is_large_string(actual) or getattr(pt, "is_string_view", lambda t: False)(actual)
+        return (
+            pt.is_string(actual) or pt.is_large_string(actual) or getattr(pt, "is_string_view", lambda t: False)(actual)
+        )
     if pt.is_integer(expected):
         return bool(pt.is_integer(actual))
     if pt.is_floating(expected):
@@ -171,8 +174,7 @@ def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
     expected = arrow_schema(TrafficRow)
     for name in table.column_names:
         if name not in expected.names:
-            raise InputFileError(path, f"unknown column (expected some of {', '.join(expected.names)})",
-                                 field=name)
+            raise InputFileError(path, f"unknown column (expected some of {', '.join(expected.names)})", field=name)
     for field in expected:
         if field.name not in table.column_names:
             if TrafficRow.model_fields[field.name].is_required():
@@ -180,12 +182,12 @@ def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
             continue
         column = table.column(field.name)
         if not _accepts(field.type, column.type):
-            raise InputFileError(path, f"column has Arrow type {column.type}, expected {field.type}",
-                                 field=field.name)
+            raise InputFileError(path, f"column has Arrow type {column.type}, expected {field.type}", field=field.name)
         if column.null_count and not _nullable(field.name):
             first = pc.index(column.is_null(), True).as_py()
-            raise InputFileError(path, f"null value ({column.null_count} in this column)",
-                                 row=first + 1, field=field.name)
+            raise InputFileError(
+                path, f"null value ({column.null_count} in this column)", row=first + 1, field=field.name
+            )
         _check_utf8(path, field.name, column)
     return list(enumerate(table.to_pylist(), start=1))
 
@@ -214,8 +216,12 @@ def _check_utf8(path: Path, name: str, column: Any) -> None:  # a pyarrow Chunke
         try:
             value.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InputFileError(path, f"not UTF-8: byte 0x{value[exc.start]:02x} at byte offset {exc.start} "
-                                       f"of the value is {exc.reason}", row=i, field=name) from None
+            raise InputFileError(
+                path,
+                f"not UTF-8: byte 0x{value[exc.start]:02x} at byte offset {exc.start} of the value is {exc.reason}",
+                row=i,
+                field=name,
+            ) from None
         except AttributeError:  # not bytes: nothing to decode
             return
     raise InputFileError(path, "column fails Arrow's validation", field=name)

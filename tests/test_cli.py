@@ -12,10 +12,12 @@ from tests.support.synthetic_run import failed, make_requests, repeated_counters
 
 
 def test_help_is_fast_and_imports_nothing_heavy():
-    code = ("import sys, time; t=time.perf_counter()\n"
-            "from specdec.cli.main import main\n"
-            "heavy = [m for m in ('vllm', 'torch', 'duckdb', 'altair') if m in sys.modules]\n"
-            "assert not heavy, heavy\n")
+    code = (
+        "import sys, time; t=time.perf_counter()\n"
+        "from specdec.cli.main import main\n"
+        "heavy = [m for m in ('vllm', 'torch', 'duckdb', 'altair') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True)
     assert time.perf_counter() - start < 20  # generous: a cold interpreter on a busy CI box
@@ -87,9 +89,16 @@ def test_report_prints_the_verdict_after_the_failures(tmp_path):
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
     at = lines.index("verdict:")
-    assert lines.index("requests per arm and level (error_rate = failed / requests; a level fails above "
-                       "max_error_rate 0.05):") < at
+    assert (
+        lines.index(
+            "requests per arm and level (error_rate = failed / requests; a level fails above max_error_rate 0.05):"
+        )
+        < at
+    )
     # every figure with the family-wise interval its label reads (Holm's level for its rank)
-    assert re.fullmatch(r"  - chat: faster at every level: 2\.50x \(9[0-9.]+% CI 2\.50-2\.50\) at c1, 2\.50x "
-                        r"\(9[0-9.]+% CI 2\.50-2\.50\) at c2, each gain beyond the 5% margin \[n = 4 pairs per "
-                        r"level: 2 prompts x 2 repeats\]\.", lines[at + 1]), lines[at + 1]
+    assert re.fullmatch(
+        r"  - chat: faster at every level: 2\.50x \(9[0-9.]+% CI 2\.50-2\.50\) at c1, 2\.50x "
+        r"\(9[0-9.]+% CI 2\.50-2\.50\) at c2, each gain beyond the 5% margin \[n = 4 pairs per "
+        r"level: 2 prompts x 2 repeats\]\.",
+        lines[at + 1],
+    ), lines[at + 1]

@@ -12,8 +12,15 @@ def test_loopback_addresses_are_not_warned_about(host):
     assert is_loopback(host) and warn_if_exposed(host, "x", emit=said.append) is None and not said
 
 
-@pytest.mark.parametrize("host, where", [("0.0.0.0", "every network interface"), ("::", "every network interface"),
-                                         ("192.168.1.20", "192.168.1.20"), ("proxy.example", "proxy.example")])
+@pytest.mark.parametrize(
+    "host, where",
+    [
+        ("0.0.0.0", "every network interface"),
+        ("::", "every network interface"),
+        ("192.168.1.20", "192.168.1.20"),
+        ("proxy.example", "proxy.example"),
+    ],
+)
 def test_other_addresses_get_one_warning_saying_what_is_exposed(host, where):
     said = []
     text = warn_if_exposed(host, "an unauthenticated route to http://127.0.0.1:8000", emit=said.append)

@@ -43,7 +43,7 @@ NO_DRAFT = [(0, 0), (0, 0)]
 def e2e(arm: str, prompt_id: str, level: int, repeat: int) -> float:
     if arm == "baseline":
         return 2000.0 + 100 * repeat
-    return (1000.0 if prompt_id.startswith("code") else 1900.0) * level ** 0.5 + 50 * repeat
+    return (1000.0 if prompt_id.startswith("code") else 1900.0) * level**0.5 + 50 * repeat
 
 
 def rounds_for(requests, speculate: bool) -> list[RoundTrace]:
@@ -54,12 +54,26 @@ def rounds_for(requests, speculate: bool) -> list[RoundTrace]:
         pid = 1 if q.arm == "baseline" else 2
         for rnd, (k, a) in enumerate([(0, 0), *decode]):
             step += 1
-            rows.append(RoundTrace(
-                run_id=RUN, engine_request_id=f"chatcmpl-{q.request_id}-0123abcd", pid=pid,
-                process_token=f"{pid}-cafe0001", step_index=step, round_index=rnd,
-                phase="prefill" if rnd == 0 else "decode", tokens_proposed=k, tokens_accepted=a,
-                tokens_emitted=a + 1, batch_size=1, num_scheduled_tokens=10 if rnd == 0 else 1 + k,
-                context_len=10 + rnd, draft_ms=1.0 if k else None, verify_ms=10.0, wall_time_ns=T0 + step))
+            rows.append(
+                RoundTrace(
+                    run_id=RUN,
+                    engine_request_id=f"chatcmpl-{q.request_id}-0123abcd",
+                    pid=pid,
+                    process_token=f"{pid}-cafe0001",
+                    step_index=step,
+                    round_index=rnd,
+                    phase="prefill" if rnd == 0 else "decode",
+                    tokens_proposed=k,
+                    tokens_accepted=a,
+                    tokens_emitted=a + 1,
+                    batch_size=1,
+                    num_scheduled_tokens=10 if rnd == 0 else 1 + k,
+                    context_len=10 + rnd,
+                    draft_ms=1.0 if k else None,
+                    verify_ms=10.0,
+                    wall_time_ns=T0 + step,
+                )
+            )
     return rows
 
 
@@ -68,8 +82,11 @@ def make_db(run_dir: Path, rounds: str) -> Path:
     run_dir.mkdir()
     requests = repeated_requests(e2e)
     rows = [] if rounds == "none" else rounds_for(requests, speculate=rounds == "speculative")
-    drafts = (lambda arm, level, r: 7.0 if arm == "speculative" else None) if rounds == "speculative" else (
-        lambda arm, level, r: None)
+    drafts = (
+        (lambda arm, level, r: 7.0 if arm == "speculative" else None)
+        if rounds == "speculative"
+        else (lambda arm, level, r: None)
+    )
     write_run(run_dir, repeated_counters(drafts=drafts), requests=requests, rounds=rows)
     return build(run_dir)
 
@@ -86,8 +103,11 @@ def text(cell) -> str:
 
 
 def svgs(cell) -> list[str]:
-    return [out["data"]["image/svg+xml"] for out in cell.get("outputs", [])
-            if out["output_type"] in ("display_data", "execute_result") and "image/svg+xml" in out["data"]]
+    return [
+        out["data"]["image/svg+xml"]
+        for out in cell.get("outputs", [])
+        if out["output_type"] in ("display_data", "execute_result") and "image/svg+xml" in out["data"]
+    ]
 
 
 @pytest.fixture
@@ -104,9 +124,15 @@ def run_notebook(tmp_path: Path, monkeypatch):
 
     spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL
     spec_dir.mkdir(parents=True)
-    (spec_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "specdec tests (this interpreter)", "language": "python"}))
+    (spec_dir / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "specdec tests (this interpreter)",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
 
     def run(db: Path) -> dict:
@@ -150,8 +176,9 @@ def test_notebook_answers_from_the_marts(tmp_path, run_notebook):
         assert category in shown
     said = text(cells["definitions-table"])
     for category, pooled, per_request in definitions:
-        assert (f"speculative / {category}: acceptance length pooled {pooled:.4f} "
-                f"vs per request {per_request:.4f}") in said
+        assert (
+            f"speculative / {category}: acceptance length pooled {pooled:.4f} vs per request {per_request:.4f}"
+        ) in said
     (speedup_chart,) = svgs(cells["speedup-chart"])
     assert ">code<" in speedup_chart and ">chat<" in speedup_chart  # the legend's categories
     for chart_cell in ("definitions-chart", "positions", "step-timing"):

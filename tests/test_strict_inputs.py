@@ -28,15 +28,34 @@ def no_side_effects(tmp_path, monkeypatch):
 
 
 BAD = [
-    ("--levels", "0"), ("--levels", "-1"), ("--levels", "1,,2"), ("--levels", "1,2,"), ("--levels", ""),
-    ("--levels", "1,x"), ("--levels", "2,2"), ("--levels", "5000"), ("--levels", "1.5"), ("--levels", "\u0663"),
-    ("--max-tokens", "0"), ("--max-tokens", "-5"), ("--max-tokens", "1000001"), ("--max-tokens", "1_000"),
-    ("--requests-per-level", "0"), ("--requests-per-level", "-1"), ("--requests-per-level", "\u0664"),
-    ("--max-error-rate", "-0.1"), ("--max-error-rate", "1.5"), ("--max-error-rate", "nan"),
+    ("--levels", "0"),
+    ("--levels", "-1"),
+    ("--levels", "1,,2"),
+    ("--levels", "1,2,"),
+    ("--levels", ""),
+    ("--levels", "1,x"),
+    ("--levels", "2,2"),
+    ("--levels", "5000"),
+    ("--levels", "1.5"),
+    ("--levels", "\u0663"),
+    ("--max-tokens", "0"),
+    ("--max-tokens", "-5"),
+    ("--max-tokens", "1000001"),
+    ("--max-tokens", "1_000"),
+    ("--requests-per-level", "0"),
+    ("--requests-per-level", "-1"),
+    ("--requests-per-level", "\u0664"),
+    ("--max-error-rate", "-0.1"),
+    ("--max-error-rate", "1.5"),
+    ("--max-error-rate", "nan"),
     ("--max-error-rate", "abc"),
-    ("--connect-timeout", "0"), ("--connect-timeout", "-1"), ("--connect-timeout", "nan"),
-    ("--connect-timeout", "inf"), ("--connect-timeout", "1e999"),
-    ("--request-timeout", "0"), ("--request-timeout", "-0.5"),
+    ("--connect-timeout", "0"),
+    ("--connect-timeout", "-1"),
+    ("--connect-timeout", "nan"),
+    ("--connect-timeout", "inf"),
+    ("--connect-timeout", "1e999"),
+    ("--request-timeout", "0"),
+    ("--request-timeout", "-0.5"),
 ]
 
 
@@ -52,9 +71,26 @@ def test_demo_refuses_a_bad_number_before_doing_anything(no_side_effects, option
 
 def test_demo_accepts_good_values_and_stops_only_at_the_model(no_side_effects):
     runs, calls = no_side_effects
-    r = CliRunner().invoke(main, ["demo", "--runs-dir", str(runs), "--levels", " 4, 1 ,2", "--max-tokens", "8",
-                                  "--requests-per-level", "3", "--max-error-rate", "0", "--connect-timeout", "0.5",
-                                  "--request-timeout", "1e1"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "demo",
+            "--runs-dir",
+            str(runs),
+            "--levels",
+            " 4, 1 ,2",
+            "--max-tokens",
+            "8",
+            "--requests-per-level",
+            "3",
+            "--max-error-rate",
+            "0",
+            "--connect-timeout",
+            "0.5",
+            "--request-timeout",
+            "1e1",
+        ],
+    )
     assert r.exit_code == 1 and "stopped before the model was prepared" in r.output
     assert len(calls) == 1 and not runs.exists()
 
@@ -80,12 +116,19 @@ def _command(param_type, default=None):
     return cmd
 
 
-@pytest.mark.parametrize("type_name, good, bad", [
-    ("PositiveInt", {"1": 1, "+3": 3, "4096": 4096}, ["0", "-2", "1.0", "x", " ", "1e3"]),  # --repeats, --requests-per-level
-    ("NonNegativeInt", {"0": 0, "2": 2}, ["-1", "0.5", "two"]),  # --warmup
-    ("PositiveFloat", {"0.001": 0.001, "5": 5.0, "1e2": 100.0}, ["0", "-1", "nan", "inf", "-inf", "1e999", "1,5"]),
-    ("UnitInterval", {"0": 0.0, "1": 1.0, ".25": 0.25}, ["-0.01", "1.01", "nan", "5%"]),
-])
+@pytest.mark.parametrize(
+    "type_name, good, bad",
+    [
+        (
+            "PositiveInt",
+            {"1": 1, "+3": 3, "4096": 4096},
+            ["0", "-2", "1.0", "x", " ", "1e3"],
+        ),  # --repeats, --requests-per-level
+        ("NonNegativeInt", {"0": 0, "2": 2}, ["-1", "0.5", "two"]),  # --warmup
+        ("PositiveFloat", {"0.001": 0.001, "5": 5.0, "1e2": 100.0}, ["0", "-1", "nan", "inf", "-inf", "1e999", "1,5"]),
+        ("UnitInterval", {"0": 0.0, "1": 1.0, ".25": 0.25}, ["-0.01", "1.01", "nan", "5%"]),
+    ],
+)
 def test_reusable_number_types(type_name, good, bad):
     from specdec.cli import params
 
@@ -98,8 +141,27 @@ def test_reusable_number_types(type_name, good, bad):
         assert r.exit_code == 2 and "Invalid value for '--value'" in r.output, (text, r.output)
 
 
-@pytest.mark.parametrize("name", ["", ".hidden", "-rf", "a/b", "..", "a..b", "../x", "x" * 101, "latest", "Latest",
-                                  "naïve", "a b", "a\nb", "a\\b", "nul\x00", "run:1"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        ".hidden",
+        "-rf",
+        "a/b",
+        "..",
+        "a..b",
+        "../x",
+        "x" * 101,
+        "latest",
+        "Latest",
+        "naïve",
+        "a b",
+        "a\nb",
+        "a\\b",
+        "nul\x00",
+        "run:1",
+    ],
+)
 def test_run_name_refuses_anything_but_a_plain_name(name):
     from specdec.cli.params import RunName
 

@@ -26,20 +26,26 @@ def real_path(line: str, prefixes: list[tuple[str, str]]) -> str:
     """``specdec/replay/x.py:3: error`` -> ``replay/x.py:3: error``."""
     for mirrored, real in prefixes:
         if line.startswith(mirrored):
-            return real + line[len(mirrored):]
+            return real + line[len(mirrored) :]
     return line
 
 
 def main() -> int:
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-    prefixes = sorted(((name.replace(".", "/") + "/", folder.rstrip("/") + "/") for name, folder in package_dir.items()),
-                      key=lambda p: -len(p[0]))
+    prefixes = sorted(
+        ((name.replace(".", "/") + "/", folder.rstrip("/") + "/") for name, folder in package_dir.items()),
+        key=lambda p: -len(p[0]),
+    )
     exe = Path(sys.executable).with_name("mypy")
     with tempfile.TemporaryDirectory(prefix="specdec-mypy-") as tmp:
         mirror = build_mirror(ROOT, Path(tmp))
-        proc = subprocess.run([str(exe), "--config-file", str(ROOT / "pyproject.toml"), "-p", PACKAGE],
-                              cwd=mirror, env={**os.environ, "MYPY_CACHE_DIR": str(ROOT / ".mypy_cache")},
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(exe), "--config-file", str(ROOT / "pyproject.toml"), "-p", PACKAGE],
+            cwd=mirror,
+            env={**os.environ, "MYPY_CACHE_DIR": str(ROOT / ".mypy_cache")},
+            capture_output=True,
+            text=True,
+        )
     for line in (proc.stdout + proc.stderr).splitlines():
         print(real_path(line, prefixes))
     return proc.returncode

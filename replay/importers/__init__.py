@@ -56,8 +56,9 @@ def _kept_rows(module, path: Path, opts: ImportOptions, report: ImportReport):
     return select(in_time_order(good, known), opts, report, known.start_ms), known.rows
 
 
-def import_trace(fmt: str, path: str | Path, opts: ImportOptions, *, pool: Pool | None = None,
-                 counter: TokenCounter | None = None) -> ImportReport:
+def import_trace(
+    fmt: str, path: str | Path, opts: ImportOptions, *, pool: Pool | None = None, counter: TokenCounter | None = None
+) -> ImportReport:
     """Read a trace file and return the report with its traffic rows (in memory).
 
     ``counter`` counts tokens of the composed chats (default: the prepared
@@ -72,9 +73,16 @@ def import_trace(fmt: str, path: str | Path, opts: ImportOptions, *, pool: Pool 
     return report
 
 
-def import_to_file(fmt: str, path: str | Path, opts: ImportOptions, out: str | Path, *, pool: Pool | None = None,
-                   counter: TokenCounter | None = None,
-                   progress: Callable[[int, int], None] | None = None) -> ImportReport:
+def import_to_file(
+    fmt: str,
+    path: str | Path,
+    opts: ImportOptions,
+    out: str | Path,
+    *,
+    pool: Pool | None = None,
+    counter: TokenCounter | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
     """Read a trace file and stream its traffic rows to ``out`` (Parquet,
     written atomically, in batches); the report counts them (``rows`` stays
     empty). ``progress(done, total)`` is called as rows are read in pass 2."""

@@ -122,8 +122,9 @@ class BlockComposer:
                 tokens += self.stream[i].tokens
                 i = (i + 1) % len(self.stream)
             text = "".join(u.text for u in units)
-            hit = self._blocks[start] = Block(start, tuple(units), text, text.encode("utf-8"), self.counter.text(text),
-                                              tuple(_by_piece(units)))
+            hit = self._blocks[start] = Block(
+                start, tuple(units), text, text.encode("utf-8"), self.counter.text(text), tuple(_by_piece(units))
+            )
         return hit
 
     def row_blocks(self, hash_ids: tuple[int, ...]) -> list[Block]:
@@ -216,10 +217,14 @@ class BlockComposer:
             text, tokens = self.tail(nxt, len(nxt.units))
             check = None
             if text:
-                check = (self.join((prev.start, nxt.start, len(nxt.units)), prev.text, text) + tokens if prev
-                         else tokens + self.front(text))
-            step = nxt.tokens + (self.join((prev.start, nxt.start), prev.text, nxt.text) if prev
-                                 else self.front(nxt.text))
+                check = (
+                    self.join((prev.start, nxt.start, len(nxt.units)), prev.text, text) + tokens
+                    if prev
+                    else tokens + self.front(text)
+                )
+            step = nxt.tokens + (
+                self.join((prev.start, nxt.start), prev.text, nxt.text) if prev else self.front(nxt.text)
+            )
             hit = self._steps[key] = (check, step)
         return hit
 
@@ -253,8 +258,9 @@ class BlockComposer:
 class _Row:
     """One row's choice of tail within the block after its whole blocks."""
 
-    def __init__(self, owner: BlockComposer, prompt: PoolPrompt, target: int, fixed: int, prev: Block | None,
-                 nxt: Block):
+    def __init__(
+        self, owner: BlockComposer, prompt: PoolPrompt, target: int, fixed: int, prev: Block | None, nxt: Block
+    ):
         self.o, self.prompt, self.target, self.fixed, self.prev, self.nxt = owner, prompt, target, fixed, prev, nxt
 
     def counted(self, text: str, tokens: int, key: tuple) -> int:
@@ -297,8 +303,11 @@ class _Row:
                 part = self.o.cut(nxt.units[m0], target - (before if before is not None else self.fixed))
                 if part is not None:
                     cut_text = ("".join(u.text for u in nxt.units[:m0]) + part.text).rstrip()
-                    cut_reached = (self.counted(cut_text, self.o.counter.text(cut_text), (nxt.start, m0, part.text))
-                                   if cut_text else None)
+                    cut_reached = (
+                        self.counted(cut_text, self.o.counter.text(cut_text), (nxt.start, m0, part.text))
+                        if cut_text
+                        else None
+                    )
                     if cut_reached is not None and abs(cut_reached - target) < abs(reached - target):
                         text, reached, cut = cut_text, cut_reached, nxt.units[m0].piece
                         tail_units = list(nxt.units[:m0]) + [part]
@@ -307,8 +316,15 @@ class _Row:
             asked = self.o._asked[self.prompt.id] = (SEPARATOR + self.prompt.text).encode("utf-8")
         content = Utf8Parts((*(b.data for b in whole), text.encode("utf-8"), asked))
         pieces = _merged([p for b in whole for p in b.pieces] + _by_piece(tail_units))
-        done = Composed([{"role": "user", "content": content}], self.prompt.id, target, reached, pieces, cut,
-                        sum(len(b.units) for b in whole) + len(tail_units))
+        done = Composed(
+            [{"role": "user", "content": content}],
+            self.prompt.id,
+            target,
+            reached,
+            pieces,
+            cut,
+            sum(len(b.units) for b in whole) + len(tail_units),
+        )
         if reached < target - tol:
             done.status = "short" if last and cut is None and m == len(nxt.units) else "missed"
         elif reached > target + tol:

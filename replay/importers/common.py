@@ -86,14 +86,31 @@ class ImportOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     start_s: float = Field(default=0.0, ge=0, description="Window start, seconds from the trace start.")
-    end_s: float | None = Field(default=None, gt=0, description="Window end (exclusive), seconds from the trace start; None: the end.")
-    sample: float = Field(default=1.0, gt=0, le=1, description="Fraction of rows (sessions) kept by seeded hash thinning.")
+    end_s: float | None = Field(
+        default=None, gt=0, description="Window end (exclusive), seconds from the trace start; None: the end."
+    )
+    sample: float = Field(
+        default=1.0, gt=0, le=1, description="Fraction of rows (sessions) kept by seeded hash thinning."
+    )
     seed: int = Field(default=0, description="Seed of the thinning and of every content choice.")
-    skip_bad: bool = Field(default=False, description="Skip malformed rows and count them, instead of refusing the file.")
+    skip_bad: bool = Field(
+        default=False, description="Skip malformed rows and count them, instead of refusing the file."
+    )
     category: str | None = Field(default=None, description="Give every row a prompt of this category (or tier).")
-    mix: dict[str, float] | None = Field(default=None, description="Category (or tier) -> share; normalized to sum to 1 (the CLI's --mix already sums to 1).")
-    max_input_tokens: int | None = Field(default=None, ge=1, description="Compose at most this many input tokens per row; rows above are capped and counted.")
-    fit_context: int | None = Field(default=None, ge=2, description="The served model's context length: each row's input is capped so that input + max_tokens fits it, the composition's tolerance included; rows whose output leaves no room are left out and counted.")
+    mix: dict[str, float] | None = Field(
+        default=None,
+        description="Category (or tier) -> share; normalized to sum to 1 (the CLI's --mix already sums to 1).",
+    )
+    max_input_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Compose at most this many input tokens per row; rows above are capped and counted.",
+    )
+    fit_context: int | None = Field(
+        default=None,
+        ge=2,
+        description="The served model's context length: each row's input is capped so that input + max_tokens fits it, the composition's tolerance included; rows whose output leaves no room are left out and counted.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ImportOptions:
@@ -154,9 +171,12 @@ class ImportReport:
             rate = f"{kept / span:.2f} req/s" if span > 0 else "one instant"
             out.append(f"time span: {span:.3f} s over {kept} rows ({rate})")
             out.append("categories: " + ", ".join(f"{c} {n}" for c, n in self.categories.most_common()))
-            out.append("content: " + ", ".join(f"{s} {n}" for s, n in sorted(self.content.items()))
-                       + " (ok: within tolerance; over: prompt alone longer; short: material exhausted)"
-                       + f"; input capped (--max-input-tokens, --fit-context): {self.capped}")
+            out.append(
+                "content: "
+                + ", ".join(f"{s} {n}" for s, n in sorted(self.content.items()))
+                + " (ok: within tolerance; over: prompt alone longer; short: material exhausted)"
+                + f"; input capped (--max-input-tokens, --fit-context): {self.capped}"
+            )
         return out
 
 
@@ -164,14 +184,22 @@ def out_of_range(rec: TraceRow, fields: dict[str, str]) -> Malformed | None:
     """The row's first value outside the ranges the module docstring states;
     ``fields`` names the format's columns (time, input, output)."""
     if not math.isfinite(rec.time_ms) or abs(rec.time_ms) > MAX_SPAN_MS:
-        return Malformed(rec.row, fields["time"], f"the timestamp ({rec.time_ms:g} ms from the trace's zero) must be "
-                                                  f"finite and within {MAX_SPAN_MS / 86_400_000:g} days of it")
+        return Malformed(
+            rec.row,
+            fields["time"],
+            f"the timestamp ({rec.time_ms:g} ms from the trace's zero) must be "
+            f"finite and within {MAX_SPAN_MS / 86_400_000:g} days of it",
+        )
     if rec.input_tokens > MAX_INPUT_TOKENS:
-        return Malformed(rec.row, fields["input"],
-                         f"{rec.input_tokens} input tokens is above the bound of {MAX_INPUT_TOKENS:,}")
+        return Malformed(
+            rec.row, fields["input"], f"{rec.input_tokens} input tokens is above the bound of {MAX_INPUT_TOKENS:,}"
+        )
     if rec.output_tokens > MAX_TOKENS_CEILING:
-        return Malformed(rec.row, fields["output"],
-                         f"{rec.output_tokens} output tokens is above the bound of {MAX_TOKENS_CEILING:,} (max_tokens)")
+        return Malformed(
+            rec.row,
+            fields["output"],
+            f"{rec.output_tokens} output tokens is above the bound of {MAX_TOKENS_CEILING:,} (max_tokens)",
+        )
     return None
 
 
@@ -183,16 +211,18 @@ def checked(rows: Iterable[TraceRow | Malformed], fields: dict[str, str]) -> Ite
         yield rec
 
 
-def read_rows(path: Path, rows: Iterable[TraceRow | Malformed], report: ImportReport,
-              skip_bad: bool) -> Iterator[TraceRow]:
+def read_rows(
+    path: Path, rows: Iterable[TraceRow | Malformed], report: ImportReport, skip_bad: bool
+) -> Iterator[TraceRow]:
     """Well-formed rows, as they come; refuse the first malformed one
     (InputFileError naming the file, row and field) or count it."""
     for rec in rows:
         report.read += 1
         if isinstance(rec, Malformed):
             if not skip_bad:
-                raise InputFileError(path, rec.problem + " (use --skip-bad to skip and count such rows)",
-                                     row=rec.row, field=rec.field)
+                raise InputFileError(
+                    path, rec.problem + " (use --skip-bad to skip and count such rows)", row=rec.row, field=rec.field
+                )
             report.malformed[f"{rec.field}: {rec.problem}" if rec.field else rec.problem] += 1
             if len(report.first_malformed) < 3:
                 report.first_malformed.append(f"row {rec.row}, field {rec.field!r}: {rec.problem}")
@@ -229,8 +259,9 @@ def in_time_order(rows: Iterable[TraceRow], known: Survey) -> Iterable[TraceRow]
     return rows if known.in_order else sorted(rows, key=lambda r: r.time_ms)
 
 
-def select(rows: Iterable[TraceRow], opts: ImportOptions, report: ImportReport,
-           start: float | None = None) -> Iterator[TraceRow]:
+def select(
+    rows: Iterable[TraceRow], opts: ImportOptions, report: ImportReport, start: float | None = None
+) -> Iterator[TraceRow]:
     """Keep the window, thin by the seeded hash; ``rows`` in time order,
     ``start`` the trace start (default: the first row's time)."""
     lo = hi = None
@@ -241,14 +272,18 @@ def select(rows: Iterable[TraceRow], opts: ImportOptions, report: ImportReport,
             hi = None if opts.end_s is None else start + opts.end_s * 1000.0
         if r.time_ms < lo or (hi is not None and r.time_ms >= hi):
             report.outside_window += 1
-        elif opts.sample < 1.0 and unit_hash(opts.seed, "sample", f"s:{r.session}" if r.session else f"r:{r.row}") >= opts.sample:
+        elif (
+            opts.sample < 1.0
+            and unit_hash(opts.seed, "sample", f"s:{r.session}" if r.session else f"r:{r.row}") >= opts.sample
+        ):
             report.sampled_out += 1
         else:
             yield r
 
 
-def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
-                   report: ImportReport) -> Iterator[dict]:
+def traffic_values(
+    rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter, report: ImportReport
+) -> Iterator[dict]:
     """Each kept row's TrafficRow fields (a dict, so a writer can fill
     column buffers without a model object per row; ``prompt`` and ``messages`` may be
     ``utf8.Utf8Parts``, which ``writer`` takes as it is): content, arrival from the
@@ -265,8 +300,9 @@ def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, p
             if cap < 1:
                 report.unfit += 1
                 continue
-        done = assigner.assign(key, r.input_tokens, r.output_tokens, label=r.label, hash_ids=r.hash_ids,
-                               session=r.session, cap=cap)
+        done = assigner.assign(
+            key, r.input_tokens, r.output_tokens, label=r.label, hash_ids=r.hash_ids, session=r.session, cap=cap
+        )
         if r.output_tokens < 1:
             report.clamped += 1
         session = turn = None
@@ -277,21 +313,34 @@ def traffic_values(rows: Iterable[TraceRow], source: str, opts: ImportOptions, p
         arrival = round(r.time_ms - t0, 6)
         report.count(done.category, arrival)
         yield {
-            "prompt_id": key, "category": done.category, "max_tokens": max(1, r.output_tokens), "temperature": 0.0,
-            "model": r.model, "arrival_ms": arrival, "session_id": session, "turn_index": turn,
-            "input_tokens": r.input_tokens, "recorded_output_tokens": r.output_tokens, "tier": done.tier,
-            "source": source, "content_note": done.note,
-            "prompt": done.prompt, "messages": done.messages,
+            "prompt_id": key,
+            "category": done.category,
+            "max_tokens": max(1, r.output_tokens),
+            "temperature": 0.0,
+            "model": r.model,
+            "arrival_ms": arrival,
+            "session_id": session,
+            "turn_index": turn,
+            "input_tokens": r.input_tokens,
+            "recorded_output_tokens": r.output_tokens,
+            "tier": done.tier,
+            "source": source,
+            "content_note": done.note,
+            "prompt": done.prompt,
+            "messages": done.messages,
         }
         report.content[done.status] += 1
     report.capped = assigner.capped
 
 
-def to_traffic(rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter,
-               report: ImportReport) -> list[TrafficRow]:
+def to_traffic(
+    rows: Iterable[TraceRow], source: str, opts: ImportOptions, pool: Pool, counter: TokenCounter, report: ImportReport
+) -> list[TrafficRow]:
     """``traffic_values`` as validated TrafficRow records (small imports, the tests)."""
-    return [TrafficRow(**{**v, "prompt": plain(v["prompt"]), "messages": plain(v["messages"])})
-            for v in traffic_values(rows, source, opts, pool, counter, report)]
+    return [
+        TrafficRow(**{**v, "prompt": plain(v["prompt"]), "messages": plain(v["messages"])})
+        for v in traffic_values(rows, source, opts, pool, counter, report)
+    ]
 
 
 def _json(value) -> str:

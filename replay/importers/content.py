@@ -64,8 +64,11 @@ from specdec.replay.prompt_pool import (
     unit_hash,
 )
 
-_LANG_RANK = {"en": {"en": 0, "mixed": 1, "zh": 2}, "zh": {"zh": 0, "mixed": 1, "en": 2},
-              "mixed": {"mixed": 0, "en": 1, "zh": 1}}
+_LANG_RANK = {
+    "en": {"en": 0, "mixed": 1, "zh": 2},
+    "zh": {"zh": 0, "mixed": 1, "en": 2},
+    "mixed": {"mixed": 0, "en": 1, "zh": 1},
+}
 
 
 #: Short Mooncake rows' compositions kept (``ContentAssigner._short``).
@@ -102,22 +105,37 @@ class Assigned:
     @classmethod
     def of(cls, prompt: PoolPrompt, done: Composed, note: str) -> Assigned:
         single = len(done.messages) == 1
-        return cls(prompt.category, prompt.tier, note, done.status, done.messages[0]["content"] if single else None,
-                   None if single else json.dumps(done.messages, ensure_ascii=False))
+        return cls(
+            prompt.category,
+            prompt.tier,
+            note,
+            done.status,
+            done.messages[0]["content"] if single else None,
+            None if single else json.dumps(done.messages, ensure_ascii=False),
+        )
 
 
 class ContentAssigner:
     """Assigns pool content to rows, in arrival order (the order matters for
     Mooncake blocks and sessions, so it is part of the determinism)."""
 
-    def __init__(self, pool: Pool, counter: TokenCounter, seed: int, category: str | None = None,
-                 mix: dict[str, float] | None = None, max_input_tokens: int | None = None):
+    def __init__(
+        self,
+        pool: Pool,
+        counter: TokenCounter,
+        seed: int,
+        category: str | None = None,
+        mix: dict[str, float] | None = None,
+        max_input_tokens: int | None = None,
+    ):
         self.pool, self.counter, self.seed = pool, counter, seed
         self.category, self.max_input_tokens = category, max_input_tokens
         for key in [category] if category else list(mix or {}):
             if not pool.matching(key):
-                raise SpecdecError(f"{key!r} is neither a category nor a tier of the prompt pool "
-                                   f"(categories: {', '.join(pool.categories())}; tiers: high, medium, low)")
+                raise SpecdecError(
+                    f"{key!r} is neither a category nor a tier of the prompt pool "
+                    f"(categories: {', '.join(pool.categories())}; tiers: high, medium, low)"
+                )
         total = sum((mix or {}).values())
         self.mix = [(k, w / total) for k, w in sorted((mix or {}).items()) if w > 0] if mix else None
         self._units: dict[str, list[Unit]] = {}
@@ -170,8 +188,10 @@ class ContentAssigner:
     def _ordered_units(self, prompt: PoolPrompt, key: str) -> list[Unit]:
         kinds = KIND_PREFERENCE.get(prompt.category, ("document", "code", "dialogue"))
         ranks = _LANG_RANK[prompt.language]
-        order = sorted(self.pool.pieces, key=lambda p: (kinds.index(p.kind), ranks[p.language],
-                                                        unit_hash(self.seed, "piece", key, p.id)))
+        order = sorted(
+            self.pool.pieces,
+            key=lambda p: (kinds.index(p.kind), ranks[p.language], unit_hash(self.seed, "piece", key, p.id)),
+        )
         return [u for p in order for u in self._piece_units(p.id)]
 
     # -------------------------------------------------------------- Mooncake blocks
@@ -200,8 +220,17 @@ class ContentAssigner:
         return hit
 
     # -------------------------------------------------------------- one row
-    def assign(self, key: str, input_tokens: int, output_tokens: int, *, label: str | None = None,
-               hash_ids: tuple[int, ...] = (), session: str | None = None, cap: int | None = None) -> Assigned:
+    def assign(
+        self,
+        key: str,
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        label: str | None = None,
+        hash_ids: tuple[int, ...] = (),
+        session: str | None = None,
+        cap: int | None = None,
+    ) -> Assigned:
         """Content for one row; ``cap`` (the room the row's output leaves in
         the served model's context) and ``max_input_tokens`` bound the target."""
         target, extra = input_tokens, {}
@@ -217,8 +246,9 @@ class ContentAssigner:
             if not hash_ids and self._session_turns().additive:
                 turn = self._turns.turn(state, target, output_tokens, extra)
                 self.statuses[turn.status] += 1
-                return Assigned(turn.prompt.category, turn.prompt.tier, turn.note, turn.status, turn.text,
-                                turn.messages)
+                return Assigned(
+                    turn.prompt.category, turn.prompt.tier, turn.note, turn.status, turn.text, turn.messages
+                )
             choice = state.choice
         else:
             choice = self.choose(key, label)
@@ -246,7 +276,8 @@ class ContentAssigner:
             prompt = self._prompt(choice, key, aim)
             done = compose(prompt, aim, self._ordered_units(prompt, key), self.counter)
             hit = self._buckets[(choice, aim)] = Bucket(
-                prompt, done, aim, json.dumps(done.messages[0], ensure_ascii=False).encode("utf-8"))
+                prompt, done, aim, json.dumps(done.messages[0], ensure_ascii=False).encode("utf-8")
+            )
         return hit
 
     def _bucketed(self, choice: str, target: int, extra: dict) -> Assigned:
@@ -285,7 +316,7 @@ class ContentAssigner:
         history: list[dict] = []
         if state.messages:
             reply_units, used = [], 0
-            for u in units[state.offset:]:
+            for u in units[state.offset :]:
                 if used + u.tokens > min(max(state.last_output, 1), MAX_REPLY_TOKENS) and reply_units:
                     break
                 reply_units.append(u)
@@ -294,10 +325,10 @@ class ContentAssigner:
             reply = "".join(u.text for u in reply_units).strip() or "OK."
             history = state.messages + [{"role": "assistant", "content": reply}]
             extra["history"] = f"{len(state.messages)} earlier message(s) + stand-in reply of {used} tokens"
-        done = compose(prompt, target, units[state.offset:], self.counter, history)
+        done = compose(prompt, target, units[state.offset :], self.counter, history)
         if history and done.status == "over":
             extra["history"] = "dropped: the earlier turns are longer than this turn's input length"
-            done = compose(prompt, target, units[state.offset:], self.counter)
+            done = compose(prompt, target, units[state.offset :], self.counter)
         state.offset += done.n_units
         state.messages = done.messages
         return done

@@ -15,8 +15,9 @@ from specdec.replay.importers.common import Malformed
 _INT = re.compile(r"[0-9]+")
 
 
-def csv_rows(path: Path, required: tuple[str, ...],
-             optional: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, str] | Malformed]]:
+def csv_rows(
+    path: Path, required: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> Iterator[tuple[int, dict[str, str] | Malformed]]:
     """Yield (row number, {column: text}) or (row number, Malformed) for a row
     whose number of fields differs from the header's. A missing required
     column refuses the file (row 1). Blank lines are skipped."""
@@ -35,8 +36,7 @@ def csv_rows(path: Path, required: tuple[str, ...],
         header = [h.strip() for h in header]
         for name in required:
             if name not in header:
-                raise InputFileError(path, f"missing column (the header has: {', '.join(header)})",
-                                     row=1, field=name)
+                raise InputFileError(path, f"missing column (the header has: {', '.join(header)})", row=1, field=name)
         wanted = [n for n in (*required, *optional) if n in header]
         index = {n: header.index(n) for n in wanted}
         while True:
@@ -45,8 +45,9 @@ def csv_rows(path: Path, required: tuple[str, ...],
             except StopIteration:
                 return
             except UnicodeDecodeError as exc:  # the reader cannot go on past it
-                raise InputFileError(path, f"not UTF-8 ({exc.reason}); save the file as UTF-8",
-                                     row=reader.line_num + 1) from None
+                raise InputFileError(
+                    path, f"not UTF-8 ({exc.reason}); save the file as UTF-8", row=reader.line_num + 1
+                ) from None
             except csv.Error as exc:
                 yield reader.line_num, Malformed(reader.line_num, None, f"not readable as CSV ({exc})")
                 continue

@@ -90,8 +90,13 @@ class SessionTurns:
     target)`` gives a bucket's content; ``material(choice)`` the category's
     units in reading order (the replies are cut from its start)."""
 
-    def __init__(self, counter: TokenCounter, bucket: Callable[[str, int], Bucket],
-                 material: Callable[[str], list[Unit]], probes: list[str]):
+    def __init__(
+        self,
+        counter: TokenCounter,
+        bucket: Callable[[str, int], Bucket],
+        material: Callable[[str], list[Unit]],
+        probes: list[str],
+    ):
         self.counter, self.bucket, self.material = counter, bucket, material
         one = counter.chat([_PROBE])
         self.k = 2 * one - counter.chat([_PROBE, _PROBE])
@@ -143,7 +148,7 @@ class SessionTurns:
                 if reached > target + tol:  # the history leaves no room: the turn alone
                     b = None
                 else:
-                    extra["history"] = (f"{len(s.parts)} earlier message(s) + stand-in reply of {used} tokens")
+                    extra["history"] = f"{len(s.parts)} earlier message(s) + stand-in reply of {used} tokens"
                     parts = (*s.parts, reply, b.message_json)
             if b is None:
                 extra["history"] = "dropped: the earlier turns are longer than this turn's input length"

@@ -53,7 +53,8 @@ def counter_for(model_dir: str | Path):
     folder = Path(model_dir)
     has_template = (folder / "chat_template.jinja").is_file() or (
         (folder / "tokenizer_config.json").is_file()
-        and "chat_template" in json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")))
+        and "chat_template" in json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    )
     if (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file() and has_template:
         return FastTokenCounter(folder)
     from specdec.replay.prompt_pool import HFTokenCounter

@@ -125,7 +125,8 @@ def _flush(writer, tmp: Path, schema: pa.Schema, cols: dict[str, list]):
         cols[name] = string_array(cols[name])
     table = table_from_columns(TrafficRow, cols)
     if writer is None:
-        writer = pq.ParquetWriter(tmp, schema, write_page_checksum=True, compression="zstd",
-                                  dictionary_pagesize_limit=256 * 1024 * 1024)
+        writer = pq.ParquetWriter(
+            tmp, schema, write_page_checksum=True, compression="zstd", dictionary_pagesize_limit=256 * 1024 * 1024
+        )
     writer.write_table(table, row_group_size=len(table))
     return writer

@@ -41,16 +41,30 @@ class StabilityConfig(ClientOptions):
     url: str | None = Field(default=None, description="Loopback endpoint to probe; None: start the embedded vLLM.")
     runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
     run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
-    concurrency: int = Field(default=2, ge=1, le=64, description="Closed-loop concurrency of the soak; the burst sends 4x this at once.")
-    soak_minutes: float = Field(default=2.0, gt=0, le=120, allow_inf_nan=False, description="Length of the soak, minutes.")
-    rss_interval_s: float = Field(default=5.0, gt=0, le=600, allow_inf_nan=False, description="Seconds between RSS samples in the soak.")
-    probe_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="Longest time one probe may take (the soak gets its minutes on top).")
-    served_model: str | None = Field(default=None, description="Model name to request; default: the first one GET /v1/models lists.")
+    concurrency: int = Field(
+        default=2, ge=1, le=64, description="Closed-loop concurrency of the soak; the burst sends 4x this at once."
+    )
+    soak_minutes: float = Field(
+        default=2.0, gt=0, le=120, allow_inf_nan=False, description="Length of the soak, minutes."
+    )
+    rss_interval_s: float = Field(
+        default=5.0, gt=0, le=600, allow_inf_nan=False, description="Seconds between RSS samples in the soak."
+    )
+    probe_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Longest time one probe may take (the soak gets its minutes on top).",
+    )
+    served_model: str | None = Field(
+        default=None, description="Model name to request; default: the first one GET /v1/models lists."
+    )
     model: str | None = Field(default=None, description="Embedded: model folder; default: the prepared SmolLM2.")
     dtype: str = Field(default="float32", description="Embedded: model dtype (float32 keeps greedy outputs stable).")
     max_model_len: int = Field(default=2048, ge=64, description="Embedded: the server's maximum sequence length.")
-    startup_timeout_s: float = Field(default=300.0, gt=0, allow_inf_nan=False, description="Embedded: longest wait for the server to become healthy.")
-
+    startup_timeout_s: float = Field(
+        default=300.0, gt=0, allow_inf_nan=False, description="Embedded: longest wait for the server to become healthy."
+    )
 
 
 def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> tuple[Path, list]:
@@ -80,8 +94,12 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
 
             prepared = prepare_model()
             model, model_source = str(prepared.path), prepared.source
-        server = EmbeddedServer(ServerSpec(model=model, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
-                                           max_num_seqs=cfg.concurrency), run_dir, run_id, cfg.startup_timeout_s)
+        server = EmbeddedServer(
+            ServerSpec(model=model, dtype=cfg.dtype, max_model_len=cfg.max_model_len, max_num_seqs=cfg.concurrency),
+            run_dir,
+            run_id,
+            cfg.startup_timeout_s,
+        )
     else:
         model, server = cfg.served_model or "(first of GET /v1/models)", EndpointServer(endpoint)
 
@@ -117,25 +135,44 @@ def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict,
     from specdec.replay.stability.load_faults import BURST_FACTOR  # heavy: aiohttp, as in run_stability
 
     embedded = endpoint is None
-    arm = ArmConfig(name="baseline", speculative_config=None,
-                    server_args=server.server_args if embedded else [],
-                    endpoint="embedded" if embedded else endpoint.display)
+    arm = ArmConfig(
+        name="baseline",
+        speculative_config=None,
+        server_args=server.server_args if embedded else [],
+        endpoint="embedded" if embedded else endpoint.display,
+    )
     return RunManifest(
-        kind="stability", run_id=run_id, created_wall=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        kind="stability",
+        run_id=run_id,
+        created_wall=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         specdec_version=package_version(),
         engine=engine_facts() if embedded else {"name": "external", "version": None},
-        model=model, model_source=model_source, dtype=cfg.dtype if embedded else "unknown",
-        arms=[arm], arm_difference=[],
-        sampling={"endpoint": "/v1/chat/completions", "stream": True,
-                  "note": "each probe sets its own prompt, max_tokens and sampling on purpose; see stability.parquet"},
+        model=model,
+        model_source=model_source,
+        dtype=cfg.dtype if embedded else "unknown",
+        arms=[arm],
+        arm_difference=[],
+        sampling={
+            "endpoint": "/v1/chat/completions",
+            "stream": True,
+            "note": "each probe sets its own prompt, max_tokens and sampling on purpose; see stability.parquet",
+        },
         traffic={"source": "built-in fault probes (specdec.replay.stability.faults, soak, recovery)"},
-        concurrency_levels=[cfg.concurrency], warmup_requests=0, host=host_facts(),
-        capture={"source": "embedded", "path": "capture/"} if embedded else
-                {"source": "none", "reason": "external endpoint: its engine rows stay where its capture plugin writes them"},
+        concurrency_levels=[cfg.concurrency],
+        warmup_requests=0,
+        host=host_facts(),
+        capture={"source": "embedded", "path": "capture/"}
+        if embedded
+        else {
+            "source": "none",
+            "reason": "external endpoint: its engine rows stay where its capture plugin writes them",
+        },
         timeouts={"connect": cfg.connect_timeout_s, "request": cfg.request_timeout_s, "probe": cfg.probe_timeout_s},
-        notes=[f"stability run: soak {cfg.soak_minutes:g} min at concurrency {cfg.concurrency}, "
-               f"burst {BURST_FACTOR}x concurrency, RSS sampled every {cfg.rss_interval_s:g} s",
-               "greedy reference: 3 fixed prompts sent twice each before any fault (not rows)"],
+        notes=[
+            f"stability run: soak {cfg.soak_minutes:g} min at concurrency {cfg.concurrency}, "
+            f"burst {BURST_FACTOR}x concurrency, RSS sampled every {cfg.rss_interval_s:g} s",
+            "greedy reference: 3 fixed prompts sent twice each before any fault (not rows)",
+        ],
     )
 
 
@@ -144,8 +181,18 @@ def fault_table(rows) -> list[dict]:
     outcome = worst over its probes (failed > degraded > ok > skipped)."""
     out: dict[str, dict] = {}
     for r in rows:
-        f = out.setdefault(r.fault, {"fault": r.fault, "probes": 0, "requests_sent": 0, "requests_failed": 0,
-                                     "outcome": "skipped", "server_healthy_after": True, "detail": r.detail})
+        f = out.setdefault(
+            r.fault,
+            {
+                "fault": r.fault,
+                "probes": 0,
+                "requests_sent": 0,
+                "requests_failed": 0,
+                "outcome": "skipped",
+                "server_healthy_after": True,
+                "detail": r.detail,
+            },
+        )
         f["probes"] += 1
         f["requests_sent"] += r.requests_sent
         f["requests_failed"] += r.requests_failed
@@ -158,6 +205,8 @@ def fault_table(rows) -> list[dict]:
 def table_text(rows) -> str:
     lines = [f"{'fault':<22} {'outcome':<9} {'sent':>5} {'failed':>6}  healthy  detail"]
     for f in fault_table(rows):
-        lines.append(f"{f['fault']:<22} {f['outcome']:<9} {f['requests_sent']:>5} {f['requests_failed']:>6}  "
-                     f"{'yes' if f['server_healthy_after'] else 'NO':<7}  {f['detail']}")
+        lines.append(
+            f"{f['fault']:<22} {f['outcome']:<9} {f['requests_sent']:>5} {f['requests_failed']:>6}  "
+            f"{'yes' if f['server_healthy_after'] else 'NO':<7}  {f['detail']}"
+        )
     return "\n".join(lines)

@@ -156,8 +156,9 @@ class Target:
         ep = self.endpoint
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.settings.connect_timeout_s + 5)
         try:
-            async with self.session.get(ep.url(path), params=ep.params or None, timeout=timeout,
-                                        headers=request_headers(self.settings, ep)) as resp:
+            async with self.session.get(
+                ep.url(path), params=ep.params or None, timeout=timeout, headers=request_headers(self.settings, ep)
+            ) as resp:
                 return resp.status, await resp.text(errors="replace")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return None, redact_text(f"{type(exc).__name__}: {exc}", ep.secrets)
@@ -191,7 +192,7 @@ def gauge_sum(text: str, names: tuple[str, ...]) -> float | None:
             continue
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in names:
-            rest = line.rsplit("}", 1)[1] if "{" in line else line[len(name):]
+            rest = line.rsplit("}", 1)[1] if "{" in line else line[len(name) :]
             try:
                 total += float(rest.split()[0])
                 seen = True
@@ -238,8 +239,18 @@ def input_probes() -> list[Probe]:
         ("empty_prompt", "empty string", prompt(""), either),
         ("whitespace_prompt", "spaces, tabs and newlines", prompt(" \t\n  \n\t"), either),
         ("whitespace_prompt", "no-break and ideographic spaces", prompt("\u00a0\u3000\u2003"), either),
-        ("odd_unicode", "right-to-left override and marks", prompt("abc \u202edef\u202c \u200fghi\u200e \u2067x\u2069"), completes),
-        ("odd_unicode", "emoji ZWJ sequences", prompt("\U0001f469\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466 \U0001f3f3\ufe0f\u200d\U0001f308"), completes),
+        (
+            "odd_unicode",
+            "right-to-left override and marks",
+            prompt("abc \u202edef\u202c \u200fghi\u200e \u2067x\u2069"),
+            completes,
+        ),
+        (
+            "odd_unicode",
+            "emoji ZWJ sequences",
+            prompt("\U0001f469\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466 \U0001f3f3\ufe0f\u200d\U0001f308"),
+            completes,
+        ),
         ("odd_unicode", "line and paragraph separators", prompt("one\u2028two\u2029three"), completes),
         ("odd_unicode", "terminal escape sequences", prompt("\x1b[31mred\x1b[0m \x1b]0;title\x07 \x1b[2J"), completes),
         ("odd_unicode", "C0 and C1 controls and DEL", prompt("a\x01b\x02c\x7fd\x85e\x9bf"), completes),
@@ -262,12 +273,19 @@ def input_probes() -> list[Probe]:
 def over_length_probe() -> Probe:
     """A prompt of 2 x max_model_len words (each at least one token)."""
     fault, expected = "over_length_prompt", "HTTP 400"
-    inner = answer_probe(fault, "prompt of 2 x max_model_len words",
-                         lambda t: chat(t.model, "hello " * (2 * t.max_model_len)), frozenset({HTTP_400}))
+    inner = answer_probe(
+        fault,
+        "prompt of 2 x max_model_len words",
+        lambda t: chat(t.model, "hello " * (2 * t.max_model_len)),
+        frozenset({HTTP_400}),
+    )
 
     async def run(t: Target) -> Finding:
         if t.max_model_len is None:
-            return Finding("skipped", "the server does not report max_model_len (GET /v1/models), so no prompt is known to be too long")
+            return Finding(
+                "skipped",
+                "the server does not report max_model_len (GET /v1/models), so no prompt is known to be too long",
+            )
         return await inner.run(t)
 
     return Probe(fault, expected, run)

@@ -40,9 +40,13 @@ async def read_then_drop(t: Target, payload: dict, chunks: int) -> str | None:
     it went as planned, else the error label of what went wrong first."""
     ep, s = t.endpoint, t.settings
     try:
-        async with t.session.post(ep.url(CHAT_PATH), params=ep.params or None, json=payload,
-                                  headers=request_headers(s, ep, t.request_id("disconnect_mid_stream")),
-                                  timeout=s.timeout()) as resp:
+        async with t.session.post(
+            ep.url(CHAT_PATH),
+            params=ep.params or None,
+            json=payload,
+            headers=request_headers(s, ep, t.request_id("disconnect_mid_stream")),
+            timeout=s.timeout(),
+        ) as resp:
             if resp.status != 200:
                 return f"http_{resp.status}"
             got = 0
@@ -91,13 +95,16 @@ def burst_probe() -> Probe:
 
     async def run(t: Target) -> Finding:
         n = BURST_FACTOR * t.concurrency
-        results = await asyncio.gather(*(
-            t.send(fault, chat(t.model, f"Write one short sentence about the number {i}.", 16)) for i in range(n)))
+        results = await asyncio.gather(
+            *(t.send(fault, chat(t.model, f"Write one short sentence about the number {i}.", 16)) for i in range(n))
+        )
         done = sum(r.success for r in results)
         refused = sum(r.http_status in (429, 503) for r in results)
         other = sorted({error_label(r) for r in results if not r.success and r.http_status not in (429, 503)})
-        detail = (f"{n} requests at once ({BURST_FACTOR} x concurrency {t.concurrency}): {done} completed, "
-                  f"{refused} refused with 429/503, {n - done - refused} failed otherwise")
+        detail = (
+            f"{n} requests at once ({BURST_FACTOR} x concurrency {t.concurrency}): {done} completed, "
+            f"{refused} refused with 429/503, {n - done - refused} failed otherwise"
+        )
         if other:
             detail += f" ({', '.join(other)})"
         return Finding("ok" if done + refused == n else "degraded", detail)

@@ -36,8 +36,9 @@ GREEDY_PROMPTS = (
 )
 GREEDY_TOKENS = 24
 #: error types that say "the server went away" (anything but an unclassified client error)
-TYPED_LOSS = frozenset({"stream_truncated", "connect_error", "request_timeout", "stream_error", "no_usage",
-                        "bad_chunk", "connect_timeout"})
+TYPED_LOSS = frozenset(
+    {"stream_truncated", "connect_error", "request_timeout", "stream_error", "no_usage", "bad_chunk", "connect_timeout"}
+)
 
 
 def greedy_payload(model: str, prompt: str) -> dict:
@@ -55,7 +56,8 @@ async def greedy_reference(t: Target) -> dict[str, list[str]]:
                 raise EngineError(
                     f"{t.endpoint.display} does not answer a plain greedy request "
                     f"({say(answer(res))}: {clean(res.error_message, 200)}); nothing to probe. "
-                    "Check the URL (no /v1 suffix), the model name and the API key.")
+                    "Check the URL (no /v1 suffix), the model name and the API key."
+                )
             ref.setdefault(prompt, []).append(res.output_text)
     return ref
 
@@ -77,8 +79,10 @@ def greedy_probe(reference: dict[str, list[str]], when: str) -> Probe:
         detail = f"{when}: {n - len(changed) - len(errors)}/{n} outputs unchanged"
         if changed:
             prompt, now = changed[0]
-            detail += (f", {len(changed)} changed (first: {clean(prompt, 40)!r} gave {clean(reference[prompt][0], 60)!r}, "
-                       f"now {clean(now, 60)!r})")
+            detail += (
+                f", {len(changed)} changed (first: {clean(prompt, 40)!r} gave {clean(reference[prompt][0], 60)!r}, "
+                f"now {clean(now, 60)!r})"
+            )
         if errors:
             detail += f", {len(errors)} request(s) failed ({', '.join(sorted(set(errors)))})"
         if unstable:
@@ -90,13 +94,17 @@ def greedy_probe(reference: dict[str, list[str]], when: str) -> Probe:
 
 def kill_restart_probe() -> Probe:
     fault = "kill_restart"
-    expected = ("streams in flight when the server is killed (SIGKILL) fail with a typed error; "
-                "the restarted server is healthy and serves")
+    expected = (
+        "streams in flight when the server is killed (SIGKILL) fail with a typed error; "
+        "the restarted server is healthy and serves"
+    )
 
     async def run(t: Target) -> Finding:
         if not getattr(t.server, "restartable", False):
-            return Finding("skipped", f"{t.endpoint.display} is an endpoint specdec did not start, "
-                                      "so it is not killed or restarted")
+            return Finding(
+                "skipped",
+                f"{t.endpoint.display} is an endpoint specdec did not start, so it is not killed or restarted",
+            )
         n = max(1, t.concurrency)
         tokens = long_tokens(t)
         tasks = [asyncio.create_task(t.send(fault, chat(t.model, LONG_PROMPT, tokens))) for _ in range(n)]

@@ -32,8 +32,11 @@ def plan(cfg, reference: dict[str, list[str]]) -> list[Probe]:
     cut = next(i for i, p in enumerate(inputs) if p.fault == "odd_unicode")
     soak = soak_probe(cfg.soak_minutes, cfg.rss_interval_s)
     return [
-        *inputs[:cut], over_length_probe(), *inputs[cut:],
-        disconnect_probe(), burst_probe(),
+        *inputs[:cut],
+        over_length_probe(),
+        *inputs[cut:],
+        disconnect_probe(),
+        burst_probe(),
         dataclasses.replace(soak, budget_s=cfg.soak_minutes * 60 + cfg.probe_timeout_s),
         greedy_probe(reference, "after the faults"),
         kill_restart_probe(),
@@ -59,13 +62,25 @@ async def run_probe(t: Target, probe: Probe, index: int, run_id: str, budget_s: 
     sent = t.log[mark:]
     rss = finding.rss
     return StabilityResult(
-        run_id=run_id, fault=probe.fault, probe_index=index, wall_start_ns=wall, duration_ms=duration_ms,
-        requests_sent=len(sent), requests_failed=sum(not s.ok for s in sent),
-        error_types=sorted({s.error for s in sent if not s.ok}), expected=probe.expected, outcome=outcome,
-        server_healthy_after=healthy, detail=detail, rss_mb=t.server.rss_mb(),
-        rss_samples=rss.samples if rss else None, rss_first_mb=rss.first_mb if rss else None,
-        rss_last_mb=rss.last_mb if rss else None, rss_max_mb=rss.max_mb if rss else None,
-        rss_slope_mb_per_min=rss.slope_mb_per_min if rss else None)
+        run_id=run_id,
+        fault=probe.fault,
+        probe_index=index,
+        wall_start_ns=wall,
+        duration_ms=duration_ms,
+        requests_sent=len(sent),
+        requests_failed=sum(not s.ok for s in sent),
+        error_types=sorted({s.error for s in sent if not s.ok}),
+        expected=probe.expected,
+        outcome=outcome,
+        server_healthy_after=healthy,
+        detail=detail,
+        rss_mb=t.server.rss_mb(),
+        rss_samples=rss.samples if rss else None,
+        rss_first_mb=rss.first_mb if rss else None,
+        rss_last_mb=rss.last_mb if rss else None,
+        rss_max_mb=rss.max_mb if rss else None,
+        rss_slope_mb_per_min=rss.slope_mb_per_min if rss else None,
+    )
 
 
 async def preflight(t, served_model: str | None, max_model_len: int | None) -> None:
@@ -80,7 +95,9 @@ async def preflight(t, served_model: str | None, max_model_len: int | None) -> N
         cards = json.loads(body).get("data") or []
     except (ValueError, AttributeError):
         cards = []
-    card = next((c for c in cards if isinstance(c, dict) and (served_model is None or c.get("id") == served_model)), None)
+    card = next(
+        (c for c in cards if isinstance(c, dict) and (served_model is None or c.get("id") == served_model)), None
+    )
     if served_model is None and card is None:
         raise EngineError(f"GET {t.endpoint.display}/v1/models lists no model; give --served-model")
     t.model = served_model or card["id"]
@@ -90,8 +107,9 @@ async def preflight(t, served_model: str | None, max_model_len: int | None) -> N
         t.health_path = "/v1/models"  # not vLLM: a server that lists its models is up
 
 
-async def probe_all(cfg, server, run_id: str, settings, sink: Callable, echo: Callable,
-                    found: Callable | None = None) -> list:
+async def probe_all(
+    cfg, server, run_id: str, settings, sink: Callable, echo: Callable, found: Callable | None = None
+) -> list:
     """Preflight, greedy reference, then every probe in order; each row goes to
     sink(row) as soon as it is known, the served model to found(model,
     max_model_len) once known. Returns the rows."""
@@ -108,10 +126,19 @@ async def probe_all(cfg, server, run_id: str, settings, sink: Callable, echo: Ca
             index = counts[probe.fault] = counts.get(probe.fault, -1) + 1
             if down is not None:
                 row = StabilityResult(
-                    run_id=run_id, fault=probe.fault, probe_index=index, wall_start_ns=time.time_ns(),
-                    duration_ms=0.0, requests_sent=0, requests_failed=0, error_types=[], expected=probe.expected,
-                    outcome="skipped", server_healthy_after=False,
-                    detail=f"not run: the server was not healthy after {down} and could not be restarted")
+                    run_id=run_id,
+                    fault=probe.fault,
+                    probe_index=index,
+                    wall_start_ns=time.time_ns(),
+                    duration_ms=0.0,
+                    requests_sent=0,
+                    requests_failed=0,
+                    error_types=[],
+                    expected=probe.expected,
+                    outcome="skipped",
+                    server_healthy_after=False,
+                    detail=f"not run: the server was not healthy after {down} and could not be restarted",
+                )
             else:
                 row = await run_probe(t, probe, index, run_id, probe.budget_s or cfg.probe_timeout_s)
                 if not row.server_healthy_after:

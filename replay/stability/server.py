@@ -28,7 +28,8 @@ def require_loopback(url: str, option: str = "--url") -> Endpoint:
         raise SpecdecError(
             f"{option} {ep.display!r}: specdec stability only targets a server on this machine "
             f"(127.0.0.0/8, ::1 or localhost), got host {host!r}. It sends malformed requests and "
-            "bursts on purpose; run it next to the server instead.")
+            "bursts on purpose; run it next to the server instead."
+        )
     return ep
 
 
@@ -101,8 +102,14 @@ class EmbeddedServer:
         return [*self.spec.common_args(), *speculative_args(None)]
 
     def start_blocking(self) -> None:
-        srv = LocalServer(self.spec, None, capture_dir(self.run_dir), self.run_id,
-                          server_log(self.run_dir, "baseline"), self.startup_timeout_s)
+        srv = LocalServer(
+            self.spec,
+            None,
+            capture_dir(self.run_dir),
+            self.run_id,
+            server_log(self.run_dir, "baseline"),
+            self.startup_timeout_s,
+        )
         srv.__enter__()  # raises EngineError (and stops the process) if it never gets healthy
         self._srv, self.starts = srv, self.starts + 1
         self.endpoint = parse_endpoint(srv.base_url)

@@ -41,8 +41,10 @@ class RssTrend:
 
     def describe(self) -> str:
         slope = "n/a" if self.slope_mb_per_min is None else f"{self.slope_mb_per_min:+.1f} MiB/min"
-        return (f"server RSS {self.first_mb:.0f} -> {self.last_mb:.0f} MiB (max {self.max_mb:.0f}, "
-                f"trend {slope} over {self.samples} samples)")
+        return (
+            f"server RSS {self.first_mb:.0f} -> {self.last_mb:.0f} MiB (max {self.max_mb:.0f}, "
+            f"trend {slope} over {self.samples} samples)"
+        )
 
 
 def rss_trend(samples: list[tuple[float, float]]) -> RssTrend | None:
@@ -62,7 +64,9 @@ def rss_trend(samples: list[tuple[float, float]]) -> RssTrend | None:
 
 def soak_probe(minutes: float, interval_s: float, clock: Callable[[], float] = time.monotonic) -> Probe:
     fault = "soak"
-    expected = f"closed loop at the configured concurrency for {minutes:g} min: every request completes (RSS trend reported)"
+    expected = (
+        f"closed loop at the configured concurrency for {minutes:g} min: every request completes (RSS trend reported)"
+    )
 
     async def run(t: Target) -> Finding:
         deadline = clock() + minutes * 60.0

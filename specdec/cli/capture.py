@@ -55,14 +55,28 @@ def _has_host(vllm_args: tuple[str, ...]) -> bool:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--dir", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help=f"Where {ROUND_PART_GLOB} part files are written.")
+@click.option(
+    "--dir",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help=f"Where {ROUND_PART_GLOB} part files are written.",
+)
 @click.option("--run-id", default="adhoc", show_default=True, help="Value of the run_id column.")
-@click.option("--flush-s", type=float, default=1.0, show_default=True, callback=_flush_s_option,
-              help="Seconds between Parquet flushes (0.01 to 3600).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address vLLM listens on: loopback unless you say otherwise "
-                   "(here or among VLLM_ARGS, not both).")
+@click.option(
+    "--flush-s",
+    type=float,
+    default=1.0,
+    show_default=True,
+    callback=_flush_s_option,
+    help="Seconds between Parquet flushes (0.01 to 3600).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address vLLM listens on: loopback unless you say otherwise (here or among VLLM_ARGS, not both).",
+)
 @click.argument("vllm_args", nargs=-1, type=click.UNPROCESSED)
 @handle_errors
 def serve(out_dir: Path, run_id: str, flush_s: float, host: str, vllm_args: tuple[str, ...]) -> None:
@@ -81,8 +95,9 @@ def serve(out_dir: Path, run_id: str, flush_s: float, host: str, vllm_args: tupl
         out_dir = usable_dir(out_dir, "--dir")
     except SettingError as exc:
         raise click.ClickException(str(exc)) from None
-    os.environ.update({ENV_CAPTURE_DIR: str(out_dir.resolve()), ENV_CAPTURE_RUN_ID: run_id,
-                       ENV_CAPTURE_FLUSH_S: repr(flush_s)})
+    os.environ.update(
+        {ENV_CAPTURE_DIR: str(out_dir.resolve()), ENV_CAPTURE_RUN_ID: run_id, ENV_CAPTURE_FLUSH_S: repr(flush_s)}
+    )
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *host_args, *vllm_args]
     os.execv(sys.executable, cmd)
 
@@ -102,7 +117,9 @@ def summary(capture_dir: Path) -> None:
     row = con.execute(
         """select count(*), count(distinct engine_request_id), count(*) filter (tokens_proposed > 0),
                   sum(tokens_proposed), sum(tokens_accepted)
-           from read_parquet(?)""", [[str(f) for f in files]]).fetchone()
+           from read_parquet(?)""",
+        [[str(f) for f in files]],
+    ).fetchone()
     assert row is not None  # an aggregate query returns one row
     rows, reqs, rounds, proposed, accepted = row
     click.echo(f"{len(files)} files, {rows} rows, {reqs} requests, {rounds} verify rounds")
@@ -112,16 +129,28 @@ def summary(capture_dir: Path) -> None:
 
 
 @main.command()
-@click.option("--dir", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Capture folder (default: a temporary folder).")
+@click.option(
+    "--dir",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Capture folder (default: a temporary folder).",
+)
 @click.option("--model", default=None, help="Model folder (default: the prepared SmolLM2).")
 @click.option("--dtype", default="bfloat16", show_default=True)
-@click.option("--spec-config", default='{"method": "ngram", "num_speculative_tokens": 4, '
-              '"prompt_lookup_min": 2, "prompt_lookup_max": 4}', show_default=True,
-              help="vLLM speculative config JSON.")
+@click.option(
+    "--spec-config",
+    default='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}',
+    show_default=True,
+    help="vLLM speculative config JSON.",
+)
 @click.option("--max-tokens", default=48, show_default=True)
-@click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the result as JSON here.")
+@click.option(
+    "--json-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the result as JSON here.",
+)
 @handle_errors
 def selfcheck(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
     """Run a few prompts in an in-process vLLM engine with capture on and check
@@ -150,27 +179,65 @@ def _listen(value: str) -> tuple[str, int]:
 
 @main.command()
 @click.option("--upstream", required=True, help="Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000.")
-@click.option("--listen", default="127.0.0.1:8001", show_default=True,
-              help="HOST:PORT to listen on: loopback unless you say otherwise (port 0: any free port).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help=f"Folder of the traffic part files ({TRAFFIC_PART_LAYOUT}).")
-@click.option("--content", type=click.Choice(["hash", "keep"]), default="hash", show_default=True,
-              help="hash: keep roles and structure, replace every text by sha256:<hex>:<tokens>; "
-                   "keep: record the content as sent.")
-@click.option("--rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="JSON category rules on route, model or message content (see specdec.capture.proxy_rules).")
-@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="tokenizer.json for the token lengths of --content hash (default: a stated approximation).")
-@click.option("--flush-s", type=float, default=2.0, show_default=True, callback=_flush_s_option,
-              help="Seconds between Parquet flushes (0.01 to 3600).")
-@click.option("--header-timeout-s", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Seconds a client gets to send a request's headers (from connecting, or from the first byte "
-                   "of a next request), and at most between two pieces of its body; then 408 and the connection is "
-                   "closed (slow clients, slowloris).")
-@click.option("--upstream-idle-s", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds without a byte from the upstream before the proxy gives up: 504 before the reply "
-                   "began, a closed stream after (counted at /specdec/stats). A reply that is not streamed "
-                   "sends nothing until it is complete: keep this above your longest generation.")
+@click.option(
+    "--listen",
+    default="127.0.0.1:8001",
+    show_default=True,
+    help="HOST:PORT to listen on: loopback unless you say otherwise (port 0: any free port).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help=f"Folder of the traffic part files ({TRAFFIC_PART_LAYOUT}).",
+)
+@click.option(
+    "--content",
+    type=click.Choice(["hash", "keep"]),
+    default="hash",
+    show_default=True,
+    help="hash: keep roles and structure, replace every text by sha256:<hex>:<tokens>; "
+    "keep: record the content as sent.",
+)
+@click.option(
+    "--rules",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON category rules on route, model or message content (see specdec.capture.proxy_rules).",
+)
+@click.option(
+    "--tokenizer",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="tokenizer.json for the token lengths of --content hash (default: a stated approximation).",
+)
+@click.option(
+    "--flush-s",
+    type=float,
+    default=2.0,
+    show_default=True,
+    callback=_flush_s_option,
+    help="Seconds between Parquet flushes (0.01 to 3600).",
+)
+@click.option(
+    "--header-timeout-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds a client gets to send a request's headers (from connecting, or from the first byte "
+    "of a next request), and at most between two pieces of its body; then 408 and the connection is "
+    "closed (slow clients, slowloris).",
+)
+@click.option(
+    "--upstream-idle-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds without a byte from the upstream before the proxy gives up: 504 before the reply "
+    "began, a closed stream after (counted at /specdec/stats). A reply that is not streamed "
+    "sends nothing until it is complete: keep this above your longest generation.",
+)
 @handle_errors
 def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_timeout_s, upstream_idle_s) -> None:
     """Forward an OpenAI-compatible API unchanged (streaming included) and
@@ -186,47 +253,113 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_
     """
     # heavy (aiohttp, pyarrow): only when the command runs
     from specdec.capture.proxy import ProxySettings, exposure, run_proxy
+
     host, port = _listen(listen)
     try:
         out_dir = usable_dir(out_dir, "--out")
     except SettingError as exc:
         raise click.ClickException(str(exc)) from None
-    settings = ProxySettings(upstream=upstream, host=host, port=port, out_dir=out_dir, content=content,
-                             rules=rules, tokenizer=tokenizer, flush_s=flush_s, header_timeout_s=header_timeout_s,
-                             upstream_idle_s=upstream_idle_s)
+    settings = ProxySettings(
+        upstream=upstream,
+        host=host,
+        port=port,
+        out_dir=out_dir,
+        content=content,
+        rules=rules,
+        tokenizer=tokenizer,
+        flush_s=flush_s,
+        header_timeout_s=header_timeout_s,
+        upstream_idle_s=upstream_idle_s,
+    )
     warn_if_exposed(host, exposure(settings), emit=lambda text: click.echo(text, err=True))
     run_proxy(settings, announce=lambda text: click.echo(text))
 
 
 @main.command()
-@click.option("--capture-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help=f"The server's SPECDEC_CAPTURE_DIR (`serve --dir`), where the plugin writes {ROUND_PART_GLOB}.")
-@click.option("--lake", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Root of the Parquet lake: rounds/date=YYYY-MM-DD/run_id=RUN/ and counters/date=YYYY-MM-DD/.")
-@click.option("--server", required=True, help="Base URL of the vLLM server whose /metrics is read, "
-                                              "e.g. http://127.0.0.1:8000.")
-@click.option("--listen", default="127.0.0.1:9464", show_default=True,
-              help="HOST:PORT of the sidecar's own /metrics and /healthz: loopback unless you say otherwise "
-                   "(port 0: any free port; any other address warns at start: nothing there authenticates). "
-                   "/healthz answers 503 \"degraded\" while the server's /metrics cannot be read.")
-@click.option("--compact-s", type=float, default=10.0, show_default=True,
-              help="Seconds between moves of finished part files into the lake.")
-@click.option("--scrape-s", type=float, default=5.0, show_default=True,
-              help="Seconds between reads of the server's /metrics (written to the lake at least every 30 s).")
-@click.option("--window-s", type=float, default=60.0, show_default=True,
-              help="Window of the rolling acceptance rate and length gauges, in seconds of row wall time.")
-@click.option("--proxy-listen", default=None, metavar="HOST:PORT",
-              help="Also run the recording proxy (as `specdec-capture proxy`) in this process, in front of "
-                   "--server, listening here (loopback unless you say otherwise).")
-@click.option("--proxy-out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help=f"Folder of the proxy's traffic part files ({TRAFFIC_PART_LAYOUT}); default: LAKE/traffic.")
-@click.option("--proxy-content", type=click.Choice(["hash", "keep"]), default="hash", show_default=True,
-              help="The proxy's --content: hash (texts replaced by sha256:<hex>:<tokens>) or keep.")
-@click.option("--proxy-rules", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="The proxy's --rules: JSON category rules (see specdec.capture.proxy_rules).")
+@click.option(
+    "--capture-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help=f"The server's SPECDEC_CAPTURE_DIR (`serve --dir`), where the plugin writes {ROUND_PART_GLOB}.",
+)
+@click.option(
+    "--lake",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Root of the Parquet lake: rounds/date=YYYY-MM-DD/run_id=RUN/ and counters/date=YYYY-MM-DD/.",
+)
+@click.option(
+    "--server", required=True, help="Base URL of the vLLM server whose /metrics is read, e.g. http://127.0.0.1:8000."
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:9464",
+    show_default=True,
+    help="HOST:PORT of the sidecar's own /metrics and /healthz: loopback unless you say otherwise "
+    "(port 0: any free port; any other address warns at start: nothing there authenticates). "
+    '/healthz answers 503 "degraded" while the server\'s /metrics cannot be read.',
+)
+@click.option(
+    "--compact-s",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds between moves of finished part files into the lake.",
+)
+@click.option(
+    "--scrape-s",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds between reads of the server's /metrics (written to the lake at least every 30 s).",
+)
+@click.option(
+    "--window-s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Window of the rolling acceptance rate and length gauges, in seconds of row wall time.",
+)
+@click.option(
+    "--proxy-listen",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also run the recording proxy (as `specdec-capture proxy`) in this process, in front of "
+    "--server, listening here (loopback unless you say otherwise).",
+)
+@click.option(
+    "--proxy-out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"Folder of the proxy's traffic part files ({TRAFFIC_PART_LAYOUT}); default: LAKE/traffic.",
+)
+@click.option(
+    "--proxy-content",
+    type=click.Choice(["hash", "keep"]),
+    default="hash",
+    show_default=True,
+    help="The proxy's --content: hash (texts replaced by sha256:<hex>:<tokens>) or keep.",
+)
+@click.option(
+    "--proxy-rules",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The proxy's --rules: JSON category rules (see specdec.capture.proxy_rules).",
+)
 @handle_errors
-def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, proxy_listen, proxy_out,
-            proxy_content, proxy_rules) -> None:
+def sidecar(
+    capture_dir,
+    lake,
+    server,
+    listen,
+    compact_s,
+    scrape_s,
+    window_s,
+    proxy_listen,
+    proxy_out,
+    proxy_content,
+    proxy_rules,
+) -> None:
     """Run beside a vLLM server with capture on: compact its part files into a
     Parquet lake, record its /metrics counters there, and serve live
     acceptance metrics for Prometheus (alert rules: capture/alerts/specdec-alerts.yml).
@@ -257,10 +390,25 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
         proxy = None
         if proxy_listen is not None:
             proxy_host, proxy_port = _listen(proxy_listen)
-            proxy = ProxySettings(upstream=server, host=proxy_host, port=proxy_port, content=proxy_content,
-                                  rules=proxy_rules, out_dir=usable_dir(proxy_out or lake / "traffic", "--proxy-out"))
-        settings = SidecarSettings(capture_dir=capture_dir, lake=lake, server=server, host=host, port=port,
-                                   compact_s=compact_s, scrape_s=scrape_s, window_s=window_s, proxy=proxy)
+            proxy = ProxySettings(
+                upstream=server,
+                host=proxy_host,
+                port=proxy_port,
+                content=proxy_content,
+                rules=proxy_rules,
+                out_dir=usable_dir(proxy_out or lake / "traffic", "--proxy-out"),
+            )
+        settings = SidecarSettings(
+            capture_dir=capture_dir,
+            lake=lake,
+            server=server,
+            host=host,
+            port=port,
+            compact_s=compact_s,
+            scrape_s=scrape_s,
+            window_s=window_s,
+            proxy=proxy,
+        )
     except SettingError as exc:
         raise click.ClickException(str(exc)) from None
     except ValidationError as exc:
@@ -271,8 +419,14 @@ def sidecar(capture_dir, lake, server, listen, compact_s, scrape_s, window_s, pr
 
 @main.command("proxy-export")
 @click.argument("proxy_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("-o", "--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("traffic.parquet"),
-              show_default=True, help="The traffic file to write.")
+@click.option(
+    "-o",
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("traffic.parquet"),
+    show_default=True,
+    help="The traffic file to write.",
+)
 @click.option("--since", default=None, metavar="YYYY-MM-DD", help="First date partition to include.")
 @click.option("--until", default=None, metavar="YYYY-MM-DD", help="Last date partition to include.")
 @handle_errors

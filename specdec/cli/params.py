@@ -72,8 +72,7 @@ class StrictFloatType(click.ParamType):
 
     name = "number"
 
-    def __init__(self, minimum: float | None = None, maximum: float | None = None, *,
-                 exclusive_min: bool = False):
+    def __init__(self, minimum: float | None = None, maximum: float | None = None, *, exclusive_min: bool = False):
         self.minimum, self.maximum, self.exclusive_min = minimum, maximum, exclusive_min
 
     def convert(self, value, param, ctx) -> float:
@@ -116,11 +115,15 @@ class LevelListType(click.ParamType):
             if isinstance(item, str):
                 item = item.strip()
                 if not item:
-                    self.fail(f"item {pos} of {value!r} is empty; expected comma-separated integers "
-                              "such as 1,2,4,8", param, ctx)
+                    self.fail(
+                        f"item {pos} of {value!r} is empty; expected comma-separated integers such as 1,2,4,8",
+                        param,
+                        ctx,
+                    )
                 if not _INT.fullmatch(item):
-                    self.fail(f"{item!r} is not a whole number; expected comma-separated integers "
-                              "such as 1,2,4,8", param, ctx)
+                    self.fail(
+                        f"{item!r} is not a whole number; expected comma-separated integers such as 1,2,4,8", param, ctx
+                    )
             try:
                 level = self._item.to_int(item)
             except click.BadParameter as exc:
@@ -166,8 +169,17 @@ LevelList = LevelListType()
 RunName = RunNameType()
 
 __all__ = [
-    "LevelList", "LevelListType", "MaxTokens", "NonNegativeInt", "PositiveFloat", "PositiveInt",
-    "RunName", "RunNameType", "StrictFloatType", "StrictIntType", "UnitInterval",
+    "LevelList",
+    "LevelListType",
+    "MaxTokens",
+    "NonNegativeInt",
+    "PositiveFloat",
+    "PositiveInt",
+    "RunName",
+    "RunNameType",
+    "StrictFloatType",
+    "StrictIntType",
+    "UnitInterval",
 ]
 
 

@@ -37,63 +37,140 @@ def _d(name: str):
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.argument("traffic", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--levels", type=LevelList, default=",".join(map(str, _d("levels"))), show_default=True,
-              help="Closed-loop concurrency levels, comma-separated (e.g. 1,2,4,8,16,32).")
+@click.option(
+    "--levels",
+    type=LevelList,
+    default=",".join(map(str, _d("levels"))),
+    show_default=True,
+    help="Closed-loop concurrency levels, comma-separated (e.g. 1,2,4,8,16,32).",
+)
 @click.option("--arms", default=",".join(_d("arms")), show_default=True, help="Arms to run, in order.")
-@click.option("--arm", "named_arms", type=ArmParam(), multiple=True, metavar="NAME=ENGINE[:SPEC][@REF]",
-              help="A named arm (repeat the option, any number, in order), instead of the fixed pair of "
-                   "--arms/--spec-config/--engine: ENGINE vllm or llama.cpp; SPEC none (default), ngram (prompt "
-                   "lookup: vLLM ngram k=4, llama.cpp ngram-mod) or the engine's own JSON settings; each arm with "
-                   "speculation is measured against REF, else the first arm without speculation on its engine. "
-                   "E.g. --arm vllm-none=vllm --arm vllm-ngram=vllm:ngram --arm llama-none=llama.cpp "
-                   "--arm llama-ngram=llama.cpp:ngram: one run, both engines, two comparisons side by side.")
-@click.option("--spec-config", default=None,
-              help='vLLM --speculative-config JSON for the speculative arm (default: '
-                   f'{json.dumps(_d("speculative_config"))}). With external URLs it is recorded as '
-                   '"declared by the user", not verified. "null": an A/A run (both arms without speculation, one embedded server for both).')
-@click.option("--requests-per-level", type=PositiveInt, default=None,
-              help="Requests per level (default: every traffic row once).")
+@click.option(
+    "--arm",
+    "named_arms",
+    type=ArmParam(),
+    multiple=True,
+    metavar="NAME=ENGINE[:SPEC][@REF]",
+    help="A named arm (repeat the option, any number, in order), instead of the fixed pair of "
+    "--arms/--spec-config/--engine: ENGINE vllm or llama.cpp; SPEC none (default), ngram (prompt "
+    "lookup: vLLM ngram k=4, llama.cpp ngram-mod) or the engine's own JSON settings; each arm with "
+    "speculation is measured against REF, else the first arm without speculation on its engine. "
+    "E.g. --arm vllm-none=vllm --arm vllm-ngram=vllm:ngram --arm llama-none=llama.cpp "
+    "--arm llama-ngram=llama.cpp:ngram: one run, both engines, two comparisons side by side.",
+)
+@click.option(
+    "--spec-config",
+    default=None,
+    help="vLLM --speculative-config JSON for the speculative arm (default: "
+    f"{json.dumps(_d('speculative_config'))}). With external URLs it is recorded as "
+    '"declared by the user", not verified. "null": an A/A run (both arms without speculation, one embedded server for both).',
+)
+@click.option(
+    "--requests-per-level", type=PositiveInt, default=None, help="Requests per level (default: every traffic row once)."
+)
 @click.option("--max-tokens", type=MaxTokens, default=None, help="Override every row's output length.")
-@click.option("--warmup", type=NonNegativeInt, default=_d("warmup_requests"), show_default=True,
-              help="Unrecorded warm-up requests per arm (0 still sends one check request). "
-                   "A failed warm-up stops the run at once.")
-@click.option("--max-error-rate", type=UnitInterval, default=_d("max_error_rate"), show_default=True,
-              help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
-                   "lossless figure is computed from it and the command exits non-zero.")
-@click.option("--mix", type=MixParam(), default=None, metavar="CATEGORY=SHARE,...",
-              help="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): the weights of "
-                   "the overall speedup (mart speedup_weighted), recorded in the manifest. Default: the traffic "
-                   "file's own shares. It does not change what is sent: to send a re-weighted traffic, make one "
-                   "with `specdec traffic mix`.")
+@click.option(
+    "--warmup",
+    type=NonNegativeInt,
+    default=_d("warmup_requests"),
+    show_default=True,
+    help="Unrecorded warm-up requests per arm (0 still sends one check request). "
+    "A failed warm-up stops the run at once.",
+)
+@click.option(
+    "--max-error-rate",
+    type=UnitInterval,
+    default=_d("max_error_rate"),
+    show_default=True,
+    help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
+    "lossless figure is computed from it and the command exits non-zero.",
+)
+@click.option(
+    "--mix",
+    type=MixParam(),
+    default=None,
+    metavar="CATEGORY=SHARE,...",
+    help="Category shares of your service, e.g. code=0.3,chat=0.7 (0..1, summing to 1): the weights of "
+    "the overall speedup (mart speedup_weighted), recorded in the manifest. Default: the traffic "
+    "file's own shares. It does not change what is sent: to send a re-weighted traffic, make one "
+    "with `specdec traffic mix`.",
+)
 @client_options()
 @schedule_options
 @load_options
-@click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path), default=_d("runs_dir"),
-              show_default=True, help="Parent of run folders; runs/latest points at the newest.")
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=_d("runs_dir"),
+    show_default=True,
+    help="Parent of run folders; runs/latest points at the newest.",
+)
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
-@click.option("--engine", type=click.Choice(["vllm", "llama.cpp"]), default=_d("engine"), show_default=True,
-              help="vllm: embedded vLLM CPU with the capture plugin. llama.cpp: llama-server (built once from "
-                   "PyPI, cached) serving the SmolLM2 Q4_1 GGUF as shipped, speculative arm --spec-type ngram-mod "
-                   "(--spec-config '{\"type\": \"draft-simple\", \"draft_model\": \"D.gguf\"}' for a draft); "
-                   "no per-round rows, no verification pass, no prompt cache (--no-cache-prompt). With external URLs: the servers' "
-                   "engine, whose counters are read.")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llama.cpp"]),
+    default=_d("engine"),
+    show_default=True,
+    help="vllm: embedded vLLM CPU with the capture plugin. llama.cpp: llama-server (built once from "
+    "PyPI, cached) serving the SmolLM2 Q4_1 GGUF as shipped, speculative arm --spec-type ngram-mod "
+    '(--spec-config \'{"type": "draft-simple", "draft_model": "D.gguf"}\' for a draft); '
+    "no per-round rows, no verification pass, no prompt cache (--no-cache-prompt). With external URLs: the servers' "
+    "engine, whose counters are read.",
+)
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
 @click.option("--dtype", default=_d("dtype"), show_default=True, help="Embedded engine: dtype of both arms.")
 @click.option("--baseline-url", default=None, help="External server without speculation (skips the embedded engine).")
 @click.option("--speculative-url", default=None, help="External server with speculation.")
-@click.option("--served-model", default=_d("served_model"), show_default=True,
-              help="Model name sent in requests to external servers.")
-@click.option("--capture-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="External servers: the folder their capture plugin writes to (specdec-capture serve --dir). "
-                   "This run's rounds are copied from it; without it the report says no rounds were captured.")
+@click.option(
+    "--served-model",
+    default=_d("served_model"),
+    show_default=True,
+    help="Model name sent in requests to external servers.",
+)
+@click.option(
+    "--capture-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="External servers: the folder their capture plugin writes to (specdec-capture serve --dir). "
+    "This run's rounds are copied from it; without it the report says no rounds were captured.",
+)
 @click.option("--no-progress", is_flag=True, help="Plain log lines (one per level and arm) instead of progress bars.")
 @handle_errors
-def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_config: str | None, requests_per_level, max_tokens,
-         warmup: int, max_error_rate: float, connect_timeout: float, request_timeout: float, api_key_env: str,
-         repeats: int, verify: bool, samples: int, restart_servers: RestartServers, prefix_cache: PrefixCache, margin: float, load: str,
-         time_scales,
-         rates, arrival_seed: int, runs_dir: Path, run_id, engine, model, dtype, baseline_url,
-         speculative_url, served_model, capture_dir, no_progress, mix=None) -> None:
+def main(
+    traffic: Path,
+    levels: list[int],
+    arms: str,
+    named_arms: tuple,
+    spec_config: str | None,
+    requests_per_level,
+    max_tokens,
+    warmup: int,
+    max_error_rate: float,
+    connect_timeout: float,
+    request_timeout: float,
+    api_key_env: str,
+    repeats: int,
+    verify: bool,
+    samples: int,
+    restart_servers: RestartServers,
+    prefix_cache: PrefixCache,
+    margin: float,
+    load: str,
+    time_scales,
+    rates,
+    arrival_seed: int,
+    runs_dir: Path,
+    run_id,
+    engine,
+    model,
+    dtype,
+    baseline_url,
+    speculative_url,
+    served_model,
+    capture_dir,
+    no_progress,
+    mix=None,
+) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
     max_tokens, temperature) in two arms that differ only in speculation, then
     build the marts and the report.
@@ -126,6 +203,7 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
     rows (a part file it could not write) exits 1 and says how many.
     """
     from specdec.replay.experiment import run_replay  # heavy (aiohttp, pyarrow, numpy): only when the command runs
+
     try:
         spec = json.loads(spec_config) if spec_config else _d("speculative_config")
     except json.JSONDecodeError as exc:
@@ -141,15 +219,35 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
         # open loop: levels are derived from --time-scale/--rates; an explicit --levels is refused
         load_kw["levels"] = levels
     cfg = ReplayConfig(
-        traffic=traffic, runs_dir=runs_dir, run_id=run_id, **load_kw,
-        arms=[a.strip() for a in arms.split(",") if a.strip()], speculative_config=spec,
+        traffic=traffic,
+        runs_dir=runs_dir,
+        run_id=run_id,
+        **load_kw,
+        arms=[a.strip() for a in arms.split(",") if a.strip()],
+        speculative_config=spec,
         named_arms=list(named_arms) or None,
-        requests_per_level=requests_per_level, warmup_requests=warmup, max_tokens=max_tokens,
-        max_error_rate=max_error_rate, connect_timeout_s=connect_timeout, request_timeout_s=request_timeout,
-        repeats=repeats, verify=verify, samples=samples, restart_servers=restart_servers, prefix_cache=prefix_cache,
-        margin=margin, api_key_env=api_key_env, engine=engine, model=model, dtype=dtype, baseline_url=baseline_url,
-        speculative_url=speculative_url, served_model=served_model, capture_dir=capture_dir,
-        progress=not no_progress, mix=mix,
+        requests_per_level=requests_per_level,
+        warmup_requests=warmup,
+        max_tokens=max_tokens,
+        max_error_rate=max_error_rate,
+        connect_timeout_s=connect_timeout,
+        request_timeout_s=request_timeout,
+        repeats=repeats,
+        verify=verify,
+        samples=samples,
+        restart_servers=restart_servers,
+        prefix_cache=prefix_cache,
+        margin=margin,
+        api_key_env=api_key_env,
+        engine=engine,
+        model=model,
+        dtype=dtype,
+        baseline_url=baseline_url,
+        speculative_url=speculative_url,
+        served_model=served_model,
+        capture_dir=capture_dir,
+        progress=not no_progress,
+        mix=mix,
     )
     LEDGER.reset()
     try:
@@ -161,8 +259,7 @@ def main(traffic: Path, levels: list[int], arms: str, named_arms: tuple, spec_co
         raise
     except KeyboardInterrupt:
         LEDGER.signal = LEDGER.signal or signal.SIGINT
-        click.echo(f"stopped by {LEDGER.signal_name()}: {LEDGER.summary()}; exit status {LEDGER.exit_code()}",
-                   err=True)
+        click.echo(f"stopped by {LEDGER.signal_name()}: {LEDGER.summary()}; exit status {LEDGER.exit_code()}", err=True)
         sys.exit(LEDGER.exit_code())
     click.echo(f"run written to {run_dir}")
     if LEDGER.lost:  # never, unless a block lost rows without stopping the run

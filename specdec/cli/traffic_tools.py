@@ -23,10 +23,21 @@ from specdec.replay.traffic_mix import MixError, mix_rows, sample_rows, write_ro
 from specdec.replay.traffic_profile import profile, render
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-_OUT = click.option("-o", "--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-                    help="Output traffic file, .parquet or .jsonl (written atomically).")
-_SEED = click.option("--seed", type=NonNegativeInt, default=0, show_default=True,
-                     help="Seed of the random draw: the same seed gives the same rows.")
+_OUT = click.option(
+    "-o",
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Output traffic file, .parquet or .jsonl (written atomically).",
+)
+_SEED = click.option(
+    "--seed",
+    type=NonNegativeInt,
+    default=0,
+    show_default=True,
+    help="Seed of the random draw: the same seed gives the same rows.",
+)
 
 
 def _errors(fn, *args):
@@ -61,8 +72,11 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
 @click.option("-n", "--rows", "n", required=True, type=PositiveInt, help="Rows to draw (without replacement).")
 @_OUT
 @_SEED
-@click.option("--by-category", is_flag=True,
-              help="Stratified: each category keeps its share of FILE (round(n x share) rows, largest remainder).")
+@click.option(
+    "--by-category",
+    is_flag=True,
+    help="Stratified: each category keeps its share of FILE (round(n x share) rows, largest remainder).",
+)
 def sample_cmd(file: Path, n: int, out: Path, seed: int, by_category: bool) -> None:
     """Draw N rows of FILE at random, keeping each session whole (all its turns
     or none), in FILE's order; arrival times are kept as they are."""
@@ -78,11 +92,18 @@ def sample_cmd(file: Path, n: int, out: Path, seed: int, by_category: bool) -> N
 
 @click.command("mix")
 @_FILE
-@click.option("--mix", "mix", required=True, type=MixParam(), metavar="CATEGORY=SHARE,...",
-              help="Category shares of the output, e.g. code=0.3,chat=0.7: shares from 0 to 1 that sum to 1; "
-                   "categories not named are left out.")
-@click.option("-n", "--rows", "n", type=PositiveInt, default=None,
-              help="Rows of the output (default: as many as FILE).")
+@click.option(
+    "--mix",
+    "mix",
+    required=True,
+    type=MixParam(),
+    metavar="CATEGORY=SHARE,...",
+    help="Category shares of the output, e.g. code=0.3,chat=0.7: shares from 0 to 1 that sum to 1; "
+    "categories not named are left out.",
+)
+@click.option(
+    "-n", "--rows", "n", type=PositiveInt, default=None, help="Rows of the output (default: as many as FILE)."
+)
 @_OUT
 @_SEED
 def mix_cmd(file: Path, mix: dict[str, float], n: int | None, out: Path, seed: int) -> None:

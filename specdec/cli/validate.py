@@ -48,7 +48,10 @@ def validate_command(path: Path, as_json: bool) -> None:
         click.echo(render(results))
     errors = [r for r in results if r.error]
     if errors:
-        click.echo(f"Error: {len(errors)} expectation(s) could not run: "
-                   + "; ".join(f"{r.suite}/{r.expectation}: {r.error}" for r in errors), err=True)
+        click.echo(
+            f"Error: {len(errors)} expectation(s) could not run: "
+            + "; ".join(f"{r.suite}/{r.expectation}: {r.error}" for r in errors),
+            err=True,
+        )
         ctx.exit(EXIT_ERROR)
     ctx.exit(EXIT_FAILED if any(not r.success for r in results) else 0)

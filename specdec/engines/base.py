@@ -14,6 +14,7 @@ from specdec.engines.metrics import parse_counters
 class RequestStats:
     """One request's speculative totals as its engine reported them in the response.
     ``steps`` is None where the engine does not say (llama.cpp)."""
+
     engine: str
     draft_tokens: int
     accepted_tokens: int
@@ -24,6 +25,7 @@ class RequestStats:
 class Arm:
     """One server configuration of an engine: a name, and the engine's speculation
     settings (None: no speculation)."""
+
     name: str
     speculation: Mapping[str, Any] | None = None
 
@@ -89,7 +91,7 @@ class Engine(ABC):
         for line in text.splitlines():
             if not line.startswith(name + "{"):
                 continue
-            labels, _, rest = line[len(name) + 1:].partition("}")
+            labels, _, rest = line[len(name) + 1 :].partition("}")
             pos = dict(_label_pairs(labels)).get(label)
             if pos is None:
                 continue

@@ -89,6 +89,7 @@ def _in_main_thread() -> bool:
 
 # --- signals --------------------------------------------------------------------------------------
 
+
 def _as_ctrl_c(on_signal: Callable[[int], None] | None) -> Callable[[int, FrameType | None], None]:
     def handler(signum: int, frame: FrameType | None) -> None:
         if on_signal is not None:
@@ -98,6 +99,7 @@ def _as_ctrl_c(on_signal: Callable[[int], None] | None) -> Callable[[int, FrameT
             on_int(signal.SIGINT, frame)  # asyncio's: cancel the run once; Python's: KeyboardInterrupt
         else:  # Ctrl-C ignored or left to the OS: still stop
             raise KeyboardInterrupt
+
     handler._specdec_as_ctrl_c = True  # type: ignore[attr-defined]
     return handler
 
@@ -150,6 +152,7 @@ def _deferred_signals(hurry: threading.Event, redeliver: bool) -> Iterator[None]
 
 # --- start ---------------------------------------------------------------------------------------
 
+
 def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -176,6 +179,7 @@ def _child_setup(parent: int, blocked: set[int], pdeathsig: bool) -> Callable[[]
             prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
             if os.getppid() != parent:
                 os._exit(1)
+
     return setup
 
 
@@ -188,8 +192,14 @@ def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -
     blocked: set[int] = set(STOP_SIGNALS) if main else set()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if blocked else None
     try:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                preexec_fn=_child_setup(os.getpid(), blocked, True) if main else None)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_child_setup(os.getpid(), blocked, True) if main else None,
+        )
         group = OwnedGroup(proc)
     finally:
         if old_mask is not None:
@@ -222,6 +232,7 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 
 # --- the group -----------------------------------------------------------------------------------
 
+
 @dataclass
 class StopOutcome:
     how: str  # "already exited" | "exited on SIGTERM" | "killed (SIGKILL)"
@@ -235,8 +246,14 @@ class OwnedGroup:
     def __init__(self, proc: subprocess.Popen[bytes]):
         self.proc, self.pgid = proc, proc.pid
 
-    def wait_ready(self, probe: Callable[[float], bool], timeout_s: float, *,
-                   on_exit: Callable[[int], str], on_timeout: Callable[[], str]) -> None:
+    def wait_ready(
+        self,
+        probe: Callable[[float], bool],
+        timeout_s: float,
+        *,
+        on_exit: Callable[[int], str],
+        on_timeout: Callable[[], str],
+    ) -> None:
         """Poll ``probe(timeout_s)`` until it is true. The server exiting first,
         the time running out, an interrupt or a cancelled ``in_thread`` end the
         wait by an exception, after the whole group is SIGKILLed."""

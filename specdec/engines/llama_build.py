@@ -61,10 +61,18 @@ NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 #: CMake configuration: the server only, static, no web UI download, no OpenSSL, no AMX.
 CMAKE_FLAGS = (
-    "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF",
-    "-DGGML_NATIVE=ON", "-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_BUILD_TYPE=Release",
-    f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DGGML_NATIVE=ON",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DCMAKE_BUILD_TYPE=Release",
+    f"-DCMAKE_C_FLAGS={NO_AMX}",
+    f"-DCMAKE_CXX_FLAGS={NO_AMX}",
 )
 
 BINARY = "llama-server"
@@ -118,8 +126,7 @@ def _cmake() -> list[str]:
 
 def _run(cmd: list[str], what: str, log_file: IO[str] | None = None) -> None:
     try:
-        proc = subprocess.run(cmd, stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=log_file is None)
+        proc = subprocess.run(cmd, stdout=log_file or subprocess.PIPE, stderr=subprocess.STDOUT, text=log_file is None)
     except OSError as exc:
         raise EngineError(f"llama-server build: {what} could not start: {exc}") from None
     if proc.returncode != 0:
@@ -128,9 +135,23 @@ def _run(cmd: list[str], what: str, log_file: IO[str] | None = None) -> None:
 
 
 def _sdist(work: Path, log_file: IO[str] | None) -> Path:
-    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-          "-d", str(work), f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], "pip download of the llama-cpp-python sdist",
-         log_file)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-d",
+            str(work),
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON}",
+        ],
+        "pip download of the llama-cpp-python sdist",
+        log_file,
+    )
     archives = sorted(work.glob("llama_cpp_python-*.tar.gz")) + sorted(work.glob("llama-cpp-python-*.tar.gz"))
     if not archives:
         raise EngineError(f"llama-server build: pip download left no llama-cpp-python sdist in {work}")
@@ -156,14 +177,20 @@ def build_llama_server(cache: Path | None = None, jobs: int | None = None) -> Bu
         log_path = target / "build.log"
         with tempfile.TemporaryDirectory(prefix="specdec-llama-build-") as tmp, log_path.open("w") as log_file:
             work = Path(tmp)
-            log.info("building llama-server from llama-cpp-python %s (a few minutes, once per machine); log: %s",
-                     LLAMA_CPP_PYTHON, log_path)
+            log.info(
+                "building llama-server from llama-cpp-python %s (a few minutes, once per machine); log: %s",
+                LLAMA_CPP_PYTHON,
+                log_path,
+            )
             source = _sdist(work, log_file)
             cmake = _cmake()
             build_dir = work / "build"
             _run([*cmake, "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], "cmake configure", log_file)
-            _run([*cmake, "--build", str(build_dir), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
-                 "cmake build", log_file)
+            _run(
+                [*cmake, "--build", str(build_dir), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
+                "cmake build",
+                log_file,
+            )
             built = next((p for p in (build_dir / "bin" / BINARY, build_dir / BINARY) if p.is_file()), None)
             if built is None:
                 raise EngineError(f"llama-server build: no {BINARY} under {build_dir}; see {log_path}")
@@ -171,9 +198,14 @@ def build_llama_server(cache: Path | None = None, jobs: int | None = None) -> Bu
             shutil.copy2(built, tmp_bin)
             os.replace(tmp_bin, target / BINARY)  # a reader sees no binary or the whole one
         seconds = time.monotonic() - started
-        record = {"llama_cpp_python": LLAMA_CPP_PYTHON, "seconds": round(seconds, 1), "cpu_key": _cpu_key(),
-                  "cmake_flags": list(CMAKE_FLAGS), "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "compiler": _compiler()}
+        record = {
+            "llama_cpp_python": LLAMA_CPP_PYTHON,
+            "seconds": round(seconds, 1),
+            "cpu_key": _cpu_key(),
+            "cmake_flags": list(CMAKE_FLAGS),
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "compiler": _compiler(),
+        }
         (target / RECORD).write_text(json.dumps(record, indent=2) + "\n")
         log.info("built llama-server in %.0f s: %s", seconds, target / BINARY)
         return BuiltServer(target / BINARY, True, seconds, record)

@@ -53,12 +53,20 @@ class LlamaCpp(Engine):
         "generation_tokens": "llamacpp:tokens_predicted_total",
     }
     position_counter: ClassVar[tuple[str, str] | None] = (
-        "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position")
+        "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
+        "position",
+    )
     resets_prefix_cache: ClassVar[bool] = False  # no endpoint: --no-cache-prompt instead
     verifies_greedy: ClassVar[bool] = False  # its logprobs are not vLLM's
 
-    def __init__(self, binary: Path | None = None, threads: int = 2, context: int = 4096, slots: int = 1,
-                 prompt_cache: bool = True):
+    def __init__(
+        self,
+        binary: Path | None = None,
+        threads: int = 2,
+        context: int = 4096,
+        slots: int = 1,
+        prompt_cache: bool = True,
+    ):
         """``prompt_cache`` False: ``--no-cache-prompt`` on every arm, so no request reuses an
         earlier one's prompt (the analogue of vLLM's prefix-cache reset: llama.cpp has no
         endpoint to empty it between blocks)."""
@@ -71,8 +79,19 @@ class LlamaCpp(Engine):
         return [str(self.binary)]
 
     def server_args(self, arm: Arm, *, model: str) -> list[str]:
-        return ["-m", model, "-t", str(self.threads), "-c", str(self.context), "-np", str(self.slots), "--metrics",
-                *([] if self.prompt_cache else ["--no-cache-prompt"]), *self.speculation_args(arm)]
+        return [
+            "-m",
+            model,
+            "-t",
+            str(self.threads),
+            "-c",
+            str(self.context),
+            "-np",
+            str(self.slots),
+            "--metrics",
+            *([] if self.prompt_cache else ["--no-cache-prompt"]),
+            *self.speculation_args(arm),
+        ]
 
     def speculation_args(self, arm: Arm) -> list[str]:
         """``arm.speculation``: None (no speculation), or a mapping with ``type``
@@ -83,8 +102,9 @@ class LlamaCpp(Engine):
             return []
         kind = spec.get("type")
         if kind not in SPEC_TYPES:
-            raise ValueError(f"arm {arm.name!r}: llama.cpp speculation type {kind!r} is not one of "
-                             f"{', '.join(SPEC_TYPES)}")
+            raise ValueError(
+                f"arm {arm.name!r}: llama.cpp speculation type {kind!r} is not one of {', '.join(SPEC_TYPES)}"
+            )
         args: list[str] = []
         if kind == "draft-simple":
             draft = spec.get("draft_model")

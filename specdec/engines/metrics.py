@@ -62,7 +62,7 @@ def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
         brace = line.find("{")
         space = line.find(" ")
         if brace >= 0 and (space < 0 or brace < space):
-            name, rest = line[:brace], line[line.find("}", brace) + 1:]
+            name, rest = line[:brace], line[line.find("}", brace) + 1 :]
         elif space >= 0:
             name, rest = line[:space], line[space:]
         else:
@@ -78,9 +78,13 @@ def _samples(text: str, wanted: dict[str, str]) -> dict[str, list[float]]:
     return out
 
 
-async def read_counters(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None,
-                        counters: dict[str, str] | None = None,
-                        parse: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
+async def read_counters(
+    session: aiohttp.ClientSession,
+    base_url: str | Endpoint,
+    settings: ClientSettings | None = None,
+    counters: dict[str, str] | None = None,
+    parse: Callable[[str], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Counters of a server (vLLM's names unless ``counters`` says otherwise); all None
     if it has no /metrics. ``parse``: the engine's ``parse_snapshot`` (the counters and
     the per-position counter) instead of the counters alone."""
@@ -91,35 +95,54 @@ async def read_counters(session: aiohttp.ClientSession, base_url: str | Endpoint
     return parse(text) if parse else parse_counters(text, counters)
 
 
-async def read_gauges(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None,
-                      timeout_s: float = 30) -> dict[str, float | None]:
+async def read_gauges(
+    session: aiohttp.ClientSession,
+    base_url: str | Endpoint,
+    settings: ClientSettings | None = None,
+    timeout_s: float = 30,
+) -> dict[str, float | None]:
     """The gauges of a server; all None if it has no /metrics."""
     text = await metrics_text(session, base_url, settings, timeout_s)
     return {k: None for k in GAUGES} if text is None else parse_gauges(text)
 
 
-async def metrics_text(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None, timeout_s: float = 30) -> str | None:
+async def metrics_text(
+    session: aiohttp.ClientSession,
+    base_url: str | Endpoint,
+    settings: ClientSettings | None = None,
+    timeout_s: float = 30,
+) -> str | None:
     """The /metrics page; None when the server has none (404). Any other
     status that is not a success raises aiohttp.ClientResponseError."""
     ep = as_endpoint(base_url)
     settings = settings or ClientSettings()
-    async with session.get(ep.url("/metrics"), params=ep.params or None, headers=request_headers(settings, ep),
-                           timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+    async with session.get(
+        ep.url("/metrics"),
+        params=ep.params or None,
+        headers=request_headers(settings, ep),
+        timeout=aiohttp.ClientTimeout(total=timeout_s),
+    ) as resp:
         if resp.status == 404:
             return None
         resp.raise_for_status()
         return await resp.text(errors="replace")
 
 
-async def reset_prefix_cache(session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None) -> bool:
+async def reset_prefix_cache(
+    session: aiohttp.ClientSession, base_url: str | Endpoint, settings: ClientSettings | None = None
+) -> bool:
     """POST /reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1,
     which specdec sets for the servers it starts). True if the server did it;
     False if it has no such endpoint or refused (e.g. requests still running)."""
     ep = as_endpoint(base_url)
     settings = settings or ClientSettings()
     try:
-        async with session.post(ep.url("/reset_prefix_cache"), params=ep.params or None,
-                                headers=request_headers(settings, ep), timeout=aiohttp.ClientTimeout(total=30)) as resp:
+        async with session.post(
+            ep.url("/reset_prefix_cache"),
+            params=ep.params or None,
+            headers=request_headers(settings, ep),
+            timeout=aiohttp.ClientTimeout(total=30),
+        ) as resp:
             return 200 <= resp.status < 300
     except (aiohttp.ClientError, OSError, TimeoutError):
         return False

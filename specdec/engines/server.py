@@ -57,8 +57,15 @@ class ServerProcess:
     #: what the marker line before a deliberate stop adds about the engine's own shutdown messages
     stop_note = ""
 
-    def __init__(self, cmd: list[str], extra_env: dict[str, str], log_path: Path, port: int,
-                 health_path: str = "/health", startup_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        cmd: list[str],
+        extra_env: dict[str, str],
+        log_path: Path,
+        port: int,
+        health_path: str = "/health",
+        startup_timeout_s: float = 300.0,
+    ):
         self.cmd, self.extra_env, self.log_path, self.port = cmd, extra_env, log_path, port
         self.health_path, self.startup_timeout_s = health_path, startup_timeout_s
         self.group: OwnedGroup | None = None
@@ -97,11 +104,17 @@ class ServerProcess:
         assert self.group is not None, "wait_ready before launch"
         try:
             self.group.wait_ready(
-                self._healthy, self.startup_timeout_s,
-                on_exit=lambda code: (f"{self.label} exited with code {code} during start-up; "
-                                      f"last lines of {self.log_path}:\n{self.log_tail()}"),
-                on_timeout=lambda: (f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; "
-                                    f"see {self.log_path}:\n{self.log_tail()}"))
+                self._healthy,
+                self.startup_timeout_s,
+                on_exit=lambda code: (
+                    f"{self.label} exited with code {code} during start-up; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                ),
+                on_timeout=lambda: (
+                    f"{self.label} not healthy after {self.startup_timeout_s:.0f}s; "
+                    f"see {self.log_path}:\n{self.log_tail()}"
+                ),
+            )
         except BaseException as exc:  # wait_ready has killed the group already
             self._mark(f"start-up ended ({type(exc).__name__}): the server's process group was killed")
             self._close()
@@ -146,8 +159,10 @@ class ServerProcess:
         if proc.poll() is not None and not self.group.members():
             self._mark(f"the server had already exited with code {proc.returncode} before specdec stopped it")
             return
-        self._mark(f"stopping the server on purpose (SIGTERM to its process group, SIGKILL after "
-                   f"{grace_s:g} s).{self.stop_note}")
+        self._mark(
+            f"stopping the server on purpose (SIGTERM to its process group, SIGKILL after "
+            f"{grace_s:g} s).{self.stop_note}"
+        )
         out = self.group.stop(grace_s, redeliver=redeliver)
         left = f"; {out.left} process(es) of its group still there after SIGKILL" if out.left else ""
         self._mark(f"server stopped: {out.how} in {out.seconds:.1f} s (exit code {proc.returncode}){left}")
@@ -169,11 +184,20 @@ class LocalServer(ServerProcess):
     """A vLLM API server subprocess with the capture plugin on."""
 
     label = "vLLM server"
-    stop_note = (" vLLM's shutdown messages below ('force killing', 'leaked', resource_tracker warnings) "
-                 "are its normal exit, not failures")
+    stop_note = (
+        " vLLM's shutdown messages below ('force killing', 'leaked', resource_tracker warnings) "
+        "are its normal exit, not failures"
+    )
 
-    def __init__(self, spec: ServerSpec, spec_config: dict[str, Any] | None, capture_dir: Path,
-                 run_id: str, log_path: Path, startup_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        spec: ServerSpec,
+        spec_config: dict[str, Any] | None,
+        capture_dir: Path,
+        run_id: str,
+        log_path: Path,
+        startup_timeout_s: float = 300.0,
+    ):
         port = free_port()
         self.capture_dir, self.run_id = capture_dir, run_id
         env = {
@@ -184,8 +208,9 @@ class LocalServer(ServerProcess):
             **spec.env(),
         }
         engine = Vllm(spec)
-        cmd = engine.server_command(Arm("speculative" if spec_config else "baseline", spec_config),
-                                    model=spec.model, port=port)
+        cmd = engine.server_command(
+            Arm("speculative" if spec_config else "baseline", spec_config), model=spec.model, port=port
+        )
         super().__init__(cmd, env, log_path, port, engine.health_path, startup_timeout_s)
 
 
@@ -195,13 +220,13 @@ class LlamaServer(ServerProcess):
 
     label = "llama-server"
 
-    def __init__(self, arm: Arm, model: Path, log_path: Path, engine: LlamaCpp | None = None,
-                 startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, arm: Arm, model: Path, log_path: Path, engine: LlamaCpp | None = None, startup_timeout_s: float = 120.0
+    ) -> None:
         self.engine = engine or LlamaCpp()
         port = free_port()
         cmd = self.engine.server_command(arm, model=str(model), port=port)
-        super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path,
-                         startup_timeout_s)
+        super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path, startup_timeout_s)
 
 
 def start_all(stack: contextlib.ExitStack, servers: list[ServerProcess]) -> None:
@@ -227,8 +252,10 @@ def start_all(stack: contextlib.ExitStack, servers: list[ServerProcess]) -> None
         for srv in servers:
             if srv is not current and srv not in ready and srv.group is not None:
                 srv.group.stop(grace_s=0.0)
-                srv._mark(f"start-up ended ({type(exc).__name__} while the servers started together): "
-                          "the server's process group was killed")
+                srv._mark(
+                    f"start-up ended ({type(exc).__name__} while the servers started together): "
+                    "the server's process group was killed"
+                )
         raise
 
 

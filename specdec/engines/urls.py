@@ -107,16 +107,17 @@ def parse_endpoint(url: str, option: str = "URL") -> Endpoint:
         raise SpecdecError(f"{option} {redact_url(url)!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SpecdecError(
-            f"{option} {redact_url(url)!r} must be an http:// or https:// URL with a host, "
-            "e.g. http://127.0.0.1:8000"
+            f"{option} {redact_url(url)!r} must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000"
         )
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
     netloc = f"{host}:{port}" if port else host
     base = urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
     return Endpoint(
-        base=base, display=redact_url(url.strip().rstrip("/")) or "",
+        base=base,
+        display=redact_url(url.strip().rstrip("/")) or "",
         query=tuple(parse_qsl(parts.query, keep_blank_values=True)),
-        user=parts.username, password=parts.password,
+        user=parts.username,
+        password=parts.password,
     )
 
 
@@ -143,8 +144,12 @@ class ClientSettings:
         return self.request_timeout_s + self.wall_s_per_token * max_tokens
 
     def timeout(self) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, connect=self.connect_timeout_s,
-                                     sock_connect=self.connect_timeout_s, sock_read=self.request_timeout_s)
+        return aiohttp.ClientTimeout(
+            total=None,
+            connect=self.connect_timeout_s,
+            sock_connect=self.connect_timeout_s,
+            sock_read=self.request_timeout_s,
+        )
 
     def headers(self, request_id: str | None = None) -> dict[str, str]:
         h = {}

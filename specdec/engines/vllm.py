@@ -32,12 +32,18 @@ class ServerSpec:
 
     def common_args(self) -> list[str]:
         return [
-            "--model", self.model,
-            "--served-model-name", "specdec-target",
-            "--dtype", self.dtype,
-            "--max-model-len", str(self.max_model_len),
-            "--max-num-seqs", str(self.max_num_seqs),
-            "--seed", str(self.seed),
+            "--model",
+            self.model,
+            "--served-model-name",
+            "specdec-target",
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-num-seqs",
+            str(self.max_num_seqs),
+            "--seed",
+            str(self.seed),
             "--enforce-eager",
             *(["--no-enable-prefix-caching"] if self.prefix_cache == "off" else []),
             *self.extra_args,
@@ -52,8 +58,10 @@ def speculative_args(spec_config: dict[str, Any] | None) -> list[str]:
     if spec_config is None:
         return []
     return [
-        "--speculative-config", json.dumps(spec_config, sort_keys=True),
-        "--per-request-spec-decode-metrics", "summary",
+        "--speculative-config",
+        json.dumps(spec_config, sort_keys=True),
+        "--per-request-spec-decode-metrics",
+        "summary",
     ]
 
 
@@ -61,7 +69,9 @@ class Vllm(Engine):
     name: ClassVar[str] = "vllm"
     counters: ClassVar[Mapping[str, str]] = engine_metrics.COUNTERS
     position_counter: ClassVar[tuple[str, str] | None] = (
-        "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position")
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "position",
+    )
 
     def __init__(self, spec: ServerSpec | None = None) -> None:
         """``spec``: the ``ServerSpec`` whose common arguments every arm shares."""

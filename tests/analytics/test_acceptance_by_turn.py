@@ -30,26 +30,47 @@ def with_sessions():
 
 def test_per_turn_acceptance_and_throughput(tmp_path, query):
     write_run(tmp_path, requests=with_sessions())
-    got = {(r["arm"], r["concurrency"], r["category"], r["turn_index"]): r
-           for r in query("select * from acceptance_by_turn")}
-    assert sorted(got, key=str) == sorted([(arm, c, cat, t) for arm in ("baseline", "speculative")
-                                           for c, cat, t in ((1, "code", 0), (1, "chat", 1), (2, "code", None),
-                                                             (2, "chat", None))], key=str)
+    got = {
+        (r["arm"], r["concurrency"], r["category"], r["turn_index"]): r
+        for r in query("select * from acceptance_by_turn")
+    }
+    assert sorted(got, key=str) == sorted(
+        [
+            (arm, c, cat, t)
+            for arm in ("baseline", "speculative")
+            for c, cat, t in ((1, "code", 0), (1, "chat", 1), (2, "code", None), (2, "chat", None))
+        ],
+        key=str,
+    )
     t0 = got["speculative", 1, "code", 0]  # rounds (4,4) (4,2) (4,0): 6 of 12, 3 rounds, 9 emitted
     assert (t0["requests"], t0["sessions"], t0["verify_rounds"]) == (1, 1, 3)
     assert (t0["mean_acceptance_length"], t0["acceptance_rate"], t0["tokens_per_round"]) == (
-        approx(3.0), approx(0.5), approx(3.0))
+        approx(3.0),
+        approx(0.5),
+        approx(3.0),
+    )
     assert t0["stats_acceptance_rate"] == approx(0.5)  # the request's own stats agree
     assert (t0["output_tokens_per_s_mean"], t0["ttft_ms_p50"], t0["tpot_ms_p50"]) == (
-        approx(125.0), approx(8.0), approx(8.0))
+        approx(125.0),
+        approx(8.0),
+        approx(8.0),
+    )
     t1 = got["speculative", 1, "chat", 1]  # (4,1) (4,0): 1 of 8
     assert (t1["mean_acceptance_length"], t1["acceptance_rate"], t1["output_tokens_per_s_mean"]) == (
-        approx(1.5), approx(0.125), approx(100.0))
+        approx(1.5),
+        approx(0.125),
+        approx(100.0),
+    )
     alone = got["speculative", 2, "code", None]
     assert (alone["sessions"], alone["verify_rounds"], alone["acceptance_rate"]) == (0, 3, approx(0.5))
     base = got["baseline", 1, "code", 0]  # no drafts: no acceptance, only throughput
-    assert (base["verify_rounds"], base["mean_acceptance_length"], base["acceptance_rate"],
-            base["stats_acceptance_rate"], base["output_tokens_per_s_mean"]) == (0, None, None, None, approx(50.0))
+    assert (
+        base["verify_rounds"],
+        base["mean_acceptance_length"],
+        base["acceptance_rate"],
+        base["stats_acceptance_rate"],
+        base["output_tokens_per_s_mean"],
+    ) == (0, None, None, None, approx(50.0))
 
 
 def _old_requests_file(run_dir):
@@ -91,8 +112,10 @@ def test_old_and_new_files_in_one_database(tmp_path):
     write_manifest(new, make_manifest(run_id="u"))
     con = duckdb.connect(str(build(tmp_path)), read_only=True)
     try:
-        got = con.execute("select run_id, count(*) filter (where turn_index is not null), count(*) "
-                          "from acceptance_by_turn group by run_id order by run_id").fetchall()
+        got = con.execute(
+            "select run_id, count(*) filter (where turn_index is not null), count(*) "
+            "from acceptance_by_turn group by run_id order by run_id"
+        ).fetchall()
     finally:
         con.close()
     assert got == [("t", 0, 8), ("u", 4, 8)]

@@ -21,20 +21,30 @@ def rounds(context=lambda rnd: 10 + rnd):
 
 def test_per_position_acceptance_and_first_rejection(tmp_path, query):
     write_run(tmp_path, rounds=rounds())
-    got = {r["position"]: r for r in query("select * from acceptance_positions "
-                                           "where arm = 'speculative' and category = 'code'")}
+    got = {
+        r["position"]: r
+        for r in query("select * from acceptance_positions where arm = 'speculative' and category = 'code'")
+    }
     assert sorted(got) == [1, 2, 3, 4]  # the largest k proposed
     # 5 verify rounds; accepted >= i: i=1: 4 rounds (all but (4,0)); i=2: (4,4),(4,2),(2,2);
     # i=3: (4,4); i=4: (4,4)
     assert [got[i]["accepted"] for i in (1, 2, 3, 4)] == [4, 3, 1, 1]
     assert [got[i]["rounds_reaching"] for i in (1, 2, 3, 4)] == [5, 5, 4, 3]  # k >= i
     assert {r["verify_rounds"] for r in got.values()} == {5}
-    assert [got[i]["acceptance_at_position"] for i in (1, 2, 3, 4)] == [approx(0.8), approx(0.6),
-                                                                         approx(0.2), approx(0.2)]
+    assert [got[i]["acceptance_at_position"] for i in (1, 2, 3, 4)] == [
+        approx(0.8),
+        approx(0.6),
+        approx(0.2),
+        approx(0.2),
+    ]
     # conditional: position 2 given k >= 2 and position 1 accepted: 4 such rounds, 3 accepted;
     # position 3: k >= 3 and a >= 2: (4,4), (4,2): 1 of 2; position 4: (4,4) only: 1 of 1
-    assert [got[i]["conditional_acceptance"] for i in (1, 2, 3, 4)] == [approx(0.8), approx(0.75),
-                                                                         approx(0.5), approx(1.0)]
+    assert [got[i]["conditional_acceptance"] for i in (1, 2, 3, 4)] == [
+        approx(0.8),
+        approx(0.75),
+        approx(0.5),
+        approx(1.0),
+    ]
     # first rejection: (4,0) at 1, (3,1) at 2, (4,2) at 3; (4,4) and (2,2) accepted everything
     assert [got[i]["first_rejections"] for i in (1, 2, 3, 4)] == [1, 1, 1, 0]
     assert got[1]["all_accepted_share"] == approx(0.4)
@@ -57,8 +67,10 @@ def test_acceptance_by_context_bucket(tmp_path, query):
     # rounds 1-3 at context 100-300, 4-5 at 600 and 5000; the no-draft step is not a round
     ctx = {1: 100, 2: 200, 3: 300, 4: 600, 5: 5000, 6: 5001}
     write_run(tmp_path, rounds=rounds(lambda rnd: ctx[rnd]))
-    got = {r["context_bucket"]: r for r in query("select * from acceptance_by_context "
-                                                 "where arm = 'speculative' and category = 'code'")}
+    got = {
+        r["context_bucket"]: r
+        for r in query("select * from acceptance_by_context where arm = 'speculative' and category = 'code'")
+    }
     assert list(got) == ["0-255", "256-511", "512-1023", "4096+"]
     low = got["0-255"]  # (4,4), (4,2): 6 accepted of 8, 2 rounds
     assert (low["verify_rounds"], low["context_low"], low["context_high"]) == (2, 0, 256)
@@ -68,7 +80,11 @@ def test_acceptance_by_context_bucket(tmp_path, query):
     assert got["512-1023"]["acceptance_rate"] == approx(1 / 3)
     top = got["4096+"]
     assert (top["verify_rounds"], top["context_low"], top["context_high"], top["acceptance_rate"]) == (
-        1, 4096, None, approx(1.0))
+        1,
+        4096,
+        None,
+        approx(1.0),
+    )
 
 
 def test_per_position_acceptance_from_the_engine_counter_equals_the_rounds(tmp_path, query):
@@ -97,7 +113,10 @@ def test_a_counter_of_the_first_positions_only_is_flagged(tmp_path, query):
 
 def test_the_counter_disagreeing_with_the_rounds_shows_as_a_diff(tmp_path, query):
     write_run(tmp_path, with_position_counter([3, 2, 2, 1]))
-    got = {(r["concurrency"], r["position"]): r["diff_accepted"] for r in query("select * from acceptance_positions_engine")}
+    got = {
+        (r["concurrency"], r["position"]): r["diff_accepted"]
+        for r in query("select * from acceptance_positions_engine")
+    }
     assert got[1, 3] == -1 and got[2, 3] == -1 and got[1, 1] == 0
 
 

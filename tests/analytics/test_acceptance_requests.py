@@ -10,8 +10,10 @@ from tests.support.synthetic_run import make_counters, make_requests, write_run
 
 
 def rows(query) -> dict:
-    return {(r["concurrency"], r["category"]): r
-            for r in query("select * from acceptance_requests where arm = 'speculative'")}
+    return {
+        (r["concurrency"], r["category"]): r
+        for r in query("select * from acceptance_requests where arm = 'speculative'")
+    }
 
 
 def test_rates_from_the_requests_stats_and_a_zero_difference_with_the_counters(run_dir, query):
@@ -25,7 +27,11 @@ def test_rates_from_the_requests_stats_and_a_zero_difference_with_the_counters(r
     assert both["acceptance_rate"] == approx(7 / 20)
     assert both["acceptance_rate_per_request"] == approx((0.5 + 1 / 8) / 2)  # the mean of the two requests' rates
     assert (both["engine_proposed"], both["engine_accepted"], both["diff_proposed"], both["diff_accepted"]) == (
-        20, 7, 0, 0)
+        20,
+        7,
+        0,
+        0,
+    )
     assert code["engine_proposed"] is None  # the counters are per level, not per category
     assert not query("select * from acceptance_requests where arm = 'baseline'")  # no stats: no rows, not zeros
 

@@ -27,8 +27,10 @@ def test_the_database_is_written_in_the_storage_format_of_duckdb_1_0(tmp_path):
 
 def test_a_build_imports_no_pandas(tmp_path):
     run = write_run(tmp_path)
-    code = ("import sys; from pathlib import Path; from specdec.analytics.build import build; "
-            f"build(Path({str(run)!r})); print('pandas' in sys.modules)")
+    code = (
+        "import sys; from pathlib import Path; from specdec.analytics.build import build; "
+        f"build(Path({str(run)!r})); print('pandas' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

@@ -24,8 +24,7 @@ from tests.support.synthetic_run import make_requests
 
 def leftovers(run_dir: Path) -> list[str]:
     """Anything a build may leave behind: temp names, DuckDB's .wal and spill dir."""
-    return sorted(p.name for p in run_dir.iterdir()
-                  if p.name.startswith(".") or p.name.endswith((".tmp", ".wal")))
+    return sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".") or p.name.endswith((".tmp", ".wal")))
 
 
 def test_every_record_file_loads_into_its_raw_table(run_dir):
@@ -77,7 +76,7 @@ def test_corrupted_row_group_is_named_although_the_footer_reads(run_dir):
     path = run_dir / "requests.parquet"
     data = bytearray(path.read_bytes())
     first = pq.ParquetFile(path).metadata.row_group(0).column(0).data_page_offset
-    data[4:first + 400] = b"\xff" * (first + 396)  # page headers of the first columns
+    data[4 : first + 400] = b"\xff" * (first + 396)  # page headers of the first columns
     path.write_bytes(bytes(data))
     assert pq.read_schema(path).names[0] == "run_id"  # the footer is intact
     with pytest.raises(InputFileError, match="row group 0 of 1 cannot be read") as exc:
@@ -158,8 +157,11 @@ def test_a_single_flipped_byte_inside_a_data_page_is_a_named_error(run_dir):
     (written since this change) also catch flips that would still decode."""
     path = run_dir / "requests.parquet"
     meta = pq.ParquetFile(path).metadata
-    col = next(meta.row_group(0).column(i) for i in range(meta.num_columns)
-               if meta.row_group(0).column(i).path_in_schema == "output_text")
+    col = next(
+        meta.row_group(0).column(i)
+        for i in range(meta.num_columns)
+        if meta.row_group(0).column(i).path_in_schema == "output_text"
+    )
     data = bytearray(path.read_bytes())
     end = (col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size
     data[end - 3] ^= 0x01  # inside the last page's values, not its header

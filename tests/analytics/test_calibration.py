@@ -15,8 +15,12 @@ from specdec.analytics.calibration import PLANTED, Design, Noise, estimate, eval
 
 #: The components of the quietest demo-sized run measured here (3 repeats x 128 tokens; its
 #: `--estimate` line in BENCHMARKS.md), fixed so that the test checks the method, not the host.
-QUIET = Noise(process=0.015, block=0.02, request={"chat": 0.03, "code": 0.045, "structured": 0.04},
-              prompt={"chat": 0.10, "code": 0.44, "structured": 0.41})
+QUIET = Noise(
+    process=0.015,
+    block=0.02,
+    request={"chat": 0.03, "code": 0.045, "structured": 0.04},
+    prompt={"chat": 0.10, "code": 0.44, "structured": 0.41},
+)
 #: A large per-process shift (10%): the case the old method under-covered.
 SHIFTED = Noise(process=0.10, block=QUIET.block, request=dict(QUIET.request), prompt=dict(QUIET.prompt))
 
@@ -43,8 +47,9 @@ def test_df_counted_per_level_fails_the_coverage_goal():
 
 
 #: The noise structure the issue's review simulated (process 3%, block 2%, request 5-10%).
-REVIEWED = Noise(process=0.03, block=0.02, request={"chat": 0.10, "code": 0.05, "structured": 0.05},
-                 prompt=dict(QUIET.prompt))
+REVIEWED = Noise(
+    process=0.03, block=0.02, request={"chat": 0.10, "code": 0.05, "structured": 0.05}, prompt=dict(QUIET.prompt)
+)
 
 
 def test_power_of_the_demo_design():
@@ -63,8 +68,9 @@ def test_the_double_hurdle_gives_up_power_the_interval_alone_has():
 
 
 def test_simulate_truths_and_shapes():
-    pairs, blocks, prompt_set, category = simulate(Design(repeats=2, prompts=3), QUIET, 1.5,
-                                                   np.random.default_rng(0), centred=False)
+    pairs, blocks, prompt_set, category = simulate(
+        Design(repeats=2, prompts=3), QUIET, 1.5, np.random.default_rng(0), centred=False
+    )
     assert len([p for p in pairs if p[0] == "ab"]) == 3 * 3 * 2 * 3  # categories x levels x repeats x prompts
     assert len([p for p in pairs if p[0] == "aa"]) == 3 * 3 * 1 * 3
     assert len(blocks) == 3 * (2 + 1)
@@ -78,11 +84,14 @@ def test_estimate_reads_components_back(tmp_path):
     """Components planted in a synthetic run come back from its pairs, in
     the same order of size (a sanity check of the estimator, not a precision test)."""
     noise = Noise(process=0.0, block=0.05, request={"code": 0.02}, prompt={"code": 0.3})
-    pairs, _blocks, _ps, _cat = simulate(Design(categories=("code",), prompts=16, repeats=5), noise, 1.2,
-                                         np.random.default_rng(1), centred=False)
+    pairs, _blocks, _ps, _cat = simulate(
+        Design(categories=("code",), prompts=16, repeats=5), noise, 1.2, np.random.default_rng(1), centred=False
+    )
     con = duckdb.connect()
-    con.execute("create table int_requests_paired (run_id varchar, comparison varchar, category varchar, "
-                "concurrency integer, prompt_id varchar, repeat integer, log_ratio double)")
+    con.execute(
+        "create table int_requests_paired (run_id varchar, comparison varchar, category varchar, "
+        "concurrency integer, prompt_id varchar, repeat integer, log_ratio double)"
+    )
     con.executemany("insert into int_requests_paired values ('r', ?, ?, ?, ?, ?, ?)", pairs)
     got = estimate(con)["r"]["code"]
     assert 0.01 < got["request_sd"] < 0.04 and 0.15 < got["prompt_sd"] < 0.5

@@ -12,8 +12,10 @@ from tests.support.duck import rows
 from tests.support.synthetic_run import failed, repeated_counters, repeated_requests, write_run
 
 LEVELS = (1, 2, 4, 8)
-E2E = {"baseline": {1: 5000, 2: 8000, 4: 12000, 8: 20000},      # TPOT 50, 80, 120, 200 ms
-       "speculative": {1: 2000, 2: 4000, 4: 9000, 8: 15000}}     # TPOT 20, 40, 90, 150 ms
+E2E = {
+    "baseline": {1: 5000, 2: 8000, 4: 12000, 8: 20000},  # TPOT 50, 80, 120, 200 ms
+    "speculative": {1: 2000, 2: 4000, 4: 9000, 8: 15000},
+}  # TPOT 20, 40, 90, 150 ms
 
 
 def capacity(run_dir, slo=None) -> dict[str, dict]:
@@ -65,8 +67,7 @@ def test_report_and_summary_show_capacity_and_the_slo(tmp_path):
     from specdec.analytics.summary import summary_text
 
     run_dir = run(tmp_path)
-    con = duckdb.connect(str(build(run_dir, slo=Slo(ttft_p95_ms=2000, tpot_p95_ms=85, source="given"))),
-                         read_only=True)
+    con = duckdb.connect(str(build(run_dir, slo=Slo(ttft_p95_ms=2000, tpot_p95_ms=85, source="given"))), read_only=True)
     try:
         data = load_report(con)
     finally:

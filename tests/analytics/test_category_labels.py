@@ -54,13 +54,19 @@ def test_strip_control_removes_what_a_label_may_not_hold():
 
 
 def test_chart_safe_copies_every_string_value_and_keeps_keys():
-    spec = {"data": {"values": [{"category": ESC, "speedup": 1.5, "n": None}]},
-            "encoding": {"color": {"field": "category", "type": "nominal"}},
-            "title": "Speedup\x07", "layer": [["x\x00"], ("y",)]}
+    spec = {
+        "data": {"values": [{"category": ESC, "speedup": 1.5, "n": None}]},
+        "encoding": {"color": {"field": "category", "type": "nominal"}},
+        "title": "Speedup\x07",
+        "layer": [["x\x00"], ("y",)],
+    }
     safe = chart_safe(spec)
-    assert safe == {"data": {"values": [{"category": "[2Jcode", "speedup": 1.5, "n": None}]},
-                    "encoding": {"color": {"field": "category", "type": "nominal"}},
-                    "title": "Speedup", "layer": [["x"], ["y"]]}
+    assert safe == {
+        "data": {"values": [{"category": "[2Jcode", "speedup": 1.5, "n": None}]},
+        "encoding": {"color": {"field": "category", "type": "nominal"}},
+        "title": "Speedup",
+        "layer": [["x"], ["y"]],
+    }
     assert spec["data"]["values"][0]["category"] == ESC  # the input is left alone
 
 
@@ -107,8 +113,9 @@ _RENDER = textwrap.dedent("""
 
 
 def _render(run_dir, mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _RENDER, str(run_dir), mode], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", _RENDER, str(run_dir), mode], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_reports_charts_of_an_esc_category_render_once_sanitised(tmp_path):

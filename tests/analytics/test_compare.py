@@ -18,24 +18,40 @@ SPEC = {"code-0": 1000.0, "code-1": 500.0, "chat-0": 1600.0, "chat-1": 1700.0}
 def rounds(plan):
     """Rounds of the speculative code-0 request of repeat 0 at level 1 (sequence 0)."""
     eid = f"chatcmpl-sd.{RUN}.speculative.c1.r0.00000-0123abcd"
-    return [round_row(eid, 2, 1, 0, 0, 0, phase="prefill")] + [round_row(eid, 2, 1 + i, i, k, a)
-                                                        for i, (k, a) in enumerate(plan, start=1)]
+    return [round_row(eid, 2, 1, 0, 0, 0, phase="prefill")] + [
+        round_row(eid, 2, 1 + i, i, k, a) for i, (k, a) in enumerate(plan, start=1)
+    ]
 
 
 def two_runs(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     e2e_a = lambda arm, pid, level, r: 2000.0 if arm == "baseline" else SPEC[pid]  # noqa: E731
+
     # B: code twice as fast again with speculation (a better draft), chat unchanged
-    e2e_b = lambda arm, pid, level, r: e2e_a(arm, pid, level, r) / (2 if arm == "speculative" and pid[:4] == "code" else 1)  # noqa: E731,E501
-    k8 = ArmConfig(name="speculative", speculative_config={"method": "ngram", "num_speculative_tokens": 8},
-                   server_args=["--model", "m"], endpoint="http://127.0.0.1:8002")
+    def e2e_b(arm, pid, level, r):
+        return e2e_a(arm, pid, level, r) / (2 if arm == "speculative" and pid[:4] == "code" else 1)
+
+    k8 = ArmConfig(
+        name="speculative",
+        speculative_config={"method": "ngram", "num_speculative_tokens": 8},
+        server_args=["--model", "m"],
+        endpoint="http://127.0.0.1:8002",
+    )
     base = make_manifest().arms[0]
-    write_run(a, requests=repeated_requests(e2e_a, levels=(1,)), counters=repeated_counters(levels=(1,)),
-              rounds=rounds([(4, 4), (4, 2)]))
-    write_run(b, requests=repeated_requests(e2e_b, levels=(1,)), counters=repeated_counters(levels=(1,)),
-              rounds=rounds([(8, 0), (8, 0)]),
-              manifest=make_manifest(arms=[base, k8]))
+    write_run(
+        a,
+        requests=repeated_requests(e2e_a, levels=(1,)),
+        counters=repeated_counters(levels=(1,)),
+        rounds=rounds([(4, 4), (4, 2)]),
+    )
+    write_run(
+        b,
+        requests=repeated_requests(e2e_b, levels=(1,)),
+        counters=repeated_counters(levels=(1,)),
+        rounds=rounds([(8, 0), (8, 0)]),
+        manifest=make_manifest(arms=[base, k8]),
+    )
     return a, b
 
 
@@ -47,7 +63,7 @@ def test_speedup_acceptance_and_settings_side_by_side(tmp_path):
     assert "run_id" not in fields and "created_wall" not in fields
     sp = {(r["category"], r["concurrency"]): r for r in c.speedup}
     code, chat = sp["code", 1], sp["chat", 1]
-    assert code["a_speedup"] == approx(2 * 2 ** 0.5)  # geometric mean of 2 and 4
+    assert code["a_speedup"] == approx(2 * 2**0.5)  # geometric mean of 2 and 4
     assert code["b_over_a"] == approx(2.0) and chat["b_over_a"] == approx(1.0)
     # every repeat alike: zero-width intervals, so code's do not overlap and chat's do
     assert code["overlap"] is False and chat["overlap"] is True
@@ -88,8 +104,12 @@ def test_a_run_without_rounds_compares_on_the_per_request_stats(tmp_path):
     e2e = lambda arm, pid, level, r: 2000.0 if arm == "baseline" else 1000.0  # noqa: E731
 
     def with_stats(accepted):
-        return [r.model_copy(update={"spec_num_draft_tokens": 10, "spec_num_accepted_tokens": accepted})
-                if r.arm == "speculative" else r for r in repeated_requests(e2e, levels=(1,))]
+        return [
+            r.model_copy(update={"spec_num_draft_tokens": 10, "spec_num_accepted_tokens": accepted})
+            if r.arm == "speculative"
+            else r
+            for r in repeated_requests(e2e, levels=(1,))
+        ]
 
     write_run(a, requests=with_stats(5), counters=repeated_counters(levels=(1,)), rounds=rounds([(4, 4)]))
     write_run(b, requests=with_stats(8), counters=repeated_counters(levels=(1,)), rounds=[])

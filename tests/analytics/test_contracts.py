@@ -54,8 +54,12 @@ def index_of(rows, engine_id_part: str, rnd: int) -> int:
 
 
 def test_import_of_the_cli_does_not_import_great_expectations():
-    out = subprocess.run([sys.executable, "-c", "import specdec.cli.main, sys; print('great_expectations' in sys.modules)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import specdec.cli.main, sys; print('great_expectations' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -67,8 +71,9 @@ def test_declared_categories_list_map_or_absent():
 
 def test_clean_run_passes_every_expectation_and_writes_nothing(tmp_path, monkeypatch):
     (tmp_path / "run").mkdir()
-    run = write_run(tmp_path / "run", rounds=clean_rounds(),
-                    requests=[*make_requests()[:-1], failed(make_requests()[-1])])
+    run = write_run(
+        tmp_path / "run", rounds=clean_rounds(), requests=[*make_requests()[:-1], failed(make_requests()[-1])]
+    )
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
@@ -80,9 +85,13 @@ def test_clean_run_passes_every_expectation_and_writes_nothing(tmp_path, monkeyp
     rows = json_rows(invoke(run, "--json"))
     assert all(row["success"] and row["unexpected_count"] == 0 for row in rows.values())
     # every suite of the contract ran, on every row of its file
-    assert {("rounds", "accepted_le_proposed"), ("rounds", "round_index_contiguous"),
-            ("requests", "category_declared"), ("requests", "failure_has_error_type"),
-            ("engine_counters", "run_id_is_manifest_run_id")} <= rows.keys()
+    assert {
+        ("rounds", "accepted_le_proposed"),
+        ("rounds", "round_index_contiguous"),
+        ("requests", "category_declared"),
+        ("requests", "failure_has_error_type"),
+        ("engine_counters", "run_id_is_manifest_run_id"),
+    } <= rows.keys()
     assert rows[("rounds", "accepted_le_proposed")]["rows_checked"] == len(clean_rounds())
     assert list(work.iterdir()) == []  # no gx/ folder, no usage files
 
@@ -118,10 +127,14 @@ def test_planted_violations_fail_exactly_their_expectations(dirty):
     _, rows, code, _ = dirty
     assert code == 1
     failing = {k for k, r in rows.items() if not r["success"]}
-    assert failing == {("rounds", "accepted_le_proposed"), ("rounds", "round_index_contiguous"),
-                       ("requests", "category_declared"), ("requests", "e2e_ge_ttft_on_success"),
-                       ("requests", "success_has_no_error_type"),
-                       ("engine_counters", "run_id_is_manifest_run_id")}
+    assert failing == {
+        ("rounds", "accepted_le_proposed"),
+        ("rounds", "round_index_contiguous"),
+        ("requests", "category_declared"),
+        ("requests", "e2e_ge_ttft_on_success"),
+        ("requests", "success_has_no_error_type"),
+        ("engine_counters", "run_id_is_manifest_run_id"),
+    }
     assert rows[("rounds", "round_index_contiguous")]["unexpected_count"] == 3  # the gap + the repeated index twice
     assert all(rows[k]["unexpected_count"] == 1 for k in failing - {("rounds", "round_index_contiguous")})
     assert not any(r["error"] for r in rows.values())
@@ -203,8 +216,13 @@ def test_traffic_file_violations_are_named_by_line(tmp_path):
     assert r.exit_code == 1, r.output
     rows = json_rows(r)
     failing = {k[1]: [(ex["row"]) for ex in v["examples"]] for k, v in rows.items() if not v["success"]}
-    assert failing == {"max_tokens_positive": [2], "temperature_0_to_2": [3], "category_non_empty": [4],
-                       "prompt_id_unique": [1, 5], "row_schema": [2, 3, 4]}
+    assert failing == {
+        "max_tokens_positive": [2],
+        "temperature_0_to_2": [3],
+        "category_non_empty": [4],
+        "prompt_id_unique": [1, 5],
+        "row_schema": [2, 3, 4],
+    }
     assert rows[("traffic", "max_tokens_present")]["success"]
     assert {r["row_base"] for r in rows.values()} == {1}
     text = invoke(path).output
@@ -229,8 +247,9 @@ def test_an_empty_record_file_passes_with_no_rows_checked(tmp_path):
 def test_a_check_that_cannot_run_or_a_crash_is_exit_2(tmp_path, monkeypatch):
     from specdec.analytics import contracts
 
-    broken = contracts.ContractResult("rounds", "accepted_le_proposed", ["tokens_proposed"], False, 0, 3,
-                                      error="KeyError: 'tokens_proposed'")
+    broken = contracts.ContractResult(
+        "rounds", "accepted_le_proposed", ["tokens_proposed"], False, 0, 3, error="KeyError: 'tokens_proposed'"
+    )
     monkeypatch.setattr(contracts, "validate_path", lambda path: [broken])
     r = invoke(tmp_path)
     assert r.exit_code == 2 and "could not run" in r.output and "KeyError" in r.output

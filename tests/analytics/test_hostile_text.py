@@ -43,16 +43,19 @@ class Elements(HTMLParser):
 def hostile_run(run_dir):
     reqs = []
     for r in make_requests():
-        r = r.model_copy(update={
-            "category": SCRIPT if r.category == "code" else r.category,
-            "prompt_id": r.prompt_id + IMG,
-            "output_text": IMG + r.output_text,
-        })
+        r = r.model_copy(
+            update={
+                "category": SCRIPT if r.category == "code" else r.category,
+                "prompt_id": r.prompt_id + IMG,
+                "output_text": IMG + r.output_text,
+            }
+        )
         if (r.arm, r.concurrency, r.category) == ("baseline", 2, "chat"):
             r = failed(r, message="HTTP 500: " + IMG)
         reqs.append(r)
-    manifest = make_manifest(model=IMG, dtype=IMG, notes=[IMG], arm_difference=[IMG],
-                             capture={"source": "embedded", "path": IMG})
+    manifest = make_manifest(
+        model=IMG, dtype=IMG, notes=[IMG], arm_difference=[IMG], capture={"source": "embedded", "path": IMG}
+    )
     return write_run(run_dir, requests=reqs, manifest=manifest)
 
 

@@ -79,7 +79,7 @@ def test_the_df_uses_a_pessimistic_repeat_share():
         upper = ms_r * 2 / chi2_quantile(0.25, 2)
         e_r = max(upper, plain.block + 3 * plain.repeat)  # E[MS_R] = block + L * repeat
         a1, a2 = e_r / 3, 2 * plain.block / 3
-        assert bounded.df == approx((a1 + a2) ** 2 / (a1 ** 2 / 2 + a2 ** 2 / 4), rel=1e-6)
+        assert bounded.df == approx((a1 + a2) ** 2 / (a1**2 / 2 + a2**2 / 4), rel=1e-6)
 
 
 def test_satterthwaite_of_two_terms():
@@ -100,8 +100,12 @@ def test_label_of_reads_the_interval_alone():
 def test_holm_levels_reproduce_the_step_down_procedure():
     # m = 4: p sorted 0.001 (<= 0.05/4), 0.014 (<= 0.05/3), 0.03 (> 0.05/2: stop), 0.04
     levels = holm_levels({"a": 0.03, "b": 0.001, "c": 0.04, "d": 0.014})
-    assert levels == {"b": approx(1 - 0.05 / 4), "d": approx(1 - 0.05 / 3), "a": approx(1 - 0.05 / 2),
-                      "c": approx(1 - 0.05 / 2)}
+    assert levels == {
+        "b": approx(1 - 0.05 / 4),
+        "d": approx(1 - 0.05 / 3),
+        "a": approx(1 - 0.05 / 2),
+        "c": approx(1 - 0.05 / 2),
+    }
     # an interval at its Holm level excludes the null exactly when Holm rejects it
     for key, p in {"a": 0.03, "b": 0.001, "c": 0.04, "d": 0.014}.items():
         assert (p < 1 - levels[key]) == (key in ("b", "d"))
@@ -123,25 +127,36 @@ def test_judge_says_what_would_resolve_an_inconclusive_row():
 
 def test_compute_makes_every_interval_kind_and_is_reproducible():
     # (comparison, category, concurrency, prompt, repeat, log ratio)
-    pairs = [("ab", "code", 1, p, r, v) for p, vs in (("a", [0.1, 0.3]), ("b", [0.5, 0.2]))
-             for r, v in enumerate(vs)]
-    other = [("ab", "chat", 1, "c", 0, 0.9), ("ab", "chat", 1, "c", 1, -0.4), ("aa", "code", 1, "a", 1, 0.05),
-             ("aa", "code", 1, "b", 1, -0.02)]
+    pairs = [("ab", "code", 1, p, r, v) for p, vs in (("a", [0.1, 0.3]), ("b", [0.5, 0.2])) for r, v in enumerate(vs)]
+    other = [
+        ("ab", "chat", 1, "c", 0, 0.9),
+        ("ab", "chat", 1, "c", 1, -0.4),
+        ("aa", "code", 1, "a", 1, 0.05),
+        ("aa", "code", 1, "b", 1, -0.02),
+    ]
     blocks = [("ab", 1, 0, 0.7), ("ab", 1, 1, 0.8), ("aa", 1, 1, 0.01)]
     full = compute(pairs + other, blocks)
     assert full == compute(pairs + other, blocks)
     kinds = {(r[0], r[1], r[4]) for r in full}
     assert all(r[3] is None for r in full)  # no segment rows without segments
-    assert kinds == {("ab", "code", "measurement"), ("ab", "code", "family"), ("ab", "code", "prompts"),
-                     ("ab", "chat", "measurement"), ("ab", "chat", "family"), ("aa", "code", "measurement"),
-                     ("ab", "(system)", "measurement"), ("ab", "(system)", "family"),
-                     ("aa", "(system)", "measurement")}
+    assert kinds == {
+        ("ab", "code", "measurement"),
+        ("ab", "code", "family"),
+        ("ab", "code", "prompts"),
+        ("ab", "chat", "measurement"),
+        ("ab", "chat", "family"),
+        ("aa", "code", "measurement"),
+        ("ab", "(system)", "measurement"),
+        ("ab", "(system)", "family"),
+        ("aa", "(system)", "measurement"),
+    }
     family = [r for r in full if r[4] == "family"]
-    assert {r[10] for r in family} == {3} and all(r[11] in ("faster", "slower", "equivalent", "inconclusive")
-                                                   for r in family)
+    assert {r[10] for r in family} == {3} and all(
+        r[11] in ("faster", "slower", "equivalent", "inconclusive") for r in family
+    )
     # code: block figures 0.3 and 0.25 at one level: V = 2 x 0.025^2 / 1, df 1 (one level, two repeats)
     code = next(r for r in full if r[:2] == ("ab", "code") and r[4] == "measurement")
-    half = t_quantile(0.975, 1) * math.sqrt(2 * 0.025 ** 2 / 2)
+    half = t_quantile(0.975, 1) * math.sqrt(2 * 0.025**2 / 2)
     assert (code[5], code[6], code[8]) == (approx(math.exp(0.275 - half)), approx(math.exp(0.275 + half)), approx(1))
 
 
@@ -150,8 +165,12 @@ def test_a_shift_shared_by_every_level_is_not_counted_as_independent():
     repeat): the df is repeats - 1, not levels x (repeats - 1), so three levels
     that agree do not make a narrow interval."""
     shift = [0.04, -0.04, 0.0]
-    pairs = [("ab", "code", lv, f"p{p}", r, math.log(1.1) + shift[r] + 0.001 * p)
-             for lv in (1, 4, 8) for r in range(3) for p in range(4)]
+    pairs = [
+        ("ab", "code", lv, f"p{p}", r, math.log(1.1) + shift[r] + 0.001 * p)
+        for lv in (1, 4, 8)
+        for r in range(3)
+        for p in range(4)
+    ]
     rows = {(r[2], r[4]): r for r in compute(pairs, []) if r[1] == "code"}
     assert rows[1, "measurement"][8] == approx(2.0, abs=0.01)
     low, high = rows[1, "measurement"][5:7]

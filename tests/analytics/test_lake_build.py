@@ -31,10 +31,24 @@ DAY = 86_400 * 10**9
 
 
 def _round(run_id, request, step, k, a, phase="decode", day=0) -> RoundTrace:
-    return RoundTrace(run_id=run_id, engine_request_id=request, pid=11, process_token="11-aaaa", step_index=step,
-                      round_index=step, phase=phase, tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1,
-                      batch_size=1, num_scheduled_tokens=1 + k, context_len=10 + step, draft_ms=0.5 if k else None,
-                      verify_ms=5.0, wall_time_ns=T0 + day * DAY + step)
+    return RoundTrace(
+        run_id=run_id,
+        engine_request_id=request,
+        pid=11,
+        process_token="11-aaaa",
+        step_index=step,
+        round_index=step,
+        phase=phase,
+        tokens_proposed=k,
+        tokens_accepted=a,
+        tokens_emitted=a + 1,
+        batch_size=1,
+        num_scheduled_tokens=1 + k,
+        context_len=10 + step,
+        draft_ms=0.5 if k else None,
+        verify_ms=5.0,
+        wall_time_ns=T0 + day * DAY + step,
+    )
 
 
 def compact(cap: Path, lake: Path, parts: list[list[RoundTrace]]) -> None:
@@ -46,19 +60,37 @@ def compact(cap: Path, lake: Path, parts: list[list[RoundTrace]]) -> None:
 
 
 def scrape(wall_ns: int, drafts: float | None) -> CounterScrape:
-    return CounterScrape(wall_time_ns=wall_ns, server="http://127.0.0.1:8000", spec_num_drafts=drafts,
-                         spec_num_draft_tokens=None, spec_num_accepted_tokens=None, generation_tokens=None,
-                         prefix_cache_queries=None, prefix_cache_hits=None, kv_cache_usage=0.1,
-                         requests_running=1.0, scrape_ok=drafts is not None, error=None if drafts else "HTTP 503")
+    return CounterScrape(
+        wall_time_ns=wall_ns,
+        server="http://127.0.0.1:8000",
+        spec_num_drafts=drafts,
+        spec_num_draft_tokens=None,
+        spec_num_accepted_tokens=None,
+        generation_tokens=None,
+        prefix_cache_queries=None,
+        prefix_cache_hits=None,
+        kv_cache_usage=0.1,
+        requests_running=1.0,
+        scrape_ok=drafts is not None,
+        error=None if drafts else "HTTP 503",
+    )
 
 
 @pytest.fixture
 def lake(tmp_path) -> Path:
     lake = tmp_path / "lake"
-    compact(tmp_path / "cap", lake, [
-        [_round("r1", "req-1", 0, 0, 0, "prefill"), _round("r1", "req-1", 1, 4, 3), _round("r/2", "req-9", 2, 2, 0)],
-        [_round("r1", "req-1", 3, 4, 1), _round("r1", "req-2", 4, 4, 4, day=1), _round("r/2", "req-9", 5, 0, 0)],
-    ])
+    compact(
+        tmp_path / "cap",
+        lake,
+        [
+            [
+                _round("r1", "req-1", 0, 0, 0, "prefill"),
+                _round("r1", "req-1", 1, 4, 3),
+                _round("r/2", "req-9", 2, 2, 0),
+            ],
+            [_round("r1", "req-1", 3, 4, 1), _round("r1", "req-2", 4, 4, 4, day=1), _round("r/2", "req-9", 5, 0, 0)],
+        ],
+    )
     counters = CounterLake(lake)
     assert counters.write([scrape(T0, 3.0), scrape(T0 + DAY, None)]) == []
     return lake
@@ -70,14 +102,19 @@ def test_a_lake_of_two_runs_gives_capture_acceptance_per_run(lake):
     assert db == lake / "specdec.duckdb"
     runs = rows(db, "select * from int_run_settings order by run_id")
     assert [(r["run_id"], r["has_manifest"], r["source_path"]) for r in runs] == [
-        ("r/2", False, str(lake)), ("r1", False, str(lake))]
+        ("r/2", False, str(lake)),
+        ("r1", False, str(lake)),
+    ]
     got = {r["run_id"]: r for r in rows(db, "select * from capture_acceptance")}
     assert (got["r1"]["rows"], got["r1"]["engine_requests"], got["r1"]["verify_rounds"]) == (4, 2, 3)
     assert (got["r1"]["tokens_proposed"], got["r1"]["tokens_accepted"]) == (12, 8)
     assert got["r1"]["mean_acceptance_length"] == pytest.approx(1 + 8 / 3)
     assert got["r1"]["acceptance_rate"] == pytest.approx(8 / 12)
     assert (got["r/2"]["verify_rounds"], got["r/2"]["mean_acceptance_length"], got["r/2"]["acceptance_rate"]) == (
-        1, 1.0, 0.0)
+        1,
+        1.0,
+        0.0,
+    )
     assert got["r1"]["last_wall_time_ns"] - got["r1"]["first_wall_time_ns"] == DAY + 4
     scrapes = rows(db, "select * from stg_counter_scrapes order by wall_time_ns")
     assert [(s["spec_num_drafts"], s["scrape_ok"]) for s in scrapes] == [(3.0, True), (None, False)]
@@ -117,8 +154,9 @@ def test_a_lake_file_of_another_run_than_its_partition_is_named(lake):
     shutil.copy(src, wrong)
     with pytest.raises(InputFileError) as exc:
         build(lake)
-    assert str(exc.value).startswith(f"{wrong}, row 0, field 'run_id': run_id is 'r1', but its run_id= partition "
-                                     "folder is 'r3'")
+    assert str(exc.value).startswith(
+        f"{wrong}, row 0, field 'run_id': run_id is 'r1', but its run_id= partition folder is 'r3'"
+    )
 
 
 def test_a_corrupted_lake_file_is_named(lake):

@@ -84,8 +84,10 @@ def test_greedy_pairs_classify_each_divergence(run):
 
 def test_a_margin_of_one_bfloat16_step_is_a_near_tie_and_float32_is_stricter(tmp_path):
     # the speculative token 3 is the baseline's runner-up at position 1, so only the margin decides
-    checks = [check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.7500001], top2_ids=[9, 3]),
-              check("speculative", 1, "pB", [1, 3])]
+    checks = [
+        check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.7500001], top2_ids=[9, 3]),
+        check("speculative", 1, "pB", [1, 3]),
+    ]
     got = rows(make_run(tmp_path / "bf16", checks=checks), "select class, baseline_margin from int_greedy_pairs")
     # 0.2500001: one bfloat16 step (0.25) plus float32 rounding of the logprobs -> numerics
     assert [g["class"] for g in got] == ["near_tie"] and got[0]["baseline_margin"] == pytest.approx(0.25)
@@ -93,8 +95,10 @@ def test_a_margin_of_one_bfloat16_step_is_a_near_tie_and_float32_is_stricter(tmp
     got = rows(make_run(tmp_path / "bf16b", checks=checks), "select class from int_greedy_pairs")
     assert got == [{"class": "suspect"}]  # 0.2501: beyond one step
     checks[0] = check("baseline", 1, "pB", [1, 2], top1=[-0.1, -0.5], top2=[-2.0, -0.502], top2_ids=[9, 3])
-    got = rows(make_run(tmp_path / "fp32", checks=checks, dtype="float32"),
-               "select class, near_tie_threshold from int_greedy_pairs")
+    got = rows(
+        make_run(tmp_path / "fp32", checks=checks, dtype="float32"),
+        "select class, near_tie_threshold from int_greedy_pairs",
+    )
     assert got == [{"class": "suspect", "near_tie_threshold": 0.001}]  # margin 0.002 >= 0.001
 
 
@@ -103,14 +107,23 @@ def test_lossless_counts_beside_the_aa_floor(run):
     assert set(got) == {("code", 1), ("code", 2), ("chat", 1), ("chat", 2)}
     c1, c2 = got[("code", 1)], got[("code", 2)]
     assert c1["dtype"] == "bfloat16" and c1["near_tie_threshold"] == 0.25
-    assert (c1["checks"], c1["checks_failed"], c1["pairs"], c1["identical"], c1["near_tie"], c1["suspect"]) == \
-        (6, 0, 3, 1, 1, 1)
+    assert (c1["checks"], c1["checks_failed"], c1["pairs"], c1["identical"], c1["near_tie"], c1["suspect"]) == (
+        6,
+        0,
+        3,
+        1,
+        1,
+        1,
+    )
     assert c1["identity_share"] == pytest.approx(1 / 3) and c1["excluded_reason"] is None
     # A/A, repeat to repeat: pA x = x, pB y != y2 (the temperature-0.7 pS and the speculative rows do not count)
     assert (c1["repeats"], c1["aa_pairs"], c1["aa_identical"], c1["aa_identity_share"]) == (2, 2, 1, 0.5)
     # the lowest level has nothing to compare across levels
-    assert (c1["cross_level_pairs"], c1["cross_level_identical"], c1["cross_level_identity_share"]) == \
-        (None, None, None)
+    assert (c1["cross_level_pairs"], c1["cross_level_identical"], c1["cross_level_identity_share"]) == (
+        None,
+        None,
+        None,
+    )
 
     assert (c2["checks"], c2["pairs"], c2["identical"], c2["near_tie"], c2["suspect"]) == (6, 3, 2, 0, 1)
     assert c2["identity_share"] == pytest.approx(2 / 3)
@@ -130,8 +143,11 @@ def test_lossless_counts_beside_the_aa_floor(run):
 
 def test_lossless_divergences_list_every_non_identical_pair(run):
     got = rows(run, "select * from lossless_divergences")
-    assert [(r["concurrency"], r["prompt_id"], r["class"]) for r in got] == \
-        [(1, "pB", "near_tie"), (1, "pC", "suspect"), (2, "pA", "suspect")]
+    assert [(r["concurrency"], r["prompt_id"], r["class"]) for r in got] == [
+        (1, "pB", "near_tie"),
+        (1, "pC", "suspect"),
+        (2, "pA", "suspect"),
+    ]
     summary = rows(run, "select sum(near_tie) as n, sum(suspect) as s from lossless")[0]
     assert (summary["n"], summary["s"]) == (1, 2)  # the same divergences, counted
     by = {r["prompt_id"]: r for r in got}
@@ -161,37 +177,58 @@ def test_a_failed_or_one_sided_verification_pass_gives_no_lossless_figure(tmp_pa
 
 def test_one_repeat_and_no_verification_pass_are_not_applicable(tmp_path):
     # a run without repeats and without a verification pass (e.g. --no-verify, or an old run)
-    requests = [timed("baseline", 1, 0, "pA", "x"), timed("baseline", 2, 0, "pA", "x"),
-                timed("speculative", 1, 0, "pA", "x"), timed("speculative", 2, 0, "pA", "x")]
+    requests = [
+        timed("baseline", 1, 0, "pA", "x"),
+        timed("baseline", 2, 0, "pA", "x"),
+        timed("speculative", 1, 0, "pA", "x"),
+        timed("speculative", 2, 0, "pA", "x"),
+    ]
     got = rows(make_run(tmp_path, checks=False, requests=requests), "select * from lossless order by concurrency")
-    assert [(r["concurrency"], r["repeats"], r["aa_pairs"], r["aa_identical"], r["aa_identity_share"])
-            for r in got] == [(1, 1, None, None, None), (2, 1, None, None, None)]
+    assert [
+        (r["concurrency"], r["repeats"], r["aa_pairs"], r["aa_identical"], r["aa_identity_share"]) for r in got
+    ] == [(1, 1, None, None, None), (2, 1, None, None, None)]
     assert [(r["cross_level_pairs"], r["cross_level_identical"]) for r in got] == [(None, None), (1, 1)]
-    assert all(r["checks"] == 0 and r["pairs"] is None and r["excluded_reason"] == "no verification pass at this level"
-               for r in got)
+    assert all(
+        r["checks"] == 0 and r["pairs"] is None and r["excluded_reason"] == "no verification pass at this level"
+        for r in got
+    )
     assert rows(tmp_path, "select count(*) as n from lossless_divergences") == [{"n": 0}]
 
 
 def test_duplicate_prompts_pair_by_occurrence(tmp_path):
     checks = [check("baseline", 1, "pA", [1, 2]), check("speculative", 1, "pA", [1, 2])]
-    twice = [c.model_copy(update={"request_id": c.request_id + "2", "token_ids": [1, 3] if c.arm == "speculative"
-                                  else [1, 2]}) for c in checks]
-    got = rows(make_run(tmp_path, checks=checks + twice),
-               "select pair_index, class from int_greedy_pairs order by pair_index")
+    twice = [
+        c.model_copy(
+            update={"request_id": c.request_id + "2", "token_ids": [1, 3] if c.arm == "speculative" else [1, 2]}
+        )
+        for c in checks
+    ]
+    got = rows(
+        make_run(tmp_path, checks=checks + twice), "select pair_index, class from int_greedy_pairs order by pair_index"
+    )
     assert got == [{"pair_index": 0, "class": "identical"}, {"pair_index": 1, "class": "suspect"}]
 
 
 def test_acceptance_splits_at_the_natural_end(run):
-    got = {(r["category"], r["concurrency"], r["segment"]): r for r in rows(run, "select * from acceptance_natural_end")}
-    assert set(got) == {("code", 1, "before_natural_end"), ("code", 1, "after_natural_end"),
-                        ("code", 2, "unknown")}
+    got = {
+        (r["category"], r["concurrency"], r["segment"]): r for r in rows(run, "select * from acceptance_natural_end")
+    }
+    assert set(got) == {("code", 1, "before_natural_end"), ("code", 1, "after_natural_end"), ("code", 2, "unknown")}
     before = got[("code", 1, "before_natural_end")]  # pC's round at position 1, pB's (never ends)
-    assert (before["requests"], before["verify_rounds"], before["tokens_proposed"], before["tokens_accepted"]) == \
-        (2, 2, 8, 3)
+    assert (before["requests"], before["verify_rounds"], before["tokens_proposed"], before["tokens_accepted"]) == (
+        2,
+        2,
+        8,
+        3,
+    )
     assert before["mean_acceptance_length"] == 2.5 and before["acceptance_rate"] == 0.375
     after = got[("code", 1, "after_natural_end")]  # pC's rounds at positions 4 and 9 (end at 2)
-    assert (after["requests"], after["verify_rounds"], after["tokens_proposed"], after["tokens_accepted"]) == \
-        (1, 2, 8, 7)
+    assert (after["requests"], after["verify_rounds"], after["tokens_proposed"], after["tokens_accepted"]) == (
+        1,
+        2,
+        8,
+        7,
+    )
     assert after["mean_acceptance_length"] == 4.5 and after["acceptance_rate"] == 0.875
     unknown = got[("code", 2, "unknown")]  # pA at level 2: eos ids unknown
     assert (unknown["verify_rounds"], unknown["mean_acceptance_length"], unknown["acceptance_rate"]) == (1, 3.0, 1.0)

@@ -43,24 +43,43 @@ from tests.support import duck
 from tests.support.synthetic_run import RUN, T0, make_manifest, write_run
 
 
-def check(arm: str, level: int, prompt: str, ids: list[int], at: dict[int, tuple[float, float, int]] | None = None,
-          ) -> GreedyCheck:
+def check(
+    arm: str,
+    level: int,
+    prompt: str,
+    ids: list[int],
+    at: dict[int, tuple[float, float, int]] | None = None,
+) -> GreedyCheck:
     """A successful check; ``at``: position -> (top1, top2, runner-up id) where they differ from the default."""
     at = at or {}
     top1 = [at.get(i, (-0.1, -3.0, 99))[0] for i in range(len(ids))]
     top2 = [at.get(i, (-0.1, -3.0, 99))[1] for i in range(len(ids))]
     top2_ids = [at.get(i, (-0.1, -3.0, 99))[2] for i in range(len(ids))]
     return GreedyCheck(
-        run_id=RUN, arm=arm, concurrency=level, repeat=0, request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.verify",
-        prompt_id=prompt, category="code", success=True, error_type=None, token_ids=ids, top1_logprobs=top1,
-        top2_logprobs=top2, top2_token_ids=top2_ids, natural_end_position=None, eos_token_ids=None)
+        run_id=RUN,
+        arm=arm,
+        concurrency=level,
+        repeat=0,
+        request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.verify",
+        prompt_id=prompt,
+        category="code",
+        success=True,
+        error_type=None,
+        token_ids=ids,
+        top1_logprobs=top1,
+        top2_logprobs=top2,
+        top2_token_ids=top2_ids,
+        natural_end_position=None,
+        eos_token_ids=None,
+    )
 
 
 AA_CHECKS = [
     check("baseline", 1, "pA", [5, 6, 7, 8], {1: (-0.25, -0.375, 16)}),
     check("baseline", 2, "pA", [5, 16, 7, 8], {1: (-0.25, -0.3125, 6)}),
     check("baseline", 4, "pA", [5, 6, 7, 8], {1: (-0.25, -0.375, 16)}),
-    check("baseline", 1, "pB", [1, 2, 3, 4]), check("baseline", 2, "pB", [1, 2, 3, 4]),
+    check("baseline", 1, "pB", [1, 2, 3, 4]),
+    check("baseline", 2, "pB", [1, 2, 3, 4]),
     check("baseline", 4, "pB", [1, 2, 3]),
 ]
 
@@ -82,9 +101,18 @@ def at_level(c: GreedyCheck, level: int) -> GreedyCheck:
 def counters(arm: str, level: int, before: tuple, after: tuple, kind: str = "lossless_pass") -> list[PassCounters]:
     """(drafts, draft_tokens, accepted_tokens, generation_tokens) before and after a pass."""
     keys = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "generation_tokens")
-    return [PassCounters(run_id=RUN, arm=arm, concurrency=level, pass_kind=kind, position=pos,
-                         wall_time_ns=T0 + i, **dict(zip(keys, values)))
-            for i, (pos, values) in enumerate((("before", before), ("after", after)))]
+    return [
+        PassCounters(
+            run_id=RUN,
+            arm=arm,
+            concurrency=level,
+            pass_kind=kind,
+            position=pos,
+            wall_time_ns=T0 + i,
+            **dict(zip(keys, values)),
+        )
+        for i, (pos, values) in enumerate((("before", before), ("after", after)))
+    ]
 
 
 def make_run(run_dir: Path, checks: list[GreedyCheck], passes: list[PassCounters] | None = None) -> Path:
@@ -92,8 +120,9 @@ def make_run(run_dir: Path, checks: list[GreedyCheck], passes: list[PassCounters
     write_run(run_dir, manifest=make_manifest(dtype="bfloat16", max_error_rate=0.5))
     write_parquet_atomic(table_from_records(GreedyCheck, checks), run_dir / record_file("greedy_checks").consolidated)
     if passes is not None:
-        write_parquet_atomic(table_from_records(PassCounters, passes),
-                             run_dir / record_file("pass_counters").consolidated)
+        write_parquet_atomic(
+            table_from_records(PassCounters, passes), run_dir / record_file("pass_counters").consolidated
+        )
     return run_dir
 
 
@@ -107,8 +136,11 @@ def test_a_speculative_token_that_is_not_the_runner_up_is_suspect_even_at_a_smal
     # no A/A flip in this run: the bfloat16 default 0.25
     assert {r["near_tie_threshold"] for r in got.values()} == {0.25}
     pc, pd, pe = got["pC"], got["pD"], got["pE"]
-    assert (pc["first_divergence_position"], pc["baseline_margin"], pc["speculative_took_runner_up"]) == \
-        (2, 0.0625, False)
+    assert (pc["first_divergence_position"], pc["baseline_margin"], pc["speculative_took_runner_up"]) == (
+        2,
+        0.0625,
+        False,
+    )
     assert pc["class"] == "suspect"  # 0.0625 is well inside 0.25, but 31 is not the baseline's runner-up (30)
     assert (pd["baseline_margin"], pd["speculative_took_runner_up"], pd["class"]) == (0.0625, True, "near_tie")
     assert (pe["baseline_margin"], pe["speculative_took_runner_up"], pe["class"]) == (0.1875, True, "near_tie")
@@ -119,15 +151,20 @@ def test_a_speculative_token_that_is_not_the_runner_up_is_suspect_even_at_a_smal
 def test_an_unknown_runner_up_is_no_near_tie(tmp_path):
     base = check("baseline", 1, "pD", [1, 2, 3, 4], {2: (-0.25, -0.3125, 30)})
     base = base.model_copy(update={"top2_token_ids": []})  # a file written before top2_token_ids existed
-    got = rows(make_run(tmp_path, [base, check("speculative", 1, "pD", [1, 2, 30, 4])]),
-               "select speculative_took_runner_up, class from int_greedy_pairs")
+    got = rows(
+        make_run(tmp_path, [base, check("speculative", 1, "pD", [1, 2, 30, 4])]),
+        "select speculative_took_runner_up, class from int_greedy_pairs",
+    )
     assert got == [{"speculative_took_runner_up": None, "class": "suspect"}]
 
 
 def test_planted_aa_flips_set_the_threshold(tmp_path):
     run_dir = make_run(tmp_path, AA_CHECKS + SPEC_CHECKS)
-    aa = rows(run_dir, "select * from int_baseline_greedy_pairs where prompt_id in ('pA', 'pB') "
-                       "order by prompt_id, concurrency, other_concurrency")
+    aa = rows(
+        run_dir,
+        "select * from int_baseline_greedy_pairs where prompt_id in ('pA', 'pB') "
+        "order by prompt_id, concurrency, other_concurrency",
+    )
     got = {(r["prompt_id"], r["concurrency"], r["other_concurrency"]): r for r in aa}
     assert set(got) == {("pA", 1, 2), ("pA", 1, 4), ("pA", 2, 4), ("pB", 1, 2), ("pB", 1, 4), ("pB", 2, 4)}
     for key in (("pA", 1, 2), ("pA", 2, 4)):
@@ -149,15 +186,21 @@ def test_planted_aa_flips_set_the_threshold(tmp_path):
     assert (classes["pC"], classes["pD"], classes["pE"]) == ("suspect", "near_tie", "suspect")
 
     c1 = rows(run_dir, "select * from lossless where concurrency = 1 and category = 'code'")[0]
-    assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == \
-        (0.125, "aa_divergences", 2)
+    assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == (
+        0.125,
+        "aa_divergences",
+        2,
+    )
     assert (c1["near_tie"], c1["suspect"]) == (1, 2)
 
 
 def test_without_aa_flips_the_dtype_default_is_used_and_said(tmp_path):
     c1 = rows(make_run(tmp_path, SPEC_CHECKS), "select * from lossless where concurrency = 1 and category = 'code'")[0]
-    assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == \
-        (0.25, "dtype_default", 0)
+    assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == (
+        0.25,
+        "dtype_default",
+        0,
+    )
 
 
 def test_a_pass_with_unmoved_draft_counters_is_invalid(tmp_path):
@@ -174,14 +217,23 @@ def test_a_pass_with_unmoved_draft_counters_is_invalid(tmp_path):
         + counters("speculative", 1, (10, 40, 30, 112), (20, 80, 60, 150), kind="sampling_pass")
     )
     run_dir = make_run(tmp_path, checks, passes)
-    checked = {(r["arm"], r["concurrency"], r["pass_kind"]): r
-               for r in rows(run_dir, "select * from int_passes_checked")}
+    checked = {
+        (r["arm"], r["concurrency"], r["pass_kind"]): r for r in rows(run_dir, "select * from int_passes_checked")
+    }
     spec1 = checked[("speculative", 1, "lossless_pass")]
-    assert (spec1["drafts"], spec1["draft_tokens"], spec1["generation_tokens"], spec1["speculation_ran"]) == \
-        (0, 0, 12, False)
+    assert (spec1["drafts"], spec1["draft_tokens"], spec1["generation_tokens"], spec1["speculation_ran"]) == (
+        0,
+        0,
+        12,
+        False,
+    )
     spec2 = checked[("speculative", 2, "lossless_pass")]
-    assert (spec2["drafts"], spec2["draft_tokens"], spec2["accepted_tokens"], spec2["speculation_ran"]) == \
-        (3, 12, 6, True)
+    assert (spec2["drafts"], spec2["draft_tokens"], spec2["accepted_tokens"], spec2["speculation_ran"]) == (
+        3,
+        12,
+        6,
+        True,
+    )
     base1 = checked[("baseline", 1, "lossless_pass")]
     assert (base1["drafts"], base1["metrics_read"], base1["speculation_ran"]) == (None, True, False)
     assert checked[("speculative", 1, "sampling_pass")]["speculation_ran"] is True
@@ -200,10 +252,13 @@ def test_a_pass_with_unmoved_draft_counters_is_invalid(tmp_path):
 def test_a_speculative_server_without_speculative_counters_did_not_speculate(tmp_path):
     # a /metrics page (generation tokens counted) but no spec_decode counter: the server was
     # not configured to speculate; no /metrics page at all is "not known"
-    passes = (counters("speculative", 1, (None, None, None, 100), (None, None, None, 112))
-              + counters("speculative", 2, (None,) * 4, (None,) * 4))
+    passes = counters("speculative", 1, (None, None, None, 100), (None, None, None, 112)) + counters(
+        "speculative", 2, (None,) * 4, (None,) * 4
+    )
     checks = SPEC_CHECKS + [at_level(c, 2) for c in SPEC_CHECKS]
-    got = {r["concurrency"]: r
-           for r in rows(make_run(tmp_path, checks, passes), "select * from lossless where category = 'code'")}
+    got = {
+        r["concurrency"]: r
+        for r in rows(make_run(tmp_path, checks, passes), "select * from lossless where category = 'code'")
+    }
     assert (got[1]["pass_valid"], got[1]["pairs"]) == (False, None)
     assert (got[2]["pass_valid"], got[2]["pairs"]) == (None, 3)

@@ -35,19 +35,22 @@ def test_the_acceptance_macros_are_defined():
     assert {s.split("(")[0] for s in SIGNATURES} >= set(ACCEPTANCE)
 
 
-@pytest.mark.parametrize("sql, expected", [
-    # 6 accepted over 3 verify rounds: 2 per round, plus the bonus token
-    ("mean_acceptance_length(6, 3)", 3.0),
-    ("mean_acceptance_length(0, 4)", 1.0),  # nothing accepted: the bonus token only
-    ("mean_acceptance_length(2, 3)", 1 + 2 / 3),  # as the marts computed it inline
-    ("mean_acceptance_length(0, 0)", None),  # no verify round: not applicable, not 1 or inf
-    ("acceptance_rate(1, 8)", 0.125),
-    ("acceptance_rate(0, 8)", 0.0),  # zero is zero
-    ("acceptance_rate(0, 0)", None),
-    ("acceptance_rate(6 + 3, 12 + 3)", 0.6),  # AIPerf's accepted per verified: bonus counted
-    ("tokens_per_round(9, 3)", 3.0),
-    ("tokens_per_round(9, 0)", None),
-])
+@pytest.mark.parametrize(
+    "sql, expected",
+    [
+        # 6 accepted over 3 verify rounds: 2 per round, plus the bonus token
+        ("mean_acceptance_length(6, 3)", 3.0),
+        ("mean_acceptance_length(0, 4)", 1.0),  # nothing accepted: the bonus token only
+        ("mean_acceptance_length(2, 3)", 1 + 2 / 3),  # as the marts computed it inline
+        ("mean_acceptance_length(0, 0)", None),  # no verify round: not applicable, not 1 or inf
+        ("acceptance_rate(1, 8)", 0.125),
+        ("acceptance_rate(0, 8)", 0.0),  # zero is zero
+        ("acceptance_rate(0, 0)", None),
+        ("acceptance_rate(6 + 3, 12 + 3)", 0.6),  # AIPerf's accepted per verified: bonus counted
+        ("tokens_per_round(9, 3)", 3.0),
+        ("tokens_per_round(9, 0)", None),
+    ],
+)
 def test_acceptance_macro_values(con, sql, expected):
     assert one(con, f"select {sql}") == expected
 
@@ -70,15 +73,23 @@ def _body(sql: str) -> str:
 def test_models_do_not_write_the_acceptance_formulas_out_again():
     """One place per fact: a model calls the macro instead of 1 + accepted / rounds."""
     inline_length = re.compile(r"\b1\s*\+\s*(sum\()?[\w.]*accepted", re.IGNORECASE)
-    inline_rate = re.compile(r"accepted[\w.]*( \* \w+)?\)?\s*/\s*(nullif\()?(sum\()?[\w.]*(proposed|draft)",
-                             re.IGNORECASE)
+    inline_rate = re.compile(
+        r"accepted[\w.]*( \* \w+)?\)?\s*/\s*(nullif\()?(sum\()?[\w.]*(proposed|draft)", re.IGNORECASE
+    )
     for m in discover():
         body = _body(m.sql)
         assert not inline_length.search(body), m.name
         assert not inline_rate.search(body), m.name
     users = {m.name for m in discover() if any(f"{name}(" in _body(m.sql) for name in ACCEPTANCE)}
-    assert users >= {"acceptance", "acceptance_by_context", "acceptance_by_turn", "acceptance_definitions",
-                     "acceptance_natural_end", "acceptance_requests", "capture_acceptance"}
+    assert users >= {
+        "acceptance",
+        "acceptance_by_context",
+        "acceptance_by_turn",
+        "acceptance_definitions",
+        "acceptance_natural_end",
+        "acceptance_requests",
+        "capture_acceptance",
+    }
 
 
 def test_the_data_dictionary_documents_each_macro_once():

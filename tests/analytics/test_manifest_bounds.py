@@ -97,5 +97,6 @@ def test_a_manifest_too_large_in_all_names_its_largest_field(tmp_path):
     with pytest.raises(InputFileError) as exc:
         read_manifest(run_dir)
     msg = str(exc.value)
-    assert msg.startswith(f"{path}, field 'traffic': {path.stat().st_size:,} bytes; a manifest holds at most "
-                          f"{MANIFEST_MAX_BYTES:,}")
+    assert msg.startswith(
+        f"{path}, field 'traffic': {path.stat().st_size:,} bytes; a manifest holds at most {MANIFEST_MAX_BYTES:,}"
+    )

@@ -41,8 +41,10 @@ from tests.support.synthetic_run import (
     write_run,
 )
 
-DECODE = {"a": {"code": [(4, 4), (4, 2)], "chat": [(4, 1), (4, 0)]},
-          "c": {"code": [(4, 0)], "chat": [(4, 3), (4, 3), (4, 3)]}}
+DECODE = {
+    "a": {"code": [(4, 4), (4, 2)], "chat": [(4, 1), (4, 0)]},
+    "c": {"code": [(4, 0)], "chat": [(4, 3), (4, 3), (4, 3)]},
+}
 SPECULATIVE_MS = {"a": {"code": 1000.0, "chat": 1600.0}, "c": {"code": 500.0, "chat": 1900.0}}
 
 
@@ -55,11 +57,26 @@ def rounds_of(requests, decode) -> list[RoundTrace]:
     for q in requests:
         for rnd, (k, a) in enumerate([(0, 0), *(decode[q.category] if q.arm == "speculative" else [(0, 0)])]):
             step += 1
-            rows.append(RoundTrace(
-                run_id=q.run_id, engine_request_id=f"chatcmpl-{q.request_id}-0123abcd", pid=1, process_token="1-cafe",
-                step_index=step, round_index=rnd, phase="prefill" if rnd == 0 else "decode", tokens_proposed=k,
-                tokens_accepted=a, tokens_emitted=a + 1, batch_size=1, num_scheduled_tokens=1 + k,
-                context_len=10 + rnd, draft_ms=1.0 if k else None, verify_ms=10.0, wall_time_ns=T0 + step))
+            rows.append(
+                RoundTrace(
+                    run_id=q.run_id,
+                    engine_request_id=f"chatcmpl-{q.request_id}-0123abcd",
+                    pid=1,
+                    process_token="1-cafe",
+                    step_index=step,
+                    round_index=rnd,
+                    phase="prefill" if rnd == 0 else "decode",
+                    tokens_proposed=k,
+                    tokens_accepted=a,
+                    tokens_emitted=a + 1,
+                    batch_size=1,
+                    num_scheduled_tokens=1 + k,
+                    context_len=10 + rnd,
+                    draft_ms=1.0 if k else None,
+                    verify_ms=10.0,
+                    wall_time_ns=T0 + step,
+                )
+            )
     return rows
 
 
@@ -68,26 +85,37 @@ def repeated_run(run_dir: Path, run_id: str) -> Path:
 
     def e2e(arm, prompt_id, level, repeat):
         base = 2000.0 + 100 * repeat if arm == "baseline" else SPECULATIVE_MS[run_id][prompt_id[:4]] + 30 * repeat
-        return base * level ** 0.5
+        return base * level**0.5
 
     requests = relabel(repeated_requests(e2e), run_id)
-    write_run(run_dir, relabel(repeated_counters(drafts=lambda arm, lv, r: 4.0 if arm == "speculative" else None),
-                               run_id),
-              requests=requests, rounds=rounds_of(requests, DECODE[run_id]), manifest=make_manifest(run_id=run_id))
+    write_run(
+        run_dir,
+        relabel(repeated_counters(drafts=lambda arm, lv, r: 4.0 if arm == "speculative" else None), run_id),
+        requests=requests,
+        rounds=rounds_of(requests, DECODE[run_id]),
+        manifest=make_manifest(run_id=run_id),
+    )
     if run_id == "a":
-        checks = relabel(two_arms([-float(i) for i in range(40)], [-float(i) - 0.5 for i in range(40)],
-                                                ends=([5] * 40, [6] * 40)), run_id)
-        write_parquet_atomic(table_from_records(SampleCheck, checks),
-                             run_dir / record_file("sample_checks").consolidated)
+        checks = relabel(
+            two_arms([-float(i) for i in range(40)], [-float(i) - 0.5 for i in range(40)], ends=([5] * 40, [6] * 40)),
+            run_id,
+        )
+        write_parquet_atomic(
+            table_from_records(SampleCheck, checks), run_dir / record_file("sample_checks").consolidated
+        )
     return run_dir
 
 
 def lossless_run(run_dir: Path) -> Path:
     """The lossless tests' run (tests/support/lossless_run.py), as run b."""
     run_dir.mkdir(parents=True)
-    write_run(run_dir, relabel(make_counters(), "b"), requests=relabel(make_timed(), "b"),
-              rounds=relabel(make_rounds(), "b"),
-              manifest=make_manifest(run_id="b", dtype="bfloat16", max_error_rate=0.5))
+    write_run(
+        run_dir,
+        relabel(make_counters(), "b"),
+        requests=relabel(make_timed(), "b"),
+        rounds=relabel(make_rounds(), "b"),
+        manifest=make_manifest(run_id="b", dtype="bfloat16", max_error_rate=0.5),
+    )
     write_greedy(run_dir, relabel(make_checks(), "b"))
     return run_dir
 
@@ -103,8 +131,12 @@ def runs(tmp_path_factory) -> Path:
 
 
 def relations_with_run_id(db: Path) -> list[str]:
-    return [r["table_name"] for r in rows(db, "select distinct table_name from information_schema.columns "
-                                              "where column_name = 'run_id' order by 1")]
+    return [
+        r["table_name"]
+        for r in rows(
+            db, "select distinct table_name from information_schema.columns where column_name = 'run_id' order by 1"
+        )
+    ]
 
 
 def same(a, b) -> bool:
@@ -125,8 +157,20 @@ def test_every_relation_holds_each_run_exactly_as_that_run_built_alone(runs):
     alone = {run: build(runs / run) for run in ("a", "b", "c")}
     assert rows(together, "select run_id from raw_manifest order by run_id") == [{"run_id": r} for r in "abc"]
     names = relations_with_run_id(together)
-    for expected in ("acceptance", "speedup", "knee", "lossless", "sampling", "capture_acceptance", "int_run_settings",
-                     "int_speedup_intervals", "sampling_tests", "raw_rounds", "stg_requests", "reconciliation"):
+    for expected in (
+        "acceptance",
+        "speedup",
+        "knee",
+        "lossless",
+        "sampling",
+        "capture_acceptance",
+        "int_run_settings",
+        "int_speedup_intervals",
+        "sampling_tests",
+        "raw_rounds",
+        "stg_requests",
+        "reconciliation",
+    ):
         assert expected in names
     checked = 0
     for name in names:
@@ -156,7 +200,6 @@ def test_per_run_figures_differ_and_are_the_hand_checked_ones(runs):
     # at both levels), so the df is that of the repeats: 2 - 1
     assert [r["run_id"] for r in pools] == ["a", "c"]
     assert pools[0]["df"] == pytest.approx(1.0) and pools[1]["df"] == pytest.approx(1.0)
-
 
     assert {r["run_id"] for r in rows(db, "select run_id from sampling")} == {"a"}
     assert {r["run_id"] for r in rows(db, "select run_id from lossless where checks > 0")} == {"b"}
@@ -207,8 +250,9 @@ def test_a_row_of_another_run_is_named_with_its_row(tmp_path):
     write_parquet_atomic(table_from_records(type(requests[0]), requests), path)
     with pytest.raises(InputFileError) as exc:
         build(tmp_path)
-    assert str(exc.value).startswith(f"{path}, row 3, field 'run_id': run_id is 'zz', but the run folder's "
-                                     "manifest.json")
+    assert str(exc.value).startswith(
+        f"{path}, row 3, field 'run_id': run_id is 'zz', but the run folder's manifest.json"
+    )
 
 
 def test_two_run_folders_with_one_run_id_are_refused(tmp_path):
@@ -228,8 +272,11 @@ def test_a_folder_without_runs_or_a_lake_says_what_it_looked_for(tmp_path):
 def test_the_database_reads_the_files_in_place_unless_copied(tmp_path):
     run_dir = repeated_run(tmp_path / "a", "a")
     views = rows(build(run_dir), "select view_name from duckdb_views() where view_name = 'raw_requests'")
-    assert views and str(run_dir / "requests.parquet") in rows(
-        run_dir / "specdec.duckdb", "select sql from duckdb_views() where view_name = 'raw_requests'")[0]["sql"]
+    assert (
+        views
+        and str(run_dir / "requests.parquet")
+        in rows(run_dir / "specdec.duckdb", "select sql from duckdb_views() where view_name = 'raw_requests'")[0]["sql"]
+    )
     copied = build(run_dir, tmp_path / "copied.duckdb", copy=True)
     speedup = rows(copied, "select * from speedup order by all")
     moved = tmp_path / "moved"
@@ -288,8 +335,11 @@ def test_a_dictionary_typed_column_reads_as_its_values(tmp_path):
     path = run_dir / "requests.parquet"
     table = pq.read_table(path)
     i = table.schema.get_field_index("category")
-    table = table.set_column(i, pa.field("category", pa.dictionary(pa.int32(), pa.string()), nullable=False),
-                             table.column(i).dictionary_encode())
+    table = table.set_column(
+        i,
+        pa.field("category", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+        table.column(i).dictionary_encode(),
+    )
     pq.write_table(table, path)
     for check in ("full", "footer"):
         assert rows(build(run_dir, check=check), "select * from speedup order by all") == want

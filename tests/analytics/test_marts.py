@@ -19,8 +19,15 @@ def by(rows: list[dict], *keys: str) -> dict:
 
 def test_acceptance(query):
     got = by(query("select * from acceptance"), "arm", "category")
-    cols = ["verify_rounds", "tokens_proposed", "tokens_accepted", "mean_acceptance_length",
-            "acceptance_rate", "decode_steps_no_draft", "rounds_all_rejected"]
+    cols = [
+        "verify_rounds",
+        "tokens_proposed",
+        "tokens_accepted",
+        "mean_acceptance_length",
+        "acceptance_rate",
+        "decode_steps_no_draft",
+        "rounds_all_rejected",
+    ]
     pick = lambda r: [r[c] for c in cols]  # noqa: E731
     # speculative code, 2 levels x (4,4) (4,2) (4,0) + one k=0 decode row:
     #   rounds 2*3 = 6, proposed 2*12 = 24, accepted 2*6 = 12
@@ -73,16 +80,26 @@ def test_latency_single_request_group(query):
 def test_throughput(query):
     got = by(query("select * from throughput"), "arm", "concurrency")
     # level_seconds = last end - first send
-    assert got["baseline", 1]["level_seconds"] == 4.0     # chat sent 2.0 s, ends 4.0 s
-    assert got["baseline", 2]["level_seconds"] == 2.5     # chat sent 0.5 s, ends 2.5 s
+    assert got["baseline", 1]["level_seconds"] == 4.0  # chat sent 2.0 s, ends 4.0 s
+    assert got["baseline", 2]["level_seconds"] == 2.5  # chat sent 0.5 s, ends 2.5 s
     assert got["speculative", 1]["level_seconds"] == 2.0  # chat sent 1.0 s, ends 2.0 s
     assert got["speculative", 2]["level_seconds"] == 1.0  # both sent 0, chat ends 1.0 s
     assert got["baseline", 2]["output_tokens_per_s"] == approx(80.0)  # 200 / 2.5
-    assert got["speculative", 2]["requests_per_s"] == approx(2.0)     # 2 / 1.0
+    assert got["speculative", 2]["requests_per_s"] == approx(2.0)  # 2 / 1.0
 
 
-RECON = ["captured_rounds", "engine_rounds", "diff_rounds", "captured_proposed", "engine_proposed",
-         "diff_proposed", "captured_accepted", "engine_accepted", "diff_accepted", "engine_counters_present"]
+RECON = [
+    "captured_rounds",
+    "engine_rounds",
+    "diff_rounds",
+    "captured_proposed",
+    "engine_proposed",
+    "diff_proposed",
+    "captured_accepted",
+    "engine_accepted",
+    "diff_accepted",
+    "engine_counters_present",
+]
 
 
 def test_reconciliation_exact(query):
@@ -101,11 +118,17 @@ def test_reconciliation_detects_a_counter_mismatch(run_dir, query):
         if (s.arm, s.concurrency, s.position) == ("speculative", 2, "after"):
             s.spec_num_accepted_tokens += 3
     write_parquet_atomic(table_from_records(MetricSnapshot, snaps), path)
-    diffs = {(r["arm"], r["concurrency"]): (r["diff_rounds"], r["diff_proposed"], r["diff_accepted"])
-             for r in query("select * from reconciliation")}
+    diffs = {
+        (r["arm"], r["concurrency"]): (r["diff_rounds"], r["diff_proposed"], r["diff_accepted"])
+        for r in query("select * from reconciliation")
+    }
     # engine accepted 7 + 3 = 10 -> diff 7 - 10 = -3, for that arm and level only
-    assert diffs == {("baseline", 1): (0, 0, 0), ("baseline", 2): (0, 0, 0),
-                     ("speculative", 1): (0, 0, 0), ("speculative", 2): (0, 0, -3)}
+    assert diffs == {
+        ("baseline", 1): (0, 0, 0),
+        ("baseline", 2): (0, 0, 0),
+        ("speculative", 1): (0, 0, 0),
+        ("speculative", 2): (0, 0, -3),
+    }
 
 
 def test_reconciliation_flags_runs_without_capture(run_dir, query):
@@ -118,16 +141,26 @@ def test_reconciliation_flags_runs_without_capture(run_dir, query):
 
 
 def test_output_equality(query):
-    got = {(r["category"], r["concurrency"]): (r["pairs"], r["identical"], r["identical_share"])
-           for r in query("select * from output_equality")}
+    got = {
+        (r["category"], r["concurrency"]): (r["pairs"], r["identical"], r["identical_share"])
+        for r in query("select * from output_equality")
+    }
     # one pair per category and level; only chat at c2 differs ("hello" vs "hello!")
-    assert got == {("chat", 1): (1, 1, 1.0), ("chat", 2): (1, 0, 0.0),
-                   ("code", 1): (1, 1, 1.0), ("code", 2): (1, 1, 1.0)}
+    assert got == {
+        ("chat", 1): (1, 1, 1.0),
+        ("chat", 2): (1, 0, 0.0),
+        ("code", 1): (1, 1, 1.0),
+        ("code", 2): (1, 1, 1.0),
+    }
 
 
 def test_build_names_a_file_missing_a_column(run_dir):
     path = run_dir / "requests.parquet"
-    table = pq.read_table(path).drop_columns(["ttft_ms"]).replace_schema_metadata({b"schema_version": SCHEMA_VERSION.encode()})
+    table = (
+        pq.read_table(path)
+        .drop_columns(["ttft_ms"])
+        .replace_schema_metadata({b"schema_version": SCHEMA_VERSION.encode()})
+    )
     pq.write_table(table, path)
     with pytest.raises(InputFileError, match="missing column") as exc:
         build(run_dir)

@@ -34,8 +34,14 @@ def test_discover_orders_layers_then_dependencies():
     # speedup takes its exclusion rule (failed levels) from int_levels_compared and its
     # figures from the paired rows (its intervals table is not a model, see intervals.py), and
     # the run's margin from int_run_settings
-    assert deps["speedup"] == {"latency", "throughput", "int_levels_compared", "int_requests_paired",
-                               "int_blocks_paired", "int_run_settings"}
+    assert deps["speedup"] == {
+        "latency",
+        "throughput",
+        "int_levels_compared",
+        "int_requests_paired",
+        "int_blocks_paired",
+        "int_run_settings",
+    }
     assert deps["int_level_health"] == {"stg_requests", "int_run_settings"}
     assert deps["int_rounds_attributed"] == {"stg_rounds", "stg_requests"}
     assert deps["stg_rounds"] == frozenset()
@@ -64,8 +70,10 @@ def test_sources_are_what_the_build_creates_before_the_models(query):
     assert COMPUTED_TABLES == {c.TABLE for c in build.COMPUTED} | {settings.TABLE}
     read = set().union(*(m.sources for m in discover()))
     assert read <= SOURCES
-    tables = {r["name"] for r in query("select table_name as name from duckdb_tables() "
-                                        "union all select view_name from duckdb_views()")}
+    tables = {
+        r["name"]
+        for r in query("select table_name as name from duckdb_tables() union all select view_name from duckdb_views()")
+    }
     assert read <= tables, read - tables
     # staging reads its raw relation through by_role('raw_...'), which the parse follows
     assert {m.name: m.sources for m in discover()}["stg_requests"] == {"raw_requests"}
@@ -82,13 +90,16 @@ def test_a_column_named_like_a_model_is_no_dependency(tmp_path):
     _write(tmp_path, "marts", "speedup", "select 1 as speedup")
     _write(tmp_path, "marts", "latency", "select 1 as latency")
     # a column, a qualified column, an alias, a CTE and a string all named like models
-    _write(tmp_path, "marts", "speedup_weighted",
-           "with latency as (select 2 as speedup) "
-           "select speedup, speedup.x as y, 'speedup' as label from (select 1 as x) speedup, latency")
+    _write(
+        tmp_path,
+        "marts",
+        "speedup_weighted",
+        "with latency as (select 2 as speedup) "
+        "select speedup, speedup.x as y, 'speedup' as label from (select 1 as x) speedup, latency",
+    )
     _write(tmp_path, "marts", "reads_both", "select * from speedup join latency using (x)")
     deps = {m.name: m.depends_on for m in discover(tmp_path)}
-    assert deps == {"speedup": set(), "latency": set(), "speedup_weighted": set(),
-                    "reads_both": {"speedup", "latency"}}
+    assert deps == {"speedup": set(), "latency": set(), "speedup_weighted": set(), "reads_both": {"speedup", "latency"}}
 
 
 def test_a_cte_does_not_hide_the_model_it_reads(tmp_path):
@@ -113,11 +124,14 @@ def test_sql_that_does_not_parse_names_the_file(tmp_path):
         discover(tmp_path)
 
 
-@pytest.mark.parametrize("view, model", [
-    ("stg_requests", RequestResult),
-    ("stg_engine_counters", MetricSnapshot),
-    ("stg_stability", StabilityResult),
-])
+@pytest.mark.parametrize(
+    "view, model",
+    [
+        ("stg_requests", RequestResult),
+        ("stg_engine_counters", MetricSnapshot),
+        ("stg_stability", StabilityResult),
+    ],
+)
 def test_staging_columns_are_record_fields(query, view, model):
     """The record's fields; a record with an arm gets the arm's own name and the run
     folder's id beside the role and the analysis run (by_role, specdec/arms.py)."""
@@ -150,8 +164,7 @@ def test_order_rejects_staging_reading_a_mart():
 
 def test_order_is_dependency_order_within_a_layer():
     # a -> b -> c: alphabetical order would be a, b, c; dependencies reverse it
-    got = order([_model("a", "marts", "b"), _model("b", "marts", "c"), _model("c", "marts"),
-                 _model("s", "staging")])
+    got = order([_model("a", "marts", "b"), _model("b", "marts", "c"), _model("c", "marts"), _model("s", "staging")])
     assert [m.name for m in got] == ["s", "c", "b", "a"]
 
 

@@ -49,23 +49,36 @@ def write_named_run(run_dir: Path, two_engines: bool = False) -> Path:
     cnts = [_renamed(c, RENAME[c.arm]) for c in counters]
     cnts += [_renamed(c, "ngram2") for c in counters if c.arm == "speculative"]
     rounds = [_renamed(r, "plain" if ".baseline." in r.engine_request_id else "ngram") for r in make_rounds()]
-    rounds += [_renamed(r, "ngram2") for r in make_rounds()
-               if ".speculative." in r.engine_request_id and ".c0." not in r.engine_request_id]  # not the warm-up
+    rounds += [
+        _renamed(r, "ngram2")
+        for r in make_rounds()
+        if ".speculative." in r.engine_request_id and ".c0." not in r.engine_request_id
+    ]  # not the warm-up
     m = make_manifest()
     plain, ngram = m.arms
-    arms = [plain.model_copy(update={"name": "plain", "engine": "vllm"}),
-            ngram.model_copy(update={"name": "ngram", "engine": "vllm"}),
-            ngram.model_copy(update={"name": "ngram2", "engine": "vllm"})]
+    arms = [
+        plain.model_copy(update={"name": "plain", "engine": "vllm"}),
+        ngram.model_copy(update={"name": "ngram", "engine": "vllm"}),
+        ngram.model_copy(update={"name": "ngram2", "engine": "vllm"}),
+    ]
     diff = [f"{arm} vs plain: {d}" for arm in ("ngram", "ngram2") for d in m.arm_difference]
     update = {"arms": arms, "arm_difference": diff}
     if two_engines:
         arms[2] = arms[2].model_copy(update={"engine": "llama.cpp", "reference": "plain"})
-        update.update(model="g.gguf + m", dtype="llama.cpp: GGUF as shipped (g.gguf); vllm: float32",
-                      model_source={"llama.cpp": {"file": "g.gguf"}},
-                      engine={"name": "mixed", "vllm": dict(m.engine), "llama.cpp": {"name": "llama.cpp", "version": "b1"}},
-                      engines={"llama.cpp": {"model": "g.gguf", "dtype": "GGUF as shipped (g.gguf)",
-                                             "model_source": {"file": "g.gguf"}},
-                               "vllm": {"model": "m", "dtype": "float32", "model_source": {}}})
+        update.update(
+            model="g.gguf + m",
+            dtype="llama.cpp: GGUF as shipped (g.gguf); vllm: float32",
+            model_source={"llama.cpp": {"file": "g.gguf"}},
+            engine={"name": "mixed", "vllm": dict(m.engine), "llama.cpp": {"name": "llama.cpp", "version": "b1"}},
+            engines={
+                "llama.cpp": {
+                    "model": "g.gguf",
+                    "dtype": "GGUF as shipped (g.gguf)",
+                    "model_source": {"file": "g.gguf"},
+                },
+                "vllm": {"model": "m", "dtype": "float32", "model_source": {}},
+            },
+        )
     return write_run(run_dir, cnts, requests=reqs, rounds=rounds, manifest=m.model_copy(update=update))
 
 
@@ -79,17 +92,30 @@ def both(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_the_arms_rules():
-    arms = [parse_arm(a) for a in ("vllm-none=vllm", "vllm-ngram=vllm:ngram", "llama-none=llama.cpp",
-                                   "llama-ngram=llama.cpp:ngram", "cross=llama.cpp:ngram@vllm-none")]
+    arms = [
+        parse_arm(a)
+        for a in (
+            "vllm-none=vllm",
+            "vllm-ngram=vllm:ngram",
+            "llama-none=llama.cpp",
+            "llama-ngram=llama.cpp:ngram",
+            "cross=llama.cpp:ngram@vllm-none",
+        )
+    ]
     assert [(c.treatment, c.reference) for c in comparisons(arms)] == [
-        ("vllm-ngram", "vllm-none"), ("llama-ngram", "llama-none"), ("cross", "vllm-none")]
+        ("vllm-ngram", "vllm-none"),
+        ("llama-ngram", "llama-none"),
+        ("cross", "vllm-none"),
+    ]
     assert arms[3].speculation == {"type": "ngram-mod"}
     assert classic([ArmSpec("baseline"), ArmSpec("speculative", speculation={"method": "ngram"})])
     assert classic([ArmSpec("baseline"), ArmSpec("speculative")])  # A/A: no comparison, ids kept
     assert not classic(arms)
     rows = role_rows("r", arms[:2])
-    assert [(r[1], r[2], r[3]) for r in rows] == [("vllm-none", "r/vllm-ngram", "baseline"),
-                                                  ("vllm-ngram", "r/vllm-ngram", "speculative")]
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("vllm-none", "r/vllm-ngram", "baseline"),
+        ("vllm-ngram", "r/vllm-ngram", "speculative"),
+    ]
     for bad in ("Bad=vllm", "a.b=vllm", "x=sglang", "x=vllm:[1]", "x"):
         with pytest.raises(ValueError):
             parse_arm(bad)
@@ -105,27 +131,38 @@ def test_each_comparison_is_a_run_with_the_classic_figures(both):
     cols = "category, concurrency, speedup, pairs"
     want = _rows(classic_db, f"select {cols} from speedup order by all")
     assert _rows(named_db, f"select {cols} from speedup where run_id = ? order by all", f"{RUN}/ngram") == want
-    faster = _rows(named_db, f"select {cols} from speedup where run_id = ? and category = 'code' order by all",
-                   f"{RUN}/ngram2")
+    faster = _rows(
+        named_db, f"select {cols} from speedup where run_id = ? and category = 'code' order by all", f"{RUN}/ngram2"
+    )
     assert [r["speedup"] for r in faster] == approx([2000 / 500] * 2)  # its own requests against the same plain arm
     acc = "arm, category, verify_rounds, tokens_proposed, tokens_accepted, mean_acceptance_length"
-    assert (_rows(named_db, f"select {acc} from acceptance where run_id = ? order by all", f"{RUN}/ngram")
-            == _rows(classic_db, f"select {acc} from acceptance order by all"))
-    assert (_rows(named_db, f"select {acc} from acceptance where run_id = ? order by all", f"{RUN}/ngram2")
-            == _rows(classic_db, f"select {acc} from acceptance order by all"))  # a copy of ngram's rounds
-    rec = _rows(named_db, "select run_id, arm, diff_proposed, diff_accepted from reconciliation "
-                          "where diff_proposed is not null order by all")
+    assert _rows(named_db, f"select {acc} from acceptance where run_id = ? order by all", f"{RUN}/ngram") == _rows(
+        classic_db, f"select {acc} from acceptance order by all"
+    )
+    assert _rows(named_db, f"select {acc} from acceptance where run_id = ? order by all", f"{RUN}/ngram2") == _rows(
+        classic_db, f"select {acc} from acceptance order by all"
+    )  # a copy of ngram's rounds
+    rec = _rows(
+        named_db,
+        "select run_id, arm, diff_proposed, diff_accepted from reconciliation "
+        "where diff_proposed is not null order by all",
+    )
     assert rec and all(r["diff_proposed"] == 0 and r["diff_accepted"] == 0 for r in rec)
     assert {r["run_id"] for r in rec} == {f"{RUN}/ngram", f"{RUN}/ngram2"}
 
 
 def test_the_reference_is_in_both_comparisons_under_its_own_name(both):
     _, named_db = both
-    got = _rows(named_db, "select run_id, arm, arm_name, source_run_id, count(*) as n from stg_requests "
-                          "group by all order by all")
+    got = _rows(
+        named_db,
+        "select run_id, arm, arm_name, source_run_id, count(*) as n from stg_requests group by all order by all",
+    )
     assert [(r["run_id"], r["arm"], r["arm_name"], r["n"]) for r in got] == [
-        (f"{RUN}/ngram", "baseline", "plain", 4), (f"{RUN}/ngram", "speculative", "ngram", 4),
-        (f"{RUN}/ngram2", "baseline", "plain", 4), (f"{RUN}/ngram2", "speculative", "ngram2", 4)]
+        (f"{RUN}/ngram", "baseline", "plain", 4),
+        (f"{RUN}/ngram", "speculative", "ngram", 4),
+        (f"{RUN}/ngram2", "baseline", "plain", 4),
+        (f"{RUN}/ngram2", "speculative", "ngram2", 4),
+    ]
     assert {r["source_run_id"] for r in got} == {RUN}
     cap = _rows(named_db, "select * from capture_acceptance")  # per run folder: every captured row once
     # ngram2's copies: per level a code request of 1 prefill + 4 decode rows and a chat one of 1 + 2
@@ -180,6 +217,6 @@ def test_a_comparison_on_one_engine_of_a_two_engine_run_names_its_own_model(tmp_
     assert (across.model, across.engine["name"]) == ("g.gguf + m", "mixed")  # ngram2 (llama.cpp) vs plain (vLLM)
     write_report(run)
     detail = (run / "report-ngram.html").read_text()
-    line = detail[detail.index("Model <code>"):][:200]
+    line = detail[detail.index("Model <code>") :][:200]
     assert line.startswith("Model <code>m</code>, dtype float32, engine") and "g.gguf" not in line
     assert "Model <code>g.gguf + m</code>" in (run / "report-ngram2.html").read_text()

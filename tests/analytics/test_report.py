@@ -30,11 +30,12 @@ def test_a_run_where_every_request_failed_says_so(tmp_path):
 
 
 def test_a_failed_level_is_announced_at_the_top_of_both(tmp_path):
-    reqs = [failed(r) if (r.arm, r.concurrency, r.category) == ("baseline", 2, "chat") else r
-            for r in make_requests()]
+    reqs = [failed(r) if (r.arm, r.concurrency, r.category) == ("baseline", 2, "chat") else r for r in make_requests()]
     page, summary = report_of(write_run(tmp_path, requests=reqs))
-    banner = ("1 level(s) failed (error rate above max_error_rate 0.05): baseline c2 (1/2 failed: "
-              "http_status: 1); no speedup or lossless figure computed from them.")
+    banner = (
+        "1 level(s) failed (error rate above max_error_rate 0.05): baseline c2 (1/2 failed: "
+        "http_status: 1); no speedup or lossless figure computed from them."
+    )
     lines = summary.splitlines()
     assert lines[1] == "!! " + banner
     assert lines[2].startswith("requests per arm and level")
@@ -64,11 +65,15 @@ def test_a_finished_clean_run_has_no_notice(run_dir):
 def test_no_captured_rounds_is_said_plainly(tmp_path):
     manifest = make_manifest(capture={"source": "none", "reason": "external servers without --capture-dir"})
     page, summary = report_of(write_run(tmp_path, rounds=[], manifest=manifest))
-    said = ("No rounds were captured (capture source: none; reason: external servers without --capture-dir; "
-            "see manifest.capture)")
+    said = (
+        "No rounds were captured (capture source: none; reason: external servers without --capture-dir; "
+        "see manifest.capture)"
+    )
     assert said in summary and said in page
-    assert ("reconciliation of the rounds with the engine's counters: not applicable (no rounds were captured); "
-            "per-request stats against the counters: exact at 2 level(s)") in summary
+    assert (
+        "reconciliation of the rounds with the engine's counters: not applicable (no rounds were captured); "
+        "per-request stats against the counters: exact at 2 level(s)"
+    ) in summary
     assert "level(s) differ" not in summary
     assert "No per-round data for this engine" in page  # not a table of zeros
     assert '<table class="flagged">' in page and "(flagged: no rounds captured)" in page
@@ -80,7 +85,7 @@ def test_summary_columns_fit_long_category_names(tmp_path):
     _, summary = report_of(write_run(tmp_path, requests=reqs))
     lines = summary.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("speedup (speculative/baseline")) + 1
-    header, rows = lines[head], lines[head + 1: head + 4]
+    header, rows = lines[head], lines[head + 1 : head + 4]
     c1, c2 = header.index("c1"), header.index("c2")
     assert {r.split()[0] for r in rows} == {"(system)", "code", long}  # nothing truncated
     for r in rows:  # every value starts under its column heading
@@ -143,9 +148,20 @@ def test_a_stability_run_reports_its_faults_and_no_replay_sections(tmp_path):
     from specdec.schemas.records import StabilityResult
 
     def probe(fault, i, outcome, failed_n, types):
-        return StabilityResult(run_id="t", fault=fault, probe_index=i, wall_start_ns=i, duration_ms=10.0,
-                               requests_sent=2, requests_failed=failed_n, error_types=types, expected="HTTP 400",
-                               outcome=outcome, server_healthy_after=True, detail=f"{fault} probe {i}")
+        return StabilityResult(
+            run_id="t",
+            fault=fault,
+            probe_index=i,
+            wall_start_ns=i,
+            duration_ms=10.0,
+            requests_sent=2,
+            requests_failed=failed_n,
+            error_types=types,
+            expected="HTTP 400",
+            outcome=outcome,
+            server_healthy_after=True,
+            detail=f"{fault} probe {i}",
+        )
 
     write_run(tmp_path, requests=[], rounds=[], manifest=make_manifest(kind="stability"))
     (tmp_path / "requests.parquet").unlink()  # a stability run has no replay requests
@@ -155,7 +171,7 @@ def test_a_stability_run_reports_its_faults_and_no_replay_sections(tmp_path):
     assert "<h2>Stability: fault -&gt; outcome</h2>" in page and "<td>http_400</td>" in page
     lines = summary.splitlines()
     at = lines.index("stability: fault -> outcome:")
-    assert [ln.split()[:2] for ln in lines[at + 2: at + 4]] == [["empty_prompt", "ok"], ["burst", "degraded"]]
+    assert [ln.split()[:2] for ln in lines[at + 2 : at + 4]] == [["empty_prompt", "ok"], ["burst", "degraded"]]
     assert "!!" not in summary and "speedup" not in summary and "<h2>Speedup" not in page
 
 

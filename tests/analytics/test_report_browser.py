@@ -19,9 +19,19 @@ from specdec.analytics.report import write_report
 from tests.support.synthetic_run import repeated_counters, repeated_requests, write_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--virtual-time-budget=15000",
+]
 SPEC = {"code-0": 1000.0, "code-1": 500.0, "chat-0": 1600.0, "chat-1": 1700.0}
 
 
@@ -56,8 +66,9 @@ def _chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
             pytest.fail("chromium is not installed: `make test` installs Debian's chromium; CI must see the page")
         pytest.skip("no chromium on this machine (`make test` installs it)")
     profile = tmp_path / "profile"
-    return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_chromium_draws_every_chart_without_a_console_error(report, tmp_path):

@@ -46,8 +46,12 @@ def data_of(run_dir, *sql):
 
 @pytest.fixture
 def repeated(tmp_path):
-    return write_run(tmp_path, requests=repeated_requests(steady, levels=(1,)), rounds=[],
-                     counters=repeated_counters(levels=(1,), hits=lambda a, lv, r: 100.0 * r))
+    return write_run(
+        tmp_path,
+        requests=repeated_requests(steady, levels=(1,)),
+        rounds=[],
+        counters=repeated_counters(levels=(1,), hits=lambda a, lv, r: 100.0 * r),
+    )
 
 
 def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
@@ -57,19 +61,26 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     at = lines.index("verdict:")
     # three labels in the run (chat, code, (system)), each with no noise at all: Holm's levels
     # 1 - 0.05 / 3, / 2 and / 1 by rank
-    assert re.fullmatch(r"  - chat: faster at every level: 1\.25x \(9[0-9.]+% CI 1\.25-1\.25\) at c1, each gain "
-                        r"beyond the 5% margin \[n = 4 pairs per level: 2 prompts x 2 repeats\]\.", lines[at + 1])
+    assert re.fullmatch(
+        r"  - chat: faster at every level: 1\.25x \(9[0-9.]+% CI 1\.25-1\.25\) at c1, each gain "
+        r"beyond the 5% margin \[n = 4 pairs per level: 2 prompts x 2 repeats\]\.",
+        lines[at + 1],
+    )
     assert re.match(r"  - code: faster at every level: 4\.00x \(9[0-9.]+% CI 4\.00-4\.00\) at c1", lines[at + 2])
-    assert lines[at + 4] == ("  - calibration: 3 of 3 A/A intervals (the baseline against itself) hold 1, about "
-                             "95% expected; labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
-                             "margin declared before the run.")
-    assert lines[at + 5] == ("  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
-                             "1 near-tie (the baseline's runner-up, margin at most 0.05 nats); A/A floor 3/4 identical).")
+    assert lines[at + 4] == (
+        "  - calibration: 3 of 3 A/A intervals (the baseline against itself) hold 1, about "
+        "95% expected; labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
+        "margin declared before the run."
+    )
+    assert lines[at + 5] == (
+        "  - lossless: 0 suspect divergences in 8 greedy pairs (bfloat16, c1; 7/8 identical, "
+        "1 near-tie (the baseline's runner-up, margin at most 0.05 nats); A/A floor 3/4 identical)."
+    )
     assert lines[at - 1].split()[0] == "speculative"  # after the failures table, before any figure
     # in the page: right after the run line, before the charts and every section
     assert page.index('<h2 id="verdict">') < page.index('<div id="speedup">') < page.index("<h2>Speedup")
     # every link in the verdict points at an element of the page
-    verdict_html = page[page.index('<h2 id="verdict">'):page.index('<div id="speedup">')]
+    verdict_html = page[page.index('<h2 id="verdict">') : page.index('<div id="speedup">')]
     targets = re.findall(r'href="#([^"]+)"', verdict_html)
     assert row_anchor("speedup", "code", 1) in targets and row_anchor("lossless") in targets
     assert len(re.findall(r' id="([^"]+)"', page)) == len(set(re.findall(r' id="([^"]+)"', page)))  # ids unique
@@ -81,9 +92,17 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
 def test_speedup_table_chart_and_prefix_cache(repeated):
     data = data_of(repeated)
     page, summary = render_html(data), summary_text(data)
-    head = page[page.index("<h2>Speedup"):page.index("<h2>Knee")]
-    for col in ("<th>ci_low</th>", "<th>prompts_ci_high</th>", "<th>label</th>", "<th>pairs</th>",
-                "<th>aa_check</th>", "<th>ci_level</th>", "<th>speedup_mean_of_rates</th>", "geometric mean over paired prompts"):
+    head = page[page.index("<h2>Speedup") : page.index("<h2>Knee")]
+    for col in (
+        "<th>ci_low</th>",
+        "<th>prompts_ci_high</th>",
+        "<th>label</th>",
+        "<th>pairs</th>",
+        "<th>aa_check</th>",
+        "<th>ci_level</th>",
+        "<th>speedup_mean_of_rates</th>",
+        "geometric mean over paired prompts",
+    ):
         assert col in head, col
     # the chart draws the interval as a rule from ci_low to ci_high
     spec = json.loads(re.search(r"vegaEmbed\('#speedup', (.*), \{actions: false\}\);", page).group(1))
@@ -100,8 +119,11 @@ def test_speedup_table_chart_and_prefix_cache(repeated):
 def test_lossless_section_when_its_marts_exist(repeated):
     page = render_html(data_of(repeated, LOSSLESS, DIVERGENCES))
     at = page.index("<h2>Lossless: greedy token identity, classified")
-    assert at < page.index("<h2>Lossless: every non-identical greedy pair") < page.index(
-        "<h2>Timed-pass text identity (no margins)")
+    assert (
+        at
+        < page.index("<h2>Lossless: every non-identical greedy pair")
+        < page.index("<h2>Timed-pass text identity (no margins)")
+    )
     assert '<table id="lossless-table">' in page and '<table id="lossless_divergences-table">' in page
     assert f'<tr id="{row_anchor("lossless", "code", 1)}">' in page
     assert "<td>near_tie</td>" in page and "<th>first_divergence_position</th>" in page
@@ -118,20 +140,23 @@ def test_no_lossless_section_or_sentence_without_its_marts(repeated):
 def test_open_loop_levels_are_named_by_their_setting(tmp_path):
     """An open-loop run keys its levels 1, 2, ... (``concurrency``); a reader
     sees the rates: in the verdict, the summary's tables and the chart's axis."""
-    load = {"mode": "poisson", "arrival_seed": 0,
-            "levels": [{"key": 1, "value": 0.5}, {"key": 2, "value": 2.0}]}
-    run_dir = write_run(tmp_path, requests=repeated_requests(steady, levels=(1, 2)), rounds=[],
-                        counters=repeated_counters(levels=(1, 2)),
-                        manifest=make_manifest(schedule={"repeats": 2, "load": load}))
+    load = {"mode": "poisson", "arrival_seed": 0, "levels": [{"key": 1, "value": 0.5}, {"key": 2, "value": 2.0}]}
+    run_dir = write_run(
+        tmp_path,
+        requests=repeated_requests(steady, levels=(1, 2)),
+        rounds=[],
+        counters=repeated_counters(levels=(1, 2)),
+        manifest=make_manifest(schedule={"repeats": 2, "load": load}),
+    )
     data = data_of(run_dir)
     assert data.level_names == {1: "0.5 req/s", 2: "2 req/s"}
     summary, page = summary_text(data), render_html(data)
-    verdict = summary[summary.index("verdict:"):summary.index("speedup (")]
+    verdict = summary[summary.index("verdict:") : summary.index("speedup (")]
     assert "at 0.5 req/s" in verdict and "at 2 req/s" in verdict and " c1" not in verdict
-    speedup_head = summary[summary.index("speedup ("):].splitlines()[1]
+    speedup_head = summary[summary.index("speedup (") :].splitlines()[1]
     assert "0.5 req/s" in speedup_head and "2 req/s" in speedup_head and "c1" not in speedup_head
     # the chart's x axis: the key's position on the scale, the rate as its label
-    assert 'datum.value == 1 ? \\"0.5 req/s\\"' in page or "datum.value == 1 ? \"0.5 req/s\"" in page
+    assert 'datum.value == 1 ? \\"0.5 req/s\\"' in page or 'datum.value == 1 ? "0.5 req/s"' in page
     assert "offered load (Poisson arrivals)" in page
 
 

@@ -131,11 +131,18 @@ def db(tmp_path_factory):
     run_dir = lossless_run.make_run(tmp_path_factory.mktemp("rounds"))
     timed = lossless_run.make_timed()
     pb2 = next(q for q in timed if q.request_id == f"sd.{RUN}.speculative.c1.r0.pB")
-    timed += [pb2.model_copy(update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB"}),
-              pb2.model_copy(update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB2",
-                                     "wall_send_ns": T0 + 5})]
-    write_run(run_dir, requests=timed, rounds=lossless_run.make_rounds() + _extra_rounds(),
-              manifest=make_manifest(dtype="bfloat16", max_error_rate=0.5))
+    timed += [
+        pb2.model_copy(update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB"}),
+        pb2.model_copy(
+            update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB2", "wall_send_ns": T0 + 5}
+        ),
+    ]
+    write_run(
+        run_dir,
+        requests=timed,
+        rounds=lossless_run.make_rounds() + _extra_rounds(),
+        manifest=make_manifest(dtype="bfloat16", max_error_rate=0.5),
+    )
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 

@@ -66,8 +66,9 @@ def test_smallest_detectable_effects():
     # values 0 2 (sd^2 = 2) and 1 3 (sd^2 = 2): pooled sd sqrt(2); (2.2414 + 0.8416) * sqrt(2) * 1
     assert st.min_detectable_shift([0, 2], [1, 3]) == pytest.approx(3.0830 * math.sqrt(2), abs=1e-3)
     # two such prompts: sqrt(2 * 2 * (1/2 + 1/2)) / 2 = 1, so 3.0830 * 1
-    assert stratified_min_detectable_shift([([0, 2], [1, 3]), ([5, 7], [6, 8])], 0.025) == \
-        pytest.approx(3.0830, abs=1e-3)
+    assert stratified_min_detectable_shift([([0, 2], [1, 3]), ([5, 7], [6, 8])], 0.025) == pytest.approx(
+        3.0830, abs=1e-3
+    )
     assert st.ALPHA == 0.025  # Bonferroni over the two statistics that carry the verdict
 
 
@@ -133,8 +134,17 @@ def test_the_same_distribution_is_not_rejected():
     base, spec = rng.normal(-60, 8, 96), rng.normal(-60, 8, 96)
     ends = [[int(e) for e in rng.integers(5, 40, 96)] for _ in range(2)]  # >= 32: censored
     ends = [[e if e < 32 else None for e in arm] for arm in ends]
-    rows = by_stat(mart(two_arms(list(base), list(spec), ends, rescored=(list(base), list(spec)),
-                                 tokens=(distinct_tokens(96), distinct_tokens(96, 500)))))
+    rows = by_stat(
+        mart(
+            two_arms(
+                list(base),
+                list(spec),
+                ends,
+                rescored=(list(base), list(spec)),
+                tokens=(distinct_tokens(96), distinct_tokens(96, 500)),
+            )
+        )
+    )
     assert set(rows) == {"rescored_logprob", "sequence_logprob", "natural_length"}
     for name in ("rescored_logprob", "natural_length"):
         r = rows[name]
@@ -154,9 +164,17 @@ def test_the_same_distribution_is_not_rejected():
 def test_a_shifted_rescored_logprob_is_rejected_and_the_length_is_not():
     rng = np.random.default_rng(7)
     base = rng.normal(-60, 8, 96)
-    rows = by_stat(mart(two_arms(list(base), list(base + 6.0), ([10] * 96, [10] * 96),
-                                 rescored=(list(base), list(base + 6.0)),
-                                 tokens=(distinct_tokens(96), distinct_tokens(96, 500)))))
+    rows = by_stat(
+        mart(
+            two_arms(
+                list(base),
+                list(base + 6.0),
+                ([10] * 96, [10] * 96),
+                rescored=(list(base), list(base + 6.0)),
+                tokens=(distinct_tokens(96), distinct_tokens(96, 500)),
+            )
+        )
+    )
     lp = rows["rescored_logprob"]
     assert lp["verdict"] == st.DIFFERS and lp["p_value"] == 1 / 10000
     assert lp["mean_speculative"] - lp["mean_baseline"] == pytest.approx(6.0)
@@ -170,8 +188,16 @@ def test_a_reporting_artefact_is_not_a_distribution_defect():
     samples, re-scored on the baseline server, have the baseline's distribution."""
     rng = np.random.default_rng(11)
     base, spec = rng.normal(-44, 6, 64), rng.normal(-44, 6, 64)
-    rows = by_stat(mart(two_arms(list(base), list(spec - 30.0), rescored=(list(base), list(spec)),
-                                 tokens=(distinct_tokens(64), distinct_tokens(64, 500)))))
+    rows = by_stat(
+        mart(
+            two_arms(
+                list(base),
+                list(spec - 30.0),
+                rescored=(list(base), list(spec)),
+                tokens=(distinct_tokens(64), distinct_tokens(64, 500)),
+            )
+        )
+    )
     assert rows["rescored_logprob"]["verdict"] == st.SAME
     diag = rows["sequence_logprob"]
     assert diag["p_value"] < 0.025 and diag["verdict"] is None  # the two instruments differ, no verdict
@@ -239,14 +265,18 @@ def test_failures_are_counted_and_drop_their_partner():
 
 
 def test_groups_by_category_and_level_and_says_why_a_group_is_not_tested():
-    recs = (two_arms([-50.0] * 24, [-50.0] * 24, category="code", level=1)
-            + two_arms([-50.0] * 24, [-50.0] * 24, category="code", level=4)
-            + [check("baseline", "q", k, -40.0, category="chat", level=4) for k in range(24)]
-            + two_arms([-50.0, -51.0], [-50.0, -52.0], category="math", level=1))
+    recs = (
+        two_arms([-50.0] * 24, [-50.0] * 24, category="code", level=1)
+        + two_arms([-50.0] * 24, [-50.0] * 24, category="code", level=4)
+        + [check("baseline", "q", k, -40.0, category="chat", level=4) for k in range(24)]
+        + two_arms([-50.0, -51.0], [-50.0, -52.0], category="math", level=1)
+    )
     rows = mart(recs)
     assert [(r["category"], r["concurrency"], r["statistic"]) for r in rows] == [
-        (c, lv, s) for c, lv in [("chat", 4), ("code", 1), ("code", 4), ("math", 1)]
-        for s in ("natural_length", "rescored_logprob", "sequence_logprob")]
+        (c, lv, s)
+        for c, lv in [("chat", 4), ("code", 1), ("code", 4), ("math", 1)]
+        for s in ("natural_length", "rescored_logprob", "sequence_logprob")
+    ]
     chat = by_stat(rows, category="chat")["sequence_logprob"]
     assert chat["excluded_reason"] == "no speculative samples at this level" and chat["verdict"] is None
     # 1 sample per arm at each of 2 prompts: 2 x 2 relabellings; prompt p0's two values are
@@ -273,8 +303,9 @@ def test_staging_columns_are_the_record_fields_and_the_mart_header_names_every_c
     _roles(con)
     models = {m.name: m for m in discover()}
     con.execute(f"create view stg_sample_checks as\n{models['stg_sample_checks'].sql}")
-    assert ([r[0] for r in con.execute("describe stg_sample_checks").fetchall()]
-            == by_role_columns(list(SampleCheck.model_fields)))
+    assert [r[0] for r in con.execute("describe stg_sample_checks").fetchall()] == by_role_columns(
+        list(SampleCheck.model_fields)
+    )
     st.create_table(con)
     no_pass_counters(con)
     con.execute(f"create view sampling as\n{models['sampling'].sql}")
@@ -290,12 +321,14 @@ def test_report_and_summary_show_the_sampling_check_and_name_what_differs(tmp_pa
     from specdec.analytics.report import write_report
     from specdec.runfolder import record_file
     from specdec.schemas.arrow import write_parquet_atomic
+
     rng = np.random.default_rng(3)
     base = list(rng.normal(-40.0, 3.0, 48))
     spec = list(rng.normal(-60.0, 3.0, 48))  # a broken arm: far less likely samples
     run_dir = write_run(tmp_path)
-    write_parquet_atomic(table_from_records(SampleCheck, two_arms(base, spec)),
-                         run_dir / record_file("sample_checks").consolidated)
+    write_parquet_atomic(
+        table_from_records(SampleCheck, two_arms(base, spec)), run_dir / record_file("sample_checks").consolidated
+    )
     path, summary = write_report(run_dir)
     page = path.read_text()
     assert "Lossless under sampling" in page and "permutation test stratified by prompt" in page
@@ -310,6 +343,7 @@ def test_a_file_written_before_token_ids_and_rescores_still_builds(tmp_path):
 
     from specdec.analytics.build import build
     from specdec.runfolder import record_file
+
     rng = np.random.default_rng(7)
     base = rng.normal(-60, 8, 48)
     table = table_from_records(SampleCheck, two_arms(list(base), list(base + 8.0), ([10] * 48, [10] * 48)))
@@ -319,8 +353,9 @@ def test_a_file_written_before_token_ids_and_rescores_still_builds(tmp_path):
     run_dir = write_run(tmp_path)
     pq.write_table(old, run_dir / record_file("sample_checks").consolidated)
     con = duckdb.connect(str(build(run_dir)), read_only=True)
-    assert con.execute(f"select count(*) from stg_sample_checks where {' is null and '.join(new)} is null"
-                       ).fetchone() == (96,)
+    assert con.execute(
+        f"select count(*) from stg_sample_checks where {' is null and '.join(new)} is null"
+    ).fetchone() == (96,)
     verdicts = dict(con.execute("select statistic, verdict from sampling").fetchall())
     assert verdicts == {"natural_length": st.SAME, "rescored_logprob": None, "sequence_logprob": st.DIFFERS}
 
@@ -338,9 +373,13 @@ def test_the_summary_line_names_groups_whose_samples_are_not_distinct():
 
     stuck = [row("chat", "rescored_logprob", st.NOT_DISTINCT), row("chat", "natural_length", st.NOT_DISTINCT)]
     same = [row("code", "rescored_logprob", st.SAME), row("code", "natural_length", st.SAME)]
-    assert line(stuck + same).endswith("same distribution in all 2 tests; samples not distinct across seeds "
-                                       "(an arm ignoring the seed?), not judged: chat c1")
-    assert line(stuck).endswith("Bonferroni): samples not distinct across seeds (an arm ignoring the seed?), "
-                                "not judged: chat c1")
+    assert line(stuck + same).endswith(
+        "same distribution in all 2 tests; samples not distinct across seeds "
+        "(an arm ignoring the seed?), not judged: chat c1"
+    )
+    assert line(stuck).endswith(
+        "Bonferroni): samples not distinct across seeds (an arm ignoring the seed?), not judged: chat c1"
+    )
     assert "DIFFERS in 1 of 2 tests: code c1 rescored_logprob (p=0.001)" in line(
-        [row("code", "rescored_logprob", st.DIFFERS, 0.001), row("code", "natural_length", st.SAME)])
+        [row("code", "rescored_logprob", st.DIFFERS, 0.001), row("code", "natural_length", st.SAME)]
+    )

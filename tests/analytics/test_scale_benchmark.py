@@ -14,16 +14,25 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "analytics_scale.p
 
 
 def test_scale_benchmark_small(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--rounds", "30000", "--runs", "2",
-                           "--data", str(tmp_path / "data")], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rounds", "30000", "--runs", "2", "--data", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["runs"] == 2 and figures["rounds"] >= 30000 and figures["requests"] > 0
     assert figures["same_steps_acceptance_matches_mart"] is True
     assert figures["pandas_matches_mart"] is True
     assert figures["pandas_speedup_matches_same_steps"] is True
-    for key in ("build_s", "duckdb_same_steps_acceptance_s", "pandas_acceptance_grouped_first_s",
-                "same_steps_ratio_grouped_first", "same_steps_speedup_ratio"):
+    for key in (
+        "build_s",
+        "duckdb_same_steps_acceptance_s",
+        "pandas_acceptance_grouped_first_s",
+        "same_steps_ratio_grouped_first",
+        "same_steps_speedup_ratio",
+    ):
         assert figures[key] > 0, key
     assert "(goal <= 10 s; the median of 3 builds)" in proc.stdout
     each = figures["build_and_marts_s_each"]

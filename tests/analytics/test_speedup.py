@@ -53,21 +53,33 @@ def test_paired_speedup_is_the_geometric_mean_of_paired_e2e_ratios(tmp_path, que
     # prompts and runs: prompt means ln 2 and ln 8, s2_prompt = 2 (ln 2)^2, se^2 = 0 + s2_prompt / 2,
     # df 1 (two prompts): 4 x 2^(-+t(0.975, 1))
     t1 = t_quantile(0.975, 1)
-    assert (got["prompts_ci_low"], got["prompts_ci_high"]) == (approx(4 * 2 ** -t1), approx(4 * 2 ** t1))
+    assert (got["prompts_ci_low"], got["prompts_ci_high"]) == (approx(4 * 2**-t1), approx(4 * 2**t1))
     # A/A: the baseline repeats are identical -> 1, interval [1, 1], 2 pairs (one per prompt)
     assert (got["aa_speedup"], got["aa_ci_low"], got["aa_ci_high"], got["aa_check"], got["aa_pairs"]) == (
-        approx(1.0), approx(1.0), approx(1.0), "holds 1", 2)
+        approx(1.0),
+        approx(1.0),
+        approx(1.0),
+        "holds 1",
+        2,
+    )
     # 6 labels in the run (code, chat, (system) at c1 and c2), every one clear: p = 0
     assert (got["label"], got["clears_margin"], got["family_size"], got["margin"]) == ("faster", True, 6, 0.05)
     assert 0.95 < got["ci_level"] < 1 and got["p_value"] == 0.0
-    assert got["label_basis"] == (f"{100 * got['ci_level']:.4g}% family-wise interval (Holm over 6 labels) "
-                                  "against 1 and the 5% margin")
+    assert got["label_basis"] == (
+        f"{100 * got['ci_level']:.4g}% family-wise interval (Holm over 6 labels) against 1 and the 5% margin"
+    )
 
 
 def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path, query):
     # baseline 2000 ms in repeat 0, 4000 ms in repeat 1; speculative 1000 and 500 ms
-    e2e = lambda arm, pid, level, r: {("baseline", 0): 2000, ("baseline", 1): 4000,  # noqa: E731
-                                      ("speculative", 0): 1000, ("speculative", 1): 500}[arm, r]
+    def e2e(arm, pid, level, r):
+        return {
+            ("baseline", 0): 2000,
+            ("baseline", 1): 4000,
+            ("speculative", 0): 1000,
+            ("speculative", 1): 500,
+        }[arm, r]
+
     run_with(tmp_path, e2e, levels=(1,))
     thr = rows_of(query, "select * from throughput", "arm")
     # blocks of 4 x 100 tokens: baseline 2.0 s + 4.0 s (not the 100+ s from its first send to its
@@ -83,20 +95,25 @@ def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path,
     # repeats that differ 4x measure next to nothing
     t1 = t_quantile(0.975, 1)
     assert (sys["speedup"], sys["pointwise_ci_low"], sys["pointwise_ci_high"], sys["pairs"], sys["repeats"]) == (
-        approx(4.0), approx(4 * 2 ** -t1), approx(4 * 2 ** t1), 2, 2)
+        approx(4.0),
+        approx(4 * 2**-t1),
+        approx(4 * 2**t1),
+        2,
+        2,
+    )
     assert sys["df"] == approx(1.0)
     # every group of the run (code, chat, (system)) has those figures: t = 2, p = 2 P(T1 > 2), above
     # 0.05 / 3, so Holm rejects none and each interval is at 1 - 0.05 / 3
     p = 2 * t_sf(2.0, 1)
     assert (sys["p_value"], sys["family_size"], sys["ci_level"]) == (approx(p), 3, approx(1 - 0.05 / 3))
     t_fam = t_quantile(1 - 0.05 / 6, 1)
-    assert (sys["ci_low"], sys["ci_high"]) == (approx(4 * 2 ** -t_fam), approx(4 * 2 ** t_fam))
+    assert (sys["ci_low"], sys["ci_high"]) == (approx(4 * 2**-t_fam), approx(4 * 2**t_fam))
     assert sys["label"] == "inconclusive" and sys["repeats_needed"] == 101
     # the A/A figure: ln 0.5 (the baseline halved its speed), read with the noise the A/B interval
     # assumes: one arm's block figure has V / 2 = (ln 2)^2, one A/A figure twice that: 0.5 x 2^(-+t sqrt 2)
     assert (sys["aa_speedup"], sys["aa_pairs"]) == (approx(0.5), 1)
     h_aa = t1 * math.sqrt(2)
-    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2 ** -h_aa), approx(0.5 * 2 ** h_aa))
+    assert (sys["aa_ci_low"], sys["aa_ci_high"]) == (approx(0.5 * 2**-h_aa), approx(0.5 * 2**h_aa))
     assert sys["aa_check"] == "holds 1"
 
 
@@ -125,12 +142,15 @@ def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     v = a * a / 4
     upper = (a * a / 4) * 2 / chi2_quantile(0.25, 2)
     a1, a2 = upper / levels, (levels - 1) * v / levels
-    df = (a1 + a2) ** 2 / (a1 ** 2 / 2 + a2 ** 2 / 6)
+    df = (a1 + a2) ** 2 / (a1**2 / 2 + a2**2 / 6)
     se = math.sqrt(v / repeats)
     t95 = t_quantile(0.975, df)
     c1 = got[1,]
     assert (c1["df"], c1["pointwise_ci_low"], c1["pointwise_ci_high"]) == (
-        approx(df), approx(2.5 * math.exp(-t95 * se)), approx(2.5 * math.exp(t95 * se)))
+        approx(df),
+        approx(2.5 * math.exp(-t95 * se)),
+        approx(2.5 * math.exp(t95 * se)),
+    )
     # Holm over 12 labels: c1 and c2 (|ln 2.5| = |ln 0.4|) in the three series are the six smallest
     # p-values, c8 (ln 1.5) the next three; all nine pass 0.05 / (12 - i); c4 (centre 0, p = 1) fails
     # 0.05 / 3, so it is drawn at 1 - 0.05 / 3
@@ -145,7 +165,10 @@ def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     c4 = got[4,]  # 1.25, 0.8, 1.0: centred on 1, too wide to be equivalent
     h3 = t_quantile(1 - 0.05 / 6, df) * se
     assert (c4["ci_level"], c4["ci_low"], c4["ci_high"]) == (
-        approx(1 - 0.05 / 3), approx(math.exp(-h3)), approx(math.exp(h3)))
+        approx(1 - 0.05 / 3),
+        approx(math.exp(-h3)),
+        approx(math.exp(h3)),
+    )
     assert c4["label"] == "inconclusive" and c4["detectable_effect"] == approx(math.expm1(h3))
     assert c4["repeats_needed"] > repeats
     # The A/A check: the baseline moved by 1/1.1 and back at c8 (figures ln(1/1.1), ln 1.1: mean 0),
@@ -159,22 +182,38 @@ def test_a_label_never_contradicts_its_interval(tmp_path, query):
     repeats with a few percent of noise, beside a code category that is clearly faster. The old
     rule called the chat rows "within noise" over intervals wholly below 1. Now every row's label
     is the one its own interval gives: wholly below 1 -> slower, wholly above -> faster."""
-    ratio = {("chat", 1): 0.92, ("chat", 4): 0.85, ("chat", 8): 0.87,
-             ("code", 1): 2.4, ("code", 4): 1.8, ("code", 8): 1.4}
+    ratio = {
+        ("chat", 1): 0.92,
+        ("chat", 4): 0.85,
+        ("chat", 8): 0.87,
+        ("code", 1): 2.4,
+        ("code", 4): 1.8,
+        ("code", 8): 1.4,
+    }
     wobble = {0: 1.02, 1: 0.98}
 
     def e2e(arm, pid, level, r):
         if arm == "baseline":
             return 2000.0 * (1.03 if r else 1.0)
-        return 2000.0 * (1.03 if r else 1.0) / (ratio[pid.split("-")[0], level] * wobble[r]
-                                                 * (1.01 if pid.endswith("1") else 0.99))
+        return (
+            2000.0
+            * (1.03 if r else 1.0)
+            / (ratio[pid.split("-")[0], level] * wobble[r] * (1.01 if pid.endswith("1") else 0.99))
+        )
 
     run_with(tmp_path, e2e, levels=(1, 4, 8))
     rows = query("select * from speedup where label is not null")
     assert len(rows) == 9
     for r in rows:
-        expected = ("faster" if r["ci_low"] > 1 else "slower" if r["ci_high"] < 1
-                    else "equivalent" if 1 / 1.05 <= r["ci_low"] and r["ci_high"] <= 1.05 else "inconclusive")
+        expected = (
+            "faster"
+            if r["ci_low"] > 1
+            else "slower"
+            if r["ci_high"] < 1
+            else "equivalent"
+            if 1 / 1.05 <= r["ci_low"] and r["ci_high"] <= 1.05
+            else "inconclusive"
+        )
         assert r["label"] == expected, r
         assert r["ci_low"] <= r["pointwise_ci_low"] and r["pointwise_ci_high"] <= r["ci_high"]
 
@@ -196,8 +235,17 @@ KNEE = {1: 3.0, 2: 2.5, 4: 1.25, 8: 0.8}  # code: peak at c1, gain halves by c4,
 
 
 def test_knee(tmp_path, query):
-    e2e = lambda arm, pid, level, r: 3000.0 / (1 if arm == "baseline" else (KNEE[level] if pid[:4] == "code"  # noqa
-                                                                              else 2.0))
+    def e2e(arm, pid, level, r):
+        return 3000.0 / (
+            1
+            if arm == "baseline"
+            else (
+                KNEE[level]
+                if pid[:4] == "code"  # noqa
+                else 2.0
+            )
+        )
+
     run_with(tmp_path, e2e, levels=(1, 2, 4, 8))
     got = rows_of(query, "select * from knee", "category")
     code = got["code",]
@@ -225,11 +273,27 @@ def test_prefix_cache_hit_rate_per_block(tmp_path, query):
 
 def spec_rounds(requests):
     """One verify round (k = 4, a = 1) per speculative request."""
-    return [RoundTrace(run_id=RUN, engine_request_id=f"chatcmpl-{q.request_id}-0123abcd", pid=2,
-                       process_token="2-cafe", step_index=i, round_index=1, phase="decode", tokens_proposed=4,
-                       tokens_accepted=1, tokens_emitted=2, batch_size=4, num_scheduled_tokens=5, context_len=11,
-                       draft_ms=1.0, verify_ms=10.0, wall_time_ns=T0 + i)
-            for i, q in enumerate(r for r in requests if r.arm == "speculative")]
+    return [
+        RoundTrace(
+            run_id=RUN,
+            engine_request_id=f"chatcmpl-{q.request_id}-0123abcd",
+            pid=2,
+            process_token="2-cafe",
+            step_index=i,
+            round_index=1,
+            phase="decode",
+            tokens_proposed=4,
+            tokens_accepted=1,
+            tokens_emitted=2,
+            batch_size=4,
+            num_scheduled_tokens=5,
+            context_len=11,
+            draft_ms=1.0,
+            verify_ms=10.0,
+            wall_time_ns=T0 + i,
+        )
+        for i, q in enumerate(r for r in requests if r.arm == "speculative")
+    ]
 
 
 def test_reconciliation_compares_each_repeat_with_its_own_snapshots(tmp_path, query):
@@ -239,8 +303,18 @@ def test_reconciliation_compares_each_repeat_with_its_own_snapshots(tmp_path, qu
     got = rows_of(query, "select * from reconciliation", "arm", "concurrency")
     spec = got["speculative", 1]
     # per level, 2 blocks x 4 requests x one round: 8 rounds, 32 proposed, 8 accepted, as the counters say
-    assert [spec[c] for c in ("repeats", "captured_rounds", "engine_rounds", "diff_rounds", "diff_proposed",
-                              "diff_accepted", "repeats_differing")] == [2, 8, 8, 0, 0, 0, 0]
+    assert [
+        spec[c]
+        for c in (
+            "repeats",
+            "captured_rounds",
+            "engine_rounds",
+            "diff_rounds",
+            "diff_proposed",
+            "diff_accepted",
+            "repeats_differing",
+        )
+    ] == [2, 8, 8, 0, 0, 0, 0]
     assert got["baseline", 1]["engine_counters_present"] is False
 
 
@@ -266,8 +340,10 @@ def test_output_equality_pairs_by_repeat(tmp_path, query):
 @pytest.mark.parametrize("level", [1, 2])
 def test_pair_index_counts_within_a_repeat(tmp_path, query, level):
     run_with(tmp_path, steady)
-    got = query(f"select repeat, max(pair_index) m from int_requests_measured where concurrency = {level} "
-                "group by repeat order by repeat")
+    got = query(
+        f"select repeat, max(pair_index) m from int_requests_measured where concurrency = {level} "
+        "group by repeat order by repeat"
+    )
     assert got == [{"repeat": 0, "m": 0}, {"repeat": 1, "m": 0}]
     # 2 levels x 4 prompts x 2 repeats
     assert query("select count(*) n from int_requests_paired where comparison = 'ab'") == [{"n": 16}]

@@ -57,20 +57,56 @@ TIMED = {
 }
 # prompt -> natural end position of the baseline verification ("never": None; pE: no check)
 ENDS = {"pA": 4, "pB": None, "pC": 0, "pD": 2, "pH": 2, "pF": None, "pG": 3, "pI": 4, "pJ": 5, "pS": 2}
-UNKNOWN = {"pC": "natural_end_at_start", "pD": "no_chunk_tokens", "pH": "no_chunk_tokens",
-           "pE": "no_natural_end", "pF": "no_natural_end", "pG": "natural_end_past_output",
-           "pI": "natural_end_not_in_chunks", "pJ": "empty_segment"}
+UNKNOWN = {
+    "pC": "natural_end_at_start",
+    "pD": "no_chunk_tokens",
+    "pH": "no_chunk_tokens",
+    "pE": "no_natural_end",
+    "pF": "no_natural_end",
+    "pG": "natural_end_past_output",
+    "pI": "natural_end_not_in_chunks",
+    "pJ": "empty_segment",
+}
 
 
-def timed(arm: str, level: int, prompt: str, offsets: list[float], tokens: list[int] | None, e2e: float,
-          *, category: str = "code", temperature: float = 0.0, seq: int = 0) -> RequestResult:
+def timed(
+    arm: str,
+    level: int,
+    prompt: str,
+    offsets: list[float],
+    tokens: list[int] | None,
+    e2e: float,
+    *,
+    category: str = "code",
+    temperature: float = 0.0,
+    seq: int = 0,
+) -> RequestResult:
     return RequestResult(
-        run_id=RUN, arm=arm, concurrency=level, repeat=0, request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.{seq}",
-        prompt_id=prompt, category=category, max_tokens=10, temperature=temperature, success=True,
-        error_type=None, error_message=None, wall_send_ns=T0 + level * 10**9, ttft_ms=offsets[0], e2e_ms=e2e,
-        chunk_offsets_ms=offsets, chunk_tokens=tokens, prompt_tokens=10,
-        output_tokens=3 if prompt == "pG" else 10, output_text="x", finish_reason="length",
-        spec_num_steps=None, spec_num_draft_tokens=None, spec_num_accepted_tokens=None)
+        run_id=RUN,
+        arm=arm,
+        concurrency=level,
+        repeat=0,
+        request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.{seq}",
+        prompt_id=prompt,
+        category=category,
+        max_tokens=10,
+        temperature=temperature,
+        success=True,
+        error_type=None,
+        error_message=None,
+        wall_send_ns=T0 + level * 10**9,
+        ttft_ms=offsets[0],
+        e2e_ms=e2e,
+        chunk_offsets_ms=offsets,
+        chunk_tokens=tokens,
+        prompt_tokens=10,
+        output_tokens=3 if prompt == "pG" else 10,
+        output_text="x",
+        finish_reason="length",
+        spec_num_steps=None,
+        spec_num_draft_tokens=None,
+        spec_num_accepted_tokens=None,
+    )
 
 
 def make_timed(timed_rows=TIMED) -> list[RequestResult]:
@@ -80,17 +116,33 @@ def make_timed(timed_rows=TIMED) -> list[RequestResult]:
         out.append(timed("baseline", 1, prompt, *base, category=category, temperature=temperature))
         out.append(timed("speculative", 1, prompt, *spec, category=category, temperature=temperature))
     # level 2: pA again, and a failed baseline request that fails the level
-    out += [timed("baseline", 2, "pA", *SPLIT[0]), timed("speculative", 2, "pA", *SPLIT[1]),
-            failed(timed("baseline", 2, "pB", *SPLIT[0])), timed("speculative", 2, "pB", *SPLIT[1])]
+    out += [
+        timed("baseline", 2, "pA", *SPLIT[0]),
+        timed("speculative", 2, "pA", *SPLIT[1]),
+        failed(timed("baseline", 2, "pB", *SPLIT[0])),
+        timed("speculative", 2, "pB", *SPLIT[1]),
+    ]
     return out
 
 
 def check(level: int, prompt: str, end: int | None, *, eos: tuple[int, ...] | None = (0,)) -> GreedyCheck:
     return GreedyCheck(
-        run_id=RUN, arm="baseline", concurrency=level, repeat=0, request_id=f"sd.{RUN}.baseline.c{level}.{prompt}.v",
-        prompt_id=prompt, category="code", success=True, error_type=None, token_ids=[5] * 10,
-        top1_logprobs=[-0.1] * 10, top2_logprobs=[-3.0] * 10, top2_token_ids=[9] * 10,
-        natural_end_position=end if eos else None, eos_token_ids=None if eos is None else list(eos))
+        run_id=RUN,
+        arm="baseline",
+        concurrency=level,
+        repeat=0,
+        request_id=f"sd.{RUN}.baseline.c{level}.{prompt}.v",
+        prompt_id=prompt,
+        category="code",
+        success=True,
+        error_type=None,
+        token_ids=[5] * 10,
+        top1_logprobs=[-0.1] * 10,
+        top2_logprobs=[-3.0] * 10,
+        top2_token_ids=[9] * 10,
+        natural_end_position=end if eos else None,
+        eos_token_ids=None if eos is None else list(eos),
+    )
 
 
 def make_checks() -> list[GreedyCheck]:
@@ -101,8 +153,9 @@ def make_checks() -> list[GreedyCheck]:
 def make_run(run_dir: Path, timed_rows=TIMED) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run(run_dir, requests=make_timed(timed_rows), rounds=[], manifest=make_manifest(max_error_rate=0.05))
-    write_parquet_atomic(table_from_records(GreedyCheck, make_checks()),
-                         run_dir / record_file("greedy_checks").consolidated)
+    write_parquet_atomic(
+        table_from_records(GreedyCheck, make_checks()), run_dir / record_file("greedy_checks").consolidated
+    )
     return run_dir
 
 
@@ -117,15 +170,16 @@ def run(tmp_path_factory) -> Path:
 
 
 def test_per_chunk_counts_reach_the_staged_requests(run):
-    got = {(r["arm"], r["prompt_id"]): r["chunk_tokens"]
-           for r in rows(run, "select arm, prompt_id, chunk_tokens from stg_requests where concurrency = 1")}
+    got = {
+        (r["arm"], r["prompt_id"]): r["chunk_tokens"]
+        for r in rows(run, "select arm, prompt_id, chunk_tokens from stg_requests where concurrency = 1")
+    }
     assert got[("baseline", "pA")] == [2, 4, 10] and got[("speculative", "pA")] == [1, 5, 10]
     assert got[("baseline", "pB")] is None  # unknown, not empty
 
 
 def test_pairs_are_split_at_the_first_chunk_that_reaches_the_natural_end(run):
-    got = rows(run, "select * from int_natural_end_pairs where concurrency = 1 and prompt_id = 'pA' "
-                    "order by segment")
+    got = rows(run, "select * from int_natural_end_pairs where concurrency = 1 and prompt_id = 'pA' order by segment")
     assert [r["segment"] for r in got] == ["after_natural_end", "before_natural_end"]
     after, before = got
     assert (before["reference_end_ms"], before["treatment_end_ms"]) == (400.0, 200.0)
@@ -149,16 +203,24 @@ def test_a_prompt_that_never_ended_is_before_as_a_whole(run):
 def test_pairs_that_cannot_be_split_are_unknown_with_a_reason(run):
     got = rows(run, "select * from int_natural_end_pairs where concurrency = 1 and category = 'chat'")
     assert {r["prompt_id"]: r["unknown_reason"] for r in got} == UNKNOWN
-    assert all(r["segment"] == "unknown" and r["never_ended"] is None and r["ratio"] is None
-               and r["log_ratio"] is None and r["reference_end_ms"] is None and r["treatment_end_ms"] is None
-               for r in got)
+    assert all(
+        r["segment"] == "unknown"
+        and r["never_ended"] is None
+        and r["ratio"] is None
+        and r["log_ratio"] is None
+        and r["reference_end_ms"] is None
+        and r["treatment_end_ms"] is None
+        for r in got
+    )
     # a sampled (temperature > 0) pair is not split at all
     assert rows(run, "select count(*) as n from int_natural_end_pairs where prompt_id = 'pS'") == [{"n": 0}]
 
 
 def test_speedup_before_and_after_the_natural_end(run):
-    got = {(r["category"], r["concurrency"], r["segment"], r["unknown_reason"]): r
-           for r in rows(run, "select * from speedup_natural_end")}
+    got = {
+        (r["category"], r["concurrency"], r["segment"], r["unknown_reason"]): r
+        for r in rows(run, "select * from speedup_natural_end")
+    }
     before = got[("code", 1, "before_natural_end", None)]  # pA 2.0 and pB (whole) 8.0
     assert before["speedup"] == pytest.approx(4.0)
     assert (before["pairs"], before["prompts"], before["repeats"], before["pairs_never_ended"]) == (2, 2, 1, 1)
@@ -170,8 +232,13 @@ def test_speedup_before_and_after_the_natural_end(run):
     # the unknown pairs: counted per reason, no speedup
     unknown = {k[3]: r for k, r in got.items() if k[:3] == ("chat", 1, "unknown")}
     assert {reason: r["pairs"] for reason, r in unknown.items()} == {
-        "natural_end_at_start": 1, "no_chunk_tokens": 2, "no_natural_end": 2, "natural_end_past_output": 1,
-        "natural_end_not_in_chunks": 1, "empty_segment": 1}
+        "natural_end_at_start": 1,
+        "no_chunk_tokens": 2,
+        "no_natural_end": 2,
+        "natural_end_past_output": 1,
+        "natural_end_not_in_chunks": 1,
+        "empty_segment": 1,
+    }
     assert all(r["speedup"] is None and r["baseline_ms_mean"] is None for r in unknown.values())
     assert not any(k[0] == "chat" and k[2] != "unknown" for k in got)
 
@@ -179,7 +246,9 @@ def test_speedup_before_and_after_the_natural_end(run):
 def test_a_failed_level_keeps_its_counts_but_has_no_speedup(run):
     got = rows(run, "select * from speedup_natural_end where concurrency = 2 order by segment")
     assert [(r["segment"], r["pairs"], r["speedup"]) for r in got] == [
-        ("after_natural_end", 1, None), ("before_natural_end", 1, None)]
+        ("after_natural_end", 1, None),
+        ("before_natural_end", 1, None),
+    ]
     assert all(r["excluded_reason"].startswith("baseline level failed") for r in got)
 
 
@@ -188,14 +257,18 @@ def test_the_split_follows_the_time_to_the_natural_end(tmp_path):
     # after 600 / 250 (e2e 500), while the whole-request ratio stays 2.0
     spec = ([50.0, 250.0, 500.0], [1, 5, 10], 500.0)
     run = make_run(tmp_path, {"pA": ("code", SPLIT[0], spec)})
-    got = {r["segment"]: r["speedup"] for r in rows(
-        run, "select segment, speedup from speedup_natural_end where concurrency = 1")}
+    got = {
+        r["segment"]: r["speedup"]
+        for r in rows(run, "select segment, speedup from speedup_natural_end where concurrency = 1")
+    }
     assert got == {"before_natural_end": pytest.approx(1.6), "after_natural_end": pytest.approx(2.4)}
 
 
 def test_report_shows_the_split():
-    t = Table(("category", "concurrency", "segment", "unknown_reason", "speedup", "pairs"),
-              (("code", 1, "before_natural_end", None, 4.0, 2), ("chat", 1, "unknown", "no_chunk_tokens", None, 2)))
+    t = Table(
+        ("category", "concurrency", "segment", "unknown_reason", "speedup", "pairs"),
+        (("code", 1, "before_natural_end", None, 4.0, 2), ("chat", 1, "unknown", "no_chunk_tokens", None, 2)),
+    )
 
     class Data:
         speedup_natural_end = t
@@ -223,19 +296,41 @@ def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
         for i, (arm, (offsets, tokens, e2e)) in enumerate(zip(("baseline", "speculative"), SPLIT)):
             start = T0 + (2 * r + i) * 100 * SEC
             for seq, prompt in enumerate(("q0", "q1")):
-                out.append(RequestResult(
-                    run_id=RUN, arm=arm, concurrency=1, repeat=r, request_id=f"sd.{RUN}.{arm}.c1.r{r}.{seq:05d}",
-                    prompt_id=prompt, category="code", max_tokens=10, temperature=0.0, success=True,
-                    error_type=None, error_message=None, wall_send_ns=start + seq * 10 * SEC,
-                    ttft_ms=offsets[0] * scale, e2e_ms=e2e * scale, chunk_offsets_ms=[o * scale for o in offsets],
-                    chunk_tokens=tokens, prompt_tokens=10, output_tokens=10, output_text="x",
-                    finish_reason="length", spec_num_steps=None, spec_num_draft_tokens=None,
-                    spec_num_accepted_tokens=None))
+                out.append(
+                    RequestResult(
+                        run_id=RUN,
+                        arm=arm,
+                        concurrency=1,
+                        repeat=r,
+                        request_id=f"sd.{RUN}.{arm}.c1.r{r}.{seq:05d}",
+                        prompt_id=prompt,
+                        category="code",
+                        max_tokens=10,
+                        temperature=0.0,
+                        success=True,
+                        error_type=None,
+                        error_message=None,
+                        wall_send_ns=start + seq * 10 * SEC,
+                        ttft_ms=offsets[0] * scale,
+                        e2e_ms=e2e * scale,
+                        chunk_offsets_ms=[o * scale for o in offsets],
+                        chunk_tokens=tokens,
+                        prompt_tokens=10,
+                        output_tokens=10,
+                        output_text="x",
+                        finish_reason="length",
+                        spec_num_steps=None,
+                        spec_num_draft_tokens=None,
+                        spec_num_accepted_tokens=None,
+                    )
+                )
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_run(run_dir, repeated_counters(levels=(1,), repeats=3), requests=out, rounds=[])
-    write_parquet_atomic(table_from_records(GreedyCheck, [check(1, "q0", 4), check(1, "q1", 4)]),
-                         run_dir / record_file("greedy_checks").consolidated)
+    write_parquet_atomic(
+        table_from_records(GreedyCheck, [check(1, "q0", 4), check(1, "q1", 4)]),
+        run_dir / record_file("greedy_checks").consolidated,
+    )
     got = {r["segment"]: r for r in rows(run_dir, "select * from speedup_natural_end")}
     assert set(got) == {"before_natural_end", "after_natural_end"}
     for seg in got.values():

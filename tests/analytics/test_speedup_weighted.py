@@ -25,8 +25,13 @@ def e2e(arm, pid, level, repeat):
 
 
 def run(tmp_path, *, levels=(1,), requests=None, **manifest):
-    return write_run(tmp_path, requests=requests or repeated_requests(e2e, levels=levels), rounds=[],
-                     counters=repeated_counters(levels=levels), manifest=make_manifest(**manifest))
+    return write_run(
+        tmp_path,
+        requests=requests or repeated_requests(e2e, levels=levels),
+        rounds=[],
+        counters=repeated_counters(levels=levels),
+        manifest=make_manifest(**manifest),
+    )
 
 
 def rows(query, level=1):
@@ -46,7 +51,7 @@ def test_weighted_speedup_follows_the_mix_not_the_run(tmp_path, query):
     assert w["speedup"] == approx(3000 / 2800)
     assert w["speedup_unweighted"] == approx(math.sqrt(3))  # the run's half-code pairs
     assert w["speedup"] < w["speedup_unweighted"]  # mostly chat: much less than the run's mean says
-    assert w["speedup_geomean"] == approx(3 ** 0.1)  # same statistic as the unweighted, weights 0.1/0.9
+    assert w["speedup_geomean"] == approx(3**0.1)  # same statistic as the unweighted, weights 0.1/0.9
     assert w["speedup_covered"] == approx(w["speedup"])
     assert (w["share"], w["covered_share"], w["pairs"], w["prompts"]) == (approx(1.0), approx(1.0), 8, 4)
     assert (w["baseline_e2e_ms_mean"], w["speculative_e2e_ms_mean"]) == (approx(3000), approx(2800))
@@ -60,7 +65,11 @@ def test_weighted_speedup_follows_the_mix_not_the_run(tmp_path, query):
     assert (code["saved_fraction"], chat["saved_fraction"]) == (approx(2 / 30), approx(0.0))
     assert code["saved_fraction"] + chat["saved_fraction"] == approx(1 - 1 / w["speedup"])
     assert (code["pairs"], code["prompts"], code["baseline_e2e_ms_mean"], code["speculative_e2e_ms_mean"]) == (
-        4, 2, approx(3000), approx(1000))
+        4,
+        2,
+        approx(3000),
+        approx(1000),
+    )
 
 
 def test_a_given_mix_wins_over_the_traffic_shares_and_can_raise_the_figure(tmp_path, query):
@@ -69,7 +78,7 @@ def test_a_given_mix_wins_over_the_traffic_shares_and_can_raise_the_figure(tmp_p
     w = rows(query)["(weighted)"]
     assert w["weights_source"] == "given (--mix)"
     assert w["speedup"] == approx(2.5) and w["speedup"] > w["speedup_unweighted"]
-    assert w["speedup_geomean"] == approx(3 ** 0.9)
+    assert w["speedup_geomean"] == approx(3**0.9)
 
 
 def test_a_category_of_the_mix_missing_from_the_run_is_named_not_renormalised(tmp_path, query):
@@ -77,12 +86,12 @@ def test_a_category_of_the_mix_missing_from_the_run_is_named_not_renormalised(tm
     got = rows(query)
     w = got["(weighted)"]
     assert (w["speedup"], w["speedup_geomean"]) == (None, None)
-    assert w["excluded_reason"] == ("no figure for structured (share 0.200): "
-                                    "no request of this category at this level")
+    assert w["excluded_reason"] == ("no figure for structured (share 0.200): no request of this category at this level")
     # what the measured 80% of the mix gives, said as such: (0.3 + 0.5) 3000 / (0.3 x 1000 + 0.5 x 3000)
     assert (w["speedup_covered"], w["covered_share"]) == (approx(2400 / 1800), approx(0.8))
-    assert w["note"] == ("speedup_covered renormalises the shares of the categories with a figure "
-                         "(covered share 0.800 of 1.000)")
+    assert w["note"] == (
+        "speedup_covered renormalises the shares of the categories with a figure (covered share 0.800 of 1.000)"
+    )
     s = got["structured"]
     assert (s["share"], s["speedup"], s["pairs"], s["share_used"]) == (approx(0.2), None, 0, None)
     assert s["excluded_reason"] == "no request of this category at this level"
@@ -92,8 +101,9 @@ def test_a_category_of_the_mix_missing_from_the_run_is_named_not_renormalised(tm
 
 def test_a_category_without_a_pair_is_named(tmp_path, query):
     # every speculative chat request failed; max_error_rate 1 keeps the level, so chat has no pair
-    reqs = [failed(r) if (r.arm, r.category) == ("speculative", "chat") else r
-            for r in repeated_requests(e2e, levels=(1,))]
+    reqs = [
+        failed(r) if (r.arm, r.category) == ("speculative", "chat") else r for r in repeated_requests(e2e, levels=(1,))
+    ]
     run(tmp_path, requests=reqs, max_error_rate=1.0, traffic=traffic(code=0.5, chat=0.5))
     got = rows(query)
     assert got["chat"]["excluded_reason"] == "no prompt succeeded in both arms (no pair)"
@@ -107,15 +117,15 @@ def test_a_category_outside_the_mix_contributes_nothing(tmp_path, query):
     got = rows(query)
     assert got["(weighted)"]["speedup"] == approx(3.0)
     chat = got["chat"]
-    assert (chat["share"], chat["share_used"], chat["saved_fraction"], chat["speedup"]) == (
-        0.0, 0.0, 0.0, approx(1.0))
+    assert (chat["share"], chat["share_used"], chat["saved_fraction"], chat["speedup"]) == (0.0, 0.0, 0.0, approx(1.0))
     assert chat["note"] == "no share in the mix: contributes nothing"
 
 
 def test_an_excluded_level_gives_no_figure_and_says_why(tmp_path, query):
     reqs = repeated_requests(e2e, levels=(1, 2))
     reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.concurrency) == ("baseline", 2))] = failed(
-        reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.concurrency) == ("baseline", 2))])
+        reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.concurrency) == ("baseline", 2))]
+    )
     run(tmp_path, levels=(1, 2), requests=reqs, traffic=traffic(code=0.1, chat=0.9))
     w2 = rows(query, 2)["(weighted)"]
     assert (w2["speedup"], w2["speedup_unweighted"], w2["speedup_covered"]) == (None, None, None)
@@ -178,9 +188,13 @@ def test_the_weighted_figure_has_a_measurement_interval(tmp_path, query):
 
 
 def test_one_repeat_gives_no_weighted_interval(tmp_path, query):
-    write_run(tmp_path, requests=repeated_requests(e2e, levels=(1,), repeats=1), rounds=[],
-              counters=repeated_counters(levels=(1,), repeats=1),
-              manifest=make_manifest(traffic=traffic(code=0.5, chat=0.5)))
+    write_run(
+        tmp_path,
+        requests=repeated_requests(e2e, levels=(1,), repeats=1),
+        rounds=[],
+        counters=repeated_counters(levels=(1,), repeats=1),
+        manifest=make_manifest(traffic=traffic(code=0.5, chat=0.5)),
+    )
     assert rows(query)["(weighted)"]["ci_low"] is None
 
 

@@ -25,7 +25,9 @@ def column(parts, name):
     return [v for p in parts for v in pq.read_table(p).column(name).to_pylist()]
 """
 
-FORK_AND_DIE = PRELUDE + r"""
+FORK_AND_DIE = (
+    PRELUDE
+    + r"""
 st = plugin._State(out, "fork-test", flush_s=0.2)
 plugin._STATE = st
 st.writer.append_rows(rows(3, pid=os.getpid()))  # the parent's, not yet written
@@ -59,8 +61,11 @@ assert column(parts_of(os.getpid()), "step_index") == [0, 1, 2]
 assert sorted(column(sorted(out.glob(ROUND_PART_GLOB)), "step_index")) == [0, 1, 2, 100, 101]
 print("OK")
 """
+)
 
-MP_CHILD_RETURNS = PRELUDE + r"""
+MP_CHILD_RETURNS = (
+    PRELUDE
+    + r"""
 st = plugin._State(out, "fork-test", flush_s=600)  # the thread will not flush in time
 
 def engine_core():  # returns normally; multiprocessing then leaves by os._exit
@@ -74,11 +79,13 @@ assert proc.exitcode == 0, proc.exitcode
 assert column(parts_of(proc.pid), "step_index") == [50, 51], "the child's rows were lost at exit"
 print("OK")
 """
+)
 
 
 def _run(code: str, tmp_path) -> None:
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stdout + proc.stderr
 
 

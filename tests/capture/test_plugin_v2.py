@@ -57,18 +57,42 @@ class FakeSpeculator:  # a BaseSpeculator subclass: overrides propose
         self.draft_ms = draft_ms
         self.calls = []
 
-    def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
-                num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
-                dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
-                is_profile=False, num_speculative_tokens=None):
+    def propose(
+        self,
+        input_batch,
+        attn_metadata,
+        slot_mappings,
+        last_hidden_states,
+        aux_hidden_states,
+        num_sampled,
+        num_rejected,
+        last_sampled,
+        next_prefill_tokens,
+        temperature,
+        seeds,
+        dp_sync_state=None,
+        dummy_run=False,
+        skip_attn_for_dummy_run=False,
+        mm_inputs=None,
+        is_profile=False,
+        num_speculative_tokens=None,
+    ):
         self.calls.append(dummy_run)
         DEVICE["ms"] += self.draft_ms
         return [[-1] * 4]
 
 
 class FakeAsyncOutput:  # vllm.v1.worker.gpu.async_utils.AsyncOutput
-    def __init__(self, model_runner_output, sampler_output=None, num_sampled_tokens=None, main_stream=None,
-                 copy_stream=None, check_ep_fault=False, pending_aux_output=None):
+    def __init__(
+        self,
+        model_runner_output,
+        sampler_output=None,
+        num_sampled_tokens=None,
+        main_stream=None,
+        copy_stream=None,
+        check_ep_fault=False,
+        pending_aux_output=None,
+    ):
         self.model_runner_output = model_runner_output
         self.synchronized = False
 
@@ -87,9 +111,17 @@ class GPUModelRunner:  # vllm.v1.worker.gpu.model_runner.GPUModelRunner, the par
         self.num_draft_tokens = 0  # what the next step's input batch carries
         self._batch = None
 
-    def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False,
-                      skip_attn_for_dummy_run=False, is_profile=False, context_len=0,
-                      valid_dummy_state_slots=False, randomize_inputs=False):
+    def execute_model(
+        self,
+        scheduler_output,
+        intermediate_tensors=None,
+        dummy_run=False,
+        skip_attn_for_dummy_run=False,
+        is_profile=False,
+        context_len=0,
+        valid_dummy_state_slots=False,
+        randomize_inputs=False,
+    ):
         DEVICE["ms"] += 0.5  # input preparation, before the forward
         self._batch = SimpleNamespace(num_draft_tokens=self.num_draft_tokens)
         self.step_timing.forward_start()
@@ -105,8 +137,20 @@ class GPUModelRunner:  # vllm.v1.worker.gpu.model_runner.GPUModelRunner, the par
         out = FakeAsyncOutput(model_runner_output=SimpleNamespace())
         DEVICE["ms"] += 0.25  # postprocess, between the sampler and the drafter
         if self.speculator is not None:
-            self.speculator.propose(self._batch, {}, {}, None, None, num_sampled, num_rejected, None, None,
-                                    None, None, num_speculative_tokens=4)
+            self.speculator.propose(
+                self._batch,
+                {},
+                {},
+                None,
+                None,
+                num_sampled,
+                num_rejected,
+                None,
+                None,
+                None,
+                None,
+                num_speculative_tokens=4,
+            )
         return out
 
     def _dummy_run(self):
@@ -205,13 +249,23 @@ def test_placeholder_drafts_count_by_length_and_v2_figures_reach_the_rows(tmp_pa
     drafts (adaptive verification admitted 5 of the 8 scheduled)."""
     st = plugin._State(tmp_path, "run-v2")
     try:
-        sched = SimpleNamespace(requests={"a-00000001": FakeRequest(20, 10), "b-00000002": FakeRequest(30, 10)},
-                                num_sampled_tokens_per_step=1, has_unfinished_requests=lambda: True)
-        so = SimpleNamespace(num_scheduled_tokens={"a-00000001": 5, "b-00000002": 5},
-                             scheduled_spec_decode_tokens={"a-00000001": [-1] * 4, "b-00000002": [-1] * 4},
-                             num_invalid_spec_tokens=None, finished_req_ids=set())
-        mro = SimpleNamespace(sampled_token_ids=[[7, 8, 9], [5]], req_id_to_index={"a-00000001": 0, "b-00000002": 1},
-                              specdec_timing=(3.0, 12.0), specdec_drafts_verified=5)
+        sched = SimpleNamespace(
+            requests={"a-00000001": FakeRequest(20, 10), "b-00000002": FakeRequest(30, 10)},
+            num_sampled_tokens_per_step=1,
+            has_unfinished_requests=lambda: True,
+        )
+        so = SimpleNamespace(
+            num_scheduled_tokens={"a-00000001": 5, "b-00000002": 5},
+            scheduled_spec_decode_tokens={"a-00000001": [-1] * 4, "b-00000002": [-1] * 4},
+            num_invalid_spec_tokens=None,
+            finished_req_ids=set(),
+        )
+        mro = SimpleNamespace(
+            sampled_token_ids=[[7, 8, 9], [5]],
+            req_id_to_index={"a-00000001": 0, "b-00000002": 1},
+            specdec_timing=(3.0, 12.0),
+            specdec_drafts_verified=5,
+        )
         plugin._after_update(st, sched, so, mro, plugin._before_update(sched, so, mro))
         st.writer.flush()
         rows = [r for f in sorted(tmp_path.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
@@ -239,8 +293,7 @@ def test_an_unrecognised_runner_is_said_to_have_no_timings(caplog):
     make = plugin._wrap_make_model_runner(lambda self: SimpleNamespace())
     with caplog.at_level(logging.INFO, logger="vllm.plugins.specdec_capture"):
         make(SimpleNamespace())
-    assert any("timings off: runner types.SimpleNamespace not recognised" in r.getMessage()
-               for r in caplog.records)
+    assert any("timings off: runner types.SimpleNamespace not recognised" in r.getMessage() for r in caplog.records)
 
 
 def test_an_unsupported_vllm_is_refused_and_nothing_is_patched(tmp_path):
@@ -253,9 +306,13 @@ def test_an_unsupported_vllm_is_refused_and_nothing_is_patched(tmp_path):
         "assert not getattr(Scheduler.update_from_output, '__specdec_capture__', False)\n"
         "assert plugin.state() is None\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "SPECDEC_CAPTURE_DIR": str(tmp_path),
-                               "SPECDEC_CAPTURE_RUN_ID": "r"})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "SPECDEC_CAPTURE_DIR": str(tmp_path), "SPECDEC_CAPTURE_RUN_ID": "r"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("vLLM 0.34.0 is not supported (supported: 0.32.x, 0.33.x); capture is off") == 1
     assert not list(tmp_path.glob("*.parquet"))

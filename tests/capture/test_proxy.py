@@ -61,8 +61,14 @@ def test_requests_arrive_as_sent_less_the_proxy_headers_and_responses_keep_their
 
     async def go():
         async with proxied(echo.server(), tmp_path) as (session, direct, proxy, _):
-            hdrs = {"X-Specdec-Category": "c", "X-Specdec-Session": "s", "X-Mine": "1", "Content-Type": "text/plain",
-                    "Connection": "keep-alive, X-Hop", "X-Hop": "drop me"}
+            hdrs = {
+                "X-Specdec-Category": "c",
+                "X-Specdec-Session": "s",
+                "X-Mine": "1",
+                "Content-Type": "text/plain",
+                "Connection": "keep-alive, X-Hop",
+                "X-Hop": "drop me",
+            }
             replies = []
             for base in (direct, proxy):
                 async with session.put(base + "/any/path?a=1&b=%20x", data=b"raw body", headers=hdrs) as r:
@@ -101,8 +107,12 @@ def test_authorization_passes_through_and_is_never_written(tmp_path):
 
     async def go():
         async with proxied(fake.server(), tmp_path) as (session, direct, proxy, rec):
-            ok = await _both(session, direct, proxy, headers={"Authorization": "Bearer sk-test-SECRET-9f8e7d",
-                                                              "Cookie": "session=COOKIE-SECRET-1234"})
+            ok = await _both(
+                session,
+                direct,
+                proxy,
+                headers={"Authorization": "Bearer sk-test-SECRET-9f8e7d", "Cookie": "session=COOKIE-SECRET-1234"},
+            )
             denied = await _both(session, direct, proxy, headers={"Authorization": "Bearer wrong-key-55"})
         return ok, denied, rec.stats()  # after the stop: every exchange processed
 
@@ -149,12 +159,15 @@ def test_a_recording_failure_never_touches_the_response_and_is_counted(tmp_path)
         async with proxied(FakeVllm().server(), tmp_path, recorder=rec) as (session, direct, proxy, _):
             got = await _both(session, direct, proxy)
             got += await _both(session, direct, proxy, body={**CHAT, "temperature": 7})  # a bad row
-            await until(lambda: rec.stats()["failures"].get("write", 0) >= 1
-                        and rec.stats()["failures"].get("bad_row") == 1)
+            await until(
+                lambda: rec.stats()["failures"].get("write", 0) >= 1 and rec.stats()["failures"].get("bad_row") == 1
+            )
             async with session.get(proxy + "/specdec/stats") as r:
                 stats = await r.json()
-            rec.write = lambda table, path: (path.parent.mkdir(parents=True, exist_ok=True),
-                                             pq.write_table(table, path))  # the disk has room again
+            rec.write = lambda table, path: (
+                path.parent.mkdir(parents=True, exist_ok=True),
+                pq.write_table(table, path),
+            )  # the disk has room again
             await until(lambda: rec.stats()["rows_written"] == 1)
             return got, stats
 

@@ -29,8 +29,15 @@ def started(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("listen, host, port", [(None, "127.0.0.1", 8001), ("9000", "127.0.0.1", 9000),
-                                                ("0.0.0.0:9001", "0.0.0.0", 9001), ("[::1]:9002", "::1", 9002)])
+@pytest.mark.parametrize(
+    "listen, host, port",
+    [
+        (None, "127.0.0.1", 8001),
+        ("9000", "127.0.0.1", 9000),
+        ("0.0.0.0:9001", "0.0.0.0", 9001),
+        ("[::1]:9002", "::1", 9002),
+    ],
+)
 def test_the_proxy_listens_on_loopback_unless_told_otherwise(tmp_path, started, listen, host, port):
     args = ["proxy", "--upstream", "http://127.0.0.1:8000", "--out", str(tmp_path / "t")]
     r = CliRunner().invoke(main, args + (["--listen", listen] if listen else []), catch_exceptions=False)
@@ -39,8 +46,11 @@ def test_the_proxy_listens_on_loopback_unless_told_otherwise(tmp_path, started, 
     assert (settings.host, settings.port, settings.content) == (host, port, "hash")  # hash unless told
     if host == "0.0.0.0":  # beyond loopback: one warning on stderr saying what is exposed
         (warning,) = r.stderr.splitlines()
-        assert "every network interface" in warning and "unauthenticated route to the upstream " \
-            "http://127.0.0.1:8000" in warning and f"/specdec/stats shows the output folder {tmp_path / 't'}" in warning
+        assert (
+            "every network interface" in warning
+            and "unauthenticated route to the upstream http://127.0.0.1:8000" in warning
+            and f"/specdec/stats shows the output folder {tmp_path / 't'}" in warning
+        )
     else:
         assert not r.stderr
 
@@ -50,29 +60,37 @@ def test_the_cli_defaults_are_the_settings_defaults(tmp_path, started):
     assert r.exit_code == 0, r.output
     (settings,) = started
     defaults = proxy_mod.ProxySettings(upstream="http://h:1", out_dir=tmp_path)
-    assert (settings.header_timeout_s, settings.upstream_idle_s, settings.flush_s) == \
-        (defaults.header_timeout_s, defaults.upstream_idle_s, defaults.flush_s)
+    assert (settings.header_timeout_s, settings.upstream_idle_s, settings.flush_s) == (
+        defaults.header_timeout_s,
+        defaults.upstream_idle_s,
+        defaults.flush_s,
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--listen", "localhost:http"], "expected HOST:PORT"),
-    (["--listen", "1.2.3.4:70000"], "expected HOST:PORT"),
-    (["--flush-s", "0"], "flush interval"),
-    (["--header-timeout-s", "0"], "--header-timeout-s"),
-    (["--upstream-idle-s", "-1"], "--upstream-idle-s"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--listen", "localhost:http"], "expected HOST:PORT"),
+        (["--listen", "1.2.3.4:70000"], "expected HOST:PORT"),
+        (["--flush-s", "0"], "flush interval"),
+        (["--header-timeout-s", "0"], "--header-timeout-s"),
+        (["--upstream-idle-s", "-1"], "--upstream-idle-s"),
+    ],
+)
 def test_bad_options_are_refused(tmp_path, started, args, message):
     r = CliRunner().invoke(main, ["proxy", "--upstream", "http://h:1", "--out", str(tmp_path), *args])
     assert r.exit_code == 2 and message in r.output and not started
 
 
 #: The proxy's CLI in a process whose disk is full: every Parquet write fails as ENOSPC would.
-DISK_FULL = ("import errno, sys, specdec.schemas.arrow as arrow\n"
-             "def full(table, path):\n"
-             "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
-             "arrow.write_parquet_atomic = full\n"
-             "from specdec.cli.capture import main\n"
-             "main()\n")
+DISK_FULL = (
+    "import errno, sys, specdec.schemas.arrow as arrow\n"
+    "def full(table, path):\n"
+    "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+    "arrow.write_parquet_atomic = full\n"
+    "from specdec.cli.capture import main\n"
+    "main()\n"
+)
 
 
 async def _run_proxy_process(out, turns: int, *, disk_full: bool = False) -> tuple[int, str, str]:
@@ -84,18 +102,35 @@ async def _run_proxy_process(out, turns: int, *, disk_full: bool = False) -> tup
     await upstream.start_server()
     start = ["-c", DISK_FULL] if disk_full else ["-m", "specdec.cli.capture"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *start, "proxy", "--upstream", str(upstream.make_url("")),
-        "--listen", "127.0.0.1:0", "--out", str(out), "--flush-s", "3600", "--content", "keep",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        sys.executable,
+        *start,
+        "proxy",
+        "--upstream",
+        str(upstream.make_url("")),
+        "--listen",
+        "127.0.0.1:0",
+        "--out",
+        str(out),
+        "--flush-s",
+        "3600",
+        "--content",
+        "keep",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
         url = line.split("listening on ")[1].split()[0]
         async with aiohttp.ClientSession() as session:
             for turn in range(turns):
-                messages = [{"role": "user", "content": "hi"}] + [{"role": "assistant", "content": "a"},
-                                                                  {"role": "user", "content": "more"}] * turn
-                async with session.post(url + "/v1/chat/completions", json={"messages": messages},
-                                        headers={"X-Specdec-Session": "s9"}) as r:
+                messages = [{"role": "user", "content": "hi"}] + [
+                    {"role": "assistant", "content": "a"},
+                    {"role": "user", "content": "more"},
+                ] * turn
+                async with session.post(
+                    url + "/v1/chat/completions", json={"messages": messages}, headers={"X-Specdec-Session": "s9"}
+                ) as r:
                     assert r.status == 200 and await r.read()
         assert not list(out.glob(PART_GLOB))  # nothing flushed yet (an hour's interval)
         proc.send_signal(signal.SIGTERM)
@@ -132,9 +167,19 @@ def _export(tmp_path, out):
 def _exchange(rec: Recorder, arrival_ms: float, category: str) -> Exchange:
     body = json.dumps({"messages": [{"role": "user", "content": category}]}).encode()
     sse = b'data: {"choices":[{"delta":{"content":"x"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
-    return Exchange(prompt_id=rec.new_prompt_id(), path="/v1/chat/completions", arrival_ms=arrival_ms,
-                    wall_ns=1_767_225_600_000_000_000, body=body, category=category, session=None, status=200,
-                    content_type="text/event-stream", chunks=[sse], complete=True)
+    return Exchange(
+        prompt_id=rec.new_prompt_id(),
+        path="/v1/chat/completions",
+        arrival_ms=arrival_ms,
+        wall_ns=1_767_225_600_000_000_000,
+        body=body,
+        category=category,
+        session=None,
+        status=200,
+        content_type="text/event-stream",
+        chunks=[sse],
+        complete=True,
+    )
 
 
 def test_export_puts_several_proxy_processes_on_one_clock(tmp_path):

@@ -18,8 +18,10 @@ BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 
 
 
 def _post(body: bytes, *extra: bytes) -> bytes:
-    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\nConnection: close\r\n%s\r\n" % (len(body), b"".join(h + b"\r\n" for h in extra)))
+    return (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: p\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n%s\r\n" % (len(body), b"".join(h + b"\r\n" for h in extra))
+    )
 
 
 @pytest.mark.parametrize("waits", [True, False], ids=["client-waits-for-100", "client-sends-at-once"])
@@ -143,10 +145,14 @@ def _tracebacks(caplog) -> list[logging.LogRecord]:
 def test_a_malformed_request_is_one_log_line_and_counted(tmp_path, caplog):
     async def go():
         async with RawUpstream("reply") as up, proxy_for(up.url, tmp_path) as proxy:
-            answers = [await raw_exchange(proxy.url, junk)
-                       for junk in (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # TLS to the HTTP port
-                                    b"GET / HTTP/1.1\r\nHost: p\r\nBad Header Line\r\n\r\n",
-                                    b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n")]
+            answers = [
+                await raw_exchange(proxy.url, junk)
+                for junk in (
+                    b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # TLS to the HTTP port
+                    b"GET / HTTP/1.1\r\nHost: p\r\nBad Header Line\r\n\r\n",
+                    b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n",
+                )
+            ]
             async with aiohttp.ClientSession() as session:
                 return answers, await proxy_stats(session, proxy.url)
 
@@ -181,6 +187,7 @@ def test_a_client_whose_body_stalls_gets_a_408_and_nothing_is_forwarded(tmp_path
     ``header_timeout_s`` for the next piece, answers 408 and closes; the
     upstream never sees the request. A body sent slowly but steadily is
     forwarded whole."""
+
     async def go():
         async with RawUpstream("reply") as up, proxy_for(up.url, tmp_path, header_timeout_s=0.5) as proxy:
             host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
@@ -194,7 +201,7 @@ def test_a_client_whose_body_stalls_gets_a_408_and_nothing_is_forwarded(tmp_path
             reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(_post(BODY))
             for i in range(0, len(BODY), 400):
-                writer.write(BODY[i:i + 400])
+                writer.write(BODY[i : i + 400])
                 await writer.drain()
                 await asyncio.sleep(0.2)
             steady = await asyncio.wait_for(reader.read(), 5)

@@ -12,31 +12,70 @@ from specdec.capture.proxy_rules import CategoryRule, CategoryRules, load_rules
 from specdec.errors import InputFileError
 from specdec.schemas.records import TrafficRow
 
-SSE = (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
-       b'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n'
-       b'data: {"choices":[{"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
-       b'data: {"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":3}}\n\n'
-       b'data: [DONE]\n\n')
-CHAT = [{"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Say hello to Zorblax"},
-        {"role": "assistant", "content": "Hello Zorblax"},
-        {"role": "user", "content": "Again, to Quuxine"}]
+SSE = (
+    b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":11,"completion_tokens":3}}\n\n'
+    b"data: [DONE]\n\n"
+)
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Say hello to Zorblax"},
+    {"role": "assistant", "content": "Hello Zorblax"},
+    {"role": "user", "content": "Again, to Quuxine"},
+]
 
 
-def exchange(body: dict, sse: bytes = SSE, *, path="/v1/chat/completions", category=None, session=None,
-             status=200, content_type="text/event-stream", complete=True) -> Exchange:
-    return Exchange(prompt_id="px-1", path=path, arrival_ms=12.5, wall_ns=0, body=json.dumps(body).encode(),
-                    category=category, session=session, status=status, content_type=content_type,
-                    chunks=[sse[:30], sse[30:]], complete=complete)
+def exchange(
+    body: dict,
+    sse: bytes = SSE,
+    *,
+    path="/v1/chat/completions",
+    category=None,
+    session=None,
+    status=200,
+    content_type="text/event-stream",
+    complete=True,
+) -> Exchange:
+    return Exchange(
+        prompt_id="px-1",
+        path=path,
+        arrival_ms=12.5,
+        wall_ns=0,
+        body=json.dumps(body).encode(),
+        category=category,
+        session=session,
+        status=status,
+        content_type=content_type,
+        chunks=[sse[:30], sse[30:]],
+        complete=complete,
+    )
 
 
 def test_a_chat_request_becomes_a_row_with_its_settings_as_sent():
-    body = {"model": "m1", "messages": CHAT, "stream": True, "temperature": 0.7, "top_p": 0.9, "top_k": 20,
-            "seed": 5, "stop": "END", "max_tokens": 100, "response_format": {"type": "json_object"}}
+    body = {
+        "model": "m1",
+        "messages": CHAT,
+        "stream": True,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 20,
+        "seed": 5,
+        "stop": "END",
+        "max_tokens": 100,
+        "response_format": {"type": "json_object"},
+    }
     row = RowMaker().row(exchange(body, session="s-1"))
     assert json.loads(row["messages"]) == CHAT
-    assert (row["temperature"], row["top_p"], row["top_k"], row["seed"], row["stop"], row["model"]) == \
-        (0.7, 0.9, 20, 5, ["END"], "m1")
+    assert (row["temperature"], row["top_p"], row["top_k"], row["seed"], row["stop"], row["model"]) == (
+        0.7,
+        0.9,
+        20,
+        5,
+        ["END"],
+        "m1",
+    )
     # the recorded length (usage), not the max_tokens the client asked for
     assert row["max_tokens"] == row["recorded_output_tokens"] == 3
     assert row["input_tokens"] == 11 and row["ended_naturally"] is True
@@ -58,10 +97,11 @@ def test_without_a_usage_block_the_length_is_counted_from_output_chunks():
 
 
 def test_a_length_limit_is_not_a_natural_end_and_a_plain_json_reply_is_read():
-    reply = {"choices": [{"message": {"content": "ab"}, "finish_reason": "length"}],
-             "usage": {"prompt_tokens": 4, "completion_tokens": 7}}
-    row = RowMaker().row(exchange({"messages": CHAT[:2]}, json.dumps(reply).encode(),
-                                  content_type="application/json"))
+    reply = {
+        "choices": [{"message": {"content": "ab"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 7},
+    }
+    row = RowMaker().row(exchange({"messages": CHAT[:2]}, json.dumps(reply).encode(), content_type="application/json"))
     assert row["ended_naturally"] is False and row["max_tokens"] == 7 and row["input_tokens"] == 4
 
 
@@ -71,15 +111,18 @@ def test_a_completions_request_is_recorded_as_one_prompt():
     assert row["prompt"] == "def f(" and row["messages"] is None and "completions" in row["content_note"]
 
 
-@pytest.mark.parametrize("change, reason", [
-    ({"status": 500}, "status_500"),
-    ({"complete": False}, "incomplete"),
-    ({"body": {"messages": CHAT, "n": 2}}, "n_above_1"),
-    ({"body": {"prompt": "x"}}, "no_messages"),
-    ({"sse": b"data: [DONE]\n\n"}, "empty_response"),
-    ({"body": {"messages": CHAT, "temperature": 5}}, "invalid_temperature"),
-    ({"body": {"messages": CHAT}, "category": " code"}, "invalid_category"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        ({"status": 500}, "status_500"),
+        ({"complete": False}, "incomplete"),
+        ({"body": {"messages": CHAT, "n": 2}}, "n_above_1"),
+        ({"body": {"prompt": "x"}}, "no_messages"),
+        ({"sse": b"data: [DONE]\n\n"}, "empty_response"),
+        ({"body": {"messages": CHAT, "temperature": 5}}, "invalid_temperature"),
+        ({"body": {"messages": CHAT}, "category": " code"}, "invalid_category"),
+    ],
+)
 def test_exchanges_that_make_no_row_say_why(change, reason):
     kw = {"body": {"messages": CHAT}, **change}
     with pytest.raises(NotRecorded) as exc:
@@ -88,9 +131,13 @@ def test_exchanges_that_make_no_row_say_why(change, reason):
 
 
 def test_category_header_wins_over_rules_and_rules_go_in_order():
-    rules = CategoryRules([CategoryRule(category="code", content=r"def \w+\("),
-                           CategoryRule(category="chat", model="chat-.*"),
-                           CategoryRule(category="legacy", route="/v1/completions")])
+    rules = CategoryRules(
+        [
+            CategoryRule(category="code", content=r"def \w+\("),
+            CategoryRule(category="chat", model="chat-.*"),
+            CategoryRule(category="legacy", route="/v1/completions"),
+        ]
+    )
     maker = RowMaker(rules)
     code = [{"role": "user", "content": "fix def main(): pass"}]
     assert maker.row(exchange({"messages": code, "model": "chat-1"}))["category"] == "code"

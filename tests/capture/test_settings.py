@@ -32,26 +32,30 @@ print("OFF")
 def _register(env: dict[str, str]) -> list[str]:
     """Run register() twice in a fresh interpreter; return the log lines it printed."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("SPECDEC_CAPTURE_")}
-    proc = subprocess.run([sys.executable, "-c", REGISTER_TWICE], env={**base, **env},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", REGISTER_TWICE], env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "OFF", proc.stdout + proc.stderr
     return [ln for ln in proc.stderr.splitlines() if ln.strip()]
 
 
-@pytest.mark.parametrize("var, value", [
-    (ENV_CAPTURE_FLUSH_S, "abc"),
-    (ENV_CAPTURE_FLUSH_S, "0"),
-    (ENV_CAPTURE_FLUSH_S, "-1"),
-    (ENV_CAPTURE_FLUSH_S, "nan"),
-    (ENV_CAPTURE_FLUSH_S, "inf"),
-    (ENV_CAPTURE_FLUSH_S, "1e-9"),  # would spin the flush thread
-    (ENV_CAPTURE_FLUSH_S, "1e10"),  # overflows threading's timeout
-    (ENV_CAPTURE_MAX_ROWS, "many"),
-    (ENV_CAPTURE_MAX_ROWS, "0"),
-    (ENV_CAPTURE_MAX_ROWS, "-5"),
-    (ENV_CAPTURE_MAX_ROWS, "1e6"),
-    (ENV_CAPTURE_MAX_BYTES, "256MiB"),
-])
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        (ENV_CAPTURE_FLUSH_S, "abc"),
+        (ENV_CAPTURE_FLUSH_S, "0"),
+        (ENV_CAPTURE_FLUSH_S, "-1"),
+        (ENV_CAPTURE_FLUSH_S, "nan"),
+        (ENV_CAPTURE_FLUSH_S, "inf"),
+        (ENV_CAPTURE_FLUSH_S, "1e-9"),  # would spin the flush thread
+        (ENV_CAPTURE_FLUSH_S, "1e10"),  # overflows threading's timeout
+        (ENV_CAPTURE_MAX_ROWS, "many"),
+        (ENV_CAPTURE_MAX_ROWS, "0"),
+        (ENV_CAPTURE_MAX_ROWS, "-5"),
+        (ENV_CAPTURE_MAX_ROWS, "1e6"),
+        (ENV_CAPTURE_MAX_BYTES, "256MiB"),
+    ],
+)
 def test_bad_setting_logs_one_error_and_capture_stays_off(tmp_path, var, value):
     lines = _register({ENV_CAPTURE_DIR: str(tmp_path / "cap"), var: value})
     assert len(lines) == 1, lines
@@ -77,8 +81,13 @@ def test_capture_dir_that_is_a_regular_file_logs_one_error(tmp_path):
 
 
 def test_good_settings_are_read_as_given(tmp_path):
-    env = {ENV_CAPTURE_DIR: str(tmp_path / "new" / "cap"), ENV_CAPTURE_RUN_ID: "r1",
-           ENV_CAPTURE_FLUSH_S: "0.5", ENV_CAPTURE_MAX_ROWS: "1000", ENV_CAPTURE_MAX_BYTES: " 4096 "}
+    env = {
+        ENV_CAPTURE_DIR: str(tmp_path / "new" / "cap"),
+        ENV_CAPTURE_RUN_ID: "r1",
+        ENV_CAPTURE_FLUSH_S: "0.5",
+        ENV_CAPTURE_MAX_ROWS: "1000",
+        ENV_CAPTURE_MAX_BYTES: " 4096 ",
+    }
     cfg = settings.from_env(env)
     assert cfg == settings.CaptureSettings(tmp_path / "new" / "cap", "r1", 0.5, 1000, 4096)
     assert cfg.out_dir.is_dir() and list(cfg.out_dir.iterdir()) == []  # probe removed

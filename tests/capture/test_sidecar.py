@@ -43,13 +43,35 @@ NEXT_DAY_NS = NOW_NS + 86_400 * 10**9  # 2026-05-29
 ALERTS = Path(__file__).parents[2] / "capture" / "alerts" / "specdec-alerts.yml"
 
 
-def _round(proposed: int, accepted: int, *, run_id: str = "r1", wall_ns: int = NOW_NS, step: int = 0,
-           token: str = "11-aaaa", draft_ms: float | None = None, verify_ms: float | None = None) -> RoundTrace:
-    return RoundTrace(run_id=run_id, engine_request_id="req-1", pid=11, process_token=token, step_index=step,
-                      round_index=step, phase="decode" if proposed else "prefill", tokens_proposed=proposed,
-                      tokens_accepted=accepted, tokens_emitted=accepted + 1, batch_size=1,
-                      num_scheduled_tokens=1 + proposed, context_len=10, draft_ms=draft_ms, verify_ms=verify_ms,
-                      wall_time_ns=wall_ns)
+def _round(
+    proposed: int,
+    accepted: int,
+    *,
+    run_id: str = "r1",
+    wall_ns: int = NOW_NS,
+    step: int = 0,
+    token: str = "11-aaaa",
+    draft_ms: float | None = None,
+    verify_ms: float | None = None,
+) -> RoundTrace:
+    return RoundTrace(
+        run_id=run_id,
+        engine_request_id="req-1",
+        pid=11,
+        process_token=token,
+        step_index=step,
+        round_index=step,
+        phase="decode" if proposed else "prefill",
+        tokens_proposed=proposed,
+        tokens_accepted=accepted,
+        tokens_emitted=accepted + 1,
+        batch_size=1,
+        num_scheduled_tokens=1 + proposed,
+        context_len=10,
+        draft_ms=draft_ms,
+        verify_ms=verify_ms,
+        wall_time_ns=wall_ns,
+    )
 
 
 def _part(capture: Path, seq: int, rounds: list[RoundTrace], token: str = "11-aaaa") -> Path:
@@ -91,8 +113,9 @@ def _with_sidecar(settings: SidecarSettings, body, clock_ns=lambda: NOW_NS):
 def test_compaction_moves_every_row_into_the_hive_layout(tmp_path):
     cap, lake = tmp_path / "cap", tmp_path / "lake"
     a = _part(cap, 0, [_round(4, 4, step=0), _round(4, 0, step=1)])
-    b = _part(cap, 1, [_round(4, 2, step=2), _round(0, 0, run_id="r/2", step=3),
-                       _round(4, 1, step=4, wall_ns=NEXT_DAY_NS)])
+    b = _part(
+        cap, 1, [_round(4, 2, step=2), _round(0, 0, run_id="r/2", step=3), _round(4, 1, step=4, wall_ns=NEXT_DAY_NS)]
+    )
     tmp = cap / ".rounds-11-aaaa-000002.parquet.x1y2.tmp"  # the plugin's half-written file
     tmp.write_bytes(b"PAR1 half")
     other = cap / "notes.txt"
@@ -251,11 +274,13 @@ def test_rolling_acceptance_is_exact_and_moves_with_new_rows(tmp_path):
 
 def test_histograms_count_one_observation_per_engine_step(tmp_path):
     s = _settings(tmp_path)
-    rows = [_round(4, 1, step=0, draft_ms=0.4, verify_ms=30.0),
-            _round(4, 1, step=1, draft_ms=1.0, verify_ms=None),
-            _round(4, 1, step=2, draft_ms=3.0, verify_ms=30.0),
-            _round(4, 2, step=2, draft_ms=3.0, verify_ms=30.0),  # same step, another request: counted once
-            _round(4, 2, step=2, token="12-bbbb", draft_ms=20000.0)]  # another engine process
+    rows = [
+        _round(4, 1, step=0, draft_ms=0.4, verify_ms=30.0),
+        _round(4, 1, step=1, draft_ms=1.0, verify_ms=None),
+        _round(4, 1, step=2, draft_ms=3.0, verify_ms=30.0),
+        _round(4, 2, step=2, draft_ms=3.0, verify_ms=30.0),  # same step, another request: counted once
+        _round(4, 2, step=2, token="12-bbbb", draft_ms=20000.0),
+    ]  # another engine process
 
     async def body(sc):
         _part(s.capture_dir, 0, rows)
@@ -314,7 +339,9 @@ def test_a_failed_scrape_is_a_row_and_counted(tmp_path):
     assert not row.scrape_ok and row.error and row.spec_num_drafts is None
     assert m["specdec_sidecar_scrape_failures_total"] == 1
     stored = _lake_rows(tmp_path / "lake", LAKE_COUNTERS_GLOB)  # this scrape, then close()'s last one
-    assert len(stored) == 2 and all(r["scrape_ok"] is False for r in stored) and row.error in {r["error"] for r in stored}
+    assert (
+        len(stored) == 2 and all(r["scrape_ok"] is False for r in stored) and row.error in {r["error"] for r in stored}
+    )
 
 
 def test_counter_record_has_every_counter_and_gauge():
@@ -347,8 +374,9 @@ def test_stopping_compacts_and_flushes_what_is_left(tmp_path):
 def _cli_sidecar(*args: str):
     """The CLI sidecar in a subprocess: yields (process, result); on leaving the
     block it gets SIGTERM and result["out"] holds all it printed (killed if it hangs)."""
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", *args],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specdec.cli.capture", "sidecar", *args], stdout=subprocess.PIPE, text=True
+    )
     result: dict = {}
     try:
         yield proc, result
@@ -361,8 +389,20 @@ def _cli_sidecar(*args: str):
 
 def test_the_cli_sidecar_stops_on_sigterm_and_loses_nothing(tmp_path):
     cap, lake = tmp_path / "cap", tmp_path / "lake"
-    with _cli_sidecar("--capture-dir", str(cap), "--lake", str(lake), "--server", "http://127.0.0.1:9",
-                      "--listen", "127.0.0.1:0", "--compact-s", "3600", "--scrape-s", "3600") as (proc, result):
+    with _cli_sidecar(
+        "--capture-dir",
+        str(cap),
+        "--lake",
+        str(lake),
+        "--server",
+        "http://127.0.0.1:9",
+        "--listen",
+        "127.0.0.1:0",
+        "--compact-s",
+        "3600",
+        "--scrape-s",
+        "3600",
+    ) as (proc, result):
         line = proc.stdout.readline()
         assert "listening on http://127.0.0.1:" in line, line
         _part(cap, 0, [_round(4, 4), _round(4, 0, step=1), _round(0, 0, step=2)])
@@ -379,11 +419,25 @@ def test_cli_help_and_bad_options(tmp_path):
     help_text = runner.invoke(capture_cli, ["sidecar", "--help"]).output
     for option in ("--capture-dir", "--lake", "--server", "--listen", "--compact-s", "--scrape-s", "--window-s"):
         assert option in help_text
-    bad = runner.invoke(capture_cli, ["sidecar", "--capture-dir", str(tmp_path / "c"), "--lake", str(tmp_path / "l"),
-                                      "--server", "localhost:8000"])
+    bad = runner.invoke(
+        capture_cli,
+        ["sidecar", "--capture-dir", str(tmp_path / "c"), "--lake", str(tmp_path / "l"), "--server", "localhost:8000"],
+    )
     assert bad.exit_code == 2 and "--server" in bad.output and "http://" in bad.output
-    bad = runner.invoke(capture_cli, ["sidecar", "--capture-dir", str(tmp_path / "c"), "--lake", str(tmp_path / "l"),
-                                      "--server", "http://x", "--compact-s", "0"])
+    bad = runner.invoke(
+        capture_cli,
+        [
+            "sidecar",
+            "--capture-dir",
+            str(tmp_path / "c"),
+            "--lake",
+            str(tmp_path / "l"),
+            "--server",
+            "http://x",
+            "--compact-s",
+            "0",
+        ],
+    )
     assert bad.exit_code == 2 and "--compact-s" in bad.output
 
 
@@ -411,18 +465,29 @@ def test_alert_rules_parse_and_use_only_exported_metrics():
     yaml = pytest.importorskip("yaml", reason="PyYAML (installed with vllm) is needed to read the rules")
     doc = yaml.safe_load(ALERTS.read_text())
     rules = [r for g in doc["groups"] for r in g["rules"]]
-    assert {r["alert"] for r in rules} >= {"SpecdecAcceptanceLow", "SpecdecCategoryAcceptanceLow",
-                                          "SpecdecCaptureRowsDropped", "SpecdecCaptureSilent"}
+    assert {r["alert"] for r in rules} >= {
+        "SpecdecAcceptanceLow",
+        "SpecdecCategoryAcceptanceLow",
+        "SpecdecCaptureRowsDropped",
+        "SpecdecCaptureSilent",
+    }
     keywords = {"and", "or", "unless", "on", "ignoring", "by", "without", "bool", "group_left", "group_right"}
     used = set()
     for r in rules:
         expr = r["expr"]
-        used |= {m.group(0) for m in re.finditer(r"(?<![\w:])[A-Za-z_:][\w:]*(?!\w*\()", expr)
-                 if m.group(0) not in keywords and not expr[m.end():].startswith("(")}
+        used |= {
+            m.group(0)
+            for m in re.finditer(r"(?<![\w:])[A-Za-z_:][\w:]*(?!\w*\()", expr)
+            if m.group(0) not in keywords and not expr[m.end() :].startswith("(")
+        }
     assert used <= set(METRIC_NAMES), used - set(METRIC_NAMES)
-    assert {"specdec_acceptance_rate", "specdec_category_acceptance_rate", "specdec_sidecar_rows_dropped_total",
-            "specdec_sidecar_rows_written_total",
-            "specdec_server_generation_tokens_total"} <= used
+    assert {
+        "specdec_acceptance_rate",
+        "specdec_category_acceptance_rate",
+        "specdec_sidecar_rows_dropped_total",
+        "specdec_sidecar_rows_written_total",
+        "specdec_server_generation_tokens_total",
+    } <= used
     low = next(r for r in rules if r["alert"] == "SpecdecAcceptanceLow")
     assert low["for"] == "10m"
 
@@ -433,19 +498,40 @@ def test_one_sidecar_process_also_records_traffic_through_its_proxy(tmp_path):
     import urllib.request
 
     from specdec.runfolder import TRAFFIC_PART_GLOB
+
     cap, lake = tmp_path / "cap", tmp_path / "lake"
     fake = FakeVllm()
-    with threaded(fake) as (server,), _cli_sidecar(
-            "--capture-dir", str(cap), "--lake", str(lake), "--server", server, "--listen", "127.0.0.1:0",
-            "--proxy-listen", "127.0.0.1:0", "--compact-s", "3600", "--scrape-s", "3600") as (proc, result):
+    with (
+        threaded(fake) as (server,),
+        _cli_sidecar(
+            "--capture-dir",
+            str(cap),
+            "--lake",
+            str(lake),
+            "--server",
+            server,
+            "--listen",
+            "127.0.0.1:0",
+            "--proxy-listen",
+            "127.0.0.1:0",
+            "--compact-s",
+            "3600",
+            "--scrape-s",
+            "3600",
+        ) as (proc, result),
+    ):
         sidecar_url = proc.stdout.readline().split("listening on ")[1].split()[0]
         proxy_line = proc.stdout.readline()
         assert "specdec proxy listening on http://127.0.0.1:" in proxy_line, proxy_line
         proxy_url = proxy_line.split("listening on ")[1].split()[0]
-        body = json.dumps({"model": "fake-model", "stream": True,
-                           "messages": [{"role": "user", "content": "hello there"}]}).encode()
-        req = urllib.request.Request(proxy_url + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json", "X-Specdec-Category": "code"})
+        body = json.dumps(
+            {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "hello there"}]}
+        ).encode()
+        req = urllib.request.Request(
+            proxy_url + "/v1/chat/completions",
+            data=body,
+            headers={"Content-Type": "application/json", "X-Specdec-Category": "code"},
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             streamed = r.read()
         with urllib.request.urlopen(sidecar_url + "/metrics", timeout=10) as r:
@@ -463,6 +549,18 @@ def test_one_sidecar_process_also_records_traffic_through_its_proxy(tmp_path):
 
 
 def test_proxy_options_need_proxy_listen(tmp_path):
-    res = CliRunner().invoke(capture_cli, ["sidecar", "--capture-dir", str(tmp_path / "c"), "--lake",
-                                           str(tmp_path / "l"), "--server", "http://x", "--proxy-out", str(tmp_path)])
+    res = CliRunner().invoke(
+        capture_cli,
+        [
+            "sidecar",
+            "--capture-dir",
+            str(tmp_path / "c"),
+            "--lake",
+            str(tmp_path / "l"),
+            "--server",
+            "http://x",
+            "--proxy-out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 2 and "--proxy-listen" in res.output

@@ -53,8 +53,9 @@ def test_reply_id_from_the_first_bytes():
 
 
 def test_request_category_as_the_recorder_gives_it():
-    rules = CategoryRules([CategoryRule(category="code", content=r"\bdef "),
-                           CategoryRule(category="chat", route="/v1/chat/completions")])
+    rules = CategoryRules(
+        [CategoryRule(category="code", content=r"\bdef "), CategoryRule(category="chat", route="/v1/chat/completions")]
+    )
     chat = json.dumps({"messages": [{"role": "user", "content": "def f(): pass"}]}).encode()
     assert request_category(rules, "/v1/chat/completions", "header-wins", chat) == "header-wins"
     assert request_category(rules, "/v1/chat/completions", None, chat) == "code"
@@ -66,17 +67,43 @@ def test_request_category_as_the_recorder_gives_it():
 
 def _rows(ids_and_rounds):
     """METRIC_COLUMNS rows: (engine id, proposed, accepted) at NOW."""
-    cols = {"engine_request_id": [], "process_token": [], "step_index": [], "tokens_proposed": [],
-            "tokens_accepted": [], "draft_ms": [], "verify_ms": [], "wall_time_ns": []}
+    cols = {
+        "engine_request_id": [],
+        "process_token": [],
+        "step_index": [],
+        "tokens_proposed": [],
+        "tokens_accepted": [],
+        "draft_ms": [],
+        "verify_ms": [],
+        "wall_time_ns": [],
+    }
     for step, (eid, k, a) in enumerate(ids_and_rounds):
-        for name, value in (("engine_request_id", eid), ("process_token", "1-a"), ("step_index", step),
-                            ("tokens_proposed", k), ("tokens_accepted", a), ("draft_ms", None),
-                            ("verify_ms", None), ("wall_time_ns", NOW_NS)):
+        for name, value in (
+            ("engine_request_id", eid),
+            ("process_token", "1-a"),
+            ("step_index", step),
+            ("tokens_proposed", k),
+            ("tokens_accepted", a),
+            ("draft_ms", None),
+            ("verify_ms", None),
+            ("wall_time_ns", NOW_NS),
+        ):
             cols[name].append(value)
-    return pa.table(cols, schema=pa.schema([("engine_request_id", pa.string()), ("process_token", pa.string()),
-                                            ("step_index", pa.int64()), ("tokens_proposed", pa.int64()),
-                                            ("tokens_accepted", pa.int64()), ("draft_ms", pa.float64()),
-                                            ("verify_ms", pa.float64()), ("wall_time_ns", pa.int64())]))
+    return pa.table(
+        cols,
+        schema=pa.schema(
+            [
+                ("engine_request_id", pa.string()),
+                ("process_token", pa.string()),
+                ("step_index", pa.int64()),
+                ("tokens_proposed", pa.int64()),
+                ("tokens_accepted", pa.int64()),
+                ("draft_ms", pa.float64()),
+                ("verify_ms", pa.float64()),
+                ("wall_time_ns", pa.int64()),
+            ]
+        ),
+    )
 
 
 def test_rolling_acceptance_per_category_is_exact():
@@ -84,9 +111,17 @@ def test_rolling_acceptance_per_category_is_exact():
     book.note("chatcmpl-a", "code")
     book.note("chatcmpl-b", "chat")
     m = LiveMetrics(SERVER, 60, book)
-    m.observe_rounds(_rows([("chatcmpl-a-00000001", 4, 4), ("chatcmpl-a-00000001", 4, 2),
-                            ("chatcmpl-b-00000002", 4, 1), ("chatcmpl-b-00000002", 0, 0),
-                            ("chatcmpl-z-00000003", 4, 4)]))  # a request the proxy never saw
+    m.observe_rounds(
+        _rows(
+            [
+                ("chatcmpl-a-00000001", 4, 4),
+                ("chatcmpl-a-00000001", 4, 2),
+                ("chatcmpl-b-00000002", 4, 1),
+                ("chatcmpl-b-00000002", 0, 0),
+                ("chatcmpl-z-00000003", 4, 4),
+            ]
+        )
+    )  # a request the proxy never saw
     got = samples(m.render(NOW_NS))
     lab = 'server="http://s"'
     assert got[f"specdec_acceptance_rate{{{lab}}}"] == 11 / 16  # every row, labelled or not
@@ -107,9 +142,11 @@ def test_without_a_book_there_is_no_category_series():
 
 
 def test_the_proxy_notes_each_request_category_under_its_reply_id(tmp_path):
-    sse = (b'data: {"id":"chatcmpl-%s","choices":[{"delta":{"content":"a"}}]}\n\n'
-           b'data: {"id":"chatcmpl-%s","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
-           b"data: [DONE]\n\n")
+    sse = (
+        b'data: {"id":"chatcmpl-%s","choices":[{"delta":{"content":"a"}}]}\n\n'
+        b'data: {"id":"chatcmpl-%s","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
+        b"data: [DONE]\n\n"
+    )
 
     async def chat(request: web.Request) -> web.StreamResponse:
         rid = request.headers.get("X-Request-Id", "random77").encode()
@@ -125,13 +162,17 @@ def test_the_proxy_notes_each_request_category_under_its_reply_id(tmp_path):
         await upstream.start_server()
         rules = CategoryRules([CategoryRule(category="code", content=r"\bdef ")])
         book = CategoryBook()
-        settings = ProxySettings(upstream=str(upstream.make_url("")).rstrip("/"), port=0, out_dir=tmp_path,
-                                 content="keep")
+        settings = ProxySettings(
+            upstream=str(upstream.make_url("")).rstrip("/"), port=0, out_dir=tmp_path, content="keep"
+        )
         running = await start_proxy(settings, Recorder(tmp_path, RowMaker(rules), 3600.0), book=book)
         try:
             async with aiohttp.ClientSession() as s:
-                for headers, text in (({"X-Request-Id": "r1", "X-Specdec-Category": "structured"}, "x"),
-                                      ({"X-Request-Id": "r2"}, "def f(): pass"), ({}, "hello")):
+                for headers, text in (
+                    ({"X-Request-Id": "r1", "X-Specdec-Category": "structured"}, "x"),
+                    ({"X-Request-Id": "r2"}, "def f(): pass"),
+                    ({}, "hello"),
+                ):
                     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": text}]}
                     async with s.post(running.url + "/v1/chat/completions", json=body, headers=headers) as r:
                         assert b"[DONE]" in await r.read()

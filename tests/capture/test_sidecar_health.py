@@ -82,10 +82,29 @@ def test_healthz_is_ok_before_the_first_scrape(tmp_path):
 
 def _run_cli(tmp_path, listen: str) -> tuple[str, str]:
     """The CLI sidecar on ``listen``, stopped by SIGTERM once it has started: (stdout, stderr)."""
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", "--capture-dir",
-                             str(tmp_path / "cap"), "--lake", str(tmp_path / "lake"), "--server",
-                             "http://127.0.0.1:9", "--listen", listen, "--compact-s", "3600", "--scrape-s", "3600"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdec.cli.capture",
+            "sidecar",
+            "--capture-dir",
+            str(tmp_path / "cap"),
+            "--lake",
+            str(tmp_path / "lake"),
+            "--server",
+            "http://127.0.0.1:9",
+            "--listen",
+            listen,
+            "--compact-s",
+            "3600",
+            "--scrape-s",
+            "3600",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()
         assert "listening on" in first, first
@@ -111,11 +130,31 @@ def test_listen_on_loopback_does_not_warn(tmp_path):
 
 
 def test_proxy_listen_beyond_loopback_warns_too(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", "--capture-dir",
-                             str(tmp_path / "cap"), "--lake", str(tmp_path / "lake"), "--server",
-                             "http://127.0.0.1:9", "--listen", "127.0.0.1:0", "--proxy-listen", "0.0.0.0:0",
-                             "--compact-s", "3600", "--scrape-s", "3600"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdec.cli.capture",
+            "sidecar",
+            "--capture-dir",
+            str(tmp_path / "cap"),
+            "--lake",
+            str(tmp_path / "lake"),
+            "--server",
+            "http://127.0.0.1:9",
+            "--listen",
+            "127.0.0.1:0",
+            "--proxy-listen",
+            "0.0.0.0:0",
+            "--compact-s",
+            "3600",
+            "--scrape-s",
+            "3600",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for _ in range(2):  # the sidecar's line, then the proxy's
             assert "listening on" in proc.stdout.readline()

@@ -43,7 +43,7 @@ def _zero_inside_a_page(path, column: str = "verify_ms", n: int = 500) -> None:
     start = first_page + 100
     assert start + n < chunk.data_page_offset + chunk.total_compressed_size  # inside the chunk, not the footer
     data = bytearray(path.read_bytes())
-    data[start:start + n] = bytes(n)
+    data[start : start + n] = bytes(n)
     path.write_bytes(bytes(data))
 
 
@@ -68,8 +68,10 @@ def test_a_part_with_a_zeroed_page_is_not_compacted_stays_and_is_counted(tmp_pat
     assert damaged.exists() and damaged.stat().st_size == size  # left where it was, untouched
     assert not list(lake.glob(LAKE_ROUNDS_GLOB))
     assert comp.unreadable == 1
-    assert any(str(damaged) in r.getMessage() and "damaged" in r.getMessage() and "checksum" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        str(damaged) in r.getMessage() and "damaged" in r.getMessage() and "checksum" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_a_sound_part_beside_a_damaged_one_is_still_compacted(tmp_path):

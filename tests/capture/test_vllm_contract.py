@@ -31,15 +31,18 @@ def test_the_wheels_are_every_supported_release():
     assert sorted(v.rsplit(".", 1)[0] for v, _ in WHEELS) == sorted(SUPPORTED)
 
 
-@pytest.mark.parametrize("plant", [
-    ("vllm/v1/worker/gpu/model_runner.py", "def sample_tokens(", "def sample_tokens_v2("),
-    ("vllm/v1/worker/gpu/model_runner.py", "self.speculator.propose(", "self.speculator.draft("),
-    ("vllm/v1/worker/gpu/async_utils.py", "def get_output(self)", "def result(self)"),
-    ("vllm/v1/worker/gpu/spec_decode/speculator.py", "dummy_run: bool = False", "warmup: bool = False"),
-    ("vllm/v1/core/sched/scheduler.py", "def update_from_output(", "def update_from_outputs("),
-    ("vllm/v1/request.py", "self.num_in_flight_tokens", "self.num_inflight_tokens"),
-    ("vllm/v1/worker/gpu_model_runner.py", "def propose_draft_token_ids(", "def propose_drafts("),
-])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        ("vllm/v1/worker/gpu/model_runner.py", "def sample_tokens(", "def sample_tokens_v2("),
+        ("vllm/v1/worker/gpu/model_runner.py", "self.speculator.propose(", "self.speculator.draft("),
+        ("vllm/v1/worker/gpu/async_utils.py", "def get_output(self)", "def result(self)"),
+        ("vllm/v1/worker/gpu/spec_decode/speculator.py", "dummy_run: bool = False", "warmup: bool = False"),
+        ("vllm/v1/core/sched/scheduler.py", "def update_from_output(", "def update_from_outputs("),
+        ("vllm/v1/request.py", "self.num_in_flight_tokens", "self.num_inflight_tokens"),
+        ("vllm/v1/worker/gpu_model_runner.py", "def propose_draft_token_ids(", "def propose_drafts("),
+    ],
+)
 def test_a_planted_rename_fails_the_check(plant):
     path, old, new = plant
     _, src = "vllm==0.33.0", wheel_sources("vllm==0.33.0", FILES)

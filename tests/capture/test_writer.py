@@ -10,8 +10,9 @@ from tests.support.capture_rows import rows
 
 
 def _steps(directory) -> list[int]:
-    return [s for p in sorted(directory.glob(ROUND_PART_GLOB))
-            for s in pq.read_table(p).column("step_index").to_pylist()]
+    return [
+        s for p in sorted(directory.glob(ROUND_PART_GLOB)) for s in pq.read_table(p).column("step_index").to_pylist()
+    ]
 
 
 def test_flush_writes_part_files_in_order(tmp_path):

@@ -44,8 +44,12 @@ def test_a_llama_cpp_request_without_drafts_reads_zero_only_on_a_speculative_ser
 
 
 def test_vllm_stats_come_from_the_speculative_metrics_block():
-    chunk = {"usage": {"completion_tokens": 9}, "metrics": {"speculative_decoding": {
-        "num_spec_steps": 3, "num_draft_tokens": 9, "num_accepted_draft_tokens": 5}}}
+    chunk = {
+        "usage": {"completion_tokens": 9},
+        "metrics": {
+            "speculative_decoding": {"num_spec_steps": 3, "num_draft_tokens": 9, "num_accepted_draft_tokens": 5}
+        },
+    }
     assert request_stats_of(chunk) == RequestStats("vllm", 9, 5, 3)
     assert LlamaCpp().request_stats(chunk) is None
     chunk["metrics"]["speculative_decoding"]["num_draft_tokens"] = -1  # not a count
@@ -82,8 +86,8 @@ def test_llama_cpp_speculation_flags_are_the_only_difference_between_arms(tmp_pa
     base = e.server_command(Arm("baseline", None), model="m.gguf", port=1)
     ngram = e.server_command(Arm("ngram", {"type": "ngram-mod", "n_max": 16}), model="m.gguf", port=1)
     draft = e.server_command(Arm("draft", {"type": "draft-simple", "draft_model": "d.gguf"}), model="m.gguf", port=1)
-    assert ngram[:len(base)] == base and ngram[len(base):] == ["--spec-type", "ngram-mod", "--spec-draft-n-max", "16"]
-    assert draft[len(base):] == ["-md", "d.gguf", "--spec-type", "draft-simple"]
+    assert ngram[: len(base)] == base and ngram[len(base) :] == ["--spec-type", "ngram-mod", "--spec-draft-n-max", "16"]
+    assert draft[len(base) :] == ["-md", "d.gguf", "--spec-type", "draft-simple"]
     assert "--metrics" in base
     with pytest.raises(ValueError, match="draft-simple needs draft_model"):
         e.speculation_args(Arm("bad", {"type": "draft-simple"}))
@@ -102,8 +106,17 @@ def test_the_vllm_server_command_is_the_one_it_always_was(tmp_path):
     cfg = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     spec = ServerSpec(model="/m", max_num_seqs=8)
     srv = LocalServer(spec, cfg, tmp_path / "capture", "run", tmp_path / "server.log")
-    assert srv.cmd == [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1",
-                       "--port", str(srv.port), *spec.common_args(), *speculative_args(cfg)]
+    assert srv.cmd == [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(srv.port),
+        *spec.common_args(),
+        *speculative_args(cfg),
+    ]
     assert Vllm().speculation_args(Arm("baseline", None)) == []
 
 
@@ -121,11 +134,17 @@ def test_the_llama_cpp_settings_of_a_replay_are_checked_before_anything_runs(tmp
     with pytest.raises(ValidationError, match="--spec-config for --engine llama.cpp: .*'eagle' is not one of"):
         ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp", speculative_config={"type": "eagle"})
     with pytest.raises(ValidationError, match="draft_model .*nope.gguf: no such GGUF file"):
-        ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp",
-                     speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "nope.gguf")})
+        ReplayConfig(
+            traffic=tmp_path / "t.jsonl",
+            engine="llama.cpp",
+            speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "nope.gguf")},
+        )
     (tmp_path / "d.gguf").write_bytes(b"GGUF")
-    ok = ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp",
-                      speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "d.gguf")})
+    ok = ReplayConfig(
+        traffic=tmp_path / "t.jsonl",
+        engine="llama.cpp",
+        speculative_config={"type": "draft-simple", "draft_model": str(tmp_path / "d.gguf")},
+    )
     assert ok.speculative_config["type"] == "draft-simple"
     assert ReplayConfig(traffic=tmp_path / "t.jsonl").prefix_cache == "reset"  # vLLM's unchanged
 

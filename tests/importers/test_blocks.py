@@ -61,8 +61,9 @@ def test_the_sum_is_the_real_count_with_the_served_models_tokenizer(tmp_path, mo
     path = tmp_path / "t.jsonl"
     _trace(path, 30, seed=11)
     counter = FastTokenCounter(model_dir)
-    rows = import_trace("mooncake", path, ImportOptions(mix={"chat": 1, "code": 1, "translate": 1}),
-                        counter=counter).rows
+    rows = import_trace(
+        "mooncake", path, ImportOptions(mix={"chat": 1, "code": 1, "translate": 1}), counter=counter
+    ).rows
     assert {json.loads(r.content_note)["status"] for r in rows} <= {"ok", "short"}
     assert [json.loads(r.content_note)["reached_tokens"] for r in rows] == [counter.chat(r.chat()) for r in rows]
 
@@ -70,10 +71,15 @@ def test_the_sum_is_the_real_count_with_the_served_models_tokenizer(tmp_path, mo
 def test_rows_with_the_same_blocks_share_the_whole_blocks_text(tmp_path):
     path = tmp_path / "t.jsonl"
     ids = list(range(8))
-    path.write_text("".join(json.dumps({"timestamp": i, "input_length": n, "output_length": 4, "hash_ids": ids})
-                            + "\n" for i, n in enumerate((3700, 2300, 3900))))
-    a, b, c = (r.prompt for r in import_trace("mooncake", path, ImportOptions(category="chat"),
-                                              counter=FakeCounter()).rows)
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": i, "input_length": n, "output_length": 4, "hash_ids": ids}) + "\n"
+            for i, n in enumerate((3700, 2300, 3900))
+        )
+    )
+    a, b, c = (
+        r.prompt for r in import_trace("mooncake", path, ImportOptions(category="chat"), counter=FakeCounter()).rows
+    )
     shared = os.path.commonprefix([a, b])
     assert FakeCounter().text(shared) >= 2000  # four whole blocks of 512 tokens and more
     assert os.path.commonprefix([a, c]) >= shared and len(os.path.commonprefix([a, c])) > len(shared)
@@ -93,8 +99,10 @@ def test_block_ids_map_to_fixed_starts_and_wrap_around_the_material(counter):
 def test_short_rows_are_composed_once_and_said_as_compose_says(tmp_path):
     # 2 tokens: the prompt alone is longer ("over", no tokenizing); 90: cut within the first unit
     path = tmp_path / "t.jsonl"
-    lines = [json.dumps({"timestamp": i, "input_length": n, "output_length": 4, "hash_ids": [7]})
-             for i, n in enumerate([2, 90] * 30)]
+    lines = [
+        json.dumps({"timestamp": i, "input_length": n, "output_length": 4, "hash_ids": [7]})
+        for i, n in enumerate([2, 90] * 30)
+    ]
     path.write_text("\n".join(lines) + "\n")
 
     class Counting(FakeCounter):
@@ -113,4 +121,6 @@ def test_short_rows_are_composed_once_and_said_as_compose_says(tmp_path):
     for r, n in zip(rows[1::2], notes[1::2]):
         assert by_prompt.setdefault(n["pool_prompt"], r.prompt) == r.prompt  # one composition per prompt, reused
     assert len(by_prompt) < 30
-    assert counter.calls < 40  # 26 here (the prompts' own counts, 8 compositions); before: one or more per row (60 rows)
+    assert (
+        counter.calls < 40
+    )  # 26 here (the prompts' own counts, 8 compositions); before: one or more per row (60 rows)

@@ -20,8 +20,20 @@ def fake_tokenizer(monkeypatch):
 
 def test_import_writes_a_traffic_file_that_loads(traces, tmp_path):
     out = tmp_path / "traffic.parquet"
-    r = CliRunner().invoke(traffic, ["import", "mooncake", str(traces / "mooncake_small.jsonl"), "-o", str(out),
-                                     "--mix", "code=0.5,chat=0.5", "--end-s", "60"])
+    r = CliRunner().invoke(
+        traffic,
+        [
+            "import",
+            "mooncake",
+            str(traces / "mooncake_small.jsonl"),
+            "-o",
+            str(out),
+            "--mix",
+            "code=0.5,chat=0.5",
+            "--end-s",
+            "60",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "mooncake: read 5 rows" in r.output and "kept 4; skipped: 0 malformed, 1 outside the window" in r.output
     assert "max_tokens clamped to 1 (recorded output 0): 1 rows" in r.output
@@ -34,8 +46,10 @@ def test_import_writes_a_traffic_file_that_loads(traces, tmp_path):
 
 def test_azure_excerpt_through_the_cli(traces, tmp_path):
     out = tmp_path / "t.parquet"
-    r = CliRunner().invoke(traffic, ["import", "azure", str(traces / "azure_conv_excerpt.csv"), "-o", str(out),
-                                     "--sample", "0.5", "--seed", "7"])
+    r = CliRunner().invoke(
+        traffic,
+        ["import", "azure", str(traces / "azure_conv_excerpt.csv"), "-o", str(out), "--sample", "0.5", "--seed", "7"],
+    )
     assert r.exit_code == 0, r.output
     rows = load_traffic(out).rows
     assert 1 <= len(rows) <= 12 and {r.category for r in rows} == {"chat"}
@@ -44,10 +58,12 @@ def test_azure_excerpt_through_the_cli(traces, tmp_path):
 
 def test_malformed_row_is_a_clean_error(tmp_path):
     bad = tmp_path / "b.csv"
-    bad.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                   "5,ChatGPT,472,x,490,Conversation log\n")
-    r = CliRunner().invoke(traffic, ["import", "burstgpt", str(bad), "-o", str(tmp_path / "o.parquet"),
-                                     "--category", "chat"])
+    bad.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n5,ChatGPT,472,x,490,Conversation log\n"
+    )
+    r = CliRunner().invoke(
+        traffic, ["import", "burstgpt", str(bad), "-o", str(tmp_path / "o.parquet"), "--category", "chat"]
+    )
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert f"{bad}, row 2, field 'Response tokens'" in r.output
     assert not (tmp_path / "o.parquet").exists()

@@ -12,17 +12,20 @@ import pytest
 from specdec.replay.importers import ImportOptions, import_trace
 from specdec.replay.prompt_pool import compose, load_pool, split_units, tolerance
 
-SENTENCES = [f"Sentence number {w} is here." for w in
-             ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")]
+SENTENCES = [
+    f"Sentence number {w} is here."
+    for w in ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+]
 
 
 def tiny_pool(tmp_path):
     folder = tmp_path / "pool"
     folder.mkdir()
-    prompts = [{"id": "c1", "category": "code", "tier": "high", "language": "en", "text": "Fix the bug."},
-               {"id": "t1", "category": "chat", "tier": "low", "language": "en", "text": "How are you today?"}]
-    pieces = [{"id": "d1", "kind": "document", "language": "en", "title": "ten sentences",
-               "text": " ".join(SENTENCES)}]
+    prompts = [
+        {"id": "c1", "category": "code", "tier": "high", "language": "en", "text": "Fix the bug."},
+        {"id": "t1", "category": "chat", "tier": "low", "language": "en", "text": "How are you today?"},
+    ]
+    pieces = [{"id": "d1", "kind": "document", "language": "en", "title": "ten sentences", "text": " ".join(SENTENCES)}]
     (folder / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
     (folder / "context.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pieces))
     return load_pool(folder)
@@ -89,8 +92,9 @@ def test_code_rows_read_code_first(traces, counter):
 
 
 def test_category_can_be_a_tier(traces, counter):
-    report = import_trace("mooncake", traces / "mooncake_small.jsonl", ImportOptions(category="medium"),
-                          counter=counter)
+    report = import_trace(
+        "mooncake", traces / "mooncake_small.jsonl", ImportOptions(category="medium"), counter=counter
+    )
     assert {r.tier for r in report.rows} == {"medium"}
     assert {r.category for r in report.rows} <= {"summarize", "rewrite", "translate"}
 
@@ -106,8 +110,12 @@ def test_unknown_category_is_refused(traces, counter):
 
 def test_mix_shares_follow_the_weights_and_the_seed(tmp_path, counter):
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": i * 10, "input_length": 30, "output_length": 4,
-                                        "hash_ids": []}) + "\n" for i in range(600)))
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": i * 10, "input_length": 30, "output_length": 4, "hash_ids": []}) + "\n"
+            for i in range(600)
+        )
+    )
 
     def shares(seed):
         r = import_trace("mooncake", path, ImportOptions(mix={"code": 3, "chat": 7}, seed=seed), counter=counter)
@@ -120,8 +128,7 @@ def test_mix_shares_follow_the_weights_and_the_seed(tmp_path, counter):
 
 
 def test_rows_sharing_hash_ids_share_their_leading_text(traces, counter):
-    report = import_trace("mooncake", traces / "mooncake_small.jsonl", ImportOptions(category="chat"),
-                          counter=counter)
+    report = import_trace("mooncake", traces / "mooncake_small.jsonl", ImportOptions(category="chat"), counter=counter)
     a, b, c, d, _ = (r.prompt for r in report.rows)  # hash_ids [0,1,2], [0,3], [0,1,2], [4,5]
     common = os.path.commonprefix
     block0 = len(common([a, b]))
@@ -134,8 +141,9 @@ def test_rows_sharing_hash_ids_share_their_leading_text(traces, counter):
 
 
 def test_input_length_can_be_capped(traces, counter):
-    report = import_trace("azure", traces / "azure_code_excerpt.csv", ImportOptions(max_input_tokens=1000),
-                          counter=counter)
+    report = import_trace(
+        "azure", traces / "azure_code_excerpt.csv", ImportOptions(max_input_tokens=1000), counter=counter
+    )
     capped = [r for r in report.rows if r.input_tokens > 1000]
     assert report.capped == len(capped) == 6  # 4808, 3180, 7433, 6985, 1145, 7427
     for r in capped:
@@ -145,8 +153,7 @@ def test_input_length_can_be_capped(traces, counter):
 
 
 def test_sessions_replay_earlier_turns_as_context(traces, counter):
-    report = import_trace("burstgpt", traces / "burstgpt_sessions.csv", ImportOptions(category="chat"),
-                          counter=counter)
+    report = import_trace("burstgpt", traces / "burstgpt_sessions.csv", ImportOptions(category="chat"), counter=counter)
     rows = {r.prompt_id: r for r in report.rows}
     t0, t1, t2 = (rows[f"burstgpt-r{n}"] for n in (2, 4, 6))
     assert [(r.session_id, r.turn_index) for r in (t0, t1, t2)] == [("s-17", 0), ("s-17", 1), ("s-17", 2)]
@@ -162,8 +169,9 @@ def test_sessions_replay_earlier_turns_as_context(traces, counter):
 
 
 def test_fit_context_keeps_input_and_output_within_the_context(traces, counter):
-    report = import_trace("burstgpt", traces / "burstgpt_v1.csv", ImportOptions(category="chat", fit_context=200),
-                          counter=counter)
+    report = import_trace(
+        "burstgpt", traces / "burstgpt_v1.csv", ImportOptions(category="chat", fit_context=200), counter=counter
+    )
     # outputs 18, 250, 0 (-> 1), 42: the 250-token output leaves no room and is left out
     assert [r.max_tokens for r in report.rows] == [18, 1, 42] and report.unfit == 1
     for r in report.rows:

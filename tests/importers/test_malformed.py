@@ -78,9 +78,12 @@ def test_mooncake_rows_are_line_numbers(tmp_path, counter):
     assert [r.prompt_id for r in report.rows] == ["mooncake-r1", "mooncake-r8"]
     assert sum(report.malformed.values()) == 6
     assert [m.split(":")[0] for m in report.first_malformed] == [  # the first three are shown
-        "row 3, field None", "row 4, field 'timestamp'", "row 5, field 'input_length'"]
+        "row 3, field None",
+        "row 4, field 'timestamp'",
+        "row 5, field 'input_length'",
+    ]
     assert report.malformed["timestamp: expected a number of ms >= 0, got -3"] == 1
-    assert report.malformed["input_length: expected a whole number of tokens >= 0, got \"672\""] == 1
+    assert report.malformed['input_length: expected a whole number of tokens >= 0, got "672"'] == 1
     assert report.malformed["output_length: expected a whole number of tokens >= 0, got true"] == 1
     assert report.malformed["hash_ids: expected a list of whole numbers (prefix block ids)"] == 1
     assert report.malformed["each line must be a JSON object"] == 1
@@ -88,9 +91,11 @@ def test_mooncake_rows_are_line_numbers(tmp_path, counter):
 
 def test_burstgpt_bad_number_is_named(tmp_path):
     path = tmp_path / "b.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "5,ChatGPT,472,18,490,Conversation log\n"
-                    "nan,ChatGPT,472,18,490,Conversation log\n")
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "nan,ChatGPT,472,18,490,Conversation log\n"
+    )
     err = refused("burstgpt", path, category="chat")
     assert (err.row, err.field) == (3, "Timestamp")
 
@@ -109,7 +114,9 @@ def test_a_file_of_only_a_header_keeps_nothing_and_writing_refuses(tmp_path, cou
 @pytest.mark.parametrize("ids", ["[46, true]", "[46, 2.0]", '"46"', "[46, null]", "[[46]]"])
 def test_mooncake_hash_ids_must_be_whole_numbers(tmp_path, ids):
     path = tmp_path / "m.jsonl"
-    path.write_text('{"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}\n'
-                    f'{{"timestamp": 5, "input_length": 655, "output_length": 52, "hash_ids": {ids}}}\n')
+    path.write_text(
+        '{"timestamp": 0, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]}\n'
+        f'{{"timestamp": 5, "input_length": 655, "output_length": 52, "hash_ids": {ids}}}\n'
+    )
     err = refused("mooncake", path, category="chat")
     assert (err.row, err.field) == (2, "hash_ids")

@@ -36,10 +36,14 @@ def test_bundled_material_has_no_repeated_padding():
 
 def test_pool_errors_name_the_file_row_and_field(tmp_path):
     (tmp_path / "prompts.jsonl").write_text(
-        json.dumps({"id": "a", "category": "code", "tier": "high", "language": "en", "text": "x"}) + "\n"
-        + json.dumps({"id": "b", "category": "code", "tier": "high", "language": "fr", "text": "y"}) + "\n")
+        json.dumps({"id": "a", "category": "code", "tier": "high", "language": "en", "text": "x"})
+        + "\n"
+        + json.dumps({"id": "b", "category": "code", "tier": "high", "language": "fr", "text": "y"})
+        + "\n"
+    )
     (tmp_path / "context.jsonl").write_text(
-        json.dumps({"id": "d", "kind": "document", "language": "en", "title": "t", "text": "z"}) + "\n")
+        json.dumps({"id": "d", "kind": "document", "language": "en", "title": "t", "text": "z"}) + "\n"
+    )
     with pytest.raises(InputFileError) as info:
         load_pool(tmp_path)
     assert (info.value.row, info.value.field) == (2, "language")
@@ -47,8 +51,10 @@ def test_pool_errors_name_the_file_row_and_field(tmp_path):
 
 def test_a_category_in_the_wrong_tier_is_refused(tmp_path):
     (tmp_path / "prompts.jsonl").write_text(
-        json.dumps({"id": "a", "category": "chat", "tier": "high", "language": "en", "text": "x"}) + "\n")
+        json.dumps({"id": "a", "category": "chat", "tier": "high", "language": "en", "text": "x"}) + "\n"
+    )
     (tmp_path / "context.jsonl").write_text(
-        json.dumps({"id": "d", "kind": "document", "language": "en", "title": "t", "text": "z"}) + "\n")
+        json.dumps({"id": "d", "kind": "document", "language": "en", "title": "t", "text": "z"}) + "\n"
+    )
     with pytest.raises(InputFileError, match="'chat' is tier 'low'"):
         load_pool(tmp_path)

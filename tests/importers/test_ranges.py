@@ -67,9 +67,11 @@ def test_the_cli_names_the_row_without_a_traceback(tmp_path, bad, field, says):
     assert "kept 2; skipped: 1 malformed" in r.output and f"wrote {out} (2 rows)" in r.output
 
 
-MOONCAKE = ['{"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1]}',
-            '{"timestamp": 1e308, "input_length": 40, "output_length": 5, "hash_ids": [2]}',
-            '{"timestamp": 1500, "input_length": 40, "output_length": 5, "hash_ids": [3]}']
+MOONCAKE = [
+    '{"timestamp": 0, "input_length": 40, "output_length": 5, "hash_ids": [1]}',
+    '{"timestamp": 1e308, "input_length": 40, "output_length": 5, "hash_ids": [2]}',
+    '{"timestamp": 1500, "input_length": 40, "output_length": 5, "hash_ids": [3]}',
+]
 
 
 def test_a_mooncake_timestamp_of_1e308_is_refused_and_skippable(tmp_path, counter):
@@ -84,8 +86,10 @@ def test_a_mooncake_timestamp_of_1e308_is_refused_and_skippable(tmp_path, counte
 
 def test_a_burstgpt_timestamp_that_overflows_to_infinity_in_ms_is_refused(tmp_path, counter):
     path = tmp_path / "b.csv"
-    path.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                    "0,ChatGPT,40,5,45,Conversation log\n1e307,ChatGPT,40,5,45,Conversation log\n")
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "0,ChatGPT,40,5,45,Conversation log\n1e307,ChatGPT,40,5,45,Conversation log\n"
+    )
     with pytest.raises(InputFileError) as info:
         import_trace("burstgpt", path, ImportOptions(), counter=counter)
     assert (info.value.row, info.value.field) == (3, "Timestamp")
@@ -95,8 +99,10 @@ def test_validate_refuses_a_traffic_file_with_an_arrival_beyond_30_days(tmp_path
     from specdec.cli.validate import validate_command
 
     path = tmp_path / "t.jsonl"
-    rows = [{"prompt_id": "a", "category": "chat", "prompt": "hi", "max_tokens": 4, "arrival_ms": 0.0},
-            {"prompt_id": "b", "category": "chat", "prompt": "hi", "max_tokens": 4, "arrival_ms": 1e308}]
+    rows = [
+        {"prompt_id": "a", "category": "chat", "prompt": "hi", "max_tokens": 4, "arrival_ms": 0.0},
+        {"prompt_id": "b", "category": "chat", "prompt": "hi", "max_tokens": 4, "arrival_ms": 1e308},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = CliRunner().invoke(validate_command, [str(path)])
     assert r.exit_code != 0 and "arrival_ms" in r.output, r.output

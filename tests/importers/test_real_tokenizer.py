@@ -23,8 +23,9 @@ def test_azure_conversation_excerpt_with_the_real_tokenizer(traces, model_dir):
 
 def test_sessions_are_sent_as_chat_messages(traces, model_dir):
     counter = HFTokenCounter(model_dir)
-    report = import_trace("burstgpt", traces / "burstgpt_sessions.csv", ImportOptions(mix={"chat": 0.5, "code": 0.5}),
-                          counter=counter)
+    report = import_trace(
+        "burstgpt", traces / "burstgpt_sessions.csv", ImportOptions(mix={"chat": 0.5, "code": 0.5}), counter=counter
+    )
     last = [r for r in report.rows if r.session_id == "s-17"][-1]
     body = build_payload("served", last)
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user", "assistant", "user"]

@@ -49,13 +49,16 @@ def _trace(path, sessions: int, turns: int, seed: int = 3) -> None:
             length = max(length, 20)
     rows += [(rng.uniform(0, 1000), "", rng.randint(30, 900), 20) for _ in range(sessions)]
     rows.sort()
-    path.write_text("Timestamp,Session ID,Model,Request tokens,Response tokens\n"
-                    + "".join(f"{t:.3f},{s},ChatGPT,{n},{o}\n" for t, s, n, o in rows))
+    path.write_text(
+        "Timestamp,Session ID,Model,Request tokens,Response tokens\n"
+        + "".join(f"{t:.3f},{s},ChatGPT,{n},{o}\n" for t, s, n, o in rows)
+    )
 
 
 def _import(path, counter, **opts):
-    return import_trace("burstgpt", path, ImportOptions(**(opts or {"mix": {"chat": 1, "code": 1}})),
-                        counter=counter).rows
+    return import_trace(
+        "burstgpt", path, ImportOptions(**(opts or {"mix": {"chat": 1, "code": 1}})), counter=counter
+    ).rows
 
 
 def test_turns_keep_their_history_and_every_count_is_exact(tmp_path):
@@ -83,15 +86,14 @@ def test_turns_keep_their_history_and_every_count_is_exact(tmp_path):
             else:
                 kept += 1
                 assert "earlier message(s) + stand-in reply of" in history
-                assert m1[: len(m0)] == m0 and [m["role"] for m in m1[len(m0):]] == ["assistant", "user"]
+                assert m1[: len(m0)] == m0 and [m["role"] for m in m1[len(m0) :]] == ["assistant", "user"]
                 assert len(m1) == len(m0) + 2 and after.prompt is None
     assert kept >= 12 and dropped >= 1
 
 
 def test_the_reply_follows_the_previous_turns_output_and_is_capped(tmp_path):
     path = tmp_path / "s.csv"
-    path.write_text("Timestamp,Session ID,Request tokens,Response tokens\n"
-                    "0,a,100,60\n1,a,500,400\n2,a,1500,5\n")
+    path.write_text("Timestamp,Session ID,Request tokens,Response tokens\n0,a,100,60\n1,a,500,400\n2,a,1500,5\n")
     counter = FakeCounter()
     t0, t1, t2 = _import(path, counter, category="chat")
     r1, r2 = t1.chat()[1]["content"], t2.chat()[3]["content"]
@@ -116,8 +118,9 @@ def test_no_tokenizing_per_row_once_the_buckets_are_made(tmp_path):
     small, large = tmp_path / "small.csv", tmp_path / "large.csv"
     lines = [f"{i},s-{i % 7},300,40\n" for i in range(70)]  # every session: 300 tokens a turn, so few buckets
     small.write_text("Timestamp,Session ID,Request tokens,Response tokens\n" + "".join(lines))
-    large.write_text("Timestamp,Session ID,Request tokens,Response tokens\n"
-                     + "".join(f"{i},s-{i % 7},300,40\n" for i in range(700)))
+    large.write_text(
+        "Timestamp,Session ID,Request tokens,Response tokens\n" + "".join(f"{i},s-{i % 7},300,40\n" for i in range(700))
+    )
     a, b = Counting(), Counting()
     _import(small, a, category="chat")
     rows = _import(large, b, category="chat")

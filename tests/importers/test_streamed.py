@@ -15,11 +15,14 @@ from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import TrafficRow
 
 
-@pytest.mark.parametrize("fmt, name, opts", [
-    ("azure", "azure_conv_excerpt.csv", {}),
-    ("burstgpt", "burstgpt_sessions.csv", {"mix": {"chat": 0.5, "code": 0.5}}),
-    ("mooncake", "mooncake_small.jsonl", {"category": "code"}),
-])
+@pytest.mark.parametrize(
+    "fmt, name, opts",
+    [
+        ("azure", "azure_conv_excerpt.csv", {}),
+        ("burstgpt", "burstgpt_sessions.csv", {"mix": {"chat": 0.5, "code": 0.5}}),
+        ("mooncake", "mooncake_small.jsonl", {"category": "code"}),
+    ],
+)
 def test_streamed_file_equals_the_in_memory_rows(traces, counter, tmp_path, monkeypatch, fmt, name, opts):
     monkeypatch.setattr(writer, "BATCH", 3)
     memory = import_trace(fmt, traces / name, ImportOptions(**opts), counter=counter)
@@ -31,8 +34,10 @@ def test_streamed_file_equals_the_in_memory_rows(traces, counter, tmp_path, monk
 
 def test_rows_of_one_bucket_share_content_within_their_own_tolerance(tmp_path, counter):
     path = tmp_path / "azure_conv.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                    "2023-11-16 18:17:03.0000000,201,5\n2023-11-16 18:17:04.0000000,206,5\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:17:03.0000000,201,5\n2023-11-16 18:17:04.0000000,206,5\n"
+    )
     a, b = import_trace("azure", path, ImportOptions(), counter=counter).rows
     assert a.prompt == b.prompt
     na, nb = json.loads(a.content_note), json.loads(b.content_note)

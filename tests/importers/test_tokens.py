@@ -11,12 +11,16 @@ from specdec.replay.prompt_pool import HFTokenCounter, load_pool, split_units
 def test_fast_counts_equal_transformers_counts(model_dir):
     fast, slow = FastTokenCounter(model_dir), HFTokenCounter(model_dir)
     pool = load_pool()
-    texts = [p.text for p in pool.prompts] + [u.text for piece in pool.pieces[:10]
-                                              for u in split_units(piece, slow)]
+    texts = [p.text for p in pool.prompts] + [u.text for piece in pool.pieces[:10] for u in split_units(piece, slow)]
     assert [fast.text(t) for t in texts] == [slow.text(t) for t in texts]
     chats = [[{"role": "user", "content": p.text}] for p in pool.prompts]
-    chats.append([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                  {"role": "user", "content": pool.pieces[0].text}])
+    chats.append(
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": pool.pieces[0].text},
+        ]
+    )
     chats.append([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}])
     assert [fast.chat(c) for c in chats] == [slow.chat(c) for c in chats]
 

@@ -22,8 +22,9 @@ def test_parts_are_their_joined_text():
 
 def test_a_column_of_parts_equals_the_column_of_strings():
     texts = ["abc", None, "中文 and English", "", None, "z" * 1000]
-    mixed = [None if s is None else Utf8Parts(tuple(c.encode() for c in s)) if i % 2 else s
-             for i, s in enumerate(texts)]
+    mixed = [
+        None if s is None else Utf8Parts(tuple(c.encode() for c in s)) if i % 2 else s for i, s in enumerate(texts)
+    ]
     got = string_array(mixed)
     assert isinstance(got, pa.Array) and got.null_count == 2
     assert got.equals(pa.array(texts, pa.string())) and got.to_pylist() == texts
@@ -36,8 +37,13 @@ def test_a_column_without_parts_is_left_to_arrow():
 
 def _rows(n):
     for i in range(n):
-        yield {"prompt_id": f"r{i}", "category": "chat", "prompt": Utf8Parts((b"hi ", str(i).encode())),
-               "max_tokens": 4, "temperature": 0.0}
+        yield {
+            "prompt_id": f"r{i}",
+            "category": "chat",
+            "prompt": Utf8Parts((b"hi ", str(i).encode())),
+            "max_tokens": 4,
+            "temperature": 0.0,
+        }
 
 
 def test_rows_given_as_parts_are_written_and_read_back(tmp_path, monkeypatch):

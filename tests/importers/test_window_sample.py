@@ -20,8 +20,9 @@ def test_window_is_seconds_from_the_trace_start_and_arrivals_restart_at_zero(tra
 
 
 def test_window_end_is_exclusive(traces, counter):
-    report = import_trace("mooncake", traces / "mooncake_small.jsonl", ImportOptions(end_s=1.5, category="chat"),
-                          counter=counter)
+    report = import_trace(
+        "mooncake", traces / "mooncake_small.jsonl", ImportOptions(end_s=1.5, category="chat"), counter=counter
+    )
     assert [r.arrival_ms for r in report.rows] == [0.0, 0.0]
 
 
@@ -30,8 +31,11 @@ def write_trace(path, rate_by_second: list[int]):
     lines = []
     for second, n in enumerate(rate_by_second):
         for i in range(n):
-            lines.append(json.dumps({"timestamp": second * 1000 + i * 1000 // n, "input_length": 40,
-                                     "output_length": 5, "hash_ids": []}))
+            lines.append(
+                json.dumps(
+                    {"timestamp": second * 1000 + i * 1000 // n, "input_length": 40, "output_length": 5, "hash_ids": []}
+                )
+            )
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -76,8 +80,12 @@ def test_thinning_is_seeded_and_deterministic(tmp_path, counter):
 
 def test_thinning_keeps_or_drops_whole_sessions(traces, counter):
     for seed in range(8):
-        report = import_trace("burstgpt", traces / "burstgpt_sessions.csv",
-                              ImportOptions(sample=0.5, seed=seed, category="chat"), counter=counter)
+        report = import_trace(
+            "burstgpt",
+            traces / "burstgpt_sessions.csv",
+            ImportOptions(sample=0.5, seed=seed, category="chat"),
+            counter=counter,
+        )
         s17 = [r.turn_index for r in report.rows if r.session_id == "s-17"]
         assert s17 in ([], [0, 1, 2])
 

@@ -28,16 +28,29 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def con(tmp_path_factory, model_dir):
     # its own servers: what is tested is the A/A schedule, a fresh server before every repeat
-    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=tmp_path_factory.mktemp("runs"), run_id="aa",
-                       speculative_config=None, levels=[1, 2], requests_per_level=12, max_tokens=32,
-                       repeats=3, verify=False, warmup_requests=1, model=model_dir, progress=False)
+    cfg = ReplayConfig(
+        traffic=BUNDLED,
+        runs_dir=tmp_path_factory.mktemp("runs"),
+        run_id="aa",
+        speculative_config=None,
+        levels=[1, 2],
+        requests_per_level=12,
+        max_tokens=32,
+        repeats=3,
+        verify=False,
+        warmup_requests=1,
+        model=model_dir,
+        progress=False,
+    )
     run_dir = run_replay(cfg)
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 
 def test_identical_arms_are_never_labelled_faster_or_slower(con):
-    rows = con.execute("select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, label, pairs "
-                       "from speedup order by all").fetchall()
+    rows = con.execute(
+        "select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, label, pairs "
+        "from speedup order by all"
+    ).fetchall()
     assert {(r[0], r[1]) for r in rows} >= {("(system)", 1), ("(system)", 2), ("code", 1), ("code", 2)}
     misses = []
     for category, level, speedup, low, high, label, pairs in rows:
@@ -58,15 +71,21 @@ def test_identical_arms_are_never_labelled_faster_or_slower(con):
 
 def test_every_block_starts_with_an_empty_prefix_cache(con):
     # the reset worked before every block ...
-    assert con.execute("select bool_and(prefix_cache_reset) from stg_engine_counters "
-                       "where position = 'before'").fetchone()[0] is True
+    assert (
+        con.execute(
+            "select bool_and(prefix_cache_reset) from stg_engine_counters where position = 'before'"
+        ).fetchone()[0]
+        is True
+    )
     # ... so at one request at a time, the second repeat of the same prompts finds
     # no more in the cache than the first (only the shared chat template, within a block)
-    hits = dict(con.execute("""
+    hits = dict(
+        con.execute("""
         select a.arm || ' r' || a.repeat, a.prefix_cache_hits - b.prefix_cache_hits
         from stg_engine_counters a join stg_engine_counters b
           on a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
-        where a.position = 'after' and b.position = 'before' and a.concurrency = 1""").fetchall())
+        where a.position = 'after' and b.position = 'before' and a.concurrency = 1""").fetchall()
+    )
     assert hits["baseline r1"] == hits["baseline r0"] and hits["speculative r1"] == hits["speculative r0"]
 
 

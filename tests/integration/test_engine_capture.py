@@ -16,17 +16,33 @@ pytestmark = pytest.mark.engine
 def _selfcheck(tmp_path, model_dir, spec_config: dict, max_tokens: int = 40) -> dict:
     # its own engine, in a process of its own: vLLM loads the capture plugin once per process
     out = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "specdec.cli.capture", "selfcheck", "--dir", str(tmp_path / "cap"),
-           "--model", model_dir, "--spec-config", json.dumps(spec_config),
-           "--max-tokens", str(max_tokens), "--json-out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specdec.cli.capture",
+        "selfcheck",
+        "--dir",
+        str(tmp_path / "cap"),
+        "--model",
+        model_dir,
+        "--spec-config",
+        json.dumps(spec_config),
+        "--max-tokens",
+        str(max_tokens),
+        "--json-out",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
 
 def test_ngram_rounds_equal_vllm_counters(tmp_path, model_dir):
-    r = _selfcheck(tmp_path, model_dir, {"method": "ngram", "num_speculative_tokens": 4,
-                                         "prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    r = _selfcheck(
+        tmp_path,
+        model_dir,
+        {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    )
     assert r["hook_errors"] == 0
     assert r["engine"]["rounds"] > 0
     assert r["captured"] == r["engine"], r

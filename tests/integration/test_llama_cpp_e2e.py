@@ -32,10 +32,20 @@ pytestmark = pytest.mark.engine
 
 # repetitive text, which prompt lookup (ngram-mod) drafts well, and open text
 ROWS = [
-    TrafficRow(prompt_id="count", category="structured", max_tokens=96, temperature=0.0,
-               prompt="Count from 1 to 60, separated by commas: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,"),
-    TrafficRow(prompt_id="code", category="code", max_tokens=64, temperature=0.0,
-               prompt="Write a Python function that returns the sum of a list, then write it again exactly."),
+    TrafficRow(
+        prompt_id="count",
+        category="structured",
+        max_tokens=96,
+        temperature=0.0,
+        prompt="Count from 1 to 60, separated by commas: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
+    ),
+    TrafficRow(
+        prompt_id="code",
+        category="code",
+        max_tokens=64,
+        temperature=0.0,
+        prompt="Write a Python function that returns the sum of a list, then write it again exactly.",
+    ),
 ]
 
 
@@ -47,8 +57,13 @@ def _metrics(base_url: str) -> str:
 def _replay(base_url: str):
     async def go():
         async with StreamPool() as pool:
-            return [await stream_payload(pool, base_url, build_payload("smollm2", row, per_chunk_usage=True),
-                                         f"sd.llama.{row.prompt_id}") for row in ROWS]
+            return [
+                await stream_payload(
+                    pool, base_url, build_payload("smollm2", row, per_chunk_usage=True), f"sd.llama.{row.prompt_id}"
+                )
+                for row in ROWS
+            ]
+
     return asyncio.run(go())
 
 
@@ -87,8 +102,9 @@ def test_a_draft_model_reconciles_and_drafts_itself_almost_perfectly(tmp_path, l
     the counters to the token, as for ngram-mod."""
     engine = LlamaCpp(binary=llama_server_binary)
     gguf = find_gguf()
-    with LlamaServer(Arm("draft", {"type": "draft-simple", "draft_model": str(gguf)}), gguf,
-                     tmp_path / "server.log", engine) as server:
+    with LlamaServer(
+        Arm("draft", {"type": "draft-simple", "draft_model": str(gguf)}), gguf, tmp_path / "server.log", engine
+    ) as server:
         before = _metrics(server.base_url)
         results = _replay(server.base_url)
         after = _metrics(server.base_url)
@@ -124,8 +140,17 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     from specdec.replay.traffic import BUNDLED
     from specdec.runfolder import read_manifest
 
-    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=tmp_path, run_id="llama", engine="llama.cpp", levels=[1, 2],
-                       requests_per_level=6, max_tokens=32, warmup_requests=1, progress=False)
+    cfg = ReplayConfig(
+        traffic=BUNDLED,
+        runs_dir=tmp_path,
+        run_id="llama",
+        engine="llama.cpp",
+        levels=[1, 2],
+        requests_per_level=6,
+        max_tokens=32,
+        warmup_requests=1,
+        progress=False,
+    )
     assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.verify and cfg.prefix_cache == "off"
     run_dir = run_replay(cfg)
     manifest = read_manifest(run_dir)
@@ -136,8 +161,10 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     failed = con.execute("select count(*) from stg_requests where not success").fetchone()[0]
     assert failed == 0
-    totals = con.execute("select concurrency, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
-                         "where arm = 'speculative' and category = '(all)' order by 1").fetchall()
+    totals = con.execute(
+        "select concurrency, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
+        "where arm = 'speculative' and category = '(all)' order by 1"
+    ).fetchall()
     assert [t[0] for t in totals] == [1, 2]
     assert all(diff_p == 0 and diff_a == 0 for _, _, diff_p, diff_a in totals)
     assert con.execute("select count(*) from acceptance").fetchone()[0] == 0  # no rounds, no round figures
@@ -145,16 +172,26 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     # per draft position from the engine's counter, recorded in every snapshot of the speculative
     # server: a share of the rounds that falls with the position; its total counter is the
     # accepted tokens the level's requests report
-    rows = con.execute("select concurrency, position, acceptance_at_position, engine_accepted_total "
-                       "from acceptance_positions_engine where arm = 'speculative' order by 1, 2").fetchall()
-    accepted = dict(con.execute("select concurrency, tokens_accepted from acceptance_requests "
-                                "where arm = 'speculative' and category = '(all)'").fetchall())
+    rows = con.execute(
+        "select concurrency, position, acceptance_at_position, engine_accepted_total "
+        "from acceptance_positions_engine where arm = 'speculative' order by 1, 2"
+    ).fetchall()
+    accepted = dict(
+        con.execute(
+            "select concurrency, tokens_accepted from acceptance_requests "
+            "where arm = 'speculative' and category = '(all)'"
+        ).fetchall()
+    )
     assert sorted({r[0] for r in rows}) == [1, 2] and {r[0]: r[3] for r in rows} == accepted
     for level in (1, 2):
         shares = [r[2] for r in rows if r[0] == level]
         assert shares and all(0 <= x <= 1 for x in shares) and shares == sorted(shares, reverse=True), shares
-    assert con.execute("select count(*) from acceptance_positions_engine where captured_accepted is not null "
-                       "or arm = 'baseline'").fetchone()[0] == 0  # no rounds to check against; none on baseline
+    assert (
+        con.execute(
+            "select count(*) from acceptance_positions_engine where captured_accepted is not null or arm = 'baseline'"
+        ).fetchone()[0]
+        == 0
+    )  # no rounds to check against; none on baseline
     html = report.read_text()
     assert "No per-round data for this engine" in html and "acceptance_requests" in html
     assert "from the engine&#x27;s counter" in html or "from the engine's counter" in html

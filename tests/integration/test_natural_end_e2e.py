@@ -17,17 +17,30 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def con(tmp_path_factory, model_dir, fixtures, vllm_pair):
-    cfg = ReplayConfig(traffic=fixtures / "traffic_small.jsonl", runs_dir=tmp_path_factory.mktemp("runs"),
-                       run_id="natural-end", levels=[1], max_tokens=32, warmup_requests=1, model=model_dir,
-                       dtype="float32", repeats=1, verify=True, samples=0, progress=False)
+    cfg = ReplayConfig(
+        traffic=fixtures / "traffic_small.jsonl",
+        runs_dir=tmp_path_factory.mktemp("runs"),
+        run_id="natural-end",
+        levels=[1],
+        max_tokens=32,
+        warmup_requests=1,
+        model=model_dir,
+        dtype="float32",
+        repeats=1,
+        verify=True,
+        samples=0,
+        progress=False,
+    )
     with embedded_as(vllm_pair):
         run_dir = run_replay(cfg)
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 
 def test_every_timed_request_has_running_token_counts(con):
-    rows = con.execute("select arm, request_id, chunk_offsets_ms, chunk_tokens, output_tokens, "
-                       "spec_num_accepted_tokens from stg_requests where success order by all").fetchall()
+    rows = con.execute(
+        "select arm, request_id, chunk_offsets_ms, chunk_tokens, output_tokens, "
+        "spec_num_accepted_tokens from stg_requests where success order by all"
+    ).fetchall()
     assert {r[0] for r in rows} == {"baseline", "speculative"} and len(rows) == 6
     for _arm, rid, offsets, tokens, output_tokens, accepted in rows:
         assert tokens is not None and len(tokens) == len(offsets) > 0, rid
@@ -38,8 +51,11 @@ def test_every_timed_request_has_running_token_counts(con):
 
 
 def test_pairs_are_split_without_missing_counts(con):
-    reasons = dict(con.execute("select coalesce(unknown_reason, segment), count(*) from int_natural_end_pairs "
-                               "group by all").fetchall())
+    reasons = dict(
+        con.execute(
+            "select coalesce(unknown_reason, segment), count(*) from int_natural_end_pairs group by all"
+        ).fetchall()
+    )
     assert reasons.get("before_natural_end", 0) >= 1, reasons
     assert "no_chunk_tokens" not in reasons and "natural_end_not_in_chunks" not in reasons, reasons
     # a split pair's two segments add up to its end-to-end times

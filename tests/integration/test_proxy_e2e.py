@@ -61,10 +61,19 @@ async def _client(proxy: str, direct: str, empty_cache) -> tuple[bytes, bytes]:
             messages = [{"role": "system", "content": "You are a helpful assistant."}]
             for turn in turns:
                 messages.append({"role": "user", "content": turn})
-                body = {"model": "specdec-target", "messages": messages, "stream": True, "temperature": 0,
-                        "max_tokens": MAX_TOKENS, "stream_options": {"include_usage": True}}
-                headers = {"X-Specdec-Category": category, "X-Specdec-Session": f"{category}-1",
-                           "Authorization": "Bearer e2e-SECRET-token"}
+                body = {
+                    "model": "specdec-target",
+                    "messages": messages,
+                    "stream": True,
+                    "temperature": 0,
+                    "max_tokens": MAX_TOKENS,
+                    "stream_options": {"include_usage": True},
+                }
+                headers = {
+                    "X-Specdec-Category": category,
+                    "X-Specdec-Session": f"{category}-1",
+                    "Authorization": "Bearer e2e-SECRET-token",
+                }
                 if compared is None:
                     empty_cache()
                     async with session.post(direct + "/v1/chat/completions", json=body) as r:
@@ -90,9 +99,26 @@ def recorded(tmp_path_factory, vllm_pair):
     out = base / "recorded"
     t0 = time.monotonic()
     upstream = vllm_pair.baseline  # the session's shared baseline server, float32
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "proxy", "--upstream", upstream.base_url,
-                             "--listen", "127.0.0.1:0", "--out", str(out), "--content", "keep", "--flush-s", "0.5"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdec.cli.capture",
+            "proxy",
+            "--upstream",
+            upstream.base_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--out",
+            str(out),
+            "--content",
+            "keep",
+            "--flush-s",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = proc.stdout.readline().split("listening on ")[1].split()[0]
         compared = asyncio.run(_client(url, upstream.base_url, lambda: vllm_pair.reset_prefix_cache("baseline")))
@@ -106,8 +132,15 @@ def recorded(tmp_path_factory, vllm_pair):
         proc.wait(60)
     traffic = base / "traffic.parquet"
     summary = export_traffic(out, traffic)
-    return {"base": base, "out": out, "traffic": traffic, "summary": summary, "compared": compared,
-            "stats": stats, "record_s": time.monotonic() - t0}
+    return {
+        "base": base,
+        "out": out,
+        "traffic": traffic,
+        "summary": summary,
+        "compared": compared,
+        "stats": stats,
+        "record_s": time.monotonic() - t0,
+    }
 
 
 def test_streamed_bytes_through_the_proxy_equal_a_direct_call(recorded):
@@ -131,17 +164,32 @@ def test_the_recording_holds_both_sessions_turn_by_turn(recorded):
 
 
 def test_the_recording_replays_in_both_arms_and_the_report_shows_its_categories(recorded, model_dir, vllm_pair):
-    cfg = ReplayConfig(traffic=recorded["traffic"], runs_dir=recorded["base"] / "runs", run_id="proxy-e2e",
-                       levels=[1], repeats=1, verify=False, warmup_requests=0, samples=0, model=model_dir,
-                       dtype="float32", progress=False)
+    cfg = ReplayConfig(
+        traffic=recorded["traffic"],
+        runs_dir=recorded["base"] / "runs",
+        run_id="proxy-e2e",
+        levels=[1],
+        repeats=1,
+        verify=False,
+        warmup_requests=0,
+        samples=0,
+        model=model_dir,
+        dtype="float32",
+        progress=False,
+    )
     with embedded_as(vllm_pair):
         run_dir = run_replay(cfg)
     report, _ = write_report(run_dir)
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
-    got = con.execute("select arm, category, count(*) filter (success), count(*) from stg_requests "
-                      "group by all order by all").fetchall()
-    assert got == [("baseline", "code", 2, 2), ("baseline", "smalltalk", 2, 2),
-                   ("speculative", "code", 2, 2), ("speculative", "smalltalk", 2, 2)]
+    got = con.execute(
+        "select arm, category, count(*) filter (success), count(*) from stg_requests group by all order by all"
+    ).fetchall()
+    assert got == [
+        ("baseline", "code", 2, 2),
+        ("baseline", "smalltalk", 2, 2),
+        ("speculative", "code", 2, 2),
+        ("speculative", "smalltalk", 2, 2),
+    ]
     assert {r[0] for r in con.execute("select category from speedup").fetchall()} >= {"code", "smalltalk"}
     page = report.read_text()
     assert "code" in page and "smalltalk" in page

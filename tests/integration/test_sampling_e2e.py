@@ -36,10 +36,16 @@ from tests.support.sampling_mart import mart
 
 pytestmark = pytest.mark.engine
 
-PROMPTS = ["Write a short story about a dragon.", "Describe your favourite food.",
-           "Tell me something about the ocean.", "Write a poem about autumn."]
-ROWS = [TrafficRow(prompt_id=f"s{i}", category="chat", prompt=p, max_tokens=32, temperature=1.0)
-        for i, p in enumerate(PROMPTS)]
+PROMPTS = [
+    "Write a short story about a dragon.",
+    "Describe your favourite food.",
+    "Tell me something about the ocean.",
+    "Write a poem about autumn.",
+]
+ROWS = [
+    TrafficRow(prompt_id=f"s{i}", category="chat", prompt=p, max_tokens=32, temperature=1.0)
+    for i, p in enumerate(PROMPTS)
+]
 SEEDS = 24
 LEVEL = 8
 
@@ -54,9 +60,18 @@ def passes(model_dir, vllm_pair):
         out = {}
         async with aiohttp.ClientSession() as session:
             for label, override, base in (("a1", None, 1), ("a2", None, 2), ("defect", 0.7, 3)):
-                results = await sample_pass(session, url, "specdec-target", ROWS, LEVEL,
-                                            lambda i, label=label: f"sd.sampling.{label}.{i:05d}", None,
-                                            derive_seeds(base, SEEDS), eos, temperature_override=override)
+                results = await sample_pass(
+                    session,
+                    url,
+                    "specdec-target",
+                    ROWS,
+                    LEVEL,
+                    lambda i, label=label: f"sd.sampling.{label}.{i:05d}",
+                    None,
+                    derive_seeds(base, SEEDS),
+                    eos,
+                    temperature_override=override,
+                )
                 await rescore_pass(session, url, "specdec-target", results, LEVEL, by="baseline")
                 out[label] = results
         return out
@@ -67,14 +82,18 @@ def passes(model_dir, vllm_pair):
 
 def compared(passes, baseline: str, speculative: str) -> dict[str, dict]:
     """The sampling mart's rows for two passes labelled as the two arms."""
-    tables = [sample_table("sampling", "baseline", LEVEL, passes[baseline][0]),
-              sample_table("sampling", "speculative", LEVEL, passes[speculative][0])]
+    tables = [
+        sample_table("sampling", "baseline", LEVEL, passes[baseline][0]),
+        sample_table("sampling", "speculative", LEVEL, passes[speculative][0]),
+    ]
     rows = mart(pa.concat_tables(tables))
     for r in rows:  # shown with -s: the figures behind the verdicts
-        print(f"{baseline} vs {speculative} {r['statistic']}: T={r['mean_difference']:.3f} p={r['p_value']:.4g} "
-              f"n={r['n_baseline']}/{r['n_speculative']} means {r['mean_baseline']:.2f}/{r['mean_speculative']:.2f} "
-              f"min shift {r['min_detectable_shift']:.3f} distinct {r['distinct_share_speculative']} "
-              f"reported-rescored {r['reported_minus_rescored_speculative']} -> {r['verdict']}")
+        print(
+            f"{baseline} vs {speculative} {r['statistic']}: T={r['mean_difference']:.3f} p={r['p_value']:.4g} "
+            f"n={r['n_baseline']}/{r['n_speculative']} means {r['mean_baseline']:.2f}/{r['mean_speculative']:.2f} "
+            f"min shift {r['min_detectable_shift']:.3f} distinct {r['distinct_share_speculative']} "
+            f"reported-rescored {r['reported_minus_rescored_speculative']} -> {r['verdict']}"
+        )
     return {r["statistic"]: r for r in rows}
 
 

@@ -47,9 +47,11 @@ pytestmark = pytest.mark.engine
 RUN_ID = "sidecar-e2e"
 SECOND_RUN = "sidecar-e2e/second"  # a '/' in a run id: its lake partition folder is percent-encoded
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
-PROMPTS = ["Repeat this list three times: red, green, blue, red, green, blue, red, green, blue.",
-           "Count from one to twenty in words: one, two, three, four, five,",
-           "Write the alphabet twice: a b c d e f g h i j k l m n o p q r s t u v w x y z"]
+PROMPTS = [
+    "Repeat this list three times: red, green, blue, red, green, blue, red, green, blue.",
+    "Count from one to twenty in words: one, two, three, four, five,",
+    "Write the alphabet twice: a b c d e f g h i j k l m n o p q r s t u v w x y z",
+]
 
 
 def _metrics(url: str) -> dict[str, float]:
@@ -75,8 +77,14 @@ LABELS = [("lists", "e2e-lists-1"), ("counting", None), ("lists", None)]
 async def _chat(base_url: str) -> None:
     async with aiohttp.ClientSession() as session:
         for prompt, (category, request_id) in zip(PROMPTS, LABELS):
-            body = {"model": "specdec-target", "messages": [{"role": "user", "content": prompt}], "stream": True,
-                    "temperature": 0, "max_tokens": 32, "ignore_eos": True}
+            body = {
+                "model": "specdec-target",
+                "messages": [{"role": "user", "content": prompt}],
+                "stream": True,
+                "temperature": 0,
+                "max_tokens": 32,
+                "ignore_eos": True,
+            }
             headers = {"X-Specdec-Category": category} | ({"X-Request-Id": request_id} if request_id else {})
             async with session.post(base_url + "/v1/chat/completions", json=body, headers=headers) as r:
                 assert r.status == 200
@@ -85,18 +93,26 @@ async def _chat(base_url: str) -> None:
 
 def _lake_rounds(lake, run_id: str | None = RUN_ID) -> list[dict]:
     """The lake's rounds of one run (every run's with run_id None)."""
-    return [row for f in sorted(lake.glob(LAKE_ROUNDS_GLOB)) for row in pq.read_table(f).to_pylist()
-            if run_id is None or row["run_id"] == run_id]
+    return [
+        row
+        for f in sorted(lake.glob(LAKE_ROUNDS_GLOB))
+        for row in pq.read_table(f).to_pylist()
+        if run_id is None or row["run_id"] == run_id
+    ]
 
 
 def _second_run_part(lake, cap) -> pa.Table:
     """The first run's lake rows as a second engine's plugin part of run SECOND_RUN."""
     table = pa.concat_tables([pq.read_table(f) for f in sorted(lake.glob(LAKE_ROUNDS_GLOB))])
     n = table.num_rows
-    table = table.set_column(table.schema.get_field_index("run_id"), table.schema.field("run_id"),
-                             pa.array([SECOND_RUN] * n, pa.string()))
-    table = table.set_column(table.schema.get_field_index("process_token"), table.schema.field("process_token"),
-                             pa.array(["99-beefcafe"] * n, pa.string()))
+    table = table.set_column(
+        table.schema.get_field_index("run_id"), table.schema.field("run_id"), pa.array([SECOND_RUN] * n, pa.string())
+    )
+    table = table.set_column(
+        table.schema.get_field_index("process_token"),
+        table.schema.field("process_token"),
+        pa.array(["99-beefcafe"] * n, pa.string()),
+    )
     write_parquet_atomic(table, cap / round_part_name("99-beefcafe", 0))
     return table
 
@@ -119,25 +135,53 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     # its own server: the lake must equal vLLM's counters since start-up, and the sidecar empties the capture folder
     spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="off")
     with LocalServer(spec, NGRAM, cap, RUN_ID, tmp_path / "server.log") as server:
-        proc = subprocess.Popen([sys.executable, "-m", "specdec.cli.capture", "sidecar", "--capture-dir", str(cap),
-                                 "--lake", str(lake), "--server", server.base_url, "--listen", "127.0.0.1:0",
-                                 "--compact-s", "0.5", "--scrape-s", "0.5", "--window-s", "600",
-                                 "--proxy-listen", "127.0.0.1:0"],
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "specdec.cli.capture",
+                "sidecar",
+                "--capture-dir",
+                str(cap),
+                "--lake",
+                str(lake),
+                "--server",
+                server.base_url,
+                "--listen",
+                "127.0.0.1:0",
+                "--compact-s",
+                "0.5",
+                "--scrape-s",
+                "0.5",
+                "--window-s",
+                "600",
+                "--proxy-listen",
+                "127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             url = proc.stdout.readline().split("listening on ")[1].split()[0]
             proxy_url = proc.stdout.readline().split("listening on ")[1].split()[0]
             before = _metrics(url)
             asyncio.run(_chat(proxy_url))
-            during = _until(lambda: (m := _metrics(url)) and not math.isnan(m["specdec_acceptance_rate"]) and m,
-                            60, "the acceptance gauge")
+            during = _until(
+                lambda: (m := _metrics(url)) and not math.isnan(m["specdec_acceptance_rate"]) and m,
+                60,
+                "the acceptance gauge",
+            )
 
             def settled():  # every round compacted, in the live metrics, and counted by vLLM
                 m = _metrics(url)  # read first: its rows are in the lake before they are in the metrics
                 rows = _lake_rounds(lake)
                 verify = sum(1 for r in rows if r["tokens_proposed"] > 0)
-                return (verify > 0 and m["specdec_sidecar_rows_written_total"] == len(rows)
-                        and m.get("specdec_server_spec_num_drafts_total") == verify and m)
+                return (
+                    verify > 0
+                    and m["specdec_sidecar_rows_written_total"] == len(rows)
+                    and m.get("specdec_server_spec_num_drafts_total") == verify
+                    and m
+                )
 
             def stable():  # settled, and still the same 2 s later (4 compactions and scrapes): the plugin's
                 # last part and vLLM's last stats can arrive after a first agreement (a CI run saw 10, then 15)
@@ -155,8 +199,11 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
             out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     # the engine said once, at start-up, what the capture gives with its runner (capture.plugin.runner_line)
-    lines = [line for line in (tmp_path / "server.log").read_text(errors="replace").splitlines()
-             if "specdec-capture: counts exact" in line]
+    lines = [
+        line
+        for line in (tmp_path / "server.log").read_text(errors="replace").splitlines()
+        if "specdec-capture: counts exact" in line
+    ]
     assert len(lines) == 1 and "timings from the host clock (V1 runner" in lines[0] and "on CPU" in lines[0], lines
 
     # the gauge moved: NaN before the requests, a rate after
@@ -171,7 +218,9 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     # the lake holds the rounds, partitioned by date and run
     rows = _lake_rounds(lake)
     assert {f.parent.name for f in lake.glob(LAKE_ROUNDS_GLOB)} == {
-        f"run_id={lake_partition_value(RUN_ID)}", f"run_id={lake_partition_value(SECOND_RUN)}"}
+        f"run_id={lake_partition_value(RUN_ID)}",
+        f"run_id={lake_partition_value(SECOND_RUN)}",
+    }
     assert {r["run_id"] for r in _lake_rounds(lake, None)} == {RUN_ID, SECOND_RUN}
     assert not list(cap.glob(ROUND_PART_GLOB))  # nothing left behind
     assert f'"specdec_sidecar_rows_written_total": {len(rows) + second.num_rows}' in out
@@ -185,7 +234,9 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     assert len(verify) == last["spec_num_drafts"]
     assert sum(r["tokens_proposed"] for r in rows) == last["spec_num_draft_tokens"]
     assert sum(r["tokens_accepted"] for r in rows) == last["spec_num_accepted_tokens"]
-    assert live["specdec_acceptance_rate"] == pytest.approx(last["spec_num_accepted_tokens"] / last["spec_num_draft_tokens"])
+    assert live["specdec_acceptance_rate"] == pytest.approx(
+        last["spec_num_accepted_tokens"] / last["spec_num_draft_tokens"]
+    )
 
     # per category: every request went through the proxy, so the categories' rounds are all the
     # rounds, split as the requests' own rows split (vLLM's engine ids resolved to the reply ids,
@@ -200,27 +251,43 @@ def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
     counting = ordered[1]
     assert per_cat["counting"] == len(counting)
     assert live["specdec_category_acceptance_rate[counting]"] == pytest.approx(
-        sum(r["tokens_accepted"] for r in counting) / sum(r["tokens_proposed"] for r in counting))
+        sum(r["tokens_accepted"] for r in counting) / sum(r["tokens_proposed"] for r in counting)
+    )
     assert "specdec_category_window_verify_rounds[unknown]" not in live
 
     # one database over the lake's two runs: marts keyed by run
     db = build(lake)
     con = duckdb.connect(str(db), read_only=True)
     try:
-        runs = {r[0]: r[1:] for r in con.execute(
-            "select run_id, rows, verify_rounds, tokens_proposed, tokens_accepted, engines from capture_acceptance"
-        ).fetchall()}
+        runs = {
+            r[0]: r[1:]
+            for r in con.execute(
+                "select run_id, rows, verify_rounds, tokens_proposed, tokens_accepted, engines from capture_acceptance"
+            ).fetchall()
+        }
         listed = con.execute("select run_id, manifest is null from raw_manifest order by run_id").fetchall()
         scraped = con.execute("select count(*) from stg_counter_scrapes where scrape_ok").fetchone()[0]
     finally:
         con.close()
     assert listed == [(RUN_ID, True), (SECOND_RUN, True)]
-    assert runs[RUN_ID] == (len(rows), last["spec_num_drafts"], last["spec_num_draft_tokens"],
-                            last["spec_num_accepted_tokens"], 1)
+    assert runs[RUN_ID] == (
+        len(rows),
+        last["spec_num_drafts"],
+        last["spec_num_draft_tokens"],
+        last["spec_num_accepted_tokens"],
+        1,
+    )
     k = second["tokens_proposed"]
     second_verify = pc.sum(pc.cast(pc.greater(k, 0), pa.int64())).as_py()
-    assert runs[SECOND_RUN] == (second.num_rows, second_verify, pc.sum(k).as_py(),
-                                pc.sum(second["tokens_accepted"]).as_py(), 1)
+    assert runs[SECOND_RUN] == (
+        second.num_rows,
+        second_verify,
+        pc.sum(k).as_py(),
+        pc.sum(second["tokens_accepted"]).as_py(),
+        1,
+    )
     assert scraped == len(ok)
-    print(f"sidecar e2e: {len(rows)} rows, {len(verify)} verify rounds, {len(scrapes)} scrapes, "
-          f"acceptance {live['specdec_acceptance_rate']:.3f}, {time.monotonic() - t0:.0f} s")
+    print(
+        f"sidecar e2e: {len(rows)} rows, {len(verify)} verify rounds, {len(scrapes)} scrapes, "
+        f"acceptance {live['specdec_acceptance_rate']:.3f}, {time.monotonic() - t0:.0f} s"
+    )

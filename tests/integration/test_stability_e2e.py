@@ -16,16 +16,35 @@ from specdec.replay.stability import StabilityConfig, fault_table, run_stability
 
 pytestmark = pytest.mark.engine
 
-FAULTS = ["empty_prompt", "whitespace_prompt", "over_length_prompt", "odd_unicode", "extreme_temperature",
-          "extreme_top_p", "disconnect_mid_stream", "burst", "soak", "greedy_recheck", "kill_restart"]
+FAULTS = [
+    "empty_prompt",
+    "whitespace_prompt",
+    "over_length_prompt",
+    "odd_unicode",
+    "extreme_temperature",
+    "extreme_top_p",
+    "disconnect_mid_stream",
+    "burst",
+    "soak",
+    "greedy_recheck",
+    "kill_restart",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, model_dir):
     # its own server: the kill_restart fault kills it and starts another
     runs = tmp_path_factory.mktemp("runs")
-    cfg = StabilityConfig(runs_dir=runs, run_id="stab", model=model_dir, concurrency=2, soak_minutes=0.3,
-                          rss_interval_s=2.0, request_timeout_s=60.0, probe_timeout_s=240.0)
+    cfg = StabilityConfig(
+        runs_dir=runs,
+        run_id="stab",
+        model=model_dir,
+        concurrency=2,
+        soak_minutes=0.3,
+        rss_interval_s=2.0,
+        request_timeout_s=60.0,
+        probe_timeout_s=240.0,
+    )
     log: list[str] = []
     run_dir, rows = run_stability(cfg, echo=log.append)
     report, summary = write_report(run_dir)

@@ -22,9 +22,19 @@ def run(tmp_path_factory, model_dir, llama_server_binary):
     from specdec.replay.experiment import run_replay
     from specdec.replay.traffic import BUNDLED
 
-    cfg = ReplayConfig(traffic=BUNDLED, runs_dir=tmp_path_factory.mktemp("runs"), run_id="both",
-                       named_arms=list(BOTH_ENGINES_ARMS), levels=[2], requests_per_level=6, max_tokens=48,
-                       warmup_requests=1, repeats=2, restart_servers="never", progress=False)
+    cfg = ReplayConfig(
+        traffic=BUNDLED,
+        runs_dir=tmp_path_factory.mktemp("runs"),
+        run_id="both",
+        named_arms=list(BOTH_ENGINES_ARMS),
+        levels=[2],
+        requests_per_level=6,
+        max_tokens=48,
+        warmup_requests=1,
+        repeats=2,
+        restart_servers="never",
+        progress=False,
+    )
     run_dir = run_replay(cfg)
     report, summary = write_report(run_dir)
     return run_dir, report, summary
@@ -46,37 +56,59 @@ def test_the_manifest_names_each_arm_and_each_comparison_differs_in_speculation_
     assert set(m.engines) == {"vllm", "llama.cpp"} and m.engines["llama.cpp"]["model"].endswith(".gguf")
     assert m.engines["vllm"]["dtype"] in m.dtype and m.engines["vllm"]["model"] in m.model
     assert [(a.name, a.engine, a.speculative_config is not None) for a in m.arms] == [
-        ("vllm-none", "vllm", False), ("vllm-ngram", "vllm", True),
-        ("llama-none", "llama.cpp", False), ("llama-ngram", "llama.cpp", True)]
+        ("vllm-none", "vllm", False),
+        ("vllm-ngram", "vllm", True),
+        ("llama-none", "llama.cpp", False),
+        ("llama-ngram", "llama.cpp", True),
+    ]
     assert {d.split(":")[0] for d in m.arm_difference} == {"vllm-ngram vs vllm-none", "llama-ngram vs llama-none"}
     llama = [d for d in m.arm_difference if d.startswith("llama-ngram")]
     assert llama == ["llama-ngram vs llama-none: --spec-type ngram-mod"]
-    assert all("speculative-config" in d or "per-request-spec-decode-metrics" in d
-               for d in m.arm_difference if d.startswith("vllm-ngram"))
+    assert all(
+        "speculative-config" in d or "per-request-spec-decode-metrics" in d
+        for d in m.arm_difference
+        if d.startswith("vllm-ngram")
+    )
     assert m.capture["source"] == "embedded" and m.capture["arms_without_rounds"] == ["llama-none", "llama-ngram"]
 
 
 def test_each_comparison_is_a_run_that_reconciles_with_its_own_engine(run):
     run_dir = run[0]
-    assert _query(run_dir, "select run_id from stg_manifest order by 1") == [("both/llama-ngram",),
-                                                                             ("both/vllm-ngram",)]
-    assert _query(run_dir, "select run_id, arm, arm_name, count(*) filter (where success), count(*) "
-                           "from stg_requests group by all order by all") == [
-        ("both/llama-ngram", "baseline", "llama-none", 12, 12), ("both/llama-ngram", "speculative", "llama-ngram", 12, 12),
-        ("both/vllm-ngram", "baseline", "vllm-none", 12, 12), ("both/vllm-ngram", "speculative", "vllm-ngram", 12, 12)]
+    assert _query(run_dir, "select run_id from stg_manifest order by 1") == [
+        ("both/llama-ngram",),
+        ("both/vllm-ngram",),
+    ]
+    assert _query(
+        run_dir,
+        "select run_id, arm, arm_name, count(*) filter (where success), count(*) "
+        "from stg_requests group by all order by all",
+    ) == [
+        ("both/llama-ngram", "baseline", "llama-none", 12, 12),
+        ("both/llama-ngram", "speculative", "llama-ngram", 12, 12),
+        ("both/vllm-ngram", "baseline", "vllm-none", 12, 12),
+        ("both/vllm-ngram", "speculative", "vllm-ngram", 12, 12),
+    ]
     # per-request stats against each engine's own counters: exact for both
-    totals = _query(run_dir, "select run_id, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
-                             "where arm = 'speculative' and category = '(all)' order by 1")
+    totals = _query(
+        run_dir,
+        "select run_id, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
+        "where arm = 'speculative' and category = '(all)' order by 1",
+    )
     assert [t[0] for t in totals] == ["both/llama-ngram", "both/vllm-ngram"]
     assert all(t[1] > 0 and t[2] == 0 and t[3] == 0 for t in totals), totals
     # the captured rounds are vLLM's only, and reconcile exactly with its counters
     assert {r[0] for r in _query(run_dir, "select run_id from acceptance")} == {"both/vllm-ngram"}
-    rec = _query(run_dir, "select arm, diff_proposed, diff_accepted from reconciliation "
-                          "where run_id = 'both/vllm-ngram' and arm = 'speculative'")
+    rec = _query(
+        run_dir,
+        "select arm, diff_proposed, diff_accepted from reconciliation "
+        "where run_id = 'both/vllm-ngram' and arm = 'speculative'",
+    )
     assert rec and all(p == 0 and a == 0 for _, p, a in rec), rec
     # the verification pass ran on the vLLM arms only
-    assert _query(run_dir, "select distinct arm_name from stg_greedy_checks order by 1") == [("vllm-ngram",),
-                                                                                             ("vllm-none",)]
+    assert _query(run_dir, "select distinct arm_name from stg_greedy_checks order by 1") == [
+        ("vllm-ngram",),
+        ("vllm-none",),
+    ]
 
 
 def test_the_report_shows_both_engines_side_by_side(run):

@@ -50,8 +50,9 @@ def test_the_margin_is_half_of_max_tokens_when_that_is_larger():
 
 def test_bytes_that_are_never_tokens_end_at_the_wall_limit():
     t0 = time.monotonic()
-    res = _one(EndlessVllm(trickle=True, gap_s=0.05),
-               ClientSettings(request_timeout_s=0.5, wall_s_per_token=0.1))  # wall: 0.5 + 8 x 0.1 = 1.3 s
+    res = _one(
+        EndlessVllm(trickle=True, gap_s=0.05), ClientSettings(request_timeout_s=0.5, wall_s_per_token=0.1)
+    )  # wall: 0.5 + 8 x 0.1 = 1.3 s
     took = time.monotonic() - t0
     assert not res.success and res.error_type == "request_wall_timeout", res
     assert 1.2 < took < 10
@@ -61,16 +62,19 @@ def test_bytes_that_are_never_tokens_end_at_the_wall_limit():
 def test_a_well_behaved_stream_is_untouched_by_the_bounds():
     async def go():
         async with serving(FakeVllm().server()) as (s, base):
-            return await stream_payload(s, base, {**PAYLOAD, "max_tokens": 1}, "r1",
-                                        ClientSettings(request_timeout_s=5))
+            return await stream_payload(
+                s, base, {**PAYLOAD, "max_tokens": 1}, "r1", ClientSettings(request_timeout_s=5)
+            )
 
     res = asyncio.run(go())
     assert res.success and res.output_text == "ab"  # 2 chunks for max_tokens 1: within the margin
 
 
 def _traffic(path):
-    rows = [{"prompt_id": f"p{i}", "category": "chat", "prompt": f"Say hello {i}.", "max_tokens": 8,
-             "temperature": 0.0} for i in range(2)]
+    rows = [
+        {"prompt_id": f"p{i}", "category": "chat", "prompt": f"Say hello {i}.", "max_tokens": 8, "temperature": 0.0}
+        for i in range(2)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -82,10 +86,30 @@ def test_the_replay_command_against_a_server_that_ignores_max_tokens_ends_with_t
     traffic = _traffic(tmp_path / "t.jsonl")
     with threaded(EndlessVllm(), EndlessVllm()) as (base, spec):
         t0 = time.monotonic()
-        result = CliRunner().invoke(main, [
-            str(traffic), "--baseline-url", base, "--speculative-url", spec, "--levels", "1", "--repeats", "2",
-            "--warmup", "0", "--request-timeout", "10", "--runs-dir", str(tmp_path / "runs"), "--run-id", "x",
-            "--no-progress", "--no-verify"])
+        result = CliRunner().invoke(
+            main,
+            [
+                str(traffic),
+                "--baseline-url",
+                base,
+                "--speculative-url",
+                spec,
+                "--levels",
+                "1",
+                "--repeats",
+                "2",
+                "--warmup",
+                "0",
+                "--request-timeout",
+                "10",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "x",
+                "--no-progress",
+                "--no-verify",
+            ],
+        )
         took = time.monotonic() - t0
     assert took < 90, took
     assert result.exit_code == 1, result.output  # every level failed: more than --max-error-rate

@@ -75,8 +75,10 @@ def test_stream_without_usage_is_a_failure():
 
 
 def test_usage_with_non_integer_counts_is_not_trusted():
-    sse = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n' \
-          b'data: {"choices":[],"usage":{"completion_tokens":"12"}}\n\ndata: [DONE]\n\n'
+    sse = (
+        b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+        b'data: {"choices":[],"usage":{"completion_tokens":"12"}}\n\ndata: [DONE]\n\n'
+    )
     res = _run(FakeVllm(sse))
     assert not res.success and res.error_type == "no_usage" and res.output_tokens is None
 
@@ -104,8 +106,16 @@ def test_connection_refused_is_a_row():
 
 
 def test_every_error_type_is_documented():
-    for name in ("http_status", "connect_error", "request_timeout", "stream_truncated", "no_usage",
-                 "not_streamed", "stream_error", "bad_chunk"):
+    for name in (
+        "http_status",
+        "connect_error",
+        "request_timeout",
+        "stream_truncated",
+        "no_usage",
+        "not_streamed",
+        "stream_error",
+        "bad_chunk",
+    ):
         assert ERROR_TYPES[name]
 
 
@@ -148,18 +158,22 @@ def _event(content: str | None, completion_tokens=None, choices: bool = True) ->
 
 
 def _final(completion_tokens: int = 8) -> bytes:
-    return (b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d},'
-            b'"metrics":{"speculative_decoding":{"num_spec_steps":2,"num_draft_tokens":8,'
-            b'"num_accepted_draft_tokens":5}}}\n\ndata: [DONE]\n\n' % completion_tokens)
+    return (
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":%d},'
+        b'"metrics":{"speculative_decoding":{"num_spec_steps":2,"num_draft_tokens":8,'
+        b'"num_accepted_draft_tokens":5}}}\n\ndata: [DONE]\n\n' % completion_tokens
+    )
 
 
 def test_per_chunk_usage_gives_the_running_token_count_of_every_content_chunk():
-    sse = (_event("", 0)            # the role chunk: no content, not a chunk of its own
-           + _event("a", 1)
-           + _event("bcde", 5)      # a verify round: four tokens in one chunk
-           + _event("", 6)          # a token that streamed no text yet (held back)
-           + _event("fg", 8)
-           + _final(8))
+    sse = (
+        _event("", 0)  # the role chunk: no content, not a chunk of its own
+        + _event("a", 1)
+        + _event("bcde", 5)  # a verify round: four tokens in one chunk
+        + _event("", 6)  # a token that streamed no text yet (held back)
+        + _event("fg", 8)
+        + _final(8)
+    )
     res = _run(FakeVllm(sse))
     assert res.success and res.output_tokens == 8 and res.prompt_tokens == 3
     assert res.chunk_tokens == [1, 5, 8] and len(res.chunk_offsets_ms) == 3
@@ -171,13 +185,17 @@ def test_per_chunk_usage_gives_the_running_token_count_of_every_content_chunk():
     assert not res.success and res.error_type == "no_usage" and res.chunk_tokens == [1]
 
 
-@pytest.mark.parametrize("sse", [
-    GOOD_SSE,                                                  # usage in the final chunk only
-    _event("a", 1) + _event("b") + _event("c", 3) + _final(3),  # one content chunk without a count
-    _event("a", 2) + _event("b", 1) + _final(2),                # a count that went down
-    _event("a", 1) + _event("b", "2") + _final(2),              # a count that is not an integer
-    _event("a", 1) + _event("b", 9) + _final(2),                # above the final usage's total
-], ids=["final-only", "gap", "decreasing", "not-int", "above-total"])
+@pytest.mark.parametrize(
+    "sse",
+    [
+        GOOD_SSE,  # usage in the final chunk only
+        _event("a", 1) + _event("b") + _event("c", 3) + _final(3),  # one content chunk without a count
+        _event("a", 2) + _event("b", 1) + _final(2),  # a count that went down
+        _event("a", 1) + _event("b", "2") + _final(2),  # a count that is not an integer
+        _event("a", 1) + _event("b", 9) + _final(2),  # above the final usage's total
+    ],
+    ids=["final-only", "gap", "decreasing", "not-int", "above-total"],
+)
 def test_per_chunk_counts_are_all_or_nothing(sse):
     res = _run(FakeVllm(sse))
     assert res.success and res.error_type is None  # the final usage block decides, as before
@@ -186,5 +204,7 @@ def test_per_chunk_counts_are_all_or_nothing(sse):
 
 def test_only_the_timed_request_asks_for_per_chunk_usage():
     assert build_payload("m", ROW)["stream_options"] == {"include_usage": True}
-    assert build_payload("m", ROW, per_chunk_usage=True)["stream_options"] == \
-        {"include_usage": True, "continuous_usage_stats": True}
+    assert build_payload("m", ROW, per_chunk_usage=True)["stream_options"] == {
+        "include_usage": True,
+        "continuous_usage_stats": True,
+    }

@@ -11,9 +11,14 @@ def test_parses_real_vllm_exposition(fixtures):
     # excerpt of a real vLLM 0.32 (CPU) /metrics after one 12-token request, ngram k=4
     text = (fixtures / "vllm_metrics_spec.prom").read_text()
     c = parse_counters(text)
-    assert c == {"spec_num_drafts": 4.0, "spec_num_draft_tokens": 16.0,
-                 "spec_num_accepted_tokens": 7.0, "generation_tokens": 12.0,
-                 "prefix_cache_queries": None, "prefix_cache_hits": None}  # not in this excerpt
+    assert c == {
+        "spec_num_drafts": 4.0,
+        "spec_num_draft_tokens": 16.0,
+        "spec_num_accepted_tokens": 7.0,
+        "generation_tokens": 12.0,
+        "prefix_cache_queries": None,
+        "prefix_cache_hits": None,
+    }  # not in this excerpt
 
 
 def test_sums_label_sets_and_absent_counter_is_none():

@@ -20,14 +20,26 @@ from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
 from tests.support.fake_server import FakeVllm, threaded
 
-SPEC_METRICS = ("vllm:spec_decode_num_drafts_total 0\nvllm:spec_decode_num_draft_tokens_total 0\n"
-                "vllm:spec_decode_num_accepted_tokens_total 0\nvllm:generation_tokens_total 1\n")
+SPEC_METRICS = (
+    "vllm:spec_decode_num_drafts_total 0\nvllm:spec_decode_num_draft_tokens_total 0\n"
+    "vllm:spec_decode_num_accepted_tokens_total 0\nvllm:generation_tokens_total 1\n"
+)
 
 
 def _cfg(tmp_path, fixtures, **kw) -> ReplayConfig:
-    base = dict(traffic=fixtures / "traffic_small.jsonl", runs_dir=tmp_path / "runs", run_id="x",
-                levels=[1, 2], warmup_requests=1, progress=False, capture_wait_s=0.0,
-                connect_timeout_s=2.0, request_timeout_s=2.0, repeats=1, verify=False)
+    base = dict(
+        traffic=fixtures / "traffic_small.jsonl",
+        runs_dir=tmp_path / "runs",
+        run_id="x",
+        levels=[1, 2],
+        warmup_requests=1,
+        progress=False,
+        capture_wait_s=0.0,
+        connect_timeout_s=2.0,
+        request_timeout_s=2.0,
+        repeats=1,
+        verify=False,
+    )
     base.update(kw)
     return ReplayConfig(**base)
 
@@ -40,9 +52,14 @@ def _all_text(run_dir) -> str:
     return "\n".join(out)
 
 
-@pytest.mark.parametrize("status, hint", [
-    (501, "no OpenAI-compatible"), (404, "no OpenAI-compatible"), (401, "API key"),
-])
+@pytest.mark.parametrize(
+    "status, hint",
+    [
+        (501, "no OpenAI-compatible"),
+        (404, "no OpenAI-compatible"),
+        (401, "API key"),
+    ],
+)
 def test_failed_warmup_stops_the_run_with_url_status_and_fix(tmp_path, fixtures, status, hint):
     with threaded(FakeVllm(status=status), FakeVllm(status=status)) as (b, s):
         with pytest.raises(EngineError) as e:
@@ -75,8 +92,15 @@ def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, mon
     key = "sk-live-abcdef123456"
     # a complete run: both servers want the key
     with threaded(FakeVllm(api_key=key), FakeVllm(api_key=key)) as (b, s):
-        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=with_creds(b), speculative_url=with_creds(s),
-                                  api_key_env="SPECDEC_TEST_KEY"))
+        run_dir = run_replay(
+            _cfg(
+                tmp_path,
+                fixtures,
+                baseline_url=with_creds(b),
+                speculative_url=with_creds(s),
+                api_key_env="SPECDEC_TEST_KEY",
+            )
+        )
     everything = _all_text(run_dir)
     for secret in secrets:
         assert secret not in everything, secret
@@ -87,8 +111,16 @@ def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, mon
     # a stopped run: the error text and files name no secret either
     with threaded(FakeVllm(api_key=key), FakeVllm(status=500)) as (b, s):
         with pytest.raises(EngineError) as e:  # the speculative server fails its warm-up
-            run_replay(_cfg(tmp_path, fixtures, run_id="y", baseline_url=with_creds(b),
-                            speculative_url=with_creds(s), api_key_env="SPECDEC_TEST_KEY"))
+            run_replay(
+                _cfg(
+                    tmp_path,
+                    fixtures,
+                    run_id="y",
+                    baseline_url=with_creds(b),
+                    speculative_url=with_creds(s),
+                    api_key_env="SPECDEC_TEST_KEY",
+                )
+            )
     everything = _all_text(tmp_path / "runs" / "y") + str(e.value)
     for secret in secrets:
         assert secret not in everything, secret
@@ -96,8 +128,15 @@ def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, mon
 
 def test_missing_api_key_variable_is_refused_before_anything_is_created(tmp_path, fixtures):
     with pytest.raises(SpecdecError, match="NOPE_NOT_SET"):
-        run_replay(_cfg(tmp_path, fixtures, baseline_url="http://127.0.0.1:9", speculative_url="http://127.0.0.1:9",
-                        api_key_env="NOPE_NOT_SET"))
+        run_replay(
+            _cfg(
+                tmp_path,
+                fixtures,
+                baseline_url="http://127.0.0.1:9",
+                speculative_url="http://127.0.0.1:9",
+                api_key_env="NOPE_NOT_SET",
+            )
+        )
     assert not (tmp_path / "runs").exists()
 
 
@@ -113,9 +152,24 @@ def _fake_capture(folder, run_id: str, other_run: str) -> None:
     cols = {f: [] for f in RoundTrace.model_fields}
 
     def add(engine_id, step, k, a):
-        vals = dict(run_id="adhoc", engine_request_id=engine_id, pid=7, process_token="7-abcd", step_index=step, round_index=step,
-                    phase="decode", tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1, batch_size=1,
-                    num_scheduled_tokens=1 + k, context_len=10, draft_ms=0.1, verify_ms=5.0, wall_time_ns=1)
+        vals = dict(
+            run_id="adhoc",
+            engine_request_id=engine_id,
+            pid=7,
+            process_token="7-abcd",
+            step_index=step,
+            round_index=step,
+            phase="decode",
+            tokens_proposed=k,
+            tokens_accepted=a,
+            tokens_emitted=a + 1,
+            batch_size=1,
+            num_scheduled_tokens=1 + k,
+            context_len=10,
+            draft_ms=0.1,
+            verify_ms=5.0,
+            wall_time_ns=1,
+        )
         for f in cols:
             cols[f].append(vals.get(f))
 
@@ -146,8 +200,9 @@ def test_external_capture_dir_and_one_counter_snapshot_per_arm_level_position(tm
     assert manifest["arms"][1]["speculative_config_source"] == "declared"
     snaps = pq.read_table(run_dir / "engine_counters.parquet").to_pylist()
     keys = [(r["arm"], r["concurrency"], r["position"]) for r in snaps]
-    assert sorted(keys) == sorted({(a, c, p) for a in ("baseline", "speculative") for c in (1, 2)
-                                   for p in ("before", "after")})
+    assert sorted(keys) == sorted(
+        {(a, c, p) for a in ("baseline", "speculative") for c in (1, 2) for p in ("before", "after")}
+    )
 
 
 def test_without_capture_dir_the_manifest_says_no_rounds(tmp_path, fixtures):
@@ -201,10 +256,28 @@ def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixt
     from specdec.cli.replay import main as replay_main
 
     with threaded(FakeVllm(), FlakyVllm()) as (b, s):
-        r = CliRunner().invoke(replay_main, [
-            str(fixtures / "traffic_small.jsonl"), "--baseline-url", b, "--speculative-url", s,
-            "--runs-dir", str(tmp_path / "runs"), "--run-id", "flaky", "--levels", "1,2", "--warmup", "1",
-            "--repeats", "1", "--no-verify", "--no-progress"])
+        r = CliRunner().invoke(
+            replay_main,
+            [
+                str(fixtures / "traffic_small.jsonl"),
+                "--baseline-url",
+                b,
+                "--speculative-url",
+                s,
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "flaky",
+                "--levels",
+                "1,2",
+                "--warmup",
+                "1",
+                "--repeats",
+                "1",
+                "--no-verify",
+                "--no-progress",
+            ],
+        )
     run_dir = tmp_path / "runs" / "flaky"
     assert r.exit_code == 1, r.output
     assert (run_dir / "report.html").is_file() and (run_dir / "specdec.duckdb").is_file()
@@ -232,10 +305,26 @@ def test_a_run_stopped_by_a_dead_server_still_reports_what_it_recorded(tmp_path,
     from specdec.cli.replay import main as replay_main
 
     with threaded(FakeVllm(), DyingVllm()) as (b, s):
-        r = CliRunner().invoke(replay_main, [
-            str(fixtures / "traffic_small.jsonl"), "--baseline-url", b, "--speculative-url", s,
-            "--runs-dir", str(tmp_path / "runs"), "--run-id", "half", "--levels", "1,2", "--repeats", "1",
-            "--no-verify", "--no-progress"])
+        r = CliRunner().invoke(
+            replay_main,
+            [
+                str(fixtures / "traffic_small.jsonl"),
+                "--baseline-url",
+                b,
+                "--speculative-url",
+                s,
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "half",
+                "--levels",
+                "1,2",
+                "--repeats",
+                "1",
+                "--no-verify",
+                "--no-progress",
+            ],
+        )
     assert r.exit_code == 1 and "stopped answering" in r.output
     assert "report of what was recorded before it" in r.output
     page = (tmp_path / "runs" / "half" / "report.html").read_text()
@@ -249,19 +338,27 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
         run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s, repeats=2))
     reqs = pq.read_table(run_dir / "requests.parquet").to_pylist()
     assert sorted({(r["arm"], r["concurrency"], r["repeat"]) for r in reqs}) == [
-        (a, c, r) for a in ("baseline", "speculative") for c in (1, 2) for r in (0, 1)]
+        (a, c, r) for a in ("baseline", "speculative") for c in (1, 2) for r in (0, 1)
+    ]
     # blocks in send order: per level and repeat, the arms counterbalanced (A B, then B A)
     first_send = {}
     for r in reqs:
         key = (r["concurrency"], r["repeat"], r["arm"])
         first_send[key] = min(first_send.get(key, r["wall_send_ns"]), r["wall_send_ns"])
     order = [k for k, _ in sorted(first_send.items(), key=lambda kv: kv[1])]
-    assert order == [(c, rep, a) for c in (1, 2) for rep in (0, 1)
-                     for a in (("baseline", "speculative") if rep == 0 else ("speculative", "baseline"))]
+    assert order == [
+        (c, rep, a)
+        for c in (1, 2)
+        for rep in (0, 1)
+        for a in (("baseline", "speculative") if rep == 0 else ("speculative", "baseline"))
+    ]
     assert base.resets == 4  # one before each of its 4 blocks
     snaps = pq.read_table(run_dir / "engine_counters.parquet").to_pylist()
-    before = {(s_["arm"], s_["concurrency"], s_["repeat"]): s_["prefix_cache_reset"]
-              for s_ in snaps if s_["position"] == "before"}
+    before = {
+        (s_["arm"], s_["concurrency"], s_["repeat"]): s_["prefix_cache_reset"]
+        for s_ in snaps
+        if s_["position"] == "before"
+    }
     assert set(before.values()) == {True, False}
     assert all(v is True for (a, _, _), v in before.items() if a == "baseline")
     assert all(v is False for (a, _, _), v in before.items() if a == "speculative")
@@ -273,17 +370,23 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
 def test_rows_with_temperature_get_a_seeded_sampling_pass_in_every_arm(tmp_path, fixtures):
     sse = (fixtures / "vllm_chat_stream_logprobs.sse").read_bytes()  # a real stream with logprobs, 16 tokens
     traffic = tmp_path / "mix.jsonl"
-    traffic.write_text(json.dumps({"prompt_id": "warm", "category": "chat", "prompt": "Say hi", "max_tokens": 16,
-                                   "temperature": 0.8}) + "\n")
+    traffic.write_text(
+        json.dumps({"prompt_id": "warm", "category": "chat", "prompt": "Say hi", "max_tokens": 16, "temperature": 0.8})
+        + "\n"
+    )
     base, spec = FakeVllm(sse), FakeVllm(sse)
     with threaded(base, spec) as (b, s):
-        run_dir = run_replay(_cfg(tmp_path, fixtures, traffic=traffic, baseline_url=b, speculative_url=s,
-                                  levels=[1], samples=3))
+        run_dir = run_replay(
+            _cfg(tmp_path, fixtures, traffic=traffic, baseline_url=b, speculative_url=s, levels=[1], samples=3)
+        )
     rows = pq.read_table(run_dir / "sample_checks.parquet").to_pylist()
     assert sorted((r["arm"], r["sample_index"]) for r in rows) == [
-        (a, i) for a in ("baseline", "speculative") for i in range(3)]
-    seeds = {a: [r["seed"] for r in sorted(rows, key=lambda r: r["sample_index"]) if r["arm"] == a]
-             for a in ("baseline", "speculative")}
+        (a, i) for a in ("baseline", "speculative") for i in range(3)
+    ]
+    seeds = {
+        a: [r["seed"] for r in sorted(rows, key=lambda r: r["sample_index"]) if r["arm"] == a]
+        for a in ("baseline", "speculative")
+    }
     assert seeds["baseline"] == seeds["speculative"] and len(set(seeds["baseline"])) == 3
     sent = [b_ for b_ in spec.bodies if "seed" in b_]
     assert sorted(b_["seed"] for b_ in sent) == sorted(seeds["speculative"])
@@ -293,7 +396,7 @@ def test_rows_with_temperature_get_a_seeded_sampling_pass_in_every_arm(tmp_path,
 def test_every_block_gets_resource_samples_read_from_metrics(tmp_path, fixtures):
     """External servers: no process to read (rss_bytes None), the gauges from
     /metrics; at least two samples per block (one at its start, one at its end)."""
-    gauges = "vllm:kv_cache_usage_perc{engine=\"0\"} 0.125\nvllm:num_requests_running{engine=\"0\"} 2\n"
+    gauges = 'vllm:kv_cache_usage_perc{engine="0"} 0.125\nvllm:num_requests_running{engine="0"} 2\n'
     base, spec = FakeVllm(metrics_text=gauges), FakeVllm(metrics_text=SPEC_METRICS)
     with threaded(base, spec) as (b, s):
         run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))

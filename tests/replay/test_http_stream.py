@@ -14,10 +14,12 @@ import pytest
 from specdec.replay.client import ClientSettings, stream_payload
 from specdec.replay.http_stream import StreamPool
 
-GOOD = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
-        b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
-        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-        b'data: [DONE]\n\n')
+GOOD = (
+    b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    b"data: [DONE]\n\n"
+)
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
@@ -43,8 +45,9 @@ class Scripted:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = int([ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")][0]
-                             .split(b":")[1])
+                length = int(
+                    [ln for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")][0].split(b":")[1]
+                )
                 body = await reader.readexactly(length)
                 if self.drop_after is not None and served >= self.drop_after:
                     break
@@ -91,7 +94,7 @@ def test_one_connection_serves_sequential_requests():
 @pytest.mark.parametrize("cut", [1, 2, 3, 5, 7, 11])
 def test_framing_split_at_any_byte(cut):
     whole = SSE_HEAD + b"".join(chunked(*(e + b"\n\n" for e in GOOD.split(b"\n\n")[:-1])))
-    pieces = [whole[i:i + cut] for i in range(0, len(whole), cut)]
+    pieces = [whole[i : i + cut] for i in range(0, len(whole), cut)]
     res = run(Scripted([pieces]), settings=ClientSettings(request_timeout_s=5))[0]
     assert res.success and res.output_text == "ab" and res.output_tokens == 2
     assert len(res.chunk_offsets_ms) == 2
@@ -131,8 +134,9 @@ def test_when_every_idle_connection_is_stale_the_retry_takes_a_fresh_one():
         srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
         base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
         async with StreamPool() as pool:
-            first = await asyncio.gather(*(stream_payload(pool, base, {"model": "m", "messages": []}, f"r{i}")
-                                           for i in range(2)))
+            first = await asyncio.gather(
+                *(stream_payload(pool, base, {"model": "m", "messages": []}, f"r{i}") for i in range(2))
+            )
             await asyncio.sleep(0.2)  # both replies' last chunks are in: two idle connections in the pool
             third = await stream_payload(pool, base, {"model": "m", "messages": []}, "r2")
         srv.close()
@@ -196,8 +200,13 @@ def run_url_scheme(scheme: str):
         srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
         base = f"{scheme}://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
         async with StreamPool() as pool:
-            res = await stream_payload(pool, base, {"model": "m", "messages": []}, "r",
-                                       ClientSettings(connect_timeout_s=0.5, request_timeout_s=2))
+            res = await stream_payload(
+                pool,
+                base,
+                {"model": "m", "messages": []},
+                "r",
+                ClientSettings(connect_timeout_s=0.5, request_timeout_s=2),
+            )
         srv.close()
         return res, server
 
@@ -206,8 +215,10 @@ def run_url_scheme(scheme: str):
 
 def test_a_consumer_failure_at_the_end_of_a_close_framed_reply_is_a_row_not_a_hang():
     # the last event has no newline: the parser reads it only at the connection's close
-    reply = [b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
-             b'data: {"choices":[{"delta":{"content":"a"}}]}']
+    reply = [
+        b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n",
+        b'data: {"choices":[{"delta":{"content":"a"}}]}',
+    ]
 
     def boom(chunk):
         raise RuntimeError("consumer broke")
@@ -217,8 +228,12 @@ def test_a_consumer_failure_at_the_end_of_a_close_framed_reply_is_a_row_not_a_ha
         srv = await asyncio.start_server(server.handle, "127.0.0.1", 0)
         base = f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
         async with StreamPool() as pool:
-            res = await asyncio.wait_for(stream_payload(pool, base, {"model": "m", "messages": []}, "r",
-                                                        ClientSettings(request_timeout_s=30), on_chunk=boom), 5)
+            res = await asyncio.wait_for(
+                stream_payload(
+                    pool, base, {"model": "m", "messages": []}, "r", ClientSettings(request_timeout_s=30), on_chunk=boom
+                ),
+                5,
+            )
         srv.close()
         return res
 

@@ -21,8 +21,10 @@ REPLAY = Path(sys.executable).parent / "specdec-replay"
 
 
 def _traffic(path: Path) -> Path:
-    rows = [{"prompt_id": f"p{i}", "category": "chat", "prompt": f"Say hello {i}.", "max_tokens": 8,
-             "temperature": 0.0} for i in range(4)]
+    rows = [
+        {"prompt_id": f"p{i}", "category": "chat", "prompt": f"Say hello {i}.", "max_tokens": 8, "temperature": 0.0}
+        for i in range(4)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -33,10 +35,33 @@ def test_a_stopped_replay_records_its_requests_in_flight_and_exits_non_zero(tmp_
     slow = EndlessVllm(gap_s=1.0)  # a chunk a second: a request takes 25 s before it is overlong
     with threaded(slow, EndlessVllm(gap_s=1.0)) as (base, spec):
         proc = subprocess.Popen(
-            [str(REPLAY), str(traffic), "--baseline-url", base, "--speculative-url", spec, "--levels", "2",
-             "--repeats", "1", "--warmup", "0", "--request-timeout", "10", "--runs-dir", str(tmp_path / "runs"),
-             "--run-id", "x", "--no-progress", "--no-verify"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            [
+                str(REPLAY),
+                str(traffic),
+                "--baseline-url",
+                base,
+                "--speculative-url",
+                spec,
+                "--levels",
+                "2",
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--request-timeout",
+                "10",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                "--run-id",
+                "x",
+                "--no-progress",
+                "--no-verify",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while slow.in_flight < 2 and time.monotonic() < deadline and proc.poll() is None:

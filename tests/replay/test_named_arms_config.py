@@ -15,8 +15,10 @@ from specdec.replay.experiment import arm_difference, comparison_note
 from specdec.replay.traffic import BUNDLED
 from specdec.schemas.records import ArmConfig
 
-ARMS = [parse_arm(a) for a in ("vllm-none=vllm", "vllm-ngram=vllm:ngram", "llama-none=llama.cpp",
-                               "llama-ngram=llama.cpp:ngram")]
+ARMS = [
+    parse_arm(a)
+    for a in ("vllm-none=vllm", "vllm-ngram=vllm:ngram", "llama-none=llama.cpp", "llama-ngram=llama.cpp:ngram")
+]
 
 
 def _refused(match: str, **kw) -> None:
@@ -27,11 +29,17 @@ def _refused(match: str, **kw) -> None:
 def test_the_named_arms_set_the_arms_and_each_arm_has_its_engine():
     cfg = ReplayConfig(traffic=BUNDLED, named_arms=ARMS)
     assert cfg.arms == ["vllm-none", "vllm-ngram", "llama-none", "llama-ngram"]
-    assert cfg.arm_engines() == {"vllm-none": "vllm", "vllm-ngram": "vllm", "llama-none": "llama.cpp",
-                                 "llama-ngram": "llama.cpp"}
+    assert cfg.arm_engines() == {
+        "vllm-none": "vllm",
+        "vllm-ngram": "vllm",
+        "llama-none": "llama.cpp",
+        "llama-ngram": "llama.cpp",
+    }
     classic = ReplayConfig(traffic=BUNDLED, engine="llama.cpp").arm_specs()
     assert [(a.name, a.engine, a.speculation) for a in classic] == [
-        ("baseline", "llama.cpp", None), ("speculative", "llama.cpp", {"type": "ngram-mod"})]
+        ("baseline", "llama.cpp", None),
+        ("speculative", "llama.cpp", {"type": "ngram-mod"}),
+    ]
 
 
 def test_what_does_not_go_together_is_refused_by_name():
@@ -57,13 +65,19 @@ def _arm(name: str, engine: str, args: list[str], spec=None) -> ArmConfig:
 
 
 def test_the_manifest_difference_is_per_comparison():
-    arms = [_arm("vllm-none", "vllm", ["--model", "m"]),
-            _arm("vllm-ngram", "vllm", ["--model", "m", "--speculative-config", "{}"], {"method": "ngram"}),
-            _arm("llama-none", "llama.cpp", ["-m", "g.gguf"]),
-            _arm("llama-ngram", "llama.cpp", ["-m", "g.gguf", "--spec-type", "ngram-mod"], {"type": "ngram-mod"})]
-    assert arm_difference(arms) == ["vllm-ngram vs vllm-none: --speculative-config {}",
-                                    "llama-ngram vs llama-none: --spec-type ngram-mod"]
+    arms = [
+        _arm("vllm-none", "vllm", ["--model", "m"]),
+        _arm("vllm-ngram", "vllm", ["--model", "m", "--speculative-config", "{}"], {"method": "ngram"}),
+        _arm("llama-none", "llama.cpp", ["-m", "g.gguf"]),
+        _arm("llama-ngram", "llama.cpp", ["-m", "g.gguf", "--spec-type", "ngram-mod"], {"type": "ngram-mod"}),
+    ]
+    assert arm_difference(arms) == [
+        "vllm-ngram vs vllm-none: --speculative-config {}",
+        "llama-ngram vs llama-none: --spec-type ngram-mod",
+    ]
     assert comparison_note(arms) == ["vllm-ngram against vllm-none", "llama-ngram against llama-none"]
-    classic = [_arm("baseline", "vllm", ["--model", "m"]),
-               _arm("speculative", "vllm", ["--model", "m", "--x"], {"method": "ngram"})]
+    classic = [
+        _arm("baseline", "vllm", ["--model", "m"]),
+        _arm("speculative", "vllm", ["--model", "m", "--x"], {"method": "ngram"}),
+    ]
     assert arm_difference(classic) == ["--x"]  # the classic pair: as before, no prefix

@@ -32,11 +32,23 @@ from specdec.schemas.records import TrafficRow
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 
-def row(pid: str, arrival_ms: float | None = None, session: str | None = None, turn: int | None = None,
-        messages: list | None = None) -> TrafficRow:
+def row(
+    pid: str,
+    arrival_ms: float | None = None,
+    session: str | None = None,
+    turn: int | None = None,
+    messages: list | None = None,
+) -> TrafficRow:
     content = {"messages": json.dumps(messages)} if messages else {"prompt": f"prompt {pid}"}
-    return TrafficRow(prompt_id=pid, category="chat", max_tokens=2, arrival_ms=arrival_ms,
-                      session_id=session, turn_index=turn, **content)
+    return TrafficRow(
+        prompt_id=pid,
+        category="chat",
+        max_tokens=2,
+        arrival_ms=arrival_ms,
+        session_id=session,
+        turn_index=turn,
+        **content,
+    )
 
 
 class FakeClock:
@@ -59,6 +71,7 @@ class FakeClock:
 
 
 # --- plans -------------------------------------------------------------------
+
 
 def test_recorded_plan_starts_at_the_earliest_arrival_and_scales():
     rows = [row("a", 1000), row("b", 1500), row("c", 4000), row("d", 1000)]
@@ -105,17 +118,22 @@ def test_levels_are_keyed_by_offered_load():
     poi = ReplayConfig(traffic=BUNDLED, load="poisson", rates=[2, 0.5])
     assert [(lv.key, lv.value) for lv in load_levels(poi)] == [(1, 0.5), (2, 2.0)]
     assert [(lv.key, lv.mode) for lv in load_levels(ReplayConfig(traffic=BUNDLED, levels=[4, 1]))] == [
-        (1, "closed"), (4, "closed")]
+        (1, "closed"),
+        (4, "closed"),
+    ]
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(load="poisson"), "needs rates"),
-    (dict(rates=[1.0]), "is for --load poisson"),
-    (dict(time_scales=[0.1]), "is for --load recorded"),
-    (dict(load="recorded", levels=[1, 2]), "closed-loop concurrencies"),
-    (dict(load="poisson", rates=[0.0]), "positive finite"),
-    (dict(load="recorded", time_scales=[0.5, 0.5]), "given twice"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(load="poisson"), "needs rates"),
+        (dict(rates=[1.0]), "is for --load poisson"),
+        (dict(time_scales=[0.1]), "is for --load recorded"),
+        (dict(load="recorded", levels=[1, 2]), "closed-loop concurrencies"),
+        (dict(load="poisson", rates=[0.0]), "positive finite"),
+        (dict(load="recorded", time_scales=[0.5, 0.5]), "given twice"),
+    ],
+)
 def test_config_refuses_options_of_another_mode(kw, match):
     with pytest.raises(ValidationError, match=match):
         ReplayConfig(traffic=BUNDLED, **kw)
@@ -130,6 +148,7 @@ def test_recorded_mode_refuses_more_requests_than_recorded_rows():
 
 # --- the executor --------------------------------------------------------------
 
+
 def test_open_loop_sends_in_time_order_and_records_each_lag():
     clock = FakeClock(overshoot=2.0)
     seen: list[tuple[int, SendTime]] = []
@@ -142,7 +161,10 @@ def test_open_loop_sends_in_time_order_and_records_each_lag():
     out = asyncio.run(open_loop(plan, send, clock))
     assert out == [0, 2, 1]
     assert [(i, w.intended_ms, w.actual_ms, w.lag_ms, w.session_wait_ms) for i, w in seen] == [
-        (0, 0.0, 0.0, 0.0, None), (2, 5.0, 7.0, 2.0, None), (1, 12.0, 14.0, 2.0, None)]
+        (0, 0.0, 0.0, 0.0, None),
+        (2, 5.0, 7.0, 2.0, None),
+        (1, 12.0, 14.0, 2.0, None),
+    ]
 
 
 def test_open_loop_does_not_wait_for_replies_before_the_next_send():
@@ -197,6 +219,7 @@ def test_the_monotonic_clock_never_wakes_early():
 
 # --- against the fake server -----------------------------------------------------
 
+
 def test_sessions_replay_turn_by_turn_with_the_recorded_messages():
     turn0 = [{"role": "user", "content": "hi"}]
     turn1 = turn0 + [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "more"}]
@@ -206,8 +229,7 @@ def test_sessions_replay_turn_by_turn_with_the_recorded_messages():
 
     async def go():
         async with serving(fake.server()) as (s, base):
-            return await run_open_level(s, base, "m", rows, recorded_plan(rows, 1.0), lambda i: f"id{i}",
-                                        sends=sends)
+            return await run_open_level(s, base, "m", rows, recorded_plan(rows, 1.0), lambda i: f"id{i}", sends=sends)
 
     results = {res.request_id: res for _, res in asyncio.run(go())}
     assert all(r.success for r in results.values())
@@ -220,7 +242,8 @@ def test_sessions_replay_turn_by_turn_with_the_recorded_messages():
     # each turn sent exactly its recorded messages (earlier turns included); turn 1 last
     assert fake.bodies[-1]["messages"] == turn1
     assert sorted(json.dumps(b["messages"]) for b in fake.bodies[:2]) == sorted(
-        json.dumps(m) for m in (turn0, [{"role": "user", "content": "prompt x"}]))
+        json.dumps(m) for m in (turn0, [{"role": "user", "content": "prompt x"}])
+    )
 
 
 def _block_tables(tmp_path, cfg, arms, repeats):
@@ -237,13 +260,24 @@ def _block_tables(tmp_path, cfg, arms, repeats):
                         await runner._block(s, arm, as_endpoint(base), level_rows(traffic, cfg), level, repeat)
 
     asyncio.run(go())
-    return {(arm, level, r): pq.read_table(requests_part(tmp_path, arm, level, r)).to_pylist()
-            for arm in arms for level in cfg.levels for r in range(repeats)}
+    return {
+        (arm, level, r): pq.read_table(requests_part(tmp_path, arm, level, r)).to_pylist()
+        for arm in arms
+        for level in cfg.levels
+        for r in range(repeats)
+    }
 
 
 def test_poisson_arrivals_are_the_same_in_both_arms_and_every_repeat(tmp_path):
-    cfg = ReplayConfig(traffic=BUNDLED, load="poisson", rates=[40.0], arrival_seed=3, requests_per_level=6,
-                       progress=False, prefix_cache="keep")
+    cfg = ReplayConfig(
+        traffic=BUNDLED,
+        load="poisson",
+        rates=[40.0],
+        arrival_seed=3,
+        requests_per_level=6,
+        progress=False,
+        prefix_cache="keep",
+    )
     tables = _block_tables(tmp_path, cfg, ["baseline", "speculative"], 2)
     plan = {a.index: a.intended_ms for a in poisson_plan(level_rows(load_traffic(BUNDLED), cfg), 40.0, 3)}
     for rows in tables.values():
@@ -267,8 +301,9 @@ def test_closed_loop_records_actual_send_times_and_no_plan():
     results = asyncio.run(go())
     table = results_table("r", "baseline", 2, results, sends=sends).to_pylist()
     assert {r["load_mode"] for r in table} == {"closed"} and {r["level_value"] for r in table} == {2.0}
-    assert all(r["intended_send_ms"] is None and r["schedule_lag_ms"] is None and r["session_wait_ms"] is None
-               for r in table)
+    assert all(
+        r["intended_send_ms"] is None and r["schedule_lag_ms"] is None and r["session_wait_ms"] is None for r in table
+    )
     actual = sorted(r["actual_send_ms"] for r in table)
     assert actual[0] >= 0 and actual[2] > actual[1]  # the third went out when a slot freed
     assert fake.max_in_flight == 2
@@ -290,8 +325,7 @@ def test_closed_loop_sends_a_later_turn_only_after_the_previous_one_and_fills_sl
 
 
 def test_recorded_load_without_arrival_times_stops_before_any_request(tmp_path):
-    cfg = ReplayConfig(traffic=BUNDLED, load="recorded", time_scales=[0.1], progress=False, verify=False,
-                       samples=0)
+    cfg = ReplayConfig(traffic=BUNDLED, load="recorded", time_scales=[0.1], progress=False, verify=False, samples=0)
     fake = FakeVllm(GOOD_SSE)
 
     async def go():

@@ -25,10 +25,12 @@ class Drafting(FakeVllm):
 
     async def metrics(self, request: web.Request) -> web.Response:
         n = len(self.request_ids)
-        return web.Response(text=f"vllm:generation_tokens_total {10.0 * n}\n"
-                                 f"vllm:spec_decode_num_drafts_total {float(n)}\n"
-                                 f"vllm:spec_decode_num_draft_tokens_total {4.0 * n}\n"
-                                 f"vllm:spec_decode_num_accepted_tokens_total {2.0 * n}\n")
+        return web.Response(
+            text=f"vllm:generation_tokens_total {10.0 * n}\n"
+            f"vllm:spec_decode_num_drafts_total {float(n)}\n"
+            f"vllm:spec_decode_num_draft_tokens_total {4.0 * n}\n"
+            f"vllm:spec_decode_num_accepted_tokens_total {2.0 * n}\n"
+        )
 
 
 def _run(fake: FakeVllm, tmp_path, pass_name: str, n: int = 3) -> list[dict]:
@@ -42,8 +44,9 @@ def _run(fake: FakeVllm, tmp_path, pass_name: str, n: int = 3) -> list[dict]:
             if pass_name == "lossless_pass":
                 await runner._verify(s, "speculative", as_endpoint(base), rows, 2)
             else:
-                await runner._sample(s, "speculative", as_endpoint(base),
-                                     [r.model_copy(update={"temperature": 0.7}) for r in rows], 2)
+                await runner._sample(
+                    s, "speculative", as_endpoint(base), [r.model_copy(update={"temperature": 0.7}) for r in rows], 2
+                )
 
     asyncio.run(go())
     table = pq.read_table(pass_counters_part(tmp_path, "speculative"))
@@ -54,14 +57,20 @@ def _run(fake: FakeVllm, tmp_path, pass_name: str, n: int = 3) -> list[dict]:
 def test_the_lossless_pass_is_bracketed_by_counter_reads(tmp_path):
     fake = Drafting(GOOD_SSE)
     got = _run(fake, tmp_path, "lossless_pass")
-    assert [(r["pass_kind"], r["position"], r["concurrency"], r["arm"]) for r in got] == \
-        [("lossless_pass", "before", 2, "speculative"), ("lossless_pass", "after", 2, "speculative")]
+    assert [(r["pass_kind"], r["position"], r["concurrency"], r["arm"]) for r in got] == [
+        ("lossless_pass", "before", 2, "speculative"),
+        ("lossless_pass", "after", 2, "speculative"),
+    ]
     before, after = got
     n = sum(rid.endswith(".verify") for rid in fake.request_ids)
     assert n == 3
     assert (before["spec_num_drafts"], before["spec_num_draft_tokens"]) == (0.0, 0.0)
-    assert (after["spec_num_drafts"], after["spec_num_draft_tokens"], after["spec_num_accepted_tokens"],
-            after["generation_tokens"]) == (3.0, 12.0, 6.0, 30.0)
+    assert (
+        after["spec_num_drafts"],
+        after["spec_num_draft_tokens"],
+        after["spec_num_accepted_tokens"],
+        after["generation_tokens"],
+    ) == (3.0, 12.0, 6.0, 30.0)
     assert before["wall_time_ns"] <= after["wall_time_ns"]
     PassCounters.model_validate(after)
 

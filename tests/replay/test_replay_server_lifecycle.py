@@ -36,16 +36,47 @@ def _replay(tmp: Path, startup_s: float) -> tuple[subprocess.Popen, Path]:
     (tmp / "m.gguf").write_bytes(b"")
     pids = tmp / "pids"
     pids.mkdir()
-    rows = [{"prompt_id": f"p{i}", "category": "chat", "prompt": f"Say hello {i}.", "max_tokens": 8,
-             "temperature": 0.0} for i in range(4)]
+    rows = [
+        {"prompt_id": f"p{i}", "category": "chat", "prompt": f"Say hello {i}.", "max_tokens": 8, "temperature": 0.0}
+        for i in range(4)
+    ]
     (tmp / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    env = {**os.environ, "FAKE_LLAMA_BINARY": str(binary), "FAKE_LLAMA_PIDS": str(pids),
-           "FAKE_LLAMA_STARTUP_S": str(startup_s)}
+    env = {
+        **os.environ,
+        "FAKE_LLAMA_BINARY": str(binary),
+        "FAKE_LLAMA_PIDS": str(pids),
+        "FAKE_LLAMA_STARTUP_S": str(startup_s),
+    }
     proc = subprocess.Popen(
-        [sys.executable, str(SUPPORT / "replay_owner.py"), str(tmp / "t.jsonl"), "--engine", "llama.cpp",
-         "--model", str(tmp / "m.gguf"), "--levels", "2", "--repeats", "1", "--warmup", "0",
-         "--request-timeout", "20", "--runs-dir", str(tmp / "runs"), "--run-id", "x", "--no-progress", "--no-verify"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        [
+            sys.executable,
+            str(SUPPORT / "replay_owner.py"),
+            str(tmp / "t.jsonl"),
+            "--engine",
+            "llama.cpp",
+            "--model",
+            str(tmp / "m.gguf"),
+            "--levels",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--request-timeout",
+            "20",
+            "--runs-dir",
+            str(tmp / "runs"),
+            "--run-id",
+            "x",
+            "--no-progress",
+            "--no-verify",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     return proc, pids
 
 

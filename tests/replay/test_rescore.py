@@ -21,17 +21,28 @@ from tests.support.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_l
 from tests.support.fake_server import FakeVllm, serving
 from tests.support.sampling_mart import by_stat, mart
 
-ROWS = [TrafficRow(prompt_id=f"p{i}", category="chat", prompt=f"Tell me story number {i}", max_tokens=16,
-                   temperature=1.0) for i in range(4)]
+ROWS = [
+    TrafficRow(prompt_id=f"p{i}", category="chat", prompt=f"Tell me story number {i}", max_tokens=16, temperature=1.0)
+    for i in range(4)
+]
 SEEDS = derive_seeds(0, 16)
 
 
 # ------------------------------------------------------------------ pieces
 def test_rescored_sum_reads_the_generated_positions_only():
     # prompt of 2 tokens, then generated 7 and 9: positions 2 and 3
-    reply = {"choices": [{"prompt_logprobs": [None, {"5": {"logprob": -9.0}},
-                                              {"7": {"logprob": -0.5, "rank": 1}, "8": {"logprob": -1.0}},
-                                              {"9": {"logprob": -2.25}}]}]}
+    reply = {
+        "choices": [
+            {
+                "prompt_logprobs": [
+                    None,
+                    {"5": {"logprob": -9.0}},
+                    {"7": {"logprob": -0.5, "rank": 1}, "8": {"logprob": -1.0}},
+                    {"9": {"logprob": -2.25}},
+                ]
+            }
+        ]
+    }
     assert rescored_sum(reply, 2, [7, 9]) == -2.75
     with pytest.raises(ValueError, match="4 entries, expected 5"):
         rescored_sum(reply, 3, [7, 9])
@@ -39,8 +50,14 @@ def test_rescored_sum_reads_the_generated_positions_only():
         rescored_sum(reply, 2, [6, 9])
     with pytest.raises(ValueError, match="prompt_logprobs"):
         rescored_sum({"choices": [{"text": "x"}]}, 2, [7, 9])
-    assert rescore_body("m", [1, 2], [7, 9]) == {"model": "m", "prompt": [1, 2, 7, 9], "max_tokens": 1,
-                                                 "temperature": 0.0, "prompt_logprobs": 0, "stream": False}
+    assert rescore_body("m", [1, 2], [7, 9]) == {
+        "model": "m",
+        "prompt": [1, 2, 7, 9],
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "prompt_logprobs": 0,
+        "stream": False,
+    }
 
 
 def test_the_instrument_is_the_reference_arm():
@@ -49,8 +66,12 @@ def test_the_instrument_is_the_reference_arm():
     assert [instrument_arm(a.name, classic) for a in classic] == ["baseline", "baseline"]
     aa = [ArmSpec("baseline", "vllm"), ArmSpec("speculative", "vllm")]  # A/A: still the baseline
     assert [instrument_arm(a.name, aa) for a in aa] == ["baseline", "baseline"]
-    named = [ArmSpec("v-none", "vllm"), ArmSpec("v-ngram", "vllm", ngram), ArmSpec("l-none", "llama.cpp"),
-             ArmSpec("l-ngram", "llama.cpp", {"type": "ngram-mod"})]
+    named = [
+        ArmSpec("v-none", "vllm"),
+        ArmSpec("v-ngram", "vllm", ngram),
+        ArmSpec("l-none", "llama.cpp"),
+        ArmSpec("l-ngram", "llama.cpp", {"type": "ngram-mod"}),
+    ]
     assert [instrument_arm(a.name, named) for a in named] == ["v-none", "v-none", "l-none", "l-none"]
 
 
@@ -58,6 +79,7 @@ def _one(fake, prompt_ids, token_ids):
     async def go():
         async with serving(fake.server(), "aiohttp") as (s, base):
             return await rescore_one(s, base, "m", prompt_ids, token_ids, "rid.rescore")
+
     return asyncio.run(go())
 
 
@@ -72,7 +94,9 @@ def test_rescore_one_sends_prompt_and_sample_and_sums_the_reference_logprobs():
 
 def test_a_sample_that_cannot_be_rescored_says_why():
     assert _one(FakeSampler(), None, [10]) == (
-        None, "the sample's server did not return the prompt's token ids (vLLM's return_token_ids)")
+        None,
+        "the sample's server did not return the prompt's token ids (vLLM's return_token_ids)",
+    )
     value, reason = _one(FakeVllm(), [1, 2], [10])  # a server without /v1/completions
     assert value is None and reason.startswith("re-scoring failed: HTTP 404")
 
@@ -80,13 +104,17 @@ def test_a_sample_that_cannot_be_rescored_says_why():
 # ------------------------------------------------------------------ the whole check
 def check(base: FakeSampler, spec: FakeSampler) -> dict[str, dict]:
     """Both arms' sampling passes, every sample re-scored on the baseline server; the mart's rows."""
+
     async def go() -> pa.Table:
         tables = []
-        async with serving(base.server(), "aiohttp") as (session, base_url), \
-                serving(spec.server(), "aiohttp") as (spec_session, spec_url):
+        async with (
+            serving(base.server(), "aiohttp") as (session, base_url),
+            serving(spec.server(), "aiohttp") as (spec_session, spec_url),
+        ):
             for arm, s, url in (("baseline", session, base_url), ("speculative", spec_session, spec_url)):
-                results = await sample_pass(s, url, "m", ROWS, 4, lambda i, arm=arm: f"sd.t.{arm}.c4.{i:05d}.sample",
-                                            None, SEEDS, EOS)
+                results = await sample_pass(
+                    s, url, "m", ROWS, 4, lambda i, arm=arm: f"sd.t.{arm}.c4.{i:05d}.sample", None, SEEDS, EOS
+                )
                 await rescore_pass(session, base_url, "m", results, 4, by="baseline")
                 tables.append(sample_table("t", arm, 4, results))
         return pa.concat_tables(tables)

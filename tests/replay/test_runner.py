@@ -20,8 +20,7 @@ def test_closed_loop_keeps_exactly_level_requests_in_flight(level):
 
     async def go():
         async with serving(fake.server()) as (s, base):
-            return await run_level(s, base, "m", rows, level,
-                                   lambda i: request_id("r", "baseline", level, i))
+            return await run_level(s, base, "m", rows, level, lambda i: request_id("r", "baseline", level, i))
 
     results = asyncio.run(go())
     assert len(results) == 7 and all(res.success for _, res in results)
@@ -86,12 +85,18 @@ def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_ve
 
     blocks = [(b.kind, b.arm, b.level, b.repeat) for b in interleaved([1, 4], 2, ["baseline", "speculative"], True)]
     assert blocks == [
-        ("timed", "baseline", 1, 0), ("timed", "speculative", 1, 0),
-        ("timed", "speculative", 1, 1), ("timed", "baseline", 1, 1),
-        ("verify", "baseline", 1, 0), ("verify", "speculative", 1, 0),
-        ("timed", "baseline", 4, 0), ("timed", "speculative", 4, 0),
-        ("timed", "speculative", 4, 1), ("timed", "baseline", 4, 1),
-        ("verify", "baseline", 4, 0), ("verify", "speculative", 4, 0),
+        ("timed", "baseline", 1, 0),
+        ("timed", "speculative", 1, 0),
+        ("timed", "speculative", 1, 1),
+        ("timed", "baseline", 1, 1),
+        ("verify", "baseline", 1, 0),
+        ("verify", "speculative", 1, 0),
+        ("timed", "baseline", 4, 0),
+        ("timed", "speculative", 4, 0),
+        ("timed", "speculative", 4, 1),
+        ("timed", "baseline", 4, 1),
+        ("verify", "baseline", 4, 0),
+        ("verify", "speculative", 4, 0),
     ]
     assert all(b.kind == "timed" for b in interleaved([1], 3, ["baseline"], False))
 
@@ -99,17 +104,25 @@ def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_ve
 def test_fresh_servers_per_repeat_make_the_schedule_repeat_major():
     from specdec.replay.schedule import interleaved
 
-    blocks = [(b.kind, b.arm, b.level, b.repeat)
-              for b in interleaved([1, 4], 2, ["baseline", "speculative"], True, restart=True)]
+    blocks = [
+        (b.kind, b.arm, b.level, b.repeat)
+        for b in interleaved([1, 4], 2, ["baseline", "speculative"], True, restart=True)
+    ]
     assert blocks == [
-        ("timed", "baseline", 1, 0), ("timed", "speculative", 1, 0),
-        ("timed", "speculative", 4, 0), ("timed", "baseline", 4, 0),
+        ("timed", "baseline", 1, 0),
+        ("timed", "speculative", 1, 0),
+        ("timed", "speculative", 4, 0),
+        ("timed", "baseline", 4, 0),
         ("restart", "", 0, 1),
         # each level has each arm first once over the two repeats
-        ("timed", "speculative", 1, 1), ("timed", "baseline", 1, 1),
-        ("timed", "baseline", 4, 1), ("timed", "speculative", 4, 1),
-        ("verify", "baseline", 1, 0), ("verify", "speculative", 1, 0),
-        ("verify", "baseline", 4, 0), ("verify", "speculative", 4, 0),
+        ("timed", "speculative", 1, 1),
+        ("timed", "baseline", 1, 1),
+        ("timed", "baseline", 4, 1),
+        ("timed", "speculative", 4, 1),
+        ("verify", "baseline", 1, 0),
+        ("verify", "speculative", 1, 0),
+        ("verify", "baseline", 4, 0),
+        ("verify", "speculative", 4, 0),
     ]
     # one repeat: nothing to restart
     assert [b.kind for b in interleaved([1], 1, ["baseline"], False, restart=True)] == ["timed"]
@@ -124,13 +137,23 @@ def test_a_restart_moves_the_following_blocks_to_the_fresh_servers(tmp_path):
     from specdec.replay.runner import Replayer
 
     traffic = load_traffic(BUNDLED)
-    cfg = ReplayConfig(traffic=BUNDLED, requests_per_level=2, levels=[1, 2], repeats=2, verify=False,
-                       samples=0, prefix_cache="keep", warmup_requests=1, progress=False)
+    cfg = ReplayConfig(
+        traffic=BUNDLED,
+        requests_per_level=2,
+        levels=[1, 2],
+        repeats=2,
+        verify=False,
+        samples=0,
+        prefix_cache="keep",
+        warmup_requests=1,
+        progress=False,
+    )
     old, new = FakeVllm(SSE), FakeVllm(SSE)
     restarts = []
 
     async def go():
         async with serving(old.server()) as (_, old_base), serving(new.server()) as (_, new_base):
+
             def restart(repeat):
                 restarts.append(repeat)
                 return {"baseline": new_base, "speculative": new_base}
@@ -141,9 +164,11 @@ def test_a_restart_moves_the_following_blocks_to_the_fresh_servers(tmp_path):
     asyncio.run(go())
     assert restarts == [1]
     timed = lambda ids: sorted(i for i in ids if not i.endswith(".warmup"))  # noqa: E731
-    assert timed(old.request_ids) == sorted(request_id("r", arm, level, i, 0) for arm in ("baseline", "speculative")
-                                            for level in (1, 2) for i in range(2))
-    assert timed(new.request_ids) == sorted(request_id("r", arm, level, i, 1) for arm in ("baseline", "speculative")
-                                            for level in (1, 2) for i in range(2))
+    assert timed(old.request_ids) == sorted(
+        request_id("r", arm, level, i, 0) for arm in ("baseline", "speculative") for level in (1, 2) for i in range(2)
+    )
+    assert timed(new.request_ids) == sorted(
+        request_id("r", arm, level, i, 1) for arm in ("baseline", "speculative") for level in (1, 2) for i in range(2)
+    )
     assert sum(i.endswith(".warmup") for i in new.request_ids) == 2  # each fresh arm warmed up
     assert pq.read_table(requests_part(tmp_path, "baseline", 2, 1)).num_rows == 2

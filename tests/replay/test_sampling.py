@@ -29,8 +29,11 @@ def _event(entries: list[dict]) -> bytes:
 
 
 def _entry(tid: int, lp: float, top: list[tuple[int, float]] = ()) -> dict:
-    return {"token": f"token_id:{tid}", "logprob": lp,
-            "top_logprobs": [{"token": f"token_id:{t}", "logprob": v} for t, v in top]}
+    return {
+        "token": f"token_id:{tid}",
+        "logprob": lp,
+        "top_logprobs": [{"token": f"token_id:{t}", "logprob": v} for t, v in top],
+    }
 
 
 def _stream(*events: bytes, completion_tokens: int) -> bytes:
@@ -40,8 +43,9 @@ def _stream(*events: bytes, completion_tokens: int) -> bytes:
 
 # three sampled tokens in two events (speculation), the second not the most likely one;
 # the end-of-sequence id 2 is sampled at position 2
-SAMPLED = _stream(_event([_entry(7, -0.25)]),
-                  _event([_entry(9, -1.5, [(4, -0.5)]), _entry(2, -2.0)]), completion_tokens=3)
+SAMPLED = _stream(
+    _event([_entry(7, -0.25)]), _event([_entry(9, -1.5, [(4, -0.5)]), _entry(2, -2.0)]), completion_tokens=3
+)
 
 
 def _run(fake: FakeVllm, coro_fn):
@@ -62,8 +66,7 @@ def test_seeds_are_derived_deterministically_and_bases_give_unrelated_lists():
 
 def test_sequence_logprob_sums_the_emitted_tokens_and_natural_end_is_the_first_sampled_eos():
     fake = FakeVllm(SAMPLED)
-    res = _run(fake, lambda s, base: sample_one(s, base, "m", ROW, "rid", 3, 1234, 0.8,
-                                                eos_token_ids=frozenset({2})))
+    res = _run(fake, lambda s, base: sample_one(s, base, "m", ROW, "rid", 3, 1234, 0.8, eos_token_ids=frozenset({2})))
     assert res.stream.success and res.token_ids == [7, 9, 2]
     assert res.emitted_logprobs == [-0.25, -1.5, -2.0]
     assert res.sequence_logprob == -3.75  # the emitted tokens' logprobs, not the top-1 (-0.5) at position 1
@@ -73,11 +76,17 @@ def test_sequence_logprob_sums_the_emitted_tokens_and_natural_end_is_the_first_s
 
 def test_the_recorded_vllm_stream_sums_every_position(fixtures):
     raw = (fixtures / "vllm_chat_stream_logprobs.sse").read_bytes()
-    expected = sum(e["logprob"] for line in raw.decode().splitlines() if line.startswith("data: {")
-                   for c in json.loads(line[6:])["choices"] if c.get("logprobs")
-                   for e in c["logprobs"]["content"])
-    res = _run(FakeVllm(raw), lambda s, base: sample_one(s, base, "m", ROW, "rid", 0, 1, 1.0,
-                                                          eos_token_ids=frozenset({2})))
+    expected = sum(
+        e["logprob"]
+        for line in raw.decode().splitlines()
+        if line.startswith("data: {")
+        for c in json.loads(line[6:])["choices"]
+        if c.get("logprobs")
+        for e in c["logprobs"]["content"]
+    )
+    res = _run(
+        FakeVllm(raw), lambda s, base: sample_one(s, base, "m", ROW, "rid", 0, 1, 1.0, eos_token_ids=frozenset({2}))
+    )
     assert res.stream.success and len(res.emitted_logprobs) == 16
     assert res.sequence_logprob == pytest.approx(expected) and expected < -2.0
     assert res.natural_end_position == 6
@@ -85,12 +94,19 @@ def test_the_recorded_vllm_stream_sums_every_position(fixtures):
 
 def test_pass_sends_every_sampled_prompt_once_per_seed_with_logprobs_at_level_concurrency():
     fake = FakeVllm(SAMPLED, delay_s=0.01)
-    rows = [ROW, ROW.model_copy(update={"prompt_id": "g", "temperature": 0.0}),  # greedy: not sampled
-            ROW.model_copy(update={"prompt_id": "p2", "category": "code", "temperature": 1.0, "max_tokens": 8}),
-            ROW]  # a repeated prompt is sampled once per seed
+    rows = [
+        ROW,
+        ROW.model_copy(update={"prompt_id": "g", "temperature": 0.0}),  # greedy: not sampled
+        ROW.model_copy(update={"prompt_id": "p2", "category": "code", "temperature": 1.0, "max_tokens": 8}),
+        ROW,
+    ]  # a repeated prompt is sampled once per seed
     assert [r.prompt_id for r in sampled_rows(rows)] == ["p1", "p2"]
-    results = _run(fake, lambda s, base: sample_pass(s, base, "m", rows, 2, lambda i: f"sd.t.baseline.c2.{i:05d}.sample",
-                                                     None, [11, 22, 33], frozenset({2})))
+    results = _run(
+        fake,
+        lambda s, base: sample_pass(
+            s, base, "m", rows, 2, lambda i: f"sd.t.baseline.c2.{i:05d}.sample", None, [11, 22, 33], frozenset({2})
+        ),
+    )
     assert len(results) == 6 and fake.max_in_flight == 2
     sent = sorted((b["max_tokens"], b["seed"], b["temperature"]) for b in fake.bodies)
     assert sent == [(8, 11, 1.0), (8, 22, 1.0), (8, 33, 1.0), (16, 11, 0.8), (16, 22, 0.8), (16, 33, 0.8)]
@@ -105,10 +121,21 @@ def test_pass_sends_every_sampled_prompt_once_per_seed_with_logprobs_at_level_co
     assert table.schema.names == list(SampleCheck.model_fields)
     got = sorted(table.to_pylist(), key=lambda r: (r["prompt_id"], r["sample_index"]))
     assert [(r["prompt_id"], r["sample_index"], r["seed"]) for r in got] == [
-        ("p1", 0, 11), ("p1", 1, 22), ("p1", 2, 33), ("p2", 0, 11), ("p2", 1, 22), ("p2", 2, 33)]
+        ("p1", 0, 11),
+        ("p1", 1, 22),
+        ("p1", 2, 33),
+        ("p2", 0, 11),
+        ("p2", 1, 22),
+        ("p2", 2, 33),
+    ]
     p2 = got[3]
-    assert (p2["arm"], p2["concurrency"], p2["category"], p2["temperature"], p2["max_tokens"]) == \
-        ("baseline", 2, "code", 1.0, 8)
+    assert (p2["arm"], p2["concurrency"], p2["category"], p2["temperature"], p2["max_tokens"]) == (
+        "baseline",
+        2,
+        "code",
+        1.0,
+        8,
+    )
     assert p2["success"] and p2["error_type"] is None and p2["output_tokens"] == 3
     assert p2["sequence_logprob"] == -3.75 and p2["natural_end_position"] == 2 and p2["eos_token_ids"] == [2]
     assert p2["top_p"] is None
@@ -119,18 +146,20 @@ def test_pass_sends_every_sampled_prompt_once_per_seed_with_logprobs_at_level_co
 def test_temperature_override_replaces_every_rows_temperature():
     fake = FakeVllm(SAMPLED)
     rows = [ROW, ROW.model_copy(update={"prompt_id": "p2", "temperature": 1.0})]
-    results = _run(fake, lambda s, base: sample_pass(s, base, "m", rows, 1, str, None, [5],
-                                                     temperature_override=0.7))
+    results = _run(fake, lambda s, base: sample_pass(s, base, "m", rows, 1, str, None, [5], temperature_override=0.7))
     assert [b["temperature"] for b in fake.bodies] == [0.7, 0.7]
     assert {r.temperature for _, r in results} == {0.7}
     assert set(sample_table("t", "speculative", 1, results).column("temperature").to_pylist()) == {0.7}
 
 
-@pytest.mark.parametrize("fake, error_type", [
-    (FakeVllm(b"", status=500), "http_status"),
-    (FakeVllm(GOOD_SSE), "bad_logprobs"),  # a server that ignored logprobs
-    (FakeVllm(SAMPLED.replace(b"data: [DONE]\n\n", b"")), "stream_truncated"),
-])
+@pytest.mark.parametrize(
+    "fake, error_type",
+    [
+        (FakeVllm(b"", status=500), "http_status"),
+        (FakeVllm(GOOD_SSE), "bad_logprobs"),  # a server that ignored logprobs
+        (FakeVllm(SAMPLED.replace(b"data: [DONE]\n\n", b"")), "stream_truncated"),
+    ],
+)
 def test_failures_are_typed_rows_without_a_sequence_logprob(fake, error_type):
     results = _run(fake, lambda s, base: sample_pass(s, base, "m", [ROW], 1, str, None, [1, 2]))
     rows = sample_table("t", "speculative", 1, results).to_pylist()

@@ -45,9 +45,20 @@ class Owner:
         self.pidfile = tmp / "server.pids"
         self.log = tmp / "server.log"
         self.proc = subprocess.Popen(
-            [sys.executable, str(OWNER), str(self.log), str(self.pidfile), str(startup_s), str(grace_s),
-             *(["--stubborn"] if stubborn else [])],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            [
+                sys.executable,
+                str(OWNER),
+                str(self.log),
+                str(self.pidfile),
+                str(startup_s),
+                str(grace_s),
+                *(["--stubborn"] if stubborn else []),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.server = self.child = None
 
     def server_pids(self, timeout_s: float = 30) -> tuple[int, int]:
@@ -67,8 +78,9 @@ class Owner:
         return time.monotonic() - started
 
     def assert_nothing_left(self) -> None:
-        assert group_members(self.server) == 0, [p.info for p in psutil.process_iter(["pid", "cmdline"])
-                                                 if _pgid(p.pid) == self.server]
+        assert group_members(self.server) == 0, [
+            p.info for p in psutil.process_iter(["pid", "cmdline"]) if _pgid(p.pid) == self.server
+        ]
         assert _gone(self.server) and _gone(self.child)
 
     def cleanup(self) -> None:
@@ -197,8 +209,9 @@ def test_cancelling_a_start_in_a_worker_thread_kills_its_group_before_the_cancel
     cmd = [sys.executable, str(SUPPORT / "stubborn_server.py"), str(port), str(pidfile), "--startup-s", "60"]
 
     async def main() -> float:
-        task = asyncio.ensure_future(in_thread(ServerProcess(cmd, {}, tmp_path / "log", port,
-                                                             startup_timeout_s=120).__enter__))
+        task = asyncio.ensure_future(
+            in_thread(ServerProcess(cmd, {}, tmp_path / "log", port, startup_timeout_s=120).__enter__)
+        )
         deadline = time.monotonic() + 30
         while not pidfile.exists():
             assert time.monotonic() < deadline
@@ -233,8 +246,14 @@ def test_start_all_starts_the_servers_at_once_and_a_failed_one_leaves_none_runni
     def fake(name: str, startup_s: float, port: int | None = None) -> tuple[ServerProcess, Path]:
         pidfile = tmp_path / f"{name}.pids"
         port = port or free_port()
-        cmd = [sys.executable, str(SUPPORT / "stubborn_server.py"), str(port), str(pidfile),
-               "--startup-s", str(startup_s)]
+        cmd = [
+            sys.executable,
+            str(SUPPORT / "stubborn_server.py"),
+            str(port),
+            str(pidfile),
+            "--startup-s",
+            str(startup_s),
+        ]
         return ServerProcess(cmd, {}, tmp_path / f"{name}.log", port, startup_timeout_s=30), pidfile
 
     (a, pa), (b, pb) = fake("a", 1.5), fake("b", 1.5)
@@ -250,8 +269,9 @@ def test_start_all_starts_the_servers_at_once_and_a_failed_one_leaves_none_runni
         assert group_members(server) == 0 and _gone(child)
 
     good, pgood = fake("good", 0.2)
-    bad = ServerProcess([sys.executable, "-c", "import sys; sys.exit(3)"], {}, tmp_path / "bad.log",
-                        free_port(), startup_timeout_s=30)
+    bad = ServerProcess(
+        [sys.executable, "-c", "import sys; sys.exit(3)"], {}, tmp_path / "bad.log", free_port(), startup_timeout_s=30
+    )
     with pytest.raises(SpecdecError, match="exited with code 3"):
         with contextlib.ExitStack() as stack:
             start_all(stack, [good, bad])

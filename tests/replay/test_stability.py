@@ -34,8 +34,19 @@ from specdec.replay.stability.soak import rss_trend
 from specdec.schemas.records import StabilityResult
 
 MAX_LEN = 1000
-ALL_FAULTS = ["empty_prompt", "whitespace_prompt", "over_length_prompt", "odd_unicode", "extreme_temperature",
-              "extreme_top_p", "disconnect_mid_stream", "burst", "soak", "greedy_recheck", "kill_restart"]
+ALL_FAULTS = [
+    "empty_prompt",
+    "whitespace_prompt",
+    "over_length_prompt",
+    "odd_unicode",
+    "extreme_temperature",
+    "extreme_top_p",
+    "disconnect_mid_stream",
+    "burst",
+    "soak",
+    "greedy_recheck",
+    "kill_restart",
+]
 
 
 class FakeEngine:
@@ -43,8 +54,14 @@ class FakeEngine:
     (refuse with 429 beyond it), drift (greedy outputs change after the first
     `drift_after` requests), poison (a temperature that makes /health fail)."""
 
-    def __init__(self, delay_s: float = 0.002, leak: bool = False, capacity: int | None = None,
-                 drift_after: int | None = None, poison_temperature: float | None = None):
+    def __init__(
+        self,
+        delay_s: float = 0.002,
+        leak: bool = False,
+        capacity: int | None = None,
+        drift_after: int | None = None,
+        poison_temperature: float | None = None,
+    ):
         self.delay_s, self.leak, self.capacity = delay_s, leak, capacity
         self.drift_after, self.poison_temperature = drift_after, poison_temperature
         self.running = 0  # what /metrics reports
@@ -69,8 +86,10 @@ class FakeEngine:
         return web.Response(status=500 if self.sick else 200)
 
     async def metrics(self, request):
-        return web.Response(text=f'vllm:num_requests_running{{engine="0"}} {self.running}.0\n'
-                                 'vllm:num_requests_waiting{engine="0"} 0.0\n')
+        return web.Response(
+            text=f'vllm:num_requests_running{{engine="0"}} {self.running}.0\n'
+            'vllm:num_requests_waiting{engine="0"} 0.0\n'
+        )
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -191,8 +210,17 @@ class RestartableFake:
 
 
 def _cfg(tmp_path: Path, url: str, **kw) -> StabilityConfig:
-    base = dict(url=url, runs_dir=tmp_path / "runs", run_id="st", concurrency=2, soak_minutes=0.01,
-                rss_interval_s=0.1, connect_timeout_s=2, request_timeout_s=5, probe_timeout_s=30)
+    base = dict(
+        url=url,
+        runs_dir=tmp_path / "runs",
+        run_id="st",
+        concurrency=2,
+        soak_minutes=0.01,
+        rss_interval_s=0.1,
+        connect_timeout_s=2,
+        request_timeout_s=5,
+        probe_timeout_s=30,
+    )
     return StabilityConfig(**{**base, **kw})
 
 
@@ -219,9 +247,11 @@ def test_rss_trend_hand_numbers():
 
 
 def test_gauge_sum_over_label_sets():
-    text = ('# HELP vllm:num_requests_running x\nvllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
-            'vllm:num_requests_running{engine="1",model_name="m"} 1.0\nvllm:num_requests_waiting 3\n'
-            'vllm:num_requests_running_total 99\n')
+    text = (
+        '# HELP vllm:num_requests_running x\nvllm:num_requests_running{engine="0",model_name="m"} 2.0\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 1.0\nvllm:num_requests_waiting 3\n'
+        "vllm:num_requests_running_total 99\n"
+    )
     assert gauge_sum(text, ("vllm:num_requests_running",)) == 3.0
     assert gauge_sum(text, faults.BUSY_GAUGES) == 6.0
     assert gauge_sum("other 1\n", faults.BUSY_GAUGES) is None
@@ -232,14 +262,25 @@ def test_clean_shows_control_characters_as_escapes():
     assert clean("x" * 200, 10) == "xxxxxxx..."
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000", "http://127.9.9.9", "http://localhost:1/",
-                                 "http://[::1]:8000", "http://u:p@127.0.0.1:9"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8000", "http://127.9.9.9", "http://localhost:1/", "http://[::1]:8000", "http://u:p@127.0.0.1:9"],
+)
 def test_loopback_urls_are_accepted(url):
     assert require_loopback(url).base.startswith("http://")
 
 
-@pytest.mark.parametrize("url", ["http://10.0.0.1:8000", "http://example.com", "http://0.0.0.0:8000",
-                                 "http://[::2]:80", "http://localhost.example.com", "http://192.168.1.2"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.1:8000",
+        "http://example.com",
+        "http://0.0.0.0:8000",
+        "http://[::2]:80",
+        "http://localhost.example.com",
+        "http://192.168.1.2",
+    ],
+)
 def test_other_hosts_are_refused_before_anything_is_written(tmp_path, url):
     with pytest.raises(SpecdecError, match="only targets a server on this machine"):
         run_stability(_cfg(tmp_path, url))
@@ -320,7 +361,7 @@ def test_a_probe_that_leaves_the_server_unhealthy_fails_and_later_probes_are_ski
     poisoned = next(r for r in rows if r.fault == "extreme_temperature" and r.probe_index == 2)
     assert poisoned.outcome == "failed" and not poisoned.server_healthy_after
     assert "did not answer 200" in poisoned.detail
-    later = rows[rows.index(poisoned) + 1:]
+    later = rows[rows.index(poisoned) + 1 :]
     assert later and all(r.outcome == "skipped" and r.requests_sent == 0 for r in later)
     assert {f["fault"] for f in fault_table(rows)} == set(ALL_FAULTS)  # every fault still has a row
 
@@ -385,13 +426,28 @@ def test_cli_prints_the_table_and_exits_1_when_a_fault_failed(serve, tmp_path):
     from specdec.cli.main import main
 
     srv = serve(FakeEngine(drift_after=6))
-    r = CliRunner().invoke(main, ["stability", "--url", srv.url, "--runs-dir", str(tmp_path / "runs"),
-                                  "--run-id", "cli", "--soak-minutes", "0.01", "--request-timeout", "5",
-                                  "--probe-timeout", "30"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "stability",
+            "--url",
+            srv.url,
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "cli",
+            "--soak-minutes",
+            "0.01",
+            "--request-timeout",
+            "5",
+            "--probe-timeout",
+            "30",
+        ],
+    )
     assert r.exit_code == 1, r.output
     lines = r.output.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("fault "))
-    table = {line.split()[0]: line.split()[1] for line in lines[head + 1:head + 1 + len(ALL_FAULTS)]}
+    table = {line.split()[0]: line.split()[1] for line in lines[head + 1 : head + 1 + len(ALL_FAULTS)]}
     assert list(table) == ALL_FAULTS and table["greedy_recheck"] == "failed" and table["empty_prompt"] == "ok"
     assert "1 fault type(s) failed: greedy_recheck" in r.output
     assert (tmp_path / "runs" / "cli" / "report.html").is_file()
@@ -400,11 +456,24 @@ def test_cli_prints_the_table_and_exits_1_when_a_fault_failed(serve, tmp_path):
 
 def test_table_text_lists_worst_outcome_per_fault():
     def row(fault, i, outcome, healthy=True):
-        return StabilityResult(run_id="t", fault=fault, probe_index=i, wall_start_ns=i, duration_ms=1.0,
-                               requests_sent=1, requests_failed=int(outcome in ("degraded", "failed")), error_types=[],
-                               expected="completes", outcome=outcome, server_healthy_after=healthy,
-                               detail=f"{fault} {i} {outcome}")
-    text = table_text([row("a", 0, "ok"), row("a", 1, "degraded"), row("b", 0, "skipped"), row("b", 1, "failed", False)])
+        return StabilityResult(
+            run_id="t",
+            fault=fault,
+            probe_index=i,
+            wall_start_ns=i,
+            duration_ms=1.0,
+            requests_sent=1,
+            requests_failed=int(outcome in ("degraded", "failed")),
+            error_types=[],
+            expected="completes",
+            outcome=outcome,
+            server_healthy_after=healthy,
+            detail=f"{fault} {i} {outcome}",
+        )
+
+    text = table_text(
+        [row("a", 0, "ok"), row("a", 1, "degraded"), row("b", 0, "skipped"), row("b", 1, "failed", False)]
+    )
     lines = text.splitlines()
     assert lines[1].split()[:4] == ["a", "degraded", "2", "1"] and lines[1].endswith("a 1 degraded")
     assert lines[2].split()[:5] == ["b", "failed", "2", "1", "NO"]

@@ -76,16 +76,19 @@ def _jsonl(tmp_path, *objs, name="mix.jsonl"):
     return p
 
 
-@pytest.mark.parametrize("field, value, found", [
-    ("max_tokens", "12", "string '12'"),
-    ("max_tokens", True, "boolean true"),
-    ("max_tokens", 1.5, "number 1.5"),
-    ("max_tokens", 12.0, "number 12.0"),
-    ("temperature", "0.5", "string '0.5'"),
-    ("temperature", False, "boolean false"),
-    ("prompt_id", 7, "number 7"),
-    ("category", None, "null"),
-])
+@pytest.mark.parametrize(
+    "field, value, found",
+    [
+        ("max_tokens", "12", "string '12'"),
+        ("max_tokens", True, "boolean true"),
+        ("max_tokens", 1.5, "number 1.5"),
+        ("max_tokens", 12.0, "number 12.0"),
+        ("temperature", "0.5", "string '0.5'"),
+        ("temperature", False, "boolean false"),
+        ("prompt_id", 7, "number 7"),
+        ("category", None, "null"),
+    ],
+)
 def test_values_of_the_wrong_json_type_are_refused_not_coerced(tmp_path, field, value, found):
     p = _jsonl(tmp_path, GOOD | {"prompt_id": "b"}, GOOD | {field: value})
     with pytest.raises(InputFileError) as e:
@@ -97,8 +100,7 @@ def test_values_of_the_wrong_json_type_are_refused_not_coerced(tmp_path, field, 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_literals_are_refused(tmp_path, literal):
     p = tmp_path / "mix.jsonl"
-    p.write_text('{"prompt_id": "a", "category": "c", "prompt": "x", "max_tokens": 8, '
-                 f'"temperature": {literal}}}\n')
+    p.write_text(f'{{"prompt_id": "a", "category": "c", "prompt": "x", "max_tokens": 8, "temperature": {literal}}}\n')
     with pytest.raises(InputFileError, match=rf"row 1: {literal} is not valid JSON"):
         load_traffic(p)
 
@@ -110,19 +112,22 @@ def test_a_float_that_overflows_to_infinity_is_refused(tmp_path):
         load_traffic(p)
 
 
-@pytest.mark.parametrize("field, value, problem", [
-    ("prompt", " \t\n ", "not only whitespace"),
-    ("prompt", "\u3000\u2028", "not only whitespace"),
-    ("prompt", "a\x00b", "NUL"),
-    ("prompt_id", " a", "whitespace"),
-    ("category", "code ", "whitespace"),
-    ("category", "", "empty"),
-    ("category", "co\nde", "control characters"),
-    ("prompt_id", "a\x1bb", "control characters"),
-    ("category", "a\u2028b", "control characters"),
-    ("max_tokens", 1_000_001, "less than or equal to 1000000"),
-    ("temperature", 2.5, "less than or equal to 2"),
-])
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("prompt", " \t\n ", "not only whitespace"),
+        ("prompt", "\u3000\u2028", "not only whitespace"),
+        ("prompt", "a\x00b", "NUL"),
+        ("prompt_id", " a", "whitespace"),
+        ("category", "code ", "whitespace"),
+        ("category", "", "empty"),
+        ("category", "co\nde", "control characters"),
+        ("prompt_id", "a\x1bb", "control characters"),
+        ("category", "a\u2028b", "control characters"),
+        ("max_tokens", 1_000_001, "less than or equal to 1000000"),
+        ("temperature", 2.5, "less than or equal to 2"),
+    ],
+)
 def test_text_and_range_rules(tmp_path, field, value, problem):
     p = _jsonl(tmp_path, GOOD | {field: value})
     with pytest.raises(InputFileError, match=rf"row 1, field '{field}': .*{problem}"):
@@ -164,10 +169,14 @@ def test_lines_split_only_on_newline_and_crlf_works(tmp_path):
     # odd Unicode in labels and control characters in prompts are allowed (see specdec.schemas.strict).
     odd = "one\u2028two\u2029three\x85four\x0bfive\x0csix\x1cseven\ttab\x07 \u202e"
     p = tmp_path / "mix.jsonl"
-    p.write_bytes((json.dumps(GOOD | {"prompt": odd, "prompt_id": "ид-1", "category": "código 🚀"},
-                              ensure_ascii=False) + "\r\n"
-                   + json.dumps(GOOD | {"prompt_id": "b", "temperature": 2, "max_tokens": 1_000_000}) + "\r\n"
-                   ).encode())
+    p.write_bytes(
+        (
+            json.dumps(GOOD | {"prompt": odd, "prompt_id": "ид-1", "category": "código 🚀"}, ensure_ascii=False)
+            + "\r\n"
+            + json.dumps(GOOD | {"prompt_id": "b", "temperature": 2, "max_tokens": 1_000_000})
+            + "\r\n"
+        ).encode()
+    )
     rows = load_traffic(p).rows
     assert [r.prompt_id for r in rows] == ["ид-1", "b"]
     assert rows[0].prompt == odd and rows[0].category == "código 🚀"
@@ -234,9 +243,15 @@ def test_parquet_column_of_the_wrong_type_is_named_and_compatible_types_pass(tmp
     with pytest.raises(InputFileError, match=r"field 'prompt_id': column has Arrow type int64, expected string"):
         load_traffic(p)
     # narrower ints, an integer temperature column and dictionary-encoded strings are fine
-    p = _parquet(tmp_path, BASE_COLS | {"max_tokens": pa.array([8, 9], pa.int16()),
-                                        "temperature": pa.array([0, 1], pa.int32()),
-                                        "category": pa.array(["c", "d"]).dictionary_encode()})
+    p = _parquet(
+        tmp_path,
+        BASE_COLS
+        | {
+            "max_tokens": pa.array([8, 9], pa.int16()),
+            "temperature": pa.array([0, 1], pa.int32()),
+            "category": pa.array(["c", "d"]).dictionary_encode(),
+        },
+    )
     rows = load_traffic(p).rows
     assert [(r.max_tokens, r.temperature, r.category) for r in rows] == [(8, 0.0, "c"), (9, 1.0, "d")]
 

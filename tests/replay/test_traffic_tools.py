@@ -32,12 +32,17 @@ def write(tmp_path, rows, name="t.jsonl"):
 @pytest.fixture
 def small(tmp_path):
     """4 rows: code x1, chat x3; one session of 2 turns; arrivals 0, 0.5, 1.5, 2.5 s."""
-    return load_traffic(write(tmp_path, [
-        row("a", "code", input_tokens=3, max_tokens=8, arrival_ms=0.0, tier="high", source="proxy"),
-        row("b", "chat", input_tokens=5, max_tokens=8, arrival_ms=500.0, session_id="s", turn_index=0),
-        row("c", "chat", max_tokens=16, arrival_ms=1500.0, session_id="s", turn_index=1),
-        row("d", "chat", input_tokens=100, max_tokens=1, arrival_ms=2500.0),
-    ]))
+    return load_traffic(
+        write(
+            tmp_path,
+            [
+                row("a", "code", input_tokens=3, max_tokens=8, arrival_ms=0.0, tier="high", source="proxy"),
+                row("b", "chat", input_tokens=5, max_tokens=8, arrival_ms=500.0, session_id="s", turn_index=0),
+                row("c", "chat", max_tokens=16, arrival_ms=1500.0, session_id="s", turn_index=1),
+                row("d", "chat", input_tokens=100, max_tokens=1, arrival_ms=2500.0),
+            ],
+        )
+    )
 
 
 # ------------------------------------------------------------------ mixes
@@ -47,16 +52,19 @@ def test_parse_mix():
     assert sum(parse_mix("a=0.3333,b=0.3333,c=0.3333").values()) == pytest.approx(0.9999)  # within 0.001
 
 
-@pytest.mark.parametrize("text, says", [
-    ("code=0.3,chat=0.6", "the shares must sum to 1 (within 0.001); 0.3 + 0.6 = 0.9"),
-    ("code=0.3,,chat=0.7", "empty item"),
-    ("code,chat=1", "'code' is not category=share"),
-    ("=1", "'=1' is not category=share"),
-    ("code=abc", "the share of 'code' must be a number from 0 to 1, got 'abc'"),
-    ("code=1.5", "the share of 'code' must be a number from 0 to 1, got 1.5"),
-    ("code=nan", "got 'nan'"),
-    ("code=0.5,code=0.5", "category 'code' is given twice"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("code=0.3,chat=0.6", "the shares must sum to 1 (within 0.001); 0.3 + 0.6 = 0.9"),
+        ("code=0.3,,chat=0.7", "empty item"),
+        ("code,chat=1", "'code' is not category=share"),
+        ("=1", "'=1' is not category=share"),
+        ("code=abc", "the share of 'code' must be a number from 0 to 1, got 'abc'"),
+        ("code=1.5", "the share of 'code' must be a number from 0 to 1, got 1.5"),
+        ("code=nan", "got 'nan'"),
+        ("code=0.5,code=0.5", "category 'code' is given twice"),
+    ],
+)
 def test_a_bad_mix_says_what_is_wrong(text, says):
     with pytest.raises(MixError) as e:
         parse_mix(text)
@@ -65,7 +73,9 @@ def test_a_bad_mix_says_what_is_wrong(text, says):
 
 def test_replay_config_checks_the_mix(tmp_path):
     assert ReplayConfig(traffic=tmp_path / "t.jsonl", mix={"code": 0.25, "chat": 0.75}).mix == {
-        "code": 0.25, "chat": 0.75}
+        "code": 0.25,
+        "chat": 0.75,
+    }
     with pytest.raises(ValidationError, match="the shares must sum to 1"):
         ReplayConfig(traffic=tmp_path / "t.jsonl", mix={"code": 0.5})
 
@@ -115,8 +125,14 @@ def test_profile_of_a_small_file(small):
     assert (p["rows"], p["categories"]) == (4, {"chat": 3, "code": 1})
     assert p["category_shares"] == {"chat": 0.75, "code": 0.25}
     assert p["tiers"] == {"(none)": 3, "high": 1} and p["sources"] == {"(none)": 3, "proxy": 1}
-    assert p["sessions"] == {"sessions": 1, "rows_in_sessions": 2, "standalone_rows": 2,
-                             "turns_min": 2, "turns_p50": 2, "turns_max": 2}
+    assert p["sessions"] == {
+        "sessions": 1,
+        "rows_in_sessions": 2,
+        "standalone_rows": 2,
+        "turns_min": 2,
+        "turns_p50": 2,
+        "turns_max": 2,
+    }
     assert (p["input_tokens"]["known"], p["input_tokens"]["max"]) == (3, 100)
     assert [b["rows"] for b in p["max_tokens"]["bins"]] == [1, 0, 0, 2, 1]  # 1 | 2-3 | 4-7 | 8, 8 | 16
     a = p["arrival"]
@@ -209,8 +225,10 @@ def test_mix_leaves_out_unnamed_categories_and_refuses_unknown_ones(tmp_path):
 
 
 def test_mix_keeps_the_arrival_clock(tmp_path):
-    rows = [row(f"code-{i}" if i % 2 else f"chat-{i}", "code" if i % 2 else "chat", arrival_ms=1000.0 * i)
-            for i in range(10)]
+    rows = [
+        row(f"code-{i}" if i % 2 else f"chat-{i}", "code" if i % 2 else "chat", arrival_ms=1000.0 * i)
+        for i in range(10)
+    ]
     t = load_traffic(write(tmp_path, rows))
     got = mix_rows(t, {"code": 0.8, "chat": 0.2}, 19, seed=2)
     # 19 units on the quantiles of the 10 start times 0..9 s: every 0.5 s
@@ -266,10 +284,13 @@ def test_mix_cli_writes_and_says_what_it_copied(tmp_path):
     assert load_traffic(out).summary()["categories"] == {"chat": 5, "code": 5}
 
 
-@pytest.mark.parametrize("mix, says", [
-    ("code=0.3,chat=0.6", "the shares must sum to 1"),
-    ("code=0.5,prose=0.5", "category 'prose' not in the traffic"),
-])
+@pytest.mark.parametrize(
+    "mix, says",
+    [
+        ("code=0.3,chat=0.6", "the shares must sum to 1"),
+        ("code=0.5,prose=0.5", "category 'prose' not in the traffic"),
+    ],
+)
 def test_mix_cli_names_the_option(tmp_path, mix, says):
     path = write(tmp_path, standalone())
     res = CliRunner().invoke(mix_cmd, [str(path), "--mix", mix, "-o", str(tmp_path / "m.jsonl")])

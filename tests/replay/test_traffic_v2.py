@@ -14,13 +14,34 @@ from specdec.replay.client import build_payload
 from specdec.replay.traffic import BUNDLED, load_traffic, write_traffic_parquet
 from specdec.schemas.records import TrafficRow
 
-TURNS = [{"role": "user", "content": "Write a haiku."}, {"role": "assistant", "content": "Leaves fall..."},
-         {"role": "user", "content": "Another, about code."}]
-V2 = {"prompt_id": "s1-t1", "category": "chat", "messages": json.dumps(TURNS), "max_tokens": 40,
-      "temperature": 0.7, "top_p": 0.9, "top_k": 50, "seed": 7, "stop": ["\n\n"], "model": "gpt-x",
-      "arrival_ms": 1250.5, "session_id": "s1", "turn_index": 1, "input_tokens": 31,
-      "recorded_output_tokens": 40, "ended_naturally": True, "tier": "low", "source": "proxy",
-      "response_format": json.dumps({"type": "json_object"}), "tools": None, "content_note": None}
+TURNS = [
+    {"role": "user", "content": "Write a haiku."},
+    {"role": "assistant", "content": "Leaves fall..."},
+    {"role": "user", "content": "Another, about code."},
+]
+V2 = {
+    "prompt_id": "s1-t1",
+    "category": "chat",
+    "messages": json.dumps(TURNS),
+    "max_tokens": 40,
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "top_k": 50,
+    "seed": 7,
+    "stop": ["\n\n"],
+    "model": "gpt-x",
+    "arrival_ms": 1250.5,
+    "session_id": "s1",
+    "turn_index": 1,
+    "input_tokens": 31,
+    "recorded_output_tokens": 40,
+    "ended_naturally": True,
+    "tier": "low",
+    "source": "proxy",
+    "response_format": json.dumps({"type": "json_object"}),
+    "tools": None,
+    "content_note": None,
+}
 
 
 def write_jsonl(tmp_path, *rows) -> str:
@@ -47,19 +68,22 @@ def test_version_1_rows_are_version_2_rows():
     assert "top_p" not in build_payload("m", rows[0])
 
 
-@pytest.mark.parametrize("change, field, problem", [
-    ({"prompt": "hi"}, None, "exactly one of the fields prompt"),
-    ({"messages": None}, None, "exactly one of the fields prompt"),
-    ({"messages": "[]"}, "messages", "non-empty JSON array"),
-    ({"messages": '[{"content": "x"}]'}, "messages", r"messages\[0\] must be an object with a string 'role'"),
-    ({"messages": "not json"}, "messages", "JSON array of chat messages"),
-    ({"turn_index": None}, None, "session_id and turn_index go together"),
-    ({"top_p": 0.0}, "top_p", "greater than 0"),
-    ({"arrival_ms": -1.0}, "arrival_ms", "greater than or equal to 0"),
-    ({"tier": "very"}, "tier", "high"),
-    ({"response_format": "{oops"}, "response_format", "must be JSON text"),
-    ({"ended_naturally": 1}, "ended_naturally", "boolean"),
-])
+@pytest.mark.parametrize(
+    "change, field, problem",
+    [
+        ({"prompt": "hi"}, None, "exactly one of the fields prompt"),
+        ({"messages": None}, None, "exactly one of the fields prompt"),
+        ({"messages": "[]"}, "messages", "non-empty JSON array"),
+        ({"messages": '[{"content": "x"}]'}, "messages", r"messages\[0\] must be an object with a string 'role'"),
+        ({"messages": "not json"}, "messages", "JSON array of chat messages"),
+        ({"turn_index": None}, None, "session_id and turn_index go together"),
+        ({"top_p": 0.0}, "top_p", "greater than 0"),
+        ({"arrival_ms": -1.0}, "arrival_ms", "greater than or equal to 0"),
+        ({"tier": "very"}, "tier", "high"),
+        ({"response_format": "{oops"}, "response_format", "must be JSON text"),
+        ({"ended_naturally": 1}, "ended_naturally", "boolean"),
+    ],
+)
 def test_bad_version_2_fields_are_named_with_the_row(tmp_path, change, field, problem):
     p = write_jsonl(tmp_path, {"prompt_id": "ok", "category": "c", "prompt": "x", "max_tokens": 4}, V2 | change)
     where = rf"row 2, field '{field}'" if field else "row 2"

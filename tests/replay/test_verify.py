@@ -40,8 +40,11 @@ def _event(content: list | None, text: str = "x") -> bytes:
 
 
 def _entry(tid: int, lp: float, top: list[tuple[int, float]]) -> dict:
-    return {"token": f"token_id:{tid}", "logprob": lp,
-            "top_logprobs": [{"token": f"token_id:{t}", "logprob": v} for t, v in top]}
+    return {
+        "token": f"token_id:{tid}",
+        "logprob": lp,
+        "top_logprobs": [{"token": f"token_id:{t}", "logprob": v} for t, v in top],
+    }
 
 
 def _stream(*events: bytes, completion_tokens: int) -> bytes:
@@ -50,8 +53,11 @@ def _stream(*events: bytes, completion_tokens: int) -> bytes:
 
 
 def _positions_per_event(fixtures) -> list[int]:
-    events = [json.loads(line[5:]) for line in (fixtures / "vllm_chat_stream_logprobs.sse").read_text().splitlines()
-              if line.startswith("data: {")]
+    events = [
+        json.loads(line[5:])
+        for line in (fixtures / "vllm_chat_stream_logprobs.sse").read_text().splitlines()
+        if line.startswith("data: {")
+    ]
     return [len(c["logprobs"]["content"]) for e in events for c in e["choices"] if c.get("logprobs")]
 
 
@@ -84,8 +90,7 @@ def test_greedy_request_is_sent_greedy_even_for_a_sampled_row(fixtures):
 
 def test_top_logprobs_decide_top1_and_top2_whatever_their_order():
     # a tie listed second-first, and the emitted token's own logprob disagreeing
-    sse = _stream(_event([_entry(5, -0.9, [(6, -0.5), (5, -0.5)]), _entry(7, -0.1, [(7, -0.1)])]),
-                  completion_tokens=2)
+    sse = _stream(_event([_entry(5, -0.9, [(6, -0.5), (5, -0.5)]), _entry(7, -0.1, [(7, -0.1)])]), completion_tokens=2)
     res = _verify(FakeVllm(sse))
     assert res.stream.success
     assert res.token_ids == [5, 7]
@@ -93,13 +98,18 @@ def test_top_logprobs_decide_top1_and_top2_whatever_their_order():
     assert res.top2_logprobs == [-0.5, None] and res.top2_token_ids == [5, None]
 
 
-@pytest.mark.parametrize("sse, problem", [
-    (GOOD_SSE, "no logprobs"),  # a server that ignored logprobs
-    (_stream(_event([_entry(5, -0.1, [(5, -0.1), (6, -2.0)])]), completion_tokens=2), "1 position"),
-    (_stream(_event([{"token": "hello", "logprob": -0.1, "top_logprobs": []}]), completion_tokens=1),
-     "token_id:<n>"),  # return_tokens_as_token_ids ignored: text tokens
-    (_stream(_event([{"token": "token_id:5"}]), completion_tokens=1), "malformed"),  # no logprob
-])
+@pytest.mark.parametrize(
+    "sse, problem",
+    [
+        (GOOD_SSE, "no logprobs"),  # a server that ignored logprobs
+        (_stream(_event([_entry(5, -0.1, [(5, -0.1), (6, -2.0)])]), completion_tokens=2), "1 position"),
+        (
+            _stream(_event([{"token": "hello", "logprob": -0.1, "top_logprobs": []}]), completion_tokens=1),
+            "token_id:<n>",
+        ),  # return_tokens_as_token_ids ignored: text tokens
+        (_stream(_event([{"token": "token_id:5"}]), completion_tokens=1), "malformed"),  # no logprob
+    ],
+)
 def test_bad_logprobs_are_a_typed_failure(sse, problem):
     res = _verify(FakeVllm(sse))
     assert not res.stream.success and res.stream.error_type == "bad_logprobs"
@@ -118,13 +128,13 @@ def test_transport_failures_are_typed_as_in_the_client(fixtures):
 
 def test_verify_pass_keeps_level_requests_in_flight_and_tables_as_greedy_checks(fixtures):
     fake = FakeVllm((fixtures / "vllm_chat_stream_logprobs.sse").read_bytes(), delay_s=0.01)
-    rows = [ROW.model_copy(update={"prompt_id": f"p{i}", "category": "chat" if i % 2 else "code"})
-            for i in range(5)]
+    rows = [ROW.model_copy(update={"prompt_id": f"p{i}", "category": "chat" if i % 2 else "code"}) for i in range(5)]
 
     async def go():
         async with serving(fake.server()) as (s, base):
-            return await verify_pass(s, base, "m", rows, 2, lambda i: f"sd.t.baseline.c2.r0.{i:05d}.verify",
-                                     None, frozenset({2}))
+            return await verify_pass(
+                s, base, "m", rows, 2, lambda i: f"sd.t.baseline.c2.r0.{i:05d}.verify", None, frozenset({2})
+            )
 
     results = asyncio.run(go())
     assert fake.max_in_flight == 2 and len(results) == 5
@@ -173,8 +183,9 @@ def test_eos_ids_for_model_reads_generation_config_config_and_tokenizer(tmp_path
     _write(tmp_path, "generation_config.json", {"eos_token_id": [2, 7], "bos_token_id": 1})
     _write(tmp_path, "config.json", {"eos_token_id": 3})
     _write(tmp_path, "tokenizer_config.json", {"eos_token": {"content": "<|end|>"}})
-    _write(tmp_path, "tokenizer.json", {"added_tokens": [{"id": 0, "content": "<unk>"},
-                                                         {"id": 11, "content": "<|end|>"}]})
+    _write(
+        tmp_path, "tokenizer.json", {"added_tokens": [{"id": 0, "content": "<unk>"}, {"id": 11, "content": "<|end|>"}]}
+    )
     assert eos_ids_for_model(str(tmp_path)) == frozenset({2, 3, 7, 11})
 
 

@@ -69,8 +69,10 @@ def start_vllm_pair(spec: ServerSpec, root: Path) -> Iterator[ServerPair]:
     assert spec.prefix_cache == "reset", "the shared servers must serve /reset_prefix_cache (a replay empties it)"
     cap = root / "capture"
     with contextlib.ExitStack() as stack:
-        servers = [LocalServer(spec, None, cap, SHARED_RUN_ID, root / "server-baseline.log"),
-                   LocalServer(spec, dict(NGRAM["vllm"]), cap, SHARED_RUN_ID, root / "server-speculative.log")]
+        servers = [
+            LocalServer(spec, None, cap, SHARED_RUN_ID, root / "server-baseline.log"),
+            LocalServer(spec, dict(NGRAM["vllm"]), cap, SHARED_RUN_ID, root / "server-speculative.log"),
+        ]
         start_all(stack, servers)
         yield ServerPair(spec, servers[0], servers[1], cap)
 
@@ -94,8 +96,9 @@ class _PairAsEmbedded:
 
     def __exit__(self, *exc) -> None:
         # the run's rows, by its request ids, into the run folder before the recording consolidates it
-        entry = import_capture(self.pair.capture_dir, self.run_dir, self.run_id, request_id_prefix(self.run_id),
-                               wait_s=10.0)
+        entry = import_capture(
+            self.pair.capture_dir, self.run_dir, self.run_id, request_id_prefix(self.run_id), wait_s=10.0
+        )
         self.progress.message(f"shared servers: {entry['rows']} captured rows of this run imported")
 
     def start(self, repeat: int = 0) -> dict[str, str]:

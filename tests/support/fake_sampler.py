@@ -43,8 +43,15 @@ def prompt_token_ids(text: str) -> list[int]:
 
 
 class FakeSampler(FakeVllm):
-    def __init__(self, *, ignore_seed: bool = False, temperature_factor: float = 1.0, report_offset: float = 0.0,
-                 prompt_ids: bool = True, **kw):
+    def __init__(
+        self,
+        *,
+        ignore_seed: bool = False,
+        temperature_factor: float = 1.0,
+        report_offset: float = 0.0,
+        prompt_ids: bool = True,
+        **kw,
+    ):
         super().__init__(**kw)
         self.ignore_seed, self.temperature_factor = ignore_seed, temperature_factor
         self.report_offset, self.prompt_ids = report_offset, prompt_ids
@@ -84,8 +91,12 @@ class FakeSampler(FakeVllm):
         lp = raw_logprobs()
         ids = body["prompt"]
         plp = [None] + [{str(t): {"logprob": lp.get(t, -1.0), "rank": 1, "decoded_token": "x"}} for t in ids[1:]]
-        return web.json_response({"choices": [{"index": 0, "text": "x", "prompt_logprobs": plp}],
-                                  "usage": {"prompt_tokens": len(ids), "completion_tokens": 1}})
+        return web.json_response(
+            {
+                "choices": [{"index": 0, "text": "x", "prompt_logprobs": plp}],
+                "usage": {"prompt_tokens": len(ids), "completion_tokens": 1},
+            }
+        )
 
     def server(self) -> TestServer:
         app = web.Application()

@@ -14,10 +14,12 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-GOOD_SSE = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
-            b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
-            b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-            b'data: [DONE]\n\n')
+GOOD_SSE = (
+    b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
+    b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    b"data: [DONE]\n\n"
+)
 
 
 #: The streaming transport ``serving`` hands out: "aiohttp" (a ClientSession) or
@@ -57,9 +59,17 @@ def both_transports():
 
 
 class FakeVllm:
-    def __init__(self, sse: bytes = GOOD_SSE, delay_s: float = 0.0, status: int = 200, *,
-                 plain_json: bool = False, hang_s: float = 0.0, api_key: str | None = None,
-                 metrics_text: str = "vllm:generation_tokens_total 1.0\n"):
+    def __init__(
+        self,
+        sse: bytes = GOOD_SSE,
+        delay_s: float = 0.0,
+        status: int = 200,
+        *,
+        plain_json: bool = False,
+        hang_s: float = 0.0,
+        api_key: str | None = None,
+        metrics_text: str = "vllm:generation_tokens_total 1.0\n",
+    ):
         self.sse, self.delay_s, self.status = sse, delay_s, status
         self.plain_json, self.hang_s, self.api_key = plain_json, hang_s, api_key
         self.metrics_text = metrics_text
@@ -87,8 +97,9 @@ class FakeVllm:
         if self.status != 200:
             return web.Response(status=self.status, text="engine is sad")
         if self.plain_json:
-            return web.json_response({"choices": [{"message": {"content": "ab"}}],
-                                      "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+            return web.json_response(
+                {"choices": [{"message": {"content": "ab"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+            )
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -191,9 +202,11 @@ def threaded(*fakes: FakeVllm):
     try:
         yield urls
     finally:
+
         async def stop():
             for r in runners:
                 await r.cleanup()
+
         asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         t.join(5)

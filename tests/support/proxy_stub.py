@@ -20,8 +20,14 @@ from specdec.capture.proxy_writer import Recorder
 
 
 @asynccontextmanager
-async def proxied(upstream: TestServer, out_dir: Path, *, recorder: Recorder | None = None,
-                  flush_s: float = 3600.0, content: str = "keep"):
+async def proxied(
+    upstream: TestServer,
+    out_dir: Path,
+    *,
+    recorder: Recorder | None = None,
+    flush_s: float = 3600.0,
+    content: str = "keep",
+):
     """Start ``upstream`` and a proxy in front of it; yield (session, direct
     URL, proxy URL, recorder); stop the proxy (final flush) and the upstream."""
     await upstream.start_server()
@@ -40,8 +46,9 @@ async def proxied(upstream: TestServer, out_dir: Path, *, recorder: Recorder | N
 async def proxy_for(upstream_url: str, out_dir: Path, **settings):
     """A proxy in front of ``upstream_url`` with these ProxySettings; yield it
     running (``.url``, ``.recorder``); stop it at the end."""
-    running = await start_proxy(ProxySettings(upstream=upstream_url, port=0, out_dir=out_dir, content="keep",
-                                              flush_s=3600.0, **settings))
+    running = await start_proxy(
+        ProxySettings(upstream=upstream_url, port=0, out_dir=out_dir, content="keep", flush_s=3600.0, **settings)
+    )
     try:
         yield running
     finally:
@@ -74,14 +81,22 @@ class EchoUpstream:
 
     async def any(self, request: web.Request) -> web.Response:
         body = await request.read()
-        seen = {"method": request.method, "path_qs": request.path_qs,
-                "headers": [[k, v] for k, v in request.headers.items()], "body": body.decode()}
+        seen = {
+            "method": request.method,
+            "path_qs": request.path_qs,
+            "headers": [[k, v] for k, v in request.headers.items()],
+            "body": body.decode(),
+        }
         self.seen.append(seen)
         if request.path == "/gzip":
-            reply = {"choices": [{"message": {"content": "z"}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
-            return web.Response(body=gzip.compress(json.dumps(reply).encode(), mtime=0),
-                                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+            reply = {
+                "choices": [{"message": {"content": "z"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            }
+            return web.Response(
+                body=gzip.compress(json.dumps(reply).encode(), mtime=0),
+                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+            )
         return web.json_response(seen, headers={"X-Upstream": "yes", "Set-Cookie": "sid=abc; Path=/"})
 
     def server(self) -> TestServer:
@@ -119,19 +134,29 @@ class RawUpstream:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             body = await reader.readexactly(length)
             self.seen.append((head, body))
             if self.mode == "reply":
                 reply = json.dumps({"got_bytes": len(body)}).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                             b"Connection: close\r\n\r\n%s" % (len(reply), reply))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                    b"Connection: close\r\n\r\n%s" % (len(reply), reply)
+                )
                 await writer.drain()
                 return
             if self.mode in ("stall", "drop"):
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                             b"\r\n%x\r\n%s\r\n" % (len(self.FIRST), self.FIRST))
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                    b"\r\n%x\r\n%s\r\n" % (len(self.FIRST), self.FIRST)
+                )
                 await writer.drain()
                 if self.mode == "drop":
                     return
@@ -143,8 +168,9 @@ class RawUpstream:
             writer.close()
 
 
-async def raw_exchange(url: str, data: bytes, *, wait_for: bytes | None = None, rest: bytes = b"",
-                       timeout_s: float = 3.0) -> bytes:
+async def raw_exchange(
+    url: str, data: bytes, *, wait_for: bytes | None = None, rest: bytes = b"", timeout_s: float = 3.0
+) -> bytes:
     """Send ``data`` on a bare socket to the proxy at ``url``; if ``wait_for``
     is given, wait for those bytes (e.g. ``100 Continue``) and send ``rest``;
     return everything read until the proxy closes (within ``timeout_s``)."""

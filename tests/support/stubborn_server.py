@@ -39,10 +39,12 @@ def main() -> None:
     time.sleep(a.startup_s)  # "loading the model": SIGTERM ignored
 
     if not a.stubborn:
+
         def stop(signum, frame):
             child.terminate()
             child.wait(5)
             os._exit(0)
+
         signal.signal(signal.SIGTERM, stop)
 
     class Health(http.server.BaseHTTPRequestHandler):

