@@ -35,9 +35,13 @@ child, llama.cpp's ``llama-server``, the fakes of the tests).
   the direct child only, not the rest of its group (vLLM's API server then
   stops its own EngineCore, which also watches its parent); the group kill
   above is what covers every other exit. PDEATHSIG fires when the *thread*
-  that forked the child ends, so it is set only for servers started from the
-  main thread; a server started in a worker thread (a restart inside the
-  replay's event loop) relies on the group stop alone.
+  that forked the child ends, not the process. So a start from a worker
+  thread (a restart inside the replay's event loop, a test fixture's thread)
+  is not forked by that short-lived thread: ``spawn`` hands the fork to one
+  spawner thread that lives as long as the process (``_SPAWNER``), and its
+  servers too get SIGTERM when the process dies, by SIGKILL or by a signal's
+  default action in a program that installed no handler (pytest under
+  SIGTERM). Before this, such servers outlived their owner.
 
 ``specdec capture serve`` is not a start path: it *becomes* vLLM (``os.execv``),
 so there is no parent to own it.
@@ -51,6 +55,7 @@ import contextvars
 import ctypes
 import ctypes.util
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -183,12 +188,59 @@ def _child_setup(parent: int, blocked: set[int], pdeathsig: bool) -> Callable[[]
     return setup
 
 
+class _Spawner:
+    """One daemon thread that forks the servers started from worker threads and
+    lives until the process ends, so their PDEATHSIG (tied to the forking
+    thread) fires only when the process itself dies (module docstring)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], dict[str, Any], threading.Event]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def call(self, fn: Callable[[], T]) -> T:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="specdec-server-spawner", daemon=True)
+                self._thread.start()
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()  # a fork and an exec: milliseconds
+        if "error" in box:
+            raise box["error"]
+        result: T = box["value"]
+        return result
+
+    def _serve(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # handed back to the caller's thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+    def thread_id(self) -> int | None:
+        return self._thread.ident if self._thread is not None else None
+
+
+_SPAWNER = _Spawner()
+
+
 def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -> OwnedGroup:
-    """Start ``cmd`` in a session (process group) of its own, stderr with stdout.
-    From the main thread the stop signals are blocked across the fork, so the
-    ``OwnedGroup`` exists before an interrupt can be raised (no unowned
-    window), and the child gets PDEATHSIG (module docstring)."""
-    main = _in_main_thread()
+    """Start ``cmd`` in a session (process group) of its own, stderr with stdout,
+    with PDEATHSIG (module docstring). From the main thread the stop signals are
+    blocked across the fork, so the ``OwnedGroup`` exists before an interrupt can
+    be raised (no unowned window); from any other thread the fork is made by the
+    process-long spawner thread."""
+    if not _in_main_thread():
+        return _SPAWNER.call(lambda: _spawn(cmd, env, stdout, main=False))
+    return _spawn(cmd, env, stdout, main=True)
+
+
+def _spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None, *, main: bool) -> OwnedGroup:
     blocked: set[int] = set(STOP_SIGNALS) if main else set()
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if blocked else None
     try:
@@ -198,7 +250,7 @@ def spawn(cmd: list[str], env: dict[str, str], stdout: IO[bytes] | int | None) -
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_child_setup(os.getpid(), blocked, True) if main else None,
+            preexec_fn=_child_setup(os.getpid(), blocked, True),
         )
         group = OwnedGroup(proc)
     finally:

@@ -41,7 +41,9 @@ def _wait_for(cond, timeout_s: float, what: str) -> None:
 class Owner:
     """The parent process and the server group it started (pids from the server's pid file)."""
 
-    def __init__(self, tmp: Path, startup_s: float, grace_s: float = 10.0, stubborn: bool = False):
+    def __init__(
+        self, tmp: Path, startup_s: float, grace_s: float = 10.0, stubborn: bool = False, thread: bool = False
+    ):
         self.pidfile = tmp / "server.pids"
         self.log = tmp / "server.log"
         self.proc = subprocess.Popen(
@@ -53,6 +55,7 @@ class Owner:
                 str(startup_s),
                 str(grace_s),
                 *(["--stubborn"] if stubborn else []),
+                *(["--thread"] if thread else []),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -193,6 +196,22 @@ def test_sigkill_of_the_owner_reaches_the_server_through_pdeathsig(owner):
     o.proc.send_signal(signal.SIGKILL)
     o.exit_within(5)
     _wait_for(lambda: group_members(o.server) == 0, 10, "the server group to stop after its parent's SIGKILL")
+    o.assert_nothing_left()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_server_started_from_a_worker_thread_that_has_ended_still_dies_with_its_owner(owner, sig):
+    """PDEATHSIG is tied to the thread that forked, not to the process: a server
+    started from a short-lived worker thread (a restart in the event loop, a test
+    fixture's thread) used to outlive its owner when the owner was SIGKILLed or
+    ended by a signal it had no handler for (pytest under SIGTERM). The fork is
+    made by the process-long spawner thread, so the kernel stops the server."""
+    o = owner(startup_s=0.5, thread=True)
+    o.wait_ready()
+    o.proc.send_signal(sig)
+    o.exit_within(5)
+    _wait_for(lambda: group_members(o.server) == 0, 10, "the server group to stop after its parent died")
     o.assert_nothing_left()
 
 
