@@ -308,7 +308,7 @@ def _lossless(data: ReportData) -> list[tuple[str, str]]:
     if data.lossless is not None:
         out.append(
             (
-                "Lossless: greedy token identity, classified (verification pass)",
+                "Lossless: greedy token identity, classified (lossless pass)",
                 "<p>Per category and level: greedy pairs (speculative vs baseline, token ids), identical, "
                 "near_tie (first divergence where the baseline's top-1 minus top-2 logprob margin is below "
                 "near_tie_threshold: numerics), suspect (a divergence with a larger margin), beside the A/A "
@@ -343,7 +343,7 @@ def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
         (
             "Speedup before and after the natural end (greedy pairs)",
             "<p>With ignore_eos the model runs past where it would have stopped (the natural end: the "
-            "baseline verification's first end-of-sequence position), often into repetitive text that drafts "
+            "baseline lossless pass's first end-of-sequence position), often into repetitive text that drafts "
             "predict well. Per segment: geometric mean over greedy pairs of baseline / speculative time in "
             "the segment; before = send to the first streamed chunk that reaches the natural end (from the "
             "server's per-chunk token counts, exact to one chunk), after = from there to the end of the "
@@ -588,7 +588,7 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
             "Timed-pass text identity (no margins)",
             "<p>Byte-identical output text of the timed greedy requests, same prompt, level and repeat in "
             "both arms, successful pairs only. No logprobs, so no divergence is classified here (see the "
-            "lossless section when the run has a verification pass); reduced precision (bfloat16) and batch "
+            "lossless section when the run has a lossless pass); reduced precision (bfloat16) and batch "
             "shape can change greedy outputs on their own.</p>" + _tab(data.output_equality),
         )
     )

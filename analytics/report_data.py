@@ -8,7 +8,7 @@ are worded here, once, so the two renderings cannot disagree.
 
 The ``lossless`` and ``lossless_divergences`` marts are read when the
 database has them (``None`` otherwise), so a run built without the lossless
-verification pass still reports.
+lossless pass still reports.
 
 A report is of one run. ``load_report`` reads the database's only run, or the
 run it is given (``run_id``); a database of many runs without a ``run_id`` is

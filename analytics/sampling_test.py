@@ -22,7 +22,7 @@ never pool):
 - **three statistics**, each a function of a sample:
   ``rescored_logprob``: the sum of the generated tokens' logprobs as *one*
   server scores them, the comparison's reference arm, by teacher forcing
-  (``replay/rescore.py``), so both arms are measured with one instrument
+  (``replay/passes/rescore.py``), so both arms are measured with one instrument
   [nats]; ``natural_length``: ``natural_end_position`` (the first
   end-of-sequence token sampled), or ``max_tokens`` when the model did not end
   within max_tokens: such a sample is *censored* at max_tokens (the same in

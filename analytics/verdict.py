@@ -269,7 +269,7 @@ def _levels_text(levels: Sequence[int], names: Names) -> str:
 
 def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = None) -> Sentence:
     """The lossless result in one sentence, from the lossless mart's rows. A
-    level whose verification pass ran without speculation (``pass_valid``
+    level whose lossless pass ran without speculation (``pass_valid``
     false: the speculative arm's draft counters did not move) is not counted,
     and the sentence says so."""
     dtypes = sorted({r["dtype"] for r in rows if r.get("dtype")})
@@ -283,7 +283,7 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
             (
                 Part("lossless: not shown", row_anchor("lossless")),
                 Part(
-                    f" (speculation did not run during the verification pass at "
+                    f" (speculation did not run during the lossless pass at "
                     f"{_levels_text(invalid, names)}: the speculative arm's draft counters did not move)."
                 ),
             )
@@ -292,7 +292,7 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
         return Sentence(
             (
                 Part("lossless: not verified", row_anchor("lossless")),
-                Part(" (no greedy pair in the verification pass)."),
+                Part(" (no greedy pair in the lossless pass)."),
             )
         )
     identical, near = total("identical"), total("near_tie")
@@ -318,7 +318,7 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
     if invalid:
         tail += (
             f"; {', '.join(name_of(c, names) for c in invalid)} not counted: speculation did not run during "
-            "its verification pass (draft counters unchanged)"
+            "its lossless pass (draft counters unchanged)"
         )
     if any(r.get("pass_valid") is None for r in rows) and any("pass_valid" in r for r in rows):
         tail += "; speculation during the pass not confirmed (no counter reads)"

@@ -1,7 +1,7 @@
 """Benchmark: does asking for logprobs change the timing the speedup is built on?
 
 specdec collects token ids and top-2 logprobs (the lossless check) in a
-separate verification pass, apart from the timed requests, on the assumption
+separate lossless pass, apart from the timed requests, on the assumption
 that logprobs cost time per token. This measures that assumption on the
 embedded engine: one local vLLM server per arm (baseline; speculative with the
 default ngram k=4), and on each the same greedy prompts at one request at a
@@ -28,9 +28,9 @@ import aiohttp
 from specdec.engines.server import LocalServer, ServerSpec
 from specdec.replay.client import build_payload, stream_payload
 from specdec.replay.config import DEFAULT_SPEC_CONFIG, ReplayConfig
+from specdec.replay.passes.lossless import pass_payload
 from specdec.replay.runner import level_rows
 from specdec.replay.traffic import BUNDLED, load_traffic
-from specdec.replay.verify import verify_payload
 
 MODEL = "specdec-target"
 
@@ -40,7 +40,7 @@ async def block(base_url: str, rows, logprobs: bool, tag: str) -> list[float]:
     out = []
     async with aiohttp.ClientSession() as session:
         for i, row in enumerate(rows):
-            payload = verify_payload(MODEL, row) if logprobs else build_payload(MODEL, row)
+            payload = pass_payload(MODEL, row) if logprobs else build_payload(MODEL, row)
             res = await stream_payload(session, base_url, payload, f"bench-{tag}-{i}")
             if not res.success:
                 raise SystemExit(f"request failed: {res.error_type}: {res.error_message}")

@@ -120,7 +120,7 @@ def build_payload(model: str, row: TrafficRow, *, per_chunk_usage: bool = False)
     """The chat request for row: its messages (or prompt) and the sampling
     settings it was recorded with, forced to max_tokens. ``per_chunk_usage`` also asks for the running
     completion-token count in every chunk (vLLM's continuous_usage_stats; the
-    timed requests set it, the verification and sampling passes, which build
+    timed requests set it, the lossless and sampling passes, which build
     on this body, do not need it)."""
     stream_options = {"include_usage": True}
     if per_chunk_usage:

@@ -1,7 +1,7 @@
 """The closed loop: keep exactly C calls in flight until every item is sent.
 
 Shared by the timed requests (``runner.run_level``) and the lossless
-verification pass (``verify.verify_pass``), so both see the same batch shape
+lossless pass (``passes.lossless.lossless_pass``), so both see the same batch shape
 at a level. What a call sends is the caller's business: ``send(i)`` is awaited
 for i = 0 .. count - 1, each index exactly once, by C workers that each take
 the next index as soon as their previous call returns.

@@ -118,9 +118,9 @@ class ReplayConfig(ClientOptions):
         "repeats, not the levels: 3 is the fewest that can label a 20% effect at all, "
         "4-5 label it reliably (BENCHMARKS.md, Calibration).",
     )
-    verify: bool = Field(
+    lossless_pass: bool = Field(
         default=True,
-        description="After each level, a greedy verification pass per arm with "
+        description="After each level, a greedy lossless pass per arm with "
         "token ids and top-2 logprobs (lossless check), apart from the timed requests.",
     )
     samples: int = Field(
@@ -257,7 +257,7 @@ class ReplayConfig(ClientOptions):
     @model_validator(mode="after")
     def _engine_defaults(self) -> ReplayConfig:
         """llama.cpp: the speculative arm's default is prompt lookup (ngram-mod, the
-        counterpart of vLLM's ngram); the greedy verification pass (token ids and
+        counterpart of vLLM's ngram); the greedy lossless pass (token ids and
         logprobs through vLLM's API) is not available for it, and it has no prefix
         cache reset endpoint, so 'reset' becomes 'off' (``--no-cache-prompt``: no block
         reuses an earlier one's prompts; measured without it, the first level of each
@@ -270,7 +270,7 @@ class ReplayConfig(ClientOptions):
             _check_llama_speculation(
                 ArmSpec("speculative", "llama.cpp", self.speculative_config), "--spec-config for --engine llama.cpp"
             )
-        self.verify = False
+        self.lossless_pass = False
         if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
             self.prefix_cache = "off"
         return self

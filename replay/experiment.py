@@ -24,13 +24,13 @@ from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.replay.load import plans as load_plans
 from specdec.replay.load import summary as load_summary
+from specdec.replay.passes.lossless import eos_ids_for_model
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
 from specdec.replay.traffic import load_traffic
 from specdec.replay.traffic_mix import unknown_categories
 from specdec.replay.traffic_profile import manifest_traffic
-from specdec.replay.verify import eos_ids_for_model
 from specdec.runfolder import (
     capture_dir,
     claim_run_dir,
@@ -133,7 +133,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
 
     arms = [_arm_config(cfg, arm, spec, llama, models) for arm in cfg.arm_specs()]
     eos_ids = None
-    if spec is not None and (cfg.verify or cfg.samples):  # both passes look up natural ends
+    if spec is not None and (cfg.lossless_pass or cfg.samples):  # both passes look up natural ends
         eos_ids = eos_ids_for_model(spec.model)
     rows = level_rows(traffic, cfg)
     no_plugin = (
@@ -221,8 +221,8 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 else "per level, repeats with the arms counterbalanced (A B, B A, A B, ...), all servers up"
             ),
             "restart_servers": cfg.restart_servers if not cfg.external else "never (external servers)",
-            "verify": cfg.verify,
-            "verify_note": "greedy verification pass per arm after each level, with token ids and top-2 "
+            "lossless_pass": cfg.lossless_pass,
+            "lossless_pass_note": "greedy lossless pass per arm after each level, with token ids and top-2 "
             "logprobs, apart from the timed requests so logprobs cannot perturb timing",
             "samples": cfg.samples,
             "samples_note": "rows with temperature > 0: each prompt once per seed of derive_seeds(0, samples), "
@@ -245,7 +245,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
         )
         + (
             [
-                "llama.cpp: no greedy verification pass (its logprobs are not vLLM's); prefix cache "
+                "llama.cpp: no greedy lossless pass (its logprobs are not vLLM's); prefix cache "
                 f"'{'off' if cfg.prefix_cache == 'reset' else cfg.prefix_cache}' ('off': --no-cache-prompt on its arms, "
                 "as llama.cpp has no endpoint to empty the cache between blocks)."
             ]

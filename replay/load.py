@@ -19,8 +19,8 @@ setting table for the manifest. Plans are computed once per level before any
 request (``plans``), so a traffic file unfit for the mode stops the run before
 anything is sent, and both arms and every repeat send the same plan.
 
-Only the timed blocks follow the load mode: warm-up requests, the lossless
-verification pass and the sampling pass stay closed loop (in open loop at a
+Only the timed blocks follow the load mode: warm-up requests, the
+lossless pass and the sampling pass stay closed loop (in open loop at a
 concurrency equal to the level key), since they measure outputs, not timing.
 Closed loop does not order a session's turns (today's behaviour): use an
 open-loop mode to replay sessions turn by turn.

@@ -36,14 +36,14 @@ from specdec.replay.http_stream import StreamPool
 from specdec.replay.ledger import LEDGER
 from specdec.replay.load import LoadLevel, load_levels, plans
 from specdec.replay.open_loop import SendTime, run_open_level
-from specdec.replay.pass_counters import PassCounterLog, PassKind
+from specdec.replay.passes.counters import PassCounterLog, PassKind
+from specdec.replay.passes.lossless import greedy_table, lossless_pass
+from specdec.replay.passes.rescore import instrument_arm, rescore_pass
+from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table, sampled_rows
 from specdec.replay.progress import Progress
-from specdec.replay.rescore import instrument_arm, rescore_pass
 from specdec.replay.resources import sample_block
-from specdec.replay.sampling import derive_seeds, sample_pass, sample_table, sampled_rows
 from specdec.replay.schedule import interleaved
 from specdec.replay.traffic import Traffic
-from specdec.replay.verify import greedy_table, verify_pass
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceSample, TrafficRow
@@ -262,7 +262,7 @@ class Replayer:
                 cfg.levels,
                 cfg.repeats,
                 list(eps),
-                cfg.verify and bool(greedy),
+                cfg.lossless_pass and bool(greedy),
                 bool(sampled),
                 restart=restart is not None,
             ):
@@ -274,12 +274,12 @@ class Replayer:
                 ep = eps[block.arm]
                 if block.kind == "timed":
                     await self._block(session, block.arm, ep, rows, block.level, block.repeat)
-                elif block.kind == "verify":
-                    if self.engines[block.arm].verifies_greedy:
-                        await self._verify(session, block.arm, ep, greedy, block.level)
+                elif block.kind == "lossless_pass":
+                    if self.engines[block.arm].runs_lossless_pass:
+                        await self._lossless_pass(session, block.arm, ep, greedy, block.level)
                 else:
                     ref = instrument_arm(block.arm, cfg.arm_specs())
-                    await self._sample(session, block.arm, ep, sampled, block.level, (ref, eps[ref]))
+                    await self._sampling_pass(session, block.arm, ep, sampled, block.level, (ref, eps[ref]))
 
     def _streaming(self, session):
         """The transport of the streamed requests: run()'s StreamPool, or the
@@ -411,20 +411,20 @@ class Replayer:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_parquet_atomic(table_from_records(ResourceSample, rows), path)
 
-    async def _verify(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
-        """The lossless verification pass of one arm at one level (logprobs on)."""
+    async def _lossless_pass(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
+        """The lossless pass of one arm at one level (logprobs on)."""
         await self._prepare(session, ep, arm)
-        self.progress.message(f"{arm} c={level}: verification pass ({len(rows)} greedy requests, logprobs on)")
+        self.progress.message(f"{arm} c={level}: lossless pass ({len(rows)} greedy requests, logprobs on)")
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "before")
         results: list = []
         try:
-            await verify_pass(
+            await lossless_pass(
                 self._streaming(session),
                 ep,
                 self.cfg.served_model,
                 rows,
                 level,
-                lambda i: f"{request_id(self.run_id, arm, level, i)}.verify",
+                lambda i: f"{request_id(self.run_id, arm, level, i)}.lossless",
                 self.settings,
                 self.eos_token_ids,
                 results=results,
@@ -436,13 +436,13 @@ class Replayer:
                 write_parquet_atomic(greedy_table(self.run_id, arm, level, 0, results), path)
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "after")
 
-    async def _sample(
+    async def _sampling_pass(
         self, session, arm: str, ep: Endpoint, rows, level: int, instrument: tuple[str, Endpoint] | None = None
     ) -> None:
         """The sampling-mode pass of one arm at one level: each prompt with
         temperature > 0 once per seed of the same fixed list in every arm; then
         each sample re-scored on ``instrument`` (arm, endpoint: the arm's
-        reference, ``replay/rescore.py``), so one server scores both arms."""
+        reference, ``replay/passes/rescore.py``), so one server scores both arms."""
         await self._prepare(session, ep, arm)
         seeds = derive_seeds(0, self.cfg.samples)
         self.progress.message(f"{arm} c={level}: sampling pass ({len(rows)} prompts x {len(seeds)} seeds, logprobs on)")
@@ -473,7 +473,7 @@ class Replayer:
         await self._pass_counters(session, arm, ep, level, "sampling_pass", "after")
 
     async def _pass_counters(self, session, arm: str, ep: Endpoint, level: int, kind: PassKind, position: str) -> None:
-        """Read the arm's counters before or after an untimed pass (``replay/pass_counters.py``).
+        """Read the arm's counters before or after an untimed pass (``replay/passes/counters.py``).
         A server that stopped answering /metrics leaves the read out (the pass is then
         'not known' to have speculated), and its requests fail on their own."""
         eng = self.engines[arm]

@@ -9,13 +9,13 @@ level change. (An A/A run on this machine showed the second block of a pair
 about 5% faster at level 2 in both repeats with a fixed A B order.) Then the
 sampling-mode blocks, when the traffic has rows with temperature > 0: each
 such prompt sent once per seed of a fixed list, the same list in every arm. After a
-level's timed repeats come its verification blocks (the lossless pass with
+level's timed repeats come its pass blocks (the lossless pass with
 logprobs, kept apart so logprobs cannot perturb timing).
 
 With fresh servers per repeat (``--restart-servers repeat``, the embedded
 default), the order is repeat-major instead: a ``restart`` block, then every
 level of that repeat (arms counterbalanced by repeat and level, so at 2 repeats
-each level has each arm first once), and the verification and sampling blocks
+each level has each arm first once), and the lossless-pass and sampling-pass blocks
 of every level after the last repeat. A server process has a speed of its own:
 two consecutive demo runs had the same baseline server configuration at
 2250 ms and 2530 ms per code request at level 1 (12%) while the speculative
@@ -34,26 +34,26 @@ from typing import Literal
 
 @dataclass(frozen=True)
 class Block:
-    kind: Literal["timed", "verify", "sample", "restart"]
+    kind: Literal["timed", "lossless_pass", "sampling_pass", "restart"]
     arm: str
     level: int
     repeat: int
 
 
 def interleaved(
-    levels: list[int], repeats: int, arms: list[str], verify: bool, sample: bool = False, restart: bool = False
+    levels: list[int], repeats: int, arms: list[str], lossless: bool, sample: bool = False, restart: bool = False
 ) -> Iterator[Block]:
     if restart:
-        yield from _repeat_major(levels, repeats, arms, verify, sample)
+        yield from _repeat_major(levels, repeats, arms, lossless, sample)
         return
     for level in levels:
         for repeat in range(repeats):
             for arm in arms if repeat % 2 == 0 else arms[::-1]:
                 yield Block("timed", arm, level, repeat)
-        yield from _passes(level, arms, verify, sample)
+        yield from _passes(level, arms, lossless, sample)
 
 
-def _repeat_major(levels: list[int], repeats: int, arms: list[str], verify: bool, sample: bool) -> Iterator[Block]:
+def _repeat_major(levels: list[int], repeats: int, arms: list[str], lossless: bool, sample: bool) -> Iterator[Block]:
     for repeat in range(repeats):
         if repeat:
             yield Block("restart", "", 0, repeat)
@@ -61,12 +61,12 @@ def _repeat_major(levels: list[int], repeats: int, arms: list[str], verify: bool
             for arm in arms if (repeat + i) % 2 == 0 else arms[::-1]:
                 yield Block("timed", arm, level, repeat)
     for level in levels:
-        yield from _passes(level, arms, verify, sample)
+        yield from _passes(level, arms, lossless, sample)
 
 
-def _passes(level: int, arms: list[str], verify: bool, sample: bool) -> Iterator[Block]:
-    """A level's untimed passes, per arm: the lossless verification, then sampling."""
-    for kind, wanted in (("verify", verify), ("sample", sample)):
+def _passes(level: int, arms: list[str], lossless: bool, sample: bool) -> Iterator[Block]:
+    """A level's untimed passes, per arm: the lossless pass, then the sampling pass."""
+    for kind, wanted in (("lossless_pass", lossless), ("sampling_pass", sample)):
         if wanted:
             for arm in arms:
                 yield Block(kind, arm, level, 0)

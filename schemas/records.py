@@ -463,7 +463,7 @@ class RunManifest(_Record):
     )
     schedule: FreeForm = Field(
         default_factory=dict,
-        description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the verification and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).",
+        description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the lossless and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).",
     )
     notes: list[Text] = Field(default_factory=list)
     kind: Literal["replay", "stability"] = Field(
@@ -521,7 +521,7 @@ class StabilityResult(_Record):
 
 
 class GreedyCheck(_Record):
-    """One request of the lossless verification pass: a greedy request sent
+    """One request of the lossless pass: a greedy request sent
     apart from the timed ones (so logprobs cannot perturb timing), asking for
     token ids and the top-2 logprobs at every position."""
 
@@ -529,7 +529,7 @@ class GreedyCheck(_Record):
     arm: ArmName = Field(description="Server that answered.")
     concurrency: int = Field(description="Closed-loop concurrency of the pass (the level's batch shape).")
     repeat: int = Field(
-        description="Which verification pass of the level, from 0 (two baseline passes give the A/A floor)."
+        description="Which lossless pass of the level, from 0 (two baseline passes give the A/A floor)."
     )
     request_id: str = Field(description="Client request id, sent as X-Request-Id.")
     prompt_id: str = Field(description="TrafficRow.prompt_id of the prompt sent.")

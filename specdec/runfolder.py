@@ -8,7 +8,7 @@ A run folder ``runs/<run-id>/`` holds:
   requests.parquet         RequestResult rows from the client
   engine_counters.parquet  MetricSnapshot rows (before/after each level)
   stability.parquet        StabilityResult rows (``specdec stability`` only)
-  greedy_checks.parquet    GreedyCheck rows (the lossless verification pass)
+  greedy_checks.parquet    GreedyCheck rows (the lossless pass)
   sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
   pass_counters.parquet    PassCounters rows (speculation counters before/after each untimed pass)
   resources.parquet        ResourceSample rows (server memory and KV-cache use, ~1/s per block)

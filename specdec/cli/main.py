@@ -278,7 +278,7 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
     show_default=True,
     help="vllm: vLLM CPU + the capture plugin, ngram k=4 vs none. llama.cpp: "
     "llama-server (built once from PyPI) on the SmolLM2 Q4_1 GGUF, --spec-type ngram-mod vs none; no "
-    "per-round rows, no verification pass. both: one run of four named arms (vllm-none, vllm-ngram, "
+    "per-round rows, no lossless pass. both: one run of four named arms (vllm-none, vllm-ngram, "
     "llama-none, llama-ngram), each engine's ngram arm against its own none arm, and a report with "
     "the two comparisons side by side.",
 )
@@ -294,7 +294,7 @@ def demo(
     connect_timeout: float,
     request_timeout: float,
     repeats: int,
-    verify: bool,
+    lossless_pass: bool,
     samples: int,
     restart_servers: RestartServers,
     prefix_cache: PrefixCache,
@@ -320,7 +320,7 @@ def demo(
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         repeats=repeats,
-        verify=verify,
+        lossless_pass=lossless_pass,
         samples=samples,
         restart_servers=restart_servers,
         prefix_cache=prefix_cache,

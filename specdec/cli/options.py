@@ -19,7 +19,7 @@ PrefixCache = Literal["reset", "off", "keep"]
 
 
 def schedule_options(fn=None, *, repeats: int | None = None):
-    """The click options of the schedule (--repeats, --verify/--no-verify,
+    """The click options of the schedule (--repeats, --lossless-pass/--no-lossless-pass,
     --samples, --restart-servers, --prefix-cache) and of its reading
     (--margin), defaults and meaning from ReplayConfig; ``repeats`` overrides
     the default number of repeats (the demo's design). Used bare
@@ -57,7 +57,12 @@ def schedule_options(fn=None, *, repeats: int | None = None):
         help=fields["samples"].description,
     )(fn)
     fn = click.option(
-        "--verify/--no-verify", default=fields["verify"].default, show_default=True, help=fields["verify"].description
+        "--lossless-pass/--no-lossless-pass",
+        "--verify/--no-verify",  # the old name, kept so that scripts keep working
+        "lossless_pass",
+        default=fields["lossless_pass"].default,
+        show_default=True,
+        help=f"{fields['lossless_pass'].description} (Old name: --verify/--no-verify.)",
     )(fn)
     fn = click.option(
         "--repeats",

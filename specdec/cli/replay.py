@@ -114,7 +114,7 @@ def _d(name: str):
     help="vllm: embedded vLLM CPU with the capture plugin. llama.cpp: llama-server (built once from "
     "PyPI, cached) serving the SmolLM2 Q4_1 GGUF as shipped, speculative arm --spec-type ngram-mod "
     '(--spec-config \'{"type": "draft-simple", "draft_model": "D.gguf"}\' for a draft); '
-    "no per-round rows, no verification pass, no prompt cache (--no-cache-prompt). With external URLs: the servers' "
+    "no per-round rows, no lossless pass, no prompt cache (--no-cache-prompt). With external URLs: the servers' "
     "engine, whose counters are read.",
 )
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
@@ -150,7 +150,7 @@ def main(
     request_timeout: float,
     api_key_env: str,
     repeats: int,
-    verify: bool,
+    lossless_pass: bool,
     samples: int,
     restart_servers: RestartServers,
     prefix_cache: PrefixCache,
@@ -233,7 +233,7 @@ def main(
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         repeats=repeats,
-        verify=verify,
+        lossless_pass=lossless_pass,
         samples=samples,
         restart_servers=restart_servers,
         prefix_cache=prefix_cache,

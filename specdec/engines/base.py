@@ -40,8 +40,8 @@ class Engine(ABC):
     health_path: ClassVar[str] = "/health"
     #: the server has vLLM's POST /reset_prefix_cache (--prefix-cache reset)
     resets_prefix_cache: ClassVar[bool] = True
-    #: the greedy verification pass (token ids and top-2 logprobs as vLLM's API gives them) applies
-    verifies_greedy: ClassVar[bool] = True
+    #: the greedy lossless pass (token ids and top-2 logprobs as vLLM's API gives them) applies
+    runs_lossless_pass: ClassVar[bool] = True
 
     @abstractmethod
     def executable(self) -> list[str]:

@@ -57,7 +57,7 @@ class LlamaCpp(Engine):
         "position",
     )
     resets_prefix_cache: ClassVar[bool] = False  # no endpoint: --no-cache-prompt instead
-    verifies_greedy: ClassVar[bool] = False  # its logprobs are not vLLM's
+    runs_lossless_pass: ClassVar[bool] = False  # its logprobs are not vLLM's
 
     def __init__(
         self,

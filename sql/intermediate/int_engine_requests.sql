@@ -22,7 +22,7 @@
 --                   verify round lies after the natural end (its first drafted position,
 --                   context_len - prompt_tokens + 1, is >= natural_end_position); NULL otherwise
 --   natural_end_segment   for the other speculative greedy requests, the segment every one of
---                   their rounds falls in: 'unknown' (no successful baseline verification
+--                   their rounds falls in: 'unknown' (no successful baseline lossless-pass
 --                   request for the prompt at this level, end-of-sequence ids unknown, or no
 --                   prompt_tokens) or 'before_natural_end' (the prompt never ended within
 --                   max_tokens); NULL when natural_end_context applies, and for every other

@@ -1,15 +1,15 @@
 -- int_greedy_pairs
 -- Grain: one row per run_id, prompt occurrence and concurrency level with a successful
---   verification request in both arms: the speculative arm's greedy output
+--   lossless-pass request in both arms: the speculative arm's greedy output
 --   against the baseline's, same prompt, same level (same batch shape), repeat 0
---   of the verification pass in each arm (stg_greedy_checks).
+--   of the lossless pass in each arm (stg_greedy_checks).
 -- Purpose: the lossless check, classified. A speculative output that differs
 --   from the baseline's is either a near-tie that numerics can flip (the speculative
 --   arm took the baseline's runner-up where the baseline's top two were close), or suspect.
 --   category, concurrency, prompt_id   the pair's prompt (category as the baseline recorded it) and level
 --   pair_index                  occurrence of the prompt within (arm, level), from 0, by request_id
 --                               (a prompt sent twice per level pairs 1:1 across arms)
---   baseline_request_id, speculative_request_id   the two verification requests
+--   baseline_request_id, speculative_request_id   the two lossless-pass requests
 --   baseline_tokens, speculative_tokens           generated tokens of each
 --   identical                   the two token id lists are equal
 --   first_divergence_position   0-based position of the first differing token id, or the

@@ -29,7 +29,7 @@
 --                       else dtype_threshold
 --   near_tie_threshold_source   'aa_divergences' (calibrated from aa_divergences flips) |
 --                       'dtype_default' (no A/A flip in the run: the reasoned dtype_threshold)
---   max_error_rate      int_run_settings.max_error_rate, for the verification pass's own failures
+--   max_error_rate      int_run_settings.max_error_rate, for the lossless pass's own failures
 with settings as (
     select run_id, dtype, max_error_rate from int_run_settings
 ),

@@ -11,7 +11,7 @@
 --   per-segment times speedup_natural_end is computed from (and the rows to resample
 --   for its intervals: run_id, comparison, category, concurrency, segment, prompt_id, repeat,
 --   log_ratio).
---   natural_end_position  P, from int_natural_ends (the baseline's verification request for
+--   natural_end_position  P, from int_natural_ends (the baseline's lossless-pass request for
 --                   the prompt at this level, repeat 0): the first output position (0-based)
 --                   whose greedy token was end-of-sequence, so the model would have emitted
 --                   P tokens [positions 0 .. P-1] and stopped
@@ -32,14 +32,14 @@
 --                                         the stream)
 --                   'unknown'             the pair is not split; times and ratio NULL
 --   unknown_reason  why a pair is 'unknown', in this order (NULL for the other segments):
---                   'no_natural_end'            no successful baseline verification request for
+--                   'no_natural_end'            no successful baseline lossless-pass request for
 --                                               the prompt at this level, or end-of-sequence
 --                                               ids unknown (external server)
 --                   'natural_end_at_start'      P = 0: nothing before the end, so prefill and
 --                                               the first token would fall on either side
 --                   'natural_end_past_output'   P >= the output tokens of either request: it
 --                                               emitted no token after the end (shorter than
---                                               the verification request; not expected under
+--                                               the lossless-pass request; not expected under
 --                                               forced length)
 --                   'no_chunk_tokens'           either request has no per-chunk token counts
 --                                               (the server ignored continuous_usage_stats), or

@@ -1,6 +1,6 @@
 -- int_natural_ends
 -- Grain: one row per run_id, concurrency level and prompt that has a successful baseline
---   verification request at repeat 0 (stg_greedy_checks).
+--   lossless-pass request at repeat 0 (stg_greedy_checks).
 -- Purpose: where the model would have stopped without ignore_eos, looked up once
 --   for the models that split a request there (int_natural_end_pairs; the same
 --   lookup as acceptance_natural_end's).
@@ -12,7 +12,7 @@
 --   eos_known             true when every such request knew the end-of-sequence ids
 --                         (false for an external server: then natural_end_position is NULL
 --                         and means "unknown", not "never ended")
---   The baseline's verification at the level stands for both arms: in float32 the same
+--   The baseline's lossless pass at the level stands for both arms: in float32 the same
 --   prompt gives the same text in both; in bfloat16 it is where the baseline at that
 --   level would have stopped.
 with checks as (

@@ -6,7 +6,7 @@
 --   would have stopped, into repetitive text that drafts predict well; this splits
 --   draft acceptance at that point so the tail cannot flatter the figure.
 --   The natural end of a prompt (int_natural_ends) is stg_greedy_checks.natural_end_position of the
---   baseline's verification request for the same prompt at the same level (repeat 0;
+--   baseline's lossless-pass request for the same prompt at the same level (repeat 0;
 --   the earliest if the prompt was sent more than once): the first position whose
 --   greedy token was end-of-sequence. In float32 the same prompt gives the same text
 --   in both arms; in bfloat16 it is where the baseline at that level would have stopped.
@@ -18,7 +18,7 @@
 --   segment          'before_natural_end'  first drafted position < natural end, or the
 --                                          prompt never ended within max_tokens
 --                    'after_natural_end'   first drafted position >= natural end
---                    'unknown'             no successful baseline verification request for
+--                    'unknown'             no successful baseline lossless-pass request for
 --                                          the prompt at this level, end-of-sequence ids
 --                                          unknown (external server), or no prompt_tokens
 --   requests         speculative requests with at least one verify round in the segment

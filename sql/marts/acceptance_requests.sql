@@ -22,7 +22,7 @@
 --   diff_proposed, diff_accepted   '(all)' rows: per-request sums minus the counters; 0
 --                         when every drafted token of the blocks is in a request's stats
 --                         (the blocks bracket the timed requests only: no warm-up or
---                         verification request falls between a block's two scrapes)
+--                         lossless-pass request falls between a block's two scrapes)
 with requests as (
     select run_id, arm, concurrency, category, spec_num_steps, spec_num_draft_tokens as proposed,
            spec_num_accepted_tokens as accepted

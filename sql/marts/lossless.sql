@@ -1,12 +1,12 @@
 -- lossless
--- Grain: one row per run_id, category and concurrency level that has greedy verification
+-- Grain: one row per run_id, category and concurrency level that has lossless-pass
 --   checks or greedy (temperature = 0) timed baseline requests.
 -- Purpose: is speculation lossless for greedy decoding, judged against the noise
 --   floor of the baseline against itself at the same level?
---   Speculative vs baseline (the verification pass, int_greedy_pairs: token ids, repeat 0):
+--   Speculative vs baseline (the lossless pass, int_greedy_pairs: token ids, repeat 0):
 --   dtype            int_lossless_settings.dtype: manifest.dtype of the run (sets the fallback
 --                    of near_tie_threshold)
---   checks           verification requests of the category at this level, both arms, repeat 0
+--   checks           lossless-pass requests of the category at this level, both arms, repeat 0
 --   checks_failed    of those, success = false (typed in stg_greedy_checks.error_type)
 --   pairs            prompt occurrences with a successful check in both arms
 --   identical        pairs whose token id lists are equal
@@ -35,11 +35,11 @@
 --                    not counted (excluded_reason). NULL: not known (no counter reads around
 --                    the pass: a run recorded before they existed, or no /metrics page); the
 --                    figures then stand as before
---   excluded_reason  why pairs .. identity_share are NULL: 'no verification pass at this level',
---                    '<arm> arm has no verification checks at this level', '<arm>
---                    verification pass failed (error rate r > max m)' (the pass's failed-request
+--   excluded_reason  why pairs .. identity_share are NULL: 'no lossless pass at this level',
+--                    '<arm> arm has no lossless checks at this level', '<arm>
+--                    lossless pass failed (error rate r > max m)' (the pass's failed-request
 --                    share over all categories of the level, against manifest.max_error_rate),
---                    or 'speculation did not run during the verification pass (draft counters
+--                    or 'speculation did not run during the lossless pass (draft counters
 --                    unchanged)' (pass_valid = false); NULL when the figures stand
 --   A/A floor (the TIMED baseline requests, int_baseline_text_pairs: output_text, successful only):
 --   repeats          timed baseline repeats of the level holding greedy requests of the category
@@ -92,17 +92,17 @@ level_health as (
         levels.run_id,
         levels.concurrency,
         case
-            when b.arm is null and s.arm is null then 'no verification pass at this level'
-            when b.arm is null then 'baseline arm has no verification checks at this level'
-            when s.arm is null then 'speculative arm has no verification checks at this level'
+            when b.arm is null and s.arm is null then 'no lossless pass at this level'
+            when b.arm is null then 'baseline arm has no lossless checks at this level'
+            when s.arm is null then 'speculative arm has no lossless checks at this level'
             when b.error_rate > settings.max_error_rate then
-                printf('baseline verification pass failed (error rate %.3f > max %.3f)',
+                printf('baseline lossless pass failed (error rate %.3f > max %.3f)',
                        b.error_rate, settings.max_error_rate)
             when s.error_rate > settings.max_error_rate then
-                printf('speculative verification pass failed (error rate %.3f > max %.3f)',
+                printf('speculative lossless pass failed (error rate %.3f > max %.3f)',
                        s.error_rate, settings.max_error_rate)
             when not passes.speculation_ran then
-                'speculation did not run during the verification pass (draft counters unchanged)'
+                'speculation did not run during the lossless pass (draft counters unchanged)'
         end as excluded_reason,
         passes.draft_tokens as pass_draft_tokens,
         passes.speculation_ran as pass_valid

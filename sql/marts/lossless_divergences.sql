@@ -1,11 +1,11 @@
 -- lossless_divergences
 -- Grain: one row per run_id and non-identical speculative-vs-baseline greedy pair of the
---   verification pass (int_greedy_pairs where not identical): every divergence
+--   lossless pass (int_greedy_pairs where not identical): every divergence
 --   behind lossless.near_tie and lossless.suspect, with where and why.
 -- Purpose: each divergence has a position, a margin and a class.
 --   category, concurrency, prompt_id, pair_index   the pair (pair_index: occurrence of the
 --                               prompt within the level, from 0)
---   baseline_request_id, speculative_request_id   the two verification requests
+--   baseline_request_id, speculative_request_id   the two lossless-pass requests
 --   first_divergence_position   0-based position of the first differing token id (or the
 --                               shorter length when one output is a prefix of the other)
 --   baseline_token_id, speculative_token_id       the token ids there (NULL past an end)

@@ -1,8 +1,8 @@
 -- stg_greedy_checks
--- Grain: one row per run_id and request of the lossless verification pass (GreedyCheck):
+-- Grain: one row per run_id and request of the lossless pass (GreedyCheck):
 --   greedy requests sent apart from the timed ones, asking for token ids and
---   the top-2 logprobs at every position (specdec.replay.verify).
--- Purpose: the verification record, typed. Nothing is derived here.
+--   the top-2 logprobs at every position (specdec.replay.passes.lossless).
+-- Purpose: the lossless-pass record, typed. Nothing is derived here.
 -- Columns: as schemas.records.GreedyCheck. Lists are per generated position,
 --   0-based in the record (DuckDB lists index from 1: position p is [p + 1]).
 --   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic

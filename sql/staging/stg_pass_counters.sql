@@ -2,7 +2,7 @@
 -- Grain: one row per run_id, arm, concurrency level, untimed pass and position (PassCounters):
 --   the engine's cumulative speculation counters read just before (position 'before') and
 --   just after ('after') one arm's lossless pass or sampling pass at one level
---   (specdec.replay.pass_counters).
+--   (specdec.replay.passes.counters).
 -- Purpose: the reads, typed. Nothing is derived here (int_passes_checked differences them).
 -- Columns: as schemas.records.PassCounters.
 --   pass_kind        'lossless_pass' (greedy, top-2 logprobs: stg_greedy_checks) |

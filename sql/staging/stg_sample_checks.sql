@@ -1,7 +1,7 @@
 -- stg_sample_checks
 -- Grain: one row per run_id and request of the sampling-mode check (SampleCheck): a prompt
 --   with temperature > 0 sent once per seed of a fixed seed list, per arm and
---   level, logprobs on, apart from the timed requests (specdec.replay.sampling).
+--   level, logprobs on, apart from the timed requests (specdec.replay.passes.sampling).
 -- Purpose: the sample record, typed. Nothing is derived here.
 -- Columns: as schemas.records.SampleCheck, in its field order.
 --   sequence_logprob      sum of the emitted tokens' logprobs under the target [nats];
@@ -13,7 +13,7 @@
 --                         file written before they were recorded
 --   rescored_logprob_sum  sum of the generated tokens' logprobs under the reference arm's
 --                         server by teacher forcing (prompt logprobs of prompt + token_ids,
---                         specdec.replay.rescore) [nats]: one instrument for both arms;
+--                         specdec.replay.passes.rescore) [nats]: one instrument for both arms;
 --                         NULL when not re-scored
 --   rescored_by           arm whose server re-scored it; NULL when not re-scored
 --   not_rescored_reason   why rescored_logprob_sum is NULL (failed sample, no prompt token

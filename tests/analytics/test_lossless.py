@@ -155,28 +155,28 @@ def test_lossless_divergences_list_every_non_identical_pair(run):
     assert by["pC"]["first_divergence_position"] == 3 and by["pC"]["baseline_natural_end_position"] == 2
     assert by["pC"]["after_natural_end"] is True and by["pC"]["baseline_tokens"] == 4
     assert by["pA"]["baseline_margin"] is None and by["pA"]["after_natural_end"] is None
-    assert by["pC"]["baseline_request_id"] == f"sd.{RUN}.baseline.c1.r0.pC.verify"
+    assert by["pC"]["baseline_request_id"] == f"sd.{RUN}.baseline.c1.r0.pC.lossless"
     assert all(r["excluded_reason"] is None for r in got)
 
 
-def test_a_failed_or_one_sided_verification_pass_gives_no_lossless_figure(tmp_path):
+def test_a_failed_or_one_sided_lossless_pass_gives_no_lossless_figure(tmp_path):
     checks = make_checks() + [check("baseline", 4, "pA", [5, 6])]
     run_dir = make_run(tmp_path, checks=checks, max_error_rate=0.05)
     got = {(r["category"], r["concurrency"]): r for r in rows(run_dir, "select * from lossless")}
-    reason = "speculative verification pass failed (error rate 0.250 > max 0.050)"
+    reason = "speculative lossless pass failed (error rate 0.250 > max 0.050)"
     for key in (("code", 2), ("chat", 2)):
         r = got[key]
         assert r["excluded_reason"] == reason
         assert (r["pairs"], r["identical"], r["near_tie"], r["suspect"], r["identity_share"]) == (None,) * 5
     assert got[("code", 2)]["aa_pairs"] == 1  # the A/A floor (timed requests) still stands
-    assert got[("code", 4)]["excluded_reason"] == "speculative arm has no verification checks at this level"
+    assert got[("code", 4)]["excluded_reason"] == "speculative arm has no lossless checks at this level"
     assert got[("code", 1)]["excluded_reason"] is None and got[("code", 1)]["pairs"] == 3
     div = rows(run_dir, "select concurrency, excluded_reason from lossless_divergences where concurrency = 2")
     assert div == [{"concurrency": 2, "excluded_reason": reason}]  # listed, but not counted
 
 
-def test_one_repeat_and_no_verification_pass_are_not_applicable(tmp_path):
-    # a run without repeats and without a verification pass (e.g. --no-verify, or an old run)
+def test_one_repeat_and_no_lossless_pass_are_not_applicable(tmp_path):
+    # a run without repeats and without a lossless pass (e.g. --no-verify, or an old run)
     requests = [
         timed("baseline", 1, 0, "pA", "x"),
         timed("baseline", 2, 0, "pA", "x"),
@@ -189,7 +189,7 @@ def test_one_repeat_and_no_verification_pass_are_not_applicable(tmp_path):
     ] == [(1, 1, None, None, None), (2, 1, None, None, None)]
     assert [(r["cross_level_pairs"], r["cross_level_identical"]) for r in got] == [(None, None), (1, 1)]
     assert all(
-        r["checks"] == 0 and r["pairs"] is None and r["excluded_reason"] == "no verification pass at this level"
+        r["checks"] == 0 and r["pairs"] is None and r["excluded_reason"] == "no lossless pass at this level"
         for r in got
     )
     assert rows(tmp_path, "select count(*) as n from lossless_divergences") == [{"n": 0}]

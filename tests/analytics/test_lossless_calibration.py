@@ -60,7 +60,7 @@ def check(
         arm=arm,
         concurrency=level,
         repeat=0,
-        request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.verify",
+        request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.lossless",
         prompt_id=prompt,
         category="code",
         success=True,
@@ -241,7 +241,7 @@ def test_a_pass_with_unmoved_draft_counters_is_invalid(tmp_path):
     got = {r["concurrency"]: r for r in rows(run_dir, "select * from lossless where category = 'code'")}
     c1, c2, c4 = got[1], got[2], got[4]
     assert (c1["pass_valid"], c1["pass_draft_tokens"]) == (False, 0)
-    assert c1["excluded_reason"] == "speculation did not run during the verification pass (draft counters unchanged)"
+    assert c1["excluded_reason"] == "speculation did not run during the lossless pass (draft counters unchanged)"
     assert (c1["pairs"], c1["near_tie"], c1["suspect"], c1["identity_share"]) == (None,) * 4
     assert (c2["pass_valid"], c2["pass_draft_tokens"], c2["excluded_reason"], c2["pairs"]) == (True, 12, None, 3)
     assert (c4["pass_valid"], c4["pass_draft_tokens"], c4["excluded_reason"], c4["pairs"]) == (None, None, None, 3)

@@ -1,7 +1,7 @@
 """The speedup split at the natural end, on hand-built rows: int_natural_ends,
 int_natural_end_pairs, speedup_natural_end.
 
-Level 1, repeat 0, greedy, max_tokens 10. P = the baseline verification's natural end.
+Level 1, repeat 0, greedy, max_tokens 10. P = the baseline lossless pass's natural end.
 
     prompt     P     baseline: offsets ms / running tokens   speculative                 split
     code pA    4     100 400 1000 / 2 4 10, e2e 1000          50 200 500 / 1 5 10, e2e 500
@@ -11,7 +11,7 @@ Level 1, repeat 0, greedy, max_tokens 10. P = the baseline verification's natura
     chat pC    0                                                                          natural_end_at_start
     chat pD    2     counts                                   no counts (None)            no_chunk_tokens
     chat pH    2     3 counts for 2 offsets                   counts                      no_chunk_tokens
-    chat pE    -     (no verification request)                                            no_natural_end
+    chat pE    -     (no lossless-pass request)                                            no_natural_end
     chat pF    eos ids unknown                                                            no_natural_end
     chat pG    3     output 3 tokens                                                      natural_end_past_output
     chat pI    4     counts 1 3, output 10                                                natural_end_not_in_chunks
@@ -55,7 +55,7 @@ TIMED = {
     "pJ": ("chat", ([10.0, 100.0], [2, 10], 100.0), ([10.0, 100.0], [2, 10], 100.0)),
     "pS": ("code", *SPLIT),
 }
-# prompt -> natural end position of the baseline verification ("never": None; pE: no check)
+# prompt -> natural end position of the baseline lossless pass ("never": None; pE: no check)
 ENDS = {"pA": 4, "pB": None, "pC": 0, "pD": 2, "pH": 2, "pF": None, "pG": 3, "pI": 4, "pJ": 5, "pS": 2}
 UNKNOWN = {
     "pC": "natural_end_at_start",

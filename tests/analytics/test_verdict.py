@@ -213,14 +213,14 @@ def test_lossless_sentence_and_its_change():
     text = lossless_sentence(half, None).text
     assert text.startswith("lossless: 0 suspect divergences in 48 greedy pairs (bfloat16, c1;")
     assert text.endswith(
-        "; c4 not counted: speculation did not run during its verification pass (draft counters unchanged))."
+        "; c4 not counted: speculation did not run during its lossless pass (draft counters unchanged))."
     )
     none = lossless_sentence([dict(r, pass_valid=False) for r in calibrated], None).text
     assert none == (
-        "lossless: not shown (speculation did not run during the verification pass at c1-c4: the "
+        "lossless: not shown (speculation did not run during the lossless pass at c1-c4: the "
         "speculative arm's draft counters did not move)."
     )
-    # no verification pass: said, not zero
+    # no lossless pass: said, not zero
     assert lossless_sentence([dict(LOSSLESS[0], pairs=None)], "bfloat16").text.startswith("lossless: not verified")
 
 

@@ -37,7 +37,7 @@ def con(tmp_path_factory, model_dir):
         requests_per_level=12,
         max_tokens=32,
         repeats=3,
-        verify=False,
+        lossless_pass=False,
         warmup_requests=1,
         model=model_dir,
         progress=False,

@@ -151,7 +151,7 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
         warmup_requests=1,
         progress=False,
     )
-    assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.verify and cfg.prefix_cache == "off"
+    assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.lossless_pass and cfg.prefix_cache == "off"
     run_dir = run_replay(cfg)
     manifest = read_manifest(run_dir)
     assert manifest.finished and manifest.engine["name"] == "llama.cpp"

@@ -27,7 +27,7 @@ def con(tmp_path_factory, model_dir, fixtures, vllm_pair):
         model=model_dir,
         dtype="float32",
         repeats=1,
-        verify=True,
+        lossless_pass=True,
         samples=0,
         progress=False,
     )

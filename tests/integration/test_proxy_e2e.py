@@ -170,7 +170,7 @@ def test_the_recording_replays_in_both_arms_and_the_report_shows_its_categories(
         run_id="proxy-e2e",
         levels=[1],
         repeats=1,
-        verify=False,
+        lossless_pass=False,
         warmup_requests=0,
         samples=0,
         model=model_dir,

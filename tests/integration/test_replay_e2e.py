@@ -1,6 +1,6 @@
 """A short real run end to end: two local vLLM CPU servers (baseline, ngram k=4),
 closed-loop replay at two levels, two interleaved repeats and the lossless
-verification pass, DuckDB marts, report. In float32, so that speculation must
+lossless pass, DuckDB marts, report. In float32, so that speculation must
 change no greedy token (issue 6, item 7). The embedded path runs on the
 session's shared servers (tests/support/engine_servers.py: a repeat's restart
 keeps them); fresh servers per repeat are tested in test_aa_e2e."""
@@ -31,7 +31,7 @@ def run(tmp_path_factory, model_dir, fixtures, vllm_pair):
         model=model_dir,
         dtype="float32",
         repeats=2,
-        verify=True,
+        lossless_pass=True,
         progress=False,
     )
     with embedded_as(vllm_pair):
@@ -117,8 +117,8 @@ def test_report_is_self_contained(run):
     assert "reconciliation with vLLM counters: exact" in summary
 
 
-def test_verification_pass_has_complete_logprobs(run, model_dir):
-    from specdec.replay.verify import eos_ids_for_model
+def test_lossless_pass_has_complete_logprobs(run, model_dir):
+    from specdec.replay.passes.lossless import eos_ids_for_model
 
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)

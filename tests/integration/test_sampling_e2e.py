@@ -1,7 +1,7 @@
 """The sampling-mode test on the embedded engine (issue 6, item 8; acceptance 3):
 one vLLM CPU server, a few open-ended prompts sampled at temperature 1.0 with
 seeds, logprobs on; every sample re-scored by teacher forcing on the same
-server (``replay/rescore.py``): the real endpoint, the real prompt ids.
+server (``replay/passes/rescore.py``): the real endpoint, the real prompt ids.
 
 - A/A: two passes with two different seed lists (the same seeds on the same
   server would give the same samples, a trivially passing A/A) must not be
@@ -28,9 +28,9 @@ import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_test as st
-from specdec.replay.rescore import rescore_pass
-from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
-from specdec.replay.verify import eos_ids_for_model
+from specdec.replay.passes.lossless import eos_ids_for_model
+from specdec.replay.passes.rescore import rescore_pass
+from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table
 from specdec.schemas.records import TrafficRow
 from tests.support.sampling_mart import mart
 

@@ -104,7 +104,7 @@ def test_each_comparison_is_a_run_that_reconciles_with_its_own_engine(run):
         "where run_id = 'both/vllm-ngram' and arm = 'speculative'",
     )
     assert rec and all(p == 0 and a == 0 for _, p, a in rec), rec
-    # the verification pass ran on the vLLM arms only
+    # the lossless pass ran on the vLLM arms only
     assert _query(run_dir, "select distinct arm_name from stg_greedy_checks order by 1") == [
         ("vllm-ngram",),
         ("vllm-none",),

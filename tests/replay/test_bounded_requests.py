@@ -107,7 +107,7 @@ def test_the_replay_command_against_a_server_that_ignores_max_tokens_ends_with_t
                 "--run-id",
                 "x",
                 "--no-progress",
-                "--no-verify",
+                "--no-lossless-pass",
             ],
         )
         took = time.monotonic() - t0

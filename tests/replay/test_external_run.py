@@ -38,7 +38,7 @@ def _cfg(tmp_path, fixtures, **kw) -> ReplayConfig:
         connect_timeout_s=2.0,
         request_timeout_s=2.0,
         repeats=1,
-        verify=False,
+        lossless_pass=False,
     )
     base.update(kw)
     return ReplayConfig(**base)
@@ -274,7 +274,7 @@ def test_a_run_whose_levels_fail_exits_1_after_writing_everything(tmp_path, fixt
                 "1",
                 "--repeats",
                 "1",
-                "--no-verify",
+                "--no-lossless-pass",
                 "--no-progress",
             ],
         )
@@ -321,7 +321,7 @@ def test_a_run_stopped_by_a_dead_server_still_reports_what_it_recorded(tmp_path,
                 "1,2",
                 "--repeats",
                 "1",
-                "--no-verify",
+                "--no-lossless-pass",
                 "--no-progress",
             ],
         )

@@ -55,7 +55,7 @@ def test_a_stopped_replay_records_its_requests_in_flight_and_exits_non_zero(tmp_
                 "--run-id",
                 "x",
                 "--no-progress",
-                "--no-verify",
+                "--no-lossless-pass",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -325,7 +325,9 @@ def test_closed_loop_sends_a_later_turn_only_after_the_previous_one_and_fills_sl
 
 
 def test_recorded_load_without_arrival_times_stops_before_any_request(tmp_path):
-    cfg = ReplayConfig(traffic=BUNDLED, load="recorded", time_scales=[0.1], progress=False, verify=False, samples=0)
+    cfg = ReplayConfig(
+        traffic=BUNDLED, load="recorded", time_scales=[0.1], progress=False, lossless_pass=False, samples=0
+    )
     fake = FakeVllm(GOOD_SSE)
 
     async def go():

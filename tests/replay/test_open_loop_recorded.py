@@ -117,7 +117,7 @@ def test_an_open_loop_run_with_sessions_builds_its_marts(tmp_path):
         connect_timeout_s=2.0,
         request_timeout_s=2.0,
         repeats=2,
-        verify=False,
+        lossless_pass=False,
         samples=0,
     )
     with threaded(FakeVllm(GOOD_SSE, delay_s=0.01), FakeVllm(GOOD_SSE, delay_s=0.01)) as (b, s):

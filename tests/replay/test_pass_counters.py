@@ -1,5 +1,5 @@
 """The untimed passes read the arm's speculation counters before and after
-(replay/pass_counters.py, Replayer._verify / _sample), against fake servers:
+(replay/passes/counters.py, Replayer._verify / _sample), against fake servers:
 one whose draft counters move with every request (4 draft tokens per
 request, one draft), one that exports no speculative counter at all."""
 
@@ -42,9 +42,9 @@ def _run(fake: FakeVllm, tmp_path, pass_name: str, n: int = 3) -> list[dict]:
         runner = Replayer(cfg, "r", tmp_path, traffic, Progress(False))
         async with serving(fake.server()) as (s, base):
             if pass_name == "lossless_pass":
-                await runner._verify(s, "speculative", as_endpoint(base), rows, 2)
+                await runner._lossless_pass(s, "speculative", as_endpoint(base), rows, 2)
             else:
-                await runner._sample(
+                await runner._sampling_pass(
                     s, "speculative", as_endpoint(base), [r.model_copy(update={"temperature": 0.7}) for r in rows], 2
                 )
 
@@ -62,7 +62,7 @@ def test_the_lossless_pass_is_bracketed_by_counter_reads(tmp_path):
         ("lossless_pass", "after", 2, "speculative"),
     ]
     before, after = got
-    n = sum(rid.endswith(".verify") for rid in fake.request_ids)
+    n = sum(rid.endswith(".lossless") for rid in fake.request_ids)
     assert n == 3
     assert (before["spec_num_drafts"], before["spec_num_draft_tokens"]) == (0.0, 0.0)
     assert (

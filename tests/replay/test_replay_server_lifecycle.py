@@ -69,7 +69,7 @@ def _replay(tmp: Path, startup_s: float) -> tuple[subprocess.Popen, Path]:
             "--run-id",
             "x",
             "--no-progress",
-            "--no-verify",
+            "--no-lossless-pass",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,8 +14,8 @@ import pytest
 
 from specdec.analytics import sampling_test as st
 from specdec.arms import NGRAM, ArmSpec
-from specdec.replay.rescore import instrument_arm, rescore_body, rescore_one, rescore_pass, rescored_sum
-from specdec.replay.sampling import derive_seeds, sample_pass, sample_table
+from specdec.replay.passes.rescore import instrument_arm, rescore_body, rescore_one, rescore_pass, rescored_sum
+from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table
 from specdec.schemas.records import SampleCheck, TrafficRow
 from tests.support.fake_sampler import EOS, FakeSampler, prompt_token_ids, raw_logprobs
 from tests.support.fake_server import FakeVllm, serving

@@ -89,14 +89,14 @@ def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_ve
         ("timed", "speculative", 1, 0),
         ("timed", "speculative", 1, 1),
         ("timed", "baseline", 1, 1),
-        ("verify", "baseline", 1, 0),
-        ("verify", "speculative", 1, 0),
+        ("lossless_pass", "baseline", 1, 0),
+        ("lossless_pass", "speculative", 1, 0),
         ("timed", "baseline", 4, 0),
         ("timed", "speculative", 4, 0),
         ("timed", "speculative", 4, 1),
         ("timed", "baseline", 4, 1),
-        ("verify", "baseline", 4, 0),
-        ("verify", "speculative", 4, 0),
+        ("lossless_pass", "baseline", 4, 0),
+        ("lossless_pass", "speculative", 4, 0),
     ]
     assert all(b.kind == "timed" for b in interleaved([1], 3, ["baseline"], False))
 
@@ -119,10 +119,10 @@ def test_fresh_servers_per_repeat_make_the_schedule_repeat_major():
         ("timed", "baseline", 1, 1),
         ("timed", "baseline", 4, 1),
         ("timed", "speculative", 4, 1),
-        ("verify", "baseline", 1, 0),
-        ("verify", "speculative", 1, 0),
-        ("verify", "baseline", 4, 0),
-        ("verify", "speculative", 4, 0),
+        ("lossless_pass", "baseline", 1, 0),
+        ("lossless_pass", "speculative", 1, 0),
+        ("lossless_pass", "baseline", 4, 0),
+        ("lossless_pass", "speculative", 4, 0),
     ]
     # one repeat: nothing to restart
     assert [b.kind for b in interleaved([1], 1, ["baseline"], False, restart=True)] == ["timed"]
@@ -142,7 +142,7 @@ def test_a_restart_moves_the_following_blocks_to_the_fresh_servers(tmp_path):
         requests_per_level=2,
         levels=[1, 2],
         repeats=2,
-        verify=False,
+        lossless_pass=False,
         samples=0,
         prefix_cache="keep",
         warmup_requests=1,

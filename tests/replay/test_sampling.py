@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from specdec.replay.sampling import (
+from specdec.replay.passes.sampling import (
     DEFAULT_SEEDS,
     derive_seeds,
     sample_one,

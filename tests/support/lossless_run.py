@@ -1,4 +1,4 @@
-"""The hand-built run of the lossless tests: verification checks, timed requests
+"""The hand-built run of the lossless tests: lossless checks, timed requests
 and speculative rounds (what each pair must be classified as, and why, is in
 the docstring of tests/analytics/test_lossless.py; test_round_counts and
 test_many_runs build on the same run)."""
@@ -37,7 +37,7 @@ def check(
         arm=arm,
         concurrency=level,
         repeat=0,
-        request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.verify",
+        request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.lossless",
         prompt_id=prompt,
         category=category,
         success=success,

@@ -10,9 +10,9 @@ temperature, under speculation too) and the natural length (the first
 position whose emitted token was end-of-sequence; ``ignore_eos`` keeps the
 fixed length, so generation carries on past it).
 
-Like the lossless verification pass (``verify.py``), it runs apart from the
+Like the lossless pass (``passes/lossless.py``), it runs apart from the
 timed requests (logprobs add work per token) and reuses that pass's stream
-and logprob parsing: a request is ``verify_payload`` with the row's
+and logprob parsing: a request is ``pass_payload`` with the row's
 temperature (or ``temperature_override``), a ``seed`` and ``top_logprobs: 0``
 (only the emitted token's logprob is needed). A prompt that occurs several
 times in ``rows`` is sampled once per seed: the same prompt and seed on one
@@ -28,7 +28,7 @@ beside it, to compare the two instruments.
 ``temperature_override`` replaces every row's temperature: the hook a test
 uses to plant a defect (an arm that samples at a slightly different
 temperature must be detected). Failures are data, typed as in the
-verification pass (``verify.VERIFY_ERROR_TYPES``).
+lossless pass (``lossless.PASS_ERROR_TYPES``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import pyarrow as pa
 from specdec.engines.urls import Endpoint
 from specdec.replay.client import ClientSettings, as_endpoint, stream_payload
 from specdec.replay.closed_loop import closed_loop
-from specdec.replay.verify import VerifyResult, verify_payload
+from specdec.replay.passes.lossless import PassResult, pass_payload
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import SampleCheck, TrafficRow
 
@@ -85,11 +85,11 @@ def sampled_rows(rows: list[TrafficRow]) -> list[TrafficRow]:
 
 
 def sample_payload(model: str, row: TrafficRow, seed: int, temperature: float) -> dict:
-    """The verification body with the row's sampling settings and a seed;
+    """The lossless pass's body with the row's sampling settings and a seed;
     only the emitted token's logprob is asked for (top_logprobs 0), and the
     prompt's token ids (vLLM's return_token_ids: in the first chunk)."""
     return {
-        **verify_payload(model, row),
+        **pass_payload(model, row),
         "temperature": temperature,
         "seed": seed,
         "top_logprobs": 0,
@@ -98,8 +98,8 @@ def sample_payload(model: str, row: TrafficRow, seed: int, temperature: float) -
 
 
 @dataclass
-class SampleResult(VerifyResult):
-    """One sampled request: the verification pass's per-position record (token
+class SampleResult(PassResult):
+    """One sampled request: the lossless pass's per-position record (token
     ids, end-of-sequence position) plus the emitted token's logprob at every
     position, what was sent, the prompt's token ids the server reported, and
     the re-scoring's outcome (``rescore.rescore_pass`` fills it)."""
@@ -114,7 +114,7 @@ class SampleResult(VerifyResult):
     not_rescored_reason: str | None = None
 
     def collect(self, chunk: dict) -> None:
-        """The verification pass's collect, and the prompt's token ids where a chunk carries them."""
+        """The lossless pass's collect, and the prompt's token ids where a chunk carries them."""
         ids = chunk.get("prompt_token_ids")
         if self.prompt_token_ids is None and isinstance(ids, list) and all(type(t) is int for t in ids):
             self.prompt_token_ids = ids

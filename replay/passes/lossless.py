@@ -1,4 +1,4 @@
-"""The lossless verification pass: greedy requests that return, per generated
+"""The lossless pass: greedy requests that return, per generated
 position, the token id and the top-2 logprobs, so a speculative output that
 differs from the baseline's can be classified (``sql/intermediate/int_greedy_pairs.sql``).
 
@@ -36,8 +36,8 @@ from specdec.replay.closed_loop import closed_loop
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import GreedyCheck, TrafficRow
 
-#: ERROR_TYPES of the client, plus the verification pass's own.
-VERIFY_ERROR_TYPES: dict[str, str] = {
+#: ERROR_TYPES of the client, plus the lossless pass's own.
+PASS_ERROR_TYPES: dict[str, str] = {
     **ERROR_TYPES,
     "bad_logprobs": "a complete stream whose logprobs are missing, malformed, or fewer or more than "
     "the generated tokens (is the server vLLM with return_tokens_as_token_ids?)",
@@ -47,7 +47,7 @@ TOP_LOGPROBS = 2
 _TOKEN_ID_PREFIX = "token_id:"
 
 
-def verify_payload(model: str, row: TrafficRow) -> dict:
+def pass_payload(model: str, row: TrafficRow) -> dict:
     """The timed request's body, greedy, with token ids and top-2 logprobs."""
     return {
         **build_payload(model, row),
@@ -59,8 +59,8 @@ def verify_payload(model: str, row: TrafficRow) -> dict:
 
 
 @dataclass
-class VerifyResult:
-    """One verification request as the client saw it: the stream's outcome and,
+class PassResult:
+    """One lossless-pass request as the client saw it: the stream's outcome and,
     per generated position, the token id and the top-1 / top-2 logprobs."""
 
     stream: StreamResult | None = None  # set when the request has been sent
@@ -103,7 +103,7 @@ class VerifyResult:
         self.top2_logprobs.append(second[0])
         self.top2_token_ids.append(second[1])
 
-    def finish(self) -> VerifyResult:
+    def finish(self) -> PassResult:
         """A successful stream whose logprobs do not cover it exactly is a failure."""
         res = self.stream
         if not res.success:
@@ -140,7 +140,7 @@ def natural_end_position(token_ids: list[int], eos_token_ids: frozenset[int] | N
     return next((i for i, t in enumerate(token_ids) if t in eos_token_ids), None)
 
 
-async def verify_one(
+async def lossless_one(
     session,
     base_url: str | Endpoint,
     model: str,
@@ -148,16 +148,16 @@ async def verify_one(
     request_id: str,
     settings: ClientSettings | None = None,
     eos_token_ids: frozenset[int] | None = None,
-) -> VerifyResult:
+) -> PassResult:
     """One greedy request with logprobs; never raises (failures are rows)."""
-    out = VerifyResult(eos_token_ids=eos_token_ids)
+    out = PassResult(eos_token_ids=eos_token_ids)
     out.stream = await stream_payload(
-        session, base_url, verify_payload(model, row), request_id, settings, on_chunk=out.collect
+        session, base_url, pass_payload(model, row), request_id, settings, on_chunk=out.collect
     )
     return out.finish()
 
 
-async def verify_pass(
+async def lossless_pass(
     session,
     base_url: str | Endpoint,
     model: str,
@@ -167,22 +167,22 @@ async def verify_pass(
     settings: ClientSettings | None = None,
     eos_token_ids: frozenset[int] | None = None,
     results: list | None = None,
-) -> list[tuple[TrafficRow, VerifyResult]]:
+) -> list[tuple[TrafficRow, PassResult]]:
     """Send every row greedily with logprobs, ``level`` requests in flight (the
     same closed loop as the timed requests); return (row, result) in finish
     order. Pass ``results`` to keep what finished if the pass is interrupted."""
     ep = as_endpoint(base_url)
 
-    async def send(i: int) -> tuple[TrafficRow, VerifyResult]:
-        return rows[i], await verify_one(session, ep, model, rows[i], make_id(i), settings, eos_token_ids)
+    async def send(i: int) -> tuple[TrafficRow, PassResult]:
+        return rows[i], await lossless_one(session, ep, model, rows[i], make_id(i), settings, eos_token_ids)
 
     return await closed_loop(len(rows), level, send, results=results)
 
 
 def greedy_table(
-    run_id: str, arm: str, level: int, repeat: int, results: list[tuple[TrafficRow, VerifyResult]]
+    run_id: str, arm: str, level: int, repeat: int, results: list[tuple[TrafficRow, PassResult]]
 ) -> pa.Table:
-    """GreedyCheck rows of one verification pass (one arm, level and repeat)."""
+    """GreedyCheck rows of one lossless pass (one arm, level and repeat)."""
     cols: dict[str, list] = {f: [] for f in GreedyCheck.model_fields}
     for row, res in results:
         values = {

@@ -1,4 +1,4 @@
-"""The lossless verification pass: logprob parsing from a real vLLM 0.32 stream,
+"""The lossless pass: logprob parsing from a real vLLM 0.32 stream,
 typed failures, the closed loop, the GreedyCheck table, end-of-sequence ids."""
 
 from __future__ import annotations
@@ -8,19 +8,19 @@ import json
 
 import pytest
 
-from specdec.replay.verify import (
-    VERIFY_ERROR_TYPES,
+from specdec.replay.passes.lossless import (
+    PASS_ERROR_TYPES,
     eos_ids_for_model,
     greedy_table,
+    lossless_one,
+    lossless_pass,
     natural_end_position,
-    verify_one,
-    verify_pass,
 )
 from specdec.schemas.records import GreedyCheck, TrafficRow
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 ROW = TrafficRow(prompt_id="p1", category="code", prompt="Repeat exactly: alpha beta gamma", max_tokens=16)
-RID = "sd.fx.speculative.c1.r0.00000.verify"
+RID = "sd.fx.speculative.c1.r0.00000.lossless"
 # The recorded stream (vLLM 0.32 CPU, float32, ngram k=4, prompt_lookup_min 1): 16 tokens in 7
 # events; <|im_end|> (id 2) at positions 6, 8 and 12, generation carried on (ignore_eos).
 FIXTURE_IDS = [48010, 3869, 42, 11189, 11345, 16439, 2, 198, 2, 1, 9690, 198, 2, 198, 1, 4093]
@@ -29,7 +29,7 @@ FIXTURE_IDS = [48010, 3869, 42, 11189, 11345, 16439, 2, 198, 2, 1, 9690, 198, 2,
 def _verify(fake: FakeVllm, eos=frozenset({2}), row: TrafficRow = ROW):
     async def go():
         async with serving(fake.server()) as (s, base):
-            return await verify_one(s, base, "m", row, RID, eos_token_ids=eos)
+            return await lossless_one(s, base, "m", row, RID, eos_token_ids=eos)
 
     return asyncio.run(go())
 
@@ -114,7 +114,7 @@ def test_bad_logprobs_are_a_typed_failure(sse, problem):
     res = _verify(FakeVllm(sse))
     assert not res.stream.success and res.stream.error_type == "bad_logprobs"
     assert problem in res.stream.error_message
-    assert "bad_logprobs" in VERIFY_ERROR_TYPES
+    assert "bad_logprobs" in PASS_ERROR_TYPES
 
 
 def test_transport_failures_are_typed_as_in_the_client(fixtures):
@@ -132,13 +132,13 @@ def test_verify_pass_keeps_level_requests_in_flight_and_tables_as_greedy_checks(
 
     async def go():
         async with serving(fake.server()) as (s, base):
-            return await verify_pass(
-                s, base, "m", rows, 2, lambda i: f"sd.t.baseline.c2.r0.{i:05d}.verify", None, frozenset({2})
+            return await lossless_pass(
+                s, base, "m", rows, 2, lambda i: f"sd.t.baseline.c2.r0.{i:05d}.lossless", None, frozenset({2})
             )
 
     results = asyncio.run(go())
     assert fake.max_in_flight == 2 and len(results) == 5
-    assert sorted(fake.request_ids) == [f"sd.t.baseline.c2.r0.{i:05d}.verify" for i in range(5)]
+    assert sorted(fake.request_ids) == [f"sd.t.baseline.c2.r0.{i:05d}.lossless" for i in range(5)]
     table = greedy_table("t", "baseline", 2, 0, results)
     assert table.schema.names == list(GreedyCheck.model_fields)
     got = {r["prompt_id"]: r for r in table.to_pylist()}
