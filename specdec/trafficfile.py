@@ -31,6 +31,15 @@ Parquet (``.parquet``)
     fields of format version 2 (``messages``, ``arrival_ms``, ``session_id``
     ...) may be null, meaning "not recorded". A string value that is not UTF-8
     (Arrow does not check it on read) is refused with the byte offset.
+  * Format version 3 (``specdec.schemas.traffic_blocks``): a row may give its
+    prompt as ``prompt_blocks`` (ids in the block table, the key-value
+    metadata ``traffic_blocks``) and ``prompt_tail``; the reader joins them
+    into ``prompt`` (the blocks' texts in order, then the tail), so every
+    caller sees the same records as from a file with whole prompts. Refused,
+    naming the file and the row or table entry: a block table that is not a
+    JSON array of blocks (or gives an id twice), ``prompt_blocks`` without a
+    block table, an id not in it, a row giving both ``prompt`` and
+    ``prompt_blocks``, a ``prompt_tail`` without ``prompt_blocks``.
 """
 
 from __future__ import annotations
@@ -40,8 +49,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from specdec.errors import InputFileError
 from specdec.schemas.records import TrafficRow
+from specdec.schemas.traffic_blocks import BLOCKS_KEY, TrafficBlock, TrafficStoredPrompt
 
 _BOM = "\ufeff"
 
@@ -149,6 +161,8 @@ def _accepts(expected: Any, actual: Any) -> bool:  # two pyarrow DataTypes
 
     if pt.is_dictionary(actual):
         actual = actual.value_type
+    if pt.is_list(expected):
+        return bool(pt.is_list(actual) or pt.is_large_list(actual)) and _accepts(expected.value_type, actual.value_type)
     if pt.is_string(expected):
         return (
             pt.is_string(actual) or pt.is_large_string(actual) or getattr(pt, "is_string_view", lambda t: False)(actual)
@@ -168,16 +182,21 @@ def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
     from specdec.schemas.arrow import arrow_schema
 
     try:
-        table = pq.read_table(path)
+        pf = pq.ParquetFile(path)
+        table = pf.read()
+        kv = pf.metadata.metadata or {}
     except Exception as exc:
         raise InputFileError(path, f"not a readable Parquet file ({exc})") from None
     expected = arrow_schema(TrafficRow)
+    stored = arrow_schema(TrafficStoredPrompt)  # version 3: a prompt as blocks + tail
+    known = expected.names + stored.names
     for name in table.column_names:
-        if name not in expected.names:
-            raise InputFileError(path, f"unknown column (expected some of {', '.join(expected.names)})", field=name)
-    for field in expected:
+        if name not in known:
+            raise InputFileError(path, f"unknown column (expected some of {', '.join(known)})", field=name)
+    blocks = _block_table(path, kv[BLOCKS_KEY.encode()]) if BLOCKS_KEY.encode() in kv else None
+    for field in [*expected, *stored]:
         if field.name not in table.column_names:
-            if TrafficRow.model_fields[field.name].is_required():
+            if field.name in TrafficRow.model_fields and TrafficRow.model_fields[field.name].is_required():
                 raise InputFileError(path, "missing column", field=field.name)
             continue
         column = table.column(field.name)
@@ -189,15 +208,83 @@ def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 path, f"null value ({column.null_count} in this column)", row=first + 1, field=field.name
             )
         _check_utf8(path, field.name, column)
-    return list(enumerate(table.to_pylist(), start=1))
+    records = table.to_pylist()
+    if "prompt_blocks" in table.column_names or "prompt_tail" in table.column_names:
+        if blocks is None:
+            raise InputFileError(
+                path,
+                f"the file gives prompts as blocks but holds no block table (key-value metadata {BLOCKS_KEY!r})",
+                field="prompt_blocks",
+            )
+        _join_blocks(path, records, blocks)
+    return list(enumerate(records, start=1))
 
 
 def _nullable(name: str) -> bool:
     """Whether a TrafficRow field may be null in Parquet: the optional fields of
     the version-2 format (None = not recorded). ``temperature`` is not: leave
-    its column out to get the default 0."""
-    info = TrafficRow.model_fields[name]
+    its column out to get the default 0. The stored-prompt columns of version 3 may."""
+    info = TrafficRow.model_fields.get(name) or TrafficStoredPrompt.model_fields[name]
     return not info.is_required() and info.default is None
+
+
+# ------------------------------------------------------------ version 3: prompts as blocks
+def _block_table(path: Path, raw: bytes) -> dict[int, str]:
+    """The block table (``TrafficBlock`` objects as JSON text): block id -> text."""
+    where = BLOCKS_KEY
+    try:
+        items = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError, RecursionError, _Refused) as exc:
+        raise InputFileError(path, f"the block table is not JSON text ({str(exc)[:120]})", field=where) from None
+    if not isinstance(items, list):
+        raise InputFileError(
+            path, f"the block table must be a JSON array of blocks, got {_json_type(items).split()[0]}", field=where
+        )
+    texts: dict[int, str] = {}
+    for k, item in enumerate(items):
+        try:
+            block = TrafficBlock.model_validate(item)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = "".join(f".{p}" for p in err["loc"])
+            raise InputFileError(path, describe_error(err), field=f"{where}[{k}]{loc}") from None
+        if block.block_id in texts:
+            raise InputFileError(
+                path, f"block id {block.block_id} is given twice in the block table", field=f"{where}[{k}].block_id"
+            )
+        texts[block.block_id] = block.text
+    return texts
+
+
+def _join_blocks(path: Path, records: list[dict[str, Any]], texts: dict[int, str]) -> None:
+    """Each row's ``prompt_blocks`` + ``prompt_tail`` made its ``prompt`` (in place; both keys removed)."""
+    for row, rec in enumerate(records, start=1):
+        ids, tail = rec.pop("prompt_blocks", None), rec.pop("prompt_tail", None)
+        if ids is None:
+            if tail is not None:
+                raise InputFileError(path, "prompt_tail is given without prompt_blocks", row=row, field="prompt_tail")
+            continue
+        if rec.get("prompt") is not None:
+            raise InputFileError(
+                path,
+                "give the prompt whole (prompt) or as blocks (prompt_blocks), not both",
+                row=row,
+                field="prompt_blocks",
+            )
+        try:
+            parts = [texts[i] for i in ids]
+        except KeyError:
+            k, missing = next((k, i) for k, i in enumerate(ids) if i not in texts)
+            what = "a null block id" if missing is None else f"block id {missing}"
+            raise InputFileError(
+                path,
+                f"{what} (element {k} of the list) is not in the file's block table ({BLOCKS_KEY!r}, {len(texts)} blocks)",
+                row=row,
+                field="prompt_blocks",
+            ) from None
+        if tail is not None:
+            parts.append(tail)
+        rec["prompt"] = "".join(parts)
 
 
 def _check_utf8(path: Path, name: str, column: Any) -> None:  # a pyarrow ChunkedArray
