@@ -1,5 +1,6 @@
 """Importers of public LLM traffic traces (Azure LLM inference, Mooncake,
-BurstGPT) into a traffic file of ``TrafficRow`` (format version 2).
+BurstGPT) into a traffic file of ``TrafficRow`` (format version 2; Mooncake's
+version 3, its prompts stored as shared prefix blocks: ``writer``).
 
 Each format module parses its file into ``common.TraceRow`` in common units
 (its docstring says which unit its timestamps use and how that is known);
@@ -82,10 +83,14 @@ def import_to_file(
     pool: Pool | None = None,
     counter: TokenCounter | None = None,
     progress: Callable[[int, int], None] | None = None,
+    blocks: bool | None = None,
 ) -> ImportReport:
     """Read a trace file and stream its traffic rows to ``out`` (Parquet,
     written atomically, in batches); the report counts them (``rows`` stays
-    empty). ``progress(done, total)`` is called as rows are read in pass 2."""
+    empty). ``progress(done, total)`` is called as rows are read in pass 2.
+    ``blocks``: write prompts made of prefix blocks as blocks (traffic format
+    version 3, ``writer``); None: the format's ``BLOCKS`` (Mooncake: yes),
+    False: every prompt whole (version 2, which an older specdec reads)."""
     module, path, report = _open(fmt, path, opts)
     rows, n = _kept_rows(module, path, opts, report)
     if not n:
@@ -93,7 +98,7 @@ def import_to_file(
     pool = pool or load_pool()
     counter = counter or default_counter()
     values = traffic_values(_counted(rows, progress, n), module.SOURCE, opts, pool, counter, report)
-    written = write_batches(values, Path(out))
+    written = write_batches(values, Path(out), blocks=getattr(module, "BLOCKS", False) if blocks is None else blocks)
     if not written:
         raise InputFileError(path, "no row was kept (check --start-s/--end-s and --sample); nothing written")
     return report

@@ -41,7 +41,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass
 
-from specdec.replay.importers.utf8 import Utf8Parts
+from specdec.replay.importers.utf8 import Utf8Blocks
 from specdec.replay.prompt_pool import (
     EXACT,
     SEPARATOR,
@@ -231,7 +231,7 @@ class BlockComposer:
     # -------------------------------------------------------------- one row
     def compose(self, prompt: PoolPrompt, target: int, blocks: list[Block]) -> Composed | None:
         """The row's content from its blocks (the message's content a
-        ``Utf8Parts``: the blocks' bytes, not joined here), or None when the target is too
+        ``Utf8Blocks``: the whole blocks and the row's own tail, not joined here), or None when the target is too
         small for whole blocks and units (the prompt alone, or its first unit,
         overshoots): the caller composes those rows unit by unit
         (``prompt_pool.compose``), as every row was composed before."""
@@ -314,7 +314,7 @@ class _Row:
         asked = self.o._asked.get(self.prompt.id)
         if asked is None:
             asked = self.o._asked[self.prompt.id] = (SEPARATOR + self.prompt.text).encode("utf-8")
-        content = Utf8Parts((*(b.data for b in whole), text.encode("utf-8"), asked))
+        content = Utf8Blocks(tuple(whole), text.encode("utf-8") + asked)
         pieces = _merged([p for b in whole for p in b.pieces] + _by_piece(tail_units))
         done = Composed(
             [{"role": "user", "content": content}],

@@ -21,6 +21,8 @@ from specdec.errors import InputFileError
 from specdec.replay.importers.common import Malformed, TraceRow
 
 SOURCE = "mooncake"
+#: Rows' prompts are written as their prefix blocks + a tail (traffic format version 3: ``writer``).
+BLOCKS = True
 UNITS = "timestamp: ms relative to the trace start"
 #: The columns checked for range (``common.out_of_range``): time, input length, output length.
 FIELDS = {"time": "timestamp", "input": "input_length", "output": "output_length"}

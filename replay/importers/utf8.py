@@ -47,6 +47,19 @@ class Utf8Parts:
         return f"Utf8Parts({len(self.parts)} parts, {self.nbytes} bytes)"
 
 
+class Utf8Blocks(Utf8Parts):
+    """A prompt made of shared text blocks (``blocks.Block``: ``start`` its id,
+    ``data`` its UTF-8 bytes) and a tail of its own: what a traffic file of
+    format version 3 stores as ``prompt_blocks`` + ``prompt_tail`` (``writer``),
+    and otherwise the whole text, as any ``Utf8Parts``."""
+
+    __slots__ = ("blocks", "tail")
+
+    def __init__(self, blocks: tuple, tail: bytes):
+        super().__init__((*(b.data for b in blocks), tail))
+        self.blocks, self.tail = blocks, tail
+
+
 def plain(value):
     """``value`` with a ``Utf8Parts`` turned into its ``str`` (anything else unchanged)."""
     return str(value) if isinstance(value, Utf8Parts) else value
@@ -72,6 +85,16 @@ def string_array(values: list) -> pa.Array | list:
             b = v.encode("utf-8")
             pieces.append(b)
             sizes.append(len(b))
+    return _from_pieces(values, pieces, sizes, nulls)
+
+
+def bytes_string_array(values: list[bytes | None]) -> pa.Array:
+    """An Arrow string array of UTF-8 ``values`` (or None) given as bytes."""
+    sizes = [0 if v is None else len(v) for v in values]
+    return _from_pieces(values, [v for v in values if v is not None], sizes, None in values)
+
+
+def _from_pieces(values: list, pieces: list[bytes], sizes: list[int], nulls: bool) -> pa.Array:
     offsets = array("i", [0])
     offsets.extend(accumulate(sizes))  # OverflowError past 2**31 - 1 bytes: the writer's batches stay far below
     out = pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(b"".join(pieces)))

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.replay.importers import ImportOptions, import_to_file, import_trace, writer
+from specdec.replay.traffic import load_traffic
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import TrafficRow
 
@@ -24,12 +25,16 @@ from specdec.schemas.records import TrafficRow
     ],
 )
 def test_streamed_file_equals_the_in_memory_rows(traces, counter, tmp_path, monkeypatch, fmt, name, opts):
+    """Read back, the file gives the in-memory rows; written with every prompt
+    whole (``blocks=False``: format version 2) it is that table exactly."""
     monkeypatch.setattr(writer, "BATCH", 3)
     memory = import_trace(fmt, traces / name, ImportOptions(**opts), counter=counter)
-    out = tmp_path / "t.parquet"
+    out, whole = tmp_path / "t.parquet", tmp_path / "whole.parquet"
     streamed = import_to_file(fmt, traces / name, ImportOptions(**opts), out, counter=counter)
-    assert pq.read_table(out).equals(table_from_records(TrafficRow, memory.rows))
+    assert load_traffic(out).rows == memory.rows
     assert streamed.lines() == memory.lines()
+    import_to_file(fmt, traces / name, ImportOptions(**opts), whole, counter=counter, blocks=False)
+    assert pq.read_table(whole).equals(table_from_records(TrafficRow, memory.rows))
 
 
 def test_rows_of_one_bucket_share_content_within_their_own_tolerance(tmp_path, counter):
@@ -51,7 +56,7 @@ def test_long_rows_end_a_batch_by_characters_and_the_file_is_zstd(traces, counte
     opts = ImportOptions(category="code")
     memory = import_trace("mooncake", traces / "mooncake_small.jsonl", opts, counter=counter)
     out = tmp_path / "t.parquet"
-    import_to_file("mooncake", traces / "mooncake_small.jsonl", opts, out, counter=counter)
+    import_to_file("mooncake", traces / "mooncake_small.jsonl", opts, out, counter=counter, blocks=False)
     meta = pq.ParquetFile(out).metadata
     assert pq.read_table(out).equals(table_from_records(TrafficRow, memory.rows))
     assert 2 <= meta.num_row_groups < 5 and meta.row_group(0).column(0).compression == "ZSTD"

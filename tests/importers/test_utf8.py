@@ -62,11 +62,11 @@ def test_a_failure_in_the_writing_thread_is_raised_and_leaves_no_file(tmp_path, 
     calls = []
     real = writer._flush
 
-    def failing(w, tmp, schema, cols):
+    def failing(w, tmp, schema, cols, *rest):
         calls.append(len(cols["prompt"]))
         if len(calls) == 2:
             raise OSError("disk full")
-        return real(w, tmp, schema, cols)
+        return real(w, tmp, schema, cols, *rest)
 
     monkeypatch.setattr(writer, "_flush", failing)
     out = tmp_path / "t.parquet"
