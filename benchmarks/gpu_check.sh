@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU path check of issue 10, prepared for a lent GPU machine. NOT RUN YET:
 # no GPU has been lent to this project's tasks so far, so nothing in the V2
-# timing path (capture/plugin_v2.py) has run on a GPU. Run it when one is.
+# timing path (capture/plugin/v2.py) has run on a GPU. Run it when one is.
 #
 # What it does (budget: under 8 minutes on one H200 with PyPI reachable):
 #   1. a venv with the regular vLLM wheel (VLLM_VERSION, default 0.33.0: Model

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
-from specdec.capture.selfcheck import run_selfcheck
+from specdec.capture.plugin.selfcheck import run_selfcheck
 from specdec.capture.settings import SettingError, flush_seconds, usable_dir
 from specdec.cli.common import handle_errors
 from specdec.errors import InputFileError
@@ -204,7 +204,7 @@ def _listen(value: str) -> tuple[str, int]:
     "--rules",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="JSON category rules on route, model or message content (see specdec.capture.proxy_rules).",
+    help="JSON category rules on route, model or message content (see specdec.capture.proxy.rules).",
 )
 @click.option(
     "--tokenizer",
@@ -252,7 +252,7 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_
     says how many). Then: specdec-capture proxy-export.
     """
     # heavy (aiohttp, pyarrow): only when the command runs
-    from specdec.capture.proxy import ProxySettings, exposure, run_proxy
+    from specdec.capture.proxy.service import ProxySettings, exposure, run_proxy
 
     host, port = _listen(listen)
     try:
@@ -344,7 +344,7 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_
     "--proxy-rules",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="The proxy's --rules: JSON category rules (see specdec.capture.proxy_rules).",
+    help="The proxy's --rules: JSON category rules (see specdec.capture.proxy.rules).",
 )
 @handle_errors
 def sidecar(
@@ -377,10 +377,10 @@ def sidecar(
     Rows that could not be written at the stop (counter rows, proxy rows: a
     full disk, say) make it exit 1, saying how many of each.
     """
-    from specdec.capture.proxy import ProxySettings  # heavy (aiohttp, pyarrow): only when the command runs
+    from specdec.capture.proxy.service import ProxySettings  # heavy (aiohttp, pyarrow): only when the command runs
 
     # heavy (aiohttp, pyarrow): only when the command runs
-    from specdec.capture.sidecar import SidecarSettings, run_sidecar
+    from specdec.capture.sidecar.service import SidecarSettings, run_sidecar
 
     host, port = _listen(listen)
     if proxy_listen is None and (proxy_out is not None or proxy_rules is not None):
@@ -432,7 +432,7 @@ def sidecar(
 @handle_errors
 def proxy_export(proxy_dir, out, since, until) -> None:
     """Merge a proxy's part files into one traffic file for specdec-replay."""
-    from specdec.capture.proxy_export import export_traffic  # heavy (pyarrow): only when the command runs
+    from specdec.capture.proxy.export import export_traffic  # heavy (pyarrow): only when the command runs
 
     click.echo(json.dumps(export_traffic(proxy_dir, out, since, until)))
 

@@ -18,7 +18,7 @@ import pytest
 
 from specdec.analytics.build import build
 from specdec.analytics.models import discover
-from specdec.capture.sidecar_lake import Compactor, CounterLake
+from specdec.capture.sidecar.lake import Compactor, CounterLake
 from specdec.errors import InputFileError
 from specdec.runfolder import LAKE_ROUNDS_GLOB, lake_rounds_part, round_part_name
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic

@@ -12,7 +12,7 @@ PRELUDE = r"""
 import multiprocessing, os, sys, time
 from pathlib import Path
 import pyarrow.parquet as pq
-from specdec.capture import plugin
+from specdec.capture.plugin import hooks as plugin
 from specdec.runfolder import ROUND_PART_GLOB
 from tests.support.capture_rows import rows
 

@@ -1,4 +1,4 @@
-"""The Model Runner V2 timing hooks (capture/plugin_v2.py) against small fakes
+"""The Model Runner V2 timing hooks (capture/plugin/v2.py) against small fakes
 shaped like the vllm 0.33.0 classes (the signatures the contract tests check
 in the real wheel), with CUDA events faked on a simulated device clock; and
 the scheduler-side rows they feed: pairing of step N's draft time with step
@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pyarrow.parquet as pq
 import pytest
 
-from specdec.capture import plugin, plugin_v2
+from specdec.capture.plugin import hooks as plugin
+from specdec.capture.plugin import v2 as plugin_v2
 
 # ------------------------------------------------------------------ fakes
 DEVICE = {"ms": 0.0}  # the simulated device clock: work advances it when it "runs"
@@ -300,7 +301,7 @@ def test_an_unsupported_vllm_is_refused_and_nothing_is_patched(tmp_path):
     code = (
         "import vllm\n"
         "vllm.__version__ = '0.34.0'\n"
-        "from specdec.capture import plugin\n"
+        "from specdec.capture.plugin import hooks as plugin\n"
         "plugin.register(); plugin.register()\n"
         "from vllm.v1.core.sched.scheduler import Scheduler\n"
         "assert not getattr(Scheduler.update_from_output, '__specdec_capture__', False)\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pyarrow.parquet as pq
 
-from specdec.capture.proxy_export import export_traffic
+from specdec.capture.proxy.export import export_traffic
 from specdec.replay.traffic import load_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
 from tests.support.fake_server import GOOD_SSE, FakeVllm
@@ -219,7 +219,7 @@ def test_a_client_that_leaves_mid_stream_is_counted_and_not_recorded(tmp_path):
 
 
 def test_an_unreachable_upstream_gets_a_502_from_the_proxy(tmp_path):
-    from specdec.capture.proxy import ProxySettings, start_proxy
+    from specdec.capture.proxy.service import ProxySettings, start_proxy
     from specdec.engines.server import free_port
 
     async def go():

@@ -13,9 +13,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-import specdec.capture.proxy as proxy_mod
-from specdec.capture.proxy_record import Exchange, RowMaker
-from specdec.capture.proxy_writer import Recorder
+import specdec.capture.proxy.service as proxy_mod
+from specdec.capture.proxy.record import Exchange, RowMaker
+from specdec.capture.proxy.writer import Recorder
 from specdec.cli.capture import main
 from specdec.replay.traffic import load_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB

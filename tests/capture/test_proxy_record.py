@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from specdec.capture.proxy_record import COUNTED_NOTE, NO_TEMPERATURE_NOTE, Exchange, NotRecorded, RowMaker
-from specdec.capture.proxy_redact import Redactor, approx_tokens
-from specdec.capture.proxy_rules import CategoryRule, CategoryRules, load_rules
+from specdec.capture.proxy.record import COUNTED_NOTE, NO_TEMPERATURE_NOTE, Exchange, NotRecorded, RowMaker
+from specdec.capture.proxy.redact import Redactor, approx_tokens
+from specdec.capture.proxy.rules import CategoryRule, CategoryRules, load_rules
 from specdec.errors import InputFileError
 from specdec.schemas.records import TrafficRow
 

@@ -20,7 +20,7 @@ from specdec.runfolder import (
 
 REGISTER_TWICE = r"""
 import sys
-from specdec.capture import plugin
+from specdec.capture.plugin import hooks as plugin
 plugin.register(); plugin.register()  # vLLM may call it more than once
 assert plugin.state() is None, "capture is on despite a bad setting"
 assert "vllm" not in sys.modules, "register() imported vllm though it gave up"

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from specdec.capture.sidecar import Sidecar, SidecarSettings
-from specdec.capture.sidecar_lake import Compactor
-from specdec.capture.sidecar_metrics import BUCKETS_MS, METRIC_NAMES
+from specdec.capture.sidecar.lake import Compactor
+from specdec.capture.sidecar.metrics import BUCKETS_MS, METRIC_NAMES
+from specdec.capture.sidecar.service import Sidecar, SidecarSettings
 from specdec.cli.capture import main as capture_cli
 from specdec.engines.metrics import COUNTERS, GAUGES, parse_counters
 from specdec.runfolder import (
@@ -202,7 +202,7 @@ def test_engine_capture_status_files_are_summed_onto_the_endpoint(tmp_path):
     # dropped) reach the sidecar through each process's status file
     import json
 
-    from specdec.capture import plugin
+    from specdec.capture.plugin import hooks as plugin
     from specdec.capture.writer import RoundWriter
     from specdec.runfolder import capture_status_name
 
@@ -445,8 +445,8 @@ def test_cli_help_and_bad_options(tmp_path):
 def _rendered_names() -> set[str]:
     import pyarrow as pa
 
-    from specdec.capture.sidecar_categories import CategoryBook
-    from specdec.capture.sidecar_metrics import LiveMetrics
+    from specdec.capture.categories import CategoryBook
+    from specdec.capture.sidecar.metrics import LiveMetrics
 
     book = CategoryBook()
     book.note("chatcmpl-a", "code")

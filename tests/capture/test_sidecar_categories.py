@@ -13,12 +13,12 @@ import pyarrow as pa
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from specdec.capture.proxy import ProxySettings, start_proxy
-from specdec.capture.proxy_record import RowMaker, request_category
-from specdec.capture.proxy_rules import CategoryRule, CategoryRules
-from specdec.capture.proxy_writer import Recorder
-from specdec.capture.sidecar_categories import OTHER, CategoryBook, reply_id
-from specdec.capture.sidecar_metrics import LiveMetrics
+from specdec.capture.categories import OTHER, CategoryBook, reply_id
+from specdec.capture.proxy.record import RowMaker, request_category
+from specdec.capture.proxy.rules import CategoryRule, CategoryRules
+from specdec.capture.proxy.service import ProxySettings, start_proxy
+from specdec.capture.proxy.writer import Recorder
+from specdec.capture.sidecar.metrics import LiveMetrics
 from tests.support.prometheus import NOW_NS, samples
 
 SERVER = "http://s"

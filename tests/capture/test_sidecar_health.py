@@ -12,10 +12,10 @@ import sys
 
 import aiohttp
 
-from specdec.capture.sidecar import Sidecar, SidecarSettings
+from specdec.capture.sidecar.service import Sidecar, SidecarSettings
 from tests.support.fake_server import FakeVllm, serving
 
-LOGGER = "specdec.capture.sidecar"
+LOGGER = "specdec.capture.sidecar.service"
 
 
 async def _health(url: str) -> tuple[int, dict]:

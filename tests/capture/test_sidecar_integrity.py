@@ -11,8 +11,8 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from specdec.capture.sidecar import Sidecar, SidecarSettings
-from specdec.capture.sidecar_lake import Compactor
+from specdec.capture.sidecar.lake import Compactor
+from specdec.capture.sidecar.service import Sidecar, SidecarSettings
 from specdec.capture.writer import RoundWriter
 from specdec.runfolder import LAKE_ROUNDS_GLOB, ROUND_PART_GLOB
 from tests.support.capture_rows import rows
@@ -58,7 +58,7 @@ def test_a_part_with_a_zeroed_page_is_not_compacted_stays_and_is_counted(tmp_pat
     assert len(after) == N and sum(a != b for a, b in zip(before, after)) > 10
 
     comp = Compactor(cap, lake)
-    with caplog.at_level(logging.ERROR, logger="specdec.capture.sidecar"):
+    with caplog.at_level(logging.ERROR, logger="specdec.capture.sidecar.service"):
         first = comp.compact_once()
     second = comp.compact_once()
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.request
 
-from specdec.capture.sidecar import rows_lost
+from specdec.capture.sidecar.service import rows_lost
 from tests.support.fake_server import FakeVllm, threaded
 
 #: The capture CLI in a process whose disk is full: every Parquet write fails as ENOSPC would.

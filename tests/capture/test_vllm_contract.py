@@ -1,5 +1,5 @@
 """Contract tests: every class, method, parameter, attribute and call the
-capture plugin relies on (``capture/vllm_targets.py``) is in the source of
+capture plugin relies on (``capture/plugin/targets.py``) is in the source of
 each supported vLLM release's real wheel from PyPI, read with ``ast`` (no
 GPU, nothing imported from the wheels). A planted rename in a copied source
 fails the same check. The versions checked are printed (``-s`` shows them)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.capture.vllm_targets import SUPPORTED, TARGETS, WHEELS, runtime_problems, source_problems, supported
+from specdec.capture.plugin.targets import SUPPORTED, TARGETS, WHEELS, runtime_problems, source_problems, supported
 from tests.support.vllm_wheels import wheel_sources
 
 FILES = {t.file for t in TARGETS}

@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.report import write_report
-from specdec.capture.proxy_export import export_traffic
+from specdec.capture.proxy.export import export_traffic
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from specdec.replay.traffic import load_traffic

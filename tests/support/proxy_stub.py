@@ -14,9 +14,9 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from specdec.capture.proxy import ProxySettings, start_proxy
-from specdec.capture.proxy_record import RowMaker
-from specdec.capture.proxy_writer import Recorder
+from specdec.capture.proxy.record import RowMaker
+from specdec.capture.proxy.service import ProxySettings, start_proxy
+from specdec.capture.proxy.writer import Recorder
 
 
 @asynccontextmanager

@@ -70,8 +70,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specdec.capture import plugin_v2, vllm_targets
 from specdec.capture import settings as capture_settings
+from specdec.capture.plugin import targets as vllm_targets
+from specdec.capture.plugin import v2 as plugin_v2
 from specdec.runfolder import ENV_CAPTURE_DIR
 
 log = logging.getLogger("specdec.capture")

@@ -53,16 +53,16 @@ import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from specdec.capture.proxy import ProxySettings, RowsLost, exposure, start_proxy
-from specdec.capture.sidecar_categories import CategoryBook
-from specdec.capture.sidecar_lake import Compactor, CompactResult, CounterLake, read_capture_status
-from specdec.capture.sidecar_metrics import LiveMetrics
+from specdec.capture.categories import CategoryBook
+from specdec.capture.proxy.service import ProxySettings, RowsLost, exposure, start_proxy
+from specdec.capture.sidecar.lake import Compactor, CompactResult, CounterLake, read_capture_status
+from specdec.capture.sidecar.metrics import LiveMetrics
 from specdec.engines.metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
 from specdec.errors import SpecdecError
 from specdec.listen import warn_if_exposed
 from specdec.schemas.counters import CounterScrape
 
-log = logging.getLogger("specdec.capture.sidecar")
+log = logging.getLogger("specdec.capture.sidecar.service")
 
 DEFAULT_PORT = 9464
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from specdec.capture import plugin
+from specdec.capture.plugin import hooks as plugin
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID, ROUND_PART_GLOB
 
 PROMPTS = [

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-log = logging.getLogger("specdec.capture.proxy")
+log = logging.getLogger("specdec.capture.proxy.service")
 
 BACKLOG = 128  # aiohttp's own default
 REQUEST_TIMEOUT_REPLY = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"

@@ -40,7 +40,7 @@ from bisect import bisect_left
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from specdec.capture.sidecar_categories import CategoryBook
+from specdec.capture.categories import CategoryBook
 from specdec.engines.metrics import COUNTERS, GAUGES
 
 BUCKETS_MS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0)

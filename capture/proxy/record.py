@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from specdec.capture.proxy_redact import Redactor, message_text
-from specdec.capture.proxy_rules import UNKNOWN, CategoryRules
+from specdec.capture.proxy.redact import Redactor, message_text
+from specdec.capture.proxy.rules import UNKNOWN, CategoryRules
 from specdec.schemas.records import TrafficRow
 
 SOURCE = "proxy"

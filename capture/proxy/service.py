@@ -47,17 +47,17 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
-from specdec.capture.proxy_guard import GuardedSite, OneLineLog, guard_middleware
-from specdec.capture.proxy_http import no_reply, request_headers, response_headers
-from specdec.capture.proxy_record import Exchange, RowMaker, is_recorded_route, request_category
-from specdec.capture.proxy_redact import Redactor
-from specdec.capture.proxy_rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
-from specdec.capture.proxy_writer import DEFAULT_FLUSH_S, Recorder
-from specdec.capture.sidecar_categories import CategoryBook, reply_id
+from specdec.capture.categories import CategoryBook, reply_id
+from specdec.capture.proxy.guard import GuardedSite, OneLineLog, guard_middleware
+from specdec.capture.proxy.http import no_reply, request_headers, response_headers
+from specdec.capture.proxy.record import Exchange, RowMaker, is_recorded_route, request_category
+from specdec.capture.proxy.redact import Redactor
+from specdec.capture.proxy.rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
+from specdec.capture.proxy.writer import DEFAULT_FLUSH_S, Recorder
 from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
 
-log = logging.getLogger("specdec.capture.proxy")
+log = logging.getLogger("specdec.capture.proxy.service")
 
 STATS_PATH = "/specdec/stats"
 MAX_BODY_BYTES = 256 * 2**20

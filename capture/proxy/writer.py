@@ -29,12 +29,12 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from specdec.capture.proxy_record import Exchange, NotRecorded, RowMaker
+from specdec.capture.proxy.record import Exchange, NotRecorded, RowMaker
 from specdec.runfolder import partition_date, process_token, traffic_part
 from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import TRAFFIC_SCHEMA_VERSION, TrafficRow
 
-log = logging.getLogger("specdec.capture.proxy")
+log = logging.getLogger("specdec.capture.proxy.service")
 
 DEFAULT_FLUSH_S = 2.0
 DEFAULT_MAX_PENDING_ROWS = 100_000

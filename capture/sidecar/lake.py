@@ -54,7 +54,7 @@ from specdec.schemas.arrow import arrow_schema, table_from_records, write_parque
 from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace
 
-log = logging.getLogger("specdec.capture.sidecar")
+log = logging.getLogger("specdec.capture.sidecar.service")
 
 NS_PER_DAY = 86_400 * 10**9
 
