@@ -116,7 +116,7 @@ def report_stopped_run(exc: SpecdecError) -> None:
     run_dir = getattr(exc, "run_dir", None)
     if run_dir is None:
         return
-    from specdec.analytics.report import write_report  # heavy (pyarrow, numpy): only when the command runs
+    from specdec.analytics.report.write import write_report  # heavy (pyarrow, numpy): only when the command runs
 
     try:
         path, _ = write_report(run_dir)
@@ -130,7 +130,7 @@ def finish_run(run_dir: Path, slo=None, progress: bool = True) -> None:
     False), write the report, print the summary, and exit 1 (after writing everything)
     when any level failed."""
     # heavy (pyarrow, numpy): only when the command runs
-    from specdec.analytics.report import failed_levels, write_report
+    from specdec.analytics.report.write import failed_levels, write_report
 
     with build_bar(progress) as bar:
         path, summary = write_report(run_dir, slo=slo, progress=bar)

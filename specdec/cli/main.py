@@ -172,10 +172,12 @@ def compare(run_a: str, run_b: str, within: Path | None, as_json: bool) -> None:
     category and level (intervals, labels, B/A, whether the intervals
     overlap), acceptance and throughput. RUN_A and RUN_B are two run folders,
     each rebuilt first, or with --in two run ids of one database."""
-    from specdec.analytics.compare import compare as run_compare  # heavy (pyarrow, numpy): only when the command runs
+    from specdec.analytics.report.compare import (
+        compare as run_compare,  # heavy (pyarrow, numpy): only when the command runs
+    )
 
     # heavy (pyarrow, numpy): only when the command runs
-    from specdec.analytics.compare import compare_in, render_text
+    from specdec.analytics.report.compare import compare_in, render_text
 
     if within is not None:
         result = compare_in(within, run_a, run_b)

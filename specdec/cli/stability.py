@@ -95,7 +95,7 @@ def _stability(
     )
     run_dir, rows = run_stability(cfg, echo=click.echo)
     click.echo(table_text(rows))
-    from specdec.analytics.report import write_report  # heavy (pyarrow, numpy): only when the command runs
+    from specdec.analytics.report.write import write_report  # heavy (pyarrow, numpy): only when the command runs
 
     path, _ = write_report(run_dir)
     click.echo(f"report: {path.resolve()}")

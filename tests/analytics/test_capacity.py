@@ -62,9 +62,9 @@ def test_a_pass_above_a_failure_is_not_capacity_and_failed_levels_fail(tmp_path)
 
 
 def test_report_and_summary_show_capacity_and_the_slo(tmp_path):
-    from specdec.analytics.report import render_html
-    from specdec.analytics.report_data import load_report
-    from specdec.analytics.summary import summary_text
+    from specdec.analytics.report.data import load_report
+    from specdec.analytics.report.summary import summary_text
+    from specdec.analytics.report.write import render_html
 
     run_dir = run(tmp_path)
     con = duckdb.connect(str(build(run_dir, slo=Slo(ttft_p95_ms=2000, tpot_p95_ms=85, source="given"))), read_only=True)

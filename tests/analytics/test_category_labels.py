@@ -13,7 +13,7 @@ import textwrap
 
 from click.testing import CliRunner
 
-from specdec.analytics.labels_text import CONTROL_ONLY, chart_safe, strip_control
+from specdec.analytics.report.chart_text import CONTROL_ONLY, chart_safe, strip_control
 from specdec.cli.main import main
 from tests.support.synthetic_run import make_requests, write_run
 
@@ -95,8 +95,8 @@ _RENDER = textwrap.dedent("""
     from specdec.analytics.build import build
     from altair.utils._importers import vl_version_for_vl_convert
 
-    from specdec.analytics.report import chart_specs, write_pngs
-    from specdec.analytics.report_data import load_report
+    from specdec.analytics.report.write import chart_specs, write_pngs
+    from specdec.analytics.report.data import load_report
 
     run_dir, mode = Path(sys.argv[1]), sys.argv[2]
     con = duckdb.connect(str(build(run_dir)), read_only=True)

@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 from pytest import approx
 
-from specdec.analytics.compare import compare, settings_diff
+from specdec.analytics.report.compare import compare, settings_diff
 from specdec.cli.main import main
 from specdec.schemas.records import ArmConfig
 from tests.support.synthetic_run import RUN, make_manifest, repeated_counters, repeated_requests, round_row, write_run

@@ -8,8 +8,8 @@ import json
 import re
 from html.parser import HTMLParser
 
-from specdec.analytics.html import esc, script_json
-from specdec.analytics.report import write_report
+from specdec.analytics.report.html import esc, script_json
+from specdec.analytics.report.write import write_report
 from tests.support.synthetic_run import failed, make_manifest, make_requests, write_run
 
 SCRIPT = "</script><script>alert(1)</script>"

@@ -22,9 +22,9 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.compare import compare, compare_in
-from specdec.analytics.report_data import load_report
-from specdec.analytics.summary import summary_text
+from specdec.analytics.report.compare import compare, compare_in
+from specdec.analytics.report.data import load_report
+from specdec.analytics.report.summary import summary_text
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic

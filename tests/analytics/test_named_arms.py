@@ -14,7 +14,7 @@ import pytest
 from pytest import approx
 
 from specdec.analytics.build import build, runs_of
-from specdec.analytics.report import write_report
+from specdec.analytics.report.write import write_report
 from specdec.arms import ArmSpec, classic, comparisons, parse_arm, role_rows
 from tests.support.duck import rows as _rows  # a local list is called rows
 from tests.support.synthetic_run import RUN, make_counters, make_manifest, make_requests, make_rounds, write_run
@@ -184,7 +184,7 @@ def test_the_report_puts_the_comparisons_side_by_side(tmp_path):
 
 
 def test_compare_takes_two_comparisons_and_names_them_when_given_the_folder(tmp_path):
-    from specdec.analytics.compare import compare, compare_in
+    from specdec.analytics.report.compare import compare, compare_in
     from specdec.errors import SpecdecError
 
     run = write_named_run(tmp_path / "named")

@@ -8,9 +8,9 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.report import render_html, write_report
-from specdec.analytics.report_data import load_report
-from specdec.analytics.summary import summary_text, text_table
+from specdec.analytics.report.data import load_report
+from specdec.analytics.report.summary import summary_text, text_table
+from specdec.analytics.report.write import render_html, write_report
 from tests.support.synthetic_run import failed, make_manifest, make_requests, with_position_counter, write_run
 
 

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from specdec.analytics.report import write_report
+from specdec.analytics.report.write import write_report
 from tests.support.synthetic_run import repeated_counters, repeated_requests, write_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

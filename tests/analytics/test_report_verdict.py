@@ -11,10 +11,10 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.report import render_html
-from specdec.analytics.report_data import load_report
-from specdec.analytics.summary import summary_text
-from specdec.analytics.verdict import row_anchor
+from specdec.analytics.report.data import load_report
+from specdec.analytics.report.summary import summary_text
+from specdec.analytics.report.verdict import row_anchor
+from specdec.analytics.report.write import render_html
 from tests.support.synthetic_run import make_manifest, repeated_counters, repeated_requests, write_run
 
 SPEC = {"code-0": 1000.0, "code-1": 125.0, "chat-0": 1600.0, "chat-1": 1600.0}

@@ -318,7 +318,7 @@ def test_staging_columns_are_the_record_fields_and_the_mart_header_names_every_c
 def test_report_and_summary_show_the_sampling_check_and_name_what_differs(tmp_path):
     """A run with a sampling pass: the report has its table, the summary a line
     that names the group whose distribution differs."""
-    from specdec.analytics.report import write_report
+    from specdec.analytics.report.write import write_report
     from specdec.runfolder import record_file
     from specdec.schemas.arrow import write_parquet_atomic
 
@@ -363,7 +363,7 @@ def test_a_file_written_before_token_ids_and_rescores_still_builds(tmp_path):
 def test_the_summary_line_names_groups_whose_samples_are_not_distinct():
     from types import SimpleNamespace
 
-    from specdec.analytics.summary import _sampling_line
+    from specdec.analytics.report.summary import _sampling_line
 
     def row(category, statistic, verdict, p=0.5):
         return {"category": category, "concurrency": 1, "statistic": statistic, "verdict": verdict, "p_value": p}

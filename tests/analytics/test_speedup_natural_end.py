@@ -31,8 +31,8 @@ from pathlib import Path
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.report import _natural_end_speedup
-from specdec.analytics.report_data import Table
+from specdec.analytics.report.data import Table
+from specdec.analytics.report.write import _natural_end_speedup
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult

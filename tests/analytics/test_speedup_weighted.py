@@ -14,7 +14,7 @@ import math
 
 from pytest import approx
 
-from specdec.analytics.report import write_report
+from specdec.analytics.report.write import write_report
 from tests.support.synthetic_run import failed, make_manifest, repeated_counters, repeated_requests, write_run
 
 SPEC = {"code": 1000.0, "chat": 3000.0}
@@ -202,8 +202,8 @@ def test_terminal_summary_shows_the_weighted_figure(tmp_path, query):
     import duckdb
 
     from specdec.analytics.build import build
-    from specdec.analytics.report_data import load_report
-    from specdec.analytics.summary import summary_text
+    from specdec.analytics.report.data import load_report
+    from specdec.analytics.report.summary import summary_text
 
     run(tmp_path, traffic=traffic(code=0.1, chat=0.9))
     con = duckdb.connect(str(build(tmp_path)), read_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from specdec.analytics.verdict import (
+from specdec.analytics.report.verdict import (
     calibration_sentence,
     category_sentence,
     lossless_sentence,

@@ -134,7 +134,7 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     so; the per-request acceptance reconciles with the counters to the token."""
     import duckdb
 
-    from specdec.analytics.report import write_report
+    from specdec.analytics.report.write import write_report
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
     from specdec.replay.traffic import BUNDLED

@@ -19,7 +19,7 @@ import aiohttp
 import duckdb
 import pytest
 
-from specdec.analytics.report import write_report
+from specdec.analytics.report.write import write_report
 from specdec.capture.proxy.export import export_traffic
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay

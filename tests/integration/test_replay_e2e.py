@@ -10,7 +10,7 @@ import json
 import duckdb
 import pytest
 
-from specdec.analytics.report import write_report
+from specdec.analytics.report.write import write_report
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from tests.support.engine_servers import embedded_as

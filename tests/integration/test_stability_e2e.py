@@ -11,7 +11,7 @@ from html.parser import HTMLParser
 import duckdb
 import pytest
 
-from specdec.analytics.report import write_report
+from specdec.analytics.report.write import write_report
 from specdec.replay.stability import StabilityConfig, fault_table, run_stability, table_text
 
 pytestmark = pytest.mark.engine

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.engine
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, model_dir, llama_server_binary):
     # its own servers: the one run that starts four servers of two engines at once (named arms)
-    from specdec.analytics.report import write_report
+    from specdec.analytics.report.write import write_report
     from specdec.cli.main import BOTH_ENGINES_ARMS
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.analytics.build import build, manifest_of
-from specdec.analytics.summary import ci_text, term, text_table
+from specdec.analytics.report.summary import ci_text, term, text_table
 from specdec.errors import SpecdecError
 from specdec.runfolder import read_manifest
 

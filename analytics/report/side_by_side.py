@@ -24,11 +24,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from specdec.analytics.html import banner, esc, table
-from specdec.analytics.labels_text import chart_safe
-from specdec.analytics.page import chart_divs, page
-from specdec.analytics.report_data import Table
-from specdec.analytics.summary import text_table
+from specdec.analytics.report.chart_text import chart_safe
+from specdec.analytics.report.data import Table
+from specdec.analytics.report.html import banner, esc, table
+from specdec.analytics.report.page import chart_divs, page
+from specdec.analytics.report.summary import text_table
 
 __all__ = ["Comparison", "comparisons_in", "side_by_side", "render_side_by_side", "summary_lines"]
 

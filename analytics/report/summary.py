@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import unicodedata
 
-from specdec.analytics.html import fmt
 from specdec.analytics.labels import RULE_SHORT, bounds_text
-from specdec.analytics.report_data import ReportData
+from specdec.analytics.report.data import ReportData
+from specdec.analytics.report.html import fmt
 
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
 

@@ -6,7 +6,7 @@ comparison (``report.py``) and the page of comparisons side by side
 
 from __future__ import annotations
 
-from specdec.analytics.html import esc, script_json
+from specdec.analytics.report.html import esc, script_json
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}td.num{text-align:right}

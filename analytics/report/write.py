@@ -10,7 +10,7 @@ words (``verdict.py``), each figure of it linked to the mart row it comes
 from (rows carry ``verdict.row_anchor`` ids).
 
 Every string from the run goes through ``html.esc`` or, inside ``<script>``,
-``html.script_json`` (``analytics/html.py``): categories, prompts, outputs,
+``html.script_json`` (``analytics/report/html.py``): categories, prompts, outputs,
 error texts and manifest fields are data, never markup.
 """
 
@@ -19,17 +19,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdec.analytics import side_by_side
 from specdec.analytics.build import build
-from specdec.analytics.html import banner, esc, script_json, table
 from specdec.analytics.intervals import METHOD
 from specdec.analytics.labels import RULE as LABEL_RULE
-from specdec.analytics.labels_text import chart_safe
-from specdec.analytics.page import chart_divs, page
-from specdec.analytics.report_data import ReportData, Table, load_report
+from specdec.analytics.report import side_by_side
+from specdec.analytics.report.chart_text import chart_safe
+from specdec.analytics.report.data import ReportData, Table, load_report
+from specdec.analytics.report.html import banner, esc, script_json, table
+from specdec.analytics.report.page import chart_divs, page
+from specdec.analytics.report.summary import summary_text
+from specdec.analytics.report.verdict import Sentence, row_anchor
 from specdec.analytics.sampling_test import METHOD as SAMPLING_METHOD
-from specdec.analytics.summary import summary_text
-from specdec.analytics.verdict import Sentence, row_anchor
 from specdec.atomic import atomic_write_bytes
 from specdec.levels import name_of
 from specdec.runfolder import DB_NAME, REPORT, chart_png

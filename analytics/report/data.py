@@ -25,7 +25,7 @@ from typing import Literal
 
 from specdec.analytics.build import manifest_of, runs_of
 from specdec.analytics.models import has_view
-from specdec.analytics.verdict import Sentence, verdict
+from specdec.analytics.report.verdict import Sentence, verdict
 from specdec.errors import SpecdecError
 from specdec.levels import name_of, names_from_load
 from specdec.schemas.records import RunManifest
