@@ -23,9 +23,23 @@ the other at each load (``--clients``, ``--loads``):
   loop (the client before ``http_stream`` and ``event_loop``);
 * specdec-uvloop: specdec's runner on uvloop's event loop (uvloop comes with
   vLLM; specdec does not depend on it): what the event loop itself costs;
+* specdec-aiohttp-uvloop: the runner streaming over aiohttp on uvloop's
+  loop: the maintained stack with no transport or event loop of specdec's own;
+* httptools-uvloop: the runner streaming over a minimal transport whose
+  connection is an ``asyncio.Protocol`` that hands each read to
+  ``httptools.HttpResponseParser`` (llhttp, the parser uvicorn uses; it comes
+  with vLLM) and each ``on_body`` piece straight to the replay's event-stream
+  parser (``sse.SseParser``), on uvloop: ``HttptoolsConnection`` below,
+  ``http_stream.Connection`` with its hand-written framing replaced. So every
+  token costs it the same parsing, counting and chunk timestamps as the
+  replay (same rows, same runner); only the framing and the loop differ;
 * aiohttp-floor: the same requests through aiohttp, every byte read with
   ``readany`` and dropped, with specdec's closed and open loops: the floor
   that any aiohttp-on-asyncio client pays before it looks at a byte.
+The runner's clients on uvloop run with the long-lived heap frozen out of the
+garbage collector (``event_loop.quiet_gc``) as ``specdec`` does, as the replay
+does around every timed block whatever its loop; specdec-aiohttp and the
+floor do not (the client as it was).
 ``--spin-ms`` overrides ``specdec.replay.open_loop.SPIN_MS`` (how long before a
 planned send the open loop stops sleeping and polls) in the specdec clients.
 
@@ -43,10 +57,12 @@ JSON line of figures.
 
     .venv/bin/python benchmarks/replay_client.py [--tokens 64] [--step-ms 8] [--rate 150] \
         [--requests-64 1600] [--requests-256 3072] [--requests-open 1500] \
-        [--clients specdec,vllm,specdec-aiohttp,specdec-uvloop,aiohttp-floor] [--loads c64,c256,open] [--spin-ms MS]
+        [--clients specdec,vllm,specdec-aiohttp,specdec-uvloop,specdec-aiohttp-uvloop,httptools-uvloop,aiohttp-floor] \
+        [--loads c64,c256,open] [--spin-ms MS]
 
 CPU time on a shared machine is noisy (a 20-30% swing in vLLM's figure between
-runs was seen here); compare figures within one run, and repeat.
+runs was seen here); compare figures within one run, and repeat. The network
+stack decision these clients were measured for: docs/network-stack.md.
 """
 
 from __future__ import annotations
@@ -63,10 +79,30 @@ import tempfile
 import time
 from pathlib import Path
 
+from specdec.replay import http_stream
+
+try:  # installed with vLLM (uvicorn's HTTP parser); not a specdec dependency
+    import httptools
+except ImportError:  # the httptools-uvloop client is then left out
+    httptools = None
+
 HERE = Path(__file__).resolve()
 #: specdec's runner, vLLM's benchmark client, specdec's runner on uvloop (installed with
-#: vLLM; not a specdec dependency), and the floor: aiohttp reading the same streams and dropping them
-CLIENTS = ["specdec", "vllm", "specdec-aiohttp", "specdec-uvloop", "aiohttp-floor"]
+#: vLLM; not a specdec dependency) over its own transport, aiohttp or httptools, and the
+#: floor: aiohttp reading the same streams and dropping them
+CLIENTS = [
+    "specdec",
+    "vllm",
+    "specdec-aiohttp",
+    "specdec-uvloop",
+    "specdec-aiohttp-uvloop",
+    "httptools-uvloop",
+    "aiohttp-floor",
+]
+#: the clients that stream over aiohttp; the others use a StreamPool, own or httptools'
+OVER_AIOHTTP = {"specdec-aiohttp", "specdec-aiohttp-uvloop"}
+#: the clients on uvloop's event loop
+ON_UVLOOP = {"specdec-uvloop", "specdec-aiohttp-uvloop", "httptools-uvloop"}
 
 # ---------------------------------------------------------------- stub server
 
@@ -248,6 +284,88 @@ async def _serve(tokens: int, step_ms: float) -> None:
     task.cancel()
 
 
+# ---------------------------------------------------------------- httptools transport
+
+
+class HttptoolsConnection(http_stream.Connection):
+    """``http_stream.Connection`` with httptools doing the HTTP framing.
+
+    Each read goes to ``HttpResponseParser.feed_data`` (C); its callbacks
+    take the status and headers and hand every body piece (one chunk's
+    payload: one event, as the stub and vLLM send them) with the read's
+    arrival time to the same sink as the own transport, i.e. straight to the
+    replay's ``SseParser``. Pooling, the idle watchdog, the waiting and the
+    hand-back are the own transport's, unchanged. A benchmark client only:
+    it reuses the connection's private steps (``_deliver``, ``_end_of_body``)."""
+
+    def send(self, request: bytes, read_timeout_s: float) -> None:
+        self._parser = httptools.HttpResponseParser(self)  # one per reply
+        self._fields: dict[str, str] = {}
+        self._now = 0
+        super().send(request, read_timeout_s)
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter_ns()
+        self.last_ns = now
+        if self.state not in (http_stream._HEAD, http_stream._BODY):
+            self._keep = False  # bytes after the reply: not to be trusted for another request
+            self.transport.close()
+            return
+        self._now = now
+        try:
+            self._parser.feed_data(data)
+        except Exception as exc:  # httptools' parse error, or the consumer's own: fail this request
+            self._keep = False
+            self._fail(exc)
+            self.transport.abort()
+
+    def connection_lost(self, exc) -> None:
+        if self.state == http_stream._BODY and not self._body_done:
+            try:
+                self._parser.feed_eof()  # a body framed by the close ends here (on_message_complete)
+            except Exception:
+                pass  # a chunked or sized body cut short: the base class fails the request
+        super().connection_lost(exc)
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._fields[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        self.headers = self._fields
+        self._keep = self._parser.should_keep_alive()
+        self._framing = "httptools"  # not "close": a cut body fails (connection_lost)
+        self.state = http_stream._BODY
+        self._body_done = False
+        self._resolve(True)
+
+    def on_body(self, body: bytes) -> None:
+        self._deliver(body, self._now)
+
+    def on_message_complete(self) -> None:
+        if self.state == http_stream._BODY:
+            self._end_of_body()
+
+
+class HttptoolsPool(http_stream.StreamPool):
+    """A ``StreamPool`` of ``HttptoolsConnection`` (plain http only), so
+    ``client.stream_payload`` and the runner use it as they use their own."""
+
+    async def _connect(self, key: tuple, host: str, port: int, timeout_s: float) -> http_stream.Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: HttptoolsConnection(self, key), host, port), timeout_s
+            )
+        except TimeoutError:
+            raise http_stream.ConnectTimedOut(f"no connection to {host}:{port} within {timeout_s:g} s") from None
+        except OSError as exc:
+            raise http_stream.ConnectFailed(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        self._all.add(conn)
+        return conn
+
+
 # ---------------------------------------------------------------- clients (child processes)
 
 
@@ -285,7 +403,7 @@ async def _drain(session, url: str, i: int):
 
 
 def client_specdec(a) -> dict:
-    """specdec's runner (``a.which`` specdec or specdec-uvloop), or the aiohttp floor."""
+    """specdec's runner over the transport and loop ``a.which`` names, or the aiohttp floor."""
     import aiohttp
 
     from specdec.replay import open_loop
@@ -310,9 +428,10 @@ def client_specdec(a) -> dict:
 
     async def go():
         connector = aiohttp.TCPConnector(limit=0)
-        async with aiohttp.ClientSession(connector=connector) as session, StreamPool() as pool:
-            # what the replay streams over: its own transport, or aiohttp for specdec-aiohttp
-            streams = session if a.which == "specdec-aiohttp" else pool
+        own = HttptoolsPool() if a.which == "httptools-uvloop" else StreamPool()
+        async with aiohttp.ClientSession(connector=connector) as session, own as pool:
+            # what the replay streams over: its own transport (or httptools'), or aiohttp
+            streams = session if a.which in OVER_AIOHTTP else pool
             sends: dict = {}
             t0, c0 = time.perf_counter(), time.process_time()
             if a.which == "aiohttp-floor":
@@ -350,10 +469,13 @@ def client_specdec(a) -> dict:
                 errors=sorted({r.error_type for _, r in results if not r.success}),
             )
 
-    if a.which == "specdec-uvloop":
-        import uvloop
+    if a.which in ON_UVLOOP:  # uvloop's loop, gc quieted as in the replay's timed block
+        import uvloop  # installed with vLLM; not a specdec dependency
 
-        uvloop.run(go())
+        from specdec.replay import event_loop
+
+        with event_loop.quiet_gc():
+            uvloop.run(go())
     elif a.which == "specdec":  # as the replay runs a timed block: its loop (polls capped), gc quieted
         from specdec.replay import event_loop
 
@@ -541,8 +663,10 @@ def main() -> None:
     )
     a = ap.parse_args()
     clients = [c for c in a.clients.split(",") if c]
-    if "specdec-uvloop" in clients and importlib.util.find_spec("uvloop") is None:
-        clients.remove("specdec-uvloop")
+    if importlib.util.find_spec("uvloop") is None:
+        clients = [c for c in clients if c not in ON_UVLOOP]
+    if httptools is None and "httptools-uvloop" in clients:
+        clients.remove("httptools-uvloop")
 
     stub = subprocess.Popen(
         [sys.executable, str(HERE), "serve", "--tokens", str(a.tokens), "--step-ms", str(a.step_ms)],
@@ -568,7 +692,7 @@ def main() -> None:
                 r = measure(client, mode, level, n, a, url, fixed[client])
                 rows.append(r)
                 print(
-                    f"{r['client']:14} {r['load']:16} tokens={r['tokens']:7} "
+                    f"{r['client']:22} {r['load']:16} tokens={r['tokens']:7} "
                     f"cpu/100k marginal={r['marginal_cpu_s_per_100k']:.3f}s total={r['total_cpu_s_per_100k']:.3f}s "
                     f"req/s={r['requests_per_s']:7.1f} conc mean={r['concurrency_mean']:6.1f} "
                     f"max={r['concurrency_max']:4} p99 lag={r['p99_lag_ms']} ms failed={r['failed']}",
