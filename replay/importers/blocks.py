@@ -95,6 +95,8 @@ class BlockComposer:
         self._tails: dict[tuple[int, int], tuple[str, int]] = {}
         self._q: dict[str, int] = {}
         self._asked: dict[str, bytes] = {}  # prompt id -> SEPARATOR + its text, as UTF-8
+        self._measured_texts: dict[str, int] = {}
+        self._measured = _Measured(self.measured, counter)
 
     # -------------------------------------------------------------- blocks
     def start_of(self, hash_id: int) -> int:
@@ -131,13 +133,26 @@ class BlockComposer:
         """A row's blocks in order, stopping before one whose material the row
         already holds (the row is longer than all material). The material held
         is kept as runs (start, length) on the cyclic stream: a row's new
-        blocks follow each other, so a row holds one to a few runs."""
+        blocks follow each other, so a row holds one to a few runs.
+        (~27 blocks a row: the id and block lookups are inlined, and a block
+        that continues a row's only run is taken without the general check.)"""
         n = len(self.stream)
+        dense, cache = self._dense, self._blocks  # the array grows in place: the same object throughout
         runs: list[list[int]] = []  # [start, length], merged when a block continues the last run
         out: list[Block] = []
+        end = held = -1  # while the row holds one run: where it ends on the stream, and its length
         for h in hash_ids:
-            b = self.block(self.start_of(h))
+            start = dense[h] - 1 if 0 <= h < len(dense) else -1
+            if start < 0:
+                start = self.start_of(h)
+            b = cache.get(start) or self.block(start)
             length = len(b.units)
+            if start == end and held + length <= n:  # continues the only run, not onto itself
+                held += length
+                end = (start + length) % n
+                runs[0][1] = held
+                out.append(b)
+                continue
             overlaps = False
             for s, ln in runs:  # a loop, not any(<generator>): this runs for every block of every row
                 if (b.start - s) % n < ln or (s - b.start) % n < length:
@@ -149,6 +164,10 @@ class BlockComposer:
                 runs[-1][1] += length
             else:
                 runs.append([b.start, length])
+            if len(runs) == 1:
+                held, end = runs[0][1], (runs[0][0] + runs[0][1]) % n
+            else:
+                end = -1
             out.append(b)
         return out
 
@@ -177,11 +196,22 @@ class BlockComposer:
 
     def cut(self, unit: Unit, budget: int) -> Unit | None:
         """``prompt_pool._cut`` (a unit's longest prefix within ``budget``
-        tokens, at a word), cached: a binary search of ~8 tokenizations."""
+        tokens, at a word), cached: a binary search of ~8 tokenizations, the
+        prefixes' counts kept (``measured``), so another budget's search
+        tokenizes only the prefixes no search tried before."""
         key = (unit, budget)
         if key not in self._cuts:
-            self._cuts[key] = _cut(unit, budget, self.counter)
+            self._cuts[key] = _cut(unit, budget, self._measured)
         return self._cuts[key]
+
+    def measured(self, text: str) -> int:
+        """``counter.text(text)`` cached, for texts drawn from the material at
+        a unit's inner positions (cut prefixes, tails ending in a cut unit):
+        bounded by the material, not the rows."""
+        hit = self._measured_texts.get(text)
+        if hit is None:
+            hit = self._measured_texts[text] = self.counter.text(text)
+        return hit
 
     def front(self, context: str) -> int:
         """The chat template's front join with ``context`` (up to a constant that cancels)."""
@@ -237,21 +267,23 @@ class BlockComposer:
         (``prompt_pool.compose``), as every row was composed before."""
         q = self.q(prompt)
         pre, whole = q, []  # tokens (the prompt's terms, joins included) of the whole blocks taken, and those blocks
-        prev, last_k = None, len(blocks) - 1
+        prev, last_k, units = None, len(blocks) - 1, 0
+        steps, below, key = self._steps, target - EXACT, -1  # key: the previous block's start (-1: none)
         for k, nxt in enumerate(blocks):
             if k < last_k:  # whole, as far as the next block still fits (a fast path: no _Row)
-                check, step = self.step(prev, nxt)
-                if check is not None and pre + check < target - EXACT:
+                check, step = steps.get((key, nxt.start)) or self.step(prev, nxt)
+                if check is not None and pre + check < below:
                     pre += step
                     whole.append(nxt)
-                    prev = nxt
+                    units += len(nxt.units)
+                    prev, key = nxt, nxt.start
                     continue
             last = k == last_k
             row = _Row(self, prompt, target, pre, prev, nxt)
             m = row.closest()
             if m is None or (k == 0 and row.count(m) > target + tolerance(target)):
                 return None
-            return row.result(whole, m, last)
+            return row.result(whole, units, m, last)
         return None
 
 
@@ -291,7 +323,7 @@ class _Row:
                 best, err = m, abs(c - self.target)
         return best
 
-    def result(self, whole: list[Block], m: int, last: bool) -> Composed:
+    def result(self, whole: list[Block], whole_units: int, m: int, last: bool) -> Composed:
         nxt, target, tol = self.nxt, self.target, tolerance(self.target)
         text, _ = self.o.tail(nxt, m)
         reached = self.count(m)
@@ -304,7 +336,7 @@ class _Row:
                 if part is not None:
                     cut_text = ("".join(u.text for u in nxt.units[:m0]) + part.text).rstrip()
                     cut_reached = (
-                        self.counted(cut_text, self.o.counter.text(cut_text), (nxt.start, m0, part.text))
+                        self.counted(cut_text, self.o.measured(cut_text), (nxt.start, m0, part.text))
                         if cut_text
                         else None
                     )
@@ -315,7 +347,10 @@ class _Row:
         if asked is None:
             asked = self.o._asked[self.prompt.id] = (SEPARATOR + self.prompt.text).encode("utf-8")
         content = Utf8Blocks(tuple(whole), text.encode("utf-8") + asked)
-        pieces = _merged([p for b in whole for p in b.pieces] + _by_piece(tail_units))
+        pieces: list[tuple[str, int]] = []
+        for b in whole:  # each block's pieces are merged already: only where two blocks meet is left
+            _extend(pieces, b.pieces)
+        _extend(pieces, _by_piece(tail_units))
         done = Composed(
             [{"role": "user", "content": content}],
             self.prompt.id,
@@ -323,7 +358,7 @@ class _Row:
             reached,
             pieces,
             cut,
-            sum(len(b.units) for b in whole) + len(tail_units),
+            whole_units + len(tail_units),
         )
         if reached < target - tol:
             done.status = "short" if last and cut is None and m == len(nxt.units) else "missed"
@@ -332,15 +367,20 @@ class _Row:
         return done
 
 
-def _merged(pieces: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Adjacent entries of one piece summed (as ``_by_piece`` counts a run of units)."""
-    out: list[tuple[str, int]] = []
-    for piece, tokens in pieces:
-        if out and out[-1][0] == piece:
-            out[-1] = (piece, out[-1][1] + tokens)
-        else:
-            out.append((piece, tokens))
-    return out
+class _Measured:
+    """A token counter whose ``text`` is ``BlockComposer.measured`` (``_cut`` takes a counter)."""
+
+    def __init__(self, text, counter: TokenCounter):
+        self.text, self.chat = text, counter.chat
+
+
+def _extend(out: list[tuple[str, int]], pieces) -> None:
+    """``out`` + ``pieces`` (each merged already), the two merged where they meet (one piece)."""
+    if out and pieces and out[-1][0] == pieces[0][0]:
+        out[-1] = (out[-1][0], out[-1][1] + pieces[0][1])
+        out.extend(pieces[1:])
+    else:
+        out.extend(pieces)
 
 
 def _spans(start: int, length: int, n: int) -> list[tuple[int, int]]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, replace
 
@@ -115,6 +116,51 @@ class Assigned:
         )
 
 
+class _Units:
+    """A row's blocks' units in order for ``compose``, iterated without
+    building the list (a short row reads a few of ~800); ``read`` is the most
+    units any pass read."""
+
+    __slots__ = ("blocks", "n", "read")
+
+    def __init__(self, blocks: list):
+        self.blocks, self.n, self.read = blocks, sum(len(b.units) for b in blocks), 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        i = 0
+        for b in self.blocks:
+            for u in b.units:
+                i += 1
+                if i > self.read:
+                    self.read = i
+                yield u
+
+
+class _Remembering:
+    """The counter ``compose`` is given for short Mooncake rows: texts (cut
+    prefixes of material units) through ``BlockComposer.measured``, and chats
+    of one message remembered (the prompt alone comes back on every row that
+    misses the cache; at most ``SHORT_CACHE`` kept)."""
+
+    def __init__(self, measured, counter: TokenCounter):
+        self.text, self.counter = measured, counter
+        self._chats: dict[str, int] = {}
+
+    def chat(self, messages: list[dict]) -> int:
+        if len(messages) != 1:
+            return self.counter.chat(messages)
+        content = messages[0]["content"]
+        hit = self._chats.get(content)
+        if hit is None:
+            if len(self._chats) >= SHORT_CACHE:
+                self._chats.clear()
+            hit = self._chats[content] = self.counter.chat(messages)
+        return hit
+
+
 class ContentAssigner:
     """Assigns pool content to rows, in arrival order (the order matters for
     Mooncake blocks and sessions, so it is part of the determinism)."""
@@ -146,7 +192,10 @@ class ContentAssigner:
         self._buckets: dict[tuple[str, int], Bucket] = {}
         self._material: dict[str, list[Unit]] = {}
         self._shorts: dict[tuple, Composed] = {}
+        self._remembering: _Remembering | None = None
         self._matching: dict[str, list[PoolPrompt]] = {}
+        self._bases: dict[str, list[int]] = {}  # choice -> its candidates' distinct lengths alone, sorted
+        self._fits: dict[tuple[str, int], list[PoolPrompt]] = {}
         self.statuses: Counter[str] = Counter()
         self.capped = 0
 
@@ -169,10 +218,22 @@ class ContentAssigner:
         candidates = self._matching.get(choice)
         if candidates is None:  # pool.matching scans the pool: once per choice, not per row
             candidates = self._matching[choice] = self.pool.matching(choice)
-        fitting = [p for p in candidates if self._base_tokens(p) <= target]
+        fitting = self._fitting(choice, candidates, target)
         if not fitting:
             return min(candidates, key=lambda p: (self._base_tokens(p), p.id))
         return fitting[int(unit_hash(self.seed, "prompt", key) * len(fitting))]
+
+    def _fitting(self, choice: str, candidates: list[PoolPrompt], target: int) -> list[PoolPrompt]:
+        """The candidates whose prompt alone fits ``target``, in pool order;
+        one list per choice and number of fitting lengths (a bisection a row)."""
+        bases = self._bases.get(choice)
+        if bases is None:
+            bases = self._bases[choice] = sorted({self._base_tokens(p) for p in candidates})
+        k = bisect_right(bases, target)
+        hit = self._fits.get((choice, k))
+        if hit is None:
+            hit = self._fits[(choice, k)] = [p for p in candidates if self._base_tokens(p) <= target]
+        return hit
 
     def _base_tokens(self, p: PoolPrompt) -> int:
         if p.id not in self._base:
@@ -211,13 +272,29 @@ class ContentAssigner:
         base = self._base_tokens(prompt)
         if base > target + tolerance(target):  # what compose returns at once
             return Composed([{"role": "user", "content": prompt.text}], prompt.id, target, base, status="over")
+        near = (prompt.id, target, blocks[0].start) if blocks else None
+        hit = self._shorts.get(near)
+        if hit is not None:
+            return hit
         key = (prompt.id, target, tuple(b.start for b in blocks))
         hit = self._shorts.get(key)
         if hit is None:
             if len(self._shorts) >= SHORT_CACHE:
                 self._shorts.clear()
-            hit = self._shorts[key] = compose(prompt, target, [u for b in blocks for u in b.units], self.counter)
+            units = _Units(blocks)
+            hit = self._shorts[key] = compose(prompt, target, units, self._short_counter())
+            if blocks and units.read < len(blocks[0].units):
+                # Every pass of compose stopped before the first block's last unit: the
+                # composition is the same for any row of this prompt and target whose
+                # first block this is (it read nothing else, and len(units) only
+                # matters once all units are taken), so it is kept by that block too.
+                self._shorts[near] = hit
         return hit
+
+    def _short_counter(self) -> _Remembering:
+        if self._remembering is None:
+            self._remembering = _Remembering(self._composer().measured, self.counter)
+        return self._remembering
 
     # -------------------------------------------------------------- one row
     def assign(

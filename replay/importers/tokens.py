@@ -37,11 +37,11 @@ class FastTokenCounter:
         self.special = {k: v for k, v in config.items() if k.endswith("_token") and isinstance(v, str)}
 
     def text(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self.tokenizer.encode(text, add_special_tokens=False))  # an Encoding's length: no list of ids made
 
     def chat(self, messages: list[dict]) -> int:
         rendered = self.template.render(messages=messages, add_generation_prompt=True, **self.special)
-        return len(self.tokenizer.encode(rendered, add_special_tokens=False).ids)
+        return len(self.tokenizer.encode(rendered, add_special_tokens=False))
 
 
 def _raise(message: str):

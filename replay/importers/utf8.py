@@ -56,8 +56,14 @@ class Utf8Blocks(Utf8Parts):
     __slots__ = ("blocks", "tail")
 
     def __init__(self, blocks: tuple, tail: bytes):
-        super().__init__((*(b.data for b in blocks), tail))
-        self.blocks, self.tail = blocks, tail
+        self.blocks, self.tail = blocks, tail  # ``parts`` and ``nbytes`` when first asked (a v3 file never asks)
+
+    def __getattr__(self, name: str):
+        if name not in ("parts", "nbytes"):
+            raise AttributeError(name)
+        self.parts = (*(b.data for b in self.blocks), self.tail)
+        self.nbytes = sum(map(len, self.parts))
+        return getattr(self, name)
 
 
 def plain(value):
