@@ -116,6 +116,11 @@ def traffic() -> None:
     is_flag=True,
     help="No progress bar on standard error (there is none either when it is not a terminal).",
 )
+@click.option(
+    "--whole-prompts",
+    is_flag=True,
+    help="Write every prompt whole (traffic format version 2, which a specdec before version 3 reads) instead of a Mooncake row's prefix blocks once per file (version 3: smaller and faster; the same prompts when read).",
+)
 def import_command(fmt: str, file: Path, out: Path, **options) -> None:
     """Import a public trace FILE (azure CSV, mooncake JSONL, burstgpt CSV)
     into a traffic file: arrival times in ms from the first kept row, input
@@ -150,6 +155,7 @@ def _import(
     pool_dir: Path | None,
     tokenizer: Path | None,
     no_progress: bool = False,
+    whole_prompts: bool = False,
 ) -> None:
     # heavy (pyarrow, numpy): only when the command runs
     from specdec.replay.importers import ImportOptions, import_to_file
@@ -169,7 +175,9 @@ def _import(
     pool = load_pool(pool_dir) if pool_dir else None
     counter = counter_for(tokenizer) if tokenizer else None
     with _bar(not no_progress and sys.stderr.isatty()) as progress:
-        report = import_to_file(fmt, file, opts, out, pool=pool, counter=counter, progress=progress)
+        report = import_to_file(
+            fmt, file, opts, out, pool=pool, counter=counter, progress=progress, blocks=False if whole_prompts else None
+        )
     for line in report.lines():
         click.echo(line)
     click.echo(f"wrote {out} ({report.kept} rows)")

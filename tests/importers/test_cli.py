@@ -44,6 +44,18 @@ def test_import_writes_a_traffic_file_that_loads(traces, tmp_path):
     assert [r.max_tokens for r in rows] == [52, 20, 1, 31]
 
 
+def test_whole_prompts_writes_version_2_with_the_same_rows(traces, tmp_path):
+    import pyarrow.parquet as pq
+
+    outs = [tmp_path / "v3.parquet", tmp_path / "v2.parquet"]
+    for out, extra in zip(outs, ([], ["--whole-prompts"])):
+        args = ["import", "mooncake", str(traces / "mooncake_small.jsonl"), "-o", str(out), "--category", "code"]
+        r = CliRunner().invoke(traffic, args + extra)
+        assert r.exit_code == 0, r.output
+    assert "prompt_blocks" in pq.read_schema(outs[0]).names and "prompt_blocks" not in pq.read_schema(outs[1]).names
+    assert load_traffic(outs[0]).rows == load_traffic(outs[1]).rows
+
+
 def test_azure_excerpt_through_the_cli(traces, tmp_path):
     out = tmp_path / "t.parquet"
     r = CliRunner().invoke(
