@@ -146,6 +146,8 @@ def old_tree(commit: str, into: Path) -> str:
     pkg = into / "specdec"
     os.rename(src / "specdec", pkg)
     for room in ("replay", "schemas", "capture", "analytics", "sql"):
+        if (pkg / room).is_symlink():  # since 6a2c4ad specdec/<room> is a committed link to ../<room>
+            (pkg / room).unlink()
         os.rename(src / room, pkg / room)
     return str(into)
 
