@@ -26,6 +26,7 @@ marts read it); in the finished database it is a view again.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -110,13 +111,20 @@ def discover(root: Path | None = None) -> list[SqlModel]:
 def relations_read(sql: str, path: Path | str = "<sql>") -> frozenset[str]:
     """The relations a query reads (lower case): every table of a FROM or a JOIN in any of its
     scopes that is not a CTE visible there, and the first argument of a ``RELATION_MACROS``
-    call. A column, an alias or a CTE is never one, whatever its name."""
+    call. A column, an alias or a CTE is never one, whatever its name. Parsed once per SQL
+    text in a process (``_relations``): a process that builds many databases (the tests, a
+    notebook) parses the 58 models once, not ~0.3 s of CPU again per build."""
     try:
-        tree = sqlglot.parse_one(sql, read="duckdb")
+        return _relations(sql)
     except SqlglotError as exc:
         raise SpecdecError(
             f"{path}: the SQL does not parse (sqlglot, DuckDB dialect): {' '.join(str(exc).split())}"
         ) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _relations(sql: str) -> frozenset[str]:
+    tree = sqlglot.parse_one(sql, read="duckdb")
     out: set[str] = set()
     for scope in traverse_scope(tree):
         for source in scope.sources.values():  # a CTE in scope is a Scope here, not a Table
