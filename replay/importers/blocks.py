@@ -75,6 +75,8 @@ class Block:
     data: bytes  # text as UTF-8 (a row's prompt is joined from these: ``utf8``)
     tokens: int  # counter.text(text): exact
     pieces: tuple[tuple[str, int], ...]  # (piece id, unit tokens) as Composed.context counts them
+    n: int  # len(units)
+    end: int  # the stream index after its last unit (start + n, cyclic)
 
 
 class BlockComposer:
@@ -125,7 +127,14 @@ class BlockComposer:
                 i = (i + 1) % len(self.stream)
             text = "".join(u.text for u in units)
             hit = self._blocks[start] = Block(
-                start, tuple(units), text, text.encode("utf-8"), self.counter.text(text), tuple(_by_piece(units))
+                start,
+                tuple(units),
+                text,
+                text.encode("utf-8"),
+                self.counter.text(text),
+                tuple(_by_piece(units)),
+                len(units),
+                (start + len(units)) % len(self.stream),
             )
         return hit
 
@@ -146,13 +155,14 @@ class BlockComposer:
             if start < 0:
                 start = self.start_of(h)
             b = cache.get(start) or self.block(start)
-            length = len(b.units)
+            length = b.n
             if start == end and held + length <= n:  # continues the only run, not onto itself
                 held += length
-                end = (start + length) % n
-                runs[0][1] = held
+                end = b.end
                 out.append(b)
                 continue
+            if end >= 0:
+                runs[0][1] = held  # the only run, as the fast path left it
             overlaps = False
             for s, ln in runs:  # a loop, not any(<generator>): this runs for every block of every row
                 if (b.start - s) % n < ln or (s - b.start) % n < length:
@@ -294,17 +304,25 @@ class _Row:
         self, owner: BlockComposer, prompt: PoolPrompt, target: int, fixed: int, prev: Block | None, nxt: Block
     ):
         self.o, self.prompt, self.target, self.fixed, self.prev, self.nxt = owner, prompt, target, fixed, prev, nxt
+        self._counts: dict[int, int | None] = {}
 
     def counted(self, text: str, tokens: int, key: tuple) -> int:
         """The row's chat tokens with ``text`` (rstripped, not empty) as its
-        tail; ``key`` names the tail for the join cache."""
+        tail; ``key`` names the tail for the join cache (the previous block's
+        start first)."""
         if self.prev is None:
             return self.fixed + tokens + self.o.front(text)
-        return self.fixed + self.o.join((self.prev.start, *key), self.prev.text, text) + tokens
+        return self.fixed + self.o.join(key, self.prev.text, text) + tokens
 
     def count(self, m: int) -> int | None:
-        text, tokens = self.o.tail(self.nxt, m)
-        return self.counted(text, tokens, (self.nxt.start, m)) if text else None
+        """The row's count with the first ``m`` units of ``nxt`` as its tail
+        (None: that tail is empty), kept for the row (the search asks twice)."""
+        hit = self._counts.get(m, self)
+        if hit is self:
+            text, tokens = self.o.tail(self.nxt, m)
+            key = (self.prev.start if self.prev else -1, self.nxt.start, m)
+            hit = self._counts[m] = self.counted(text, tokens, key) if text else None
+        return hit
 
     def closest(self) -> int | None:
         """The ``m`` in 1..n whose count is closest to the target (counts grow with m): binary search."""
@@ -336,7 +354,11 @@ class _Row:
                 if part is not None:
                     cut_text = ("".join(u.text for u in nxt.units[:m0]) + part.text).rstrip()
                     cut_reached = (
-                        self.counted(cut_text, self.o.measured(cut_text), (nxt.start, m0, part.text))
+                        self.counted(
+                            cut_text,
+                            self.o.measured(cut_text),
+                            (self.prev.start if self.prev else -1, nxt.start, m0, part.text),
+                        )
                         if cut_text
                         else None
                     )
@@ -348,9 +370,13 @@ class _Row:
             asked = self.o._asked[self.prompt.id] = (SEPARATOR + self.prompt.text).encode("utf-8")
         content = Utf8Blocks(tuple(whole), text.encode("utf-8") + asked)
         pieces: list[tuple[str, int]] = []
-        for b in whole:  # each block's pieces are merged already: only where two blocks meet is left
-            _extend(pieces, b.pieces)
-        _extend(pieces, _by_piece(tail_units))
+        for ps in [b.pieces for b in whole] + [_by_piece(tail_units)]:
+            # each block's pieces are merged already: only where two blocks meet is left
+            if pieces and ps and pieces[-1][0] == ps[0][0]:
+                pieces[-1] = (ps[0][0], pieces[-1][1] + ps[0][1])
+                pieces.extend(ps[1:])
+            else:
+                pieces.extend(ps)
         done = Composed(
             [{"role": "user", "content": content}],
             self.prompt.id,
@@ -372,15 +398,6 @@ class _Measured:
 
     def __init__(self, text, counter: TokenCounter):
         self.text, self.chat = text, counter.chat
-
-
-def _extend(out: list[tuple[str, int]], pieces) -> None:
-    """``out`` + ``pieces`` (each merged already), the two merged where they meet (one piece)."""
-    if out and pieces and out[-1][0] == pieces[0][0]:
-        out[-1] = (out[-1][0], out[-1][1] + pieces[0][1])
-        out.extend(pieces[1:])
-    else:
-        out.extend(pieces)
 
 
 def _spans(start: int, length: int, n: int) -> list[tuple[int, int]]:
