@@ -67,6 +67,8 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+import pyarrow as pa
+
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
 from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_interval, t_quantile, t_sf
@@ -498,5 +500,10 @@ def fill(con) -> None:
             margins.get(run_id) or DEFAULT_MARGIN,
         )
     ]
-    if rows:
-        con.executemany(f"insert into {TABLE} values ({', '.join(['?'] * (_WIDTH + 1))})", rows)
+    if rows:  # through Arrow: executemany inserts a row at a time (200 runs' 9,600 rows: about 30 s)
+        table = pa.table({f"c{i}": pa.array(column) for i, column in enumerate(zip(*rows))})
+        con.register("interval_rows", table)
+        try:
+            con.execute(f"insert into {TABLE} select * from interval_rows")
+        finally:
+            con.unregister("interval_rows")
