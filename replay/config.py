@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from specdec.arms import NGRAM, ArmSpec, check_arms
+from specdec.defaults import DTYPE, RUNS_DIR, SERVED_MODEL, STARTUP_TIMEOUT_S
 from specdec.replay.load import check_values
 from specdec.replay.traffic_mix import check_mix
 from specdec.schemas.strict import RunName
@@ -62,7 +63,7 @@ class ClientOptions(BaseModel):
 
 class ReplayConfig(ClientOptions):
     traffic: Path = Field(description="Traffic mix (.parquet or .jsonl of TrafficRow).")
-    runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
+    runs_dir: Path = Field(default=RUNS_DIR, description="Parent folder of run folders.")
     run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
     levels: list[int] = Field(
         default=list(DEFAULT_LEVELS),
@@ -177,13 +178,13 @@ class ReplayConfig(ClientOptions):
         "engine, so the right counters are read.",
     )
     model: str | None = Field(default=None, description="Model folder; default: the prepared SmolLM2.")
-    dtype: str = Field(default="bfloat16", description="Model dtype of both arms (embedded engine).")
+    dtype: str = Field(default=DTYPE, description="Model dtype of both arms (embedded engine).")
     max_num_seqs: int = 32
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = STARTUP_TIMEOUT_S
     # external endpoints (no embedded server)
     baseline_url: str | None = None
     speculative_url: str | None = None
-    served_model: str = "specdec-target"
+    served_model: str = SERVED_MODEL
     capture_dir: Path | None = Field(
         default=None, description="External servers: the folder their capture plugin writes to."
     )

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from specdec.capture.plugin import hooks as plugin
+from specdec.defaults import DTYPE, MAX_MODEL_LEN
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID, ROUND_PART_GLOB
 
 PROMPTS = [
@@ -43,7 +44,7 @@ def run_selfcheck(
     out_dir: Path,
     model: str,
     spec_config: dict,
-    dtype: str = "bfloat16",
+    dtype: str = DTYPE,
     max_tokens: int = 48,
     prompts: list[str] | None = None,
 ) -> dict:
@@ -58,7 +59,7 @@ def run_selfcheck(
     llm = LLM(
         model=model,
         dtype=dtype,
-        max_model_len=2048,
+        max_model_len=MAX_MODEL_LEN,
         enforce_eager=True,
         speculative_config=spec_config,
         disable_log_stats=False,

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from specdec.defaults import MAX_MODEL_LEN, RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.runfolder import claim_run_dir, open_run_dir, server_log, stability_part, write_manifest
@@ -39,7 +40,7 @@ class StabilityConfig(ClientOptions):
     is used with --url only)."""
 
     url: str | None = Field(default=None, description="Loopback endpoint to probe; None: start the embedded vLLM.")
-    runs_dir: Path = Field(default=Path("runs"), description="Parent folder of run folders.")
+    runs_dir: Path = Field(default=RUNS_DIR, description="Parent folder of run folders.")
     run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
     concurrency: int = Field(
         default=2, ge=1, le=64, description="Closed-loop concurrency of the soak; the burst sends 4x this at once."
@@ -60,10 +61,15 @@ class StabilityConfig(ClientOptions):
         default=None, description="Model name to request; default: the first one GET /v1/models lists."
     )
     model: str | None = Field(default=None, description="Embedded: model folder; default: the prepared SmolLM2.")
-    dtype: str = Field(default="float32", description="Embedded: model dtype (float32 keeps greedy outputs stable).")
-    max_model_len: int = Field(default=2048, ge=64, description="Embedded: the server's maximum sequence length.")
+    dtype: str = Field(default=STABLE_DTYPE, description="Embedded: model dtype (float32 keeps greedy outputs stable).")
+    max_model_len: int = Field(
+        default=MAX_MODEL_LEN, ge=64, description="Embedded: the server's maximum sequence length."
+    )
     startup_timeout_s: float = Field(
-        default=300.0, gt=0, allow_inf_nan=False, description="Embedded: longest wait for the server to become healthy."
+        default=STARTUP_TIMEOUT_S,
+        gt=0,
+        allow_inf_nan=False,
+        description="Embedded: longest wait for the server to become healthy.",
     )
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from specdec.arms import NGRAM
 from specdec.capture.plugin.selfcheck import run_selfcheck
 from specdec.capture.settings import SettingError, flush_seconds, usable_dir
 from specdec.cli.common import handle_errors
+from specdec.defaults import DTYPE
 from specdec.errors import InputFileError
 from specdec.listen import warn_if_exposed
 from specdec.model import prepare_model
@@ -137,10 +139,10 @@ def summary(capture_dir: Path) -> None:
     help="Capture folder (default: a temporary folder).",
 )
 @click.option("--model", default=None, help="Model folder (default: the prepared SmolLM2).")
-@click.option("--dtype", default="bfloat16", show_default=True)
+@click.option("--dtype", default=DTYPE, show_default=True)
 @click.option(
     "--spec-config",
-    default='{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}',
+    default=json.dumps(NGRAM["vllm"]),
     show_default=True,
     help="vLLM speculative config JSON.",
 )

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from specdec.analytics.settings import DEFAULT_SLO, Slo
 from specdec.cli.params import LevelList, PositiveFloat
+from specdec.defaults import LATEST_RUN
 from specdec.errors import SpecdecError
 
 
@@ -35,7 +36,7 @@ def handle_errors(fn):
 run_dir_arg = click.argument(
     "run_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default="runs/latest",
+    default=str(LATEST_RUN),
 )
 
 

@@ -32,6 +32,7 @@ from specdec.cli.params import LevelList, MaxTokens, PositiveInt, UnitInterval
 from specdec.cli.stability import stability_command
 from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
+from specdec.defaults import RUNS_DIR
 from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
 from specdec.model import find_gguf, prepare_model
@@ -232,7 +233,7 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 @click.option(
     "--runs-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path("runs"),
+    default=RUNS_DIR,
     show_default=True,
     help="Where run folders go.",
 )

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import click
 
+from specdec.defaults import LATEST_RUN
 from specdec.errors import SpecdecError
 
 EXIT_FAILED, EXIT_ERROR = 1, 2
 
 
 @click.command("validate")
-@click.argument("path", type=click.Path(path_type=Path), default="runs/latest")
+@click.argument("path", type=click.Path(path_type=Path), default=str(LATEST_RUN))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per expectation, one per line.")
 def validate_command(path: Path, as_json: bool) -> None:
     """Check the data contracts of a run folder (default runs/latest) or a

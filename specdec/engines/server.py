@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from specdec.defaults import STARTUP_TIMEOUT_S
 from specdec.engines.base import Arm
 from specdec.engines.lifecycle import GRACE_S, OwnedGroup, group_members, interrupt_on_signals, spawn, wait_group
 from specdec.engines.llama_cpp import LlamaCpp
@@ -64,7 +65,7 @@ class ServerProcess:
         log_path: Path,
         port: int,
         health_path: str = "/health",
-        startup_timeout_s: float = 300.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
     ):
         self.cmd, self.extra_env, self.log_path, self.port = cmd, extra_env, log_path, port
         self.health_path, self.startup_timeout_s = health_path, startup_timeout_s
@@ -196,7 +197,7 @@ class LocalServer(ServerProcess):
         capture_dir: Path,
         run_id: str,
         log_path: Path,
-        startup_timeout_s: float = 300.0,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
     ):
         port = free_port()
         self.capture_dir, self.run_id = capture_dir, run_id

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from specdec.defaults import MAX_MODEL_LEN, SERVED_MODEL, STABLE_DTYPE
 from specdec.engines import metrics as engine_metrics
 from specdec.engines.base import Arm, Engine, RequestStats, count
 
@@ -22,8 +23,8 @@ from specdec.engines.base import Arm, Engine, RequestStats, count
 @dataclass(frozen=True)
 class ServerSpec:
     model: str
-    dtype: str = "float32"
-    max_model_len: int = 2048
+    dtype: str = STABLE_DTYPE
+    max_model_len: int = MAX_MODEL_LEN
     max_num_seqs: int = 32
     kv_cache_gib: int = 2
     seed: int = 0
@@ -35,7 +36,7 @@ class ServerSpec:
             "--model",
             self.model,
             "--served-model-name",
-            "specdec-target",
+            SERVED_MODEL,
             "--dtype",
             self.dtype,
             "--max-model-len",
