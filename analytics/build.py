@@ -86,7 +86,7 @@ from specdec.analytics import settings as analysis_settings
 from specdec.analytics.arrow_tables import create_empty_table, duckdb_columns
 from specdec.analytics.checks import read_parquet_checked
 from specdec.analytics.models import discover, macros_sql
-from specdec.analytics.sources import Check, Inputs, RawInput, find_inputs, run_kind
+from specdec.analytics.sources import DERIVED, Check, Inputs, RawInput, find_inputs, run_kind
 from specdec.atomic import atomic_write_with
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, files_of
@@ -140,12 +140,19 @@ def raw_select(con, raw: RawInput) -> str:
     DuckDB would replace the file's run_id by the folder's, auto-typed ('001'
     would read 1); the build has checked that the two agree. The paths are resolved
     (``runs/latest`` is a link that moves on to the next run: the view must not).
-    A column a file may lack (``absent_as_null``) reads as NULL from it."""
+    A column a file may lack (``absent_as_null``) reads as NULL from it; a derived
+    column (``sources.DERIVED``) is computed where a file lacks it or may hold a null."""
     nowhere = {name for name, count in raw.absent.items() if count == len(raw.files)}
-    cols = ", ".join(
-        f'cast({"null" if name in nowhere else _ident(name)} as {dtype}) as "{name}"'
-        for name, dtype in duckdb_columns(con, raw.schema)
-    )
+    derived = DERIVED.get(raw.table, {})
+
+    def column(name: str) -> str:
+        if name in derived and name in nowhere:
+            return derived[name]
+        if name in derived and (name in raw.absent or name in raw.partial):
+            return f"coalesce({_ident(name)}, {derived[name]})"
+        return "null" if name in nowhere else _ident(name)
+
+    cols = ", ".join(f'cast({column(name)} as {dtype}) as "{name}"' for name, dtype in duckdb_columns(con, raw.schema))
     files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
     union = ", union_by_name = true" if len(raw.absent) > len(nowhere) else ""
     return f"select {cols} from read_parquet([{files}], hive_partitioning = false{union})"

@@ -57,6 +57,14 @@ __all__ = ["Check", "Inputs", "RawInput", "Run", "find_inputs", "run_kind"]
 Check = Literal["auto", "full", "footer"]
 
 
+#: Columns a writer derives from other columns of the same row and stores, so that the
+#: build need not read those (a digest instead of a text of kilobytes): per raw table,
+#: column -> the DuckDB expression that computes it from the row. The raw view reads the
+#: stored column where every file has it free of nulls (footer statistics), and else
+#: ``coalesce(column, expression)`` (files written before the column existed).
+DERIVED: dict[str, dict[str, str]] = {"raw_requests": {"output_text_sha256": "sha256(output_text)"}}
+
+
 @dataclass(frozen=True)
 class Run:
     """One run of the build: its id, where it was found, its manifest (None
@@ -71,12 +79,14 @@ class Run:
 class RawInput:
     """One raw table: its record's Arrow schema and the files it reads, in order;
     ``absent``: per column some of the files lack (``absent_as_null``, read as
-    NULL), how many of them lack it (from the checks' footer reads)."""
+    NULL), how many of them lack it (from the checks' footer reads); ``partial``:
+    per ``DERIVED`` column, how many files have it but may hold a null in it."""
 
     table: str
     schema: pa.Schema
     files: tuple[Path, ...]
     absent: Mapping[str, int] = field(default_factory=dict)
+    partial: Mapping[str, int] = field(default_factory=dict)  # DERIVED columns a file holds with nulls
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,14 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
     every = [f for listed in files.values() for f, _, _ in listed]
     full = check == "full" or (check == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)
     absent: dict[str, Counter] = {t: Counter() for t in schemas}
+    partial: dict[str, Counter] = {t: Counter() for t in schemas}
     for table, listed in files.items():
+        derived = tuple(DERIVED.get(table, ()))
         for f, run_id, whose in listed:
-            absent[table].update(check_file(f, schemas[table], run_id=run_id, whose=whose, full=full).absent)
-    raw = tuple(RawInput(t, schemas[t], tuple(f for f, _, _ in files[t]), dict(absent[t])) for t in schemas)
+            found = check_file(f, schemas[table], run_id=run_id, whose=whose, full=full, derived=derived)
+            absent[table].update(found.absent)
+            partial[table].update(found.partial)
+    raw = tuple(
+        RawInput(t, schemas[t], tuple(f for f, _, _ in files[t]), dict(absent[t]), dict(partial[t])) for t in schemas
+    )
     return Inputs(root, layout, tuple(runs[r] for r in sorted(runs)), raw, full)
