@@ -78,7 +78,9 @@ def parse(path: Path) -> Iterator[TraceRow | Malformed]:
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line, parse_constant=_no_constant)
+                if line.startswith("\ufeff"):  # as json.loads says it
+                    raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", line, 0)
+                obj = _DECODER.decode(line)
             except (ValueError, RecursionError) as exc:
                 msg = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]
                 yield Malformed(row, None, f"invalid JSON ({msg})")
@@ -88,3 +90,8 @@ def parse(path: Path) -> Iterator[TraceRow | Malformed]:
 
 def _no_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
+
+
+#: One decoder for every line: ``json.loads(line, parse_constant=...)`` builds
+#: a decoder and its scanner per call (~4 us of a ~11 us line on this host).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
