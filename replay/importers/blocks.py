@@ -98,6 +98,7 @@ class BlockComposer:
         self._q: dict[str, int] = {}
         self._asked: dict[str, bytes] = {}  # prompt id -> SEPARATOR + its text, as UTF-8
         self._measured_texts: dict[str, int] = {}
+        self._heads: dict[tuple[int, int], list[tuple[str, int]]] = {}
         self._measured = _Measured(self.measured, counter)
 
     # -------------------------------------------------------------- blocks
@@ -246,6 +247,13 @@ class BlockComposer:
             hit = self._tails[(block.start, m)] = (text, self.counter.text(text) if text else 0)
         return hit
 
+    def head_pieces(self, block: Block, m: int) -> list[tuple[str, int]]:
+        """``_by_piece`` of a block's first ``m`` units, cached (bounded by the material)."""
+        hit = self._heads.get((block.start, m))
+        if hit is None:
+            hit = self._heads[(block.start, m)] = _by_piece(list(block.units[:m]))
+        return hit
+
     def step(self, prev: Block | None, nxt: Block) -> tuple[int | None, int]:
         """For ``nxt`` after ``prev`` (None: first): what the row's count
         would add with ``nxt`` as its last block (rstripped; None when that
@@ -345,7 +353,7 @@ class _Row:
         nxt, target, tol = self.nxt, self.target, tolerance(self.target)
         text, _ = self.o.tail(nxt, m)
         reached = self.count(m)
-        tail_units, cut = list(nxt.units[:m]), None
+        tail_units, cut = None, None  # None: the first m units whole (their pieces cached: ``head_pieces``)
         if abs(reached - target) > tol:  # between two units: cut one at a word (tokenized: rare)
             m0 = m if reached < target else m - 1
             if m0 < len(nxt.units):
@@ -370,7 +378,8 @@ class _Row:
             asked = self.o._asked[self.prompt.id] = (SEPARATOR + self.prompt.text).encode("utf-8")
         content = Utf8Blocks(tuple(whole), text.encode("utf-8") + asked)
         pieces: list[tuple[str, int]] = []
-        for ps in [b.pieces for b in whole] + [_by_piece(tail_units)]:
+        tail_pieces = self.o.head_pieces(nxt, m) if tail_units is None else _by_piece(tail_units)
+        for ps in [b.pieces for b in whole] + [tail_pieces]:
             # each block's pieces are merged already: only where two blocks meet is left
             if pieces and ps and pieces[-1][0] == ps[0][0]:
                 pieces[-1] = (ps[0][0], pieces[-1][1] + ps[0][1])
@@ -384,7 +393,7 @@ class _Row:
             reached,
             pieces,
             cut,
-            whole_units + len(tail_units),
+            whole_units + (m if tail_units is None else len(tail_units)),
         )
         if reached < target - tol:
             done.status = "short" if last and cut is None and m == len(nxt.units) else "missed"
