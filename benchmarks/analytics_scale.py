@@ -1,18 +1,29 @@
 """Benchmark: `specdec analytics build` and every mart over tens of millions of
-rounds, against the same computations in plain pandas, in one run.
+rounds, in several shapes of data, and (on the light shape) against the same
+computations in plain pandas, in one run.
 
-Generates (not timed) a folder of run folders beside the sidecar's Parquet
-lake (``--layout lake``, default: each run folder holds its requests and
-engine counters, the lake its rounds under rounds/date=/run_id=/, as a
-sidecar beside external servers writes them; ``--layout runs``: the rounds in
-each run folder's capture/ part files instead). Per run: 2 arms x levels
+Generates (not timed) each shape's data (``analytics_scale_data.SHAPES``):
+run folders with their requests and engine counters, the rounds beside them
+in the sidecar's Parquet lake (rounds/date=/run_id=/) or in each run folder's
+capture/ files, in part files or in one file per run. Per run: 2 arms x levels
 1, 4, 16 x 2 repeats, the same prompts in every block, 4 categories with
-their own acceptance; each request emits ``TOKENS`` tokens: the baseline one
-per engine step (k = 0), the speculative arm k = 4 drafts per verify round
-and a ~ min(k, geometric) accepted, so a speculative request has about a
-third of the baseline's rounds. Requests stream 16 chunks each (as a client
-that reads the stream in batches sees them) with per-chunk token counts.
-Enough prompts per block are generated to reach ``--rounds`` rounds in all.
+their own acceptance; the baseline emits one token per engine step (k = 0),
+the speculative arm k = 4 drafts per verify round and a ~ min(k, geometric)
+accepted, so a speculative request has about a third of the baseline's
+rounds. The shapes:
+
+* ``light``: the shape the scale goal was first met on: 128 tokens, 16 chunks
+  per request, texts like "out 17", 4 runs, rounds in the lake in 2M-row parts;
+* ``real-128-parts``: one chunk per engine step, as a real stream (per token
+  for the baseline, per verify round for the speculative arm), output texts of
+  1-5 KB, 128 tokens, 4 runs, rounds in 2M-row part files;
+* ``real-512-one-file``: the same with 512-token outputs, each run's rounds
+  in one file of 1M-row row groups;
+* ``large-run``: one run of about 800k requests (90 tokens), rounds in one file;
+* ``lake-200-runs``: a lake of 200 small runs.
+
+Enough prompts per block are generated to reach ``--rounds`` rounds per shape.
+The figure that counts is the worst shape's.
 
 Then, each in a child process of its own (peak RSS from getrusage there):
 
@@ -25,7 +36,7 @@ Then, each in a child process of its own (peak RSS from getrusage there):
 * **queries**: typical analyst queries on the built database (acceptance of
   one run, acceptance across runs, the speedup of one run, the '(system)'
   speedup across runs), each the best of 3;
-* **pandas**: the acceptance mart's figures (per run, arm and category: verify
+* **pandas** (the light shape): the acceptance mart's figures (per run, arm and category: verify
   rounds, proposed, accepted, mean acceptance length, acceptance rate, rounds
   attributed to requests by the request id inside the engine's) and the
   speedup mart's per-category speedup (geometric mean of paired e2e ratios)
@@ -36,17 +47,20 @@ Then, each in a child process of its own (peak RSS from getrusage there):
 pandas is not a dependency of specdec; it is in the venv as a dependency of
 great-expectations (``specdec validate``): benchmark-only here.
 
-Ends with one JSON line of every figure. Goals (issue 8, on the 2-core host):
-build plus every mart at most 10 s and 2 GB; each analyst query at most 1 s;
-DuckDB at least 20x faster than pandas.
+Prints one JSON line of every figure per shape, and a last JSON line with the
+worst figures (the slowest shape's median build, the highest peak RSS). Goals
+(issues 8 and 21, on the 2-core host, every shape): build plus every mart at
+most 10 s and 2 GiB; each analyst query at most 1 s; DuckDB at least 20x
+faster than pandas.
 
-    .venv/bin/python benchmarks/analytics_scale.py [--rounds 50000000] [--runs 4] [--layout lake|runs]
-        [--data DIR (kept, reused when it holds the same shape)] [--builds 3] [--no-pandas]
+    .venv/bin/python benchmarks/analytics_scale.py [--rounds 50000000] [--shape NAME ...|all]
+        [--data DIR (DIR/<shape> kept, reused when it holds the same shape)] [--builds 3] [--no-pandas]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -58,7 +72,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from analytics_scale_data import TOKENS, generate  # a module beside this script
+from analytics_scale_data import SHAPES, Shape, generate  # a module beside this script
 
 
 # ---------------------------------------------------------------- measured parts (each in a child process)
@@ -398,64 +412,42 @@ def _child(part: str, root: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _data(args) -> tuple[Path, dict, bool]:
-    """The folder to measure: --data (reused when it holds this shape), else a temporary one."""
-    shape = {"rounds": args.rounds, "runs": args.runs, "layout": args.layout, "tokens": TOKENS, "version": 2}
-    root = Path(args.data) if args.data else Path(tempfile.mkdtemp(prefix="specdec-scale-"))
+def _data(args, shape: Shape) -> tuple[Path, dict, bool]:
+    """The folder to measure: DATA/<shape> (reused when it holds this shape), else a temporary one."""
+    described = {"rounds": args.rounds, **shape.describe(), "version": 3}
+    root = Path(args.data) / shape.name if args.data else Path(tempfile.mkdtemp(prefix=f"specdec-{shape.name}-"))
     marker = root / "shape.json"
-    if marker.is_file() and json.loads(marker.read_text())["shape"] == shape:
+    if marker.is_file() and json.loads(marker.read_text())["shape"] == described:
         return root, json.loads(marker.read_text())["written"], False
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     t = time.perf_counter()
-    written = generate(root, args.rounds, args.runs, args.layout)
+    written = generate(root, args.rounds, shape)
     written["generate_s"] = time.perf_counter() - t
-    marker.write_text(json.dumps({"shape": shape, "written": written}))
+    marker.write_text(json.dumps({"shape": described, "written": written}))
     return root, written, not args.data
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=50_000_000, help="synthetic rounds in all (default 50 million)")
-    ap.add_argument("--runs", type=int, default=4, help="runs the rounds are spread over")
-    ap.add_argument("--layout", choices=("lake", "runs"), default="lake")
-    ap.add_argument(
-        "--data",
-        default=None,
-        help="folder for the generated data, kept and reused (default: a temporary folder, removed at the end)",
-    )
-    ap.add_argument("--no-pandas", action="store_true", help="skip the pandas comparison")
-    ap.add_argument(
-        "--builds",
-        type=int,
-        default=3,
-        help="builds, each in a fresh process; the median is the figure, every one is printed "
-        "(default 3: this host's noise moves one build by 1-5 s)",
-    )
-    ap.add_argument("--child", nargs=2, metavar=("PART", "ROOT"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        part, root = args.child
-        print(json.dumps({"build": child_build, "queries": child_queries, "pandas": child_pandas}[part](Path(root))))
-        return
-    root, written, remove = _data(args)
-    versions, load = _versions(), [round(x, 2) for x in os.getloadavg()]
+def measure(args, shape: Shape, versions: dict) -> dict:
+    """Generate (or reuse) one shape's data, build it ``--builds`` times, query it (and, for the
+    light shape unless --no-pandas, compare with pandas); print its figures; return them."""
+    root, written, remove = _data(args, shape)
+    load = [round(x, 2) for x in os.getloadavg()]
     try:
         print(
-            f"data: {written['rounds']:,} rounds, {written['requests']:,} requests, {args.runs} runs "
-            f"({args.layout} layout), {written['files']} Parquet files, {written['bytes'] / 2**20:.0f} MiB, "
-            f"generated in {written.get('generate_s', 0):.0f} s (not measured) at {root}"
-        )
-        print(
-            "versions: "
-            + ", ".join(f"{k} {v}" for k, v in versions.items())
-            + f"; load average at the start {load[0]} (1 min), {load[1]} (5 min)"
+            f"== shape {shape.name}: {written['rounds']:,} rounds, {written['requests']:,} requests, "
+            f"{written['chunks']:,} chunks, {shape.runs} runs ({shape.layout} layout, "
+            f"{'one rounds file per run' if shape.part_rows is None else f'rounds in parts of {shape.part_rows:,} rows'}), "
+            f"{shape.tokens} tokens, texts {shape.text}; {written['files']} Parquet files, "
+            f"{written['bytes'] / 2**20:.0f} MiB (requests {written['requests_bytes'] / 2**20:.0f} MiB), "
+            f"generated in {written.get('generate_s', 0):.0f} s (not measured) at {root}; "
+            f"load average at the start {load[0]} (1 min), {load[1]} (5 min)"
         )
         builds = [_child("build", root) for _ in range(args.builds)]
         b = sorted(builds, key=lambda r: r["total_s"])[len(builds) // 2]  # the median build (upper, when even)
         q = _child("queries", root)
-        p = None if args.no_pandas else _child("pandas", root)
+        p = None if args.no_pandas or shape.name != "light" else _child("pandas", root)
     finally:
         if remove:
             shutil.rmtree(root, ignore_errors=True)
@@ -470,8 +462,11 @@ def main() -> None:
             "each build: "
             + ", ".join(f"{r['total_s']:.2f} s (CPU {r['cpu_s']:.1f} s, {r['peak_rss_mib']:.0f} MiB)" for r in builds)
         )
-    print("build steps (time since the build process started):")
+    print("build steps over 0.2 s (time since the build process started):")
     for line in b["steps"]:
+        took = line.rsplit(" in ", 1)
+        if len(took) == 2 and took[1].endswith(" s") and float(took[1][:-2]) < 0.2:
+            continue
         print("  " + line)
     print(
         "mart reads:",
@@ -488,11 +483,14 @@ def main() -> None:
         f"{lean_same}), speedup {lean_speed:.3f} s"
     )
     figures = {
+        "shape": shape.name,
+        **{k: v for k, v in shape.describe().items() if k != "name"},
         "rounds": written["rounds"],
         "requests": written["requests"],
-        "runs": args.runs,
-        "layout": args.layout,
+        "chunk_count": written["chunks"],
+        "files": written["files"],
         "parquet_mib": round(written["bytes"] / 2**20, 1),
+        "requests_mib": round(written["requests_bytes"] / 2**20, 1),
         "build_s": round(b["build_s"], 2),
         "marts_read_s": round(b["marts_s"], 3),
         "build_and_marts_s": round(b["total_s"], 2),
@@ -501,6 +499,7 @@ def main() -> None:
         "builds": len(builds),
         "build_and_marts_s_each": [round(r["total_s"], 2) for r in builds],
         "build_cpu_s_each": [round(r["cpu_s"], 1) for r in builds],
+        "peak_rss_mib_each": [round(r["peak_rss_mib"]) for r in builds],
         "db_mib": round(b["db_bytes"] / 2**20, 1),
         "query_ms": {k: round(v * 1000, 1) for k, v in q["query_s"].items()},
         "duckdb_acceptance_from_parquet_s": round(duck_acc, 3),
@@ -510,6 +509,7 @@ def main() -> None:
         "same_steps_acceptance_matches_mart": lean_same,
         "versions": versions,
         "load_average_at_start": load,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
     }
     if p:
         same = _close(p["acceptance"], q["acceptance"]) and _close(p["acceptance_grouped"], q["acceptance"])
@@ -544,7 +544,67 @@ def main() -> None:
             ),
             pandas_speedup_matches_same_steps=speed_same,
         )
-    print(json.dumps(figures))
+    print(json.dumps(figures), flush=True)
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=50_000_000, help="synthetic rounds per shape (default 50 million)")
+    ap.add_argument(
+        "--shape",
+        choices=(*SHAPES, "all"),
+        action="append",
+        help="a shape to measure (repeatable; default all of them: " + ", ".join(SHAPES) + ")",
+    )
+    ap.add_argument("--runs", type=int, default=None, help="runs of every shape (default: each shape's own; for tests)")
+    ap.add_argument(
+        "--data",
+        default=None,
+        help="folder for the generated data, DATA/<shape>, kept and reused (default: a temporary "
+        "folder per shape, removed once it is measured)",
+    )
+    ap.add_argument("--no-pandas", action="store_true", help="skip the pandas comparison (light shape)")
+    ap.add_argument(
+        "--builds",
+        type=int,
+        default=3,
+        help="builds per shape, each in a fresh process; the median is the figure, every one is printed "
+        "(default 3: this host's noise moves one build by 1-5 s)",
+    )
+    ap.add_argument("--child", nargs=2, metavar=("PART", "ROOT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        part, root = args.child
+        print(json.dumps({"build": child_build, "queries": child_queries, "pandas": child_pandas}[part](Path(root))))
+        return
+    chosen = args.shape or ["all"]
+    names = list(SHAPES) if "all" in chosen else list(dict.fromkeys(chosen))
+    versions = _versions()
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    shapes = [SHAPES[n] if args.runs is None else dataclasses.replace(SHAPES[n], runs=args.runs) for n in names]
+    results = [measure(args, shape, versions) for shape in shapes]
+    slowest = max(results, key=lambda r: r["build_and_marts_s"])
+    hungriest = max(results, key=lambda r: r["peak_rss_mib"])
+    worst = {
+        "worst": True,
+        "shapes": names,
+        "build_and_marts_s": slowest["build_and_marts_s"],
+        "slowest_shape": slowest["shape"],
+        "peak_rss_mib": hungriest["peak_rss_mib"],
+        "hungriest_shape": hungriest["shape"],
+        "meets_10_s": slowest["build_and_marts_s"] <= 10,
+        "meets_2_gib": hungriest["peak_rss_mib"] <= 2048,
+        "per_shape_s": {r["shape"]: r["build_and_marts_s"] for r in results},
+        "per_shape_peak_rss_mib": {r["shape"]: r["peak_rss_mib"] for r in results},
+        "load_average": {r["shape"]: [r["load_average_at_start"], r["load_average_at_end"]] for r in results},
+        "versions": versions,
+    }
+    print(
+        f"worst shape: {slowest['shape']} {slowest['build_and_marts_s']:.2f} s (goal <= 10 s), "
+        f"{hungriest['shape']} {hungriest['peak_rss_mib']} MiB peak RSS (goal <= 2048)"
+    )
+    print(json.dumps(worst))
 
 
 if __name__ == "__main__":

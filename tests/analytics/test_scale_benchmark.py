@@ -15,13 +15,26 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "analytics_scale.p
 
 def test_scale_benchmark_small(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--rounds", "30000", "--runs", "2", "--data", str(tmp_path / "data")],
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--shape",
+            "light",
+            "--rounds",
+            "30000",
+            "--runs",
+            "2",
+            "--data",
+            str(tmp_path / "data"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    *_, figures, worst = (json.loads(line) for line in proc.stdout.strip().splitlines() if line.startswith("{"))
+    assert figures["shape"] == "light" and worst["slowest_shape"] == "light"
+    assert worst["build_and_marts_s"] == figures["build_and_marts_s"]
     assert figures["runs"] == 2 and figures["rounds"] >= 30000 and figures["requests"] > 0
     assert figures["same_steps_acceptance_matches_mart"] is True
     assert figures["pandas_matches_mart"] is True
@@ -37,3 +50,32 @@ def test_scale_benchmark_small(tmp_path):
     assert "(goal <= 10 s; the median of 3 builds)" in proc.stdout
     each = figures["build_and_marts_s_each"]
     assert figures["builds"] == len(each) == 3 and figures["build_and_marts_s"] == sorted(each)[1]
+
+
+def test_scale_benchmark_every_shape(tmp_path):
+    """Every shape generates and builds; one JSON line per shape, then the worst figures."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--rounds", "20000", "--runs", "2", "--builds", "1", "--no-pandas"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in proc.stdout.strip().splitlines() if line.startswith("{")]
+    *shapes, worst = lines
+    assert (
+        [s["shape"] for s in shapes]
+        == worst["shapes"]
+        == [
+            "light",
+            "real-128-parts",
+            "real-512-one-file",
+            "large-run",
+            "lake-200-runs",
+        ]
+    )
+    real = {s["shape"]: s for s in shapes}["real-128-parts"]
+    assert real["chunk_count"] == real["rounds"]  # a chunk per engine step
+    assert worst["build_and_marts_s"] == max(s["build_and_marts_s"] for s in shapes)
+    assert worst["peak_rss_mib"] == max(s["peak_rss_mib"] for s in shapes)
+    assert all(s["same_steps_acceptance_matches_mart"] for s in shapes)
