@@ -48,7 +48,8 @@ from specdec.schemas.traffic_blocks import BLOCKS_KEY, TrafficStoredPrompt
 
 #: Rows per batch (and row group), at most.
 BATCH = 20_000
-#: Characters (bytes, for ``Utf8Parts``) of prompt and messages text per batch, at most (a batch ends at the row that passes it).
+#: Characters (bytes, for ``Utf8Parts``) of prompt, messages and content_note text per batch, at most (a batch ends at
+#: the row that passes it). A version-3 Mooncake row holds ~1.8k (its tail and note): ~9,000 rows a batch, ~30 MB.
 BATCH_CHARS = 16_000_000
 #: Text columns that may hold ``Utf8Parts``.
 _PARTS = ("prompt", "messages")
@@ -82,10 +83,11 @@ def write_batches(values: Iterable[dict], out: Path, *, blocks: bool = False) ->
                     cols[n].append(v.get(n))
                 count += 1
                 rows += 1
-                p = v.get("prompt")
+                p = v.get("prompt")  # what the batch holds: a stored prompt's tail, not its blocks (shared)
                 chars += (len(p.tail) if blocks and isinstance(p, Utf8Blocks) else len(p or "")) + len(
                     v.get("messages") or ""
                 )
+                chars += len(v.get("content_note") or "")
                 if rows >= BATCH or chars >= BATCH_CHARS:
                     sink.put(cols)
                     cols = {n: [] for n in names}
