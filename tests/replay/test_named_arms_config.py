@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from specdec.arms import parse_arm
 from specdec.cli.replay import main as replay_main
 from specdec.replay.config import ReplayConfig
-from specdec.replay.experiment import arm_difference, comparison_note
+from specdec.replay.manifest import arm_difference, comparison_note
 from specdec.replay.traffic import BUNDLED
 from specdec.schemas.records import ArmConfig
 

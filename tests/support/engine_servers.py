@@ -82,8 +82,11 @@ class _PairAsEmbedded:
 
     pair: ServerPair  # set on the subclass made by ``embedded_as``
 
-    def __init__(self, cfg, spec, arms, run_dir: Path, run_id: str, progress, llama=None, model=None):
-        assert not cfg.external and cfg.named_arms is None and llama is None, "the pair serves a classic vLLM run"
+    def __init__(self, cfg, engines, arms, run_dir: Path, run_id: str, progress):
+        assert not cfg.external and cfg.named_arms is None and set(engines) == {"vllm"}, (
+            "the pair serves a classic vLLM run"
+        )
+        spec = engines["vllm"].spec
         assert spec == self.pair.spec, f"the run's server settings {spec} are not the pair's {self.pair.spec}"
         want = {"baseline": None, "speculative": dict(NGRAM["vllm"])}
         for arm in arms:

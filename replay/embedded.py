@@ -1,0 +1,209 @@
+"""What a replay run needs of each embedded engine, behind one interface, so that
+the run itself (``experiment.py``) and its manifest (``manifest.py``) name no
+engine: which model file or folder its servers serve and where it came from,
+how its dtype reads in the manifest, its facts (version, binary, threads), the
+server of one arm, whether it writes per-round rows (the capture plugin) and
+what the manifest notes about it.
+
+``EMBEDDED`` maps an engine's name (``specdec.engines.ENGINES``) to its class;
+``embedded_engines(cfg)`` prepares one per engine the run's arms use. External
+servers have none: the run then records what the user declared.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+from specdec.engines import Arm, LlamaCpp, Vllm
+from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server, cached_llama_server
+from specdec.engines.server import LlamaServer, LocalServer, ServerProcess
+from specdec.engines.vllm import ServerSpec
+from specdec.model import GGUF_DIST, find_gguf, prepare_model
+from specdec.replay.config import ReplayConfig
+from specdec.replay.host import engine_facts
+from specdec.replay.passes.lossless import eos_ids_for_model
+from specdec.runfolder import capture_dir
+
+#: llama.cpp: context per slot (-c is the slots' total), the same as vLLM's max_model_len
+LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
+
+
+class EmbeddedEngine(ABC):
+    """One engine of a run's embedded servers, prepared from the run's settings."""
+
+    name: ClassVar[str]
+    #: the program that serves, in the start-up messages ("starting vLLM for the baseline arm")
+    label: ClassVar[str]
+    #: per-round rows: vLLM's capture plugin; llama.cpp has none
+    writes_rounds: ClassVar[bool]
+    #: what the manifest says of the model when this engine serves it
+    model: str
+    model_source: dict[str, Any]
+
+    @abstractmethod
+    def __init__(self, cfg: ReplayConfig) -> None:
+        """Prepare what the engine's servers need (model, binary) for the run ``cfg``."""
+
+    @staticmethod
+    @abstractmethod
+    def model_error(path: str) -> str | None:
+        """Why ``--model path`` cannot be served by this engine (None: it can)."""
+
+    @abstractmethod
+    def dtype_text(self) -> str:
+        """The manifest's ``dtype`` for this engine's servers."""
+
+    @abstractmethod
+    def facts(self) -> dict[str, Any]:
+        """The manifest's ``engine`` facts (name, version, ...)."""
+
+    @abstractmethod
+    def server_args(self, arm: Arm) -> list[str]:
+        """The settings a server for ``arm`` starts with (the manifest's ``server_args``)."""
+
+    @abstractmethod
+    def server(self, arm: Arm, log: Path, run_dir: Path, run_id: str, startup_timeout_s: float) -> ServerProcess:
+        """A server for ``arm``, not yet launched (``server.start_all`` launches it)."""
+
+    def eos_ids(self) -> frozenset[int] | None:
+        """The model's end-of-sequence token ids, where the passes can look them up."""
+        return None
+
+    @classmethod
+    def notes(cls, cfg: ReplayConfig) -> list[str]:
+        """What the manifest's notes say about this engine in this run (external servers too)."""
+        return []
+
+
+class EmbeddedVllm(EmbeddedEngine):
+    name, label, writes_rounds = "vllm", "vLLM", True
+
+    def __init__(self, cfg: ReplayConfig):
+        self.model_source = {}
+        folder = cfg.model
+        if folder is None:
+            prepared = prepare_model()
+            folder = str(prepared.path)
+            self.model_source = prepared.source
+        self.model = folder
+        self.spec = ServerSpec(
+            model=folder,
+            dtype=cfg.dtype,
+            max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
+            prefix_cache=cfg.prefix_cache,
+        )
+        self._dtype = cfg.dtype
+
+    @staticmethod
+    def model_error(path: str) -> str | None:
+        return None if Path(path).is_dir() else f"--model {path}: no such model folder"
+
+    def dtype_text(self) -> str:
+        return self._dtype
+
+    def facts(self) -> dict[str, Any]:
+        return engine_facts()
+
+    def server_args(self, arm: Arm) -> list[str]:
+        return Vllm(self.spec).server_args(arm, model=self.spec.model)
+
+    def server(self, arm: Arm, log: Path, run_dir: Path, run_id: str, startup_timeout_s: float) -> ServerProcess:
+        spec_cfg = None if arm.speculation is None else dict(arm.speculation)
+        return LocalServer(self.spec, spec_cfg, capture_dir(run_dir), run_id, log, startup_timeout_s)
+
+    def eos_ids(self) -> frozenset[int] | None:
+        return eos_ids_for_model(self.spec.model)
+
+    @classmethod
+    def notes(cls, cfg: ReplayConfig) -> list[str]:
+        return [
+            "--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."
+        ]
+
+
+class EmbeddedLlamaCpp(EmbeddedEngine):
+    name, label, writes_rounds = "llama.cpp", "llama-server", False
+    #: why a llama.cpp arm has no per-round rows (the manifest's capture entry)
+    NO_PLUGIN = (
+        "llama.cpp has no capture plugin: no per-round rows; the per-request draft stats (timings) and "
+        "the engine's counters are recorded"
+    )
+
+    def __init__(self, cfg: ReplayConfig):
+        self.model = cfg.model or str(find_gguf())
+        self.model_source = {
+            "package": GGUF_DIST,
+            "file": Path(self.model).name,
+            "note": "served as shipped, no conversion",
+        }
+        slots = max(cfg.levels)  # one slot per request in flight; -c is the whole context, shared by the slots
+        self.adapter = LlamaCpp(
+            build_llama_server().path,
+            threads=2,
+            context=LLAMA_SLOT_CONTEXT * slots,
+            slots=slots,
+            prompt_cache=cfg.prefix_cache == "keep",
+        )
+
+    @staticmethod
+    def model_error(path: str) -> str | None:
+        return None if Path(path).is_file() else f"--model {path}: no such GGUF file (llama.cpp serves a .gguf file)"
+
+    def dtype_text(self) -> str:
+        return f"GGUF as shipped ({Path(self.model).name})"
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "name": "llama.cpp",
+            "version": f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp 0c1e570)",
+            "binary": str(self.adapter.binary or cached_llama_server()),
+            "threads": self.adapter.threads,
+            "slots": self.adapter.slots,
+            "context": self.adapter.context,
+        }
+
+    def server_args(self, arm: Arm) -> list[str]:
+        return self.adapter.server_args(arm, model=self.model)
+
+    def server(self, arm: Arm, log: Path, run_dir: Path, run_id: str, startup_timeout_s: float) -> ServerProcess:
+        return LlamaServer(arm, Path(self.model), log, self.adapter, startup_timeout_s)
+
+    @classmethod
+    def notes(cls, cfg: ReplayConfig) -> list[str]:
+        cache = "off" if cfg.prefix_cache == "reset" else cfg.prefix_cache
+        return [
+            "llama.cpp: no greedy lossless pass (its logprobs are not vLLM's); prefix cache "
+            f"'{cache}' ('off': --no-cache-prompt on its arms, as llama.cpp has no endpoint to empty "
+            "the cache between blocks)."
+        ]
+
+
+EMBEDDED: Mapping[str, type[EmbeddedEngine]] = {e.name: e for e in (EmbeddedVllm, EmbeddedLlamaCpp)}
+
+
+def model_error(cfg: ReplayConfig) -> str | None:
+    """Why ``--model`` does not fit the run's embedded engines (None: it does, or none was given)."""
+    if cfg.external or cfg.model is None:
+        return None
+    engines = set(cfg.arm_engines().values())
+    if len(engines) > 1:
+        return (
+            f"--model {cfg.model}: the arms run {' and '.join(sorted(engines))}, which serve "
+            "different files (a model folder, a GGUF); leave --model out to serve the prepared SmolLM2 on each"
+        )
+    return EMBEDDED[next(iter(engines))].model_error(cfg.model)
+
+
+def engine_names(cfg: ReplayConfig) -> list[str]:
+    """The engines the run's arms use, vLLM first (the order of the manifest's facts and notes)."""
+    return sorted(set(cfg.arm_engines().values()), key=lambda name: (name != "vllm", name))
+
+
+def embedded_engines(cfg: ReplayConfig) -> dict[str, EmbeddedEngine]:
+    """One prepared engine per engine the run's arms use (none for external servers), by name."""
+    if cfg.external:
+        return {}
+    return {name: EMBEDDED[name](cfg) for name in engine_names(cfg)}
