@@ -57,6 +57,9 @@ with pairs as (
     select * from int_requests_paired where comparison = 'ab'
 ),
 requests as (
+    select run_id, request_id from stg_requests where temperature = 0
+),
+chunk_lists as (
     select run_id, request_id, chunk_offsets_ms, chunk_tokens from stg_requests where temperature = 0
 ),
 ends as (
@@ -71,32 +74,52 @@ joined as (
         pairs.repeat,
         pairs.prompt_id,
         pairs.pair_index,
+        pairs.reference_request_id,
+        pairs.treatment_request_id,
         ends.eos_known,
         ends.natural_end_position,
         pairs.reference_e2e_ms,
         pairs.treatment_e2e_ms,
         pairs.reference_output_tokens,
-        pairs.treatment_output_tokens,
-        b.chunk_offsets_ms as reference_offsets,
-        b.chunk_tokens as reference_tokens,
-        s.chunk_offsets_ms as treatment_offsets,
-        s.chunk_tokens as treatment_tokens
+        pairs.treatment_output_tokens
     from pairs
     join requests b on b.run_id = pairs.run_id and b.request_id = pairs.reference_request_id
     join requests s on s.run_id = pairs.run_id and s.request_id = pairs.treatment_request_id
     left join ends
       on ends.run_id = pairs.run_id and ends.concurrency = pairs.concurrency and ends.prompt_id = pairs.prompt_id
 ),
+-- The chunk lists are read only for the requests of pairs that reach the chunk lookup in
+-- `classified` (a known natural end inside both outputs), each once per end position.
+wanted as (
+    select run_id, unnest([reference_request_id, treatment_request_id]) as request_id, natural_end_position
+    from joined
+    where eos_known and natural_end_position > 0
+      and natural_end_position < reference_output_tokens and natural_end_position < treatment_output_tokens
+),
+chunk_ends as (
+    select
+        wanted.run_id,
+        wanted.request_id,
+        wanted.natural_end_position,
+        len(c.chunk_tokens) = len(c.chunk_offsets_ms) as chunks_known,
+        case when len(c.chunk_tokens) = len(c.chunk_offsets_ms) then c.chunk_offsets_ms[list_position(
+            list_transform(c.chunk_tokens, lambda n: n >= wanted.natural_end_position), true)] end as end_ms
+    from (select distinct * from wanted) as wanted
+    join chunk_lists c on c.run_id = wanted.run_id and c.request_id = wanted.request_id
+),
 timed as (
     select
-        *,
-        len(reference_tokens) = len(reference_offsets) and len(treatment_tokens) = len(treatment_offsets)
-            as chunks_known,
-        case when len(reference_tokens) = len(reference_offsets) then reference_offsets[list_position(
-            list_transform(reference_tokens, lambda n: n >= natural_end_position), true)] end as reference_end_ms,
-        case when len(treatment_tokens) = len(treatment_offsets) then treatment_offsets[list_position(
-            list_transform(treatment_tokens, lambda n: n >= natural_end_position), true)] end as treatment_end_ms
+        joined.*,
+        b.chunks_known and s.chunks_known as chunks_known,
+        b.end_ms as reference_end_ms,
+        s.end_ms as treatment_end_ms
     from joined
+    left join chunk_ends b
+      on b.run_id = joined.run_id and b.request_id = joined.reference_request_id
+     and b.natural_end_position = joined.natural_end_position
+    left join chunk_ends s
+      on s.run_id = joined.run_id and s.request_id = joined.treatment_request_id
+     and s.natural_end_position = joined.natural_end_position
 ),
 classified as (
     select
