@@ -19,9 +19,10 @@ of 4-turn sessions, four interleaved, each turn's input its history plus the
 Azure row's context (``gen_burstgpt_sessions``); Mooncake rows take lengths and prefix
 blocks from ../shared/data/mooncake-fast25 (cycled, block ids shifted per
 cycle so later cycles do not share the first cycle's blocks). Mooncake rows
-are composed from cached prefix blocks (``replay.importers.blocks``); each
-row still carries its own ~27k characters, so the output, not the
-composition, bounds that run: ``--mooncake-rows`` (default: ``--rows``).
+are composed from cached prefix blocks (``replay.importers.blocks``) and
+written as traffic format version 3 (each row its block ids and its own
+tail, each block once in the file), so the composition, not the output,
+bounds that run: ``--mooncake-rows`` (default: ``--rows``).
 ``--formats`` picks the generated files, ``--no-trace`` skips the whole Azure trace.
 
     .venv/bin/python benchmarks/importers.py [--rows N] [--old COMMIT]
