@@ -44,8 +44,12 @@ browser:
 llama-server: $(STAMP)
 	$(BIN)/specdec engine build llama.cpp
 
+# The tests that start no engine run on two workers (pytest-xdist): they are CPU-bound and
+# independent (temporary folders, free ports). The engine tests run after them, one at a
+# time: they share one pair of vLLM servers per session and each vLLM takes both cores.
 test: model browser llama-server lint types imports
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not engine" -n 2
+	$(BIN)/python -m pytest -m engine
 
 # The contributor's loop before a commit (no engine, no model download): lint, types, the
 # import contract and the quick tests. `make check` measured here: see BENCHMARKS.md.
