@@ -80,7 +80,10 @@ def test_an_import_inside_a_function_counts_as_well(tree):
 
 
 def test_a_cycle_between_two_modules_of_one_room_is_found(tree):
-    plant(tree / "analytics" / "report" / "html.py", "from specdec.analytics.report import page  # planted: page imports html")
+    plant(
+        tree / "analytics" / "report" / "html.py",
+        "from specdec.analytics.report import page  # planted: page imports html",
+    )
     out = check(tree)
     assert out.returncode == 1
     assert "import cycle (2 modules): specdec.analytics.report.html, specdec.analytics.report.page" in out.stdout
