@@ -85,8 +85,11 @@ class RoundTrace(_Record):
 #: prompt, max_tokens, temperature. 2 adds, all optional: chat messages, the
 #: sampling settings and model name as sent, arrival time, session and turn, the
 #: recorded response, tier, source, structured-output constraint and tools.
-#: Every version-1 file is a valid version-2 file.
-TRAFFIC_SCHEMA_VERSION = "2"
+#: Every version-1 file is a valid version-2 file. 3 adds, in Parquet only, a
+#: row's prompt stored as shared text blocks + its own tail, the blocks' texts
+#: once in the file (``traffic_blocks.py``); readers join them back, and every
+#: version-2 file is a valid version-3 file.
+TRAFFIC_SCHEMA_VERSION = "3"
 
 TIERS = ("high", "medium", "low")
 """Predictability tiers of a traffic row's content: high (code generation and
