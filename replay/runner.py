@@ -14,6 +14,7 @@ what was written and lost is counted in ``ledger.LEDGER``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -200,6 +201,8 @@ def results_table(
             "actual_send_ms": when and when.actual_ms,
             "schedule_lag_ms": when and when.lag_ms,
             "session_wait_ms": when and when.session_wait_ms,
+            # the analytics compare outputs by this digest instead of reading the texts
+            "output_text_sha256": hashlib.sha256(res.output_text.encode()).hexdigest(),
         }
         for f in cols:
             cols[f].append(values[f] if f in values else getattr(res, f))

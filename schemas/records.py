@@ -328,6 +328,10 @@ class RequestResult(_Record):
     turn_index: int | None = Field(
         default=None, description="TrafficRow.turn_index: the turn within its session, from 0; None without a session."
     )
+    output_text_sha256: str | None = Field(
+        default=None,
+        description="SHA-256 of output_text's UTF-8 bytes, lowercase hex (DuckDB's sha256()), written with the record so the analytics compare outputs by digest instead of reading the texts; None in files written before the field existed (the build computes it from output_text then).",
+    )
 
 
 class MetricSnapshot(_Record):

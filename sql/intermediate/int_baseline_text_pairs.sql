@@ -15,7 +15,8 @@
 --   other_repeat                the second request's repeat (r + 1; 0 for cross_level)
 --   other_concurrency           the second request's level (= concurrency for repeat;
 --                               the lowest level for cross_level)
---   identical                   output_text byte-identical
+--   identical                   output_text byte-identical (equal SHA-256 digests,
+--                               stg_requests.output_text_sha256)
 with requests as (
     select
         *,
@@ -34,7 +35,7 @@ repeat_pairs as (
     select
         a.run_id, 'repeat' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
         a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
-        a.output_text = b.output_text as identical
+        a.output_text_sha256 = b.output_text_sha256 as identical
     from ok a
     join ok b
       on b.run_id = a.run_id and b.concurrency = a.concurrency and b.prompt_id = a.prompt_id
@@ -44,7 +45,7 @@ cross_pairs as (
     select
         a.run_id, 'cross_level' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
         a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
-        a.output_text = b.output_text as identical
+        a.output_text_sha256 = b.output_text_sha256 as identical
     from ok a
     join ok b
       on b.run_id = a.run_id and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index and b.repeat = 0

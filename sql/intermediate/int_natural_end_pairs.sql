@@ -17,8 +17,8 @@
 --                   P tokens [positions 0 .. P-1] and stopped
 --   reference_end_ms, treatment_end_ms   time to the natural end of the baseline / speculative
 --                   request [ms after send, monotonic]: the arrival offset
---                   (stg_requests.chunk_offsets_ms) of the first content chunk whose running
---                   token count (stg_requests.chunk_tokens) is >= P, i.e. the chunk that
+--                   (stg_request_streams.chunk_offsets_ms) of the first content chunk whose running
+--                   token count (stg_request_streams.chunk_tokens) is >= P, i.e. the chunk that
 --                   carries position P - 1. Exact to one chunk: a chunk can carry several
 --                   tokens (a verify round's accepted drafts and bonus token, or engine steps
 --                   merged while the stream lagged), so tokens after P - 1 that arrive in that
@@ -60,7 +60,7 @@ requests as (
     select run_id, request_id from stg_requests where temperature = 0
 ),
 chunk_lists as (
-    select run_id, request_id, chunk_offsets_ms, chunk_tokens from stg_requests where temperature = 0
+    select run_id, request_id, chunk_offsets_ms, chunk_tokens from stg_request_streams where temperature = 0
 ),
 ends as (
     select * from int_natural_ends

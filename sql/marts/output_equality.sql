@@ -8,7 +8,8 @@
 --   Pairs: the same prompt at the same level and repeat in both arms (pair_index
 --   matches repeated sends of a prompt within one block).
 --   pairs            pairs where both requests succeeded and temperature = 0
---   identical        pairs whose output_text is byte-identical
+--   identical        pairs whose output_text is byte-identical (equal SHA-256 digests,
+--                    stg_requests.output_text_sha256)
 --   identical_share  identical / pairs (NULL when no pairs)
 --   excluded_reason  int_levels_compared.excluded_reason: the level failed in either
 --                    arm, or an arm did not run it; pairs, identical and
@@ -26,7 +27,7 @@ levels as (
     select * from int_levels_compared
 ),
 pairs as (
-    select b.run_id, b.category, b.concurrency, b.output_text = s.output_text as same
+    select b.run_id, b.category, b.concurrency, b.output_text_sha256 = s.output_text_sha256 as same
     from requests b
     join requests s
       on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.concurrency = b.concurrency

@@ -8,7 +8,7 @@
 --   acceptance_natural_end, in time instead of accepted tokens).
 --   Pairs, segments, the natural end P and the time to it per request are defined in
 --   int_natural_end_pairs: the split point is the arrival of the first content chunk whose
---   running token count (stg_requests.chunk_tokens, the server's per-chunk usage) reaches
+--   running token count (stg_request_streams.chunk_tokens, the server's per-chunk usage) reaches
 --   P, exact to one chunk (a chunk can carry several tokens under speculation).
 --   segment          'before_natural_end'  send to the natural end (TTFT included); a pair
 --                                          whose prompt never ended within max_tokens counts

@@ -1,9 +1,10 @@
 -- stg_requests
 -- Grain: one row per run_id and replayed request (RequestResult).
--- Purpose: the client-side record, typed. Nothing is derived here.
---   chunk_tokens: per content chunk, aligned with chunk_offsets_ms, the running
---   output-token count the server reported [tokens]; NULL when it did not report
---   one for every content chunk (per-chunk usage unknown).
+-- Materialized: table, during the build only: the Parquet is read once for the many models
+--   over the requests (a lake of 200 runs has 2,400 requests files), not once per model.
+-- Purpose: the client-side record, typed, but for the streamed content (chunk_offsets_ms,
+--   chunk_tokens, output_text: stg_request_streams, tens of bytes per chunk, kilobytes per
+--   text), so that this table is small. Nothing is derived here.
 --   load_mode, level_value: how the level sent requests (closed | recorded |
 --   poisson) and its setting (concurrency, time scale, or rate in requests/s);
 --   in open loop, concurrency holds the level's key 1..N (specdec.replay.load).
@@ -13,6 +14,9 @@
 --   session_id, turn_index: the prompt's conversation and turn (from 0) in the
 --   traffic; NULL for a standalone request, and in files written before the
 --   columns existed (read as NULL: schemas.arrow.ABSENT_AS_NULL).
+--   output_text_sha256: SHA-256 of output_text (hex), as the replay wrote it, or computed from
+--   output_text for files written before it (sources.DERIVED): compare outputs by it, so the
+--   texts (kilobytes each) are not read.
 --   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
 --   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
 with source as (
@@ -38,11 +42,8 @@ final as (
         wall_send_ns,
         ttft_ms,
         e2e_ms,
-        chunk_offsets_ms,
-        chunk_tokens,
         prompt_tokens,
         output_tokens,
-        output_text,
         finish_reason,
         spec_num_steps,
         spec_num_draft_tokens,
@@ -54,7 +55,8 @@ final as (
         schedule_lag_ms,
         session_wait_ms,
         session_id,
-        turn_index
+        turn_index,
+        output_text_sha256
     from source
 )
 select * from final

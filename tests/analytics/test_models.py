@@ -24,8 +24,12 @@ def test_discover_orders_layers_then_dependencies():
     # one staging model per record file of the run-folder contract and of the lake
     # (stg_stability is written separately and may not exist yet)
     assert {"stg_rounds", "stg_requests", "stg_engine_counters", "stg_counter_scrapes"} <= staging
-    # (and stg_manifest over manifest.json, under the analysis runs' ids)
-    assert staging <= {f"stg_{rec.name}" for rec in (*RECORD_FILES, *LAKE_RECORDS)} | {"stg_manifest"}
+    # (and stg_manifest over manifest.json, under the analysis runs' ids; stg_request_streams:
+    # the requests' streamed content, the bulk of the record, apart from stg_requests)
+    assert staging <= {f"stg_{rec.name}" for rec in (*RECORD_FILES, *LAKE_RECORDS)} | {
+        "stg_manifest",
+        "stg_request_streams",
+    }
 
     for m in models:
         for dep in m.depends_on:
@@ -134,10 +138,23 @@ def test_sql_that_does_not_parse_names_the_file(tmp_path):
 )
 def test_staging_columns_are_record_fields(query, view, model):
     """The record's fields; a record with an arm gets the arm's own name and the run
-    folder's id beside the role and the analysis run (by_role, specdec/arms.py)."""
+    folder's id beside the role and the analysis run (by_role, specdec/arms.py). The
+    requests' streamed content is in stg_request_streams instead (STREAMED)."""
     cols = [r["column_name"] for r in query(f"describe {view}")]
-    fields = list(model.model_fields)
+    fields = [f for f in model.model_fields if not (view == "stg_requests" and f in STREAMED)]
     assert cols == (by_role_columns(fields) if "arm" in fields else fields)
+
+
+#: RequestResult's fields that stg_request_streams holds and stg_requests does not: the bulk
+#: of a run (a chunk per engine step, texts of kilobytes), read only by the models that need it.
+STREAMED = ("chunk_offsets_ms", "chunk_tokens", "output_text")
+
+
+def test_stg_request_streams_holds_the_streamed_fields_with_the_request_keys(query):
+    cols = [r["column_name"] for r in query("describe stg_request_streams")]
+    keys = ["concurrency", "repeat", "request_id", "prompt_id", "category", "success", "temperature"]
+    assert cols == by_role_columns(["run_id", "arm", *keys, *STREAMED])
+    assert set(keys) <= set(RequestResult.model_fields)
 
 
 def test_stg_rounds_adds_exactly_request_id_and_is_verify_round(query):

@@ -172,7 +172,7 @@ def run(tmp_path_factory) -> Path:
 def test_per_chunk_counts_reach_the_staged_requests(run):
     got = {
         (r["arm"], r["prompt_id"]): r["chunk_tokens"]
-        for r in rows(run, "select arm, prompt_id, chunk_tokens from stg_requests where concurrency = 1")
+        for r in rows(run, "select arm, prompt_id, chunk_tokens from stg_request_streams where concurrency = 1")
     }
     assert got[("baseline", "pA")] == [2, 4, 10] and got[("speculative", "pA")] == [1, 5, 10]
     assert got[("baseline", "pB")] is None  # unknown, not empty
