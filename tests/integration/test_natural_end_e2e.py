@@ -38,8 +38,9 @@ def con(tmp_path_factory, model_dir, fixtures, vllm_pair):
 
 def test_every_timed_request_has_running_token_counts(con):
     rows = con.execute(
-        "select arm, request_id, chunk_offsets_ms, chunk_tokens, output_tokens, "
-        "spec_num_accepted_tokens from stg_requests where success order by all"
+        "select s.arm, s.request_id, s.chunk_offsets_ms, s.chunk_tokens, r.output_tokens, "
+        "r.spec_num_accepted_tokens from stg_request_streams s join stg_requests r using (run_id, request_id) "
+        "where s.success order by all"
     ).fetchall()
     assert {r[0] for r in rows} == {"baseline", "speculative"} and len(rows) == 6
     for _arm, rid, offsets, tokens, output_tokens, accepted in rows:
