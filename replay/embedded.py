@@ -95,14 +95,13 @@ class EmbeddedVllm(EmbeddedEngine):
             max_num_seqs=max(cfg.max_num_seqs, max(cfg.levels)),
             prefix_cache=cfg.prefix_cache,
         )
-        self._dtype = cfg.dtype
 
     @staticmethod
     def model_error(path: str) -> str | None:
         return None if Path(path).is_dir() else f"--model {path}: no such model folder"
 
     def dtype_text(self) -> str:
-        return self._dtype
+        return self.spec.dtype
 
     def facts(self) -> dict[str, Any]:
         return engine_facts()

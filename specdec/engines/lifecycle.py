@@ -222,9 +222,6 @@ class _Spawner:
             finally:
                 done.set()
 
-    def thread_id(self) -> int | None:
-        return self._thread.ident if self._thread is not None else None
-
 
 _SPAWNER = _Spawner()
 
