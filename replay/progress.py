@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from specdec.replay.client import StreamResult
+from specdec.replay.http.client import StreamResult
 
 
 class Progress:

@@ -4,7 +4,7 @@ For each arm: reach the server, send warm-up requests (any failure there stops
 the run at once with a message that names the URL, the status and the likely
 fix), then for each concurrency level C keep exactly C requests in flight
 until the level's requests are done (or, in open loop, send each request at
-its planned time: ``specdec.replay.load``), bracketed by two reads of the
+its planned time: ``specdec.replay.load.levels``), bracketed by two reads of the
 engine's counters. Results are written per level as soon as the level ends, so an
 interrupted run keeps every finished level, the in-flight level's completed
 requests, and its requests still in flight as failed rows (``interrupted``);
@@ -28,23 +28,23 @@ from specdec.engines.lifecycle import in_thread
 from specdec.engines.metrics import read_counters, reset_prefix_cache
 from specdec.engines.urls import Endpoint
 from specdec.errors import EngineError
-from specdec.replay.arrivals import session_predecessors
-from specdec.replay.client import ClientSettings, StreamResult, as_endpoint, send_recorded
-from specdec.replay.closed_loop import closed_loop
 from specdec.replay.config import ReplayConfig
-from specdec.replay.event_loop import quiet_gc
-from specdec.replay.http_stream import StreamPool
+from specdec.replay.http.client import ClientSettings, StreamResult, as_endpoint, send_recorded
+from specdec.replay.http.event_loop import quiet_gc
+from specdec.replay.http.stream import StreamPool
 from specdec.replay.ledger import LEDGER
-from specdec.replay.load import LoadLevel, load_levels, plans
-from specdec.replay.open_loop import SendTime, run_open_level
+from specdec.replay.load.arrivals import session_predecessors
+from specdec.replay.load.closed_loop import closed_loop
+from specdec.replay.load.levels import LoadLevel, load_levels, plans
+from specdec.replay.load.open_loop import SendTime, run_open_level
+from specdec.replay.load.schedule import interleaved
 from specdec.replay.passes.counters import PassCounterLog, PassKind
 from specdec.replay.passes.lossless import greedy_table, lossless_pass
 from specdec.replay.passes.rescore import instrument_arm, rescore_pass
 from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table, sampled_rows
 from specdec.replay.progress import Progress
 from specdec.replay.resources import sample_block
-from specdec.replay.schedule import interleaved
-from specdec.replay.traffic import Traffic
+from specdec.replay.traffic.io import Traffic
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceSample, TrafficRow
@@ -210,7 +210,7 @@ def results_table(
 
 
 class Replayer:
-    """Runs a replay's schedule (``specdec.replay.schedule``) against one server
+    """Runs a replay's schedule (``specdec.replay.load.schedule``) against one server
     per arm, all kept up, and writes each block's files as soon as it ends."""
 
     def __init__(
@@ -254,7 +254,7 @@ class Replayer:
         greedy = [r for r in rows if r.temperature == 0]
         sampled = sampled_rows(rows) if cfg.samples else []
         requests_part(self.run_dir, "x", 0).parent.mkdir(parents=True, exist_ok=True)
-        # streaming requests go over specdec's own transport (replay/http_stream.py:
+        # streaming requests go over specdec's own transport (replay/http/stream.py:
         # aiohttp alone cost more than half of vLLM's whole client); the small
         # requests (metrics, prefix-cache resets) over aiohttp
         connector = aiohttp.TCPConnector(limit=0)
@@ -348,7 +348,7 @@ class Replayer:
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
         try:
-            with quiet_gc():  # no whole-heap collection pauses the block (replay/event_loop.py)
+            with quiet_gc():  # no whole-heap collection pauses the block (replay/http/event_loop.py)
                 await run(
                     self._streaming(session),
                     ep,

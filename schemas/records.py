@@ -105,7 +105,7 @@ class TrafficRow(_Record):
     ``"12"`` -> 12, no ``true`` -> 1, no ``1.0`` -> 1, finite floats only,
     labels without surrounding whitespace or control characters, prompts that
     are not whitespace only. ``max_tokens`` is also checked against the model's
-    context length when it is known (``specdec.replay.traffic.load_traffic``).
+    context length when it is known (``specdec.replay.traffic.io.load_traffic``).
 
     The content is either ``prompt`` (one user message) or ``messages`` (the
     chat messages as sent, earlier turns of a session included), never both.
@@ -270,7 +270,7 @@ class RequestResult(_Record):
         description="True only if a 2xx streamed reply ended with [DONE] after a usage block, with no error event."
     )
     error_type: str | None = Field(
-        description="Failure class when success is false (see specdec.replay.client.ERROR_TYPES), else None."
+        description="Failure class when success is false (see specdec.replay.http.client.ERROR_TYPES), else None."
     )
     http_status: int | None = Field(
         default=None, description="HTTP status of the reply; None if no reply arrived (connection error, timeout)."
@@ -299,7 +299,7 @@ class RequestResult(_Record):
     )
     load_mode: Literal["closed", "recorded", "poisson"] = Field(
         default="closed",
-        description="How the level sent requests (specdec.replay.load): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.",
+        description="How the level sent requests (specdec.replay.load.levels): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.",
     )
     level_value: float | None = Field(
         default=None,
@@ -496,7 +496,7 @@ class StabilityResult(_Record):
     requests_sent: int = Field(description="Requests sent by this probe.")
     requests_failed: int = Field(description="Requests that ended in an error (expected or not).")
     error_types: list[str] = Field(
-        description="Distinct error labels seen, sorted: http_<status> for an HTTP error reply, else the client's error_type (specdec.replay.client.ERROR_TYPES)."
+        description="Distinct error labels seen, sorted: http_<status> for an HTTP error reply, else the client's error_type (specdec.replay.http.client.ERROR_TYPES)."
     )
     expected: str = Field(description="What a healthy server should do (e.g. 'HTTP 400', 'completes').")
     outcome: Literal["ok", "degraded", "failed", "skipped"] = Field(

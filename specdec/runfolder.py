@@ -8,6 +8,7 @@ A run folder ``runs/<run-id>/`` holds:
   requests.parquet         RequestResult rows from the client
   engine_counters.parquet  MetricSnapshot rows (before/after each level)
   stability.parquet        StabilityResult rows (``specdec stability`` only)
+  compat.parquet           CompatCell rows (``specdec compat`` only)
   greedy_checks.parquet    GreedyCheck rows (the lossless pass)
   sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
   pass_counters.parquet    PassCounters rows (speculation counters before/after each untimed pass)
@@ -42,6 +43,7 @@ from specdec.atomic import atomic_write_text
 from specdec.errors import InputFileError, SpecdecError
 from specdec.json_limits import JsonLimitError, scan
 from specdec.schemas import records
+from specdec.schemas.compat import CompatCell
 from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import RoundTrace, RunManifest
 from specdec.schemas.strict import LATEST
@@ -94,6 +96,7 @@ class RecordFile:
             "sample_checks": records.SampleCheck,
             "pass_counters": records.PassCounters,
             "resources": records.ResourceSample,
+            "compat": CompatCell,
         }
         return models[self.name]
 
@@ -107,6 +110,7 @@ RECORD_FILES: tuple[RecordFile, ...] = (
     RecordFile("sample_checks", "sample_checks.parquet", f"{SAMPLES_SUBDIR}/*.parquet", required_for=()),
     RecordFile("pass_counters", "pass_counters.parquet", "pass_counters-*.parquet", required_for=()),
     RecordFile("resources", "resources.parquet", f"{RESOURCES_SUBDIR}/*.parquet", required_for=()),
+    RecordFile("compat", "compat.parquet", "compat-*.parquet", required_for=("compat",)),
 )
 
 
@@ -148,6 +152,10 @@ def pass_counters_part(run_dir: Path, arm: str) -> Path:
 
 def stability_part(run_dir: Path, tag: str) -> Path:
     return Path(run_dir) / f"stability-{tag}.parquet"
+
+
+def compat_file(run_dir: Path) -> Path:
+    return Path(run_dir) / record_file("compat").consolidated
 
 
 def server_log(run_dir: Path, arm: str) -> Path:

@@ -1,6 +1,6 @@
 """Read a traffic file's rows as raw records, before validation: the file format
 of a traffic mix (Parquet or JSON Lines of TrafficRow), shared by the replay,
-which validates and sends the rows (``specdec.replay.traffic``), and the data
+which validates and sends the rows (``specdec.replay.traffic.io``), and the data
 contracts, which list every offending row (``specdec validate``).
 
 A row is 1-based, as a person counts: in JSON Lines it is the line number

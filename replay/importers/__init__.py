@@ -5,7 +5,7 @@ version 3, its prompts stored as shared prefix blocks: ``writer``).
 Each format module parses its file into ``common.TraceRow`` in common units
 (its docstring says which unit its timestamps use and how that is known);
 ``common`` checks ranges, keeps the window, thins, and gives every row real
-content from the prompt pool (``specdec.replay.prompt_pool``, ``content``).
+content from the prompt pool (``specdec.replay.traffic.prompt_pool``, ``content``).
 
 Two passes over the file (``common``): the first checks every row (a bad
 one refuses the file before anything is composed) and finds the trace start;
@@ -34,7 +34,7 @@ from specdec.replay.importers.common import (
 )
 from specdec.replay.importers.tokens import counter_for
 from specdec.replay.importers.writer import write_batches
-from specdec.replay.prompt_pool import Pool, TokenCounter, load_pool
+from specdec.replay.traffic.prompt_pool import Pool, TokenCounter, load_pool
 
 FORMATS = {"azure": azure, "mooncake": mooncake, "burstgpt": burstgpt}
 

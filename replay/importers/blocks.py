@@ -42,7 +42,7 @@ from array import array
 from dataclasses import dataclass
 
 from specdec.replay.importers.utf8 import Utf8Blocks
-from specdec.replay.prompt_pool import (
+from specdec.replay.traffic.prompt_pool import (
     EXACT,
     SEPARATOR,
     Composed,

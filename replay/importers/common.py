@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from specdec.errors import InputFileError
 from specdec.replay.importers.content import ContentAssigner
 from specdec.replay.importers.utf8 import plain
-from specdec.replay.prompt_pool import Pool, TokenCounter, tolerance, unit_hash
+from specdec.replay.traffic.prompt_pool import Pool, TokenCounter, tolerance, unit_hash
 from specdec.schemas.records import TrafficRow
 from specdec.schemas.strict import MAX_ARRIVAL_MS, MAX_TOKENS_CEILING
 

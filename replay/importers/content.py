@@ -9,7 +9,7 @@ the row's key):
 * prompt: one of the category's prompts, among those that fit the row's input
   length (the shortest when none fits);
 * context, in front of the prompt, until the chat reaches the input length
-  (``specdec.replay.prompt_pool.compose``):
+  (``specdec.replay.traffic.prompt_pool.compose``):
   - Mooncake ``hash_ids``: each hash id (a 512-token prefix block in the trace)
     is given its own run of material units, the first time it is seen, from one
     global stream of material; a row's context is its blocks in order, so rows
@@ -52,7 +52,7 @@ from specdec.errors import SpecdecError
 from specdec.replay.importers.blocks import BlockComposer
 from specdec.replay.importers.sessions import MAX_REPLY_TOKENS, Bucket, Session, SessionTurns
 from specdec.replay.importers.utf8 import Utf8Parts
-from specdec.replay.prompt_pool import (
+from specdec.replay.traffic.prompt_pool import (
     KIND_PREFERENCE,
     Composed,
     Pool,

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from specdec.replay.importers.utf8 import Utf8Parts
-from specdec.replay.prompt_pool import Composed, PoolPrompt, TokenCounter, Unit, tolerance
+from specdec.replay.traffic.prompt_pool import Composed, PoolPrompt, TokenCounter, Unit, tolerance
 
 #: Longest stand-in assistant reply between two turns of a session.
 MAX_REPLY_TOKENS = 256

@@ -57,6 +57,6 @@ def counter_for(model_dir: str | Path):
     )
     if (folder / "tokenizer.json").is_file() and (folder / "tokenizer_config.json").is_file() and has_template:
         return FastTokenCounter(folder)
-    from specdec.replay.prompt_pool import HFTokenCounter
+    from specdec.replay.traffic.prompt_pool import HFTokenCounter
 
     return HFTokenCounter(folder)

@@ -16,7 +16,7 @@ shape), with ``logprobs: true, top_logprobs: 2`` and vLLM's
 and carries on; the first such position is where the model would have
 stopped (``natural_end_position``).
 
-Failures are data, typed as in ``specdec.replay.client`` (``ERROR_TYPES``),
+Failures are data, typed as in ``specdec.replay.http.client`` (``ERROR_TYPES``),
 plus ``bad_logprobs`` when the stream succeeded but its logprobs are missing,
 malformed or do not cover every generated token. Under speculation one stream
 event may carry several tokens: ``logprobs.content`` is a list per event.
@@ -31,8 +31,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from specdec.engines.urls import Endpoint
-from specdec.replay.client import ERROR_TYPES, ClientSettings, StreamResult, as_endpoint, build_payload, stream_payload
-from specdec.replay.closed_loop import closed_loop
+from specdec.replay.http.client import (
+    ERROR_TYPES,
+    ClientSettings,
+    StreamResult,
+    as_endpoint,
+    build_payload,
+    stream_payload,
+)
+from specdec.replay.load.closed_loop import closed_loop
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import GreedyCheck, TrafficRow
 

@@ -39,8 +39,8 @@ import aiohttp
 
 from specdec.arms import BASELINE, ArmSpec, classic, reference_of
 from specdec.engines.urls import Endpoint, redact_text
-from specdec.replay.client import ClientSettings, as_endpoint, request_headers
-from specdec.replay.closed_loop import closed_loop
+from specdec.replay.http.client import ClientSettings, as_endpoint, request_headers
+from specdec.replay.load.closed_loop import closed_loop
 
 __all__ = ["COMPLETIONS_PATH", "instrument_arm", "rescore_body", "rescore_one", "rescore_pass", "rescored_sum"]
 

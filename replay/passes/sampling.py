@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from specdec.engines.urls import Endpoint
-from specdec.replay.client import ClientSettings, as_endpoint, stream_payload
-from specdec.replay.closed_loop import closed_loop
+from specdec.replay.http.client import ClientSettings, as_endpoint, stream_payload
+from specdec.replay.load.closed_loop import closed_loop
 from specdec.replay.passes.lossless import PassResult, pass_payload
 from specdec.schemas.arrow import table_from_columns
 from specdec.schemas.records import SampleCheck, TrafficRow

@@ -32,7 +32,7 @@ from typing import Literal
 import aiohttp
 
 from specdec.engines.urls import redact_text
-from specdec.replay.client import ClientSettings, StreamResult, request_headers, stream_payload
+from specdec.replay.http.client import ClientSettings, StreamResult, request_headers, stream_payload
 
 Verdict = Literal["ok", "degraded", "failed", "skipped"]
 

@@ -16,7 +16,7 @@ import asyncio
 
 import aiohttp
 
-from specdec.replay.client import CHAT_PATH, request_headers
+from specdec.replay.http.client import CHAT_PATH, request_headers
 from specdec.replay.stability.faults import (
     LONG_PROMPT,
     PLAIN_PROMPT,

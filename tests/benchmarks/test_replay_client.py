@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("httptools")
 uvloop = pytest.importorskip("uvloop")
 
-from specdec.replay.client import stream_payload  # noqa: E402
-from specdec.replay.http_stream import StreamPool  # noqa: E402
+from specdec.replay.http.client import stream_payload  # noqa: E402
+from specdec.replay.http.stream import StreamPool  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "replay_client.py"
 

@@ -9,8 +9,8 @@ import pytest
 
 from specdec.engines import ENGINES, LlamaCpp, RequestStats, Vllm, engine, request_stats_of
 from specdec.engines.base import Arm
-from specdec.replay.client import StreamResult
-from specdec.replay.sse import SseParser
+from specdec.replay.http.client import StreamResult
+from specdec.replay.http.sse import SseParser
 
 
 @pytest.fixture

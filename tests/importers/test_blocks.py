@@ -86,7 +86,7 @@ def test_rows_with_the_same_blocks_share_the_whole_blocks_text(tmp_path):
 
 
 def test_block_ids_map_to_fixed_starts_and_wrap_around_the_material(counter):
-    from specdec.replay.prompt_pool import Unit
+    from specdec.replay.traffic.prompt_pool import Unit
 
     stream = [Unit("p", f"Word{i} here. ", 3) for i in range(400)]  # 1,200 tokens: two blocks and a bit
     blocks = BlockComposer(stream, counter)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from specdec.replay.importers import ImportOptions, import_to_file
-from specdec.replay.traffic import load_traffic
+from specdec.replay.traffic.io import load_traffic
 from specdec.schemas.records import TRAFFIC_SCHEMA_VERSION
 from specdec.schemas.traffic_blocks import BLOCKS_KEY
 from specdec.trafficfile import read_traffic_records

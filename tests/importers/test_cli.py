@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from specdec.cli.traffic import traffic
 from specdec.replay import importers
-from specdec.replay.traffic import load_traffic
+from specdec.replay.traffic.io import load_traffic
 
 from .conftest import FakeCounter
 

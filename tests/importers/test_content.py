@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from specdec.replay.importers import ImportOptions, import_trace
-from specdec.replay.prompt_pool import compose, load_pool, split_units, tolerance
+from specdec.replay.traffic.prompt_pool import compose, load_pool, split_units, tolerance
 
 SENTENCES = [
     f"Sentence number {w} is here."

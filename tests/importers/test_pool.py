@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from specdec.errors import InputFileError
-from specdec.replay.prompt_pool import CATEGORY_TIERS, load_pool
+from specdec.replay.traffic.prompt_pool import CATEGORY_TIERS, load_pool
 
 
 def test_bundled_pool_covers_every_tier_and_language():

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from specdec.replay.client import build_payload
+from specdec.replay.http.client import build_payload
 from specdec.replay.importers import ImportOptions, import_trace
-from specdec.replay.prompt_pool import HFTokenCounter
+from specdec.replay.traffic.prompt_pool import HFTokenCounter
 
 
 def test_azure_conversation_excerpt_with_the_real_tokenizer(traces, model_dir):

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.replay.importers import ImportOptions, import_to_file, import_trace, writer
-from specdec.replay.traffic import load_traffic
+from specdec.replay.traffic.io import load_traffic
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import TrafficRow
 

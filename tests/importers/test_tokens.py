@@ -5,7 +5,7 @@ text and chat of the bundled pool, so content notes keep their exact counts."""
 from __future__ import annotations
 
 from specdec.replay.importers.tokens import FastTokenCounter, counter_for
-from specdec.replay.prompt_pool import HFTokenCounter, load_pool, split_units
+from specdec.replay.traffic.prompt_pool import HFTokenCounter, load_pool, split_units
 
 
 def test_fast_counts_equal_transformers_counts(model_dir):

@@ -20,7 +20,7 @@ import pytest
 from specdec.analytics.build import build
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
-from specdec.replay.traffic import BUNDLED
+from specdec.replay.traffic.io import BUNDLED
 
 pytestmark = pytest.mark.engine
 

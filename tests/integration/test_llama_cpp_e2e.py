@@ -24,8 +24,8 @@ import pytest
 from specdec.engines import Arm, LlamaCpp
 from specdec.engines.server import LlamaServer
 from specdec.model import find_gguf
-from specdec.replay.client import build_payload, stream_payload
-from specdec.replay.http_stream import StreamPool
+from specdec.replay.http.client import build_payload, stream_payload
+from specdec.replay.http.stream import StreamPool
 from specdec.schemas.records import TrafficRow
 
 pytestmark = pytest.mark.engine
@@ -137,7 +137,7 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     from specdec.analytics.report.write import write_report
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
-    from specdec.replay.traffic import BUNDLED
+    from specdec.replay.traffic.io import BUNDLED
     from specdec.runfolder import read_manifest
 
     cfg = ReplayConfig(

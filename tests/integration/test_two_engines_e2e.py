@@ -20,7 +20,7 @@ def run(tmp_path_factory, model_dir, llama_server_binary):
     from specdec.cli.main import BOTH_ENGINES_ARMS
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
-    from specdec.replay.traffic import BUNDLED
+    from specdec.replay.traffic.io import BUNDLED
 
     cfg = ReplayConfig(
         traffic=BUNDLED,

@@ -13,7 +13,7 @@ import time
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
-from specdec.replay.client import ClientSettings, stream_limit, stream_payload
+from specdec.replay.http.client import ClientSettings, stream_limit, stream_payload
 from tests.support.fake_server import EndlessVllm, FakeVllm, both_transports, serving, threaded
 
 transport = both_transports()

@@ -211,7 +211,7 @@ def test_without_capture_dir_the_manifest_says_no_rounds(tmp_path, fixtures):
         run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["capture"]["source"] == "none" and "no --capture-dir" in manifest["capture"]["reason"]
-    # every streamed request went over specdec's own transport (replay/http_stream.py), not aiohttp
+    # every streamed request went over specdec's own transport (replay/http/stream.py), not aiohttp
     for fake in fakes:
         assert fake.user_agents and set(fake.user_agents) == {"specdec"}
 
@@ -228,7 +228,7 @@ def test_no_progress_prints_one_line_per_level_and_arm(tmp_path, fixtures, capsy
 def test_progress_lines_count_failures():
     import io
 
-    from specdec.replay.client import StreamResult
+    from specdec.replay.http.client import StreamResult
 
     out = io.StringIO()
     p = Progress(False, stream=out)

@@ -2,10 +2,10 @@ import asyncio
 
 import pytest
 
-from specdec.replay.client import as_endpoint
 from specdec.replay.config import ReplayConfig
+from specdec.replay.http.client import as_endpoint
 from specdec.replay.runner import level_rows, request_id, results_table, run_level
-from specdec.replay.traffic import BUNDLED, load_traffic
+from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import RequestResult
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
@@ -81,7 +81,7 @@ def test_interrupted_level_keeps_finished_requests(tmp_path):
 
 
 def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_verifies():
-    from specdec.replay.schedule import interleaved
+    from specdec.replay.load.schedule import interleaved
 
     blocks = [(b.kind, b.arm, b.level, b.repeat) for b in interleaved([1, 4], 2, ["baseline", "speculative"], True)]
     assert blocks == [
@@ -102,7 +102,7 @@ def test_interleaved_schedule_counterbalances_the_arms_within_each_level_then_ve
 
 
 def test_fresh_servers_per_repeat_make_the_schedule_repeat_major():
-    from specdec.replay.schedule import interleaved
+    from specdec.replay.load.schedule import interleaved
 
     blocks = [
         (b.kind, b.arm, b.level, b.repeat)

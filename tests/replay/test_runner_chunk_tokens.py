@@ -1,7 +1,7 @@
 """StreamResult -> RequestResult: per-chunk token counts become a list aligned
 with the chunk offsets, or None (unknown) when the server did not report them."""
 
-from specdec.replay.client import StreamResult
+from specdec.replay.http.client import StreamResult
 from specdec.replay.runner import results_table
 from specdec.schemas.records import TrafficRow
 

@@ -23,7 +23,7 @@ GOOD_SSE = (
 
 
 #: The streaming transport ``serving`` hands out: "aiohttp" (a ClientSession) or
-#: "pool" (specdec's own ``http_stream.StreamPool``); the client tests run under both.
+#: "pool" (specdec's own ``http.stream.StreamPool``); the client tests run under both.
 TRANSPORT = {"name": "aiohttp"}
 
 
@@ -31,7 +31,7 @@ TRANSPORT = {"name": "aiohttp"}
 async def serving(server: TestServer, transport: str | None = None):
     """Start `server`; yield (client, base URL); close both. The client is an
     aiohttp session or a StreamPool (``transport``, default ``TRANSPORT``)."""
-    from specdec.replay.http_stream import StreamPool
+    from specdec.replay.http.stream import StreamPool
 
     await server.start_server()
     try:

@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
 from specdec.errors import SpecdecError
 from specdec.replay.config import ReplayConfig
-from specdec.replay.traffic import load_traffic
-from specdec.replay.traffic_mix import MixError, mix_rows, parse_mix, sample_rows, units_of, write_rows
-from specdec.replay.traffic_profile import arrival_curve, length_histogram, manifest_traffic, profile, render
+from specdec.replay.traffic.io import load_traffic
+from specdec.replay.traffic.mix import MixError, mix_rows, parse_mix, sample_rows, units_of, write_rows
+from specdec.replay.traffic.profile import arrival_curve, length_histogram, manifest_traffic, profile, render
 
 
 def row(pid, category, **kw):

@@ -1,4 +1,4 @@
-"""The replay's event loop (replay/event_loop.py): a poll hands over at most
+"""The replay's event loop (replay/http/event_loop.py): a poll hands over at most
 MAX_EVENTS ready sockets, so a timer that is due (the open loop's next send)
 runs after at most that many reads instead of after the whole burst, and
 every ready socket is still read."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from specdec.replay import event_loop
+from specdec.replay.http import event_loop
 
 
 def order_of_reads_and_timer(loop: asyncio.AbstractEventLoop, n: int = 40) -> list[str]:

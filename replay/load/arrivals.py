@@ -3,7 +3,7 @@
 A plan is a list of ``Arrival`` (row index, intended send time in ms after the
 block's start, and the row that must finish first), computed once per level
 before anything is sent, so both arms and every repeat get the same plan and
-stay paired. ``specdec.replay.open_loop`` executes a plan.
+stay paired. ``specdec.replay.load.open_loop`` executes a plan.
 
 * ``recorded_plan``: the rows' recorded clock (``TrafficRow.arrival_ms``),
   shifted so the earliest row is sent at 0 and multiplied by a time scale

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.errors import InputFileError
-from specdec.replay.traffic import load_traffic
+from specdec.replay.traffic.io import load_traffic
 from specdec.schemas.traffic_blocks import BLOCKS_KEY
 from specdec.trafficfile import read_traffic_records
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from specdec.errors import InputFileError
-from specdec.replay.traffic import BUNDLED, load_traffic, write_traffic_parquet
+from specdec.replay.traffic.io import BUNDLED, load_traffic, write_traffic_parquet
 
 
 def test_bundled_mix_has_three_categories_of_at_least_eight_greedy_prompts():

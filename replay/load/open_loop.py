@@ -1,6 +1,6 @@
 """The open loop: send each row at its planned time, however many are in flight.
 
-One dispatcher walks the plan (``specdec.replay.arrivals``) in time order,
+One dispatcher walks the plan (``specdec.replay.load.arrivals``) in time order,
 sleeps until each arrival's time on an injected clock, and starts one task
 per request, so a slow reply never delays the next send (connections are not
 limited either: the replay's session has ``TCPConnector(limit=0)``). The
@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from specdec.replay.arrivals import Arrival
-from specdec.replay.client import as_endpoint, send_recorded
+from specdec.replay.http.client import as_endpoint, send_recorded
+from specdec.replay.load.arrivals import Arrival
 
 T = TypeVar("T")
 

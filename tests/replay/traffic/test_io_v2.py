@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.errors import InputFileError
-from specdec.replay.client import build_payload
-from specdec.replay.traffic import BUNDLED, load_traffic, write_traffic_parquet
+from specdec.replay.http.client import build_payload
+from specdec.replay.traffic.io import BUNDLED, load_traffic, write_traffic_parquet
 from specdec.schemas.records import TrafficRow
 
 TURNS = [

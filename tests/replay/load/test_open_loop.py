@@ -13,20 +13,20 @@ import pytest
 from pydantic import ValidationError
 
 from specdec.errors import InputFileError, SpecdecError
-from specdec.replay.arrivals import (
+from specdec.replay.config import ReplayConfig
+from specdec.replay.http.client import as_endpoint
+from specdec.replay.load.arrivals import (
     Arrival,
     poisson_plan,
     poisson_times,
     recorded_plan,
     session_predecessors,
 )
-from specdec.replay.client import as_endpoint
-from specdec.replay.config import ReplayConfig
-from specdec.replay.load import load_levels, plans
-from specdec.replay.open_loop import MonotonicClock, SendTime, open_loop, run_open_level
+from specdec.replay.load.levels import load_levels, plans
+from specdec.replay.load.open_loop import MonotonicClock, SendTime, open_loop, run_open_level
 from specdec.replay.progress import Progress
 from specdec.replay.runner import Replayer, level_rows, request_id, results_table, run_level
-from specdec.replay.traffic import BUNDLED, Traffic, load_traffic
+from specdec.replay.traffic.io import BUNDLED, Traffic, load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import TrafficRow
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving

@@ -1,4 +1,4 @@
-"""specdec's own HTTP/1.1 streaming transport (replay/http_stream.py), against
+"""specdec's own HTTP/1.1 streaming transport (replay/http/stream.py), against
 a raw socket server that writes exactly the bytes a test scripts: framing
 split anywhere, keep-alive reuse, a server that closes idle connections, and
 replies framed by Content-Length or by the connection's close. The typed
@@ -11,8 +11,8 @@ import asyncio
 
 import pytest
 
-from specdec.replay.client import ClientSettings, stream_payload
-from specdec.replay.http_stream import StreamPool
+from specdec.replay.http.client import ClientSettings, stream_payload
+from specdec.replay.http.stream import StreamPool
 
 GOOD = (
     b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from specdec.replay.client import ERROR_TYPES, ClientSettings, build_payload, stream_chat
+from specdec.replay.http.client import ERROR_TYPES, ClientSettings, build_payload, stream_chat
 from specdec.schemas.records import TrafficRow
 from tests.support.fake_server import GOOD_SSE, FakeVllm, both_transports, serving
 

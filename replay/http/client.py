@@ -16,7 +16,7 @@ its ``chunk_tokens`` is then empty (unknown), never partly filled.
 
 Two transports carry the request and feed the same event-stream parser
 (``sse.SseParser``), so they give the same row: specdec's own HTTP/1.1
-connections (``http_stream.StreamPool``; what the replay streams over, since
+connections (``http.stream.StreamPool``; what the replay streams over, since
 aiohttp alone cost more than half of vLLM's whole benchmark client) and an
 ``aiohttp.ClientSession`` (what callers that already hold one pass, e.g. the
 stability faults). The request timeout (the longest wait for the next byte)
@@ -48,8 +48,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from specdec.engines.urls import ClientSettings, Endpoint, as_endpoint, redact_text, request_headers
-from specdec.replay.http_stream import ConnectFailed, ConnectTimedOut, ReadTimedOut, StreamBroken, StreamPool
-from specdec.replay.sse import SseParser
+from specdec.replay.http.sse import SseParser
+from specdec.replay.http.stream import ConnectFailed, ConnectTimedOut, ReadTimedOut, StreamBroken, StreamPool
 from specdec.schemas.records import TrafficRow
 
 #: Every failure class a request can end in, with its meaning (shown in docs and reports).
@@ -186,7 +186,7 @@ async def stream_payload(
 ) -> StreamResult:
     """POST any chat-completions payload as a stream and classify the outcome.
 
-    ``session`` is the transport: a ``StreamPool`` (``http_stream``, the
+    ``session`` is the transport: a ``StreamPool`` (``http.stream``, the
     replay's own, lean) or an ``aiohttp.ClientSession``; both feed the same
     event-stream parser (``sse.SseParser``) and give the same row.
     ``on_chunk`` sees every stream event that parsed as a JSON object and is

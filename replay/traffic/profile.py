@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from specdec.replay.traffic import Traffic
+from specdec.replay.traffic.io import Traffic
 
 MAX_BINS = 60
 NICE_BINS_S = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from specdec.atomic import atomic_write_text
 from specdec.errors import SpecdecError
-from specdec.replay.traffic import Traffic, write_traffic_parquet
+from specdec.replay.traffic.io import Traffic, write_traffic_parquet
 from specdec.schemas.records import TrafficRow
 from specdec.schemas.strict import MAX_LABEL_LEN
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from specdec.errors import InputFileError
 from specdec.schemas.strict import Label, Prompt
 
-POOL_DIR = Path(__file__).parent / "data" / "prompt_pool"
+POOL_DIR = Path(__file__).parent.parent / "data" / "prompt_pool"
 
 #: Tier of each category the issue names; a pool may add categories of its own.
 CATEGORY_TIERS = {

@@ -8,7 +8,7 @@ time; it splits lines itself, so an event split across reads, or many events
 in one read, give the same record. It is push-driven, so the transport
 decides how bytes arrive: ``client.stream_payload`` feeds it from aiohttp's
 ``readany`` or, on the replay's hot path, straight from an
-``asyncio.Protocol``'s ``data_received`` (``http_stream``).
+``asyncio.Protocol``'s ``data_received`` (``http.stream``).
 
 It also bounds the stream's length without trusting the server: past
 ``max_chunks`` content chunks (or a running completion count above it) the

@@ -20,7 +20,7 @@ from specdec.errors import InputFileError
 from specdec.schemas.records import TrafficRow
 from specdec.trafficfile import describe_error, read_traffic_records
 
-BUNDLED = Path(__file__).parent / "data" / "demo_traffic.jsonl"
+BUNDLED = Path(__file__).parent.parent / "data" / "demo_traffic.jsonl"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ for i = 0 .. count - 1, each index exactly once, by C workers that each take
 the next index as soon as their previous call returns.
 
 With ``after`` (index -> index that must finish first, e.g. the previous turn
-of a session; ``specdec.replay.arrivals.session_predecessors``), a worker
+of a session; ``specdec.replay.load.arrivals.session_predecessors``), a worker
 takes the first index in order whose predecessor has finished, so a session
 goes turn by turn while other rows fill the free slots; fewer than C calls are
 in flight only while every remaining index waits for a call still running.

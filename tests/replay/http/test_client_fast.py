@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from specdec.replay.client import ClientSettings, stream_payload
-from specdec.replay.sse import FAST_CHUNK as _FAST_CHUNK
+from specdec.replay.http.client import ClientSettings, stream_payload
+from specdec.replay.http.sse import FAST_CHUNK as _FAST_CHUNK
 from tests.support.fake_server import both_transports, serving
 
 transport = both_transports()

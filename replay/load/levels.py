@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from specdec.errors import SpecdecError
 from specdec.levels import level_name
-from specdec.replay.arrivals import Arrival, poisson_plan, recorded_plan
+from specdec.replay.load.arrivals import Arrival, poisson_plan, recorded_plan
 
 LOAD_MODES = ("closed", "recorded", "poisson")
 
