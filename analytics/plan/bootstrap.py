@@ -1,0 +1,100 @@
+"""Point predictions and their bootstrap replicates for every (k', level, category).
+
+Each replicate redraws both sources of uncertainty at once:
+
+* acceptance: the category's requests resampled with replacement, by repeat when the run
+  has two or more (the repeats drawn with replacement, then each drawn repeat's requests,
+  so the interval carries the repeat-to-repeat spread); tau and dbar are then the pooled
+  ratios over the drawn requests (``model.RoundSums``);
+* timing: the verify and draft coefficients drawn from the normal distribution of their
+  least-squares estimates (``fit.LinearFit.draw``), one draw per replicate shared by every
+  cell, as one fitted cost serves them all.
+
+The interval of a figure is the percentile interval of its replicates (95% by default). The
+point prediction uses every request once and the fitted coefficients; the seed is fixed, so
+a plan is reproducible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.analytics.plan.data import PlanInputs
+from specdec.analytics.plan.model import RoundSums, StepCost, predict
+
+__all__ = ["Predictions", "predictions", "replicate_weights"]
+
+FIGURES = ("step_ms", "tokens_per_s", "system_tokens_per_s", "speedup")
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """``point[figure]``: array (k', level, category); ``boot[figure]``: (replicate, k', level, category);
+    ``tau`` and ``dbar``: (k', category) point values."""
+
+    ks: list[int]
+    levels: list[int]
+    categories: list[str]
+    point: dict[str, np.ndarray]
+    boot: dict[str, np.ndarray]
+    tau: np.ndarray
+    dbar: np.ndarray
+    confidence: float
+
+    def interval(self, figure: str) -> tuple[np.ndarray, np.ndarray]:
+        a = (1 - self.confidence) / 2
+        b = self.boot[figure]
+        return np.quantile(b, a, axis=0), np.quantile(b, 1 - a, axis=0)
+
+
+def replicate_weights(rs: RoundSums, rng: np.random.Generator, replicates: int) -> np.ndarray:
+    """(replicates, requests) bootstrap counts: by repeat, then request, when there are 2+ repeats."""
+    clusters = np.unique(rs.cluster)
+    members = [np.flatnonzero(rs.cluster == c) for c in clusters]
+    out = np.zeros((replicates, len(rs.rounds)))
+    for b in range(replicates):
+        if len(clusters) >= 2:
+            drawn = rng.multinomial(len(clusters), np.full(len(clusters), 1 / len(clusters)))
+        else:
+            drawn = np.ones(1, dtype=np.int64)
+        for m, times in zip(members, drawn):
+            if times:
+                out[b, m] = rng.multinomial(times * len(m), np.full(len(m), 1 / len(m)))
+    return out
+
+
+def _cost(verify: np.ndarray, draft: np.ndarray) -> StepCost:
+    return StepCost(
+        (float(verify[0]), float(verify[1]), float(verify[2])), (float(draft[0]), float(draft[1]), float(draft[2]))
+    )
+
+
+def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, seed: int = 0, confidence=0.95):
+    """Point predictions and ``replicates`` bootstrap replicates for ``ks`` (each <= captured k)."""
+    rng = np.random.default_rng(seed)
+    cats, levels = inputs.categories, inputs.levels
+    kk = np.array(ks)
+    shape = (len(ks), len(levels), len(cats))
+    point = {f: np.zeros(shape) for f in FIGURES}
+    boot = {f: np.zeros((replicates, *shape)) for f in FIGURES}
+    cost = _cost(inputs.verify_fit.coef, inputs.draft_fit.coef)
+    vdraw = inputs.verify_fit.draw(rng, replicates)
+    ddraw = inputs.draft_fit.draw(rng, replicates)
+    tau = np.zeros((len(ks), len(cats)))
+    dbar = np.zeros((len(ks), len(cats)))
+    for c, cat in enumerate(cats):
+        rs = inputs.rounds[cat]
+        tau[:, c], dbar[:, c] = rs.tau()[kk], rs.dbar()[kk]
+        w = replicate_weights(rs, rng, replicates)
+        tau_b = (w @ rs.tokens) / (w @ rs.rounds)[:, None]
+        dbar_b = (w @ rs.drafts) / (w @ rs.rounds)[:, None]
+        for li, level in enumerate(levels):
+            for f, v in predict(tau[:, c], dbar[:, c], cost, inputs.batch[level]).items():
+                point[f][:, li, c] = v
+            for b in range(replicates):
+                got = predict(tau_b[b, kk], dbar_b[b, kk], _cost(vdraw[b], ddraw[b]), inputs.batch[level])
+                for f, v in got.items():
+                    boot[f][b, :, li, c] = v
+    return Predictions(list(ks), list(levels), list(cats), point, boot, tau, dbar, confidence)

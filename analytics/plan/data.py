@@ -1,0 +1,154 @@
+"""What the planner reads from a built database (``specdec analytics build``): one analysis
+run's decode rounds per request (int_round_counts), its decode-only step timings
+(int_plan_steps), its measured latency (the latency mart) and its manifest (stg_manifest).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specdec.analytics.plan.fit import LinearFit, fit_grouped
+from specdec.analytics.plan.model import RoundSums, round_sums
+from specdec.errors import SpecdecError
+
+__all__ = ["DRAFT_TERMS", "VERIFY_TERMS", "PlanInputs", "analysis_runs", "read_inputs"]
+
+VERIFY_TERMS = ("v0_intercept", "v1_per_request", "v2_per_draft_token")
+DRAFT_TERMS = ("d0_intercept", "d1_per_request", "d2_per_request_per_k")
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    run_id: str
+    categories: list[str]
+    levels: list[int]
+    captured_k: int
+    rounds: dict[str, RoundSums]
+    verify_fit: LinearFit
+    draft_fit: LinearFit
+    #: mean decode batch size per level (baseline arm's decode-only steps; the level when unmeasured)
+    batch: dict[int, float]
+    batch_measured: dict[int, bool]
+    #: (arm, category, level) -> measured p95 TTFT [ms] (the latency mart)
+    ttft_p95_ms: dict[tuple[str, str, int], float | None]
+    #: category -> mean output tokens per successful request, and successful requests (baseline arm)
+    tokens_per_request: dict[str, float]
+    requests: dict[str, int]
+    engine: str
+    speculative_config: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+
+
+def analysis_runs(con) -> list[str]:
+    return [r[0] for r in con.execute("select distinct run_id from stg_manifest order by run_id").fetchall()]
+
+
+def read_inputs(con, run_id: str | None = None) -> PlanInputs:
+    """Everything the model needs for one analysis run (``run_id``; the only one when None)."""
+    runs = analysis_runs(con)
+    if run_id is None:
+        if len(runs) != 1:
+            raise SpecdecError(f"the database holds {len(runs)} analysis runs ({', '.join(runs)}): name one")
+        run_id = runs[0]
+    elif run_id not in runs:
+        raise SpecdecError(f"no analysis run {run_id!r} in the database (it has: {', '.join(runs)})")
+    notes: list[str] = []
+    rows = con.execute(
+        """select category, request_id, coalesce(repeat, 0), tokens_proposed, tokens_accepted, sum(rounds)
+           from int_round_counts
+           where run_id = ? and arm = 'speculative' and phase = 'decode'
+           group by all order by category, request_id""",
+        [run_id],
+    ).fetchall()
+    if not rows:
+        raise SpecdecError(f"run {run_id!r}: no captured decode rounds of the speculative arm to plan from")
+    captured_k = max(r[3] for r in rows)
+    if captured_k <= 0:
+        raise SpecdecError(f"run {run_id!r}: the speculative arm never proposed a draft token")
+    sums: dict[str, RoundSums] = {}
+    for cat in sorted({r[0] for r in rows}):
+        mine = [r for r in rows if r[0] == cat]
+        ids = {rid: i for i, rid in enumerate(dict.fromkeys(r[1] for r in mine))}
+        reps = {rep: i for i, rep in enumerate(sorted({r[2] for r in mine}))}
+        sums[cat] = round_sums(
+            np.array([ids[r[1]] for r in mine]),
+            np.array([r[3] for r in mine]),
+            np.array([r[4] for r in mine]),
+            np.array([r[5] for r in mine]),
+            np.array([reps[r[2]] for r in mine]),
+            captured_k,
+        )
+    steps = con.execute(
+        """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
+                  verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
+           from int_plan_steps where run_id = ?""",
+        [run_id],
+    ).fetchall()
+    verify_fit = fit_grouped(
+        np.array([[1.0, s[2], s[3]] for s in steps]),
+        VERIFY_TERMS,
+        np.array([s[6] for s in steps]),
+        np.array([s[7] or 0.0 for s in steps]),
+        np.array([s[8] or 0.0 for s in steps]),
+    )
+    drafted = [s for s in steps if s[9]]
+    draft_fit = fit_grouped(
+        np.array([[1.0, s[2], s[2] * s[4]] for s in drafted]),
+        DRAFT_TERMS,
+        np.array([s[9] for s in drafted]),
+        np.array([s[10] for s in drafted]),
+        np.array([s[11] for s in drafted]),
+    )
+    if verify_fit.steps == 0:
+        raise SpecdecError(f"run {run_id!r}: no decode-only engine step with verify_ms measured to fit a step cost")
+    if "d2_per_request_per_k" not in draft_fit.fitted:
+        notes.append("one k captured: the draft cost is fitted as not depending on k (d2 = 0)")
+    lat = con.execute(
+        """select arm, category, concurrency, ttft_ms_p95, output_tokens, requests_ok
+           from latency where run_id = ?""",
+        [run_id],
+    ).fetchall()
+    levels = sorted({r[2] for r in lat if r[0] == "baseline"} & {r[2] for r in lat if r[0] == "speculative"})
+    if not levels:
+        raise SpecdecError(f"run {run_id!r}: no concurrency level has requests of both arms")
+    batch, measured = {}, {}
+    for level in levels:
+        mine = [s for s in steps if s[0] == "baseline" and s[1] == level and s[6]]
+        n = sum(s[6] for s in mine)
+        measured[level] = n > 0
+        batch[level] = sum(s[2] * s[6] for s in mine) / n if n else float(level)
+    tokens: dict[str, float] = {}
+    requests: dict[str, int] = {}
+    for cat in sums:
+        base = [r for r in lat if r[0] == "baseline" and r[1] == cat]
+        requests[cat] = int(sum(r[5] or 0 for r in base))
+        tokens[cat] = sum(r[4] or 0 for r in base) / requests[cat] if requests[cat] else 0.0
+    manifest_row = con.execute("select manifest, treatment_arm from stg_manifest where run_id = ?", [run_id]).fetchone()
+    engine, spec = "vllm", None
+    if manifest_row and manifest_row[0]:
+        manifest = json.loads(manifest_row[0])
+        treatment = manifest_row[1] or "speculative"
+        arm = next((a for a in manifest.get("arms", []) if a.get("name") == treatment), None)
+        spec = arm.get("speculative_config") if arm else None
+        engine = (arm or {}).get("engine") or manifest.get("engine", {}).get("name", "vllm")
+    return PlanInputs(
+        run_id=run_id,
+        categories=list(sums),
+        levels=levels,
+        captured_k=int(captured_k),
+        rounds=sums,
+        verify_fit=verify_fit,
+        draft_fit=draft_fit,
+        batch=batch,
+        batch_measured=measured,
+        ttft_p95_ms={(r[0], r[1], r[2]): r[3] for r in lat},
+        tokens_per_request=tokens,
+        requests=requests,
+        engine=str(engine),
+        speculative_config=spec,
+        notes=notes,
+    )

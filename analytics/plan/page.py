@@ -1,0 +1,139 @@
+"""``PLAN_DIR/plan.html``: "What to deploy" first (the policies' gains, the vLLM schedule, the
+llama.cpp flags, the routing), then the cells (recommended k per category and load band,
+runner-up), the predicted speedup per k (a chart), the step-cost fits, the acceptance the
+model uses, and the assumptions. Self-contained, through the report's page shell; every
+string escaped (``report/html.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from specdec.analytics.report.chart_text import chart_safe
+from specdec.analytics.report.html import banner, esc, table
+from specdec.analytics.report.page import chart_divs, page
+
+__all__ = ["render"]
+
+
+def _pm(d: dict, key: str = "speedup") -> str:
+    return f"{d[key]:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
+
+
+def _chart(plan: dict) -> dict:
+    import altair as alt  # heavy: only when a page is written
+
+    rows = [
+        {
+            "category": c["category"],
+            "level": f"c{c['level']}",
+            "k": b["k"],
+            **{x: b[x] for x in ("speedup", "low", "high")},
+        }
+        for c in plan["cells"]
+        for b in c["by_k"]
+    ]
+    base = alt.Chart(alt.Data(values=rows)).encode(
+        x=alt.X("k:O", title="draft tokens k (0 = off)"), color=alt.Color("category:N")
+    )
+    chart = (
+        alt.layer(
+            base.mark_line(point=True).encode(y=alt.Y("speedup:Q", title="predicted speedup vs k = 0")),
+            base.mark_errorbar().encode(y="low:Q", y2="high:Q"),
+        )
+        .properties(width=260, height=200)
+        .facet(column=alt.Column("level:N", title="load band (concurrency)"))
+    )
+    return chart_safe(chart.to_dict())
+
+
+def render(plan: dict) -> str:
+    levels = plan["levels"]
+    pols = plan["policies"]
+    notice = banner(
+        "warn",
+        "Predicted, not validated by replay: the figures below come from the model over one capture "
+        f"(k = {plan['captured_k']}); a plan is validated only by replaying its settings.",
+    )
+    policy_rows = [
+        [p["name"], p["description"], _pm(p["overall"], "gain")]
+        + [f"{', '.join(f'{c}={k}' for c, k in b['k'].items())}: {_pm(b, 'gain')}" for b in p["bands"]]
+        for p in pols
+    ]
+    vllm = plan["exports"]["vllm"]
+    llama = plan["exports"]["llama_cpp"]
+    routing = plan["exports"]["routing"]["pools"]
+    deploy = (
+        "<h2>What to deploy</h2>"
+        + notice
+        + "<p>Traffic-weighted gain (tokens/s against speculation off) of each policy, overall and per load "
+        f"band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets.</p>"
+        + table(["policy", "what", "overall gain"] + [f"band c{lv}" for lv in levels], policy_rows)
+        + "<h3>vLLM (speculative pool)</h3><pre>--speculative-config "
+        + esc(json.dumps(vllm["speculative_config"]))
+        + "</pre><p>"
+        + esc(vllm["note"])
+        + "</p><h3>llama.cpp (speculative pool)</h3><pre>"
+        + esc(" ".join(llama["flags"]) or "(no speculation flags: speculation off)")
+        + "</pre><h3>Routing</h3>"
+        + table(["category", "pool"], sorted(routing.items()))
+    )
+    cells = table(
+        [
+            "category",
+            "band",
+            "recommended k",
+            "predicted speedup",
+            "best k (point)",
+            "runner-up k",
+            "runner-up speedup",
+            "SLO excluded k > 0",
+        ],
+        [
+            [
+                c["category"],
+                f"c{c['level']}",
+                c["recommended_k"],
+                _pm(c),
+                c["best_k"],
+                c["runner_up_k"],
+                None
+                if c["runner_up_k"] is None
+                else f"{c['runner_up_speedup']:.3f} [{c['runner_up_low']:.3f}, {c['runner_up_high']:.3f}]",
+                c["slo_excluded_speculation"],
+            ]
+            for c in plan["cells"]
+        ],
+    )
+    charts = {"plan_speedup": _chart(plan)}
+    fits = table(
+        ["fit", "term", "coefficient [ms]", "std error", "fitted", "steps", "rmse [ms]", "relative rmse"],
+        [
+            [name, term, t["coef"], t["std_error"], t["fitted"], f["steps"], f["rmse_ms"], f["relative_rmse"]]
+            for name, f in (("verify", plan["model"]["verify_fit"]), ("draft", plan["model"]["draft_fit"]))
+            for term, t in f["terms"].items()
+        ],
+    )
+    acc = table(
+        ["category", "k", "tokens per step (tau)", "drafts per step (dbar)", "requests", "decode rounds"],
+        [
+            [a["category"], a["k"], a["tokens_per_step"], a["drafts_per_step"], a["requests"], a["decode_rounds"]]
+            for a in plan["model"]["acceptance"]
+        ],
+    )
+    body = (
+        deploy + "<h2>Per category and load band</h2><p>Recommended k: the smallest k whose interval overlaps the best "
+        "k's (k = 0 when the best one's interval reaches 1).</p>"
+        + cells
+        + chart_divs(charts)
+        + "<h2>Step cost fits</h2>"
+        + fits
+        + "<h2>Acceptance used</h2>"
+        + acc
+        + "<h2>Model and assumptions</h2><pre>"
+        + esc(plan["model"]["formulas"])
+        + "</pre><ul>"
+        + "".join(f"<li>{esc(a)}</li>" for a in plan["model"]["assumptions"] + plan["notes"])
+        + "</ul>"
+    )
+    return page(f"specdec plan: {plan['run_id']}", charts, body)

@@ -1,0 +1,146 @@
+"""``specdec plan RUN -o PLAN_DIR``: build the run's database, read what the model needs,
+predict every (k', level, category) with intervals, decide, and write ``plan.json``,
+``plan.html`` and the engine exports (``vllm_speculative_config.json``,
+``llama_cpp_flags.txt``, ``routing.json``, and ``routing_rules.json`` given a rules file).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdec.analytics.plan import export
+from specdec.analytics.plan.bootstrap import predictions
+from specdec.analytics.plan.data import PlanInputs, read_inputs
+from specdec.analytics.plan.model import __doc__ as MODEL_DOC
+from specdec.analytics.plan.recommend import band_ranges, decide, token_weights
+from specdec.atomic import atomic_write_text
+from specdec.errors import SpecdecError
+
+__all__ = ["PlanConfig", "make_plan", "plan_from_db", "write_plan"]
+
+ASSUMPTIONS = [
+    "acceptance at k' <= captured k by truncating each captured draft: the draft's proposals at positions "
+    "<= k' do not depend on k; a round that proposed fewer than k' tokens would still have proposed only those",
+    "acceptance per category is pooled over the run's levels and repeats (it does not depend on load)",
+    "each cell's batch is all of its category (the step cost uses that category's drafts per request)",
+    "a level's decode steps hold the baseline arm's mean decode batch size at that level",
+    "TTFT is not predicted: the SLO reads the speculative arm's measured p95 TTFT at the captured k for every k > 0",
+    "the traffic-weighted gains weigh categories by output-token share and the load bands equally",
+]
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    ks: tuple[int, ...] = tuple(range(9))
+    mix: dict[str, float] | None = None
+    slo_ttft_p95_ms: float | None = None
+    replicates: int = 400
+    seed: int = 0
+    confidence: float = 0.95
+    run_id: str | None = None
+    rules: dict | None = None
+
+
+def plan_from_db(con, config: PlanConfig) -> dict:
+    """The plan (plan.json's content) from an open, built database."""
+    inputs: PlanInputs = read_inputs(con, config.run_id)
+    notes = list(inputs.notes)
+    ks = sorted({0, *config.ks})
+    too_high = [k for k in ks if k > inputs.captured_k]
+    if too_high:
+        notes.append(
+            f"k = {', '.join(map(str, too_high))} not predicted: above the captured k ({inputs.captured_k}); "
+            "truncation cannot tell what a longer draft would have been accepted"
+        )
+    ks = [k for k in ks if k <= inputs.captured_k]
+    if len(ks) < 2:
+        raise SpecdecError("--k leaves no k > 0 at or below the captured k to plan")
+    for level, ok in inputs.batch_measured.items():
+        if not ok:
+            notes.append(f"c{level}: no baseline decode step measured; its batch size is taken as {level}")
+    shares, weights = token_weights(inputs, config.mix)
+    pred = predictions(inputs, ks, replicates=config.replicates, seed=config.seed, confidence=config.confidence)
+    decided = decide(pred, inputs, weights, config.slo_ttft_p95_ms)
+    spec_cats = export.speculative_categories(decided["policies"])
+    exports = {
+        "vllm": export.vllm_schedule(decided["policies"], inputs.levels, inputs.speculative_config),
+        "llama_cpp": export.llama_cpp_flags(decided["speculative_pool"]["one_k"], inputs.speculative_config),
+        "routing": export.routing(inputs.categories, spec_cats, config.rules),
+    }
+    return {
+        "run_id": inputs.run_id,
+        "validated": False,
+        "validation": "not validated by replay (specdec plan --validate is not built yet)",
+        "engine": inputs.engine,
+        "captured_k": inputs.captured_k,
+        "ks": ks,
+        "levels": inputs.levels,
+        "bands": [
+            {"level": level, "batch_sizes": list(r), "mean_decode_batch": inputs.batch[level]}
+            for level, r in zip(inputs.levels, band_ranges(inputs.levels))
+        ],
+        "mix": {"request_shares": shares, "token_weights": weights, "given": config.mix is not None},
+        "slo_ttft_p95_ms": config.slo_ttft_p95_ms,
+        "confidence": config.confidence,
+        "replicates": config.replicates,
+        "seed": config.seed,
+        **decided,
+        "exports": exports,
+        "model": {
+            "formulas": MODEL_DOC,
+            "assumptions": ASSUMPTIONS,
+            "verify_fit": inputs.verify_fit.summary(),
+            "draft_fit": inputs.draft_fit.summary(),
+            "acceptance": [
+                {
+                    "category": cat,
+                    "k": k,
+                    "tokens_per_step": float(pred.tau[i, c]),
+                    "drafts_per_step": float(pred.dbar[i, c]),
+                    "requests": int(len(inputs.rounds[cat].rounds)),
+                    "decode_rounds": float(inputs.rounds[cat].rounds.sum()),
+                }
+                for c, cat in enumerate(pred.categories)
+                for i, k in enumerate(ks)
+            ],
+        },
+        "notes": notes,
+    }
+
+
+def make_plan(run_dir: Path, config: PlanConfig) -> dict:
+    """Build ``run_dir``'s database (as ``specdec report`` does) and plan from it."""
+    import duckdb  # heavy: only when planning
+
+    from specdec.analytics.build import build
+
+    db = build(Path(run_dir))
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return plan_from_db(con, config)
+    finally:
+        con.close()
+
+
+def write_plan(plan: dict, out_dir: Path) -> list[Path]:
+    """plan.json, plan.html and the exports under ``out_dir``; returns the paths written."""
+    from specdec.analytics.plan.page import render  # heavy: altair
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        "plan.json": json.dumps(plan, indent=2, allow_nan=False),
+        "vllm_speculative_config.json": json.dumps(plan["exports"]["vllm"]["speculative_config"], indent=2),
+        "llama_cpp_flags.txt": " ".join(plan["exports"]["llama_cpp"]["flags"]) + "\n",
+        "routing.json": json.dumps(plan["exports"]["routing"]["pools"], indent=2),
+        "plan.html": render(plan),
+    }
+    if plan["exports"]["routing"]["rules"] is not None:
+        files["routing_rules.json"] = json.dumps(plan["exports"]["routing"]["rules"], indent=2)
+    written = []
+    for name, text in files.items():
+        atomic_write_text(out_dir / name, text)
+        written.append(out_dir / name)
+    return written

@@ -1,0 +1,108 @@
+"""``specdec plan RUN -o PLAN_DIR``: which speculative setting to deploy per category and
+load band, predicted from the run's captured rounds and step timings
+(``specdec.analytics.plan``), with the engine exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+
+from specdec.cli.common import handle_errors
+from specdec.cli.params import MixParam
+
+
+class KRange(click.ParamType):
+    """``A..B`` (inclusive) or comma-separated whole numbers 0..64 -> sorted list."""
+
+    name = "k"
+
+    def convert(self, value, param, ctx) -> list[int]:
+        if isinstance(value, list):
+            return value
+        text = str(value).strip()
+        m = re.fullmatch(r"(\d+)\.\.(\d+)", text)
+        if m:
+            lo, hi = int(m[1]), int(m[2])
+            if lo > hi:
+                self.fail(f"{value!r}: the range's start is above its end", param, ctx)
+            out = list(range(lo, hi + 1))
+        elif re.fullmatch(r"\d+(,\d+)*", text):
+            out = sorted({int(p) for p in text.split(",")})
+        else:
+            self.fail(f"{value!r}: expected A..B or comma-separated whole numbers, such as 0..8 or 0,2,4", param, ctx)
+        if out[-1] > 64:
+            self.fail(f"{value!r}: k above 64", param, ctx)
+        return out
+
+
+@click.command("plan")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Plan folder."
+)
+@click.option(
+    "--mix", type=MixParam(), default=None, help="Request shares per category (default: the run's own shares)."
+)
+@click.option(
+    "--slo-ttft-p95-ms",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="No speculation where the speculative arm's measured p95 TTFT exceeded this [ms].",
+)
+@click.option("--k", "ks", type=KRange(), default="0..8", show_default=True, help="Draft lengths to consider.")
+@click.option(
+    "--rules",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The recording proxy's rules file that categorised the traffic: exported again with pools as categories.",
+)
+@click.option("--run-id", default=None, help="The analysis run to plan (a run of named arms has several).")
+@click.option("--replicates", type=click.IntRange(min=20), default=400, show_default=True, help="Bootstrap replicates.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@handle_errors
+def plan_command(
+    run_dir: Path,
+    out_dir: Path,
+    mix: dict[str, float] | None,
+    slo_ttft_p95_ms: float | None,
+    ks: list[int],
+    rules: Path | None,
+    run_id: str | None,
+    replicates: int,
+    seed: int,
+) -> None:
+    """Plan RUN_DIR's speculation: per category and load band the k to deploy (0 = off) with its
+    predicted speedup, three policies' traffic-weighted gains, and the vLLM, llama.cpp and
+    routing exports, in PLAN_DIR (plan.json, plan.html). Predicted, not validated by replay."""
+    from specdec.analytics.plan.run import PlanConfig, make_plan, write_plan  # heavy: duckdb, numpy
+    from specdec.capture.proxy.rules import load_rules
+
+    rules_data = None
+    if rules is not None:
+        load_rules(rules)  # checked as the proxy checks it
+        rules_data = json.loads(rules.read_text(encoding="utf-8"))
+    config = PlanConfig(
+        ks=tuple(ks),
+        mix=mix,
+        slo_ttft_p95_ms=slo_ttft_p95_ms,
+        replicates=replicates,
+        seed=seed,
+        run_id=run_id,
+        rules=rules_data,
+    )
+    plan = make_plan(run_dir, config)
+    write_plan(plan, out_dir)
+    click.echo(f"What to deploy (predicted from {plan['run_id']}, captured k = {plan['captured_k']}; not validated):")
+    for p in plan["policies"]:
+        o = p["overall"]
+        bands = "; ".join(f"c{b['level']}: " + ",".join(f"{c}={k}" for c, k in b["k"].items()) for b in p["bands"])
+        click.echo(f"  {p['name']}: gain {o['gain']:.3f} [{o['low']:.3f}, {o['high']:.3f}]  ({bands})")
+    vllm = plan["exports"]["vllm"]["num_speculative_tokens_per_batch_size"]
+    click.echo(f"  vLLM num_speculative_tokens_per_batch_size: {json.dumps(vllm)}")
+    click.echo(f"  llama.cpp: {' '.join(plan['exports']['llama_cpp']['flags']) or '(speculation off)'}")
+    for note in plan["notes"]:
+        click.echo(f"  note: {note}")
+    click.echo(f"wrote {out_dir / 'plan.html'} and {out_dir / 'plan.json'}")

@@ -1,0 +1,62 @@
+-- int_plan_steps
+-- Grain: one row per run_id, arm, concurrency level, batch_size and drafts_verified of the
+--   decode-only engine steps of replayed requests (steps grouped by their regressors).
+-- Purpose: the planner's step-cost fit (`specdec plan`, analytics/plan/fit.py): verify ms as
+--   a function of batch size and drafted tokens verified in the step, draft ms as a function
+--   of batch size (and k, across arms of a sweep). A step is (process_token, step_index) of
+--   the rows of replayed requests (as step_timing: a step's timings are the whole batch's and
+--   repeat on each of its rows); a step with any prefill row is left out (its verify time
+--   holds prompt work the decode model does not describe). The sums make the least-squares
+--   fit on the groups equal the fit on every step: the regressors are constant in a group.
+--   steps             decode-only steps in the group
+--   batch_size        requests scheduled in the step (RoundTrace.batch_size)
+--   drafts_verified   D: sum of tokens_proposed over the step's rows (draft tokens the
+--                     target verified in the step, whole batch; 0 for the baseline)
+--   arm_k             the largest tokens_proposed of any row of the arm at the level
+--                     (the arm's k as observed; 0 for the baseline)
+--   verify_ms_sum, verify_ms_sumsq   sum and sum of squares of the steps' verify_ms [ms, ms^2]
+--                     (steps with verify_ms NULL are not counted: verify_steps)
+--   verify_steps      steps of the group with verify_ms measured
+--   draft_ms_sum, draft_ms_sumsq, draft_steps   the same for draft_ms (steps where a
+--                     drafter ran); 0 steps and NULL sums for the baseline
+with engine as (
+    select run_id, source_run_id, engine_request_id, arm, concurrency
+    from int_engine_requests
+    where replayed
+),
+rounds as (
+    select e.run_id, e.arm, e.concurrency, r.process_token, r.step_index, r.phase, r.batch_size,
+           r.tokens_proposed, r.verify_ms, r.draft_ms
+    from stg_rounds r
+    join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
+),
+steps as (
+    select run_id, arm, concurrency,
+           any_value(batch_size) as batch_size,
+           sum(tokens_proposed) as drafts_verified,
+           max(tokens_proposed) as max_proposed,
+           bool_or(phase = 'prefill') as has_prefill,
+           any_value(verify_ms) as verify_ms,
+           max(draft_ms) as draft_ms
+    from rounds
+    group by run_id, arm, concurrency, process_token, step_index
+),
+arm_k as (
+    select run_id, arm, concurrency, max(max_proposed) as arm_k from steps group by all
+),
+final as (
+    select s.run_id, s.arm, s.concurrency, s.batch_size, cast(s.drafts_verified as bigint) as drafts_verified,
+           any_value(a.arm_k) as arm_k,
+           count(*) as steps,
+           count(s.verify_ms) as verify_steps,
+           sum(s.verify_ms) as verify_ms_sum,
+           sum(s.verify_ms * s.verify_ms) as verify_ms_sumsq,
+           count(s.draft_ms) as draft_steps,
+           sum(s.draft_ms) as draft_ms_sum,
+           sum(s.draft_ms * s.draft_ms) as draft_ms_sumsq
+    from steps s
+    join arm_k a on a.run_id = s.run_id and a.arm = s.arm and a.concurrency = s.concurrency
+    where not s.has_prefill
+    group by s.run_id, s.arm, s.concurrency, s.batch_size, s.drafts_verified
+)
+select * from final order by run_id, arm, concurrency, batch_size, drafts_verified

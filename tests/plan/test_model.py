@@ -1,0 +1,65 @@
+"""The planner's formulas on hand-checkable numbers (no database)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec.analytics.plan.fit import fit_grouped
+from specdec.analytics.plan.model import StepCost, predict, round_sums
+
+
+def test_truncation_gives_tau_and_dbar_per_k():
+    # request 0: rounds (4,4) and (4,1); request 1: (4,0) twice and one round without drafts
+    rs = round_sums(
+        np.array([0, 0, 1, 1]),
+        np.array([4, 4, 4, 0]),
+        np.array([4, 1, 0, 0]),
+        np.array([1, 1, 2, 1]),
+        np.array([0, 0, 0, 0]),
+        4,
+    )
+    # 5 rounds; tokens at k=2: (1+2) + (1+1) + 2*(1+0) + 1 = 8 -> 8/5; drafts at k=2: 2+2+2*2+0 = 8
+    assert rs.tau() == pytest.approx([1.0, 7 / 5, 8 / 5, 9 / 5, 10 / 5])
+    assert rs.dbar() == pytest.approx([0.0, 4 / 5, 8 / 5, 12 / 5, 16 / 5])
+    # weights 2, 0: only request 0, twice -> its ratio
+    assert rs.tau(np.array([2.0, 0.0]))[4] == pytest.approx((5 + 2) / 2)
+
+
+def test_prediction_formula():
+    cost = StepCost((10.0, 2.0, 0.5), (1.0, 0.25, 0.0))
+    out = predict(np.array([1.0, 1.5, 2.0]), np.array([0.0, 1.0, 2.0]), cost, batch=4)
+    step = [10 + 8, 10 + 8 + 0.5 * 4 * 1 + 1 + 1, 10 + 8 + 0.5 * 4 * 2 + 2]
+    assert out["step_ms"] == pytest.approx(step)
+    assert out["tokens_per_s"] == pytest.approx([1000 / step[0], 1500 / step[1], 2000 / step[2]])
+    assert out["speedup"] == pytest.approx([1.0, 1.5 * step[0] / step[1], 2.0 * step[0] / step[2]])
+    assert out["system_tokens_per_s"] == pytest.approx(4 * out["tokens_per_s"])
+
+
+def test_grouped_fit_equals_the_fit_on_every_step_and_drops_what_it_cannot_tell():
+    rng = np.random.default_rng(1)
+    b = rng.integers(1, 9, 300)
+    d = rng.integers(0, 20, 300)
+    y = 3 + 1.5 * b + 0.2 * d + rng.normal(0, 0.5, 300)
+    full = np.linalg.lstsq(np.c_[np.ones(300), b, d], y, rcond=None)[0]
+    keys = sorted(set(zip(b, d)))
+    groups = [(kb, kd, y[(b == kb) & (d == kd)]) for kb, kd in keys]
+    fit = fit_grouped(
+        np.array([[1, kb, kd] for kb, kd, _ in groups]),
+        ("a", "b", "c"),
+        np.array([len(v) for *_, v in groups]),
+        np.array([v.sum() for *_, v in groups]),
+        np.array([(v**2).sum() for *_, v in groups]),
+    )
+    assert fit.coef == pytest.approx(full)
+    resid = y - np.c_[np.ones(300), b, d] @ full
+    assert fit.rmse_ms == pytest.approx(np.sqrt((resid**2).mean()))
+    # a column equal to 2 * b is not fitted: coefficient 0, the others as before
+    fit2 = fit_grouped(
+        np.array([[1, kb, 2 * kb] for kb, kd, _ in groups]),
+        ("a", "b", "bk"),
+        np.array([len(v) for *_, v in groups]),
+        np.array([v.sum() for *_, v in groups]),
+        np.array([(v**2).sum() for *_, v in groups]),
+    )
+    assert fit2.fitted == ("a", "b") and fit2.coef[2] == 0

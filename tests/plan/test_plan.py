@@ -1,0 +1,82 @@
+"""The planner on a built synthetic run (tests/support/plan_run.py): known acceptance and exactly
+linear step costs; the predictions must equal the hand computation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.analytics.plan.run import PlanConfig, make_plan, write_plan
+from tests.support import plan_run
+from tests.support.plan_run import LEVELS, expected_speedup, expected_tau, write_plan_run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return write_plan_run(tmp_path_factory.mktemp("plan"))
+
+
+@pytest.fixture(scope="module")
+def plan(run_dir):
+    return make_plan(run_dir, PlanConfig(replicates=60))
+
+
+def test_the_fits_recover_the_step_costs(plan):
+    v = plan["model"]["verify_fit"]
+    assert [v["terms"][t]["coef"] for t in v["terms"]] == pytest.approx([plan_run.V0, plan_run.V1, plan_run.V2])
+    assert v["rmse_ms"] == pytest.approx(0, abs=1e-9)
+    d = plan["model"]["draft_fit"]
+    assert [d["terms"][t]["coef"] for t in d["terms"]] == pytest.approx([plan_run.D0, plan_run.D1, 0.0])
+    assert not d["terms"]["d2_per_request_per_k"]["fitted"]
+    assert any("one k captured" in n for n in plan["notes"])
+    # prefill steps (verify 99 ms) are not in the fit: 3 levels x 2 arms x 2 repeats x (4 / level) groups x 4 rows
+    assert v["steps"] == sum(2 * 2 * (4 // lv) * 4 for lv in LEVELS)
+
+
+def test_predictions_equal_the_hand_computation(plan):
+    assert plan["captured_k"] == 4 and plan["ks"] == [0, 1, 2, 3, 4]
+    for a in plan["model"]["acceptance"]:
+        assert a["tokens_per_step"] == pytest.approx(expected_tau(a["category"], a["k"]))
+    seen = 0
+    for cell in plan["cells"]:
+        for b in cell["by_k"]:
+            # every group is full, so every level's mean decode batch is the level
+            assert b["speedup"] == pytest.approx(expected_speedup(cell["category"], b["k"], cell["level"]), rel=1e-9)
+            assert b["low"] <= b["speedup"] <= b["high"]
+            seen += 1
+    assert seen == 2 * len(LEVELS) * 5
+
+
+def test_recommendations_follow_the_conservative_rule(plan):
+    for cell in plan["cells"]:
+        by_k = {b["k"]: b for b in cell["by_k"]}
+        best = max(by_k.values(), key=lambda b: b["speedup"])
+        assert cell["best_k"] == best["k"]
+        overlapping = [k for k, b in sorted(by_k.items()) if b["high"] >= best["low"]]
+        assert cell["recommended_k"] == overlapping[0]
+    # code accepts far more than chat: at c1 code's speedup at its best k is above 1.3 by hand
+    code1 = next(c for c in plan["cells"] if c["category"] == "code" and c["level"] == 1)
+    assert max(expected_speedup("code", k, 1) for k in range(5)) > 1.3
+    assert code1["recommended_k"] > 0
+
+
+def test_policies_and_exports(plan, tmp_path):
+    names = [p["name"] for p in plan["policies"]]
+    assert names == ["one_k", "k_per_band", "k_per_band_with_fallback"]
+    for p in plan["policies"]:
+        assert p["overall"]["low"] <= p["overall"]["gain"] <= p["overall"]["high"]
+        assert len(p["bands"]) == len(LEVELS)
+    fb = plan["policies"][2]
+    sched = plan["exports"]["vllm"]["num_speculative_tokens_per_batch_size"]
+    assert [s[:2] for s in sched] == [[1, 1], [2, 2], [3, 4]]
+    assert [s[2] for s in sched] == [max(b["k"].values()) for b in fb["bands"]]
+    from specdec.analytics.plan.export import vllm_validate
+
+    assert vllm_validate(sched) == [tuple(s) for s in sched]
+    written = write_plan(plan, tmp_path / "out")
+    names = {p.name for p in written}
+    assert {"plan.json", "plan.html", "vllm_speculative_config.json", "llama_cpp_flags.txt", "routing.json"} <= names
+    html = (tmp_path / "out" / "plan.html").read_text()
+    assert html.index("What to deploy") < html.index("Per category and load band")
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["cells"] == plan["cells"]
