@@ -1,0 +1,161 @@
+"""One cell's outcome from its evidence: what each arm answered, whether each
+output obeys the feature's constraint, whether the arms agree, and the
+speculative arm's acceptance with and without the feature.
+
+Rules, first match wins (``classify``):
+
+1. the baseline refused the feature: ``not offered`` (the engine's own reply
+   says so; nothing about speculation can be learnt);
+2. the speculative arm refused what the baseline accepted: ``refused``, with
+   the server's error text (escaped);
+3. neither arm's output obeys the constraint: ``not offered`` (the engine
+   accepted the field and did not enforce it, with or without speculation);
+4. one arm's output does not: ``broken``;
+5. a greedy probe whose outputs differ between the arms: ``broken`` (under
+   float32 speculation changes no greedy token; a divergence is not told
+   from a near-tie here: the probes ask for no logprobs);
+6. the speculative arm proposed no draft token with the feature while it
+   did on the plain twin, or its acceptance per token fell below
+   ``DEGRADE_RATIO`` of the twin's: ``degrades`` (by how much, in the detail);
+7. else ``works``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from specdec.replay.compat.checks import ArmReplies, Verdict
+from specdec.schemas.compat import Outcome
+
+#: Acceptance per token with the feature below this share of the plain twin's: the gain falls (``degrades``).
+DEGRADE_RATIO = 0.5
+#: Characters of an error body quoted in a cell's detail (the full body is in its own column).
+DETAIL_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Speculation counter differences around some requests of the speculative arm;
+    None when the server exports no such counter."""
+
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    drafts: int | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Accepted / proposed draft tokens; None when nothing was proposed or not measured."""
+        if not self.draft_tokens or self.accepted_tokens is None:
+            return None
+        return self.accepted_tokens / self.draft_tokens
+
+
+@dataclass(frozen=True)
+class Evidence:
+    identity_expected: bool
+    baseline: ArmReplies
+    speculative: ArmReplies
+    baseline_verdict: Verdict
+    speculative_verdict: Verdict
+    feature: Acceptance
+    plain: Acceptance
+
+
+@dataclass(frozen=True)
+class Classified:
+    outcome: Outcome
+    detail: str
+    identical: bool | None
+    first_divergence_char: int | None
+
+
+def escape(text: str, limit: int = DETAIL_ERROR_CHARS) -> str:
+    """An error body on one line: control characters and non-ASCII escaped as in JSON, cut at ``limit``."""
+    out = json.dumps(text, ensure_ascii=True)[1:-1]
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
+def refusal(replies: ArmReplies) -> str | None:
+    """The first refused feature request's status and error, or None when all were accepted."""
+    for r in replies.feature:
+        if not r.accepted:
+            status = f"HTTP {r.status}" if r.status is not None else "no reply"
+            return f"{status}: {escape(r.error or '')}"
+    return None
+
+
+def output(replies: ArmReplies) -> str:
+    """The arm's whole output (every feature reply, normalized, in order)."""
+    return "\n".join(r.normalized() for r in replies.feature)
+
+
+def divergence(a: str, b: str) -> int | None:
+    """First index at which the texts differ; None when equal."""
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def classify(ev: Evidence) -> Classified:
+    """The cell's outcome and why (module docstring)."""
+    b_refused, s_refused = refusal(ev.baseline), refusal(ev.speculative)
+    if b_refused is not None:
+        also = "the speculative arm accepted it" if s_refused is None else "the speculative arm refused it too"
+        return Classified("not offered", f"the baseline refused it ({b_refused}); {also}", None, None)
+    if s_refused is not None:
+        return Classified(
+            "refused", f"the speculative server refused what the baseline accepted: {s_refused}", None, None
+        )
+    a, b = output(ev.baseline), output(ev.speculative)
+    identical = a == b if ev.identity_expected else None
+    first = divergence(a, b) if ev.identity_expected else None
+    (bv, bd), (sv, sd) = ev.baseline_verdict, ev.speculative_verdict
+    if bv is False and sv is False:
+        return Classified("not offered", f"neither arm enforced it: baseline {bd}; speculative {sd}", identical, first)
+    if sv is False:
+        return Classified("broken", f"invalid with speculation only: {sd} (baseline: {bd})", identical, first)
+    if bv is False:
+        return Classified("broken", f"invalid in the baseline only: {bd} (speculative: {sd})", identical, first)
+    if identical is False:
+        return Classified(
+            "broken",
+            f"greedy outputs differ between the arms at character {first} (valid in both: {sd})",
+            identical,
+            first,
+        )
+    return _by_acceptance(ev, sd, identical, first)
+
+
+def _by_acceptance(ev: Evidence, valid: str, identical: bool | None, first: int | None) -> Classified:
+    f, p = ev.feature, ev.plain
+    same = "identical in both arms" if identical else "sampled, not compared between arms"
+    if f.draft_tokens is None:
+        return Classified("works", f"{valid}; {same}; acceptance not measured (no counters)", identical, first)
+    if f.draft_tokens == 0:
+        if p.draft_tokens:
+            return Classified(
+                "degrades",
+                f"{valid}; {same}; but speculation proposed no draft token with the feature "
+                f"({p.draft_tokens} on the plain twin)",
+                identical,
+                first,
+            )
+        return Classified(
+            "works",
+            f"{valid}; {same}; speculation proposed no draft on this prompt, with or without the feature "
+            "(the gain is not tested here)",
+            identical,
+            first,
+        )
+    rf, rp = f.rate, p.rate
+    if rf is not None and rp and rf < DEGRADE_RATIO * rp:
+        return Classified(
+            "degrades",
+            f"{valid}; {same}; acceptance per token {rf:.2f} with the feature against {rp:.2f} without "
+            f"(x{rf / rp:.2f})",
+            identical,
+            first,
+        )
+    plain = f" (plain twin {rp:.2f})" if rp is not None else ""
+    return Classified("works", f"{valid}; {same}; acceptance per token {rf:.2f}{plain}", identical, first)

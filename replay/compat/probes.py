@@ -1,0 +1,295 @@
+"""The fixed probe set of ``specdec compat``: per feature, one small request
+(or a short fixed sequence of them) sent to both arms, with the check its
+output must pass.
+
+Every probe is greedy (temperature 0) unless it probes sampling itself
+(``seed``), so that both arms should emit the same output; each has a *plain
+twin*, the same messages and ``max_tokens`` without the feature, so the
+speculative arm's acceptance with the feature can be read beside its
+acceptance without it on the same prompt. The request bodies are vLLM's
+OpenAI-compatible API (``structured_outputs`` is vLLM's field for regex and
+choice); an engine that ignores a field it does not know shows it in the
+outcome (``not offered``: neither arm enforced the constraint).
+
+What a probe needs from the server before it is built (the longest input,
+a token id for ``logit_bias``) is in ``ProbeContext``, found by ``run``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.replay.compat import checks
+from specdec.replay.compat.checks import Check
+
+CODE_PROMPT = "Write a Python function that returns the sum of the squares of a list of numbers, with a docstring."
+DEFAULT_MAX_TOKENS = 48
+
+PERSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Lyon", "Nice"]},
+        "population": {"type": "integer", "minimum": 0},
+    },
+    "required": ["city", "population"],
+    "additionalProperties": False,
+}
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"],
+        },
+    },
+}
+TIME_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The current time in a timezone.",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]},
+    },
+}
+TOOLS = [WEATHER_TOOL, TIME_TOOL]
+PHONE_REGEX = r"[0-9]{3}-[0-9]{4}"
+COLOURS = ["red", "green", "blue"]
+#: The multi-turn session: user turns and the fixed assistant replies between them (the same in both arms).
+SESSION = (
+    ("Write a Python function that reverses a string.", "def reverse(s):\n    return s[::-1]"),
+    (
+        "Now make it reverse the words of a sentence instead.",
+        "def reverse_words(s):\n    return ' '.join(s.split()[::-1])",
+    ),
+    ("Add a docstring and type hints to that function.", None),
+)
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What the probes need to know about the served model."""
+
+    max_model_len: int | None = None  # None: the long-input probe is not built
+    long_prompt: str | None = None  # a user message near max_model_len - max_tokens (``run.long_prompt``)
+    bias_token_id: int | None = None  # the id of ``bias_token_text`` (one token), for logit_bias
+    bias_token_text: str = " yes"
+
+
+@dataclass(frozen=True)
+class Probe:
+    feature: str
+    name: str
+    constraint: str
+    prompt: str
+    extra: dict[str, Any]
+    check: Check
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    identity_expected: bool = True
+    repeat: int = 1  # feature requests per arm (seed: 2, to see it reproduce)
+    twin: bool = True  # a plain twin is sent too
+    session: tuple[tuple[str, str | None], ...] = field(default=())  # multi-turn: (user, fixed assistant reply)
+
+    def messages(self, turns: int | None = None) -> list[dict[str, str]]:
+        """The chat messages of the feature request; a session's first ``turns`` turns."""
+        if not self.session:
+            return [{"role": "user", "content": self.prompt}]
+        out: list[dict[str, str]] = []
+        n = len(self.session) if turns is None else turns
+        for i, (user, assistant) in enumerate(self.session[:n]):
+            out.append({"role": "user", "content": user})
+            if i < n - 1 and assistant is not None:
+                out.append({"role": "assistant", "content": assistant})
+        return out
+
+    def bodies(self, model: str) -> list[dict[str, Any]]:
+        """The request bodies of the feature, in sending order (one per repeat or turn)."""
+        base = {"model": model, "max_tokens": self.max_tokens, "temperature": 0, **self.extra}
+        if self.session:
+            return [{**base, "messages": self.messages(t)} for t in range(1, len(self.session) + 1)]
+        return [{**base, "messages": self.messages()} for _ in range(self.repeat)]
+
+    def twin_body(self, model: str) -> dict[str, Any] | None:
+        """The plain twin: the same messages and max_tokens, greedy, no feature."""
+        if not self.twin:
+            return None
+        return {
+            "model": model,
+            "max_tokens": self.max_tokens,
+            "temperature": 0,
+            "messages": self.bodies(model)[-1]["messages"],
+        }
+
+
+def probe_set(ctx: ProbeContext) -> list[Probe]:
+    """Every probe, in the order sent (``name`` unique)."""
+    p = [
+        Probe(
+            "structured_output",
+            "json_object",
+            "the reply parses as a JSON object",
+            "Give the capital of France and its country as a JSON object with keys city and country.",
+            {"response_format": {"type": "json_object"}},
+            checks.json_object(),
+            max_tokens=64,
+        ),
+        Probe(
+            "structured_output",
+            "json_schema",
+            "the reply validates against PERSON_SCHEMA",
+            "Give the capital of France and its population as JSON.",
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": PERSON_SCHEMA}}},
+            checks.json_schema(PERSON_SCHEMA),
+            max_tokens=64,
+        ),
+        Probe(
+            "structured_output",
+            "regex",
+            f"the reply matches {PHONE_REGEX} exactly",
+            "Write a phone number.",
+            {"structured_outputs": {"regex": PHONE_REGEX}},
+            checks.regex(PHONE_REGEX),
+            max_tokens=16,
+        ),
+        Probe(
+            "structured_output",
+            "choice",
+            f"the reply is one of {COLOURS}",
+            "What colour is the sky? One word.",
+            {"structured_outputs": {"choice": COLOURS}},
+            checks.choice(COLOURS),
+            max_tokens=8,
+        ),
+        Probe(
+            "tools",
+            "tool_choice_auto",
+            "any tool call names a declared tool with valid arguments",
+            "What is the weather in Paris right now?",
+            {"tools": TOOLS, "tool_choice": "auto"},
+            checks.tool_call(TOOLS, None, required=False),
+            max_tokens=64,
+        ),
+        Probe(
+            "tools",
+            "tool_choice_required",
+            "at least one tool call, arguments valid",
+            "What is the weather in Paris right now?",
+            {"tools": TOOLS, "tool_choice": "required"},
+            checks.tool_call(TOOLS, None, required=True),
+            max_tokens=64,
+        ),
+        Probe(
+            "tools",
+            "tool_choice_named",
+            "a call of get_weather with valid arguments",
+            "What is the weather in Paris right now?",
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+            checks.tool_call(TOOLS, "get_weather", required=True),
+            max_tokens=64,
+        ),
+        Probe(
+            "streaming",
+            "stream",
+            "streamed output equals the same arm's non-streamed twin",
+            CODE_PROMPT,
+            {"stream": True, "stream_options": {"include_usage": True}},
+            checks.stream_matches_twin(),
+        ),
+        Probe(
+            "logprobs",
+            "top_logprobs",
+            "one logprobs entry per token with 2 alternatives",
+            CODE_PROMPT,
+            {"logprobs": True, "top_logprobs": 2},
+            checks.logprobs(2),
+        ),
+        Probe("sampling", "n2", "two choices", CODE_PROMPT, {"n": 2}, checks.n_choices(2)),
+        Probe(
+            "sampling",
+            "stop",
+            "no output contains the stop string ':'",
+            CODE_PROMPT,
+            {"stop": [":"]},
+            checks.stop_string(":"),
+        ),
+        Probe(
+            "sampling",
+            "seed",
+            "the same seeded sampled request twice gives the same output in an arm",
+            "Write a short poem about the sea.",
+            {"temperature": 0.9, "seed": 1234},
+            checks.same_twice(),
+            identity_expected=False,
+            repeat=2,
+        ),
+        Probe(
+            "sampling",
+            "repetition_penalty",
+            "none (greedy identity)",
+            CODE_PROMPT,
+            {"repetition_penalty": 1.3},
+            checks.no_constraint("repetition_penalty 1.3"),
+        ),
+        Probe(
+            "sampling",
+            "presence_penalty",
+            "none (greedy identity)",
+            CODE_PROMPT,
+            {"presence_penalty": 0.8},
+            checks.no_constraint("presence_penalty 0.8"),
+        ),
+        Probe(
+            "sampling",
+            "frequency_penalty",
+            "none (greedy identity)",
+            CODE_PROMPT,
+            {"frequency_penalty": 0.8},
+            checks.no_constraint("frequency_penalty 0.8"),
+        ),
+        Probe(
+            "sampling",
+            "min_tokens",
+            "at least 24 completion tokens",
+            "What is the capital of France? Answer with one word.",
+            {"min_tokens": 24},
+            checks.at_least_tokens(24),
+            max_tokens=32,
+        ),
+        Probe(
+            "multi_turn",
+            "session_prefix_cache",
+            "none (greedy identity per turn)",
+            SESSION[0][0],
+            {},
+            checks.no_constraint("a 3-turn session on a shared prefix"),
+            session=SESSION,
+        ),
+    ]
+    if ctx.bias_token_id is not None:
+        p.append(
+            Probe(
+                "sampling",
+                "logit_bias",
+                f"{ctx.bias_token_text!r} makes up at least half the output",
+                CODE_PROMPT,
+                {"logit_bias": {str(ctx.bias_token_id): 100}},
+                checks.dominated_by(ctx.bias_token_text.strip()),
+                max_tokens=16,
+            )
+        )
+    if ctx.long_prompt is not None:
+        p.append(
+            Probe(
+                "long_input",
+                "near_max_length",
+                f"none (greedy identity); input near max_model_len {ctx.max_model_len}",
+                ctx.long_prompt,
+                {},
+                checks.no_constraint("a long input"),
+                max_tokens=16,
+            )
+        )
+    return p

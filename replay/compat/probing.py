@@ -1,0 +1,278 @@
+"""Send the probe set to one pair of servers (baseline, speculative) and turn
+each probe into a ``CompatCell``.
+
+Per probe and arm, one request at a time: the plain twin, then the feature
+request(s). On the speculative arm the engine's speculation counters are read
+(until two reads agree, ``runner.settled_counters``) before the twin, between
+twin and feature and after the feature, so each cell's acceptance is the
+counters' difference around its own requests: nothing else may use the
+speculative server while the probes run (a shared server: the counters'
+differences would include its other traffic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from specdec.engines.metrics import read_counters
+from specdec.engines.urls import ClientSettings, Endpoint
+from specdec.replay.compat import checks, classify
+from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
+from specdec.replay.compat.send import Reply, get_json, post_json, send
+from specdec.schemas.compat import CompatCell
+
+#: A sentence repeated to make the long input; its tokens are counted by the server's /tokenize.
+LONG_SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "
+#: Tokens kept free below max_model_len for the chat template and the reply.
+LONG_MARGIN = 96
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The two servers under test and what the cells say about them."""
+
+    engine: str
+    engine_version: str | None
+    spec_method: str
+    baseline: Endpoint
+    speculative: Endpoint
+    counters: Mapping[str, str] | None = None  # the engine's counter names (None: vLLM's)
+    settle_s: float = 0.2  # seconds between two counter reads that must agree (stats land after the reply)
+
+
+async def served_model(
+    session: aiohttp.ClientSession, ep: Endpoint, settings: ClientSettings
+) -> tuple[str, int | None]:
+    """The first model of GET /v1/models and its max_model_len (vLLM says it; None otherwise)."""
+    data: Any = await get_json(session, ep, "/v1/models", settings)
+    try:
+        entry = data["data"][0]
+        length = entry.get("max_model_len")
+        return str(entry["id"]), length if isinstance(length, int) else None
+    except (TypeError, KeyError, IndexError):
+        return "default", None
+
+
+async def token_ids(
+    session: aiohttp.ClientSession, ep: Endpoint, model: str, text: str, settings: ClientSettings
+) -> list[int] | None:
+    """The server's tokens of ``text`` (vLLM's and llama.cpp's /tokenize); None when it has none."""
+    for body in ({"model": model, "prompt": text, "add_special_tokens": False}, {"content": text}):
+        data = await post_json(session, ep, "/tokenize", body, settings)
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
+            return tokens
+    return None
+
+
+async def probe_context(
+    session: aiohttp.ClientSession, ep: Endpoint, settings: ClientSettings
+) -> tuple[str, ProbeContext]:
+    """The served model name and what the probes need to know about it."""
+    model, max_len = await served_model(session, ep, settings)
+    ctx = ProbeContext(max_model_len=max_len)
+    bias = await token_ids(session, ep, model, ctx.bias_token_text, settings)
+    if bias is not None and len(bias) == 1:
+        ctx = ProbeContext(max_model_len=max_len, bias_token_id=bias[0])
+    sentence = await token_ids(session, ep, model, LONG_SENTENCE, settings)
+    if max_len is not None and sentence:
+        reps = max(1, (max_len - LONG_MARGIN) // len(sentence))
+        ctx = ProbeContext(max_len, LONG_SENTENCE * reps, ctx.bias_token_id, ctx.bias_token_text)
+    return model, ctx
+
+
+async def probe_pair(
+    pair: Pair,
+    settings: ClientSettings,
+    run_id: str,
+    echo: Callable[[str], None] = print,
+    only: frozenset[str] | None = None,
+) -> tuple[list[CompatCell], list[dict[str, Any]]]:
+    """Every probe on ``pair``: (cells, the request bodies sent, one entry per probe). ``only``: probe names to send."""
+    seq = itertools.count()
+    cells: list[CompatCell] = []
+    sent: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as session:
+        model, ctx = await probe_context(session, pair.baseline, settings)
+        for probe in probe_set(ctx):
+            if only is not None and probe.name not in only:
+                continue
+            sent.append(
+                {
+                    "probe": probe.name,
+                    "feature": probe.feature,
+                    "bodies": probe.bodies(model),
+                    "twin": probe.twin_body(model),
+                }
+            )
+            prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
+            base = await _arm(
+                session, pair.baseline, probe, model, settings, f"{prefix}.baseline", seq, None, pair.settle_s
+            )
+            spec = await _arm(
+                session,
+                pair.speculative,
+                probe,
+                model,
+                settings,
+                f"{prefix}.speculative",
+                seq,
+                pair.counters,
+                pair.settle_s,
+            )
+            cell = _cell(pair, run_id, probe, base, spec)
+            cells.append(cell)
+            echo(f"  {pair.engine} {probe.name:<22} {cell.outcome:<11} {cell.detail[:100]}")
+    return cells, sent
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)
+
+
+@dataclass
+class _ArmRun:
+    replies: checks.ArmReplies
+    plain: dict[str, Any] | None  # counter differences around the twin
+    feature: dict[str, Any] | None  # counter differences around the feature requests
+    requests: int
+
+
+async def _arm(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    probe: Probe,
+    model: str,
+    settings: ClientSettings,
+    prefix: str,
+    seq: itertools.count[int],
+    counters: Mapping[str, str] | None,
+    settle_s: float,
+) -> _ArmRun:
+    speculative = prefix.endswith(".speculative")
+
+    async def read() -> dict[str, Any] | None:
+        if not speculative:
+            return None
+        return await settled(session, ep, settings, counters, settle_s)
+
+    c0 = await read()
+    twin_body = probe.twin_body(model)
+    twin: Reply | None = None
+    if twin_body is not None:
+        twin = await send(session, ep, twin_body, settings, f"{prefix}.{next(seq)}")
+    c1 = await read()
+    feature = [await send(session, ep, body, settings, f"{prefix}.{next(seq)}") for body in probe.bodies(model)]
+    c2 = await read()
+    requests = len(feature) + (twin is not None)
+    return _ArmRun(checks.ArmReplies(feature, twin), _diff(c0, c1) if twin else None, _diff(c1, c2), requests)
+
+
+async def settled(
+    session: aiohttp.ClientSession,
+    ep: Endpoint,
+    settings: ClientSettings,
+    counters: Mapping[str, str] | None,
+    settle_s: float,
+    tries: int = 20,
+) -> dict[str, Any] | None:
+    """The counters once two reads ``settle_s`` apart agree (as ``runner.settled_counters``, the
+    pause a parameter so the tests need not wait); None when /metrics cannot be read."""
+    names = dict(counters) if counters else None
+    try:
+        prev = await read_counters(session, ep, settings, names)
+        for _ in range(tries):
+            await asyncio.sleep(settle_s)
+            cur = await read_counters(session, ep, settings, names)
+            if cur == prev:
+                return cur
+            prev = cur
+        return prev
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        return None
+
+
+def _diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    if before is None or after is None:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        prev = before.get(key)
+        out[key] = None if value is None or prev is None or not isinstance(value, int | float) else value - prev
+    return out
+
+
+def _count(diff: dict[str, Any] | None, key: str) -> int | None:
+    value = None if diff is None else diff.get(key)
+    return None if value is None else int(round(value))
+
+
+def _acceptance(diff: dict[str, Any] | None) -> classify.Acceptance:
+    return classify.Acceptance(
+        _count(diff, "spec_num_draft_tokens"), _count(diff, "spec_num_accepted_tokens"), _count(diff, "spec_num_drafts")
+    )
+
+
+def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -> CompatCell:
+    bv, sv = probe.check(base.replies), probe.check(spec.replies)
+    if not all(r.accepted for r in base.replies.feature):
+        bv = (None, "refused")
+    if not all(r.accepted for r in spec.replies.feature):
+        sv = (None, "refused")
+    feature, plain = _acceptance(spec.feature), _acceptance(spec.plain)
+    ev = classify.Evidence(probe.identity_expected, base.replies, spec.replies, bv, sv, feature, plain)
+    out = classify.classify(ev)
+    b, s = base.replies.first, spec.replies.first
+    hits, queries = _count(spec.feature, "prefix_cache_hits"), _count(spec.feature, "prefix_cache_queries")
+    return CompatCell(
+        run_id=run_id,
+        engine=pair.engine,
+        engine_version=pair.engine_version,
+        spec_method=pair.spec_method,
+        feature=probe.feature,
+        probe=probe.name,
+        output_constraint=probe.constraint,
+        identity_expected=probe.identity_expected,
+        baseline_accepted=classify.refusal(base.replies) is None,
+        speculative_accepted=classify.refusal(spec.replies) is None,
+        baseline_http_status=b.status,
+        speculative_http_status=s.status,
+        baseline_error=next((r.error for r in base.replies.feature if r.error is not None), None),
+        speculative_error=next((r.error for r in spec.replies.feature if r.error is not None), None),
+        baseline_valid=bv[0],
+        speculative_valid=sv[0],
+        baseline_validity_detail=bv[1],
+        speculative_validity_detail=sv[1],
+        identical=out.identical,
+        first_divergence_char=out.first_divergence_char,
+        baseline_output_sha256=_sha(base.replies),
+        speculative_output_sha256=_sha(spec.replies),
+        baseline_completion_tokens=b.completion_tokens,
+        speculative_completion_tokens=s.completion_tokens,
+        baseline_e2e_ms=b.e2e_ms,
+        speculative_e2e_ms=s.e2e_ms,
+        draft_tokens=feature.draft_tokens,
+        accepted_tokens=feature.accepted_tokens,
+        drafts=feature.drafts,
+        plain_draft_tokens=plain.draft_tokens,
+        plain_accepted_tokens=plain.accepted_tokens,
+        plain_drafts=plain.drafts,
+        prefix_cache_hit_rate=hits / queries if probe.session and hits is not None and queries else None,
+        outcome=out.outcome,
+        detail=out.detail,
+        requests_sent=base.requests + spec.requests,
+    )
+
+
+def _sha(replies: checks.ArmReplies) -> str | None:
+    if not all(r.accepted for r in replies.feature):
+        return None
+    return hashlib.sha256(classify.output(replies).encode()).hexdigest()

@@ -1,0 +1,212 @@
+"""``specdec compat``'s run: validate the settings, run the tokenizer preflight
+when a draft model is named, start the embedded pair of each engine (or take
+the user's two URLs), send the probe set to both arms, and write the run
+folder: ``compat.parquet`` (one ``CompatCell`` per cell) and a manifest of
+kind ``compat`` whose ``traffic.probes`` holds every probe's request bodies.
+
+Embedded pairs are started with the servers' own starters
+(``specdec.engines.server``: ``LocalServer`` for vLLM CPU, ``LlamaServer``
+for llama.cpp), the speculative arm with each engine's prompt lookup
+(``specdec.arms.NGRAM``), float32 for vLLM so that speculation changes no
+greedy token. vLLM's capture plugin writes into ``compat-capture/`` (kept as
+evidence, not read by the build: a compat run has no timed requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from specdec.arms import NGRAM
+from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
+from specdec.errors import SpecdecError
+from specdec.replay.config import ClientOptions
+from specdec.replay.host import engine_facts, host_facts, package_version
+from specdec.runfolder import claim_run_dir, compat_file, open_run_dir, server_log, write_manifest
+from specdec.schemas.compat import OUTCOMES, CompatCell
+from specdec.schemas.records import ArmConfig, RunManifest
+from specdec.schemas.strict import RunName
+
+EngineChoice = Literal["vllm", "llama.cpp", "both"]
+
+
+class CompatConfig(ClientOptions):
+    """The validated settings of one ``specdec compat`` run."""
+
+    baseline_url: str | None = Field(default=None, description="The user's server without speculation.")
+    speculative_url: str | None = Field(default=None, description="The user's server with speculation.")
+    engine: EngineChoice | None = Field(default=None, description="Embedded pair(s) to start when no URLs are given.")
+    runs_dir: Path = Field(default=RUNS_DIR, description="Parent folder of the run folder.")
+    run_id: RunName | None = Field(default=None, description="Run folder name; default: UTC timestamp.")
+    draft_model: Path | None = Field(
+        default=None, description="A draft model folder: its tokenizer is checked against target_model's first."
+    )
+    target_model: Path | None = Field(
+        default=None, description="The target model folder of the preflight (embedded vLLM: the prepared SmolLM2)."
+    )
+    probes: list[str] | None = Field(default=None, description="Probe names to send (default: all).")
+    startup_timeout_s: float = Field(default=STARTUP_TIMEOUT_S, gt=0, description="Embedded: longest server start.")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> CompatConfig:
+        urls = (self.baseline_url is None, self.speculative_url is None)
+        if urls[0] != urls[1]:
+            raise ValueError("give both --baseline-url and --speculative-url, or neither")
+        if self.baseline_url is not None and self.engine is not None:
+            raise ValueError("--engine starts embedded servers; it does not go with --baseline-url/--speculative-url")
+        if self.baseline_url is None and self.engine is None:
+            self.engine = "vllm"
+        if self.draft_model is not None and self.target_model is None and self.engine != "vllm":
+            raise ValueError("--draft-model needs --target-model (the folder whose tokenizer the target serves)")
+        return self
+
+
+def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[Path, list[CompatCell]]:
+    """Probe every pair and write the run folder; returns (run folder, cells). The tokenizer
+    preflight runs first, before any folder is created, server started or request sent."""
+    # heavy: aiohttp (the probes, the servers' health checks) and pyarrow, only when a run starts
+    from specdec.engines.urls import parse_endpoint
+    from specdec.replay.compat.probing import Pair, probe_pair
+    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+
+    if cfg.draft_model is not None:
+        from specdec.replay.compat.vocab import preflight  # heavy: tokenizers (as above)
+
+        target = cfg.target_model if cfg.target_model is not None else _vllm_model()[0]
+        report = preflight(cfg.draft_model, Path(target))
+        echo(f"tokenizer preflight: draft and target agree ({report.target_vocab_size} tokens)")
+    settings = cfg.client_settings()
+    pairs: list[tuple[str, Any]] = []  # (engine, a Pair or a starter of one)
+    if cfg.baseline_url is not None:
+        assert cfg.speculative_url is not None  # the validator asks for both
+        b = parse_endpoint(cfg.baseline_url, "--baseline-url")
+        s = parse_endpoint(cfg.speculative_url, "--speculative-url")
+        pairs.append(("external", Pair("external", None, "declared", b, s)))
+    else:
+        settings = dataclasses.replace(settings, api_key=None)  # the embedded servers want no key
+        engines = ["vllm", "llama.cpp"] if cfg.engine == "both" else [cfg.engine or "vllm"]
+        pairs += [(e, None) for e in engines]
+    run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
+    open_run_dir(cfg.runs_dir, run_dir)
+    manifest = _manifest(cfg, run_id, pairs)
+    write_manifest(run_dir, manifest)
+    only = frozenset(cfg.probes) if cfg.probes else None
+    cells: list[CompatCell] = []
+    for engine, pair in pairs:
+        with contextlib.ExitStack() as stack:
+            if pair is None:
+                pair = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
+            echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
+            found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only))
+        cells += found
+        manifest.traffic.setdefault("probes", {})[engine] = sent
+        write_manifest(run_dir, manifest)
+        write_parquet_atomic(table_from_records(CompatCell, list(cells)), compat_file(run_dir))
+    if not cells:
+        raise SpecdecError(f"no probe was sent (--probe names none of the probe set: {sorted(only or ())})")
+    manifest.finished = True
+    write_manifest(run_dir, manifest)
+    return run_dir, cells
+
+
+def _vllm_model() -> tuple[str, dict[str, Any]]:
+    from specdec.model import prepare_model  # heavy: converts the GGUF once (transformers), only when needed
+
+    prepared = prepare_model()
+    return str(prepared.path), prepared.source
+
+
+def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo):
+    """Start ``engine``'s baseline and ngram servers together; they stop when ``stack`` closes."""
+    # heavy: aiohttp (the engines' counter reads, the probes), only when a run starts
+    from specdec.engines.base import Arm
+    from specdec.engines.server import LlamaServer, LocalServer, start_all
+    from specdec.engines.urls import parse_endpoint
+    from specdec.engines.vllm import ServerSpec
+    from specdec.replay.compat.probing import Pair
+
+    tag = engine.replace(".", "")
+    logs = [server_log(run_dir, f"{tag}-baseline"), server_log(run_dir, f"{tag}-speculative")]
+    servers: list[Any]
+    if engine == "vllm":
+        spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset")
+        cap = run_dir / "compat-capture"
+        servers = [
+            LocalServer(spec, c, cap, run_id, log, timeout_s) for c, log in zip((None, dict(NGRAM["vllm"])), logs)
+        ]
+        version = engine_facts().get("version")
+        method = str(NGRAM["vllm"]["method"])
+        counters = None
+    else:
+        from specdec.engines.llama_build import LLAMA_CPP_PYTHON
+        from specdec.engines.llama_cpp import LlamaCpp
+        from specdec.model import find_gguf
+
+        adapter = LlamaCpp(threads=2, context=2048, slots=1)
+        arms = (Arm("baseline", None), Arm("speculative", NGRAM["llama.cpp"]))
+        servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
+        version, method, counters = (
+            f"llama-cpp-python {LLAMA_CPP_PYTHON}",
+            str(NGRAM["llama.cpp"]["type"]),
+            adapter.counters,
+        )
+    echo(f"starting {engine} (logs: {logs[0].name}, {logs[1].name})")
+    start_all(stack, servers)
+    b, s = (parse_endpoint(x.base_url) for x in servers)
+    return Pair(engine, version, method, b, s, counters)
+
+
+def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> RunManifest:
+    external = cfg.baseline_url is not None
+    arms = [
+        ArmConfig(
+            name="baseline", speculative_config=None, server_args=[], endpoint=p.baseline.display if p else "embedded"
+        )
+        for _, p in pairs[:1]
+    ] + [
+        ArmConfig(
+            name="speculative",
+            speculative_config=None if external else {e: dict(NGRAM[e]) for e, _ in pairs},
+            server_args=[],
+            endpoint=p.speculative.display if p else "embedded",
+            speculative_config_source="declared" if external else "launched",
+        )
+        for _, p in pairs[:1]
+    ]
+    return RunManifest(
+        kind="compat",
+        run_id=run_id,
+        created_wall=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        specdec_version=package_version(),
+        engine={"name": "external", "version": None}
+        if external
+        else {"engines": [e for e, _ in pairs], **engine_facts()},
+        model="(first of GET /v1/models)" if external else "bundled SmolLM2-135M-Instruct",
+        dtype="unknown" if external else f"vLLM {STABLE_DTYPE}; llama.cpp GGUF as shipped",
+        arms=arms,
+        arm_difference=["the speculative setting"],
+        sampling={"note": "each probe sets its own request body; see traffic.probes"},
+        traffic={"source": "built-in compat probes (specdec.replay.compat.probes)", "outcomes": list(OUTCOMES)},
+        concurrency_levels=[1],
+        warmup_requests=0,
+        host=host_facts(),
+        timeouts={"connect": cfg.connect_timeout_s, "request": cfg.request_timeout_s},
+        notes=["one request at a time per arm; speculation counters read around each probe's requests"],
+    )
+
+
+def matrix_text(cells: list[CompatCell]) -> str:
+    """The matrix on a terminal: one line per cell, then the counts per outcome."""
+    lines = [f"{'engine':<10} {'feature':<18} {'probe':<22} {'outcome':<11} detail"]
+    for c in cells:
+        lines.append(f"{c.engine:<10} {c.feature:<18} {c.probe:<22} {c.outcome:<11} {c.detail[:110]}")
+    counts = {o: sum(c.outcome == o for c in cells) for o in OUTCOMES}
+    lines.append("outcomes: " + ", ".join(f"{o} {n}" for o, n in counts.items()))
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""The record of ``specdec compat``: one row per matrix cell, a feature probed in
+both arms of one engine pair (``specdec.replay.compat``).
+
+A cell's evidence is in its own columns, per arm (``baseline_*``,
+``speculative_*``): whether the server accepted the request and its error
+verbatim when it did not, whether the output obeys the feature's constraint,
+and the speculation counters' differences around the request (speculative arm
+only: the baseline does not speculate). ``None`` means "not applicable" or "not
+measured", never 0.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Outcome = Literal["works", "degrades", "broken", "refused", "not offered"]
+
+#: The outcomes in the order the matrix and the report list them (worst last but one:
+#: ``not offered`` says nothing about speculation).
+OUTCOMES: tuple[str, ...] = ("works", "degrades", "broken", "refused", "not offered")
+
+
+class CompatCell(BaseModel):
+    """One cell of the compatibility matrix: (engine, speculative method, feature probe)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field(description="Run identifier.")
+    engine: str = Field(description="Engine of the pair (vllm, llama.cpp, or 'external').")
+    engine_version: str | None = Field(description="Engine version as reported or installed; None if unknown.")
+    spec_method: str = Field(description="The speculative arm's method (e.g. ngram), or 'declared' for a user's pair.")
+    feature: str = Field(description="Feature family probed (structured_output, tools, sampling, ...).")
+    probe: str = Field(
+        description="The probe within its feature (json_schema, tool_choice_named, ...); unique per run."
+    )
+    output_constraint: str = Field(description="What the output must satisfy to be valid (one sentence).")
+    identity_expected: bool = Field(
+        description="Greedy decoding: both arms should emit the same output (False for sampled probes such as seed)."
+    )
+    baseline_accepted: bool = Field(description="The baseline server answered 2xx with a complete reply.")
+    speculative_accepted: bool = Field(description="The speculative server answered 2xx with a complete reply.")
+    baseline_http_status: int | None = Field(description="HTTP status of the baseline reply; None if none arrived.")
+    speculative_http_status: int | None = Field(
+        description="HTTP status of the speculative reply; None if none arrived."
+    )
+    baseline_error: str | None = Field(description="The baseline server's error body, verbatim; None when accepted.")
+    speculative_error: str | None = Field(
+        description="The speculative server's error body, verbatim; None when accepted."
+    )
+    baseline_valid: bool | None = Field(
+        description="The baseline output satisfies the constraint; None: not assessed (refused, or cut at max_tokens)."
+    )
+    speculative_valid: bool | None = Field(
+        description="The speculative output satisfies the constraint; None: not assessed (refused, or cut at max_tokens)."
+    )
+    baseline_validity_detail: str = Field(description="Why the baseline output is (in)valid, one phrase.")
+    speculative_validity_detail: str = Field(description="Why the speculative output is (in)valid, one phrase.")
+    identical: bool | None = Field(
+        description="Both arms' outputs (text, tool calls, every choice) are equal; None when not applicable "
+        "(a refusal, or a sampled probe)."
+    )
+    first_divergence_char: int | None = Field(
+        description="First character at which the two outputs differ (0-based); None when identical or not applicable."
+    )
+    baseline_output_sha256: str | None = Field(description="SHA-256 hex of the baseline's normalized output.")
+    speculative_output_sha256: str | None = Field(description="SHA-256 hex of the speculative normalized output.")
+    baseline_completion_tokens: int | None = Field(description="usage.completion_tokens of the baseline reply.")
+    speculative_completion_tokens: int | None = Field(description="usage.completion_tokens of the speculative reply.")
+    baseline_e2e_ms: float | None = Field(description="Baseline request time, monotonic clock, ms (one request).")
+    speculative_e2e_ms: float | None = Field(description="Speculative request time, monotonic clock, ms (one request).")
+    draft_tokens: int | None = Field(
+        description="Speculative arm: spec_num_draft_tokens counter difference around the feature request(s); "
+        "None if the server exports no counter."
+    )
+    accepted_tokens: int | None = Field(
+        description="Speculative arm: spec_num_accepted_tokens counter difference around the feature request(s)."
+    )
+    drafts: int | None = Field(
+        description="Speculative arm: spec_num_drafts counter difference (verify rounds) around the feature request(s)."
+    )
+    plain_draft_tokens: int | None = Field(
+        description="The same counter around the plain twin (same messages, no feature); None without a twin."
+    )
+    plain_accepted_tokens: int | None = Field(description="Accepted tokens around the plain twin.")
+    plain_drafts: int | None = Field(description="Verify rounds around the plain twin.")
+    prefix_cache_hit_rate: float | None = Field(
+        description="Speculative arm, multi-turn probe only: prefix_cache_hits / prefix_cache_queries over the "
+        "session's turns; None elsewhere or when not exported."
+    )
+    outcome: Outcome = Field(
+        description="works: valid, lossless, speculation ran; degrades: valid and lossless but speculation proposed "
+        "nothing or its acceptance per token fell below half the plain twin's; broken: invalid output or a greedy "
+        "divergence in the speculative arm; refused: the speculative server refused what the baseline accepted; "
+        "not offered: the baseline refused it too, or neither arm enforced it."
+    )
+    detail: str = Field(description="One sentence on why this outcome, with the error text escaped where refused.")
+    requests_sent: int = Field(description="Requests sent for this cell, both arms, twins included.")

@@ -1,0 +1,111 @@
+"""``specdec compat``: the command over ``specdec.replay.compat.run`` (the probes,
+the run folder), then the matrix on the terminal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specdec.cli.common import handle_errors
+from specdec.cli.options import client_options
+from specdec.errors import SpecdecError
+from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
+from specdec.schemas.strict import check_run_name
+
+
+@click.command("compat")
+@click.option("--baseline-url", default=None, help="Your server without speculation (with --speculative-url).")
+@click.option("--speculative-url", default=None, help="Your server with speculation, serving the same model.")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "llama.cpp", "both"]),
+    default=None,
+    help="Without URLs: start the embedded pair(s): vLLM CPU (float32, ngram k=4 vs none) and/or "
+    "llama-server (ngram-mod vs none), both on the bundled SmolLM2. Default: vllm.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The run folder to write (must be new or empty; default: runs/<UTC timestamp>).",
+)
+@click.option(
+    "--draft-model",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="A draft model folder: its tokenizer is compared with the target's before anything is sent.",
+)
+@click.option(
+    "--target-model",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="The target model folder for the tokenizer preflight (default with --engine vllm: the bundled model).",
+)
+@click.option("--probe", "probes", multiple=True, help="Send only this probe (repeatable; names as in the matrix).")
+@client_options()
+def compat_command(**options) -> None:
+    """Which features still work with speculation on, measured from real requests.
+
+    \b
+    Sends a fixed set of probe requests, one at a time, to a server without
+    speculation and one with it: structured output (json_object, json_schema,
+    regex, choice), tools (tool_choice auto, required, named), streaming,
+    logprobs, n=2, stop, seed, penalties, logit_bias, min_tokens, a long
+    input near the maximum length and a multi-turn session on a shared prefix.
+    Per probe (a cell) it records whether each arm accepted it (the error
+    verbatim when not), whether each output obeys the constraint, whether the
+    greedy outputs agree, and the speculative arm's acceptance from its
+    counters, with the feature and on a plain twin without it. Outcome:
+
+    \b
+      works        valid in both arms, identical, speculation ran
+      degrades     valid and identical, but no draft with the feature, or
+                   acceptance per token below half the plain twin's
+      broken       invalid output, or the greedy outputs differ
+      refused      the speculative server refused what the baseline accepted
+      not offered  the baseline refused it too, or neither arm enforced it
+
+    Writes RUN_DIR/compat.parquet (one row per cell) and manifest.json (every
+    probe's request bodies), and prints the matrix. With --draft-model the
+    draft's tokenizer is checked against the target's first: a mismatch stops
+    the run before any server starts or request is sent."""
+    handle_errors(_compat)(**options)
+
+
+def _compat(
+    baseline_url,
+    speculative_url,
+    engine,
+    run_dir,
+    draft_model,
+    target_model,
+    probes,
+    connect_timeout,
+    request_timeout,
+    api_key_env,
+) -> None:
+    runs_dir, run_id = (None, None) if run_dir is None else (run_dir.parent, run_dir.name)
+    if run_id is not None:
+        try:
+            check_run_name(run_id)
+        except ValueError as exc:
+            raise SpecdecError(f"-o {run_dir}: {exc}") from None
+    cfg = CompatConfig(
+        baseline_url=baseline_url,
+        speculative_url=speculative_url,
+        engine=engine,
+        run_id=run_id,
+        draft_model=draft_model,
+        target_model=target_model,
+        probes=list(probes) or None,
+        connect_timeout_s=connect_timeout,
+        request_timeout_s=request_timeout,
+        api_key_env=api_key_env,
+        **({"runs_dir": runs_dir} if runs_dir is not None else {}),
+    )
+    out, cells = run_compat(cfg, echo=click.echo)
+    click.echo(matrix_text(cells))
+    click.echo(f"run folder: {out.resolve()}")

@@ -1,0 +1,53 @@
+-- stg_compat
+-- Grain: one row per run_id and cell of a `specdec compat` run (CompatCell): one
+--   (engine, speculative method, feature probe).
+-- Purpose: the cell record, typed. Nothing is derived here.
+--   outcome        works | degrades | broken | refused | not offered (CompatCell.outcome)
+--   *_valid        NULL = not assessed (refused, cut at max_tokens, no output constraint)
+--   draft_tokens, accepted_tokens, drafts, plain_*
+--                  speculation counter differences around the cell's own requests in the
+--                  speculative arm; NULL = the server exports no such counter
+with source as (
+    select * from raw_compat
+),
+final as (
+    select
+        run_id,
+        engine,
+        engine_version,
+        spec_method,
+        feature,
+        probe,
+        output_constraint,
+        identity_expected,
+        baseline_accepted,
+        speculative_accepted,
+        baseline_http_status,
+        speculative_http_status,
+        baseline_error,
+        speculative_error,
+        baseline_valid,
+        speculative_valid,
+        baseline_validity_detail,
+        speculative_validity_detail,
+        identical,
+        first_divergence_char,
+        baseline_output_sha256,
+        speculative_output_sha256,
+        baseline_completion_tokens,
+        speculative_completion_tokens,
+        baseline_e2e_ms,
+        speculative_e2e_ms,
+        draft_tokens,
+        accepted_tokens,
+        drafts,
+        plain_draft_tokens,
+        plain_accepted_tokens,
+        plain_drafts,
+        prefix_cache_hit_rate,
+        outcome,
+        detail,
+        requests_sent
+    from source
+)
+select * from final

@@ -1,0 +1,93 @@
+"""``specdec compat`` end to end against fake servers: the run folder, the
+manifest's probe bodies, the matrix; and the tokenizer preflight stopping a
+run before any request."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from click.testing import CliRunner
+
+from specdec.cli.main import main
+from specdec.runfolder import read_manifest
+from tests.support.compat_server import CompatFake, threaded_pair
+
+
+def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
+    base, spec = CompatFake(False), CompatFake(True, invalid_json=True)
+    run_dir = tmp_path / "runs" / "c1"
+    with threaded_pair(base, spec) as (b, s):
+        result = CliRunner().invoke(
+            main,
+            [
+                "compat",
+                "--baseline-url",
+                b,
+                "--speculative-url",
+                s,
+                "-o",
+                str(run_dir),
+                "--probe",
+                "json_schema",
+                "--probe",
+                "stream",
+            ],
+        )
+    assert result.exit_code == 0, result.output
+    rows = pq.read_table(run_dir / "compat.parquet").to_pylist()
+    assert [(r["probe"], r["outcome"]) for r in rows] == [("json_schema", "broken"), ("stream", "works")]
+    assert all(r["engine"] == "external" and r["spec_method"] == "declared" for r in rows)
+    manifest = read_manifest(run_dir)
+    assert manifest.kind == "compat" and manifest.finished
+    sent = manifest.traffic["probes"]["external"]
+    assert [e["probe"] for e in sent] == ["json_schema", "stream"]
+    # the bodies the servers received are the ones the manifest records
+    assert sent[0]["bodies"][0] in base.bodies and sent[0]["bodies"][0] in spec.bodies
+    assert sent[0]["twin"] in base.bodies
+    assert "json_schema" in result.output and "broken" in result.output
+    assert "outcomes: works 1, degrades 0, broken 1, refused 0, not offered 0" in result.output
+
+
+def test_a_planted_tokenizer_mismatch_stops_the_run_before_any_request(tmp_path, model_dir):
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir()
+    draft.mkdir()
+    shutil.copy(Path(model_dir) / "tokenizer.json", target / "tokenizer.json")
+    data = json.loads((target / "tokenizer.json").read_text())
+    data["added_tokens"].append(
+        {
+            "id": 49152,
+            "content": "<|x|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
+    (draft / "tokenizer.json").write_text(json.dumps(data))
+    base, spec = CompatFake(False), CompatFake(True)
+    with threaded_pair(base, spec) as (b, s):
+        result = CliRunner().invoke(
+            main,
+            [
+                "compat",
+                "--baseline-url",
+                b,
+                "--speculative-url",
+                s,
+                "-o",
+                str(tmp_path / "runs" / "c2"),
+                "--draft-model",
+                str(draft),
+                "--target-model",
+                str(target),
+            ],
+        )
+    assert result.exit_code == 1
+    assert "vocabulary size: draft 49153, target 49152" in result.output
+    assert base.bodies == [] and spec.bodies == []  # nothing was sent
+    assert not (tmp_path / "runs").exists()  # nor any folder created

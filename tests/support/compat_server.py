@@ -1,0 +1,191 @@
+"""A fake OpenAI-compatible server for ``specdec compat``'s probes: it reads
+each probe's feature from the request body and answers as an engine that
+honours it would (JSON for ``response_format``, a tool call for ``tools``,
+``n`` choices, logprobs, a stop string left out, ...), streamed or not, and
+exports vLLM's speculation counters when it plays the speculative arm
+(each request: 2 verify rounds, 8 draft tokens, 6 accepted).
+
+Faults on purpose, in the speculative arm only: ``invalid_json`` answers a
+``json_schema`` request with JSON that violates the schema; ``refuse_tools``
+refuses any request with ``tools`` (HTTP 400, ``TOOLS_ERROR``);
+``no_drafts_with`` proposes no draft for requests holding that body key.
+In either arm: ``refuse_key`` refuses (HTTP 400) any request holding that body key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+TOOLS_ERROR = 'Speculative decoding does not support "tools" in this build\n(request rejected)'
+DEFAULT_TEXT = "def f(x):\n    return sum(v * v for v in x)"
+
+
+class CompatFake:
+    def __init__(
+        self,
+        speculative: bool,
+        *,
+        invalid_json: bool = False,
+        refuse_tools: bool = False,
+        no_drafts_with: str | None = None,
+        refuse_key: str | None = None,
+        max_model_len: int = 512,
+    ):
+        self.speculative, self.invalid_json, self.refuse_tools = speculative, invalid_json, refuse_tools
+        self.no_drafts_with, self.max_model_len = no_drafts_with, max_model_len
+        self.refuse_key = refuse_key
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.bodies: list[dict[str, Any]] = []
+
+    def _text(self, body: dict[str, Any]) -> tuple[str, list[dict[str, str]], int]:
+        """(content, tool calls, completion tokens) for one choice."""
+        fmt = body.get("response_format") or {}
+        so = body.get("structured_outputs") or {}
+        if (
+            body.get("tools")
+            and body.get("tool_choice") in ("auto", "required")
+            or isinstance(body.get("tool_choice"), dict)
+        ):
+            return "", [{"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}], 6
+        if fmt.get("type") == "json_object":
+            return json.dumps({"city": "Paris", "country": "France"}), [], 10
+        if fmt.get("type") == "json_schema":
+            population: Any = "many" if self.speculative and self.invalid_json else 2100000
+            return json.dumps({"city": "Paris", "population": population}), [], 10
+        if "regex" in so:
+            return "555-1234", [], 5
+        if "choice" in so:
+            return so["choice"][0], [], 1
+        if body.get("logit_bias"):
+            return "yes yes yes yes", [], 4
+        if "min_tokens" in body:
+            return "Paris" + " ." * (body["min_tokens"] - 1), [], body["min_tokens"]
+        if body.get("stop"):
+            return DEFAULT_TEXT.split(body["stop"][0])[0], [], 4
+        return DEFAULT_TEXT, [], 8
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        if self.refuse_key is not None and self.refuse_key in body:
+            return web.json_response({"error": f"{self.refuse_key!r} is not supported"}, status=400)
+        if self.speculative and self.refuse_tools and body.get("tools"):
+            return web.json_response({"error": {"message": TOOLS_ERROR, "code": 400}}, status=400)
+        if self.speculative and not (self.no_drafts_with and self.no_drafts_with in body):
+            self.counters["drafts"] += 2
+            self.counters["draft_tokens"] += 8
+            self.counters["accepted"] += 6
+        text, calls, tokens = self._text(body)
+        n = int(body.get("n") or 1)
+        top = int(body.get("top_logprobs") or 0)
+        logprobs = (
+            {
+                "content": [{"token": "t", "logprob": -0.1, "top_logprobs": [{"token": "t", "logprob": -0.1}] * top}]
+                * tokens
+            }
+            if body.get("logprobs")
+            else None
+        )
+        tool_calls = [{"id": f"call_{i}", "type": "function", "function": c} for i, c in enumerate(calls)]
+        usage = {"prompt_tokens": 10, "completion_tokens": tokens * n}
+        finish = "tool_calls" if calls else "stop"
+        if not body.get("stream"):
+            choices = [
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text or None, "tool_calls": tool_calls},
+                    "finish_reason": finish,
+                    "logprobs": logprobs,
+                }
+                for i in range(n)
+            ]
+            return web.json_response({"choices": choices, "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for i in range(n):
+            for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+                event = {"choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]}
+                await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+            last = {"choices": [{"index": i, "delta": {}, "finish_reason": finish}]}
+            await resp.write(f"data: {json.dumps(last)}\n\n".encode())
+        await resp.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        if not self.speculative:
+            return web.Response(text="vllm:generation_tokens_total 1.0\n")
+        c = self.counters
+        return web.Response(
+            text=(
+                f"vllm:spec_decode_num_drafts_total {c['drafts']}.0\n"
+                f"vllm:spec_decode_num_draft_tokens_total {c['draft_tokens']}.0\n"
+                f"vllm:spec_decode_num_accepted_tokens_total {c['accepted']}.0\n"
+            )
+        )
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"data": [{"id": "fake-model", "max_model_len": self.max_model_len}]})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        text = body.get("prompt") or body.get("content") or ""
+        return web.json_response({"tokens": [42 + i for i, _ in enumerate(text.split())]})
+
+    def server(self) -> TestServer:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/tokenize", self.tokenize)
+        return TestServer(app, host="127.0.0.1")
+
+
+@asynccontextmanager
+async def fake_pair(baseline: CompatFake, speculative: CompatFake):
+    """Serve both fakes; yield their base URLs (baseline, speculative)."""
+    servers = [baseline.server(), speculative.server()]
+    for s in servers:
+        await s.start_server()
+    try:
+        yield tuple(str(s.make_url("")).rstrip("/") for s in servers)
+    finally:
+        for s in servers:
+            await s.close()
+
+
+@contextmanager
+def threaded_pair(baseline: CompatFake, speculative: CompatFake) -> Iterator[tuple[str, str]]:
+    """Serve both fakes from a background event loop (for a command run in this thread); yield their URLs."""
+    loop = asyncio.new_event_loop()
+    servers = [baseline.server(), speculative.server()]
+    ready = threading.Event()
+
+    async def start() -> None:
+        for s in servers:
+            await s.start_server(loop=loop)
+        ready.set()
+
+    t = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
+    t.start()
+    assert ready.wait(10), "the fake servers did not start"
+    try:
+        b, s = (str(x.make_url("")).rstrip("/") for x in servers)
+        yield b, s
+    finally:
+
+        async def stop() -> None:
+            for x in servers:
+                await x.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        t.join(10)
