@@ -44,7 +44,7 @@ every model's SQL (name, layer, materialized, path, sql), since
 
 A few tables are computed in Python rather than SQL (``COMPUTED``), one run
 at a time: the speedup intervals ``int_speedup_intervals`` (``intervals.py``)
-and the sampling-mode tests ``sampling_tests`` (``sampling_test.py``). Each
+and the sampling-mode tests ``sampling_tests`` (``sampling_check.py``). Each
 module's ``create_table`` makes its table empty before the views, so the marts
 over it can be created; its ``fill`` computes the rows once every view exists
 and the materialized intermediate models are in place, before the marts are
@@ -81,7 +81,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from specdec import arms
-from specdec.analytics import intervals, sampling_test
+from specdec.analytics import intervals, sampling_check
 from specdec.analytics import settings as analysis_settings
 from specdec.analytics.arrow_tables import create_empty_table, duckdb_columns
 from specdec.analytics.checks import read_parquet_checked
@@ -98,7 +98,7 @@ __all__ = ["COMPUTED", "DB_NAME", "build", "build_steps", "load_record_file", "r
 log = logging.getLogger("specdec.analytics.build")
 
 #: Modules that compute a table from the views, each with create_table(con) and fill(con).
-COMPUTED = (intervals, sampling_test)
+COMPUTED = (intervals, sampling_check)
 
 #: The schema of the stored marts, in the database file.
 STORED = "stored"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from specdec.analytics import intervals, sampling_test, settings
+from specdec.analytics import intervals, sampling_check, settings
 from specdec.analytics.models import LAYERS, discover, macros_sql
 from specdec.atomic import atomic_write_text
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
@@ -137,8 +137,8 @@ def render() -> str:
         "Computed one run at a time; each row carries its `run_id`.",
         "",
         f"- `{intervals.TABLE}`: the speedup intervals (`analytics/intervals.py`): {_cell(intervals.METHOD)}",
-        f"- `{sampling_test.TABLE}`: the sampling-mode tests (`analytics/sampling_test.py`): "
-        f"{_cell(sampling_test.METHOD)}",
+        f"- `{sampling_check.TABLE}`: the sampling-mode tests (`analytics/sampling_check.py`): "
+        f"{_cell(sampling_check.METHOD)}",
         f"- `{settings.TABLE}`: the analysis's settings, one row: the capacity SLO "
         "(`slo_ttft_p95_ms`, `slo_tpot_p95_ms`, `slo_source`; `analytics/settings.py`).",
         "",

@@ -1,5 +1,5 @@
 """The two-sample Kolmogorov-Smirnov distance, a descriptive figure of the
-sampling check (``sampling_test.py``): D, the largest distance between two
+sampling check (``sampling_check.py``): D, the largest distance between two
 empirical CDFs, its asymptotic p-value Q(sqrt(n m / (n + m)) D) (Q the
 Kolmogorov distribution's survival function; conservative with ties), and the
 critical D at a level alpha, c(alpha) sqrt((n + m) / (n m)) with

@@ -1,5 +1,5 @@
 """The permutation test stratified by prompt, for the sampling check
-(``sampling_test.py``): do two arms' samples of a statistic come from the
+(``sampling_check.py``): do two arms' samples of a statistic come from the
 same distribution, prompt by prompt?
 
 - **strata**: one per prompt; in each, the baseline's values x_p (n_p of them)

@@ -4,7 +4,7 @@ A sample is one seed's output for one prompt. An arm that ignores the seed
 (every seed the same output) has no distribution to compare: its samples are
 one draw repeated. Comparing it with the other arm would call a seed-handling
 fault a distribution defect, or hide one. So before the distribution test
-(``sampling_test.py``) each arm's samples are checked, per prompt:
+(``sampling_check.py``) each arm's samples are checked, per prompt:
 
 - ``distinct_share``: distinct generated token sequences / samples, at a
   prompt with at least 2 samples; per arm, the mean over such prompts (1.0:

@@ -1,5 +1,5 @@
 """What a server holds while a block runs: its memory and its KV cache,
-sampled about once a second (``ResourceSample`` rows, ``resources.parquet``).
+sampled about once a second (``ResourceReading`` rows, ``resources.parquet``).
 
 * Memory: the resident set of the server's whole process tree (vLLM's API
   server and its engine core are separate processes), read with psutil from
@@ -26,7 +26,7 @@ import aiohttp
 
 from specdec.engines.metrics import GAUGES, read_gauges
 
-__all__ = ["INTERVAL_S", "process_tree_rss", "sample_block"]
+__all__ = ["INTERVAL_S", "process_tree_rss", "watch_block"]
 
 INTERVAL_S = 1.0
 
@@ -52,7 +52,7 @@ def process_tree_rss(pid: int | None) -> int | None:
     return total
 
 
-async def sample_block(
+async def watch_block(
     session: aiohttp.ClientSession,
     ep,
     settings,

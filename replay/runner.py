@@ -43,11 +43,11 @@ from specdec.replay.passes.lossless import greedy_table, lossless_pass
 from specdec.replay.passes.rescore import instrument_arm, rescore_pass
 from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table, sampled_rows
 from specdec.replay.progress import Progress
-from specdec.replay.resources import sample_block
+from specdec.replay.resources import watch_block
 from specdec.replay.traffic.io import Traffic
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
-from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceSample, TrafficRow
+from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceReading, TrafficRow
 
 log = logging.getLogger("specdec.replay")
 
@@ -346,7 +346,7 @@ class Replayer:
         run = run_level if plan is None else run_open_level
         samples: list[dict] = []
         stop = asyncio.Event()
-        sampler = asyncio.create_task(sample_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
+        sampler = asyncio.create_task(watch_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
         try:
             with quiet_gc():  # no whole-heap collection pauses the block (replay/http/event_loop.py)
                 await run(
@@ -409,10 +409,12 @@ class Replayer:
         except (asyncio.CancelledError, Exception) as exc:  # a timeout included: sampling never fails a block
             log.warning("resource sampling of %s c%d r%d ended with %s", arm, level, repeat, type(exc).__name__)
         if samples:
-            rows = [ResourceSample(run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, **s) for s in samples]
+            rows = [
+                ResourceReading(run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, **s) for s in samples
+            ]
             path = resources_part(self.run_dir, arm, level, repeat)
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_parquet_atomic(table_from_records(ResourceSample, rows), path)
+            write_parquet_atomic(table_from_records(ResourceReading, rows), path)
 
     async def _lossless_pass(self, session, arm: str, ep: Endpoint, rows, level: int) -> None:
         """The lossless pass of one arm at one level (logprobs on)."""

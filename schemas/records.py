@@ -372,7 +372,7 @@ class MetricSnapshot(_Record):
     )
 
 
-class ResourceSample(_Record):
+class ResourceReading(_Record):
     """What a server held while a block ran: sampled about once a second by
     replay (``replay/resources.py``), from the block's first request to its last."""
 

@@ -12,7 +12,7 @@ A run folder ``runs/<run-id>/`` holds:
   greedy_checks.parquet    GreedyCheck rows (the lossless pass)
   sample_checks.parquet    SampleCheck rows (the sampling-mode distribution check)
   pass_counters.parquet    PassCounters rows (speculation counters before/after each untimed pass)
-  resources.parquet        ResourceSample rows (server memory and KV-cache use, ~1/s per block)
+  resources.parquet        ResourceReading rows (server memory and KV-cache use, ~1/s per block)
   capture_status.json      each capturing engine process's own counters (hook failures, rows
                            dropped or written by its writer), merged from capture/status-*.json
   server-<arm>.log         an embedded server's log
@@ -95,7 +95,7 @@ class RecordFile:
             "greedy_checks": records.GreedyCheck,
             "sample_checks": records.SampleCheck,
             "pass_counters": records.PassCounters,
-            "resources": records.ResourceSample,
+            "resources": records.ResourceReading,
             "compat": CompatCell,
         }
         return models[self.name]

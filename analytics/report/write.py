@@ -29,7 +29,7 @@ from specdec.analytics.report.html import banner, esc, script_json, table
 from specdec.analytics.report.page import chart_divs, page
 from specdec.analytics.report.summary import summary_text
 from specdec.analytics.report.verdict import Sentence, row_anchor
-from specdec.analytics.sampling_test import METHOD as SAMPLING_METHOD
+from specdec.analytics.sampling_check import METHOD as SAMPLING_METHOD
 from specdec.atomic import atomic_write_bytes
 from specdec.levels import name_of
 from specdec.runfolder import DB_NAME, REPORT, chart_png

@@ -100,7 +100,7 @@ def import_to_file(
     values = traffic_values(_counted(rows, progress, n), module.SOURCE, opts, pool, counter, report)
     written = write_batches(values, Path(out), blocks=getattr(module, "BLOCKS", False) if blocks is None else blocks)
     if not written:
-        raise InputFileError(path, "no row was kept (check --start-s/--end-s and --sample); nothing written")
+        raise InputFileError(path, "no row was kept (check --start-s/--end-s and --keep-fraction); nothing written")
     return report
 
 
@@ -131,5 +131,7 @@ def write_traffic(report: ImportReport, out: str | Path) -> None:
     from specdec.schemas.records import TrafficRow
 
     if not report.rows:
-        raise InputFileError(report.path, "no row was kept (check --start-s/--end-s and --sample); nothing written")
+        raise InputFileError(
+            report.path, "no row was kept (check --start-s/--end-s and --keep-fraction); nothing written"
+        )
     write_parquet_atomic(table_from_records(TrafficRow, report.rows), Path(out))

@@ -11,7 +11,7 @@ Conventions, the same for every format:
   ``--start-s``/``--end-s`` keep rows with ``start <= t - trace_start < end``
   (seconds). ``arrival_ms`` is then measured from the first kept row, so a
   slice starts at 0.
-* Down-sampling (``--sample F``) is independent thinning by a seeded hash: a
+* Down-sampling (``--keep-fraction F``, formerly ``--sample``) is independent thinning by a seeded hash: a
   row is kept when ``unit_hash(seed, key) < F``, where the key is the session
   (all turns of a session are kept or dropped together) or else the row
   number. Thinning keeps the arrival process's shape (bursts, diurnal curve):
@@ -89,7 +89,7 @@ class ImportOptions(BaseModel):
     end_s: float | None = Field(
         default=None, gt=0, description="Window end (exclusive), seconds from the trace start; None: the end."
     )
-    sample: float = Field(
+    keep_fraction: float = Field(
         default=1.0, gt=0, le=1, description="Fraction of rows (sessions) kept by seeded hash thinning."
     )
     seed: int = Field(default=0, description="Seed of the thinning and of every content choice.")
@@ -134,7 +134,7 @@ class ImportReport:
     malformed: Counter = field(default_factory=Counter)  # "field: problem" -> rows
     first_malformed: list[str] = field(default_factory=list)
     outside_window: int = 0
-    sampled_out: int = 0
+    thinned_out: int = 0
     clamped: int = 0
     rows: list[TrafficRow] = field(default_factory=list)
     content: Counter = field(default_factory=Counter)
@@ -158,7 +158,9 @@ class ImportReport:
         skipped = [f"{sum(self.malformed.values())} malformed"]
         window = f"[{o.start_s:g} s, {'end' if o.end_s is None else f'{o.end_s:g} s'})"
         skipped.append(f"{self.outside_window} outside the window {window}")
-        skipped.append(f"{self.sampled_out} thinned out (--sample {o.sample:g}, seeded hash, seed {o.seed})")
+        skipped.append(
+            f"{self.thinned_out} thinned out (--keep-fraction {o.keep_fraction:g}, seeded hash, seed {o.seed})"
+        )
         if o.fit_context is not None:
             skipped.append(f"{self.unfit} whose output alone does not fit --fit-context {o.fit_context}")
         out.append(f"kept {kept}; skipped: " + ", ".join(skipped))
@@ -273,10 +275,11 @@ def select(
         if r.time_ms < lo or (hi is not None and r.time_ms >= hi):
             report.outside_window += 1
         elif (
-            opts.sample < 1.0
-            and unit_hash(opts.seed, "sample", f"s:{r.session}" if r.session else f"r:{r.row}") >= opts.sample
+            opts.keep_fraction < 1.0
+            # the salt "sample" is the option's former name, kept so a seed keeps the same sessions
+            and unit_hash(opts.seed, "sample", f"s:{r.session}" if r.session else f"r:{r.row}") >= opts.keep_fraction
         ):
-            report.sampled_out += 1
+            report.thinned_out += 1
         else:
             yield r
 

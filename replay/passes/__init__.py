@@ -5,7 +5,7 @@ requests so that nothing it asks for (logprobs, samples) slows a timed one:
   logprobs per position, which classifies a speculative output that differs from
   the baseline's (``sql/intermediate/int_greedy_pairs.sql``).
 - ``sampling``: the sampling pass, repeated samples per prompt at the row's
-  temperature for the sampling check (``analytics/sampling_test.py``), and
+  temperature for the sampling check (``analytics/sampling_check.py``), and
   ``rescore``, which scores every sample again on one server (teacher forcing).
 - ``counters``: the engine's speculation counters read around each pass.
 

@@ -1,6 +1,6 @@
 """The sampling-mode check: prompts with temperature > 0 sent N times per arm,
 once per seed of a fixed seed list, with logprobs on, so that statistics of
-the samples can be compared between the arms (``analytics/sampling_test.py``).
+the samples can be compared between the arms (``analytics/sampling_check.py``).
 
 If speculation leaves the output distribution unchanged, every statistic of
 the samples has the same distribution in both arms. Two are recorded per

@@ -172,7 +172,7 @@ class Drawn:
 
 
 # ------------------------------------------------------------------ sample
-def sample_rows(traffic: Traffic, n: int, seed: int = 0, by_category: bool = False) -> Drawn:
+def draw_rows(traffic: Traffic, n: int, seed: int = 0, by_category: bool = False) -> Drawn:
     rows = traffic.rows
     if n > len(rows):
         raise SpecdecError(

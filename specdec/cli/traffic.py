@@ -1,6 +1,6 @@
 """``specdec traffic``: commands on traffic files. This module holds the group
 and ``import`` (public traces -> traffic Parquet with content from the prompt
-pool), and registers ``inspect``, ``sample`` and ``mix`` from
+pool), and registers ``inspect``, ``draw`` and ``mix`` from
 ``traffic_tools``; the group is added to ``specdec`` in ``specdec.cli.main``.
 
 Thin: options -> ``ImportOptions`` -> ``import_trace`` (which the tests also
@@ -10,6 +10,7 @@ call) -> summary. Heavy imports (the tokenizer) happen inside the command.
 from __future__ import annotations
 
 import contextlib
+import copy
 import sys
 from pathlib import Path
 
@@ -17,13 +18,13 @@ import click
 
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam, PositiveInt, StrictFloatType, StrictIntType
-from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
+from specdec.cli.traffic_tools import draw_cmd, inspect_cmd, mix_cmd
 from specdec.replay.traffic.prompt_pool import load_pool
 
 
 @click.group()
 def traffic() -> None:
-    """Traffic files: import public traces, inspect, sample, re-weight to a mix."""
+    """Traffic files: import public traces, inspect, draw a subset, re-weight to a mix."""
 
 
 @traffic.command("import")
@@ -50,7 +51,9 @@ def traffic() -> None:
     help="Window end (exclusive), seconds from the trace start (default: the end).",
 )
 @click.option(
+    "--keep-fraction",
     "--sample",
+    "keep_fraction",
     type=StrictFloatType(0.0, 1.0, exclusive_min=True),
     default=1.0,
     show_default=True,
@@ -145,7 +148,7 @@ def _import(
     out: Path,
     start_s: float,
     end_s: float | None,
-    sample: float,
+    keep_fraction: float,
     seed: int,
     skip_bad: bool,
     category: str | None,
@@ -164,7 +167,7 @@ def _import(
     opts = ImportOptions(
         start_s=start_s,
         end_s=end_s,
-        sample=sample,
+        keep_fraction=keep_fraction,
         seed=seed,
         skip_bad=skip_bad,
         category=category,
@@ -210,6 +213,16 @@ def _bar(show: bool):
     return bar()
 
 
+def _old_name(cmd: click.Command, new: str) -> click.Command:
+    """A hidden copy of ``cmd`` under its former name, so scripts that use it keep working."""
+    old = copy.copy(cmd)
+    old.hidden = True
+    old.deprecated = f"use `specdec traffic {new}`"  # click prints it on use
+    return old
+
+
 traffic.add_command(inspect_cmd)
-traffic.add_command(sample_cmd)
+traffic.add_command(draw_cmd)
+# `traffic sample` was this command's name until 2026-12-02 ("sample" now names only the sampling check)
+traffic.add_command(_old_name(draw_cmd, "draw"), "sample")
 traffic.add_command(mix_cmd)

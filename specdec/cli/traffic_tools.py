@@ -1,8 +1,8 @@
-"""``specdec traffic inspect|sample|mix``: look at a traffic file, draw a
-seeded sample of it, re-weight it to a category mix. Thin click commands over
+"""``specdec traffic inspect|draw|mix``: look at a traffic file, draw a
+seeded subset of it, re-weight it to a category mix. Thin click commands over
 ``traffic_profile`` and ``traffic_mix`` (the tests call those functions);
 registered into the ``traffic`` group by ``specdec/cli/traffic.py`` as
-``inspect_cmd``, ``sample_cmd`` and ``mix_cmd``.
+``inspect_cmd``, ``draw_cmd`` and ``mix_cmd``.
 
 ``MixParam`` is the click type of every ``--mix`` option (here and
 ``specdec-replay --mix``): a bad mix fails while click parses the options,
@@ -19,7 +19,7 @@ import click
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam, NonNegativeInt, PositiveInt
 from specdec.replay.traffic.io import load_traffic
-from specdec.replay.traffic.mix import MixError, mix_rows, sample_rows, write_rows
+from specdec.replay.traffic.mix import MixError, draw_rows, mix_rows, write_rows
 from specdec.replay.traffic.profile import profile, render
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
@@ -67,7 +67,7 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     _errors(run)
 
 
-@click.command("sample")
+@click.command("draw")
 @_FILE
 @click.option("-n", "--rows", "n", required=True, type=PositiveInt, help="Rows to draw (without replacement).")
 @_OUT
@@ -77,15 +77,15 @@ def inspect_cmd(file: Path, as_json: bool) -> None:
     is_flag=True,
     help="Stratified: each category keeps its share of FILE (round(n x share) rows, largest remainder).",
 )
-def sample_cmd(file: Path, n: int, out: Path, seed: int, by_category: bool) -> None:
+def draw_cmd(file: Path, n: int, out: Path, seed: int, by_category: bool) -> None:
     """Draw N rows of FILE at random, keeping each session whole (all its turns
     or none), in FILE's order; arrival times are kept as they are."""
 
     def run() -> None:
         traffic = load_traffic(file)
-        drawn = sample_rows(traffic, n, seed=seed, by_category=by_category)
+        drawn = draw_rows(traffic, n, seed=seed, by_category=by_category)
         write_rows(drawn.rows, out, traffic)
-        _written(drawn, out, f"sample of {file} (seed {seed}{', by category' if by_category else ''})")
+        _written(drawn, out, f"rows drawn from {file} (seed {seed}{', by category' if by_category else ''})")
 
     _errors(run)
 

@@ -4,7 +4,7 @@
 --   either arm.
 -- Purpose: at temperature > 0, does speculation leave the output distribution
 --   unchanged? Every statistic of the samples must have the same distribution in both
---   arms if it does. Computed in Python by specdec.analytics.sampling_test (numpy only)
+--   arms if it does. Computed in Python by specdec.analytics.sampling_check (numpy only)
 --   into the table sampling_tests; this view reads it. Method: a permutation test
 --   stratified by prompt, T = the mean over prompts of the within-prompt difference of
 --   means (speculative - baseline), arm labels permuted within prompts, 9999 random

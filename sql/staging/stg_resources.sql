@@ -1,6 +1,6 @@
 -- stg_resources
 -- Grain: one row per resource sample: run_id, arm, concurrency level, repeat and time.
--- Purpose: what a server held while a block ran (ResourceSample, replay/resources.py),
+-- Purpose: what a server held while a block ran (ResourceReading, replay/resources.py),
 --   sampled about once a second from the block's start to its end.
 --   rss_bytes         resident memory of the server's process tree [bytes]; NULL for a
 --                     server specdec did not start

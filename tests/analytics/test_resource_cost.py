@@ -7,16 +7,16 @@ import os
 
 from pytest import approx
 
-from specdec.replay.resources import process_tree_rss, sample_block
+from specdec.replay.resources import process_tree_rss, watch_block
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
-from specdec.schemas.records import ResourceSample
+from specdec.schemas.records import ResourceReading
 from tests.support.synthetic_run import RUN, write_run
 
 MIB = 1 << 20
 
 
 def sample(arm, level, repeat, t, rss_mib, kv, running=2.0):
-    return ResourceSample(
+    return ResourceReading(
         run_id=RUN,
         arm=arm,
         concurrency=level,
@@ -38,7 +38,7 @@ def test_peak_mean_and_the_ratio_to_baseline(tmp_path, query):
         sample("speculative", 1, 0, 1000, 1800, 0.4, 4.0),
         sample("speculative", 2, 0, 0, None, None, None),
     ]  # an external server: nothing to read
-    write_parquet_atomic(table_from_records(ResourceSample, rows), tmp_path / "resources.parquet")
+    write_parquet_atomic(table_from_records(ResourceReading, rows), tmp_path / "resources.parquet")
     got = {(r["arm"], r["concurrency"]): r for r in query("select * from resource_cost")}
     base, spec = got["baseline", 1], got["speculative", 1]
     assert (base["samples"], base["repeats"], base["rss_peak_mib"], base["rss_mean_mib"]) == (2, 2, 1200, 1100)
@@ -74,7 +74,7 @@ def test_sample_block_samples_until_stopped_and_once_more():
         out, stop = [], asyncio.Event()
         async with aiohttp.ClientSession() as session:
             task = asyncio.create_task(
-                sample_block(session, "http://127.0.0.1:9", None, os.getpid(), out, stop, interval_s=0.05)
+                watch_block(session, "http://127.0.0.1:9", None, os.getpid(), out, stop, interval_s=0.05)
             )
             while len(out) < 3:
                 await asyncio.sleep(0.01)
@@ -96,7 +96,7 @@ def test_a_block_shorter_than_one_sample_still_gets_its_start_and_end():
         out, stop = [], asyncio.Event()
         stop.set()
         async with aiohttp.ClientSession() as session:
-            await sample_block(session, "http://127.0.0.1:9", None, None, out, stop, interval_s=10)
+            await watch_block(session, "http://127.0.0.1:9", None, None, out, stop, interval_s=10)
         return out
 
     out = asyncio.run(go())

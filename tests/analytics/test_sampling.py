@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from specdec.analytics import sampling_test as st
+from specdec.analytics import sampling_check as st
 from specdec.analytics.models import discover
 from specdec.analytics.permutation import relabellings, stratified_min_detectable_shift, stratified_permutation_test
 from specdec.analytics.sample_distinct import distinctness

@@ -60,12 +60,22 @@ def test_azure_excerpt_through_the_cli(traces, tmp_path):
     out = tmp_path / "t.parquet"
     r = CliRunner().invoke(
         traffic,
-        ["import", "azure", str(traces / "azure_conv_excerpt.csv"), "-o", str(out), "--sample", "0.5", "--seed", "7"],
+        [
+            "import",
+            "azure",
+            str(traces / "azure_conv_excerpt.csv"),
+            "-o",
+            str(out),
+            "--keep-fraction",
+            "0.5",
+            "--seed",
+            "7",
+        ],
     )
     assert r.exit_code == 0, r.output
     rows = load_traffic(out).rows
     assert 1 <= len(rows) <= 12 and {r.category for r in rows} == {"chat"}
-    assert "thinned out (--sample 0.5, seeded hash, seed 7)" in r.output
+    assert "thinned out (--keep-fraction 0.5, seeded hash, seed 7)" in r.output
 
 
 def test_malformed_row_is_a_clean_error(tmp_path):
@@ -88,11 +98,13 @@ def test_option_errors(traces, tmp_path):
     assert r.exit_code == 2 and "--mix" in r.output and "'chat' is not category=share" in r.output
     r = CliRunner().invoke(traffic, ["import", "mooncake", path, "-o", out, "--category", "code", "--mix", "chat=1"])
     assert r.exit_code == 1 and "not both" in r.output
-    r = CliRunner().invoke(traffic, ["import", "mooncake", path, "-o", out, "--sample", "0"])
-    assert r.exit_code == 2 and "--sample" in r.output
+    r = CliRunner().invoke(traffic, ["import", "mooncake", path, "-o", out, "--keep-fraction", "0"])
+    assert r.exit_code == 2 and "--keep-fraction" in r.output
+    old = CliRunner().invoke(traffic, ["import", "mooncake", path, "-o", out, "--sample", "0"])  # the former name
+    assert old.exit_code == 2 and "--keep-fraction" in old.output
     r = CliRunner().invoke(traffic, ["import", "csv", path, "-o", out])
     assert r.exit_code == 2
 
 
 def test_the_group_also_holds_the_other_traffic_commands():
-    assert {"import", "inspect", "sample", "mix"} <= set(traffic.commands)
+    assert {"import", "inspect", "draw", "mix"} <= set(traffic.commands)

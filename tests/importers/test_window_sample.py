@@ -43,13 +43,13 @@ def test_thinning_keeps_the_shape_of_the_arrival_curve(tmp_path, counter):
     # 10 s at 20 req/s, then 10 s at 80 req/s: a burst four times as dense
     path = tmp_path / "burst.jsonl"
     write_trace(path, [20] * 10 + [80] * 10)
-    report = import_trace("mooncake", path, ImportOptions(sample=0.25, seed=3, category="chat"), counter=counter)
+    report = import_trace("mooncake", path, ImportOptions(keep_fraction=0.25, seed=3, category="chat"), counter=counter)
     times = [_trace_ms(r) for r in report.rows]
     # arrival times are not stretched: arrival_ms is the trace time minus the first kept row's
     assert [r.arrival_ms for r in report.rows] == [float(t - times[0]) for t in times]
     calm = sum(t < 10_000 for t in times)
     burst = sum(t >= 10_000 for t in times)
-    assert report.sampled_out + len(report.rows) == 1000
+    assert report.thinned_out + len(report.rows) == 1000
     # expected 50 and 200 kept rows (binomial sd ~6.1 and ~12.2): allow 3 sd
     assert abs(calm - 50) <= 19 and abs(burst - 200) <= 37
     assert burst / calm == pytest.approx(4.0, rel=0.45)
@@ -70,7 +70,9 @@ def test_thinning_is_seeded_and_deterministic(tmp_path, counter):
     write_trace(path, [50] * 4)
 
     def kept(seed):
-        r = import_trace("mooncake", path, ImportOptions(sample=0.5, seed=seed, category="chat"), counter=counter)
+        r = import_trace(
+            "mooncake", path, ImportOptions(keep_fraction=0.5, seed=seed, category="chat"), counter=counter
+        )
         return [row.prompt_id for row in r.rows]
 
     assert kept(1) == kept(1)
@@ -83,7 +85,7 @@ def test_thinning_keeps_or_drops_whole_sessions(traces, counter):
         report = import_trace(
             "burstgpt",
             traces / "burstgpt_sessions.csv",
-            ImportOptions(sample=0.5, seed=seed, category="chat"),
+            ImportOptions(keep_fraction=0.5, seed=seed, category="chat"),
             counter=counter,
         )
         s17 = [r.turn_index for r in report.rows if r.session_id == "s-17"]
@@ -93,6 +95,6 @@ def test_thinning_keeps_or_drops_whole_sessions(traces, counter):
 def test_sample_fraction_is_checked():
     for bad in (0.0, 1.5):
         with pytest.raises(ValueError):
-            ImportOptions(sample=bad)
+            ImportOptions(keep_fraction=bad)
     with pytest.raises(ValueError, match="after its start"):
         ImportOptions(start_s=5, end_s=5)

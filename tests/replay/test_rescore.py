@@ -12,7 +12,7 @@ import asyncio
 import pyarrow as pa
 import pytest
 
-from specdec.analytics import sampling_test as st
+from specdec.analytics import sampling_check as st
 from specdec.arms import NGRAM, ArmSpec
 from specdec.replay.passes.rescore import instrument_arm, rescore_body, rescore_one, rescore_pass, rescored_sum
 from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table

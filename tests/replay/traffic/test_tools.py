@@ -1,5 +1,5 @@
-"""specdec traffic inspect|sample|mix: the profile of a traffic file, seeded
-samples that keep sessions whole, re-weighting to a mix (copies with new ids,
+"""specdec traffic inspect|draw|mix: the profile of a traffic file, seeded
+subsets that keep sessions whole, re-weighting to a mix (copies with new ids,
 the arrival clock kept), mix validation naming the option, and --mix on
 specdec-replay."""
 
@@ -11,11 +11,11 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from specdec.cli.traffic_tools import inspect_cmd, mix_cmd, sample_cmd
+from specdec.cli.traffic_tools import draw_cmd, inspect_cmd, mix_cmd
 from specdec.errors import SpecdecError
 from specdec.replay.config import ReplayConfig
 from specdec.replay.traffic.io import load_traffic
-from specdec.replay.traffic.mix import MixError, mix_rows, parse_mix, sample_rows, units_of, write_rows
+from specdec.replay.traffic.mix import MixError, draw_rows, mix_rows, parse_mix, units_of, write_rows
 from specdec.replay.traffic.profile import arrival_curve, length_histogram, manifest_traffic, profile, render
 
 
@@ -153,7 +153,7 @@ def test_manifest_traffic_has_the_shares_and_the_arrival_curve_only_when_timed(t
     assert "arrival: not recorded" in render(profile(untimed))
 
 
-# ------------------------------------------------------------------ sample
+# ------------------------------------------------------------------ draw
 def standalone(codes=4, chats=6):
     return [row(f"code-{i}", "code") for i in range(codes)] + [row(f"chat-{i}", "chat") for i in range(chats)]
 
@@ -162,26 +162,26 @@ def sessions(n, turns, category="chat"):
     return [row(f"s{s}-t{t}", category, session_id=f"s{s}", turn_index=t) for s in range(n) for t in range(turns)]
 
 
-def test_sample_is_seeded_and_in_file_order(tmp_path):
+def test_draw_is_seeded_and_in_file_order(tmp_path):
     t = load_traffic(write(tmp_path, standalone()))
-    a, b = sample_rows(t, 5, seed=1), sample_rows(t, 5, seed=1)
+    a, b = draw_rows(t, 5, seed=1), draw_rows(t, 5, seed=1)
     assert [r.prompt_id for r in a.rows] == [r.prompt_id for r in b.rows] and len(a.rows) == 5
     order = [r.prompt_id for r in t.rows]
     assert [order.index(r.prompt_id) for r in a.rows] == sorted(order.index(r.prompt_id) for r in a.rows)
-    seeds = {tuple(r.prompt_id for r in sample_rows(t, 5, seed=s).rows) for s in range(5)}
+    seeds = {tuple(r.prompt_id for r in draw_rows(t, 5, seed=s).rows) for s in range(5)}
     assert len(seeds) > 1
 
 
-def test_sample_by_category_keeps_the_shares(tmp_path):
+def test_draw_by_category_keeps_the_shares(tmp_path):
     t = load_traffic(write(tmp_path, standalone(codes=4, chats=6)))
-    got = sample_rows(t, 5, seed=3, by_category=True)
+    got = draw_rows(t, 5, seed=3, by_category=True)
     assert got.counts() == {"chat": 3, "code": 2}
 
 
-def test_sample_keeps_sessions_whole(tmp_path):
+def test_draw_keeps_sessions_whole(tmp_path):
     t = load_traffic(write(tmp_path, sessions(2, 3) + standalone(codes=2, chats=0)))
     for seed in range(10):
-        got = sample_rows(t, 4, seed=seed)
+        got = draw_rows(t, 4, seed=seed)
         ids = {r.prompt_id for r in got.rows}
         for s in ("s0", "s1"):
             turns = {f"{s}-t{i}" for i in range(3)}
@@ -190,10 +190,10 @@ def test_sample_keeps_sessions_whole(tmp_path):
         assert (len(got.rows) == 4) != bool(got.notes)  # short only with a note saying why
 
 
-def test_sample_of_more_rows_than_the_file_is_refused(tmp_path):
+def test_draw_of_more_rows_than_the_file_is_refused(tmp_path):
     t = load_traffic(write(tmp_path, standalone()))
     with pytest.raises(SpecdecError, match="-n 11 is more than the 10 rows"):
-        sample_rows(t, 11)
+        draw_rows(t, 11)
 
 
 # ------------------------------------------------------------------ mix
@@ -266,13 +266,28 @@ def test_inspect_cli_names_a_bad_file(tmp_path):
     assert res.exit_code == 1 and "bad.jsonl, row 1" in res.output
 
 
-def test_sample_cli_writes_a_seeded_sample(tmp_path):
+def test_draw_cli_writes_a_seeded_subset(tmp_path):
     path = write(tmp_path, standalone())
     out = tmp_path / "s.jsonl"
-    res = CliRunner().invoke(sample_cmd, [str(path), "-n", "5", "-o", str(out), "--by-category", "--seed", "2"])
+    res = CliRunner().invoke(draw_cmd, [str(path), "-n", "5", "-o", str(out), "--by-category", "--seed", "2"])
     assert res.exit_code == 0, res.output
     assert "5 rows written to" in res.output and "chat 3 (60.0%), code 2 (40.0%)" in res.output
     assert len(load_traffic(out).rows) == 5
+
+
+def test_traffic_sample_is_the_hidden_old_name_of_draw(tmp_path):
+    from specdec.cli.traffic import traffic
+
+    path = write(tmp_path, standalone())
+    listed = CliRunner().invoke(traffic, ["--help"])
+    assert " draw " in listed.output and " sample " not in listed.output
+    out = tmp_path / "old.jsonl"
+    res = CliRunner().invoke(traffic, ["sample", str(path), "-n", "5", "-o", str(out), "--seed", "2"])
+    assert res.exit_code == 0, res.output
+    assert "deprecated" in res.output.lower() and "specdec traffic draw" in res.output
+    again = tmp_path / "new.jsonl"
+    assert CliRunner().invoke(traffic, ["draw", str(path), "-n", "5", "-o", str(again), "--seed", "2"]).exit_code == 0
+    assert [r.prompt_id for r in load_traffic(out).rows] == [r.prompt_id for r in load_traffic(again).rows]
 
 
 def test_mix_cli_writes_and_says_what_it_copied(tmp_path):
@@ -301,5 +316,5 @@ def test_mix_cli_names_the_option(tmp_path, mix, says):
 
 def test_output_must_not_overwrite_the_input(tmp_path):
     path = write(tmp_path, standalone())
-    res = CliRunner().invoke(sample_cmd, [str(path), "-n", "2", "-o", str(path)])
+    res = CliRunner().invoke(draw_cmd, [str(path), "-n", "2", "-o", str(path)])
     assert res.exit_code == 1 and "is the input file" in res.output
