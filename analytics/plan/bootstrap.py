@@ -49,19 +49,19 @@ class Predictions:
         return np.quantile(b, a, axis=0), np.quantile(b, 1 - a, axis=0)
 
 
-def replicate_weights(rs: RoundSums, rng: np.random.Generator, replicates: int) -> np.ndarray:
-    """(replicates, requests) bootstrap counts: by repeat, then request, when there are 2+ repeats."""
+def replicate_weights(rs: RoundSums, rng: np.random.Generator) -> np.ndarray:
+    """One replicate's bootstrap counts per request: by repeat, then request, when there are 2+ repeats.
+    (One replicate at a time: a run of 800k requests would need gigabytes for all of them at once.)"""
     clusters = np.unique(rs.cluster)
-    members = [np.flatnonzero(rs.cluster == c) for c in clusters]
-    out = np.zeros((replicates, len(rs.rounds)))
-    for b in range(replicates):
-        if len(clusters) >= 2:
-            drawn = rng.multinomial(len(clusters), np.full(len(clusters), 1 / len(clusters)))
-        else:
-            drawn = np.ones(1, dtype=np.int64)
-        for m, times in zip(members, drawn):
-            if times:
-                out[b, m] = rng.multinomial(times * len(m), np.full(len(m), 1 / len(m)))
+    out = np.zeros(len(rs.rounds))
+    if len(clusters) >= 2:
+        drawn = rng.multinomial(len(clusters), np.full(len(clusters), 1 / len(clusters)))
+    else:
+        drawn = np.ones(1, dtype=np.int64)
+    for c, times in zip(clusters, drawn):
+        if times:
+            m = np.flatnonzero(rs.cluster == c)
+            out[m] = rng.multinomial(times * len(m), np.full(len(m), 1 / len(m)))
     return out
 
 
@@ -87,9 +87,11 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
     for c, cat in enumerate(cats):
         rs = inputs.rounds[cat]
         tau[:, c], dbar[:, c] = rs.tau()[kk], rs.dbar()[kk]
-        w = replicate_weights(rs, rng, replicates)
-        tau_b = (w @ rs.tokens) / (w @ rs.rounds)[:, None]
-        dbar_b = (w @ rs.drafts) / (w @ rs.rounds)[:, None]
+        tau_b = np.zeros((replicates, rs.tokens.shape[1]))
+        dbar_b = np.zeros_like(tau_b)
+        for b in range(replicates):
+            w = replicate_weights(rs, rng)
+            tau_b[b], dbar_b[b] = rs.tau(w), rs.dbar(w)
         for li, level in enumerate(levels):
             for f, v in predict(tau[:, c], dbar[:, c], cost, inputs.batch[level]).items():
                 point[f][:, li, c] = v

@@ -40,6 +40,11 @@ class PlanInputs:
     requests: dict[str, int]
     engine: str
     speculative_config: dict[str, Any] | None
+    #: (category, context_low) -> (decode rounds, tau(k') for k' in 0..captured k): acceptance by context
+    #: bucket (int_round_groups' buckets), reported beside the per-category model, not used by it
+    by_context: dict[tuple[str, int], tuple[float, list[float]]]
+    #: (category, level) -> (speedup, pointwise_ci_low, pointwise_ci_high) measured A/B at the captured k
+    measured_speedup: dict[tuple[str, int], tuple[float | None, float | None, float | None]]
     notes: list[str] = field(default_factory=list)
 
 
@@ -57,30 +62,29 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     elif run_id not in runs:
         raise SpecdecError(f"no analysis run {run_id!r} in the database (it has: {', '.join(runs)})")
     notes: list[str] = []
-    rows = con.execute(
-        """select category, request_id, coalesce(repeat, 0), tokens_proposed, tokens_accepted, sum(rounds)
-           from int_round_counts
-           where run_id = ? and arm = 'speculative' and phase = 'decode'
-           group by all order by category, request_id""",
+    cols = con.execute(
+        """select category,
+                  dense_rank() over (partition by category order by request_id) - 1 as request,
+                  dense_rank() over (partition by category order by coalesce(repeat, 0)) - 1 as cluster,
+                  tokens_proposed as k, tokens_accepted as a, rounds as n
+           from (select category, request_id, repeat, tokens_proposed, tokens_accepted, sum(rounds) as rounds
+                 from int_round_counts
+                 where run_id = ? and arm = 'speculative' and phase = 'decode'
+                 group by all)
+           order by category""",
         [run_id],
-    ).fetchall()
-    if not rows:
+    ).fetchnumpy()
+    if len(cols["k"]) == 0:
         raise SpecdecError(f"run {run_id!r}: no captured decode rounds of the speculative arm to plan from")
-    captured_k = max(r[3] for r in rows)
+    captured_k = int(cols["k"].max())
     if captured_k <= 0:
         raise SpecdecError(f"run {run_id!r}: the speculative arm never proposed a draft token")
     sums: dict[str, RoundSums] = {}
-    for cat in sorted({r[0] for r in rows}):
-        mine = [r for r in rows if r[0] == cat]
-        ids = {rid: i for i, rid in enumerate(dict.fromkeys(r[1] for r in mine))}
-        reps = {rep: i for i, rep in enumerate(sorted({r[2] for r in mine}))}
+    category = np.asarray(cols["category"], dtype=object)
+    for cat in sorted(set(category.tolist())):
+        m = category == cat
         sums[cat] = round_sums(
-            np.array([ids[r[1]] for r in mine]),
-            np.array([r[3] for r in mine]),
-            np.array([r[4] for r in mine]),
-            np.array([r[5] for r in mine]),
-            np.array([reps[r[2]] for r in mine]),
-            captured_k,
+            cols["request"][m], cols["k"][m], cols["a"][m], cols["n"][m], cols["cluster"][m], captured_k
         )
     steps = con.execute(
         """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
@@ -115,11 +119,11 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     levels = sorted({r[2] for r in lat if r[0] == "baseline"} & {r[2] for r in lat if r[0] == "speculative"})
     if not levels:
         raise SpecdecError(f"run {run_id!r}: no concurrency level has requests of both arms")
-    batch, measured = {}, {}
+    batch, batch_measured = {}, {}
     for level in levels:
         mine = [s for s in steps if s[0] == "baseline" and s[1] == level and s[6]]
         n = sum(s[6] for s in mine)
-        measured[level] = n > 0
+        batch_measured[level] = n > 0
         batch[level] = sum(s[2] * s[6] for s in mine) / n if n else float(level)
     tokens: dict[str, float] = {}
     requests: dict[str, int] = {}
@@ -127,6 +131,26 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         base = [r for r in lat if r[0] == "baseline" and r[1] == cat]
         requests[cat] = int(sum(r[5] or 0 for r in base))
         tokens[cat] = sum(r[4] or 0 for r in base) / requests[cat] if requests[cat] else 0.0
+    ctx = con.execute(
+        """select category, context_low, tokens_accepted, sum(rounds)
+           from int_round_counts where run_id = ? and arm = 'speculative' and phase = 'decode'
+           group by all""",
+        [run_id],
+    ).fetchall()
+    by_context: dict[tuple[str, int], tuple[float, list[float]]] = {}
+    for key in sorted({(r[0], r[1]) for r in ctx}):
+        mine = [(r[2], float(r[3])) for r in ctx if (r[0], r[1]) == key]
+        total = sum(n for _, n in mine)
+        taus = [sum((1 + min(a, k)) * n for a, n in mine) / total for k in range(captured_k + 1)]
+        by_context[key] = (total, taus)
+    measured = {
+        (r[0], r[1]): (r[2], r[3], r[4])
+        for r in con.execute(
+            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
+               from speedup where run_id = ? and category <> '(system)'""",
+            [run_id],
+        ).fetchall()
+    }
     manifest_row = con.execute("select manifest, treatment_arm from stg_manifest where run_id = ?", [run_id]).fetchone()
     engine, spec = "vllm", None
     if manifest_row and manifest_row[0]:
@@ -144,11 +168,13 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         verify_fit=verify_fit,
         draft_fit=draft_fit,
         batch=batch,
-        batch_measured=measured,
+        batch_measured=batch_measured,
         ttft_p95_ms={(r[0], r[1], r[2]): r[3] for r in lat},
         tokens_per_request=tokens,
         requests=requests,
         engine=str(engine),
         speculative_config=spec,
+        by_context=by_context,
+        measured_speedup=measured,
         notes=notes,
     )

@@ -20,6 +20,10 @@ def _pm(d: dict, key: str = "speedup") -> str:
     return f"{d[key]:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
 
 
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
 def _chart(plan: dict) -> dict:
     import altair as alt  # heavy: only when a page is written
 
@@ -121,15 +125,48 @@ def render(plan: dict) -> str:
             for a in plan["model"]["acceptance"]
         ],
     )
+    ins = plan["in_sample_check"]
+    in_sample = (
+        "<h2>In-sample check (not a validation)</h2><p>"
+        + esc(ins["what"])
+        + f". Median absolute relative error {_num(ins['median_absolute_relative_error'])}, "
+        f"measured speedup inside the predicted interval in {_num(ins['coverage'])} of the cells.</p>"
+        + table(
+            ["category", "band", "k", "predicted", "measured", "measured 95% interval", "relative error", "covered"],
+            [
+                [
+                    r["category"],
+                    f"c{r['level']}",
+                    r["k"],
+                    f"{r['predicted']:.3f} [{r['predicted_low']:.3f}, {r['predicted_high']:.3f}]",
+                    r["measured"],
+                    None if r["measured_low"] is None else f"[{r['measured_low']:.3f}, {r['measured_high']:.3f}]",
+                    r["relative_error"],
+                    r["covered"],
+                ]
+                for r in ins["cells"]
+            ],
+        )
+    )
     body = (
         deploy + "<h2>Per category and load band</h2><p>Recommended k: the smallest k whose interval overlaps the best "
         "k's (k = 0 when the best one's interval reaches 1).</p>"
         + cells
         + chart_divs(charts)
+        + in_sample
         + "<h2>Step cost fits</h2>"
         + fits
         + "<h2>Acceptance used</h2>"
         + acc
+        + "<h3>By context-length bucket (reported, not used by the model)</h3>"
+        + table(
+            ["category", "context from [tokens]", "decode rounds"] + [f"tau(k={k})" for k in plan["ks"]],
+            [
+                [r["category"], r["context_low"], r["decode_rounds"]]
+                + [r["tokens_per_step"][str(k)] for k in plan["ks"]]
+                for r in plan["model"]["acceptance_by_context"]
+            ],
+        )
         + "<h2>Model and assumptions</h2><pre>"
         + esc(plan["model"]["formulas"])
         + "</pre><ul>"

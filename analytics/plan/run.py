@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from specdec.analytics.plan import export
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import PlanInputs, read_inputs
@@ -69,6 +71,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         "llama_cpp": export.llama_cpp_flags(decided["speculative_pool"]["one_k"], inputs.speculative_config),
         "routing": export.routing(inputs.categories, spec_cats, config.rules),
     }
+    in_sample = _in_sample(pred, inputs)
     return {
         "run_id": inputs.run_id,
         "validated": False,
@@ -87,6 +90,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         "replicates": config.replicates,
         "seed": config.seed,
         **decided,
+        "in_sample_check": in_sample,
         "exports": exports,
         "model": {
             "formulas": MODEL_DOC,
@@ -105,8 +109,54 @@ def plan_from_db(con, config: PlanConfig) -> dict:
                 for c, cat in enumerate(pred.categories)
                 for i, k in enumerate(ks)
             ],
+            "acceptance_by_context": [
+                {
+                    "category": cat,
+                    "context_low": low,
+                    "decode_rounds": n,
+                    "tokens_per_step": {str(k): taus[k] for k in ks},
+                }
+                for (cat, low), (n, taus) in inputs.by_context.items()
+            ],
         },
         "notes": notes,
+    }
+
+
+def _in_sample(pred, inputs: PlanInputs) -> dict:
+    """The predicted speedup at the captured k against the run's own measured A/B speedup (the
+    speedup mart: geometric mean of paired e2e ratios, its pointwise 95% interval). The model was
+    fitted on this run, so this is a consistency check, not a validation."""
+    i = pred.ks.index(inputs.captured_k)
+    lo, hi = pred.interval("speedup")
+    rows = []
+    for li, level in enumerate(pred.levels):
+        for c, cat in enumerate(pred.categories):
+            m, m_lo, m_hi = inputs.measured_speedup.get((cat, level), (None, None, None))
+            p = float(pred.point["speedup"][i, li, c])
+            rows.append(
+                {
+                    "category": cat,
+                    "level": level,
+                    "k": inputs.captured_k,
+                    "predicted": p,
+                    "predicted_low": float(lo[i, li, c]),
+                    "predicted_high": float(hi[i, li, c]),
+                    "measured": m,
+                    "measured_low": m_lo,
+                    "measured_high": m_hi,
+                    "relative_error": None if m is None else p / m - 1,
+                    "covered": None if m is None else bool(lo[i, li, c] <= m <= hi[i, li, c]),
+                }
+            )
+    errors = sorted(abs(r["relative_error"]) for r in rows if r["relative_error"] is not None)
+    covered = [r["covered"] for r in rows if r["covered"] is not None]
+    return {
+        "what": "in-sample: the model's speedup at the captured k against this run's measured speedup "
+        "(same data the model was fitted on; not a validation by replay)",
+        "cells": rows,
+        "median_absolute_relative_error": float(np.median(errors)) if errors else None,
+        "coverage": sum(covered) / len(covered) if covered else None,
     }
 
 

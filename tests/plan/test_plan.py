@@ -80,3 +80,30 @@ def test_policies_and_exports(plan, tmp_path):
     html = (tmp_path / "out" / "plan.html").read_text()
     assert html.index("What to deploy") < html.index("Per category and load band")
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["cells"] == plan["cells"]
+
+
+def test_in_sample_check_compares_with_the_measured_speedup(plan, tmp_path):
+    # the fixture's e2e is 1000 ms in both arms: measured speedup 1, so the error is the prediction - 1
+    for r in plan["in_sample_check"]["cells"]:
+        assert r["measured"] == pytest.approx(1.0)
+        assert r["relative_error"] == pytest.approx(r["predicted"] - 1)
+        assert r["covered"] == (r["predicted_low"] <= 1.0 <= r["predicted_high"])
+    assert not all(r["covered"] for r in plan["in_sample_check"]["cells"])
+
+    # a run whose measured speedup is what the model predicts at k = 4: error 0, every cell covered
+    def e2e(arm, prompt, level, repeat):
+        return 1000.0 if arm == "baseline" else 1000.0 / expected_speedup(plan_run.CATEGORY[prompt], 4, level)
+
+    matched = make_plan(write_plan_run(tmp_path, e2e=e2e), PlanConfig(replicates=40))
+    check = matched["in_sample_check"]
+    assert check["median_absolute_relative_error"] == pytest.approx(0, abs=1e-9)
+    assert check["coverage"] == 1.0
+
+
+def test_acceptance_by_context_bucket_pools_back_to_the_category(plan):
+    # every synthetic context is < 256 tokens: one bucket per category, equal to the category's figure
+    rows = plan["model"]["acceptance_by_context"]
+    assert {(r["category"], r["context_low"]) for r in rows} == {("code", 0), ("chat", 0)}
+    for r in rows:
+        for k, tau in r["tokens_per_step"].items():
+            assert tau == pytest.approx(expected_tau(r["category"], int(k)))
