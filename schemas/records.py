@@ -473,8 +473,9 @@ class RunManifest(_Record):
         description="How blocks were sent: repeats, order (arms back to back and counterbalanced within each repeat; repeat-major on fresh embedded servers per repeat, or per level with the servers kept up), restart_servers, the lossless and sampling passes, and the prefix-cache policy (reset before each block, off, or keep).",
     )
     notes: list[Text] = Field(default_factory=list)
-    kind: Literal["replay", "stability"] = Field(
-        default="replay", description="Which command made the run: replay (A/B requests) or stability (fault probes)."
+    kind: Literal["replay", "stability", "compat"] = Field(
+        default="replay",
+        description="Which command made the run: replay (A/B requests), stability (fault probes) or compat (feature probes in both arms).",
     )
     mix: dict[Text, Annotated[FiniteFloat, Field(ge=0.0, le=1.0)]] | None = Field(
         default=None,

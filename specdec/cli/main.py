@@ -27,8 +27,10 @@ from specdec.cli.common import (
     slo_of,
     slo_options,
 )
+from specdec.cli.compat import compat_command
 from specdec.cli.options import PrefixCache, RestartServers, client_options, schedule_options
 from specdec.cli.params import LevelList, MaxTokens, PositiveInt, UnitInterval
+from specdec.cli.plan import plan_command
 from specdec.cli.stability import stability_command
 from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
@@ -356,7 +358,9 @@ BOTH_ENGINES_ARMS = tuple(
 )
 
 
+main.add_command(plan_command, "plan")
 main.add_command(stability_command, "stability")
+main.add_command(compat_command, "compat")
 main.add_command(traffic, "traffic")
 main.add_command(validate_command, "validate")
 
