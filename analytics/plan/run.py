@@ -127,6 +127,13 @@ def _in_sample(pred, inputs: PlanInputs) -> dict:
     """The predicted speedup at the captured k against the run's own measured A/B speedup (the
     speedup mart: geometric mean of paired e2e ratios, its pointwise 95% interval). The model was
     fitted on this run, so this is a consistency check, not a validation."""
+    if inputs.captured_k not in pred.ks:
+        return {
+            "what": f"not computed: the captured k ({inputs.captured_k}) is not among the k planned",
+            "cells": [],
+            "median_absolute_relative_error": None,
+            "coverage": None,
+        }
     i = pred.ks.index(inputs.captured_k)
     lo, hi = pred.interval("speedup")
     rows = []

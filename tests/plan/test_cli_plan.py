@@ -35,6 +35,7 @@ def test_plan_writes_every_file_and_prints_what_to_deploy(run_dir, tmp_path):
     )
     plan, out, text = _plan(run_dir, tmp_path, "--k", "0,1,2", "--rules", str(rules))
     assert plan["ks"] == [0, 1, 2]
+    assert plan["in_sample_check"]["cells"] == [] and "not computed" in plan["in_sample_check"]["what"]
     assert "What to deploy" in text and "k_per_band_with_fallback" in text
     mapped = json.loads((out / "routing_rules.json").read_text())
     pools = plan["exports"]["routing"]["pools"]
