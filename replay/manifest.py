@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.arms import ArmSpec, comparisons, specs_of
-from specdec.engines import Arm
+from specdec.engines import ENGINES, Arm
 from specdec.engines.urls import parse_endpoint
 from specdec.replay.config import ReplayConfig
 from specdec.replay.embedded import EMBEDDED, EmbeddedEngine, EmbeddedLlamaCpp, engine_names
@@ -146,7 +146,8 @@ def _schedule(cfg: ReplayConfig) -> dict[str, Any]:
         "prefix_cache_note": {
             "reset": "POST /reset_prefix_cache before every block (embedded servers run "
             "with VLLM_SERVER_DEV_MODE=1); the before-snapshot says if it worked",
-            "off": "embedded servers run with --no-enable-prefix-caching (vLLM) or --no-cache-prompt (llama.cpp)",
+            "off": "embedded servers run with "
+            + " or ".join(f"{ENGINES[n].prefix_cache_off_flag} ({EMBEDDED[n].label})" for n in engine_names(cfg)),
             "keep": "nothing done: a block may be faster because an earlier one warmed the cache",
         }[cfg.prefix_cache],
     }

@@ -40,6 +40,8 @@ class Engine(ABC):
     health_path: ClassVar[str] = "/health"
     #: the server has vLLM's POST /reset_prefix_cache (--prefix-cache reset)
     resets_prefix_cache: ClassVar[bool] = True
+    #: the server flag that turns its prefix (prompt) cache off (--prefix-cache off)
+    prefix_cache_off_flag: ClassVar[str]
     #: the greedy lossless pass (token ids and top-2 logprobs as vLLM's API gives them) applies
     runs_lossless_pass: ClassVar[bool] = True
 

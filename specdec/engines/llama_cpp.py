@@ -46,6 +46,7 @@ SPEC_TYPES = ("ngram-mod", "draft-simple")
 
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llama.cpp"
+    prefix_cache_off_flag: ClassVar[str] = "--no-cache-prompt"
     counters: ClassVar[Mapping[str, str]] = {
         "spec_num_drafts": "llamacpp:spec_decode_num_drafts_total",
         "spec_num_draft_tokens": "llamacpp:spec_decode_num_draft_tokens_total",
@@ -89,7 +90,7 @@ class LlamaCpp(Engine):
             "-np",
             str(self.slots),
             "--metrics",
-            *([] if self.prompt_cache else ["--no-cache-prompt"]),
+            *([] if self.prompt_cache else [self.prefix_cache_off_flag]),
             *self.speculation_args(arm),
         ]
 

@@ -46,7 +46,7 @@ class ServerSpec:
             "--seed",
             str(self.seed),
             "--enforce-eager",
-            *(["--no-enable-prefix-caching"] if self.prefix_cache == "off" else []),
+            *([Vllm.prefix_cache_off_flag] if self.prefix_cache == "off" else []),
             *self.extra_args,
         ]
 
@@ -68,6 +68,7 @@ def speculative_args(spec_config: dict[str, Any] | None) -> list[str]:
 
 class Vllm(Engine):
     name: ClassVar[str] = "vllm"
+    prefix_cache_off_flag: ClassVar[str] = "--no-enable-prefix-caching"
     counters: ClassVar[Mapping[str, str]] = engine_metrics.COUNTERS
     position_counter: ClassVar[tuple[str, str] | None] = (
         "vllm:spec_decode_num_accepted_tokens_per_pos_total",
