@@ -22,10 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.analytics.plan.data import PlanInputs
-from specdec.analytics.plan.model import RoundSums, StepCost, predict
+from specdec.analytics.plan.model import StepCost, predict
 
 __all__ = ["Predictions", "predictions", "replicate_weights"]
 
+#: replicates whose request weights are drawn and multiplied at once
+CHUNK = 32
 FIGURES = ("step_ms", "tokens_per_s", "system_tokens_per_s", "speedup")
 
 
@@ -49,20 +51,17 @@ class Predictions:
         return np.quantile(b, a, axis=0), np.quantile(b, 1 - a, axis=0)
 
 
-def replicate_weights(rs: RoundSums, rng: np.random.Generator) -> np.ndarray:
-    """One replicate's bootstrap counts per request: by repeat, then request, when there are 2+ repeats.
-    (One replicate at a time: a run of 800k requests would need gigabytes for all of them at once.)"""
-    clusters = np.unique(rs.cluster)
-    out = np.zeros(len(rs.rounds))
-    if len(clusters) >= 2:
-        drawn = rng.multinomial(len(clusters), np.full(len(clusters), 1 / len(clusters)))
+def replicate_weights(members: list[np.ndarray], requests: int, rng: np.random.Generator) -> np.ndarray:
+    """One replicate's bootstrap counts per request (``members``: the request indices of each
+    repeat): the repeats drawn with replacement when there are 2 or more, then each drawn
+    repeat's requests drawn with replacement, counted with bincount. One replicate at a time: all
+    of them at once would need gigabytes at 800k requests."""
+    if len(members) >= 2:
+        drawn = rng.multinomial(len(members), np.full(len(members), 1 / len(members)))
     else:
         drawn = np.ones(1, dtype=np.int64)
-    for c, times in zip(clusters, drawn):
-        if times:
-            m = np.flatnonzero(rs.cluster == c)
-            out[m] = rng.multinomial(times * len(m), np.full(len(m), 1 / len(m)))
-    return out
+    picks = [m[rng.integers(0, len(m), times * len(m))] for m, times in zip(members, drawn) if times]
+    return np.bincount(np.concatenate(picks), minlength=requests).astype(float)
 
 
 def _cost(verify: np.ndarray, draft: np.ndarray) -> StepCost:
@@ -87,11 +86,17 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
     for c, cat in enumerate(cats):
         rs = inputs.rounds[cat]
         tau[:, c], dbar[:, c] = rs.tau()[kk], rs.dbar()[kk]
-        tau_b = np.zeros((replicates, rs.tokens.shape[1]))
-        dbar_b = np.zeros_like(tau_b)
-        for b in range(replicates):
-            w = replicate_weights(rs, rng)
-            tau_b[b], dbar_b[b] = rs.tau(w), rs.dbar(w)
+        # one product per chunk of replicates: (chunk x requests) @ (requests x [tokens | drafts | rounds])
+        stacked = np.hstack([rs.tokens, rs.drafts, rs.rounds[:, None]])
+        members = [np.flatnonzero(rs.cluster == c) for c in np.unique(rs.cluster)]
+        sums = np.zeros((replicates, stacked.shape[1]))
+        for start in range(0, replicates, CHUNK):
+            stop = min(start + CHUNK, replicates)
+            w = np.stack([replicate_weights(members, len(rs.rounds), rng) for _ in range(start, stop)])
+            sums[start:stop] = w @ stacked
+        width = rs.tokens.shape[1]
+        tau_b = sums[:, :width] / sums[:, -1:]
+        dbar_b = sums[:, width : 2 * width] / sums[:, -1:]
         for li, level in enumerate(levels):
             for f, v in predict(tau[:, c], dbar[:, c], cost, inputs.batch[level]).items():
                 point[f][:, li, c] = v

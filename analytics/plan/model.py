@@ -78,17 +78,14 @@ def round_sums(
     """``RoundSums`` from rows (request index 0..J-1, k_r, a_r, rounds with that (k_r, a_r),
     the request's cluster)."""
     request = np.asarray(request, dtype=np.int64)
-    kk = np.arange(kmax + 1)
-    n = np.asarray(n, dtype=float)
-    tok = (1 + np.minimum(np.asarray(a)[:, None], kk[None, :])) * n[:, None]
-    dr = np.minimum(np.asarray(k)[:, None], kk[None, :]) * n[:, None]
+    k, a, n = np.asarray(k), np.asarray(a), np.asarray(n, dtype=float)
     j = int(request.max()) + 1 if len(request) else 0
     tokens = np.zeros((j, kmax + 1))
     drafts = np.zeros((j, kmax + 1))
-    rounds = np.zeros(j)
-    np.add.at(tokens, request, tok)
-    np.add.at(drafts, request, dr)
-    np.add.at(rounds, request, n)
+    for kk in range(kmax + 1):  # bincount per column: np.add.at is ~10x slower at millions of rows
+        tokens[:, kk] = np.bincount(request, weights=(1 + np.minimum(a, kk)) * n, minlength=j)
+        drafts[:, kk] = np.bincount(request, weights=np.minimum(k, kk) * n, minlength=j)
+    rounds = np.bincount(request, weights=n, minlength=j)
     clusters = np.zeros(j, dtype=np.int64)
     clusters[request] = np.asarray(cluster, dtype=np.int64)
     return RoundSums(tokens, drafts, rounds, clusters)
