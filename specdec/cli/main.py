@@ -28,7 +28,7 @@ from specdec.cli.common import (
     slo_options,
 )
 from specdec.cli.compat import compat_command
-from specdec.cli.options import PrefixCache, RestartServers, client_options, schedule_options
+from specdec.cli.options import PrefixCache, RestartServers, client_options, schedule_options, shared_config
 from specdec.cli.params import LevelList, MaxTokens, PositiveInt, UnitInterval
 from specdec.cli.plan import plan_command
 from specdec.cli.stability import stability_command
@@ -322,14 +322,7 @@ def demo(
         max_tokens=max_tokens,
         dtype=dtype,
         max_error_rate=max_error_rate,
-        connect_timeout_s=connect_timeout,
-        request_timeout_s=request_timeout,
-        repeats=repeats,
-        lossless_pass=lossless_pass,
-        samples=samples,
-        restart_servers=restart_servers,
-        prefix_cache=prefix_cache,
-        margin=margin,
+        **shared_config(click.get_current_context().params),
         **engines,
         progress=not no_progress,
     )

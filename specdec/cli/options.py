@@ -5,7 +5,8 @@ the client's timeouts and API key, the schedule, the load mode.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import click
 
@@ -16,6 +17,22 @@ from specdec.replay.load.levels import LOAD_MODES
 #: the values click.Choice lets through for --restart-servers and --prefix-cache
 RestartServers = Literal["repeat", "never"]
 PrefixCache = Literal["reset", "off", "keep"]
+
+#: the parameters schedule_options declares: each is the ReplayConfig field of the same name
+SCHEDULE_FIELDS = ("repeats", "lossless_pass", "samples", "restart_servers", "prefix_cache", "margin")
+#: client_options' timeouts -> their ReplayConfig fields (--api-key-env, where declared, keeps its name)
+CLIENT_FIELDS = {"connect_timeout": "connect_timeout_s", "request_timeout": "request_timeout_s"}
+
+
+def shared_config(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The ReplayConfig keywords of the shared schedule and client options, from a
+    command's parsed parameters (``click.get_current_context().params``): one
+    mapping for ``specdec demo`` and ``specdec-replay``."""
+    out = {name: params[name] for name in SCHEDULE_FIELDS}
+    out.update({field: params[name] for name, field in CLIENT_FIELDS.items()})
+    if "api_key_env" in params:
+        out["api_key_env"] = params["api_key_env"]
+    return out
 
 
 def schedule_options(fn=None, *, repeats: int | None = None):

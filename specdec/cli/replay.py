@@ -15,7 +15,14 @@ import click
 from click.core import ParameterSource
 
 from specdec.cli.common import finish_run, handle_errors, report_stopped_run
-from specdec.cli.options import PrefixCache, RestartServers, client_options, load_options, schedule_options
+from specdec.cli.options import (
+    PrefixCache,
+    RestartServers,
+    client_options,
+    load_options,
+    schedule_options,
+    shared_config,
+)
 from specdec.cli.params import (
     ArmParam,
     LevelList,
@@ -230,15 +237,7 @@ def main(
         warmup_requests=warmup,
         max_tokens=max_tokens,
         max_error_rate=max_error_rate,
-        connect_timeout_s=connect_timeout,
-        request_timeout_s=request_timeout,
-        repeats=repeats,
-        lossless_pass=lossless_pass,
-        samples=samples,
-        restart_servers=restart_servers,
-        prefix_cache=prefix_cache,
-        margin=margin,
-        api_key_env=api_key_env,
+        **shared_config(click.get_current_context().params),
         engine=engine,
         model=model,
         dtype=dtype,

@@ -1,0 +1,62 @@
+"""``specdec demo`` and ``specdec-replay`` turn the options they share (schedule and
+client: repeats, lossless pass, samples, restarts, prefix cache, margin, timeouts)
+into the same ReplayConfig fields, through one mapping (``cli.options.shared_config``)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from specdec.cli import main as main_cli
+from specdec.cli import replay as replay_cli
+from specdec.cli.options import CLIENT_FIELDS, SCHEDULE_FIELDS
+from specdec.replay import experiment
+from specdec.replay.traffic.io import BUNDLED
+
+SHARED = [
+    "--repeats", "3", "--no-lossless-pass", "--samples", "2", "--restart-servers", "never",
+    "--prefix-cache", "off", "--margin", "0.1", "--connect-timeout", "7", "--request-timeout", "11",
+]  # fmt: skip
+WANT = {
+    "repeats": 3,
+    "lossless_pass": False,
+    "samples": 2,
+    "restart_servers": "never",
+    "prefix_cache": "off",
+    "margin": 0.1,
+    "connect_timeout_s": 7.0,
+    "request_timeout_s": 11.0,
+}
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    got = []
+
+    def fake_run(cfg):
+        got.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(experiment, "run_replay", fake_run)
+    monkeypatch.setattr(main_cli, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    return got
+
+
+def test_every_shared_option_has_its_field():
+    assert set(WANT) == set(SCHEDULE_FIELDS) | set(CLIENT_FIELDS.values())
+
+
+def test_demo_and_replay_make_the_same_fields_of_the_shared_options(tmp_path, seen):
+    CliRunner().invoke(main_cli.main, ["demo", "--runs-dir", str(tmp_path), *SHARED])
+    CliRunner().invoke(
+        replay_cli.main,
+        [str(BUNDLED), "--runs-dir", str(tmp_path), "--api-key-env", "MY_KEY", *SHARED],
+    )
+    assert len(seen) == 2, "each command reaches run_replay"
+    for cfg in seen:
+        assert {k: getattr(cfg, k) for k in WANT} == WANT
+    assert seen[1].api_key_env == "MY_KEY"
