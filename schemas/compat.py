@@ -62,7 +62,7 @@ class CompatCell(BaseModel):
         "(a refusal, or a sampled probe)."
     )
     first_divergence_char: int | None = Field(
-        description="First character at which the two outputs differ (0-based); None when identical or not applicable."
+        description="First character at which the two normalized outputs differ (0-based; the JSON list of every reply's choices, text and tool calls, in order); None when identical or not applicable."
     )
     baseline_output_sha256: str | None = Field(description="SHA-256 hex of the baseline's normalized output.")
     speculative_output_sha256: str | None = Field(description="SHA-256 hex of the speculative normalized output.")

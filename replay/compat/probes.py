@@ -23,18 +23,26 @@ from typing import Any
 from specdec.replay.compat import checks
 from specdec.replay.compat.checks import Check
 
-CODE_PROMPT = "Write a Python function that returns the sum of the squares of a list of numbers, with a docstring."
+#: Most prompts ask to copy text they hold: prompt lookup (ngram) can then propose tokens, so "no draft
+#: with the feature" is evidence about the feature and not about a prompt with nothing to look up.
+CODE_PROMPT = (
+    "Repeat this Python code exactly, with nothing else:\n\n"
+    "def sum_of_squares(numbers):\n    total = 0\n    for n in numbers:\n        total += n * n\n    return total\n"
+)
 DEFAULT_MAX_TOKENS = 48
 
-PERSON_SCHEMA: dict[str, Any] = {
+#: A schema whose every valid document is short (enums and a boolean), so max_tokens never cuts one.
+CITY_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "city": {"type": "string", "enum": ["Paris", "Lyon", "Nice"]},
-        "population": {"type": "integer", "minimum": 0},
+        "country": {"type": "string", "enum": ["France", "Italy"]},
+        "is_capital": {"type": "boolean"},
     },
-    "required": ["city", "population"],
+    "required": ["city", "country", "is_capital"],
     "additionalProperties": False,
 }
+CITY_JSON = '{"city": "Paris", "country": "France", "is_capital": true}'
 WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -56,8 +64,9 @@ TIME_TOOL: dict[str, Any] = {
     },
 }
 TOOLS = [WEATHER_TOOL, TIME_TOOL]
-PHONE_REGEX = r"[0-9]{3}-[0-9]{4}"
+PHONE_REGEX = r"[0-9]{3}-[0-9]{4}(, [0-9]{3}-[0-9]{4}){2}"
 COLOURS = ["red", "green", "blue"]
+WEATHER_PROMPT = 'What is the weather in Paris in celsius? Call get_weather with {"city": "Paris", "unit": "celsius"}.'
 #: The multi-turn session: user turns and the fixed assistant replies between them (the same in both arms).
 SESSION = (
     ("Write a Python function that reverses a string.", "def reverse(s):\n    return s[::-1]"),
@@ -131,7 +140,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "structured_output",
             "json_object",
             "the reply parses as a JSON object",
-            "Give the capital of France and its country as a JSON object with keys city and country.",
+            f"Copy this JSON object exactly: {CITY_JSON}",
             {"response_format": {"type": "json_object"}},
             checks.json_object(),
             max_tokens=64,
@@ -139,20 +148,20 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
         Probe(
             "structured_output",
             "json_schema",
-            "the reply validates against PERSON_SCHEMA",
-            "Give the capital of France and its population as JSON.",
-            {"response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": PERSON_SCHEMA}}},
-            checks.json_schema(PERSON_SCHEMA),
+            "the reply validates against CITY_SCHEMA",
+            f"Copy this JSON exactly: {CITY_JSON}",
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA}}},
+            checks.json_schema(CITY_SCHEMA),
             max_tokens=64,
         ),
         Probe(
             "structured_output",
             "regex",
             f"the reply matches {PHONE_REGEX} exactly",
-            "Write a phone number.",
+            "Copy these phone numbers exactly: 555-1234, 555-1234, 555-1234",
             {"structured_outputs": {"regex": PHONE_REGEX}},
             checks.regex(PHONE_REGEX),
-            max_tokens=16,
+            max_tokens=40,
         ),
         Probe(
             "structured_output",
@@ -167,7 +176,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "tools",
             "tool_choice_auto",
             "any tool call names a declared tool with valid arguments",
-            "What is the weather in Paris right now?",
+            WEATHER_PROMPT,
             {"tools": TOOLS, "tool_choice": "auto"},
             checks.tool_call(TOOLS, None, required=False),
             max_tokens=64,
@@ -176,7 +185,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "tools",
             "tool_choice_required",
             "at least one tool call, arguments valid",
-            "What is the weather in Paris right now?",
+            WEATHER_PROMPT,
             {"tools": TOOLS, "tool_choice": "required"},
             checks.tool_call(TOOLS, None, required=True),
             max_tokens=64,
@@ -185,7 +194,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "tools",
             "tool_choice_named",
             "a call of get_weather with valid arguments",
-            "What is the weather in Paris right now?",
+            WEATHER_PROMPT,
             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
             checks.tool_call(TOOLS, "get_weather", required=True),
             max_tokens=64,
@@ -206,14 +215,23 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             {"logprobs": True, "top_logprobs": 2},
             checks.logprobs(2),
         ),
-        Probe("sampling", "n2", "two choices", CODE_PROMPT, {"n": 2}, checks.n_choices(2)),
+        # sampled: vLLM refuses n > 1 under greedy sampling ("n must be 1 when using greedy sampling")
+        Probe(
+            "sampling",
+            "n2",
+            "two choices",
+            CODE_PROMPT,
+            {"n": 2, "temperature": 0.8, "seed": 7},
+            checks.n_choices(2),
+            identity_expected=False,
+        ),
         Probe(
             "sampling",
             "stop",
-            "no output contains the stop string ':'",
+            "no output contains the stop string 'return total'",
             CODE_PROMPT,
-            {"stop": [":"]},
-            checks.stop_string(":"),
+            {"stop": ["return total"]},  # late in the copied code: the output before it leaves room to draft
+            checks.stop_string("return total"),
         ),
         Probe(
             "sampling",

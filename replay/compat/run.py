@@ -35,6 +35,9 @@ from specdec.schemas.records import ArmConfig, RunManifest
 from specdec.schemas.strict import RunName
 
 EngineChoice = Literal["vllm", "llama.cpp", "both"]
+#: vLLM 0.32 refuses every tool_choice (auto, required, a named function) without a tool-call parser;
+#: the embedded pair gets one (both arms: the only difference between them stays speculation).
+VLLM_TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 
 
 class CompatConfig(ClientOptions):
@@ -102,7 +105,9 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     for engine, pair in pairs:
         with contextlib.ExitStack() as stack:
             if pair is None:
-                pair = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
+                pair, args = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
+                manifest.engines[engine] = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
+                write_manifest(run_dir, manifest)
             echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
             found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only))
         cells += found
@@ -124,7 +129,8 @@ def _vllm_model() -> tuple[str, dict[str, Any]]:
 
 
 def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo):
-    """Start ``engine``'s baseline and ngram servers together; they stop when ``stack`` closes."""
+    """Start ``engine``'s baseline and ngram servers together; they stop when ``stack`` closes.
+    Returns the pair and each arm's server arguments (for the manifest)."""
     # heavy: aiohttp (the engines' counter reads, the probes), only when a run starts
     from specdec.engines.base import Arm
     from specdec.engines.server import LlamaServer, LocalServer, start_all
@@ -136,7 +142,7 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
     logs = [server_log(run_dir, f"{tag}-baseline"), server_log(run_dir, f"{tag}-speculative")]
     servers: list[Any]
     if engine == "vllm":
-        spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset")
+        spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
         cap = run_dir / "compat-capture"
         servers = [
             LocalServer(spec, c, cap, run_id, log, timeout_s) for c, log in zip((None, dict(NGRAM["vllm"])), logs)
@@ -160,7 +166,8 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
     echo(f"starting {engine} (logs: {logs[0].name}, {logs[1].name})")
     start_all(stack, servers)
     b, s = (parse_endpoint(x.base_url) for x in servers)
-    return Pair(engine, version, method, b, s, counters)
+    args = {f"{arm}_server_args": list(x.cmd[1:]) for arm, x in zip(("baseline", "speculative"), servers)}
+    return Pair(engine, version, method, b, s, counters), args
 
 
 def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> RunManifest:

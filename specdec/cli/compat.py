@@ -44,6 +44,7 @@ from specdec.schemas.strict import check_run_name
     default=None,
     help="The target model folder for the tokenizer preflight (default with --engine vllm: the bundled model).",
 )
+@click.option("--no-report", is_flag=True, help="Skip the marts and report.html (the cells are in compat.parquet).")
 @click.option("--probe", "probes", multiple=True, help="Send only this probe (repeatable; names as in the matrix).")
 @client_options()
 def compat_command(**options) -> None:
@@ -69,7 +70,9 @@ def compat_command(**options) -> None:
       not offered  the baseline refused it too, or neither arm enforced it
 
     Writes RUN_DIR/compat.parquet (one row per cell) and manifest.json (every
-    probe's request bodies), and prints the matrix. With --draft-model the
+    probe's request bodies), prints the matrix, then builds the marts (the
+    compatibility mart) and report.html ("What works with speculation on
+    this stack"). With --draft-model the
     draft's tokenizer is checked against the target's first: a mismatch stops
     the run before any server starts or request is sent."""
     handle_errors(_compat)(**options)
@@ -82,6 +85,7 @@ def _compat(
     run_dir,
     draft_model,
     target_model,
+    no_report,
     probes,
     connect_timeout,
     request_timeout,
@@ -109,3 +113,8 @@ def _compat(
     out, cells = run_compat(cfg, echo=click.echo)
     click.echo(matrix_text(cells))
     click.echo(f"run folder: {out.resolve()}")
+    if not no_report:
+        from specdec.analytics.report.write import write_report  # heavy (pyarrow, numpy): only when the command runs
+
+        path, _ = write_report(out)
+        click.echo(f"report: {path.resolve()}")

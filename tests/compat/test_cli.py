@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import duckdb
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
@@ -49,6 +50,13 @@ def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
     assert sent[0]["twin"] in base.bodies
     assert "json_schema" in result.output and "broken" in result.output
     assert "outcomes: works 1, degrades 0, broken 1, refused 0, not offered 0" in result.output
+    # the marts and the report: the compatibility mart holds the cells, the section opens with the counts
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    mart = con.sql("select probe, outcome, acceptance_rate, plain_acceptance_rate, n from compatibility").fetchall()
+    assert sorted(mart) == [("json_schema", "broken", 0.75, 0.75, 4), ("stream", "works", 0.75, 0.75, 4)]
+    html = (run_dir / "report.html").read_text()
+    section = html[html.index("What works with speculation on this stack") :]
+    assert section.index("works 1, degrades 0, broken 1, refused 0, not offered 0") < section.index("json_schema")
 
 
 def test_a_planted_tokenizer_mismatch_stops_the_run_before_any_request(tmp_path, model_dir):

@@ -38,7 +38,7 @@ def test_an_honest_pair_works_in_every_cell():
     assert cells["seed"].draft_tokens == 16 and cells["seed"].identical is None  # sent twice; sampled
     assert cells["session_prefix_cache"].draft_tokens == 24  # three turns
     assert cells["min_tokens"].speculative_valid is True
-    assert cells["stop"].speculative_valid is True  # the twin wrote ':' (exercised), the probe did not
+    assert cells["stop"].speculative_valid is True  # the twin wrote 'return total' (exercised), the probe did not
     assert {e["probe"] for e in sent} == set(names)
     assert all(e["bodies"] for e in sent)
 
@@ -48,7 +48,7 @@ def test_schema_invalid_json_only_with_speculation_is_broken():
     js = cells["json_schema"]
     assert js.outcome == "broken"
     assert js.baseline_valid is True and js.speculative_valid is False
-    assert "population" in js.speculative_validity_detail and "not of type 'integer'" in js.speculative_validity_detail
+    assert "at is_capital: 'yes' is not of type 'boolean'" in js.speculative_validity_detail
     assert js.identical is False
     assert cells["json_object"].outcome == "works"  # only the schema probe is affected
 

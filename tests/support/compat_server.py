@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 TOOLS_ERROR = 'Speculative decoding does not support "tools" in this build\n(request rejected)'
-DEFAULT_TEXT = "def f(x):\n    return sum(v * v for v in x)"
+DEFAULT_TEXT = "def f(x):\n    total = sum(v * v for v in x)\n    return total"
 
 
 class CompatFake:
@@ -58,10 +58,10 @@ class CompatFake:
         if fmt.get("type") == "json_object":
             return json.dumps({"city": "Paris", "country": "France"}), [], 10
         if fmt.get("type") == "json_schema":
-            population: Any = "many" if self.speculative and self.invalid_json else 2100000
-            return json.dumps({"city": "Paris", "population": population}), [], 10
+            capital: Any = "yes" if self.speculative and self.invalid_json else True
+            return json.dumps({"city": "Paris", "country": "France", "is_capital": capital}), [], 10
         if "regex" in so:
-            return "555-1234", [], 5
+            return "555-1234, 555-1234, 555-1234", [], 26
         if "choice" in so:
             return so["choice"][0], [], 1
         if body.get("logit_bias"):

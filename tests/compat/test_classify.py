@@ -1,0 +1,82 @@
+"""The outcome rules of replay/compat/classify.py, one small hand-made evidence each."""
+
+from __future__ import annotations
+
+from specdec.replay.compat.checks import ArmReplies
+from specdec.replay.compat.classify import Acceptance, Evidence, classify, divergence, escape
+from specdec.replay.compat.send import Choice, Reply
+
+
+def arm(text: str = "ok", *, error: str | None = None, status: int = 200) -> ArmReplies:
+    reply = Reply(status, error, [] if error else [Choice(text)], 2)
+    return ArmReplies([reply], Reply(200, None, [Choice("plain")], 2))
+
+
+def ev(
+    b=None,
+    s=None,
+    bv=(True, "valid"),
+    sv=(True, "valid"),
+    feature=None,
+    plain=None,
+    identity=True,
+):
+    both = Acceptance(8, 6, 2)
+    return Evidence(identity, b or arm(), s or arm(), bv, sv, feature or both, plain or both)
+
+
+def test_works_when_valid_identical_and_speculating():
+    out = classify(ev())
+    assert (
+        out.outcome == "works" and out.identical is True and "acceptance per token 0.75 (plain twin 0.75)" in out.detail
+    )
+
+
+def test_refused_by_the_baseline_is_not_offered_whatever_the_speculative_arm_did():
+    out = classify(ev(b=arm(error="no such field", status=400), bv=(None, "refused")))
+    assert out.outcome == "not offered" and "HTTP 400: no such field" in out.detail
+    assert "the speculative arm accepted it" in out.detail
+
+
+def test_refused_by_the_speculative_arm_only_quotes_the_error_escaped():
+    out = classify(ev(s=arm(error='bad "tools"\nline2', status=422), sv=(None, "refused")))
+    assert out.outcome == "refused"
+    assert out.detail.endswith('HTTP 422: bad \\"tools\\"\\nline2')
+
+
+def test_invalid_in_both_arms_is_not_offered_in_one_arm_broken():
+    assert classify(ev(bv=(False, "x"), sv=(False, "y"))).outcome == "not offered"
+    assert classify(ev(sv=(False, "y"))).outcome == "broken"
+    assert classify(ev(bv=(False, "x"))).outcome == "broken"
+
+
+def test_a_greedy_divergence_is_broken_a_sampled_one_is_not_compared():
+    out = classify(ev(s=arm("oh")))
+    assert out.outcome == "broken" and out.identical is False
+    assert (
+        out.first_divergence_char
+        == divergence('[{"text": "ok", "tool_calls": []}]', '[{"text": "oh", "tool_calls": []}]')
+        == 12  # the normalized output: [{"text": "o|k
+    )
+    sampled = classify(ev(s=arm("oh"), identity=False))
+    assert sampled.outcome == "works" and sampled.identical is None
+
+
+def test_degrades_when_no_draft_with_the_feature_or_acceptance_halves():
+    out = classify(ev(feature=Acceptance(0, 0, 0)))
+    assert out.outcome == "degrades" and "no draft token with the feature (8 on the plain twin)" in out.detail
+    # 2/8 = 0.25 < 0.5 * 0.75: degrades, by x0.33
+    out = classify(ev(feature=Acceptance(8, 2, 2)))
+    assert out.outcome == "degrades" and "0.25 with the feature against 0.75 without (x0.33)" in out.detail
+    # 4/8 = 0.5 >= 0.375: works
+    assert classify(ev(feature=Acceptance(8, 4, 2))).outcome == "works"
+    # nothing drafted with or without: works, and says the gain is not tested
+    out = classify(ev(feature=Acceptance(0, 0, 0), plain=Acceptance(0, 0, 0)))
+    assert out.outcome == "works" and "not tested" in out.detail
+    # no counters (an external server without /metrics)
+    assert "not measured" in classify(ev(feature=Acceptance(), plain=Acceptance())).detail
+
+
+def test_escape_keeps_one_line_and_cuts():
+    assert escape("a\nb\u00e9") == "a\\nb\\u00e9"
+    assert escape("x" * 400, limit=10) == "x" * 10 + "..."
