@@ -43,6 +43,9 @@ class PlanInputs:
     #: (category, context_low) -> (decode rounds, tau(k') for k' in 0..captured k): acceptance by context
     #: bucket (int_round_groups' buckets), reported beside the per-category model, not used by it
     by_context: dict[tuple[str, int], tuple[float, list[float]]]
+    #: (k, category, level) -> the measured speedup of another analysis run of the same run folder
+    #: (a --sweep-k run's other arms) whose speculative arm captured that k: the cross-k check
+    other_measured: dict[tuple[int, str, int], tuple[float | None, float | None, float | None]]
     #: (category, level) -> (speedup, pointwise_ci_low, pointwise_ci_high) measured A/B at the captured k
     measured_speedup: dict[tuple[str, int], tuple[float | None, float | None, float | None]]
     notes: list[str] = field(default_factory=list)
@@ -52,15 +55,41 @@ def analysis_runs(con) -> list[str]:
     return [r[0] for r in con.execute("select distinct run_id from stg_manifest order by run_id").fetchall()]
 
 
-def read_inputs(con, run_id: str | None = None) -> PlanInputs:
-    """Everything the model needs for one analysis run (``run_id``; the only one when None)."""
+def captured_ks(con) -> dict[str, tuple[str, int]]:
+    """analysis run -> (its run folder's id, the largest k its speculative arm proposed in decode)."""
+    rows = con.execute(
+        """select c.run_id, any_value(e.source_run_id), max(c.tokens_proposed)
+           from int_round_counts c
+           join (select distinct run_id, source_run_id from int_engine_requests where replayed) e using (run_id)
+           where c.arm = 'speculative' and c.phase = 'decode'
+           group by c.run_id"""
+    ).fetchall()
+    return {r[0]: (r[1], int(r[2])) for r in rows}
+
+
+def choose_run(con, run_id: str | None) -> tuple[str, dict[str, tuple[str, int]]]:
+    """The analysis run to plan: ``run_id``, else the only one, else (one run of named arms, e.g.
+    a --sweep-k run) the one whose speculative arm captured the largest k. Also every analysis run's
+    (source run, captured k)."""
     runs = analysis_runs(con)
-    if run_id is None:
-        if len(runs) != 1:
-            raise SpecdecError(f"the database holds {len(runs)} analysis runs ({', '.join(runs)}): name one")
-        run_id = runs[0]
-    elif run_id not in runs:
-        raise SpecdecError(f"no analysis run {run_id!r} in the database (it has: {', '.join(runs)})")
+    ks = captured_ks(con)
+    if run_id is not None:
+        if run_id not in runs:
+            raise SpecdecError(f"no analysis run {run_id!r} in the database (it has: {', '.join(runs)})")
+        return run_id, ks
+    if len(runs) == 1:
+        return runs[0], ks
+    sources = {src for src, _ in ks.values()}
+    if len(sources) != 1:
+        raise SpecdecError(f"the database holds {len(runs)} analysis runs ({', '.join(runs)}): name one with --run-id")
+    return max(ks, key=lambda r: (ks[r][1], r)), ks
+
+
+def read_inputs(con, run_id: str | None = None) -> PlanInputs:
+    """Everything the model needs for one analysis run (``choose_run``). In a run of named arms the
+    step costs are fitted over every arm of the run folder (each k's steps), the reference arm's
+    steps once (from the planned analysis run)."""
+    run_id, all_ks = choose_run(con, run_id)
     notes: list[str] = []
     cols = con.execute(
         """select category,
@@ -89,8 +118,9 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     steps = con.execute(
         """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
                   verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
-           from int_plan_steps where run_id = ?""",
-        [run_id],
+           from int_plan_steps
+           where run_id = ? or (arm = 'speculative' and source_run_id = ?)""",
+        [run_id, all_ks.get(run_id, (run_id, 0))[0]],
     ).fetchall()
     verify_fit = fit_grouped(
         np.array([[1.0, s[2], s[3]] for s in steps]),
@@ -151,6 +181,16 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
             [run_id],
         ).fetchall()
     }
+    source = all_ks.get(run_id, (run_id, 0))[0]
+    others = {r: k for r, (src, k) in all_ks.items() if src == source and r != run_id}
+    other_measured: dict[tuple[int, str, int], tuple[float | None, float | None, float | None]] = {}
+    for other, k_other in others.items():
+        for r in con.execute(
+            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
+               from speedup where run_id = ? and category <> '(system)'""",
+            [other],
+        ).fetchall():
+            other_measured[(k_other, r[0], r[1])] = (r[2], r[3], r[4])
     manifest_row = con.execute("select manifest, treatment_arm from stg_manifest where run_id = ?", [run_id]).fetchone()
     engine, spec = "vllm", None
     if manifest_row and manifest_row[0]:
@@ -175,6 +215,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         engine=str(engine),
         speculative_config=spec,
         by_context=by_context,
+        other_measured=other_measured,
         measured_speedup=measured,
         notes=notes,
     )

@@ -20,6 +20,38 @@ def _pm(d: dict, key: str = "speedup") -> str:
     return f"{d[key]:.3f} [{d['low']:.3f}, {d['high']:.3f}]"
 
 
+def _check(ins: dict, title: str) -> str:
+    if not ins["cells"]:
+        return f"<h2>{esc(title)}</h2><p>" + esc(ins["what"]) + " (no cell to compare).</p>"
+    per_cat = "; ".join(
+        f"{cat}: {_num(v['median_absolute_relative_error'])} error, {_num(v['coverage'])} covered"
+        for cat, v in ins["by_category"].items()
+    )
+    return (
+        f"<h2>{esc(title)}</h2><p>"
+        + esc(ins["what"])
+        + f". Median absolute relative error {_num(ins['median_absolute_relative_error'])}, "
+        f"measured speedup inside the predicted interval in {_num(ins['coverage'])} of the cells "
+        f"({esc(per_cat)}).</p>"
+        + table(
+            ["category", "band", "k", "predicted", "measured", "measured 95% interval", "relative error", "covered"],
+            [
+                [
+                    r["category"],
+                    f"c{r['level']}",
+                    r["k"],
+                    f"{r['predicted']:.3f} [{r['predicted_low']:.3f}, {r['predicted_high']:.3f}]",
+                    r["measured"],
+                    None if r["measured_low"] is None else f"[{r['measured_low']:.3f}, {r['measured_high']:.3f}]",
+                    r["relative_error"],
+                    r["covered"],
+                ]
+                for r in ins["cells"]
+            ],
+        )
+    )
+
+
 def _num(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
@@ -125,35 +157,15 @@ def render(plan: dict) -> str:
             for a in plan["model"]["acceptance"]
         ],
     )
-    ins = plan["in_sample_check"]
-    in_sample = (
-        "<h2>In-sample check (not a validation)</h2><p>"
-        + esc(ins["what"])
-        + f". Median absolute relative error {_num(ins['median_absolute_relative_error'])}, "
-        f"measured speedup inside the predicted interval in {_num(ins['coverage'])} of the cells.</p>"
-        + table(
-            ["category", "band", "k", "predicted", "measured", "measured 95% interval", "relative error", "covered"],
-            [
-                [
-                    r["category"],
-                    f"c{r['level']}",
-                    r["k"],
-                    f"{r['predicted']:.3f} [{r['predicted_low']:.3f}, {r['predicted_high']:.3f}]",
-                    r["measured"],
-                    None if r["measured_low"] is None else f"[{r['measured_low']:.3f}, {r['measured_high']:.3f}]",
-                    r["relative_error"],
-                    r["covered"],
-                ]
-                for r in ins["cells"]
-            ],
-        )
+    checks = _check(plan["in_sample_check"], "In-sample check (not a validation)") + _check(
+        plan["cross_k_check"], "Across k: predicted from one capture, measured at another k"
     )
     body = (
         deploy + "<h2>Per category and load band</h2><p>Recommended k: the smallest k whose interval overlaps the best "
         "k's (k = 0 when the best one's interval reaches 1).</p>"
         + cells
         + chart_divs(charts)
-        + in_sample
+        + checks
         + "<h2>Step cost fits</h2>"
         + fits
         + "<h2>Acceptance used</h2>"

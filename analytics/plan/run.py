@@ -72,6 +72,13 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         "routing": export.routing(inputs.categories, spec_cats, config.rules),
     }
     in_sample = _in_sample(pred, inputs)
+    cross_k = _compare(
+        pred,
+        inputs.other_measured,
+        f"out of sample for acceptance: the speedup predicted from the k = {inputs.captured_k} capture at the "
+        "other k a run of named arms (--sweep-k) measured, against those arms' measured speedup (the step "
+        "cost was fitted on every arm's steps, those arms' included)",
+    )
     return {
         "run_id": inputs.run_id,
         "validated": False,
@@ -91,6 +98,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         "seed": config.seed,
         **decided,
         "in_sample_check": in_sample,
+        "cross_k_check": cross_k,
         "exports": exports,
         "model": {
             "formulas": MODEL_DOC,
@@ -123,48 +131,62 @@ def plan_from_db(con, config: PlanConfig) -> dict:
     }
 
 
-def _in_sample(pred, inputs: PlanInputs) -> dict:
-    """The predicted speedup at the captured k against the run's own measured A/B speedup (the
-    speedup mart: geometric mean of paired e2e ratios, its pointwise 95% interval). The model was
-    fitted on this run, so this is a consistency check, not a validation."""
-    if inputs.captured_k not in pred.ks:
-        return {
-            "what": f"not computed: the captured k ({inputs.captured_k}) is not among the k planned",
-            "cells": [],
-            "median_absolute_relative_error": None,
-            "coverage": None,
-        }
-    i = pred.ks.index(inputs.captured_k)
+def _compare(pred, measured: dict, what: str) -> dict:
+    """Predicted speedup against measured speedup per (k, category, level) of ``measured``
+    ((k, category, level) -> (speedup, pointwise 95% low, high), the speedup mart's): the relative
+    error predicted / measured - 1 and whether the prediction interval holds the measurement; the
+    median absolute error and the coverage overall and per category."""
     lo, hi = pred.interval("speedup")
     rows = []
-    for li, level in enumerate(pred.levels):
-        for c, cat in enumerate(pred.categories):
-            m, m_lo, m_hi = inputs.measured_speedup.get((cat, level), (None, None, None))
-            p = float(pred.point["speedup"][i, li, c])
-            rows.append(
-                {
-                    "category": cat,
-                    "level": level,
-                    "k": inputs.captured_k,
-                    "predicted": p,
-                    "predicted_low": float(lo[i, li, c]),
-                    "predicted_high": float(hi[i, li, c]),
-                    "measured": m,
-                    "measured_low": m_lo,
-                    "measured_high": m_hi,
-                    "relative_error": None if m is None else p / m - 1,
-                    "covered": None if m is None else bool(lo[i, li, c] <= m <= hi[i, li, c]),
-                }
-            )
-    errors = sorted(abs(r["relative_error"]) for r in rows if r["relative_error"] is not None)
-    covered = [r["covered"] for r in rows if r["covered"] is not None]
+    for (k, cat, level), (m, m_lo, m_hi) in sorted(measured.items()):
+        if k not in pred.ks or cat not in pred.categories or level not in pred.levels:
+            continue
+        i, li, c = pred.ks.index(k), pred.levels.index(level), pred.categories.index(cat)
+        p = float(pred.point["speedup"][i, li, c])
+        rows.append(
+            {
+                "category": cat,
+                "level": level,
+                "k": k,
+                "predicted": p,
+                "predicted_low": float(lo[i, li, c]),
+                "predicted_high": float(hi[i, li, c]),
+                "measured": m,
+                "measured_low": m_lo,
+                "measured_high": m_hi,
+                "relative_error": None if m is None else p / m - 1,
+                "covered": None if m is None else bool(lo[i, li, c] <= m <= hi[i, li, c]),
+            }
+        )
+
+    def summary(sel: list[dict]) -> dict:
+        errors = [abs(r["relative_error"]) for r in sel if r["relative_error"] is not None]
+        covered = [r["covered"] for r in sel if r["covered"] is not None]
+        return {
+            "cells_compared": len(errors),
+            "median_absolute_relative_error": float(np.median(errors)) if errors else None,
+            "coverage": sum(covered) / len(covered) if covered else None,
+        }
+
     return {
-        "what": "in-sample: the model's speedup at the captured k against this run's measured speedup "
-        "(same data the model was fitted on; not a validation by replay)",
+        "what": what,
         "cells": rows,
-        "median_absolute_relative_error": float(np.median(errors)) if errors else None,
-        "coverage": sum(covered) / len(covered) if covered else None,
+        **summary(rows),
+        "by_category": {cat: summary([r for r in rows if r["category"] == cat]) for cat in pred.categories},
     }
+
+
+def _in_sample(pred, inputs: PlanInputs) -> dict:
+    """The predicted speedup at the captured k against the run's own measured A/B speedup. The
+    model was fitted on this run, so this is a consistency check, not a validation."""
+    what = (
+        "in-sample: the model's speedup at the captured k against this run's measured speedup "
+        "(same data the model was fitted on; not a validation by replay)"
+    )
+    if inputs.captured_k not in pred.ks:
+        what = f"not computed: the captured k ({inputs.captured_k}) is not among the k planned"
+    measured = {(inputs.captured_k, cat, level): v for (cat, level), v in inputs.measured_speedup.items()}
+    return _compare(pred, measured, what)
 
 
 def make_plan(run_dir: Path, config: PlanConfig) -> dict:

@@ -1,6 +1,9 @@
 -- int_plan_steps
 -- Grain: one row per run_id, arm, concurrency level, batch_size and drafts_verified of the
---   decode-only engine steps of replayed requests (steps grouped by their regressors).
+--   decode-only engine steps of replayed requests (steps grouped by their regressors);
+--   source_run_id (the run folder's id) beside run_id, so the arms of one run of named arms
+--   (a --sweep-k run: one analysis run per k) can be fitted together. A reference arm's steps
+--   are in every analysis run that compares against it.
 -- Purpose: the planner's step-cost fit (`specdec plan`, analytics/plan/fit.py): verify ms as
 --   a function of batch size and drafted tokens verified in the step, draft ms as a function
 --   of batch size (and k, across arms of a sweep). A step is (process_token, step_index) of
@@ -25,13 +28,13 @@ with engine as (
     where replayed
 ),
 rounds as (
-    select e.run_id, e.arm, e.concurrency, r.process_token, r.step_index, r.phase, r.batch_size,
+    select e.run_id, e.source_run_id, e.arm, e.concurrency, r.process_token, r.step_index, r.phase, r.batch_size,
            r.tokens_proposed, r.verify_ms, r.draft_ms
     from stg_rounds r
     join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
 ),
 steps as (
-    select run_id, arm, concurrency,
+    select run_id, source_run_id, arm, concurrency,
            any_value(batch_size) as batch_size,
            sum(tokens_proposed) as drafts_verified,
            max(tokens_proposed) as max_proposed,
@@ -39,13 +42,13 @@ steps as (
            any_value(verify_ms) as verify_ms,
            max(draft_ms) as draft_ms
     from rounds
-    group by run_id, arm, concurrency, process_token, step_index
+    group by run_id, source_run_id, arm, concurrency, process_token, step_index
 ),
 arm_k as (
     select run_id, arm, concurrency, max(max_proposed) as arm_k from steps group by all
 ),
 final as (
-    select s.run_id, s.arm, s.concurrency, s.batch_size, cast(s.drafts_verified as bigint) as drafts_verified,
+    select s.run_id, s.source_run_id, s.arm, s.concurrency, s.batch_size, cast(s.drafts_verified as bigint) as drafts_verified,
            any_value(a.arm_k) as arm_k,
            count(*) as steps,
            count(s.verify_ms) as verify_steps,
@@ -57,6 +60,6 @@ final as (
     from steps s
     join arm_k a on a.run_id = s.run_id and a.arm = s.arm and a.concurrency = s.concurrency
     where not s.has_prefill
-    group by s.run_id, s.arm, s.concurrency, s.batch_size, s.drafts_verified
+    group by s.run_id, s.source_run_id, s.arm, s.concurrency, s.batch_size, s.drafts_verified
 )
 select * from final order by run_id, arm, concurrency, batch_size, drafts_verified

@@ -1,15 +1,18 @@
 """A synthetic run for the planner, with known acceptance and exactly linear step costs.
 
-Blocks as ``synthetic_run.repeated_requests`` (levels 1, 2, 4; two repeats; prompts code-0,
-code-1, chat-0, chat-1). Within a block the requests run in groups of ``level`` in lockstep:
-one prefill step per group (left out of the fit), then one decode step per row of
-``DECODE`` (the baseline: the same number of rows with k = 0). Every decode step's timing is
-exact::
+Arms: the classic pair (``CLASSIC``: baseline k = 0, speculative k = 4) or a sweep (``SWEEP``:
+k0, k2, k4, as ``specdec-replay --sweep-k 0,2,4`` names them). Levels 1, 2, 4; two repeats;
+prompts code-0, code-1, chat-0, chat-1; per (level, repeat) every arm runs one block, blocks
+100 s apart, each block's requests sent at its start. Within a block the requests run in
+groups of ``level`` in lockstep: one prefill step per group (left out of the fit), then one
+decode step per row of ``DECODE``, truncated at the arm's k (an arm at k proposes min(k_r, k)
+and accepts min(a_r, k): exactly the planner's assumption; k = 0: rows (0, 0)). Every decode
+step's timing is exact::
 
-    verify_ms = V0 + V1 * B + V2 * D      B = the group's size, D = sum of k over its rows
-    draft_ms  = D0 + D1 * B               speculative arm only
+    verify_ms = V0 + V1 * B + V2 * D          B = the group's size, D = sum of k over its rows
+    draft_ms  = D0 + D1 * B + d2 * B * k      arms with k > 0 (d2: D2 in a sweep, 0 in the classic run)
 
-so the least-squares fit recovers the coefficients and the planner's predictions follow by
+so the least-squares fits recover the coefficients and the planner's predictions follow by
 hand from ``DECODE``. ``e2e(arm, prompt, level, repeat)`` ms (TTFT = e2e / 100) is free.
 """
 
@@ -17,24 +20,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec.schemas.records import RoundTrace
-from tests.support.synthetic_run import (
-    PROMPTS,
-    RUN,
-    T0,
-    blocks,
-    make_manifest,
-    repeated_counters,
-    repeated_requests,
-    write_run,
-)
+from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, RoundTrace
+from tests.support.synthetic_run import PROMPTS, RUN, SEC, T0, make_manifest, write_run
 
 LEVELS = (1, 2, 4)
 REPEATS = 2
 V0, V1, V2 = 10.0, 2.0, 0.5
-D0, D1 = 1.0, 0.25
+D0, D1, D2 = 1.0, 0.25, 0.1
 K = 4
-#: decode rows (k, a) per prompt of the speculative arm
+CLASSIC = {"baseline": 0, "speculative": 4}
+SWEEP = {"k0": 0, "k2": 2, "k4": 4}
+#: decode rows (k, a) per prompt at k = 4
 DECODE = {
     "code-0": [(4, 4), (4, 3), (4, 4), (0, 0)],
     "code-1": [(4, 2), (4, 4), (4, 1), (4, 4)],
@@ -48,17 +44,81 @@ def verify_ms(batch: int, drafts: int) -> float:
     return V0 + V1 * batch + V2 * drafts
 
 
-def draft_ms(batch: int) -> float:
-    return D0 + D1 * batch
+def draft_ms(batch: int, k: int = K, d2: float = 0.0) -> float:
+    return D0 + D1 * batch + d2 * batch * k
 
 
-def make_rounds(levels=LEVELS, repeats: int = REPEATS) -> list[RoundTrace]:
+def blocks(arms: dict[str, int]):
+    order = [(arm, level, r) for level in LEVELS for r in range(REPEATS) for arm in arms]
+    return [(arm, level, r, T0 + i * 100 * SEC) for i, (arm, level, r) in enumerate(order)]
+
+
+def request_id(arm: str, level: int, r: int, seq: int) -> str:
+    return f"sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}"
+
+
+def make_requests(arms: dict[str, int], e2e) -> list[RequestResult]:
+    out = []
+    for arm, level, r, start in blocks(arms):
+        for seq, (pid, cat) in enumerate(PROMPTS):
+            ms = float(e2e(arm, pid, level, r))
+            out.append(
+                RequestResult(
+                    run_id=RUN,
+                    arm=arm,
+                    concurrency=level,
+                    repeat=r,
+                    request_id=request_id(arm, level, r, seq),
+                    prompt_id=pid,
+                    category=cat,
+                    max_tokens=100,
+                    temperature=0.0,
+                    success=True,
+                    error_type=None,
+                    error_message=None,
+                    wall_send_ns=start,
+                    ttft_ms=ms / 100,
+                    e2e_ms=ms,
+                    chunk_offsets_ms=[ms / 100, ms],
+                    prompt_tokens=10,
+                    output_tokens=100,
+                    output_text="same",
+                    finish_reason="length",
+                    spec_num_steps=None,
+                    spec_num_draft_tokens=None,
+                    spec_num_accepted_tokens=None,
+                )
+            )
+    return out
+
+
+def make_counters(arms: dict[str, int]) -> list[MetricSnapshot]:
+    return [
+        MetricSnapshot(
+            run_id=RUN,
+            arm=arm,
+            concurrency=level,
+            repeat=r,
+            position=pos,
+            wall_time_ns=start + (50 * SEC if pos == "after" else 0),
+            spec_num_drafts=None,
+            spec_num_draft_tokens=None,
+            spec_num_accepted_tokens=None,
+            generation_tokens=None,
+        )
+        for arm, level, r, start in blocks(arms)
+        for pos in ("before", "after")
+    ]
+
+
+def make_rounds(arms: dict[str, int], d2: float = 0.0) -> list[RoundTrace]:
     rows: list[RoundTrace] = []
     step = 0
-    for arm, level, r, _start in blocks(levels, repeats):
-        pid = 1 if arm == "baseline" else 2
+    for arm, level, r, _start in blocks(arms):
+        k_arm = arms[arm]
+        pid = list(arms).index(arm) + 1
         token = f"{pid}-{r:08x}"
-        ids = [f"chatcmpl-sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}-0123abcd" for seq in range(len(PROMPTS))]
+        ids = [f"chatcmpl-{request_id(arm, level, r, seq)}-0123abcd" for seq in range(len(PROMPTS))]
         for g in range(0, len(PROMPTS), level):
             group = list(range(g, min(g + level, len(PROMPTS))))
             batch = len(group)
@@ -67,10 +127,10 @@ def make_rounds(levels=LEVELS, repeats: int = REPEATS) -> list[RoundTrace]:
                 rows.append(_row(ids[seq], pid, token, step, 0, "prefill", 0, 0, batch, 99.0, None))
             for rnd in range(len(DECODE["code-0"])):
                 step += 1
-                pairs = [DECODE[PROMPTS[s][0]][rnd] if arm == "speculative" else (0, 0) for s in group]
+                pairs = [(min(k, k_arm), min(a, k_arm)) for k, a in (DECODE[PROMPTS[s][0]][rnd] for s in group)]
                 drafts = sum(k for k, _ in pairs)
                 v = verify_ms(batch, drafts)
-                d = draft_ms(batch) if arm == "speculative" else None
+                d = draft_ms(batch, k_arm, d2) if k_arm else None
                 for seq, (k, a) in zip(group, pairs):
                     rows.append(_row(ids[seq], pid, token, step, rnd + 1, "decode", k, a, batch, v, d))
     return rows
@@ -97,28 +157,46 @@ def _row(eid, pid, token, step, rnd, phase, k, a, batch, verify, draft) -> Round
     )
 
 
-def write_plan_run(run_dir: Path, e2e=lambda arm, prompt, level, repeat: 1000.0) -> Path:
+def _manifest(arms: dict[str, int]):
+    configs = []
+    for name, k in arms.items():
+        spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4} if k else None
+        args = ["--model", "m"] + (["--speculative-config", str(spec)] if spec else [])
+        configs.append(
+            ArmConfig(name=name, speculative_config=spec, server_args=args, endpoint="http://127.0.0.1:8001")
+        )
+    return make_manifest(concurrency_levels=list(LEVELS), arms=configs)
+
+
+def write_plan_run(
+    run_dir: Path, e2e=lambda arm, prompt, level, repeat: 1000.0, arms: dict[str, int] = CLASSIC, d2: float = 0.0
+) -> Path:
     return write_run(
         run_dir,
-        repeated_counters(levels=LEVELS, repeats=REPEATS),
-        requests=repeated_requests(e2e, levels=LEVELS, repeats=REPEATS),
-        rounds=make_rounds(),
-        manifest=make_manifest(concurrency_levels=list(LEVELS)),
+        make_counters(arms),
+        requests=make_requests(arms, e2e),
+        rounds=make_rounds(arms, d2),
+        manifest=_manifest(arms),
     )
+
+
+def _rows(category: str, k: int):
+    return [(min(kk, k), min(a, k)) for p, c in PROMPTS if c == category for kk, a in DECODE[p]]
 
 
 def expected_tau(category: str, k: int) -> float:
     """tau(k) by hand: mean over the category's decode rows (each prompt's rows repeat in every block)."""
-    rows = [ka for p, c in PROMPTS if c == category for ka in DECODE[p]]
-    return sum(1 + min(a, k) for _, a in rows) / len(rows)
+    rows = _rows(category, k)
+    return sum(1 + a for _, a in rows) / len(rows)
 
 
 def expected_dbar(category: str, k: int) -> float:
-    rows = [ka for p, c in PROMPTS if c == category for ka in DECODE[p]]
-    return sum(min(kk, k) for kk, _ in rows) / len(rows)
+    rows = _rows(category, k)
+    return sum(kk for kk, _ in rows) / len(rows)
 
 
-def expected_speedup(category: str, k: int, batch: int) -> float:
+def expected_speedup(category: str, k: int, batch: int, d2: float = 0.0) -> float:
+    """The model's speedup by hand (with one captured k, d2 = 0: the draft cost does not depend on k)."""
     step0 = verify_ms(batch, 0)
-    stepk = V0 + V1 * batch + V2 * batch * expected_dbar(category, k) + (draft_ms(batch) if k else 0.0)
+    stepk = V0 + V1 * batch + V2 * batch * expected_dbar(category, k) + (draft_ms(batch, k, d2) if k else 0.0)
     return expected_tau(category, k) * step0 / stepk
