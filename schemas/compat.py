@@ -50,10 +50,10 @@ class CompatCell(BaseModel):
         description="The speculative server's error body, verbatim; None when accepted."
     )
     baseline_valid: bool | None = Field(
-        description="The baseline output satisfies the constraint; None: not assessed (refused, or cut at max_tokens)."
+        description="The baseline output satisfies the constraint; None: not assessed (refused, no output constraint, or not exercised); a reply cut at max_tokens is invalid."
     )
     speculative_valid: bool | None = Field(
-        description="The speculative output satisfies the constraint; None: not assessed (refused, or cut at max_tokens)."
+        description="The speculative output satisfies the constraint; None: not assessed (refused, no output constraint, or not exercised); a reply cut at max_tokens is invalid."
     )
     baseline_validity_detail: str = Field(description="Why the baseline output is (in)valid, one phrase.")
     speculative_validity_detail: str = Field(description="Why the speculative output is (in)valid, one phrase.")
@@ -66,6 +66,12 @@ class CompatCell(BaseModel):
     )
     baseline_output_sha256: str | None = Field(description="SHA-256 hex of the baseline's normalized output.")
     speculative_output_sha256: str | None = Field(description="SHA-256 hex of the speculative normalized output.")
+    baseline_output_head: str | None = Field(
+        default=None, description="First 300 characters of the baseline's normalized output; None when refused."
+    )
+    speculative_output_head: str | None = Field(
+        default=None, description="First 300 characters of the speculative normalized output; None when refused."
+    )
     baseline_completion_tokens: int | None = Field(description="usage.completion_tokens of the baseline reply.")
     speculative_completion_tokens: int | None = Field(description="usage.completion_tokens of the speculative reply.")
     baseline_e2e_ms: float | None = Field(description="Baseline request time, monotonic clock, ms (one request).")
@@ -93,7 +99,8 @@ class CompatCell(BaseModel):
         description="works: valid, lossless, speculation ran; degrades: valid and lossless but speculation proposed "
         "nothing or its acceptance per token fell below half the plain twin's; broken: invalid output or a greedy "
         "divergence in the speculative arm; refused: the speculative server refused what the baseline accepted; "
-        "not offered: the baseline refused it too, or neither arm enforced it."
+        "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not met "
+        "within max_tokens)."
     )
     detail: str = Field(description="One sentence on why this outcome, with the error text escaped where refused.")
     requests_sent: int = Field(description="Requests sent for this cell, both arms, twins included.")

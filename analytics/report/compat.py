@@ -38,7 +38,8 @@ DEFINITIONS = (
     "or acceptance per token below half the plain twin's; "
     "broken: an output violates the feature's constraint, or the greedy outputs differ; "
     "refused: the speculative server refused what the baseline accepted (its error in detail); "
-    "not offered: the baseline refused it too, or neither arm enforced it. "
+    "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not "
+    "met within the probe's max_tokens). "
     "Acceptance is from the engine's counters around each cell's own requests; one request per arm, "
     "so no speedup is claimed here."
 )
@@ -80,6 +81,40 @@ def section_html(t: Table) -> str:
 
 def _cols(t: Table) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
     return t.columns, t.rows
+
+
+#: One colour per outcome, in ``OUTCOMES`` order (green to grey).
+OUTCOME_COLOURS = ("#2e7d32", "#f9a825", "#c62828", "#6a1b9a", "#9e9e9e")
+
+
+def matrix_chart(t: Table) -> dict[str, Any]:
+    """The matrix as a Vega-Lite chart: probe x (engine / method), coloured by outcome."""
+    import altair as alt  # heavy: altair, imported only when used
+
+    rows = [
+        {
+            "pair": f"{d['engine']} / {d['spec_method']}",
+            "probe": f"{d['feature']}: {d['probe']}",
+            "outcome": d["outcome"],
+            "detail": str(d["detail"])[:200],
+        }
+        for d in t.dicts()
+    ]
+    spec: dict[str, Any] = (
+        alt.Chart(alt.Data(values=rows))
+        .mark_rect(stroke="white")
+        .encode(
+            x=alt.X("pair:N", title=None),
+            y=alt.Y("probe:N", title=None, sort=sorted({r["probe"] for r in rows})),
+            color=alt.Color(
+                "outcome:N", scale=alt.Scale(domain=list(OUTCOMES), range=list(OUTCOME_COLOURS)), title="outcome"
+            ),
+            tooltip=["pair:N", "probe:N", "outcome:N", "detail:N"],
+        )
+        .properties(width=160, title="What works with speculation: one cell per feature probe")
+        .to_dict()
+    )
+    return spec
 
 
 def summary_lines(t: Table) -> list[str]:

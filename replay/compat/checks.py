@@ -1,10 +1,11 @@
 """Output validity under a feature's constraint: one small function per kind
 of constraint, each answering ``(valid, detail)`` for one arm's replies.
 
-``valid`` is True or False when the output could be judged, None when it
-could not (the reply was cut at ``max_tokens`` before the constraint could be
-met, or the probe has no output constraint and is judged by greedy identity
-alone, or the plain twin shows the probe did not exercise the feature). JSON
+``valid`` is True or False when the output could be judged (a reply cut at
+``max_tokens`` before the constraint was met is invalid: each probe leaves
+room for a complete valid output), None when it could not (the probe has no
+output constraint and is judged by greedy identity alone, or the plain twin
+shows the probe did not exercise the feature). JSON
 Schema validation uses ``jsonschema`` (installed with great-expectations, a
 specdec dependency).
 """
@@ -41,8 +42,10 @@ Check = Callable[[ArmReplies], Verdict]
 
 
 def _cut(reply: Reply, why: str) -> Verdict:
+    """Invalid; a reply cut at max_tokens says so (an incomplete document is no valid one: every probe's
+    max_tokens leaves room for a complete valid output, so the cut is the engine's doing)."""
     if reply.truncated:
-        return None, f"cut at max_tokens before it could be judged ({why})"
+        return False, f"cut at max_tokens, incomplete ({why})"
     return False, why
 
 

@@ -9,7 +9,8 @@ Rules, first match wins (``classify``):
 2. the speculative arm refused what the baseline accepted: ``refused``, with
    the server's error text (escaped);
 3. neither arm's output obeys the constraint: ``not offered`` (the engine
-   accepted the field and did not enforce it, with or without speculation);
+   accepted the field and ignored it, or could not meet it within the
+   probe's max_tokens, with or without speculation);
 4. one arm's output does not: ``broken``;
 5. a greedy probe whose outputs differ between the arms: ``broken`` (under
    float32 speculation changes no greedy token; a divergence is not told
@@ -112,7 +113,9 @@ def classify(ev: Evidence) -> Classified:
     first = divergence(a, b) if ev.identity_expected else None
     (bv, bd), (sv, sd) = ev.baseline_verdict, ev.speculative_verdict
     if bv is False and sv is False:
-        return Classified("not offered", f"neither arm enforced it: baseline {bd}; speculative {sd}", identical, first)
+        return Classified(
+            "not offered", f"no valid output in either arm: baseline {bd}; speculative {sd}", identical, first
+        )
     if sv is False:
         return Classified("broken", f"invalid with speculation only: {sd} (baseline: {bd})", identical, first)
     if bv is False:

@@ -9,7 +9,7 @@ speculative arm's acceptance with the feature can be read beside its
 acceptance without it on the same prompt. The request bodies are vLLM's
 OpenAI-compatible API (``structured_outputs`` is vLLM's field for regex and
 choice); an engine that ignores a field it does not know shows it in the
-outcome (``not offered``: neither arm enforced the constraint).
+outcome (``not offered``: no valid output in either arm).
 
 What a probe needs from the server before it is built (the longest input,
 a token id for ``logit_bias``) is in ``ProbeContext``, found by ``run``.
@@ -101,6 +101,9 @@ class Probe:
     repeat: int = 1  # feature requests per arm (seed: 2, to see it reproduce)
     twin: bool = True  # a plain twin is sent too
     session: tuple[tuple[str, str | None], ...] = field(default=())  # multi-turn: (user, fixed assistant reply)
+    #: sampling settings the plain twin shares with the feature request (a sampled probe's twin samples too,
+    #: so the acceptance comparison isolates the feature, not greedy against sampled decoding)
+    twin_extra: dict[str, Any] = field(default_factory=dict)
 
     def messages(self, turns: int | None = None) -> list[dict[str, str]]:
         """The chat messages of the feature request; a session's first ``turns`` turns."""
@@ -122,13 +125,14 @@ class Probe:
         return [{**base, "messages": self.messages()} for _ in range(self.repeat)]
 
     def twin_body(self, model: str) -> dict[str, Any] | None:
-        """The plain twin: the same messages and max_tokens, greedy, no feature."""
+        """The plain twin: the same messages and max_tokens, no feature; greedy unless ``twin_extra`` says."""
         if not self.twin:
             return None
         return {
             "model": model,
             "max_tokens": self.max_tokens,
             "temperature": 0,
+            **self.twin_extra,
             "messages": self.bodies(model)[-1]["messages"],
         }
 
@@ -224,14 +228,15 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             {"n": 2, "temperature": 0.8, "seed": 7},
             checks.n_choices(2),
             identity_expected=False,
+            twin_extra={"temperature": 0.8, "seed": 7},
         ),
         Probe(
             "sampling",
             "stop",
-            "no output contains the stop string 'return total'",
+            "no output contains the stop string 'for n in'",
             CODE_PROMPT,
-            {"stop": ["return total"]},  # late in the copied code: the output before it leaves room to draft
-            checks.stop_string("return total"),
+            {"stop": ["for n in"]},  # the third line of the copied code: the output before it leaves room to draft
+            checks.stop_string("for n in"),
         ),
         Probe(
             "sampling",
@@ -242,6 +247,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             checks.same_twice(),
             identity_expected=False,
             repeat=2,
+            twin_extra={"temperature": 0.9},
         ),
         Probe(
             "sampling",

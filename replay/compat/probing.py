@@ -255,6 +255,8 @@ def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -
         first_divergence_char=out.first_divergence_char,
         baseline_output_sha256=_sha(base.replies),
         speculative_output_sha256=_sha(spec.replies),
+        baseline_output_head=_head(base.replies),
+        speculative_output_head=_head(spec.replies),
         baseline_completion_tokens=b.completion_tokens,
         speculative_completion_tokens=s.completion_tokens,
         baseline_e2e_ms=b.e2e_ms,
@@ -270,6 +272,16 @@ def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -
         detail=out.detail,
         requests_sent=base.requests + spec.requests,
     )
+
+
+#: Characters of each arm's output kept in the cell (the digest covers all of it).
+OUTPUT_HEAD_CHARS = 300
+
+
+def _head(replies: checks.ArmReplies) -> str | None:
+    if not all(r.accepted for r in replies.feature):
+        return None
+    return classify.output(replies)[:OUTPUT_HEAD_CHARS]
 
 
 def _sha(replies: checks.ArmReplies) -> str | None:

@@ -67,7 +67,8 @@ def compat_command(**options) -> None:
                    acceptance per token below half the plain twin's
       broken       invalid output, or the greedy outputs differ
       refused      the speculative server refused what the baseline accepted
-      not offered  the baseline refused it too, or neither arm enforced it
+      not offered  the baseline refused it too, or no valid output in either
+                   arm (the field ignored, or not met within max_tokens)
 
     Writes RUN_DIR/compat.parquet (one row per cell) and manifest.json (every
     probe's request bodies), prints the matrix, then builds the marts (the

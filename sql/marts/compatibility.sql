@@ -7,7 +7,8 @@
 --   feature, probe        the feature family and the probe within it
 --   outcome               works | degrades | broken | refused | not offered; the rules are
 --                         specdec.replay.compat.classify's (CompatCell.outcome):
---                         not offered  the baseline refused it, or neither arm enforced it
+--                         not offered  the baseline refused it, or neither arm gave a valid output
+--                                      (the field ignored, or not met within max_tokens)
 --                         refused      the speculative server refused what the baseline accepted
 --                         broken       an arm's output violates the constraint, or greedy outputs differ
 --                         degrades     valid and identical, but no draft token with the feature

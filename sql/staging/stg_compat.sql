@@ -3,7 +3,8 @@
 --   (engine, speculative method, feature probe).
 -- Purpose: the cell record, typed. Nothing is derived here.
 --   outcome        works | degrades | broken | refused | not offered (CompatCell.outcome)
---   *_valid        NULL = not assessed (refused, cut at max_tokens, no output constraint)
+--   *_valid        NULL = not assessed (refused, no output constraint, not exercised);
+--                  a reply cut at max_tokens is invalid (false)
 --   draft_tokens, accepted_tokens, drafts, plain_*
 --                  speculation counter differences around the cell's own requests in the
 --                  speculative arm; NULL = the server exports no such counter
@@ -34,6 +35,8 @@ final as (
         first_divergence_char,
         baseline_output_sha256,
         speculative_output_sha256,
+        baseline_output_head,
+        speculative_output_head,
         baseline_completion_tokens,
         speculative_completion_tokens,
         baseline_e2e_ms,

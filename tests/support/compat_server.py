@@ -25,7 +25,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 TOOLS_ERROR = 'Speculative decoding does not support "tools" in this build\n(request rejected)'
-DEFAULT_TEXT = "def f(x):\n    total = sum(v * v for v in x)\n    return total"
+DEFAULT_TEXT = "def f(x):\n    total = 0\n    for n in x:\n        total += n * n\n    return total"
 
 
 class CompatFake:
