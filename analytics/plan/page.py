@@ -86,11 +86,14 @@ def _chart(plan: dict) -> dict:
 def render(plan: dict) -> str:
     levels = plan["levels"]
     pols = plan["policies"]
-    notice = banner(
-        "warn",
-        "Predicted, not validated by replay: the figures below come from the model over one capture "
-        f"(k = {plan['captured_k']}); a plan is validated only by replaying its settings.",
-    )
+    if plan["validated"]:
+        notice = banner("warn", f"Validated by replay: {plan['validation']}.")
+    else:
+        notice = banner(
+            "warn",
+            "Predicted, not validated by replay: the figures below come from the model over one capture "
+            f"(k = {plan['captured_k']}); a plan is validated only by replaying its settings ({plan['validation']}).",
+        )
     policy_rows = [
         [p["name"], p["description"], _pm(p["overall"], "gain")]
         + [f"{', '.join(f'{c}={k}' for c, k in b['k'].items())}: {_pm(b, 'gain')}" for b in p["bands"]]

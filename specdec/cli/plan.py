@@ -10,8 +10,10 @@ from pathlib import Path
 
 import click
 
+from specdec.atomic import atomic_write_text
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam
+from specdec.defaults import RUNS_DIR
 
 
 class KRange(click.ParamType):
@@ -62,6 +64,25 @@ class KRange(click.ParamType):
 @click.option("--run-id", default=None, help="The analysis run to plan (a run of named arms has several).")
 @click.option("--replicates", type=click.IntRange(min=20), default=400, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option(
+    "--validate",
+    is_flag=True,
+    help="Replay the plan's k (and one rejected k) at its levels on the embedded engine (a --sweep-k run of the "
+    "same traffic; many minutes) and write plan_validation.json; the plan is validated only if it passes.",
+)
+@click.option(
+    "--validate-with",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Validate against a run made already (a --sweep-k run of the same traffic and levels) instead of replaying.",
+)
+@click.option(
+    "--runs-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=RUNS_DIR,
+    show_default=True,
+    help="Where --validate writes its replay run.",
+)
 @handle_errors
 def plan_command(
     run_dir: Path,
@@ -73,6 +94,9 @@ def plan_command(
     run_id: str | None,
     replicates: int,
     seed: int,
+    validate: bool,
+    validate_with: Path | None,
+    runs_dir: Path,
 ) -> None:
     """Plan RUN_DIR's speculation: per category and load band the k to deploy (0 = off) with its
     predicted speedup, three policies' traffic-weighted gains, and the vLLM, llama.cpp and
@@ -93,7 +117,22 @@ def plan_command(
         run_id=run_id,
         rules=rules_data,
     )
+    if validate and validate_with is not None:
+        raise click.UsageError("--validate replays; --validate-with uses a run made already: give one of them")
     plan = make_plan(run_dir, config)
+    if validate or validate_with is not None:
+        from specdec.cli.plan_validate import replay_validation, validate_against
+
+        target = validate_with if validate_with is not None else replay_validation(plan, run_dir, runs_dir)
+        result = validate_against(plan, target)
+        plan["validated"] = result["passed"]
+        plan["validation"] = (
+            f"{'passed' if result['passed'] else 'failed'} against {target}: {result['cells_compared']} cells, "
+            f"median absolute error {_fmt(result['median_absolute_relative_error'])}, "
+            f"coverage {_fmt(result['coverage'])} (plan_validation.json)"
+        )
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out_dir / "plan_validation.json", json.dumps(result, indent=2))
     write_plan(plan, out_dir)
     click.echo(f"What to deploy (predicted from {plan['run_id']}, captured k = {plan['captured_k']}; not validated):")
     for p in plan["policies"]:
@@ -105,4 +144,9 @@ def plan_command(
     click.echo(f"  llama.cpp: {' '.join(plan['exports']['llama_cpp']['flags']) or '(speculation off)'}")
     for note in plan["notes"]:
         click.echo(f"  note: {note}")
+    click.echo(f"validation: {plan['validation']}")
     click.echo(f"wrote {out_dir / 'plan.html'} and {out_dir / 'plan.json'}")
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"

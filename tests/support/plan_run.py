@@ -157,7 +157,7 @@ def _row(eid, pid, token, step, rnd, phase, k, a, batch, verify, draft) -> Round
     )
 
 
-def _manifest(arms: dict[str, int]):
+def _manifest(arms: dict[str, int], traffic: Path | None = None):
     configs = []
     for name, k in arms.items():
         spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4} if k else None
@@ -165,18 +165,24 @@ def _manifest(arms: dict[str, int]):
         configs.append(
             ArmConfig(name=name, speculative_config=spec, server_args=args, endpoint="http://127.0.0.1:8001")
         )
-    return make_manifest(concurrency_levels=list(LEVELS), arms=configs)
+    extra = {"traffic": {"path": str(traffic), "rows": 4, "categories": ["chat", "code"]}} if traffic else {}
+    return make_manifest(concurrency_levels=list(LEVELS), arms=configs, **extra)
 
 
 def write_plan_run(
-    run_dir: Path, e2e=lambda arm, prompt, level, repeat: 1000.0, arms: dict[str, int] = CLASSIC, d2: float = 0.0
+    run_dir: Path,
+    e2e=lambda arm, prompt, level, repeat: 1000.0,
+    arms: dict[str, int] = CLASSIC,
+    d2: float = 0.0,
+    traffic: Path | None = None,
 ) -> Path:
+    """The run folder (``traffic``: the traffic file its manifest names, for a validation replay)."""
     return write_run(
         run_dir,
         make_counters(arms),
         requests=make_requests(arms, e2e),
         rounds=make_rounds(arms, d2),
-        manifest=_manifest(arms),
+        manifest=_manifest(arms, traffic),
     )
 
 

@@ -1,0 +1,86 @@
+"""``plan_validation``: a plan's predictions against a replay of its settings.
+
+The validation run is a run of named arms (``--sweep-k``: k0 and one arm per k validated) at
+the plan's levels. Each of its analysis runs measures one k against k0 (the speedup mart:
+geometric mean of paired e2e ratios per category and level, pointwise 95% interval). Per cell
+(k, category, level) that the plan predicted::
+
+    relative_error = predicted / measured - 1
+    covered        = predicted_low <= measured <= predicted_high
+
+A plan is **validated** when at least one cell was compared, the median absolute relative
+error is at most ``MAX_MEDIAN_ERROR`` (10%) and the prediction intervals hold at least
+``MIN_COVERAGE`` (80%) of the measurements (issue 23's acceptance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specdec.analytics.plan.data import captured_ks
+
+__all__ = ["MAX_MEDIAN_ERROR", "MIN_COVERAGE", "measured_speedups", "validation", "validation_ks"]
+
+MAX_MEDIAN_ERROR = 0.10
+MIN_COVERAGE = 0.80
+
+
+def validation_ks(plan: dict) -> list[int]:
+    """The k a validation replays: every k > 0 the deployed policy (k per band with fallback) uses,
+    and one rejected k (the largest k planned that it does not use), when there is one."""
+    used = {k for band in plan["policies"][2]["bands"] for k in band["k"].values() if k > 0}
+    rejected = [k for k in plan["ks"] if k > 0 and k not in used]
+    return sorted(used | ({max(rejected)} if rejected else set()))
+
+
+def measured_speedups(con) -> dict[tuple[int, str, int], tuple[float | None, float | None, float | None]]:
+    """(k, category, level) -> (speedup, pointwise 95% low, high) of every analysis run of a built
+    database, k being the largest k its speculative arm proposed."""
+    out = {}
+    for run, (_src, k) in captured_ks(con).items():
+        for cat, level, s, lo, hi in con.execute(
+            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
+               from speedup where run_id = ? and category <> '(system)'""",
+            [run],
+        ).fetchall():
+            out[(k, cat, level)] = (s, lo, hi)
+    return out
+
+
+def validation(plan: dict, measured: dict) -> dict:
+    """plan_validation: every planned cell the validation measured, with its error and coverage."""
+    predicted = {(b["k"], c["category"], c["level"]): b for c in plan["cells"] for b in c["by_k"]}
+    rows = []
+    for key, (m, m_lo, m_hi) in sorted(measured.items()):
+        if key not in predicted or m is None:
+            continue
+        p = predicted[key]
+        k, cat, level = key
+        rows.append(
+            {
+                "k": k,
+                "category": cat,
+                "level": level,
+                "predicted": p["speedup"],
+                "predicted_low": p["low"],
+                "predicted_high": p["high"],
+                "measured": m,
+                "measured_low": m_lo,
+                "measured_high": m_hi,
+                "relative_error": p["speedup"] / m - 1,
+                "covered": bool(p["low"] <= m <= p["high"]),
+            }
+        )
+    errors = [abs(r["relative_error"]) for r in rows]
+    median = float(np.median(errors)) if errors else None
+    coverage = sum(r["covered"] for r in rows) / len(rows) if rows else None
+    passed = median is not None and coverage is not None and median <= MAX_MEDIAN_ERROR and coverage >= MIN_COVERAGE
+    return {
+        "cells": rows,
+        "cells_compared": len(rows),
+        "median_absolute_relative_error": median,
+        "coverage": coverage,
+        "criteria": {"max_median_absolute_relative_error": MAX_MEDIAN_ERROR, "min_coverage": MIN_COVERAGE},
+        "passed": passed,
+        "wrong_cells": [r for r in rows if not r["covered"]],
+    }

@@ -1,0 +1,75 @@
+"""``specdec plan RUN --validate``: replay the plan's settings and compare.
+
+The replay is a ``--sweep-k`` run of the planned run's traffic at the plan's levels, with k0
+and every k the deployed policy uses plus one rejected k (``analytics.plan.validate.
+validation_ks``), on the embedded engine of the planned run (the prepared model; the manifest's
+repeats, 2 or more). Its database is built, and ``plan_validation`` compares each measured
+cell with its prediction. ``--validate-with RUN2`` compares with a run made already (a sweep of
+the same traffic and levels) instead of replaying. This module orchestrates replay and
+analytics, which may not import each other; only the CLI layer sees both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specdec.analytics.plan.validate import measured_speedups, validation, validation_ks
+from specdec.cli.sweep import sweep_arms
+from specdec.errors import SpecdecError
+from specdec.runfolder import read_manifest
+
+__all__ = ["replay_validation", "validate_against", "validation_config"]
+
+
+def validation_config(plan: dict, run_dir: Path, runs_dir: Path):
+    """The ReplayConfig of the validation replay (not started)."""
+    from specdec.replay.config import ReplayConfig  # heavy: the replay's config and its imports
+
+    manifest = read_manifest(run_dir)
+    ks = validation_ks(plan)
+    if not ks:
+        raise SpecdecError("the plan turns speculation off everywhere and has no other k: nothing to replay")
+    treatment = next((a for a in manifest.arms if a.speculative_config is not None), None)
+    engine = (treatment.engine if treatment and treatment.engine else None) or (
+        "llama.cpp" if "llama" in str(plan["engine"]) else "vllm"
+    )
+    spec = dict(treatment.speculative_config) if treatment and treatment.speculative_config else None
+    traffic = Path(str(manifest.traffic.get("path", "")))
+    if not traffic.is_file():
+        raise SpecdecError(f"the planned run's traffic file {traffic} is not there to replay")
+    repeats = max(2, int((manifest.schedule or {}).get("repeats", 2)))
+    return ReplayConfig(
+        traffic=traffic,
+        runs_dir=runs_dir,
+        levels=list(plan["levels"]),
+        named_arms=sweep_arms(engine, [0, *ks], spec),
+        repeats=repeats,
+    )
+
+
+def replay_validation(plan: dict, run_dir: Path, runs_dir: Path) -> Path:
+    """Run the validation replay on the embedded engine; its run folder."""
+    from specdec.model import find_gguf, prepare_model  # heavy: model preparation
+    from specdec.replay.experiment import run_replay  # heavy: aiohttp, the engines
+
+    cfg = validation_config(plan, run_dir, runs_dir)
+    engines = {a.engine for a in cfg.arm_specs()}
+    model = str(find_gguf()) if engines == {"llama.cpp"} else str(prepare_model().path)
+    return run_replay(cfg.model_copy(update={"model": model}))
+
+
+def validate_against(plan: dict, validation_run: Path) -> dict:
+    """plan_validation from a validation run folder (built here)."""
+    import duckdb  # heavy: only when validating
+
+    from specdec.analytics.build import build
+
+    db = build(Path(validation_run))
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        out = validation(plan, measured_speedups(con))
+    finally:
+        con.close()
+    out["validation_run"] = str(validation_run)
+    out["ks_validated"] = validation_ks(plan)
+    return out

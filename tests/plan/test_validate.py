@@ -1,0 +1,79 @@
+"""plan_validation: a plan against a replay of its settings (a synthetic --sweep-k run stands for
+the replay; the engine replay itself is not run here), and `specdec plan --validate` orchestrating
+it with the replay replaced by that run."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from specdec.analytics.plan.run import PlanConfig, make_plan
+from specdec.analytics.plan.validate import validation_ks
+from specdec.cli.plan import plan_command
+from specdec.cli.plan_validate import validate_against
+from tests.support.plan_run import CATEGORY, SWEEP, expected_speedup, write_plan_run
+
+
+def _as_predicted(arm, prompt, level, repeat):
+    k = SWEEP[arm]
+    return 1000.0 if k == 0 else 1000.0 / expected_speedup(CATEGORY[prompt], k, level)
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("validate")
+    traffic = root / "mix.jsonl"
+    traffic.write_text('{"prompt_id": "code-0", "category": "code", "prompt": "x", "max_tokens": 4}\n')
+    (root / "run").mkdir()
+    run = write_plan_run(root / "run", traffic=traffic)
+    return run, make_plan(run, PlanConfig(replicates=40))
+
+
+def test_a_replay_that_measures_what_was_predicted_passes(planned, tmp_path):
+    _, plan = planned
+    out = validate_against(plan, write_plan_run(tmp_path, e2e=_as_predicted, arms=SWEEP))
+    assert out["cells_compared"] == 2 * 2 * 3  # k2 and k4, two categories, three levels
+    assert out["median_absolute_relative_error"] == pytest.approx(0, abs=1e-9)
+    assert out["coverage"] == 1.0 and out["passed"] and out["wrong_cells"] == []
+
+
+def test_a_replay_that_measures_no_gain_fails_and_names_the_cells(planned, tmp_path):
+    _, plan = planned
+    out = validate_against(plan, write_plan_run(tmp_path, arms=SWEEP))  # every e2e 1000 ms: speedup 1
+    assert not out["passed"]
+    assert out["median_absolute_relative_error"] > 0.10
+    assert all(r["measured"] == pytest.approx(1.0) for r in out["cells"])
+    assert {(r["k"], r["category"], r["level"]) for r in out["wrong_cells"]} == {
+        (r["k"], r["category"], r["level"])
+        for r in out["cells"]
+        if not r["predicted_low"] <= 1.0 <= r["predicted_high"]
+    }
+
+
+def test_validate_replays_the_planned_k_and_one_rejected_k(planned, tmp_path, monkeypatch):
+    run, plan = planned
+    seen = {}
+
+    def fake_replay(cfg):
+        seen["arms"] = [(a.name, a.speculation and a.speculation["num_speculative_tokens"]) for a in cfg.arm_specs()]
+        seen["levels"], seen["model"] = cfg.levels, cfg.model
+        (tmp_path / "replayed").mkdir()
+        return write_plan_run(tmp_path / "replayed", e2e=_as_predicted, arms=SWEEP)
+
+    monkeypatch.setattr("specdec.replay.experiment.run_replay", fake_replay)
+    monkeypatch.setattr("specdec.model.prepare_model", lambda: SimpleNamespace(path="/models/m"))
+    out = tmp_path / "plan"
+    res = CliRunner().invoke(
+        plan_command, [str(run), "-o", str(out), "--replicates", "40", "--validate", "--runs-dir", str(tmp_path)]
+    )
+    assert res.exit_code == 0, res.output
+    ks = validation_ks(plan)
+    assert seen["arms"] == [("k0", None)] + [(f"k{k}", k) for k in ks]
+    assert seen["levels"] == [1, 2, 4] and seen["model"] == "/models/m"
+    result = json.loads((out / "plan_validation.json").read_text())
+    written = json.loads((out / "plan.json").read_text())
+    assert written["validated"] == result["passed"]
+    assert "validation:" in res.output
