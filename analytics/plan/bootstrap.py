@@ -5,7 +5,12 @@ Each replicate redraws both sources of uncertainty at once:
 * acceptance: the category's requests resampled with replacement, by repeat when the run
   has two or more (the repeats drawn with replacement, then each drawn repeat's requests,
   so the interval carries the repeat-to-repeat spread); tau and dbar are then the pooled
-  ratios over the drawn requests (``model.RoundSums``);
+  ratios over the drawn requests (``model.RoundSums``). A repeat of more than 20,000
+  requests is resampled as 2,000 groups of its requests (request i in group i mod 2,000,
+  the order of its request ids): the groups' sums are independent and identically
+  distributed like the requests', so the spread of the resampled totals is the same to
+  first order, and a replicate costs 2,000 draws instead of one per request (at 800k
+  requests the per-request draws made the bootstrap take minutes; benchmarks/plan_scale.py);
 * timing: the verify and draft coefficients drawn from the normal distribution of their
   least-squares estimates (``fit.LinearFit.draw``), one draw per replicate shared by every
   cell, as one fitted cost serves them all.
@@ -28,6 +33,9 @@ __all__ = ["Predictions", "predictions", "replicate_weights"]
 
 #: replicates whose request weights are drawn and multiplied at once
 CHUNK = 32
+#: a repeat with more requests than this is resampled in BUCKETS random groups of its requests
+BUCKET_ABOVE = 20_000
+BUCKETS = 2_000
 FIGURES = ("step_ms", "tokens_per_s", "system_tokens_per_s", "speedup")
 
 
@@ -64,6 +72,25 @@ def replicate_weights(members: list[np.ndarray], requests: int, rng: np.random.G
     return np.bincount(np.concatenate(picks), minlength=requests).astype(float)
 
 
+def resampling_units(stacked: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The units the bootstrap draws: the requests, except in a repeat of more than
+    ``BUCKET_ABOVE`` requests, whose requests are summed into ``BUCKETS`` buckets (request i of
+    the repeat into bucket i mod BUCKETS). Returns the units' rows of ``stacked`` and each
+    repeat's unit indices."""
+    rows, members, start = [], [], 0
+    for c in np.unique(cluster):
+        mine = stacked[cluster == c]
+        if len(mine) > BUCKET_ABOVE:
+            bucket = np.arange(len(mine)) % BUCKETS
+            mine = np.stack(
+                [np.bincount(bucket, weights=mine[:, j], minlength=BUCKETS) for j in range(mine.shape[1])], 1
+            )
+        rows.append(mine)
+        members.append(np.arange(start, start + len(mine)))
+        start += len(mine)
+    return np.vstack(rows), members
+
+
 def _cost(verify: np.ndarray, draft: np.ndarray) -> StepCost:
     return StepCost(
         (float(verify[0]), float(verify[1]), float(verify[2])), (float(draft[0]), float(draft[1]), float(draft[2]))
@@ -87,12 +114,11 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
         rs = inputs.rounds[cat]
         tau[:, c], dbar[:, c] = rs.tau()[kk], rs.dbar()[kk]
         # one product per chunk of replicates: (chunk x requests) @ (requests x [tokens | drafts | rounds])
-        stacked = np.hstack([rs.tokens, rs.drafts, rs.rounds[:, None]])
-        members = [np.flatnonzero(rs.cluster == c) for c in np.unique(rs.cluster)]
+        stacked, members = resampling_units(np.hstack([rs.tokens, rs.drafts, rs.rounds[:, None]]), rs.cluster)
         sums = np.zeros((replicates, stacked.shape[1]))
         for start in range(0, replicates, CHUNK):
             stop = min(start + CHUNK, replicates)
-            w = np.stack([replicate_weights(members, len(rs.rounds), rng) for _ in range(start, stop)])
+            w = np.stack([replicate_weights(members, len(stacked), rng) for _ in range(start, stop)])
             sums[start:stop] = w @ stacked
         width = rs.tokens.shape[1]
         tau_b = sums[:, :width] / sums[:, -1:]

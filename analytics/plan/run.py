@@ -82,7 +82,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
     return {
         "run_id": inputs.run_id,
         "validated": False,
-        "validation": "not validated by replay (specdec plan --validate is not built yet)",
+        "validation": "not validated by replay (specdec plan RUN --validate replays the plan's k and compares)",
         "engine": inputs.engine,
         "captured_k": inputs.captured_k,
         "ks": ks,

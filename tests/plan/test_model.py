@@ -63,3 +63,21 @@ def test_grouped_fit_equals_the_fit_on_every_step_and_drops_what_it_cannot_tell(
         np.array([(v**2).sum() for *_, v in groups]),
     )
     assert fit2.fitted == ("a", "b") and fit2.coef[2] == 0
+
+
+def test_large_repeats_are_resampled_in_buckets_that_keep_the_totals(monkeypatch):
+    from specdec.analytics.plan import bootstrap
+
+    monkeypatch.setattr(bootstrap, "BUCKET_ABOVE", 4)
+    monkeypatch.setattr(bootstrap, "BUCKETS", 3)
+    rows = np.arange(24, dtype=float).reshape(12, 2)
+    cluster = np.array([0] * 9 + [1] * 3)  # repeat 0: 9 requests > 4 -> 3 buckets; repeat 1: 3 requests kept
+    units, members = bootstrap.resampling_units(rows, cluster)
+    assert len(units) == 3 + 3 and [len(m) for m in members] == [3, 3]
+    assert units.sum(axis=0) == pytest.approx(rows.sum(axis=0))
+    assert units[0] == pytest.approx(rows[[0, 3, 6]].sum(axis=0))
+    assert units[3:] == pytest.approx(rows[9:])
+    rng = np.random.default_rng(0)
+    w = bootstrap.replicate_weights(members, len(units), rng)
+    # two repeats drawn with replacement, each drawn repeat's 3 units drawn 3 times: 6 draws in all
+    assert w.sum() == 6 and (w >= 0).all()
