@@ -91,8 +91,9 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
 
     model_source: dict = {}
+    server: EmbeddedServer | EndpointServer
     if endpoint is None:
-        from specdec.engines.server import ServerSpec  # heavy: aiohttp (as above)
+        from specdec.engines.vllm import ServerSpec  # heavy: aiohttp (as above)
 
         model = cfg.model
         if model is None:
@@ -126,9 +127,10 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     rows: list = []
     with recording(run_dir, manifest):  # a `kill` cleans up like Ctrl-C: no orphaned vLLM
         try:
-            if endpoint is None:
+            if isinstance(server, EmbeddedServer):  # endpoint is None
                 echo(f"starting vLLM (log: {server_log(run_dir, 'baseline')})")
                 server.start_blocking()
+            assert server.endpoint is not None  # an embedded server's, once started
             echo(f"probing {server.endpoint.display} (concurrency {cfg.concurrency}, soak {cfg.soak_minutes:g} min)")
             rows = asyncio.run(probe_all(cfg, server, run_id, settings, sink, echo, found))
             manifest.finished = True

@@ -27,7 +27,7 @@ import time
 import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import aiohttp
 
@@ -73,9 +73,12 @@ class Sent:
 
 
 def error_label(res: StreamResult) -> str | None:
-    """None for a success; ``http_<status>`` for an HTTP error; else the error_type."""
-    if res.success:
-        return None
+    """None for a success; else ``failure_label``."""
+    return None if res.success else failure_label(res)
+
+
+def failure_label(res: StreamResult) -> str:
+    """A failed request's label: ``http_<status>`` for an HTTP error; else the error_type."""
     if res.error_type == "http_status" and res.http_status is not None:
         return f"http_{res.http_status}"
     return res.error_type or "client_error"
@@ -83,7 +86,7 @@ def error_label(res: StreamResult) -> str | None:
 
 def answer(res: StreamResult) -> str:
     """What the server did with a request: 'completes' or its error label."""
-    return COMPLETES if res.success else error_label(res)
+    return COMPLETES if res.success else failure_label(res)
 
 
 def say(label: str) -> str:
@@ -120,13 +123,26 @@ def chat(model: str, content: str, max_tokens: int = SHORT_TOKENS, **sampling) -
     }
 
 
+class ServerControl(Protocol):
+    """What the probes do with the server under test (``specdec.replay.stability.server``'s
+    EndpointServer and EmbeddedServer; ``endpoint`` too, read through ``Target.endpoint``)."""
+
+    restartable: bool
+
+    def rss_mb(self) -> float | None: ...
+
+    async def kill(self) -> None: ...
+
+    async def start(self) -> None: ...
+
+
 @dataclass
 class Target:
     """The server under test as the probes see it. ``server`` is a
     ``specdec.replay.stability.server`` control (endpoint, RSS, kill, start)."""
 
     session: aiohttp.ClientSession
-    server: object
+    server: ServerControl
     model: str
     max_model_len: int | None
     settings: ClientSettings
@@ -161,7 +177,9 @@ class Target:
             ) as resp:
                 return resp.status, await resp.text(errors="replace")
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return None, redact_text(f"{type(exc).__name__}: {exc}", ep.secrets)
+            text = redact_text(f"{type(exc).__name__}: {exc}", ep.secrets)
+            assert text is not None  # redact_text gives None only for None
+            return None, text
 
     async def healthy(self, attempts: int = 3) -> bool:
         for i in range(attempts):
@@ -273,12 +291,12 @@ def input_probes() -> list[Probe]:
 def over_length_probe() -> Probe:
     """A prompt of 2 x max_model_len words (each at least one token)."""
     fault, expected = "over_length_prompt", "HTTP 400"
-    inner = answer_probe(
-        fault,
-        "prompt of 2 x max_model_len words",
-        lambda t: chat(t.model, "hello " * (2 * t.max_model_len)),
-        frozenset({HTTP_400}),
-    )
+
+    def payload(t: Target) -> dict:
+        assert t.max_model_len is not None  # run() below skips the probe otherwise
+        return chat(t.model, "hello " * (2 * t.max_model_len))
+
+    inner = answer_probe(fault, "prompt of 2 x max_model_len words", payload, frozenset({HTTP_400}))
 
     async def run(t: Target) -> Finding:
         if t.max_model_len is None:

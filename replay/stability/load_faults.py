@@ -25,7 +25,7 @@ from specdec.replay.stability.faults import (
     Target,
     answer,
     chat,
-    error_label,
+    failure_label,
     long_tokens,
     say,
     wait_busy,
@@ -100,7 +100,7 @@ def burst_probe() -> Probe:
         )
         done = sum(r.success for r in results)
         refused = sum(r.http_status in (429, 503) for r in results)
-        other = sorted({error_label(r) for r in results if not r.success and r.http_status not in (429, 503)})
+        other = sorted({failure_label(r) for r in results if not r.success and r.http_status not in (429, 503)})
         detail = (
             f"{n} requests at once ({BURST_FACTOR} x concurrency {t.concurrency}): {done} completed, "
             f"{refused} refused with 429/503, {n - done - refused} failed otherwise"

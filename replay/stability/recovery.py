@@ -23,7 +23,7 @@ from specdec.replay.stability.faults import (
     answer,
     chat,
     clean,
-    error_label,
+    failure_label,
     long_tokens,
     say,
     wait_busy,
@@ -71,7 +71,7 @@ def greedy_probe(reference: dict[str, list[str]], when: str) -> Probe:
         for prompt in GREEDY_PROMPTS:
             res = await t.send(fault, greedy_payload(t.model, prompt))
             if not res.success:
-                errors.append(error_label(res))
+                errors.append(failure_label(res))
             elif res.output_text not in reference[prompt]:
                 changed.append((prompt, res.output_text))
         unstable = sum(len(set(v)) > 1 for v in reference.values())
@@ -118,7 +118,7 @@ def kill_restart_probe() -> Probe:
         untyped = [r for r in lost if r.error_type not in TYPED_LOSS]
         parts = [f"killed with {len(lost)} of {n} stream(s) in flight"]
         if lost:
-            parts.append("they ended as " + ", ".join(sorted({error_label(r) for r in lost})))
+            parts.append("they ended as " + ", ".join(sorted({failure_label(r) for r in lost})))
         if finished:
             parts.append(f"{finished} finished before the kill")
         try:

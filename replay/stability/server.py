@@ -93,7 +93,7 @@ class EmbeddedServer:
     def __init__(self, spec, run_dir: Path, run_id: str, startup_timeout_s: float):
         self.spec, self.run_dir, self.run_id = spec, Path(run_dir), run_id
         self.startup_timeout_s = startup_timeout_s
-        self._srv = None
+        self._srv: LocalServer | None = None
         self.endpoint: Endpoint | None = None
         self.starts = 0
 
@@ -126,10 +126,11 @@ class EmbeddedServer:
         srv, self._srv = self._srv, None
         if srv is None or srv.group is None:
             return
+        proc = srv.group.proc  # what srv.proc is while the group is set
         try:
             srv.group.stop(grace_s=0.0)
-            if srv.proc.poll() is None:
-                raise EngineError(f"vLLM (pid {srv.proc.pid}) did not die within {REAP_S:g} s of SIGKILL")
+            if proc.poll() is None:
+                raise EngineError(f"vLLM (pid {proc.pid}) did not die within {REAP_S:g} s of SIGKILL")
         finally:
             srv.__exit__(None, None, None)  # marks and closes the log; the process is already gone
 

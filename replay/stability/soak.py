@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdec.replay.stability.faults import Finding, Probe, Target, chat, error_label
+from specdec.replay.http.client import StreamResult
+from specdec.replay.stability.faults import Finding, Probe, Target, chat, failure_label
 
 #: Upper bound of the soak's requests whatever the duration (keeps the loop bounded in count).
 SOAK_MAX_REQUESTS = 100_000
@@ -71,7 +72,7 @@ def soak_probe(minutes: float, interval_s: float, clock: Callable[[], float] = t
     async def run(t: Target) -> Finding:
         deadline = clock() + minutes * 60.0
         samples: list[tuple[float, float]] = []
-        results = []
+        results: list[StreamResult] = []
         stop = asyncio.Event()
 
         def sample() -> None:
@@ -105,7 +106,7 @@ def soak_probe(minutes: float, interval_s: float, clock: Callable[[], float] = t
         failed = [r for r in results if not r.success]
         detail = f"{len(results)} requests in {minutes:g} min at concurrency {t.concurrency}, {len(failed)} failed"
         if failed:
-            detail += f" ({', '.join(sorted({error_label(r) for r in failed}))})"
+            detail += f" ({', '.join(sorted({failure_label(r) for r in failed}))})"
         detail += "; " + (trend.describe() if trend else "server RSS not measured (not a process specdec started)")
         return Finding("ok" if not failed and results else "degraded", detail, rss=trend)
 
