@@ -233,10 +233,12 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
         Probe(
             "sampling",
             "stop",
-            "no output contains the stop string 'for n in'",
+            "no output contains the stop string ' for '",
             CODE_PROMPT,
-            {"stop": ["for n in"]},  # the third line of the copied code: the output before it leaves room to draft
-            checks.stop_string("for n in"),
+            # the model rewrites the code rather than copying it, but every version of it loops: ' for ' comes
+            # after a line or two, which leaves room to draft before it
+            {"stop": [" for "]},
+            checks.stop_string(" for "),
         ),
         Probe(
             "sampling",

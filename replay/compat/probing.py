@@ -51,14 +51,21 @@ class Pair:
 async def served_model(
     session: aiohttp.ClientSession, ep: Endpoint, settings: ClientSettings
 ) -> tuple[str, int | None]:
-    """The first model of GET /v1/models and its max_model_len (vLLM says it; None otherwise)."""
+    """The first model of GET /v1/models and its context length: vLLM's max_model_len there, else
+    llama-server's per-slot n_ctx from GET /props; None when neither says."""
     data: Any = await get_json(session, ep, "/v1/models", settings)
     try:
         entry = data["data"][0]
-        length = entry.get("max_model_len")
-        return str(entry["id"]), length if isinstance(length, int) else None
-    except (TypeError, KeyError, IndexError):
-        return "default", None
+        model, length = str(entry["id"]), entry.get("max_model_len")
+    except (TypeError, KeyError, IndexError, AttributeError):
+        model, length = "default", None
+    if not isinstance(length, int):
+        props: Any = await get_json(session, ep, "/props", settings)
+        try:
+            length = props["default_generation_settings"]["n_ctx"]
+        except (TypeError, KeyError):
+            length = None
+    return model, length if isinstance(length, int) and not isinstance(length, bool) else None
 
 
 async def token_ids(

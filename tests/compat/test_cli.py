@@ -54,6 +54,7 @@ def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     mart = con.sql("select probe, outcome, acceptance_rate, plain_acceptance_rate, n from compatibility").fetchall()
     assert sorted(mart) == [("json_schema", "broken", 0.75, 0.75, 4), ("stream", "works", 0.75, 0.75, 4)]
+    assert (run_dir / "charts" / "compat_matrix.png").is_file()  # the matrix chart
     html = (run_dir / "report.html").read_text()
     section = html[html.index("What works with speculation on this stack") :]
     assert section.index("works 1, degrades 0, broken 1, refused 0, not offered 0") < section.index("json_schema")

@@ -38,7 +38,7 @@ def test_an_honest_pair_works_in_every_cell():
     assert cells["seed"].draft_tokens == 16 and cells["seed"].identical is None  # sent twice; sampled
     assert cells["session_prefix_cache"].draft_tokens == 24  # three turns
     assert cells["min_tokens"].speculative_valid is True
-    assert cells["stop"].speculative_valid is True  # the twin wrote 'for n in' (exercised), the probe did not
+    assert cells["stop"].speculative_valid is True  # the twin wrote ' for ' (exercised), the probe did not
     assert {e["probe"] for e in sent} == set(names)
     assert all(e["bodies"] for e in sent)
 
