@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,7 +86,7 @@ def table_from_columns(model: type[BaseModel], columns: dict[str, list[Any]]) ->
     return table
 
 
-def table_from_records(model: type[BaseModel], records: list[BaseModel]) -> pa.Table:
+def table_from_records(model: type[BaseModel], records: Sequence[BaseModel]) -> pa.Table:
     columns: dict[str, list[Any]] = {name: [] for name in model.model_fields}
     for rec in records:
         for name in columns:
