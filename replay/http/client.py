@@ -335,15 +335,22 @@ async def _via_aiohttp(
                 if parser.feed(block, now):
                     break
     except asyncio.CancelledError:
-        if idle is None or not idle.expired or asyncio.current_task().cancelling() > 1:
+        if idle is None or not idle.expired or _this_task().cancelling() > 1:
             raise  # someone else's cancellation
     finally:
         if idle is not None:
             idle.close()
             if idle.expired:  # the watchdog cancelled this task: a timeout, not a cancellation
-                if asyncio.current_task().cancelling():
-                    asyncio.current_task().uncancel()
+                if _this_task().cancelling():
+                    _this_task().uncancel()
                 res.fail("request_timeout", f"nothing received for {settings.request_timeout_s:g} s")
+
+
+def _this_task() -> asyncio.Task:
+    """The running task: the request coroutines always run inside one."""
+    task = asyncio.current_task()
+    assert task is not None
+    return task
 
 
 class _IdleTimeout:
@@ -360,7 +367,7 @@ class _IdleTimeout:
         if protocol is not None:  # take over from aiohttp's per-arrival timer
             protocol.read_timeout = None
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
+        self._task = _this_task()
         self._limit_ns = int(timeout_s * 1e9)
         self.last_ns = time.perf_counter_ns()
         self.expired = False

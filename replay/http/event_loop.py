@@ -62,7 +62,8 @@ def new_loop(max_events: int = MAX_EVENTS) -> asyncio.AbstractEventLoop:
     if not hasattr(selectors, "EpollSelector"):
         return asyncio.new_event_loop()
     selector = selectors.EpollSelector()
-    selector._selector = _CappedPoll(selector._selector, max_events)
+    # typeshed leaves out EpollSelector's private ``_selector`` (the select.epoll it polls)
+    selector._selector = _CappedPoll(selector._selector, max_events)  # type: ignore[attr-defined]
     return asyncio.SelectorEventLoop(selector)
 
 

@@ -213,6 +213,7 @@ class SseParser:
         """Fail the request once the stream is longer than ``max_chunks``
         (content chunks, or the running token count); True when it did."""
         res, limit = self.res, self.max_chunks
+        assert limit is not None  # called only for a bounded stream
         n = len(res.chunk_offsets_ms)
         counts = res.chunk_tokens
         if n <= limit and not (counts and counts[-1] > limit):

@@ -117,6 +117,8 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.perf_counter_ns()
         self.last_ns = now
+        transport = self.transport
+        assert transport is not None  # data arrives only after connection_made
         try:
             if self.state == _BODY:
                 self._body(data, now)
@@ -124,11 +126,11 @@ class Connection(asyncio.Protocol):
                 self._head(data, now)
             else:  # bytes after the reply: the connection cannot be trusted for another request
                 self._keep = False
-                self.transport.close()
+                transport.close()
         except Exception as exc:  # a framing error, or the consumer's own: fail this request
             self._keep = False
             self._fail(exc)
-            self.transport.abort()
+            transport.abort()
 
     # ------------------------------------------------------------ parsing
     def _head(self, data: bytes, now: int) -> None:
@@ -346,6 +348,7 @@ class Connection(asyncio.Protocol):
         self._buf, self._early, self._sink, self._consumer_done = b"", [], None, False
         self._body_done, self._pending_exc, self._handed_back = False, None, False
         self._arm(read_timeout_s)
+        assert self.transport is not None  # a request is sent on a connection made
         self.transport.write(request)
 
     async def head(self) -> tuple[int, dict[str, str]]:

@@ -65,12 +65,11 @@ def import_trace(
     ``counter`` counts tokens of the composed chats (default: the prepared
     SmolLM2 tokenizer and chat template); ``pool`` defaults to the bundled one.
     """
-    module, path, report = _open(fmt, path, opts)
-    rows, n = _kept_rows(module, path, opts, report)
-    if n:
-        pool = pool or load_pool()
-        counter = counter or default_counter()
-    report.rows = to_traffic(rows, module.SOURCE, opts, pool, counter, report) if n else []
+    module, trace, report = _open(fmt, path, opts)
+    rows, n = _kept_rows(module, trace, opts, report)
+    report.rows = (
+        to_traffic(rows, module.SOURCE, opts, pool or load_pool(), counter or default_counter(), report) if n else []
+    )
     return report
 
 
@@ -91,16 +90,16 @@ def import_to_file(
     ``blocks``: write prompts made of prefix blocks as blocks (traffic format
     version 3, ``writer``); None: the format's ``BLOCKS`` (Mooncake: yes),
     False: every prompt whole (version 2, which an older specdec reads)."""
-    module, path, report = _open(fmt, path, opts)
-    rows, n = _kept_rows(module, path, opts, report)
+    module, trace, report = _open(fmt, path, opts)
+    rows, n = _kept_rows(module, trace, opts, report)
     if not n:
-        raise InputFileError(path, "no well-formed row; nothing written")
+        raise InputFileError(trace, "no well-formed row; nothing written")
     pool = pool or load_pool()
     counter = counter or default_counter()
     values = traffic_values(_counted(rows, progress, n), module.SOURCE, opts, pool, counter, report)
     written = write_batches(values, Path(out), blocks=getattr(module, "BLOCKS", False) if blocks is None else blocks)
     if not written:
-        raise InputFileError(path, "no row was kept (check --start-s/--end-s and --keep-fraction); nothing written")
+        raise InputFileError(trace, "no row was kept (check --start-s/--end-s and --keep-fraction); nothing written")
     return report
 
 

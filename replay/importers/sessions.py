@@ -124,7 +124,8 @@ class SessionTurns:
         start, at least one (as the row-by-row path takes them)."""
         hit = self._replies.get((choice, budget))
         if hit is None:
-            taken, used = [], 0
+            taken: list[Unit] = []
+            used = 0
             for u in self.material(choice):
                 if used + u.tokens > budget and taken:
                     break

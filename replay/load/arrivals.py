@@ -68,6 +68,7 @@ def recorded_plan(rows: Sequence[TrafficRow], time_scale: float, path: str | Pat
     from 1 in the order given, which is the file's order)."""
     if not time_scale > 0:
         raise ValueError(f"time scale must be > 0, got {time_scale}")
+    times: list[float] = []
     for i, row in enumerate(rows):
         if row.arrival_ms is None:
             raise InputFileError(
@@ -78,11 +79,12 @@ def recorded_plan(rows: Sequence[TrafficRow], time_scale: float, path: str | Pat
                 row=i + 1,
                 field="arrival_ms",
             )
+        times.append(row.arrival_ms)
     if not rows:
         return []
-    start = min(row.arrival_ms for row in rows)
+    start = min(times)
     after = session_predecessors(rows)
-    return [Arrival(i, (row.arrival_ms - start) * time_scale, after[i]) for i, row in enumerate(rows)]
+    return [Arrival(i, (t - start) * time_scale, after[i]) for i, t in enumerate(times)]
 
 
 def poisson_times(count: int, rate_per_s: float, seed: int) -> list[float]:

@@ -66,7 +66,11 @@ def _repeat_major(levels: list[int], repeats: int, arms: list[str], lossless: bo
 
 def _passes(level: int, arms: list[str], lossless: bool, sample: bool) -> Iterator[Block]:
     """A level's untimed passes, per arm: the lossless pass, then the sampling pass."""
-    for kind, wanted in (("lossless_pass", lossless), ("sampling_pass", sample)):
+    passes: tuple[tuple[Literal["lossless_pass", "sampling_pass"], bool], ...] = (
+        ("lossless_pass", lossless),
+        ("sampling_pass", sample),
+    )
+    for kind, wanted in passes:
         if wanted:
             for arm in arms:
                 yield Block(kind, arm, level, 0)
