@@ -55,14 +55,35 @@ def analysis_runs(con) -> list[str]:
     return [r[0] for r in con.execute("select distinct run_id from stg_manifest order by run_id").fetchall()]
 
 
+#: Temporary tables (this connection only; a read-only connection may create them) holding the
+#: two views the planner reads several times: after the build int_round_counts and int_plan_steps
+#: are views computed from the Parquet files at each read (at 5 million rounds each read took
+#: seconds), so each is computed once per connection.
+ROUNDS_TABLE = "plan_speculative_rounds"
+STEPS_TABLE = "plan_steps"
+
+
+def stage(con) -> None:
+    """Create the temporary tables (once per connection)."""
+    con.execute(
+        f"""create temp table if not exists {ROUNDS_TABLE} as
+            select run_id, category, request_id, coalesce(repeat, 0) as repeat, context_low,
+                   tokens_proposed, tokens_accepted, sum(rounds) as rounds
+            from int_round_counts
+            where arm = 'speculative' and phase = 'decode'
+            group by all"""
+    )
+    con.execute(f"create temp table if not exists {STEPS_TABLE} as select * from int_plan_steps")
+
+
 def captured_ks(con) -> dict[str, tuple[str, int]]:
     """analysis run -> (its run folder's id, the largest k its speculative arm proposed in decode)."""
+    stage(con)
     rows = con.execute(
-        """select c.run_id, any_value(e.source_run_id), max(c.tokens_proposed)
-           from int_round_counts c
-           join (select distinct run_id, source_run_id from int_engine_requests where replayed) e using (run_id)
-           where c.arm = 'speculative' and c.phase = 'decode'
-           group by c.run_id"""
+        f"""select c.run_id, any_value(m.source_run_id), max(c.tokens_proposed)
+            from {ROUNDS_TABLE} c
+            join stg_manifest m using (run_id)
+            group by c.run_id"""
     ).fetchall()
     return {r[0]: (r[1], int(r[2])) for r in rows}
 
@@ -94,11 +115,11 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     cols = con.execute(
         """select category,
                   dense_rank() over (partition by category order by request_id) - 1 as request,
-                  dense_rank() over (partition by category order by coalesce(repeat, 0)) - 1 as cluster,
+                  dense_rank() over (partition by category order by repeat) - 1 as cluster,
                   tokens_proposed as k, tokens_accepted as a, rounds as n
            from (select category, request_id, repeat, tokens_proposed, tokens_accepted, sum(rounds) as rounds
-                 from int_round_counts
-                 where run_id = ? and arm = 'speculative' and phase = 'decode'
+                 from plan_speculative_rounds
+                 where run_id = ?
                  group by all)
            order by category""",
         [run_id],
@@ -118,7 +139,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     steps = con.execute(
         """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
                   verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
-           from int_plan_steps
+           from plan_steps
            where run_id = ? or (arm = 'speculative' and source_run_id = ?)""",
         [run_id, all_ks.get(run_id, (run_id, 0))[0]],
     ).fetchall()
@@ -163,7 +184,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         tokens[cat] = sum(r[4] or 0 for r in base) / requests[cat] if requests[cat] else 0.0
     ctx = con.execute(
         """select category, context_low, tokens_accepted, sum(rounds)
-           from int_round_counts where run_id = ? and arm = 'speculative' and phase = 'decode'
+           from plan_speculative_rounds where run_id = ?
            group by all""",
         [run_id],
     ).fetchall()

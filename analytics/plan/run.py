@@ -156,6 +156,9 @@ def _compare(pred, measured: dict, what: str) -> dict:
                 "measured_high": m_hi,
                 "relative_error": None if m is None else p / m - 1,
                 "covered": None if m is None else bool(lo[i, li, c] <= m <= hi[i, li, c]),
+                "intervals_overlap": None
+                if m_lo is None or m_hi is None
+                else bool(lo[i, li, c] <= m_hi and m_lo <= hi[i, li, c]),
             }
         )
 
@@ -166,6 +169,9 @@ def _compare(pred, measured: dict, what: str) -> dict:
             "cells_compared": len(errors),
             "median_absolute_relative_error": float(np.median(errors)) if errors else None,
             "coverage": sum(covered) / len(covered) if covered else None,
+            "overlap_share": (sum(o) / len(o))
+            if (o := [r["intervals_overlap"] for r in sel if r["intervals_overlap"] is not None])
+            else None,
         }
 
     return {
