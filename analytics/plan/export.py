@@ -53,7 +53,9 @@ def vllm_schedule(policies: list[dict], levels: list[int], captured_config: dict
     top = max(k for _, _, k in schedule)
     config: dict[str, Any] | None = None
     if top > 0:
-        config = copy.deepcopy(captured_config) if captured_config else {"method": "ngram"}
+        # the captured arm's vLLM settings; a llama.cpp capture (no "method") gives vLLM's ngram
+        vllm_like = captured_config is not None and "method" in captured_config
+        config = copy.deepcopy(dict(captured_config)) if vllm_like else {"method": "ngram"}  # type: ignore[arg-type]
         config["num_speculative_tokens"] = top
         config["num_speculative_tokens_per_batch_size"] = schedule
     return {

@@ -41,3 +41,8 @@ def test_vllms_own_validator_and_lookup_accept_the_export():
     for bad in BROKEN:
         with pytest.raises(ValueError):
             utils.validate_and_normalize_dynamic_sd_schedule(bad)
+
+
+def test_a_llama_cpp_capture_exports_vllms_ngram_not_its_own_keys():
+    cfg = vllm_schedule(POLICIES, [1, 4, 16], {"type": "ngram-mod", "n_max": 4})["speculative_config"]
+    assert cfg["method"] == "ngram" and "type" not in cfg and "n_max" not in cfg
