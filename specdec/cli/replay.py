@@ -33,6 +33,8 @@ from specdec.cli.params import (
     RunName,
     UnitInterval,
 )
+from specdec.cli.plan import KRange
+from specdec.cli.sweep import sweep_arms
 from specdec.errors import SpecdecError
 from specdec.replay.config import ReplayConfig, default_of
 from specdec.replay.ledger import LEDGER
@@ -64,6 +66,15 @@ def _d(name: str):
     "speculation is measured against REF, else the first arm without speculation on its engine. "
     "E.g. --arm vllm-none=vllm --arm vllm-ngram=vllm:ngram --arm llama-none=llama.cpp "
     "--arm llama-ngram=llama.cpp:ngram: one run, both engines, two comparisons side by side.",
+)
+@click.option(
+    "--sweep-k",
+    type=KRange(),
+    default=None,
+    metavar="K,K,...",
+    help="One run that captures every k (for specdec plan): arm k0 without speculation and one arm k<N> per "
+    "N > 0, the engine's ngram (or --spec-config) with N draft tokens, each measured against k0. "
+    "Not with --arm.",
 )
 @click.option(
     "--spec-config",
@@ -148,6 +159,7 @@ def main(
     levels: list[int],
     arms: str,
     named_arms: tuple,
+    sweep_k: list[int] | None,
     spec_config: str | None,
     requests_per_level,
     max_tokens,
@@ -217,6 +229,14 @@ def main(
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--spec-config") from None
     if spec is not None and not isinstance(spec, dict):
         raise click.BadParameter("must be a JSON object, or null for an A/A run", param_hint="--spec-config")
+    if sweep_k is not None:
+        if named_arms:
+            raise click.UsageError("--sweep-k makes the arms itself: give it without --arm")
+        try:
+            named_arms = tuple(sweep_arms(engine, sweep_k, json.loads(spec_config) if spec_config else None))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--sweep-k") from None
+        spec, engine = _d("speculative_config"), _d("engine")  # now carried by the arms
     load_kw: dict = {"load": load, "arrival_seed": arrival_seed}
     if time_scales is not None:
         load_kw["time_scales"] = time_scales
