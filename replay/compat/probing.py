@@ -75,7 +75,8 @@ async def token_ids(
     for body in ({"model": model, "prompt": text, "add_special_tokens": False}, {"content": text}):
         data = await post_json(session, ep, "/tokenize", body, settings)
         tokens = data.get("tokens") if isinstance(data, dict) else None
-        if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
+        # non-empty: llama-server answers vLLM's body (no "content") with an empty list
+        if isinstance(tokens, list) and tokens and all(isinstance(t, int) for t in tokens):
             return tokens
     return None
 
