@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -286,14 +287,16 @@ def _df_per_level(cells: Mapping[tuple, float]) -> BlockNoise | None:
     return None if noise is None else BlockNoise(noise.variance, float(noise.k1), 0.0, noise.variance, noise.k1)
 
 
-def _df_per_level_method(*args, **kw) -> list[tuple]:
-    return intervals.compute(*args, noise_model=_df_per_level, **kw)
+def _df_per_level_method(pairs: Iterable[tuple], blocks: Iterable[tuple], **kw: Any) -> list[tuple]:
+    return intervals.compute(pairs, blocks, noise_model=_df_per_level, **kw)
 
 
-def _double_hurdle_method(*args, margin: float = 0.05, **kw) -> list[tuple]:
+def _double_hurdle_method(
+    pairs: Iterable[tuple], blocks: Iterable[tuple], margin: float = 0.05, **kw: Any
+) -> list[tuple]:
     """Planted: a label also needs its interval to clear the A/A interval
     mirrored about 1 (max(aa_high, 1 / aa_low)), as before issue 19."""
-    rows = intervals.compute(*args, margin=margin, **kw)
+    rows = intervals.compute(pairs, blocks, margin=margin, **kw)
     floor = {(r[1], r[2]): max(r[6], 1 / r[5]) for r in rows if r[0] == "aa"}
     out = []
     for r in rows:

@@ -136,6 +136,7 @@ def _check_nulls(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
                     first = offsets[i] + _first_null(column)
             count += nulls
         if count:
+            assert first is not None  # a null counted is a null found: its row was noted
             raise _null_error(path, want.name, count, first)
 
 

@@ -354,7 +354,7 @@ def traffic_frame(path: Path) -> Frame:
     def num(v):
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    problems = []
+    problems: list[str | None] = []  # per row: its first validation problem, None when it validates
     for _, rec in records:
         try:
             TrafficRow.model_validate(rec)
@@ -473,7 +473,7 @@ def check_frame(frame: Frame, checks: list[Check]) -> list[ContractResult]:
 
 def _result(frame: Frame, check: Check, d: dict | None) -> ContractResult:
     cols = check.columns()
-    base = dict(
+    base: dict[str, Any] = dict(
         suite=frame.suite, expectation=check.name, columns=cols, rows_checked=len(frame.df), row_base=frame.row_base
     )
     if d is None:

@@ -205,17 +205,18 @@ class _Measured:
         self.key, self.segment = key, segment
         self.repeats = len(means)
         self.centre = sum(means.values()) / self.repeats if self.repeats else 0.0
-        self.ok = noise is not None and self.repeats >= 2 and noise.df > 0
+        usable = noise if noise is not None and self.repeats >= 2 and noise.df > 0 else None
+        self.ok = usable is not None
         self.noise = noise
-        self.se = math.sqrt(noise.variance / self.repeats) if self.ok else math.nan
-        self.df = noise.df if self.ok else math.nan
-        self.p = _p(self.centre, self.se, self.df) if self.ok else None
+        self.se = math.sqrt(usable.variance / self.repeats) if usable is not None else math.nan
+        self.df = usable.df if usable is not None else math.nan
+        self.p = _p(self.centre, self.se, self.df) if usable is not None else None
 
 
 def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> list[tuple]:
     """The pointwise and the family-wise (Holm) rows of one family, with labels."""
     ok = [g for g in groups if g.ok]
-    levels = holm_levels({i: g.p for i, g in enumerate(ok)})
+    levels = holm_levels({i: g.p for i, g in enumerate(ok) if g.p is not None})  # every ok group has a p
     out: list[tuple] = []
     for i, g in enumerate(ok):
         out.append(
@@ -248,7 +249,7 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
     sums, counts = prompts
     means = [s / n for s, n in zip(sums, counts) if n]
     p = len(means)
-    if p < 2 or not g.ok:
+    if p < 2 or not g.ok or g.noise is None:  # an ok group has its noise
         return []
     centre = sum(means) / p
     s2_prompt = sum((m - centre) ** 2 for m in means) / (p - 1)

@@ -52,7 +52,10 @@ COMPUTED_TABLES = frozenset({"int_speedup_intervals", "sampling_tests", settings
 #: run folder and of the lake, ``raw_manifest`` and the arms' roles (``build._create_manifest``),
 #: and the tables computed in Python.
 SOURCES = frozenset(
-    {rec.raw_table for rec in (*RECORD_FILES, *LAKE_RECORDS)} | {"raw_manifest", arms.ROLES_TABLE} | COMPUTED_TABLES
+    {rec.raw_table for rec in RECORD_FILES}
+    | {rec.raw_table for rec in LAKE_RECORDS}
+    | {"raw_manifest", arms.ROLES_TABLE}
+    | COMPUTED_TABLES
 )
 #: Table macros (sql/macros.sql) whose first argument is the name of the relation they read.
 RELATION_MACROS = frozenset({"by_role", "query_table"})

@@ -53,7 +53,7 @@ def distinctness(arms: dict[str, list[tuple[str, list[int] | None]]]) -> Distinc
     """``arms``: arm -> (prompt_id, token ids) of its samples used in the test."""
     if any(ids is None for samples in arms.values() for _, ids in samples):
         return Distinctness({arm: {"distinct_share": None, "not_distinct_prompts": None} for arm in arms}, False)
-    counts = {arm: _counts(samples) for arm, samples in arms.items()}
+    counts = {arm: _counts([(p, ids) for p, ids in samples if ids is not None]) for arm, samples in arms.items()}
     per_arm = {
         arm: {
             "distinct_share": (sum(k / n for k, n in c.values()) / len(c)) if c else None,

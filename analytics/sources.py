@@ -51,6 +51,7 @@ from specdec.runfolder import (
     read_manifest,
 )
 from specdec.schemas.arrow import arrow_schema
+from specdec.schemas.records import RunManifest
 
 __all__ = ["Check", "Inputs", "RawInput", "Run", "find_inputs", "run_kind"]
 
@@ -72,7 +73,7 @@ class Run:
 
     run_id: str
     source_path: Path
-    manifest: object | None  # RunManifest
+    manifest: RunManifest | None
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,9 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
     if not root.is_dir():
         raise SpecdecError(f"{path}: no such run folder")
     layout, run_dirs, lake = _layout(root)
-    schemas = {rec.raw_table: arrow_schema(rec.record()) for rec in (*RECORD_FILES, *LAKE_RECORDS)}
+    schemas = {rec.raw_table: arrow_schema(rec.record()) for rec in RECORD_FILES} | {
+        rec.raw_table: arrow_schema(rec.record()) for rec in LAKE_RECORDS
+    }
     files: dict[str, list[tuple[Path, str | None, str]]] = {t: [] for t in schemas}  # (file, run_id, whose)
     runs: dict[str, Run] = {}
     with_rounds: set[str] = set()
@@ -189,9 +192,9 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
     for table, listed in files.items():
         derived = tuple(DERIVED.get(table, ()))
         for f, run_id, whose in listed:
-            found = check_file(f, schemas[table], run_id=run_id, whose=whose, full=full, derived=derived)
-            absent[table].update(found.absent)
-            partial[table].update(found.partial)
+            checked = check_file(f, schemas[table], run_id=run_id, whose=whose, full=full, derived=derived)
+            absent[table].update(checked.absent)
+            partial[table].update(checked.partial)
     raw = tuple(
         RawInput(t, schemas[t], tuple(f for f, _, _ in files[t]), dict(absent[t]), dict(partial[t])) for t in schemas
     )

@@ -105,8 +105,8 @@ def block_noise(figures: Mapping[Cell, float], repeat_bound: float | None = REPE
     figures keyed by (level, repeat). None when no level has 2 repeats (no
     residual: nothing says how far a repeat moves)."""
     by_level: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for (level, repeat), y in figures.items():
-        by_level[level].append((repeat, float(y)))
+    for (level, repeat), figure in figures.items():
+        by_level[level].append((repeat, float(figure)))
     cells = [(lv, r, y) for lv in sorted(by_level) if len(by_level[lv]) >= 2 for r, y in sorted(by_level[lv])]
     if not cells:
         return None

@@ -31,6 +31,7 @@ A group present in one run only is kept, with NULL on the other side.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,7 @@ class Comparison:
     speedup: list[dict]
     acceptance: list[dict]
     throughput: list[dict]
-    request_acceptance: list[dict] = ()
+    request_acceptance: Sequence[dict] = ()
 
 
 def _flatten(value, prefix: str = "") -> dict[str, object]:

@@ -243,7 +243,7 @@ def calibration_sentence(rows: Sequence[dict]) -> Sentence | None:
             )
         )
     if labelled:
-        sizes = sorted({r.get("family_size") for r in labelled if r.get("family_size")})
+        sizes = sorted({r["family_size"] for r in labelled if r.get("family_size")})
         margin = _pct(labelled[0].get("margin") or 0.05)
         parts.append(
             Part(
