@@ -247,7 +247,9 @@ class ReplayConfig(ClientOptions):
         if self.load == "poisson" and self.rates is None:
             raise ValueError("--load poisson needs rates (--rates R1,R2,... in requests/s)")
         if self.load != "closed":
-            keys = list(range(1, len(self.time_scales if self.load == "recorded" else self.rates) + 1))
+            values = self.time_scales if self.load == "recorded" else self.rates
+            assert values is not None  # poisson without rates was refused above
+            keys = list(range(1, len(values) + 1))
             if "levels" in self.model_fields_set and self.levels not in (list(DEFAULT_LEVELS), keys):
                 raise ValueError(
                     "levels (--levels) are closed-loop concurrencies; open loop steps --time-scale or --rates"
@@ -318,6 +320,7 @@ def _check_llama_speculation(arm: ArmSpec, what: str) -> None:
         LlamaCpp(binary=Path("llama-server")).speculation_args(Arm(arm.name, arm.speculation))
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
+    assert arm.speculation is not None  # both callers check for speculation first
     draft = arm.speculation.get("draft_model")
     if draft is not None and not Path(str(draft)).is_file():
         raise ValueError(f"{what}: draft_model {draft}: no such GGUF file")

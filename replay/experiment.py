@@ -10,8 +10,9 @@ import logging
 from pathlib import Path
 
 from specdec.engines import Arm
-from specdec.engines.server import ServerProcess, ServerSpec, start_all
+from specdec.engines.server import ServerProcess, start_all
 from specdec.engines.urls import parse_endpoint
+from specdec.engines.vllm import ServerSpec
 from specdec.errors import SpecdecError
 from specdec.replay.capture_import import import_capture
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig

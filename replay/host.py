@@ -9,7 +9,7 @@ from importlib import metadata
 
 
 def host_facts() -> dict:
-    facts = {
+    facts: dict[str, object] = {
         "platform": platform.platform(),
         "machine": platform.machine(),
         "python": sys.version.split()[0],

@@ -17,7 +17,7 @@ class Progress:
         self._bar = None
         self._errors = 0
         self._done = 0
-        self._level: tuple[str, int, int, float] | None = None
+        self._level: tuple[str, int, float] | None = None  # name, total, monotonic start
         if self.bars:
             from rich.console import Console  # heavy: rich, imported only when used
             from rich.progress import (  # heavy: rich, imported only when used

@@ -17,7 +17,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import aiohttp
@@ -241,7 +241,7 @@ class Replayer:
         self.streams: StreamPool | None = None  # the streaming transport, open while run() runs
 
     async def run(
-        self, endpoints: dict[str, str | Endpoint], restart: Callable[[int], dict[str, str]] | None = None
+        self, endpoints: Mapping[str, str | Endpoint], restart: Callable[[int], dict[str, str]] | None = None
     ) -> None:
         """``restart(repeat)``, when given, stops the servers and starts fresh
         ones (blocking; run in a thread), returning their endpoints: the

@@ -6,9 +6,15 @@ Subclasses say which input was wrong; the CLI turns any of them into a clean
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class SpecdecError(Exception):
     """A problem the user can act on; the message says what and where."""
+
+    #: The run folder that was being recorded when it was raised, set by
+    #: ``replay.recording`` so that the CLI can still say what was recorded.
+    run_dir: Path | None = None
 
 
 class InputFileError(SpecdecError):

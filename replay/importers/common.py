@@ -153,6 +153,7 @@ class ImportReport:
 
     def lines(self) -> list[str]:
         o = self.options
+        assert o is not None  # every report is made with its options (importers._open)
         kept = self.kept
         out = [f"{self.fmt}: read {self.read} rows from {self.path} ({self.units})"]
         skipped = [f"{sum(self.malformed.values())} malformed"]

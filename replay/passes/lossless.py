@@ -82,6 +82,12 @@ class PassResult:
     def natural_end_position(self) -> int | None:
         return natural_end_position(self.token_ids, self.eos_token_ids)
 
+    @property
+    def sent(self) -> StreamResult:
+        """``stream``, read where the request has been sent."""
+        assert self.stream is not None, "the request has not been sent"
+        return self.stream
+
     def collect(self, chunk: dict) -> None:
         """``stream_payload``'s on_chunk: append every position's logprobs."""
         if self.problem is not None:
@@ -112,7 +118,7 @@ class PassResult:
 
     def finish(self) -> PassResult:
         """A successful stream whose logprobs do not cover it exactly is a failure."""
-        res = self.stream
+        res = self.sent
         if not res.success:
             return self
         if self.problem is not None:
@@ -197,11 +203,11 @@ def greedy_table(
             "arm": arm,
             "concurrency": level,
             "repeat": repeat,
-            "request_id": res.stream.request_id,
+            "request_id": res.sent.request_id,
             "prompt_id": row.prompt_id,
             "category": row.category,
-            "success": res.stream.success,
-            "error_type": res.stream.error_type,
+            "success": res.sent.success,
+            "error_type": res.sent.error_type,
             "token_ids": res.token_ids,
             "top1_logprobs": res.top1_logprobs,
             "top2_logprobs": res.top2_logprobs,

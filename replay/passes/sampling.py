@@ -194,7 +194,7 @@ def sample_table(run_id: str, arm: str, level: int, results: list[tuple[TrafficR
             "run_id": run_id,
             "arm": arm,
             "concurrency": level,
-            "request_id": res.stream.request_id,
+            "request_id": res.sent.request_id,
             "prompt_id": row.prompt_id,
             "category": row.category,
             "sample_index": res.sample_index,
@@ -202,13 +202,13 @@ def sample_table(run_id: str, arm: str, level: int, results: list[tuple[TrafficR
             "temperature": res.temperature,
             "top_p": None,
             "max_tokens": row.max_tokens,
-            "success": res.stream.success,
-            "error_type": res.stream.error_type,
-            "output_tokens": res.stream.output_tokens,
+            "success": res.sent.success,
+            "error_type": res.sent.error_type,
+            "output_tokens": res.sent.output_tokens,
             "sequence_logprob": res.sequence_logprob,
             "natural_end_position": res.natural_end_position,
             "eos_token_ids": None if res.eos_token_ids is None else sorted(res.eos_token_ids),
-            "token_ids": list(res.token_ids) if res.stream.success else None,
+            "token_ids": list(res.token_ids) if res.sent.success else None,
             "rescored_logprob_sum": res.rescored_logprob_sum,
             "rescored_by": res.rescored_by,
             "not_rescored_reason": _not_rescored_reason(res),
@@ -222,4 +222,4 @@ def _not_rescored_reason(res: SampleResult) -> str | None:
     """The result's reason, or why none was given (``rescore_pass`` did not run on it)."""
     if res.rescored_logprob_sum is not None or res.not_rescored_reason is not None:
         return res.not_rescored_reason
-    return "the sample failed" if not res.stream.success else "not re-scored (no reference server was asked)"
+    return "the sample failed" if not res.sent.success else "not re-scored (no reference server was asked)"

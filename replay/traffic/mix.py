@@ -211,6 +211,12 @@ def _copy_id(base: str, k: int, used: set[str]) -> str:
         j += 1
 
 
+def _arrival(row: TrafficRow) -> float:
+    """The row's arrival_ms, read only where every row has one (``timed``)."""
+    assert row.arrival_ms is not None
+    return row.arrival_ms
+
+
 def _quantile_times(starts: list[float], m: int) -> list[float]:
     """m times along the empirical quantile function of the start times:
     time i at rank i (n - 1) / (m - 1), linearly interpolated."""
@@ -252,7 +258,7 @@ def mix_rows(traffic: Traffic, mix: dict[str, float], n: int, seed: int = 0) -> 
     used = {r.prompt_id for r in rows}
     used_sessions = {r.session_id for r in rows if r.session_id is not None}
     timed = all(r.arrival_ms is not None for r in rows)
-    starts = _quantile_times([rows[u.rows[0]].arrival_ms for u in units], len(picks)) if timed and picks else []
+    starts = _quantile_times([_arrival(rows[u.rows[0]]) for u in units], len(picks)) if timed and picks else []
     out = Drawn([])
     for p, (unit, k) in enumerate(picks):
         first = rows[unit.rows[0]]
@@ -267,11 +273,11 @@ def mix_rows(traffic: Traffic, mix: dict[str, float], n: int, seed: int = 0) -> 
                 if session is not None:
                     update["session_id"] = session
             if timed:
-                update["arrival_ms"] = starts[p] + (r.arrival_ms - first.arrival_ms)
+                update["arrival_ms"] = starts[p] + (_arrival(r) - _arrival(first))
             out.rows.append(TrafficRow.model_validate({**r.model_dump(), **update}) if update else r)
         out.copies += len(unit) if k else 0
     if timed:
-        out.rows.sort(key=lambda r: r.arrival_ms)
+        out.rows.sort(key=_arrival)
         out.notes.append(
             f"arrival_ms placed on the source's clock: {len(picks)} units on the quantiles of its "
             f"{len(units)} unit start times (the arrival-rate curve keeps its shape)"

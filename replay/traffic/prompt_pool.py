@@ -310,6 +310,7 @@ def compose(
         if abs(reached - target) <= EXACT or (exhausted and reached < target):
             break
         need -= reached - target
+    assert best is not None  # the loop above ran at least once
     result = best
     if result.reached < target - tol:
         used_all = result.cut is None and result.n_units == len(units)
