@@ -172,12 +172,12 @@ def _assigned_attributes(cls: ast.ClassDef) -> set[str]:
                 _dotted(d) in ("property", "functools.cached_property", "cached_property") for d in node.decorator_list
             ):
                 out.add(node.name)
-    for node in ast.walk(cls):
-        targets = []
-        if isinstance(node, ast.Assign):
-            targets = node.targets
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            targets = [node.target]
+    for walked in ast.walk(cls):
+        targets: list[ast.expr] = []
+        if isinstance(walked, ast.Assign):
+            targets = walked.targets
+        elif isinstance(walked, (ast.AnnAssign, ast.AugAssign)):
+            targets = [walked.target]
         for t in targets:
             if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
                 out.add(t.attr)

@@ -230,7 +230,7 @@ def _elapsed(pair: tuple[Any, Any] | None) -> float | None:
     return float(start.elapsed_time(end))
 
 
-def _patch_get_output(cls: type) -> None:
+def _patch_get_output(cls: type[Any]) -> None:  # a vLLM class, untyped here
     if getattr(cls.get_output, _ATTR, False):
         return
     original = cls.get_output

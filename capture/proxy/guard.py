@@ -135,7 +135,9 @@ class GuardedSite(web.BaseSite):
         return f"http://{host}:{self.port}"
 
     def _protocol(self) -> HeaderGuard:
-        return HeaderGuard(self._runner.server(), self.timeout_s, self.guards, self.on_timeout)
+        server = self._runner.server
+        assert server is not None  # the runner is set up before any of its sites starts
+        return HeaderGuard(server(), self.timeout_s, self.guards, self.on_timeout)
 
     async def start(self) -> None:
         await super().start()

@@ -213,12 +213,12 @@ class RowMaker:
                 raise NotRecorded("no_messages")
             text = message_text(messages)
         else:
-            prompt = req.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if not isinstance(prompt, str):
+            given = req.get("prompt")
+            if isinstance(given, list) and len(given) == 1 and isinstance(given[0], str):
+                given = given[0]
+            if not isinstance(given, str):
                 raise NotRecorded("prompt_not_one_string")
-            text = prompt
+            prompt = text = given
             notes.append(COMPLETIONS_NOTE)
         resp = parse_response(ex)
         if resp.output_tokens <= 0:
@@ -251,7 +251,11 @@ class RowMaker:
             else None,
             "input_tokens": resp.prompt_tokens,
             "recorded_output_tokens": resp.output_tokens,
-            "ended_naturally": {"stop": True, "tool_calls": True, "length": False}.get(resp.finish_reason),
+            "ended_naturally": (
+                None
+                if resp.finish_reason is None
+                else {"stop": True, "tool_calls": True, "length": False}.get(resp.finish_reason)
+            ),
             "source": SOURCE,
         }
         for name in ("response_format", "tools"):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -60,14 +61,15 @@ class CategoryRule(BaseModel):
         return self
 
 
+def _compiled(pattern: str | None) -> re.Pattern[str] | None:
+    return None if pattern is None else re.compile(pattern)
+
+
 class CategoryRules:
     """Compiled rules; ``category(...)`` is what the recorder calls."""
 
-    def __init__(self, rules: list[CategoryRule] = ()):
-        self.rules = [
-            (r.category, *(re.compile(p) if p is not None else None for p in (r.route, r.model, r.content)))
-            for r in rules
-        ]
+    def __init__(self, rules: Sequence[CategoryRule] = ()):
+        self.rules = [(r.category, _compiled(r.route), _compiled(r.model), _compiled(r.content)) for r in rules]
 
     def category(self, route: str, model: str | None, text: str) -> str:
         for category, route_re, model_re, content_re in self.rules:

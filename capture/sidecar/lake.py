@@ -192,7 +192,9 @@ class Compactor:
         return table.select(self.schema.names).cast(self.schema)
 
     def _move(self, path: Path, table: pa.Table) -> None:
-        token, seq = round_part_key(path)
+        key = round_part_key(path)
+        assert key is not None  # finished_parts keeps only parts named by round_part_name
+        token, seq = key
         for (day, run_id), part in split_by_day_and_run(table):
             out = lake_rounds_part(self.lake, partition_date(day * NS_PER_DAY), run_id, token, seq)
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -245,8 +245,8 @@ class LiveMetrics:
         for name, help_ in OWN_GAUGES.items():
             _metric(lines, name, "gauge", help_, [("", self.gauges[name])])
         if self.capture:
-            for kind, names in (("counter", CAPTURE_COUNTERS), ("gauge", CAPTURE_GAUGES)):
-                for key, (name, help_) in names.items():
+            for kind, captured in (("counter", CAPTURE_COUNTERS), ("gauge", CAPTURE_GAUGES)):
+                for key, (name, help_) in captured.items():
                     _metric(lines, name, kind, help_, [("", self.capture.get(key, 0))])
         for kind, names in (("counter", SERVER_COUNTERS), ("gauge", SERVER_GAUGES)):
             for key, name in names.items():
