@@ -102,6 +102,7 @@ class ReportData:
     resource_cost: Table | None = None  # mart resource_cost: memory and KV cache per arm and level
     latency_cdf: Table | None = None  # per arm and level: e2e and TTFT at each percentile 1..99 (the CDF chart)
     comparison: tuple[str, str] | None = None  # (treatment, reference) arm names of a run of named arms
+    compat: Table | None = None  # mart compatibility (a `specdec compat` run); None when the run has no cells
 
     @property
     def arm_difference(self) -> list[str]:
@@ -298,6 +299,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         lossless_divergences=m.view("lossless_divergences"),
         sampling=_nonempty(m.view("sampling")),
         speedup_natural_end=_nonempty(m.view("speedup_natural_end")),
+        compat=_nonempty(m.view("compatibility")),
         speedup_weighted=_nonempty(m.view("speedup_weighted")),
         capacity=_nonempty(m.view("capacity_under_slo")),
         acceptance_positions=_nonempty(m.where("acceptance_positions", "arm = 'speculative'")),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import unicodedata
 
 from specdec.analytics.labels import RULE_SHORT, bounds_text
+from specdec.analytics.report.compat import summary_lines as compat_lines
 from specdec.analytics.report.data import ReportData
 from specdec.analytics.report.html import fmt
 
@@ -94,6 +95,8 @@ def summary_text(data: ReportData) -> str:
             if c in st.columns
         ] or list(st.columns)
         lines += text_table(cols, [[r[c] for c in cols] for r in st.dicts()])
+    if data.compat is not None:
+        lines += compat_lines(data.compat)
     if not data.has_replay:
         return "\n".join(lines)
     lines += _verdict_lines(data)

@@ -22,6 +22,7 @@ from pathlib import Path
 from specdec.analytics.build import build
 from specdec.analytics.intervals import METHOD
 from specdec.analytics.labels import RULE as LABEL_RULE
+from specdec.analytics.report import compat as compat_section
 from specdec.analytics.report import side_by_side
 from specdec.analytics.report.chart_text import chart_safe
 from specdec.analytics.report.data import ReportData, Table, load_report
@@ -274,6 +275,8 @@ def _charts(data: ReportData) -> dict[str, dict]:
             .properties(width=240, height=180, title="Latency CDF per arm and level (successful requests)")
             .to_dict()
         )
+    if data.compat is not None:
+        charts["compat_matrix"] = compat_section.matrix_chart(data.compat)
     return charts
 
 
@@ -490,6 +493,8 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     out = []
     if data.stability is not None:
         out.append(("Stability: fault -> outcome", _tab(data.stability)))
+    if data.compat is not None:
+        out.append((compat_section.TITLE, compat_section.section_html(data.compat)))
     if not data.has_replay:
         return out + [("Run manifest", f"<pre>{esc(m.model_dump_json(indent=2))}</pre>")]
     if data.acceptance.rows or data.acceptance_requests is None:
@@ -610,6 +615,11 @@ def _run_line(data: ReportData) -> str:
     if m.kind == "stability":
         target = ", ".join(a.endpoint for a in m.arms)
         return f"Stability run. {what}; server probed: <code>{esc(target)}</code>. Run finished: {esc(m.finished)}."
+    if m.kind == "compat":
+        target = ", ".join(f"{a.name} {a.endpoint}" for a in m.arms)
+        return (
+            f"Compatibility run. {what}; servers probed: <code>{esc(target)}</code>. Run finished: {esc(m.finished)}."
+        )
     arms = f"arm {esc(data.comparison[0])} against {esc(data.comparison[1])}; they" if data.comparison else "arms"
     return (
         f"{what}; {arms} differ only in: <code>{esc('; '.join(data.arm_difference))}</code>. "
