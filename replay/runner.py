@@ -17,8 +17,9 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Literal
 
 import aiohttp
 import pyarrow as pa
@@ -50,6 +51,8 @@ from specdec.schemas.arrow import table_from_columns, table_from_records, write_
 from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceReading, TrafficRow
 
 log = logging.getLogger("specdec.replay")
+
+Position = Literal["before", "after"]  # of a counter read or snapshot, around a level or pass
 
 
 def request_id(run_id: str, arm: str, level: int, seq: int, repeat: int = 0) -> str:
@@ -270,6 +273,7 @@ class Replayer:
                 restart=restart is not None,
             ):
                 if block.kind == "restart":
+                    assert restart is not None  # interleaved yields restart blocks only for restart=True
                     eps = {arm: as_endpoint(url) for arm, url in (await in_thread(restart, block.repeat)).items()}
                     for arm, ep in eps.items():
                         await self._warmup(session, arm, ep, rows)
@@ -343,7 +347,8 @@ class Replayer:
         task = self.progress.start_level(arm, level, len(rows), repeat if self.cfg.repeats > 1 else None)
         results: list = []
         sends: dict[str, SendTime] = {}
-        run = run_level if plan is None else run_open_level
+        # closed loop: run_level(..., concurrency, ...); open loop: run_open_level(..., plan, ...)
+        run: Callable[..., Awaitable[list]] = run_level if plan is None else run_open_level
         samples: list[dict] = []
         stop = asyncio.Event()
         sampler = asyncio.create_task(watch_block(session, ep, self.settings, self.pid_of(arm), samples, stop))
@@ -477,7 +482,9 @@ class Replayer:
                 write_parquet_atomic(sample_table(self.run_id, arm, level, results), path)
         await self._pass_counters(session, arm, ep, level, "sampling_pass", "after")
 
-    async def _pass_counters(self, session, arm: str, ep: Endpoint, level: int, kind: PassKind, position: str) -> None:
+    async def _pass_counters(
+        self, session, arm: str, ep: Endpoint, level: int, kind: PassKind, position: Position
+    ) -> None:
         """Read the arm's counters before or after an untimed pass (``replay/passes/counters.py``).
         A server that stopped answering /metrics leaves the read out (the pass is then
         'not known' to have speculated), and its requests fail on their own."""
@@ -490,7 +497,7 @@ class Replayer:
         self.pass_counters.record(arm, level, kind, position, counters)
 
     def _snapshot(
-        self, arm: str, level: int, repeat: int, position: str, counters: dict, reset: bool | None = None
+        self, arm: str, level: int, repeat: int, position: Position, counters: dict, reset: bool | None = None
     ) -> None:
         """One snapshot per arm, level, repeat and position; each arm has its own file."""
         snaps = [
