@@ -21,7 +21,7 @@ from specdec.errors import EngineError, SpecdecError
 from specdec.replay.stability.faults import Finding, Probe, Target, clean, input_probes, over_length_probe
 from specdec.replay.stability.load_faults import burst_probe, disconnect_probe
 from specdec.replay.stability.recovery import greedy_probe, greedy_reference, kill_restart_probe
-from specdec.replay.stability.soak import soak_probe
+from specdec.replay.stability.soak import RssTrend, soak_probe
 from specdec.schemas.records import StabilityResult
 
 
@@ -61,6 +61,7 @@ async def run_probe(t: Target, probe: Probe, index: int, run_id: str, budget_s: 
         outcome, detail = "failed", f"{detail}; GET {t.health_path} did not answer 200 afterwards"
     sent = t.log[mark:]
     rss = finding.rss
+    assert rss is None or isinstance(rss, RssTrend)  # only the soak sets it
     return StabilityResult(
         run_id=run_id,
         fault=probe.fault,
@@ -69,7 +70,7 @@ async def run_probe(t: Target, probe: Probe, index: int, run_id: str, budget_s: 
         duration_ms=duration_ms,
         requests_sent=len(sent),
         requests_failed=sum(not s.ok for s in sent),
-        error_types=sorted({s.error for s in sent if not s.ok}),
+        error_types=sorted({s.error for s in sent if s.error is not None}),  # set exactly when not ok
         expected=probe.expected,
         outcome=outcome,
         server_healthy_after=healthy,
@@ -100,7 +101,11 @@ async def preflight(t, served_model: str | None, max_model_len: int | None) -> N
     )
     if served_model is None and card is None:
         raise EngineError(f"GET {t.endpoint.display}/v1/models lists no model; give --served-model")
-    t.model = served_model or card["id"]
+    if served_model:
+        t.model = served_model
+    else:
+        assert card is not None  # refused above when no model was named and none is listed
+        t.model = card["id"]
     reported = card.get("max_model_len") if card else None
     t.max_model_len = max_model_len or (reported if isinstance(reported, int) and reported > 0 else None)
     if (await t.get("/health"))[0] != 200:
