@@ -200,7 +200,7 @@ def compare(strata: list[tuple[list, list]], alpha: float = ALPHA) -> dict:
     res = stratified_permutation_test(strata)
     x = [v for a, _ in strata for v in a]
     y = [v for _, b in strata for v in b]
-    out = {
+    out: dict[str, object] = {
         "p_value": res.p_value,
         "alpha": alpha,
         "mean_difference": res.statistic,
@@ -327,7 +327,9 @@ def _instrument_figures(rows: list[Sample]) -> dict:
     """One arm's successful samples without a re-score, and the mean of its reported minus
     re-scored sum (None when no sample has both)."""
     gaps = [
-        s.sequence_logprob - s.rescored_logprob_sum for s in rows if _usable(s) and s.rescored_logprob_sum is not None
+        s.sequence_logprob - s.rescored_logprob_sum
+        for s in rows
+        if _usable(s) and s.sequence_logprob is not None and s.rescored_logprob_sum is not None
     ]
     return {
         "not_rescored": sum(_usable(s) and s.rescored_logprob_sum is None for s in rows),
@@ -337,8 +339,10 @@ def _instrument_figures(rows: list[Sample]) -> dict:
 
 def _value(statistic: str, s: Sample) -> float:
     if statistic == "rescored_logprob":
+        assert s.rescored_logprob_sum is not None  # its group keeps the re-scored pairs only
         return float(s.rescored_logprob_sum)
     if statistic == "sequence_logprob":
+        assert s.sequence_logprob is not None  # its group keeps _usable samples only
         return float(s.sequence_logprob)
     return float(s.max_tokens if s.natural_end_position is None else s.natural_end_position)  # censored
 
