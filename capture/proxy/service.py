@@ -109,7 +109,7 @@ class Proxy:
     def __init__(
         self,
         upstream_base: str,
-        recorder: Recorder | None,
+        recorder: Recorder,
         book: CategoryBook | None = None,
         upstream_idle_s: float = DEFAULT_UPSTREAM_IDLE_S,
         body_idle_s: float = DEFAULT_HEADER_TIMEOUT_S,
@@ -201,7 +201,7 @@ class Proxy:
         try:
             if headers.get("Content-Encoding", "identity").lower() in ("", "identity"):
                 rid = reply_id(first)
-                if rid is not None:
+                if rid is not None and self.book is not None:  # a label comes only with a book (_label)
                     self.book.note(rid, label)
         except Exception:  # noqa: BLE001 - never let the label touch the response
             self.counts["label_failures"] += 1
@@ -261,7 +261,9 @@ class Proxy:
         try:
             body = await self._read_body(request)
             if body is None:  # answered, then closed: aiohttp would otherwise linger to drain the body
-                resp = web.Response(status=408, text="request body not sent in time\n", headers={"Connection": "close"})
+                resp: web.StreamResponse = web.Response(
+                    status=408, text="request body not sent in time\n", headers={"Connection": "close"}
+                )
                 await resp.prepare(request)
                 await resp.write_eof()
                 if request.transport is not None:
@@ -271,6 +273,7 @@ class Proxy:
                 ex.body = body
             label = self._label(request, body)
             url = URL(self.base + request.raw_path, encoded=True)
+            assert self.session is not None  # start() opened it before the app serves
             try:
                 upstream = await self.session.request(
                     request.method,
@@ -342,7 +345,7 @@ class Running:
 
     url: str
     runner: web.AppRunner
-    recorder: Recorder | None
+    recorder: Recorder  # start_proxy's, started
 
     async def stop(self) -> None:
         await self.runner.cleanup()

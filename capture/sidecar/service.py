@@ -156,7 +156,7 @@ class Sidecar:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         self._sync_gauges()
-        body = {
+        body: dict[str, object] = {
             "ok": self.scrape_error is None,
             "status": "ok" if self.scrape_error is None else "degraded",
             "counters": self.metrics.counters,
@@ -216,6 +216,7 @@ class Sidecar:
         values: dict[str, float | None] = dict.fromkeys([*COUNTERS, *GAUGES])
         error = None
         try:
+            assert self.session is not None  # start() opened it
             text = await metrics_text(
                 self.session, self.settings.server, timeout_s=min(30.0, max(2.0, self.settings.scrape_s))
             )
@@ -228,6 +229,7 @@ class Sidecar:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
         if error is None and self.metrics.model is None:
+            assert self.session is not None  # as above
             self.metrics.model = await served_model(self.session, self.settings.server)
         row = CounterScrape(
             wall_time_ns=wall, server=self.settings.server, scrape_ok=error is None, error=error, **values
@@ -339,7 +341,7 @@ def run_sidecar(settings: SidecarSettings, announce=print, warn=None) -> dict:
     loopback (``specdec.listen``; default: stderr). Raise ``RowsLost`` (exit 1
     in the CLI) when counter rows or proxy rows were not written (``rows_lost``)."""
 
-    async def main() -> dict:
+    async def main() -> tuple[dict, dict | None]:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
