@@ -73,10 +73,10 @@ class StepEvents:
 class RunnerState:
     """Per runner: the step being timed and the last step's draft events."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.armed = False  # inside a real (not dummy) step, between execute_model and sample_tokens
-        self.verify_start = None
-        self.verify_end = None
+        self.verify_start: Any = None  # torch.cuda.Event (torch is untyped here), or None
+        self.verify_end: Any = None
         self.drafts_verified: int | None = None
         self.this_draft: tuple[Any, Any] | None = None
         self.prev_draft: tuple[Any, Any] | None = None
