@@ -1,5 +1,5 @@
 """What a server holds while a block runs: its memory and its KV cache,
-sampled about once a second (``ResourceReading`` rows, ``resources.parquet``).
+read about once a second (``ResourceReading`` rows, ``resources.parquet``).
 
 * Memory: the resident set of the server's whole process tree (vLLM's API
   server and its engine core are separate processes), read with psutil from
@@ -61,7 +61,7 @@ async def watch_block(
     stop: asyncio.Event,
     interval_s: float = INTERVAL_S,
 ) -> None:
-    """Append one sample (t_ms, wall_time_ns, rss_bytes, kv_cache_usage,
+    """Append one reading (t_ms, wall_time_ns, rss_bytes, kv_cache_usage,
     requests_running) at once, one every ``interval_s`` while the block runs,
     and one when ``stop`` is set (the block's end state): at least two per
     block, however short."""

@@ -373,15 +373,15 @@ class MetricSnapshot(_Record):
 
 
 class ResourceReading(_Record):
-    """What a server held while a block ran: sampled about once a second by
+    """What a server held while a block ran: read about once a second by
     replay (``replay/resources.py``), from the block's first request to its last."""
 
     run_id: str = Field(description="Run identifier.")
-    arm: ArmName = Field(description="Server the sample was taken from.")
+    arm: ArmName = Field(description="Server the reading was taken from.")
     concurrency: int = Field(description="Level key of the block (the concurrency in closed loop).")
     repeat: int = Field(default=0, description="Repeat of the block, from 0.")
-    t_ms: float = Field(description="Time of the sample, ms after the block's sampler started (monotonic clock).")
-    wall_time_ns: int = Field(description="Unix wall clock of the sample, ns.")
+    t_ms: float = Field(description="Time of the reading, ms after the block's watcher started (monotonic clock).")
+    wall_time_ns: int = Field(description="Unix wall clock of the reading, ns.")
     rss_bytes: int | None = Field(
         description="Resident memory of the server's whole process tree (API server and engine core processes: the sum of their RSS, so pages shared between them count once per process) [bytes]; None for a server specdec did not start (no process to read)."
     )
