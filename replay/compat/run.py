@@ -35,6 +35,8 @@ from specdec.schemas.records import ArmConfig, RunManifest
 from specdec.schemas.strict import RunName
 
 EngineChoice = Literal["vllm", "llama.cpp", "both"]
+#: how each embedded pair's weights are served, as the manifest's dtype says it
+EMBEDDED_DTYPE = {"vllm": f"vLLM {STABLE_DTYPE}", "llama.cpp": "llama.cpp GGUF as shipped"}
 #: vLLM 0.32 refuses every tool_choice (auto, required, a named function) without a tool-call parser;
 #: the embedded pair gets one (both arms: the only difference between them stays speculation).
 VLLM_TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
@@ -194,9 +196,10 @@ def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> R
         specdec_version=package_version(),
         engine={"name": "external", "version": None}
         if external
-        else {"engines": [e for e, _ in pairs], **engine_facts()},
+        # vLLM's package facts only where a vLLM pair ran (each engine's own version: manifest.engines)
+        else {"engines": [e for e, _ in pairs], **(engine_facts() if any(e == "vllm" for e, _ in pairs) else {})},
         model="(first of GET /v1/models)" if external else "bundled SmolLM2-135M-Instruct",
-        dtype="unknown" if external else f"vLLM {STABLE_DTYPE}; llama.cpp GGUF as shipped",
+        dtype="unknown" if external else "; ".join(EMBEDDED_DTYPE[e] for e, _ in pairs),
         arms=arms,
         arm_difference=["the speculative setting"],
         sampling={"note": "each probe sets its own request body; see traffic.probes"},
