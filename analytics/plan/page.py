@@ -106,7 +106,10 @@ def render(plan: dict) -> str:
         "<h2>What to deploy</h2>"
         + notice
         + "<p>Traffic-weighted gain (tokens/s against speculation off) of each policy, overall and per load "
-        f"band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets.</p>"
+        f"band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets. Every policy's k is chosen "
+        "by the same conservative rule (the smallest k whose gain interval overlaps the best k's), per band "
+        "for the per-band policies: so a per-band policy can show a lower point gain than one k for all, "
+        "where a band's choice falls back to a smaller k that is within noise of the best.</p>"
         + table(["policy", "what", "overall gain"] + [f"band c{lv}" for lv in levels], policy_rows)
         + "<h3>vLLM (speculative pool)</h3><pre>--speculative-config "
         + esc(json.dumps(vllm["speculative_config"]))
