@@ -62,7 +62,7 @@ def test_the_copy_keeps_it_too(tree):
 
 
 def test_a_schemas_module_importing_the_replay_breaks_the_layers(tree):
-    plant(tree / "schemas" / "strict.py", "from specdec.replay import traffic  # planted: backward")
+    plant(tree / "schemas" / "strict.py", "from specdec.replay.traffic.io import load_traffic  # planted: backward")
     out = check(tree)
     assert out.returncode == 1
     assert "specdec.schemas is not allowed to import specdec.replay" in out.stdout
