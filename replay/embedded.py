@@ -21,6 +21,7 @@ from specdec.engines import Arm, LlamaCpp, Vllm
 from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server, cached_llama_server
 from specdec.engines.server import LlamaServer, LocalServer, ServerProcess
 from specdec.engines.vllm import ServerSpec
+from specdec.errors import SpecdecError
 from specdec.model import GGUF_DIST, find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig
 from specdec.replay.host import engine_facts
@@ -72,6 +73,16 @@ class EmbeddedEngine(ABC):
         """The model's end-of-sequence token ids, where the passes can look them up."""
         return None
 
+    @staticmethod
+    def draft_model(speculation: Mapping[str, Any]) -> str | None:
+        """The separate draft model an arm's speculation loads (None: the method has none)."""
+        return None
+
+    @staticmethod
+    def target_model(cfg: ReplayConfig) -> Path:
+        """The target model the engine serves for ``cfg`` (``--model``, else the bundled one)."""
+        raise NotImplementedError
+
     @classmethod
     def notes(cls, cfg: ReplayConfig) -> list[str]:
         """What the manifest's notes say about this engine in this run (external servers too)."""
@@ -99,6 +110,18 @@ class EmbeddedVllm(EmbeddedEngine):
     @staticmethod
     def model_error(path: str) -> str | None:
         return None if Path(path).is_dir() else f"--model {path}: no such model folder"
+
+    @staticmethod
+    def draft_model(speculation: Mapping[str, Any]) -> str | None:
+        # method draft_model (vLLM infers it when a model is given without a method). EAGLE
+        # and MTP heads are not standalone models: an EAGLE-3 head has its own smaller
+        # vocabulary mapped onto the target's (d2t), so comparing tokenizers would be wrong.
+        model = speculation.get("model")
+        return str(model) if model and speculation.get("method") in (None, "draft_model") else None
+
+    @staticmethod
+    def target_model(cfg: ReplayConfig) -> Path:
+        return Path(cfg.model) if cfg.model is not None else prepare_model().path
 
     def dtype_text(self) -> str:
         return self.spec.dtype
@@ -151,6 +174,15 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
     def model_error(path: str) -> str | None:
         return None if Path(path).is_file() else f"--model {path}: no such GGUF file (llama.cpp serves a .gguf file)"
 
+    @staticmethod
+    def draft_model(speculation: Mapping[str, Any]) -> str | None:
+        draft = speculation.get("draft_model")
+        return str(draft) if draft and speculation.get("type") == "draft-simple" else None
+
+    @staticmethod
+    def target_model(cfg: ReplayConfig) -> Path:
+        return Path(cfg.model) if cfg.model is not None else find_gguf()
+
     def dtype_text(self) -> str:
         return f"GGUF as shipped ({Path(self.model).name})"
 
@@ -194,6 +226,33 @@ def model_error(cfg: ReplayConfig) -> str | None:
             "different files (a model folder, a GGUF); leave --model out to serve the prepared SmolLM2 on each"
         )
     return EMBEDDED[next(iter(engines))].model_error(cfg.model)
+
+
+def draft_preflight(cfg: ReplayConfig) -> list[str]:
+    """The tokenizer preflight (``replay/compat/vocab.py``) of every embedded arm that
+    speculates with a separate draft model, against the model its engine serves; run
+    before any folder is created, server started or request sent. Returns one manifest
+    note per arm checked; raises ``VocabMismatch`` naming every difference. External
+    servers: nothing (their models are not known here)."""
+    if cfg.external:
+        return []
+    from specdec.replay.compat.vocab import preflight  # heavy: tokenizers / gguf, only for a draft model
+
+    notes = []
+    for arm in cfg.arm_specs():
+        draft = EMBEDDED[arm.engine].draft_model(arm.speculation) if arm.speculation else None
+        if draft is None:
+            continue
+        target = EMBEDDED[arm.engine].target_model(cfg)
+        try:
+            report = preflight(Path(draft), target)
+        except SpecdecError as exc:
+            raise type(exc)(f"arm {arm.name!r}: {exc}") from None
+        notes.append(
+            f"Tokenizer preflight, arm {arm.name}: the draft {draft} and the target {target} agree "
+            f"({report.target_vocab_size} tokens; no difference found)."
+        )
+    return notes
 
 
 def engine_names(cfg: ReplayConfig) -> list[str]:

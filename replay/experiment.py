@@ -16,7 +16,7 @@ from specdec.engines.vllm import ServerSpec
 from specdec.errors import SpecdecError
 from specdec.replay.capture_import import import_capture
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
-from specdec.replay.embedded import EmbeddedEngine, embedded_engines, model_error
+from specdec.replay.embedded import EmbeddedEngine, draft_preflight, embedded_engines, model_error
 from specdec.replay.http import event_loop
 from specdec.replay.load.levels import plans as load_plans
 from specdec.replay.manifest import arm_config, build_manifest
@@ -69,6 +69,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
     if unknown:
         raise SpecdecError(f"--mix: {unknown}")
     _check_inputs(cfg, max_model_len)
+    preflight_notes = draft_preflight(cfg)  # a draft whose tokenizer is not the target's stops the run here
     rows = level_rows(traffic, cfg)
     load_plans(cfg, traffic, rows)  # an unfit file for the load mode stops the run here
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
@@ -79,6 +80,7 @@ def run_replay(cfg: ReplayConfig) -> Path:
     if cfg.lossless_pass or cfg.samples:  # both passes look up natural ends
         eos_ids = next((ids for e in engines.values() if (ids := e.eos_ids()) is not None), None)
     manifest = build_manifest(cfg, run_id, run_dir, traffic, rows, engines, arms)
+    manifest.notes.extend(preflight_notes)
     open_run_dir(cfg.runs_dir, run_dir)
     write_manifest(run_dir, manifest)
 
