@@ -37,7 +37,17 @@ from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult
 from tests.support import duck
-from tests.support.synthetic_run import RUN, SEC, T0, failed, make_manifest, repeated_counters, write_run
+from tests.support.synthetic_run import (
+    RUN,
+    SEC,
+    T0,
+    failed,
+    make_manifest,
+    repeat_request_id,
+    repeated_counters,
+    request_row,
+    write_run,
+)
 
 # prompt -> (category, baseline (offsets, tokens, e2e), speculative (offsets, tokens, e2e))
 SPLIT = ([100.0, 400.0, 1000.0], [2, 4, 10], 1000.0), ([50.0, 200.0, 500.0], [1, 5, 10], 500.0)
@@ -81,31 +91,21 @@ def timed(
     temperature: float = 0.0,
     seq: int = 0,
 ) -> RequestResult:
-    return RequestResult(
-        run_id=RUN,
-        arm=arm,
-        concurrency=level,
+    return request_row(
+        arm,
+        level,
+        prompt,
+        category,
+        e2e,
+        offsets_ms=offsets,
+        tokens=10,
         repeat=0,
         request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.{seq}",
-        prompt_id=prompt,
-        category=category,
-        max_tokens=10,
         temperature=temperature,
-        success=True,
-        error_type=None,
-        error_message=None,
         wall_send_ns=T0 + level * 10**9,
-        ttft_ms=offsets[0],
-        e2e_ms=e2e,
-        chunk_offsets_ms=offsets,
         chunk_tokens=tokens,
-        prompt_tokens=10,
         output_tokens=3 if prompt == "pG" else 10,
         output_text="x",
-        finish_reason="length",
-        spec_num_steps=None,
-        spec_num_draft_tokens=None,
-        spec_num_accepted_tokens=None,
     )
 
 
@@ -297,31 +297,19 @@ def test_two_repeats_give_each_segment_an_interval_and_a_label(tmp_path):
             start = T0 + (2 * r + i) * 100 * SEC
             for seq, prompt in enumerate(("q0", "q1")):
                 out.append(
-                    RequestResult(
-                        run_id=RUN,
-                        arm=arm,
-                        concurrency=1,
+                    request_row(
+                        arm,
+                        1,
+                        prompt,
+                        "code",
+                        e2e * scale,
+                        offsets_ms=[o * scale for o in offsets],
+                        tokens=10,
                         repeat=r,
-                        request_id=f"sd.{RUN}.{arm}.c1.r{r}.{seq:05d}",
-                        prompt_id=prompt,
-                        category="code",
-                        max_tokens=10,
-                        temperature=0.0,
-                        success=True,
-                        error_type=None,
-                        error_message=None,
+                        request_id=repeat_request_id(arm, 1, r, seq),
                         wall_send_ns=start + seq * 10 * SEC,
-                        ttft_ms=offsets[0] * scale,
-                        e2e_ms=e2e * scale,
-                        chunk_offsets_ms=[o * scale for o in offsets],
                         chunk_tokens=tokens,
-                        prompt_tokens=10,
-                        output_tokens=10,
                         output_text="x",
-                        finish_reason="length",
-                        spec_num_steps=None,
-                        spec_num_draft_tokens=None,
-                        spec_num_accepted_tokens=None,
                     )
                 )
     run_dir = tmp_path / "run"

@@ -21,7 +21,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from specdec.schemas.records import ArmConfig, MetricSnapshot, RequestResult, RoundTrace
-from tests.support.synthetic_run import PROMPTS, RUN, SEC, T0, make_manifest, write_run
+from tests.support.synthetic_run import (
+    PROMPTS,
+    SEC,
+    counter_row,
+    make_manifest,
+    repeat_request_id,
+    repeated_requests,
+    round_row,
+    write_run,
+)
+from tests.support.synthetic_run import blocks as synthetic_blocks
 
 LEVELS = (1, 2, 4)
 REPEATS = 2
@@ -49,63 +59,16 @@ def draft_ms(batch: int, k: int = K, d2: float = 0.0) -> float:
 
 
 def blocks(arms: dict[str, int]):
-    order = [(arm, level, r) for level in LEVELS for r in range(REPEATS) for arm in arms]
-    return [(arm, level, r, T0 + i * 100 * SEC) for i, (arm, level, r) in enumerate(order)]
-
-
-def request_id(arm: str, level: int, r: int, seq: int) -> str:
-    return f"sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}"
+    return synthetic_blocks(LEVELS, REPEATS, tuple(arms))
 
 
 def make_requests(arms: dict[str, int], e2e) -> list[RequestResult]:
-    out = []
-    for arm, level, r, start in blocks(arms):
-        for seq, (pid, cat) in enumerate(PROMPTS):
-            ms = float(e2e(arm, pid, level, r))
-            out.append(
-                RequestResult(
-                    run_id=RUN,
-                    arm=arm,
-                    concurrency=level,
-                    repeat=r,
-                    request_id=request_id(arm, level, r, seq),
-                    prompt_id=pid,
-                    category=cat,
-                    max_tokens=100,
-                    temperature=0.0,
-                    success=True,
-                    error_type=None,
-                    error_message=None,
-                    wall_send_ns=start,
-                    ttft_ms=ms / 100,
-                    e2e_ms=ms,
-                    chunk_offsets_ms=[ms / 100, ms],
-                    prompt_tokens=10,
-                    output_tokens=100,
-                    output_text="same",
-                    finish_reason="length",
-                    spec_num_steps=None,
-                    spec_num_draft_tokens=None,
-                    spec_num_accepted_tokens=None,
-                )
-            )
-    return out
+    return repeated_requests(e2e, levels=LEVELS, repeats=REPEATS, arms=tuple(arms))
 
 
 def make_counters(arms: dict[str, int]) -> list[MetricSnapshot]:
     return [
-        MetricSnapshot(
-            run_id=RUN,
-            arm=arm,
-            concurrency=level,
-            repeat=r,
-            position=pos,
-            wall_time_ns=start + (50 * SEC if pos == "after" else 0),
-            spec_num_drafts=None,
-            spec_num_draft_tokens=None,
-            spec_num_accepted_tokens=None,
-            generation_tokens=None,
-        )
+        counter_row(arm, level, pos, start + (50 * SEC if pos == "after" else 0), repeat=r)
         for arm, level, r, start in blocks(arms)
         for pos in ("before", "after")
     ]
@@ -118,7 +81,7 @@ def make_rounds(arms: dict[str, int], d2: float = 0.0) -> list[RoundTrace]:
         k_arm = arms[arm]
         pid = list(arms).index(arm) + 1
         token = f"{pid}-{r:08x}"
-        ids = [f"chatcmpl-{request_id(arm, level, r, seq)}-0123abcd" for seq in range(len(PROMPTS))]
+        ids = [f"chatcmpl-{repeat_request_id(arm, level, r, seq)}-0123abcd" for seq in range(len(PROMPTS))]
         for g in range(0, len(PROMPTS), level):
             group = list(range(g, min(g + level, len(PROMPTS))))
             batch = len(group)
@@ -137,23 +100,8 @@ def make_rounds(arms: dict[str, int], d2: float = 0.0) -> list[RoundTrace]:
 
 
 def _row(eid, pid, token, step, rnd, phase, k, a, batch, verify, draft) -> RoundTrace:
-    return RoundTrace(
-        run_id=RUN,
-        engine_request_id=eid,
-        pid=pid,
-        process_token=token,
-        step_index=step,
-        round_index=rnd,
-        phase=phase,
-        tokens_proposed=k,
-        tokens_accepted=a,
-        tokens_emitted=a + 1,
-        batch_size=batch,
-        num_scheduled_tokens=10 if phase == "prefill" else 1 + k,
-        context_len=10 + rnd,
-        draft_ms=draft,
-        verify_ms=verify,
-        wall_time_ns=T0 + step,
+    return round_row(
+        eid, pid, step, rnd, k, a, phase, process_token=token, batch_size=batch, verify_ms=verify, draft_ms=draft
     )
 
 

@@ -33,7 +33,9 @@ block's requests all sent at the block's start (so block_seconds = the
 block's longest e2e), blocks 100 s apart; e2e times come from a function, so
 each test states its own ratios. ``failed(request, ...)`` turns a request into a failure, for runs
 with failed levels (e.g. baseline c2 with 1 of 2 requests failed -> error
-rate 0.5 > 0.05 -> the level failed).
+rate 0.5 > 0.05 -> the level failed). Every request row, here and in the tests' own
+runs, is a ``request_row``: a successful greedy request with only what a test is about
+changed.
 """
 
 from __future__ import annotations
@@ -82,6 +84,42 @@ def request_id(arm: str, conc: int, category: str) -> str:
     return f"sd.{RUN}.{arm}.c{conc}.{['code', 'chat'].index(category):05d}"
 
 
+def request_row(
+    arm: str, level: int, prompt_id: str, category: str, e2e_ms: float, *, offsets_ms=None, tokens: int = 100, **changes
+) -> RequestResult:
+    """One successful greedy request of RUN, the row every synthetic run is made of: ``tokens``
+    output tokens of ``tokens`` asked for, 10 prompt tokens, sent at T0, its content chunks
+    arriving at ``offsets_ms`` (default: e2e / 100 and e2e; the first is the TTFT), no engine
+    counters; ``changes`` sets any other field (repeat, request_id, wall_send_ns, output_text, ...)."""
+    offsets = [e2e_ms / 100, e2e_ms] if offsets_ms is None else offsets_ms
+    fields = dict(
+        run_id=RUN,
+        arm=arm,
+        concurrency=level,
+        request_id=f"sd.{RUN}.{arm}.c{level}.{prompt_id}",
+        prompt_id=prompt_id,
+        category=category,
+        max_tokens=tokens,
+        temperature=0.0,
+        success=True,
+        error_type=None,
+        error_message=None,
+        wall_send_ns=T0,
+        ttft_ms=offsets[0],
+        e2e_ms=e2e_ms,
+        chunk_offsets_ms=offsets,
+        prompt_tokens=10,
+        output_tokens=tokens,
+        output_text="same",
+        finish_reason="length",
+        spec_num_steps=None,
+        spec_num_draft_tokens=None,
+        spec_num_accepted_tokens=None,
+    )
+    fields.update(changes)
+    return RequestResult(**fields)
+
+
 def make_requests() -> list[RequestResult]:
     out = []
     for (arm, conc), sends in SEND_S.items():
@@ -91,26 +129,16 @@ def make_requests() -> list[RequestResult]:
             e2e, ttft = E2E[(arm, cat)], TTFT[(arm, cat)]
             text = TEXT[cat] + ("!" if (arm, conc, cat) == ("speculative", 2, "chat") else "")
             out.append(
-                RequestResult(
-                    run_id=RUN,
-                    arm=arm,
-                    concurrency=conc,
+                request_row(
+                    arm,
+                    conc,
+                    f"p-{cat}",
+                    cat,
+                    e2e,
+                    offsets_ms=[ttft, e2e / 2, e2e],
                     request_id=request_id(arm, conc, cat),
-                    prompt_id=f"p-{cat}",
-                    category=cat,
-                    max_tokens=100,
-                    temperature=0.0,
-                    success=True,
-                    error_type=None,
-                    error_message=None,
                     wall_send_ns=level_start(arm, conc) + int(send_s * SEC),
-                    ttft_ms=ttft,
-                    e2e_ms=e2e,
-                    chunk_offsets_ms=[ttft, e2e / 2, e2e],
-                    prompt_tokens=10,
-                    output_tokens=100,
                     output_text=text,
-                    finish_reason="length",
                     spec_num_steps=len(verify) if spec else None,
                     spec_num_draft_tokens=sum(k for k, _ in verify) if spec else None,
                     spec_num_accepted_tokens=sum(a for _, a in verify) if spec else None,
@@ -119,8 +147,10 @@ def make_requests() -> list[RequestResult]:
     return out
 
 
-def round_row(engine_id, pid, step, rnd, k, a, phase="decode"):
-    return RoundTrace(
+def round_row(engine_id, pid, step, rnd, k, a, phase="decode", **changes) -> RoundTrace:
+    """One captured round of RUN: ``k`` proposed, ``a`` accepted, alone in its step (batch 1),
+    verify 10 ms, draft 1 ms when it drafted; ``changes`` sets any other field."""
+    fields = dict(
         run_id=RUN,
         engine_request_id=engine_id,
         pid=pid,
@@ -138,6 +168,8 @@ def round_row(engine_id, pid, step, rnd, k, a, phase="decode"):
         verify_ms=10.0,
         wall_time_ns=T0 + step,
     )
+    fields.update(changes)
+    return RoundTrace(**fields)
 
 
 def make_rounds() -> list[RoundTrace]:
@@ -156,6 +188,24 @@ def make_rounds() -> list[RoundTrace]:
     return rows
 
 
+def counter_row(arm: str, level: int, position: str, wall_time_ns: int, **changes) -> MetricSnapshot:
+    """One engine-counter snapshot of RUN, the counters unknown (None) unless ``changes`` set them
+    (and any other field: repeat, prefix-cache counters, ...)."""
+    fields = dict(
+        run_id=RUN,
+        arm=arm,
+        concurrency=level,
+        position=position,
+        wall_time_ns=wall_time_ns,
+        spec_num_drafts=None,
+        spec_num_draft_tokens=None,
+        spec_num_accepted_tokens=None,
+        generation_tokens=None,
+    )
+    fields.update(changes)
+    return MetricSnapshot(**fields)
+
+
 def make_counters() -> list[MetricSnapshot]:
     # speculative per level: rounds 3 + 2 = 5, proposed 5 * 4 = 20, accepted 6 + 1 = 7
     out = []
@@ -164,12 +214,11 @@ def make_counters() -> list[MetricSnapshot]:
             for pos, mult in (("before", conc - 1), ("after", conc)):
                 spec = arm == "speculative"
                 out.append(
-                    MetricSnapshot(
-                        run_id=RUN,
-                        arm=arm,
-                        concurrency=conc,
-                        position=pos,
-                        wall_time_ns=level_start(arm, conc) + (10 * SEC if pos == "after" else 0),
+                    counter_row(
+                        arm,
+                        conc,
+                        pos,
+                        level_start(arm, conc) + (10 * SEC if pos == "after" else 0),
                         spec_num_drafts=1.0 + 5 * mult if spec else None,  # 1 = warm-up round
                         spec_num_draft_tokens=4.0 + 20 * mult if spec else None,
                         spec_num_accepted_tokens=4.0 + 7 * mult if spec else None,
@@ -226,11 +275,19 @@ def make_manifest(**changes) -> RunManifest:
 PROMPTS = (("code-0", "code"), ("code-1", "code"), ("chat-0", "chat"), ("chat-1", "chat"))
 
 
-def blocks(levels=(1, 2), repeats: int = 2):
+ARMS = ("baseline", "speculative")
+
+
+def blocks(levels=(1, 2), repeats: int = 2, arms=ARMS):
     """(arm, level, repeat, start_ns) in the order a run sends them: per level,
-    per repeat, baseline then speculative."""
-    order = [(arm, level, r) for level in levels for r in range(repeats) for arm in ("baseline", "speculative")]
+    per repeat, every arm in turn (baseline then speculative), blocks 100 s apart."""
+    order = [(arm, level, r) for level in levels for r in range(repeats) for arm in arms]
     return [(arm, level, r, T0 + i * 100 * SEC) for i, (arm, level, r) in enumerate(order)]
+
+
+def repeat_request_id(arm: str, level: int, repeat: int, seq: int) -> str:
+    """The id of the ``seq``-th request of a block, as the replay names it."""
+    return f"sd.{RUN}.{arm}.c{level}.r{repeat}.{seq:05d}"
 
 
 def repeated_requests(
@@ -238,43 +295,28 @@ def repeated_requests(
     *,
     levels=(1, 2),
     repeats: int = 2,
+    arms=ARMS,
     prompts=PROMPTS,
     tokens: int = 100,
     text=lambda arm, prompt_id, level, repeat: "same",
 ) -> list[RequestResult]:
     """One request per prompt per block; ``e2e(arm, prompt_id, level, repeat)`` -> ms."""
-    out = []
-    for arm, level, r, start in blocks(levels, repeats):
-        for seq, (pid, cat) in enumerate(prompts):
-            ms = float(e2e(arm, pid, level, r))
-            out.append(
-                RequestResult(
-                    run_id=RUN,
-                    arm=arm,
-                    concurrency=level,
-                    repeat=r,
-                    request_id=f"sd.{RUN}.{arm}.c{level}.r{r}.{seq:05d}",
-                    prompt_id=pid,
-                    category=cat,
-                    max_tokens=tokens,
-                    temperature=0.0,
-                    success=True,
-                    error_type=None,
-                    error_message=None,
-                    wall_send_ns=start,
-                    ttft_ms=ms / 100,
-                    e2e_ms=ms,
-                    chunk_offsets_ms=[ms / 100, ms],
-                    prompt_tokens=10,
-                    output_tokens=tokens,
-                    output_text=text(arm, pid, level, r),
-                    finish_reason="length",
-                    spec_num_steps=None,
-                    spec_num_draft_tokens=None,
-                    spec_num_accepted_tokens=None,
-                )
-            )
-    return out
+    return [
+        request_row(
+            arm,
+            level,
+            pid,
+            cat,
+            float(e2e(arm, pid, level, r)),
+            tokens=tokens,
+            repeat=r,
+            request_id=repeat_request_id(arm, level, r, seq),
+            wall_send_ns=start,
+            output_text=text(arm, pid, level, r),
+        )
+        for arm, level, r, start in blocks(levels, repeats, arms)
+        for seq, (pid, cat) in enumerate(prompts)
+    ]
 
 
 def repeated_counters(
@@ -297,13 +339,12 @@ def repeated_counters(
                 seen_h[arm] = seen_h.get(arm, 0.0) + hits(arm, level, r)
                 seen_d[arm] = seen_d.get(arm, 0.0) + (d or 0)
             out.append(
-                MetricSnapshot(
-                    run_id=RUN,
-                    arm=arm,
-                    concurrency=level,
+                counter_row(
+                    arm,
+                    level,
+                    pos,
+                    start + (50 * SEC if pos == "after" else 0),
                     repeat=r,
-                    position=pos,
-                    wall_time_ns=start + (50 * SEC if pos == "after" else 0),
                     spec_num_drafts=seen_d.get(arm, 0.0) if d is not None else None,
                     spec_num_draft_tokens=4 * seen_d.get(arm, 0.0) if d is not None else None,
                     spec_num_accepted_tokens=seen_d.get(arm, 0.0) if d is not None else None,
