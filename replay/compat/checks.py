@@ -58,28 +58,34 @@ def no_constraint(what: str) -> Check:
     return check
 
 
-def json_object() -> Check:
+def _text(r: ArmReplies) -> str:
+    """The first feature reply's first choice's text ("" without a choice)."""
+    return r.first.choices[0].text if r.first.choices else ""
+
+
+def _parsed(judge: Callable[[Any], Verdict]) -> Check:
+    """A check of the first reply's text as JSON: invalid when it does not parse, else ``judge(value)``."""
+
     def check(r: ArmReplies) -> Verdict:
-        text = r.first.choices[0].text if r.first.choices else ""
         try:
-            value = json.loads(text)
+            value = json.loads(_text(r))
         except ValueError as exc:
             return _cut(r.first, f"not JSON: {exc}")
-        return (True, "a JSON object") if isinstance(value, dict) else (False, f"JSON but a {type(value).__name__}")
+        return judge(value)
 
     return check
+
+
+def _an_object(value: Any) -> Verdict:
+    return (True, "a JSON object") if isinstance(value, dict) else (False, f"JSON but a {type(value).__name__}")
+
+
+def json_object() -> Check:
+    return _parsed(_an_object)
 
 
 def json_schema(schema: dict[str, Any]) -> Check:
-    def check(r: ArmReplies) -> Verdict:
-        text = r.first.choices[0].text if r.first.choices else ""
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            return _cut(r.first, f"not JSON: {exc}")
-        return _validate(value, schema, "the schema")
-
-    return check
+    return _parsed(lambda value: _validate(value, schema, "the schema"))
 
 
 def _validate(value: Any, schema: dict[str, Any], what: str) -> Verdict:
@@ -93,7 +99,7 @@ def _validate(value: Any, schema: dict[str, Any], what: str) -> Verdict:
 
 def regex(pattern: str) -> Check:
     def check(r: ArmReplies) -> Verdict:
-        text = r.first.choices[0].text if r.first.choices else ""
+        text = _text(r)
         if re.fullmatch(pattern, text):
             return True, f"matches {pattern}"
         return _cut(r.first, f"{text[:40]!r} does not match {pattern}")
@@ -103,7 +109,7 @@ def regex(pattern: str) -> Check:
 
 def choice(options: Sequence[str]) -> Check:
     def check(r: ArmReplies) -> Verdict:
-        text = r.first.choices[0].text if r.first.choices else ""
+        text = _text(r)
         return (
             (True, f"{text!r} is a choice")
             if text in options
@@ -201,7 +207,7 @@ def dominated_by(token_text: str) -> Check:
     """A +100 logit bias on one token: it makes up at least half of the output."""
 
     def check(r: ArmReplies) -> Verdict:
-        text = r.first.choices[0].text if r.first.choices else ""
+        text = _text(r)
         share = text.count(token_text) * len(token_text) / max(len(text), 1)
         if share >= 0.5:
             return True, f"{token_text!r} is {share:.0%} of the output"

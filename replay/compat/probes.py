@@ -137,6 +137,31 @@ class Probe:
         }
 
 
+def _tool_probe(choice: str, constraint: str, tool_choice: Any, named: str | None, *, required: bool) -> Probe:
+    """``tool_choice_<choice>``: WEATHER_PROMPT with TOOLS declared, the calls checked by ``checks.tool_call``."""
+    return Probe(
+        "tools",
+        f"tool_choice_{choice}",
+        constraint,
+        WEATHER_PROMPT,
+        {"tools": TOOLS, "tool_choice": tool_choice},
+        checks.tool_call(TOOLS, named, required=required),
+        max_tokens=64,
+    )
+
+
+def _penalty_probe(penalty: str, value: float) -> Probe:
+    """A greedy CODE_PROMPT under one penalty: no output constraint, judged by greedy identity."""
+    return Probe(
+        "sampling",
+        penalty,
+        "none (greedy identity)",
+        CODE_PROMPT,
+        {penalty: value},
+        checks.no_constraint(f"{penalty} {value}"),
+    )
+
+
 def probe_set(ctx: ProbeContext) -> list[Probe]:
     """Every probe, in the order sent (``name`` unique)."""
     p = [
@@ -176,32 +201,14 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             checks.choice(COLOURS),
             max_tokens=8,
         ),
-        Probe(
-            "tools",
-            "tool_choice_auto",
-            "any tool call names a declared tool with valid arguments",
-            WEATHER_PROMPT,
-            {"tools": TOOLS, "tool_choice": "auto"},
-            checks.tool_call(TOOLS, None, required=False),
-            max_tokens=64,
-        ),
-        Probe(
-            "tools",
-            "tool_choice_required",
-            "at least one tool call, arguments valid",
-            WEATHER_PROMPT,
-            {"tools": TOOLS, "tool_choice": "required"},
-            checks.tool_call(TOOLS, None, required=True),
-            max_tokens=64,
-        ),
-        Probe(
-            "tools",
-            "tool_choice_named",
+        _tool_probe("auto", "any tool call names a declared tool with valid arguments", "auto", None, required=False),
+        _tool_probe("required", "at least one tool call, arguments valid", "required", None, required=True),
+        _tool_probe(
+            "named",
             "a call of get_weather with valid arguments",
-            WEATHER_PROMPT,
-            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
-            checks.tool_call(TOOLS, "get_weather", required=True),
-            max_tokens=64,
+            {"type": "function", "function": {"name": "get_weather"}},
+            "get_weather",
+            required=True,
         ),
         Probe(
             "streaming",
@@ -251,30 +258,9 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             repeat=2,
             twin_extra={"temperature": 0.9},
         ),
-        Probe(
-            "sampling",
-            "repetition_penalty",
-            "none (greedy identity)",
-            CODE_PROMPT,
-            {"repetition_penalty": 1.3},
-            checks.no_constraint("repetition_penalty 1.3"),
-        ),
-        Probe(
-            "sampling",
-            "presence_penalty",
-            "none (greedy identity)",
-            CODE_PROMPT,
-            {"presence_penalty": 0.8},
-            checks.no_constraint("presence_penalty 0.8"),
-        ),
-        Probe(
-            "sampling",
-            "frequency_penalty",
-            "none (greedy identity)",
-            CODE_PROMPT,
-            {"frequency_penalty": 0.8},
-            checks.no_constraint("frequency_penalty 0.8"),
-        ),
+        _penalty_probe("repetition_penalty", 1.3),
+        _penalty_probe("presence_penalty", 0.8),
+        _penalty_probe("frequency_penalty", 0.8),
         Probe(
             "sampling",
             "min_tokens",

@@ -122,20 +122,10 @@ async def probe_pair(
                 }
             )
             prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
-            base = await _arm(
-                session, pair.baseline, probe, model, settings, f"{prefix}.baseline", seq, None, pair.settle_s
-            )
-            spec = await _arm(
-                session,
-                pair.speculative,
-                probe,
-                model,
-                settings,
-                f"{prefix}.speculative",
-                seq,
-                pair.counters,
-                pair.settle_s,
-            )
+            base, spec = [
+                await _arm(session, ep, probe, model, settings, f"{prefix}.{arm}", seq, pair.counters, pair.settle_s)
+                for arm, ep in (("baseline", pair.baseline), ("speculative", pair.speculative))
+            ]
             cell = _cell(pair, run_id, probe, base, spec)
             cells.append(cell)
             echo(f"  {pair.engine} {probe.name:<22} {cell.outcome:<11} {cell.detail[:100]}")
@@ -230,15 +220,10 @@ def _acceptance(diff: dict[str, Any] | None) -> classify.Acceptance:
 
 
 def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -> CompatCell:
-    bv, sv = probe.check(base.replies), probe.check(spec.replies)
-    if not all(r.accepted for r in base.replies.feature):
-        bv = (None, "refused")
-    if not all(r.accepted for r in spec.replies.feature):
-        sv = (None, "refused")
+    bv, sv = _verdict(probe, base.replies), _verdict(probe, spec.replies)
     feature, plain = _acceptance(spec.feature), _acceptance(spec.plain)
     ev = classify.Evidence(probe.identity_expected, base.replies, spec.replies, bv, sv, feature, plain)
     out = classify.classify(ev)
-    b, s = base.replies.first, spec.replies.first
     hits, queries = _count(spec.feature, "prefix_cache_hits"), _count(spec.feature, "prefix_cache_queries")
     return CompatCell(
         run_id=run_id,
@@ -249,32 +234,12 @@ def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -
         probe=probe.name,
         output_constraint=probe.constraint,
         identity_expected=probe.identity_expected,
-        baseline_accepted=classify.refusal(base.replies) is None,
-        speculative_accepted=classify.refusal(spec.replies) is None,
-        baseline_http_status=b.status,
-        speculative_http_status=s.status,
-        baseline_error=next((r.error for r in base.replies.feature if r.error is not None), None),
-        speculative_error=next((r.error for r in spec.replies.feature if r.error is not None), None),
-        baseline_valid=bv[0],
-        speculative_valid=sv[0],
-        baseline_validity_detail=bv[1],
-        speculative_validity_detail=sv[1],
+        **_arm_fields("baseline", base.replies, bv),
+        **_arm_fields("speculative", spec.replies, sv),
         identical=out.identical,
         first_divergence_char=out.first_divergence_char,
-        baseline_output_sha256=_sha(base.replies),
-        speculative_output_sha256=_sha(spec.replies),
-        baseline_output_head=_head(base.replies),
-        speculative_output_head=_head(spec.replies),
-        baseline_completion_tokens=b.completion_tokens,
-        speculative_completion_tokens=s.completion_tokens,
-        baseline_e2e_ms=b.e2e_ms,
-        speculative_e2e_ms=s.e2e_ms,
-        draft_tokens=feature.draft_tokens,
-        accepted_tokens=feature.accepted_tokens,
-        drafts=feature.drafts,
-        plain_draft_tokens=plain.draft_tokens,
-        plain_accepted_tokens=plain.accepted_tokens,
-        plain_drafts=plain.drafts,
+        **_acceptance_fields("", feature),
+        **_acceptance_fields("plain_", plain),
         prefix_cache_hit_rate=hits / queries if probe.session and hits is not None and queries else None,
         outcome=out.outcome,
         detail=out.detail,
@@ -282,17 +247,38 @@ def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -
     )
 
 
+def _verdict(probe: Probe, replies: checks.ArmReplies) -> checks.Verdict:
+    """The probe's check of one arm; (None, "refused") when a feature request was refused."""
+    verdict = probe.check(replies)
+    return verdict if classify.refusal(replies) is None else (None, "refused")
+
+
 #: Characters of each arm's output kept in the cell (the digest covers all of it).
 OUTPUT_HEAD_CHARS = 300
 
 
-def _head(replies: checks.ArmReplies) -> str | None:
-    if not all(r.accepted for r in replies.feature):
-        return None
-    return classify.output(replies)[:OUTPUT_HEAD_CHARS]
+def _arm_fields(arm: str, replies: checks.ArmReplies, verdict: checks.Verdict) -> dict[str, Any]:
+    """The cell's ``<arm>_*`` columns: what the arm's (first) feature reply was, and its output
+    (digest and head; None when a feature request was refused)."""
+    first, accepted = replies.first, classify.refusal(replies) is None
+    text = classify.output(replies) if accepted else None
+    return {
+        f"{arm}_accepted": accepted,
+        f"{arm}_http_status": first.status,
+        f"{arm}_error": next((r.error for r in replies.feature if r.error is not None), None),
+        f"{arm}_valid": verdict[0],
+        f"{arm}_validity_detail": verdict[1],
+        f"{arm}_output_sha256": None if text is None else hashlib.sha256(text.encode()).hexdigest(),
+        f"{arm}_output_head": None if text is None else text[:OUTPUT_HEAD_CHARS],
+        f"{arm}_completion_tokens": first.completion_tokens,
+        f"{arm}_e2e_ms": first.e2e_ms,
+    }
 
 
-def _sha(replies: checks.ArmReplies) -> str | None:
-    if not all(r.accepted for r in replies.feature):
-        return None
-    return hashlib.sha256(classify.output(replies).encode()).hexdigest()
+def _acceptance_fields(prefix: str, acceptance: classify.Acceptance) -> dict[str, Any]:
+    """The cell's ``<prefix>draft_tokens``, ``<prefix>accepted_tokens`` and ``<prefix>drafts``."""
+    return {
+        f"{prefix}draft_tokens": acceptance.draft_tokens,
+        f"{prefix}accepted_tokens": acceptance.accepted_tokens,
+        f"{prefix}drafts": acceptance.drafts,
+    }

@@ -169,26 +169,31 @@ async def post_json(
     session: aiohttp.ClientSession, ep: Endpoint, path: str, body: dict[str, Any], settings: ClientSettings
 ) -> Any | None:
     """POST a small JSON body to another endpoint (``/tokenize``); None on any failure."""
+    return await _json_reply(session, "POST", ep, path, settings, body)
+
+
+async def get_json(session: aiohttp.ClientSession, ep: Endpoint, path: str, settings: ClientSettings) -> Any | None:
+    """GET a JSON document (``/v1/models``); None on any failure."""
+    return await _json_reply(session, "GET", ep, path, settings, None)
+
+
+async def _json_reply(
+    session: aiohttp.ClientSession,
+    method: str,
+    ep: Endpoint,
+    path: str,
+    settings: ClientSettings,
+    body: dict[str, Any] | None,
+) -> Any | None:
+    """The JSON of a 200 reply to ``method path`` (with ``body`` as JSON, if any); None on any failure."""
     try:
-        async with session.post(
+        async with session.request(
+            method,
             ep.url(path),
             params=ep.params or None,
             json=body,
             headers=request_headers(settings, ep),
             timeout=settings.timeout(),
-        ) as resp:
-            if resp.status != 200:
-                return None
-            return await resp.json(content_type=None)
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
-        return None
-
-
-async def get_json(session: aiohttp.ClientSession, ep: Endpoint, path: str, settings: ClientSettings) -> Any | None:
-    """GET a JSON document (``/v1/models``); None on any failure."""
-    try:
-        async with session.get(
-            ep.url(path), params=ep.params or None, headers=request_headers(settings, ep), timeout=settings.timeout()
         ) as resp:
             if resp.status != 200:
                 return None
