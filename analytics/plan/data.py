@@ -106,6 +106,19 @@ def choose_run(con, run_id: str | None) -> tuple[str, dict[str, tuple[str, int]]
     return max(ks, key=lambda r: (ks[r][1], r)), ks
 
 
+def _measured_speedups(con, run_id: str) -> dict[tuple[str, int], tuple[float | None, float | None, float | None]]:
+    """(category, level) -> (speedup, pointwise_ci_low, pointwise_ci_high): the speedup mart's rows of
+    one analysis run, the system row left out."""
+    return {
+        (r[0], r[1]): (r[2], r[3], r[4])
+        for r in con.execute(
+            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
+               from speedup where run_id = ? and category <> '(system)'""",
+            [run_id],
+        ).fetchall()
+    }
+
+
 def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     """Everything the model needs for one analysis run (``choose_run``). In a run of named arms the
     step costs are fitted over every arm of the run folder (each k's steps), the reference arm's
@@ -194,24 +207,14 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         total = sum(n for _, n in mine)
         taus = [sum((1 + min(a, k)) * n for a, n in mine) / total for k in range(captured_k + 1)]
         by_context[key] = (total, taus)
-    measured = {
-        (r[0], r[1]): (r[2], r[3], r[4])
-        for r in con.execute(
-            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
-               from speedup where run_id = ? and category <> '(system)'""",
-            [run_id],
-        ).fetchall()
-    }
+    measured = _measured_speedups(con, run_id)
     source = all_ks.get(run_id, (run_id, 0))[0]
     others = {r: k for r, (src, k) in all_ks.items() if src == source and r != run_id}
-    other_measured: dict[tuple[int, str, int], tuple[float | None, float | None, float | None]] = {}
-    for other, k_other in others.items():
-        for r in con.execute(
-            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
-               from speedup where run_id = ? and category <> '(system)'""",
-            [other],
-        ).fetchall():
-            other_measured[(k_other, r[0], r[1])] = (r[2], r[3], r[4])
+    other_measured = {
+        (k_other, cat, level): figures
+        for other, k_other in others.items()
+        for (cat, level), figures in _measured_speedups(con, other).items()
+    }
     manifest_row = con.execute("select manifest, treatment_arm from stg_manifest where run_id = ?", [run_id]).fetchone()
     engine, spec = "vllm", None
     if manifest_row and manifest_row[0]:
