@@ -12,6 +12,7 @@ or fake a line.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 
 from specdec.analytics.labels import RULE_SHORT, bounds_text
 from specdec.analytics.report.compat import summary_lines as compat_lines
@@ -44,7 +45,7 @@ def width(text: str) -> int:
     return w
 
 
-def text_table(headers: list[str], rows: list[list[object]], indent: str = "  ") -> list[str]:
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str = "  ") -> list[str]:
     """Left-aligned columns sized to the widest cell (header included)."""
     cells = [[term(h) for h in headers]] + [[term(v) for v in r] for r in rows]
     widths = [max(width(r[i]) for r in cells) for i in range(len(headers))]
@@ -89,7 +90,7 @@ def summary_text(data: ReportData) -> str:
     if data.stability is not None:
         lines.append("stability: fault -> outcome:")
         st = data.stability
-        cols = [
+        cols: list[str] = [
             c
             for c in ("fault", "outcome", "requests_sent", "requests_failed", "server_healthy_after", "detail")
             if c in st.columns
@@ -217,7 +218,8 @@ def _text_identity_line(data: ReportData) -> str:
 
 def _sampling_line(data: ReportData) -> str:
     """The sampling-mode check in one line: which groups differ, out of how many tested."""
-    tested = [r for r in data.sampling.dicts() if r["verdict"] is not None]
+    rows = data.sampling.dicts() if data.sampling is not None else []
+    tested = [r for r in rows if r["verdict"] is not None]
     judged = [r for r in tested if r["verdict"] != "samples not distinct"]
     differ = [r for r in judged if r["verdict"] == "differs"]
     stuck = sorted({f"{term(r['category'])} c{r['concurrency']}" for r in tested if r not in judged})

@@ -416,7 +416,7 @@ def _traffic_chart_specs(data: ReportData) -> dict[str, dict]:
             .properties(width=420, title="Category shares")
             .to_dict()
         )
-    curve = traffic.get("arrival_rate")
+    curve = traffic.get("arrival_rate") or {}
     try:  # written by replay (traffic_profile.manifest_traffic); anything else is left undrawn
         points = [
             {"t_s": curve["start_s"] + i * curve["bin_s"], "requests_per_s": float(r)}
