@@ -121,7 +121,8 @@ class BlockComposer:
     def block(self, start: int) -> Block:
         hit = self._blocks.get(start)
         if hit is None:
-            units, tokens, i = [], 0, start
+            units: list[Unit] = []
+            tokens, i = 0, start
             while tokens < BLOCK_TOKENS and len(units) < len(self.stream):
                 units.append(self.stream[i])
                 tokens += self.stream[i].tokens
@@ -298,10 +299,10 @@ class BlockComposer:
                     continue
             last = k == last_k
             row = _Row(self, prompt, target, pre, prev, nxt)
-            m = row.closest()
-            if m is None or (k == 0 and row.count(m) > target + tolerance(target)):
+            found = row.closest()
+            if found is None or (k == 0 and found[1] > target + tolerance(target)):
                 return None
-            return row.result(whole, units, m, last)
+            return row.result(whole, units, *found, last)
         return None
 
 
@@ -325,15 +326,15 @@ class _Row:
     def count(self, m: int) -> int | None:
         """The row's count with the first ``m`` units of ``nxt`` as its tail
         (None: that tail is empty), kept for the row (the search asks twice)."""
-        hit = self._counts.get(m, self)
-        if hit is self:
+        if m not in self._counts:
             text, tokens = self.o.tail(self.nxt, m)
             key = (self.prev.start if self.prev else -1, self.nxt.start, m)
-            hit = self._counts[m] = self.counted(text, tokens, key) if text else None
-        return hit
+            self._counts[m] = self.counted(text, tokens, key) if text else None
+        return self._counts[m]
 
-    def closest(self) -> int | None:
-        """The ``m`` in 1..n whose count is closest to the target (counts grow with m): binary search."""
+    def closest(self) -> tuple[int, int] | None:
+        """The ``m`` in 1..n whose count is closest to the target (counts grow with m), and that
+        count: binary search; None when no tail has a count."""
         lo, hi = 1, len(self.nxt.units)
         while lo < hi:  # the smallest m whose count reaches the target
             mid = (lo + hi) // 2
@@ -342,17 +343,19 @@ class _Row:
                 lo = mid + 1
             else:
                 hi = mid
-        best, err = None, None
+        best: tuple[int, int] | None = None
         for m in (lo - 1, lo):
             c = self.count(m) if m >= 1 else None
-            if c is not None and (err is None or abs(c - self.target) <= err):  # a tie: the longer tail
-                best, err = m, abs(c - self.target)
+            # a tie: the longer tail
+            if c is not None and (best is None or abs(c - self.target) <= abs(best[1] - self.target)):
+                best = (m, c)
         return best
 
-    def result(self, whole: list[Block], whole_units: int, m: int, last: bool) -> Composed:
+    def result(self, whole: list[Block], whole_units: int, m: int, reached: int, last: bool) -> Composed:
+        """The row with the first ``m`` units of ``nxt`` as its tail (``reached``: its count, from ``closest``),
+        or a unit cut at a word where that comes closer to the target."""
         nxt, target, tol = self.nxt, self.target, tolerance(self.target)
         text, _ = self.o.tail(nxt, m)
-        reached = self.count(m)
         tail_units, cut = None, None  # None: the first m units whole (their pieces cached: ``head_pieces``)
         if abs(reached - target) > tol:  # between two units: cut one at a word (tokenized: rare)
             m0 = m if reached < target else m - 1

@@ -46,6 +46,7 @@ import json
 import math
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from specdec.errors import SpecdecError
@@ -129,7 +130,7 @@ class _Units:
     def __len__(self) -> int:
         return self.n
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Unit]:
         i = 0
         for b in self.blocks:
             for u in b.units:
@@ -273,7 +274,7 @@ class ContentAssigner:
         if base > target + tolerance(target):  # what compose returns at once
             return Composed([{"role": "user", "content": prompt.text}], prompt.id, target, base, status="over")
         near = (prompt.id, target, blocks[0].start) if blocks else None
-        hit = self._shorts.get(near)
+        hit = self._shorts.get(near) if near is not None else None
         if hit is not None:
             return hit
         key = (prompt.id, target, tuple(b.start for b in blocks))
@@ -283,7 +284,7 @@ class ContentAssigner:
                 self._shorts.clear()
             units = _Units(blocks)
             hit = self._shorts[key] = compose(prompt, target, units, self._short_counter())
-            if blocks and units.read < len(blocks[0].units):
+            if near is not None and units.read < len(blocks[0].units):
                 # Every pass of compose stopped before the first block's last unit: the
                 # composition is the same for any row of this prompt and target whose
                 # first block this is (it read nothing else, and len(units) only
@@ -310,7 +311,8 @@ class ContentAssigner:
     ) -> Assigned:
         """Content for one row; ``cap`` (the room the row's output leaves in
         the served model's context) and ``max_input_tokens`` bound the target."""
-        target, extra = input_tokens, {}
+        target = input_tokens
+        extra: dict[str, int | str] = {}
         limit = min((c for c in (cap, self.max_input_tokens) if c is not None), default=None)
         if limit is not None and target > limit:
             target, extra["capped_from"] = limit, input_tokens
@@ -320,8 +322,9 @@ class ContentAssigner:
             state = self._sessions.get(session)
             if state is None:
                 state = self._sessions[session] = Session(self.choose(f"session:{session}", label))
-            if not hash_ids and self._session_turns().additive:
-                turn = self._turns.turn(state, target, output_tokens, extra)
+            turns = None if hash_ids else self._session_turns()
+            if turns is not None and turns.additive:
+                turn = turns.turn(state, target, output_tokens, extra)
                 self.statuses[turn.status] += 1
                 return Assigned(
                     turn.prompt.category, turn.prompt.tier, turn.note, turn.status, turn.text, turn.messages
@@ -337,7 +340,7 @@ class ContentAssigner:
         elif state is not None:
             if not state.units:
                 state.units = self._ordered_units(prompt, f"session:{session}")
-            done = self._session_turn(state, prompt, target, extra)
+            done = self._session_turn(state, state.units, prompt, target, extra)
             state.last_output = output_tokens
         else:
             return self._bucketed(choice, target, extra)
@@ -387,12 +390,15 @@ class ContentAssigner:
             self._material[choice] = self._ordered_units(self._prompt(choice, key, 0), key)
         return self._material[choice]
 
-    def _session_turn(self, state: Session, prompt: PoolPrompt, target: int, extra: dict) -> Composed:
-        """A turn composed and tokenized whole (a counter that is not additive: ``sessions``)."""
-        units = state.units
+    def _session_turn(
+        self, state: Session, units: list[Unit], prompt: PoolPrompt, target: int, extra: dict
+    ) -> Composed:
+        """A turn composed and tokenized whole (a counter that is not additive: ``sessions``);
+        ``units``: the session's material (``state.units``)."""
         history: list[dict] = []
         if state.messages:
-            reply_units, used = [], 0
+            reply_units: list[Unit] = []
+            used = 0
             for u in units[state.offset :]:
                 if used + u.tokens > min(max(state.last_output, 1), MAX_REPLY_TOKENS) and reply_units:
                     break

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -264,8 +265,21 @@ def _mid_word(before: str, after: str) -> bool:
     return before.isascii() and before.isalnum() and after.isascii() and after.isalnum()
 
 
+class Units(Protocol):
+    """What ``compose`` reads of its units: each in order, and how many there are (a list,
+    or ``importers.content``'s lazy walk over a row's blocks)."""
+
+    def __iter__(self) -> Iterator[Unit]: ...
+
+    def __len__(self) -> int: ...
+
+
 def compose(
-    prompt: PoolPrompt, target: int, units: list[Unit], counter: TokenCounter, history: list[dict] | None = None
+    prompt: PoolPrompt,
+    target: int,
+    units: Units,
+    counter: TokenCounter,
+    history: list[dict] | None = None,
 ) -> Composed:
     """Messages (``history`` + one user message: context units in order, then
     the prompt) whose token count reaches ``target`` within ``tolerance``.
