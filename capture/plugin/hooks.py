@@ -78,6 +78,8 @@ from specdec.runfolder import ENV_CAPTURE_DIR
 log = logging.getLogger("specdec.capture")
 
 _PATCHED_ATTR = "__specdec_capture__"
+#: The attribute of a ``ModelRunnerOutput`` that carries (draft_ms, verify_ms) from worker to scheduler.
+TIMING_ATTR = "specdec_timing"
 
 
 class _State:
@@ -94,9 +96,9 @@ class _State:
         # deferred: the writer pulls pyarrow, which a vLLM process with capture off never needs
         from specdec.capture.writer import RoundWriter
 
+        self.run_id = run_id
         self.writer = RoundWriter(out_dir, flush_s=flush_s, max_rows=max_rows, max_bytes=max_bytes)
         self.writer.status_extra = lambda: {"run_id": self.run_id, "hook_failures": self.errors}
-        self.run_id = run_id
         self.new_process()
 
     def new_process(self) -> None:
@@ -184,8 +186,8 @@ def register() -> None:
     try:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # heavy: vllm, imported only when used
     except ImportError:
-        GPUModelRunner = None
-    if GPUModelRunner is not None:
+        pass  # no V1 GPU runner in this build: no timings from it
+    else:
         _patch(GPUModelRunner, "__init__", _wrap_v1_init)  # the start-up line, with timings or without
         if not problems:
             _patch(GPUModelRunner, "execute_model", _wrap_execute_model)
@@ -354,8 +356,8 @@ def _attach_timing(st: _State, result: Any, sample_ns: int) -> None:
     verify_ms = (st.exec_ns + sample_ns - st.propose_ns) / 1e6
     this_propose = st.propose_ns / 1e6 if st.propose_ns else None
     if isinstance(result, ModelRunnerOutput) and result is not EMPTY_MODEL_RUNNER_OUTPUT:
-        # draft time of the previous step: those drafts were verified now
-        result.specdec_timing = (st.prev_propose_ms, verify_ms)
+        # draft time of the previous step: those drafts were verified now (an attribute vLLM's class does not declare)
+        setattr(result, TIMING_ATTR, (st.prev_propose_ms, verify_ms))
     st.prev_propose_ms = this_propose
     st.exec_ns = st.propose_ns = 0
 
@@ -422,7 +424,7 @@ def _before_update(sched: Any, so: Any, mro: Any) -> list[tuple]:
 
 def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -> None:
     per_step = sched.num_sampled_tokens_per_step
-    draft_ms, verify_ms = getattr(mro, "specdec_timing", None) or (None, None)
+    draft_ms, verify_ms = getattr(mro, TIMING_ATTR, None) or (None, None)
     drafts_verified = getattr(mro, "specdec_drafts_verified", None)  # V2 runner only
     batch = len(so.num_scheduled_tokens)
     now = time.time_ns()

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from specdec.capture.plugin import hooks as plugin
 from specdec.defaults import DTYPE, MAX_MODEL_LEN
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID, ROUND_PART_GLOB
+
+if TYPE_CHECKING:  # vLLM's own names for what LLM takes (types only: vllm is imported when the check runs)
+    from vllm.config.model import ModelDType
+    from vllm.renderers.chat_utils import ChatCompletionMessageParam
 
 PROMPTS = [
     "Repeat this list exactly, then repeat it again: apples, pears, plums, figs, dates, limes.",
@@ -58,25 +63,27 @@ def run_selfcheck(
 
     llm = LLM(
         model=model,
-        dtype=dtype,
+        dtype=cast("ModelDType", dtype),  # a name from --dtype: vLLM's config rejects one it does not know
         max_model_len=MAX_MODEL_LEN,
         enforce_eager=True,
         speculative_config=spec_config,
         disable_log_stats=False,
         seed=0,
     )
-    if not plugin.is_active():
+    st = plugin.state()
+    if st is None or not plugin.is_active():
         raise RuntimeError(
             "the specdec capture plugin did not load (is the package installed in this "
             "environment? was a capture setting refused? see the log above)"
         )
     before = _engine_counters(llm)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-    llm.chat([[{"role": "user", "content": p}] for p in (prompts or PROMPTS)], params, use_tqdm=False)
+    chats: list[list[ChatCompletionMessageParam]] = [[{"role": "user", "content": p}] for p in (prompts or PROMPTS)]
+    llm.chat(chats, params, use_tqdm=False)
     after = _engine_counters(llm)
-    plugin.state().writer.flush()
+    st.writer.flush()
     files = [str(f) for f in sorted(out_dir.glob(ROUND_PART_GLOB))]
-    rounds, proposed, accepted, timed, rows = (
+    ((rounds, proposed, accepted, timed, rows),) = (  # an aggregate: exactly one row
         duckdb.connect()
         .execute(
             """select count(*) filter (tokens_proposed > 0), coalesce(sum(tokens_proposed), 0),
@@ -86,7 +93,7 @@ def run_selfcheck(
            from read_parquet(?)""",
             [files],
         )
-        .fetchone()
+        .fetchall()
     )
     engine = {k: after[k] - before[k] for k in _COUNTERS}
     captured = {"rounds": rounds, "proposed": proposed, "accepted": accepted}
@@ -95,6 +102,6 @@ def run_selfcheck(
         "captured": captured,
         "rows": rows,
         "rounds_with_timings": timed,
-        "hook_errors": plugin.state().errors,
+        "hook_errors": st.errors,
         "match": engine == captured,
     }
