@@ -2,8 +2,11 @@
 
 The replay is a ``--sweep-k`` run of the planned run's traffic at the plan's levels, with k0
 and every k the deployed policy uses plus one rejected k (``analytics.plan.validate.
-validation_ks``), on the embedded engine of the planned run (the prepared model; the manifest's
-repeats, 2 or more). Its database is built, and ``plan_validation`` compares each measured
+validation_ks``), on the embedded engine of the planned run (the prepared model), with the
+planned run's own design as its manifest records it (``replay_design``: repeats, 2 or more;
+the forced output length; dtype; warm-up; lossless pass and sampling; server restarts; prefix
+cache; timeouts; error rate and margin), so the replay measures the workload the plan was
+predicted for. Its database is built, and ``plan_validation`` compares each measured
 cell with its prediction. ``--validate-with RUN2`` compares with a run made already (a sweep of
 the same traffic and levels) instead of replaying. This module orchestrates replay and
 analytics, which may not import each other; only the CLI layer sees both.
@@ -18,7 +21,7 @@ from specdec.cli.sweep import sweep_arms
 from specdec.errors import SpecdecError
 from specdec.runfolder import read_manifest
 
-__all__ = ["replay_validation", "validate_against", "validation_config"]
+__all__ = ["replay_design", "replay_validation", "validate_against", "validation_config"]
 
 
 def validation_config(plan: dict, run_dir: Path, runs_dir: Path):
@@ -37,14 +40,34 @@ def validation_config(plan: dict, run_dir: Path, runs_dir: Path):
     traffic = Path(str(manifest.traffic.get("path", "")))
     if not traffic.is_file():
         raise SpecdecError(f"the planned run's traffic file {traffic} is not there to replay")
-    repeats = max(2, int((manifest.schedule or {}).get("repeats", 2)))
     return ReplayConfig(
         traffic=traffic,
         runs_dir=runs_dir,
         levels=list(plan["levels"]),
         named_arms=sweep_arms(engine, [0, *ks], spec),
-        repeats=repeats,
+        **replay_design(manifest),
     )
+
+
+def replay_design(manifest) -> dict:
+    """The ReplayConfig settings of the planned run that its manifest records. The forced output
+    length: the one max_tokens every request was sent with (an override or every row's own, the
+    same requests either way); with several, each row's own (no override)."""
+    schedule = manifest.schedule or {}
+    sent = (manifest.sampling or {}).get("max_tokens") or []
+    design = {
+        "repeats": max(2, int(schedule.get("repeats", 2))),
+        "max_tokens": int(sent[0]) if len(sent) == 1 else None,
+        "dtype": manifest.dtype,
+        "warmup_requests": manifest.warmup_requests,
+        "max_error_rate": manifest.max_error_rate,
+        "margin": manifest.margin,
+        "connect_timeout_s": manifest.timeouts.get("connect_s"),
+        "request_timeout_s": manifest.timeouts.get("request_s"),
+    }
+    for key in ("lossless_pass", "samples", "restart_servers", "prefix_cache"):
+        design[key] = schedule.get(key)
+    return {k: v for k, v in design.items() if v is not None}
 
 
 def replay_validation(plan: dict, run_dir: Path, runs_dir: Path) -> Path:

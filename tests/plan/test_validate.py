@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from specdec.analytics.plan.run import PlanConfig, make_plan
 from specdec.analytics.plan.validate import validation_ks
 from specdec.cli.plan import plan_command
-from specdec.cli.plan_validate import validate_against
+from specdec.cli.plan_validate import replay_design, validate_against
 from tests.support.plan_run import CATEGORY, SWEEP, expected_speedup, write_plan_run
+from tests.support.synthetic_run import make_manifest
 
 
 def _as_predicted(arm, prompt, level, repeat):
@@ -77,3 +78,38 @@ def test_validate_replays_the_planned_k_and_one_rejected_k(planned, tmp_path, mo
     written = json.loads((out / "plan.json").read_text())
     assert written["validated"] == result["passed"]
     assert "validation:" in res.output
+
+
+def test_the_validation_replay_repeats_the_planned_runs_design():
+    """The replay sends what the planned run sent: its one forced output length (64 here, not the
+    traffic rows' own), no lossless pass or sampling when it had none, its dtype and repeats."""
+    planned_run = make_manifest(
+        dtype="bfloat16",
+        warmup_requests=2,
+        sampling={"ignore_eos": True, "max_tokens": [64]},
+        schedule={
+            "repeats": 3,
+            "restart_servers": "never",
+            "lossless_pass": False,
+            "samples": 0,
+            "prefix_cache": "reset",
+        },
+        timeouts={"connect_s": 5.0, "request_s": 30.0},
+    )
+    assert replay_design(planned_run) == {
+        "repeats": 3,
+        "max_tokens": 64,
+        "dtype": "bfloat16",
+        "warmup_requests": 2,
+        "max_error_rate": 0.05,
+        "margin": 0.05,
+        "connect_timeout_s": 5.0,
+        "request_timeout_s": 30.0,
+        "lossless_pass": False,
+        "samples": 0,
+        "restart_servers": "never",
+        "prefix_cache": "reset",
+    }
+    # rows sent with several lengths: each row's own (no override); one repeat: still 2 (intervals)
+    mixed = make_manifest(sampling={"max_tokens": [32, 128]}, schedule={"repeats": 1})
+    assert replay_design(mixed)["repeats"] == 2 and "max_tokens" not in replay_design(mixed)
