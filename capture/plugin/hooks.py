@@ -79,7 +79,7 @@ log = logging.getLogger("specdec.capture")
 
 _PATCHED_ATTR = "__specdec_capture__"
 #: The attribute of a ``ModelRunnerOutput`` that carries (draft_ms, verify_ms) from worker to scheduler.
-TIMING_ATTR = "specdec_timing"
+TIMING_ATTR = plugin_v2.TIMING_ATTR
 
 
 class _State:
@@ -425,7 +425,7 @@ def _before_update(sched: Any, so: Any, mro: Any) -> list[tuple]:
 def _after_update(st: _State, sched: Any, so: Any, mro: Any, pre: list[tuple]) -> None:
     per_step = sched.num_sampled_tokens_per_step
     draft_ms, verify_ms = getattr(mro, TIMING_ATTR, None) or (None, None)
-    drafts_verified = getattr(mro, "specdec_drafts_verified", None)  # V2 runner only
+    drafts_verified = getattr(mro, plugin_v2.DRAFTS_VERIFIED_ATTR, None)  # V2 runner only
     batch = len(so.num_scheduled_tokens)
     now = time.time_ns()
     token = st.writer.token  # renewed in a forked child

@@ -48,6 +48,10 @@ from typing import Any
 log = logging.getLogger("specdec.capture")
 
 _ATTR = "__specdec_v2__"
+#: The attributes a step's figures ride on, on vLLM's ``ModelRunnerOutput`` (worker to scheduler):
+#: ``(draft_ms, verify_ms)`` from either runner, and the drafts the V2 runner verified.
+TIMING_ATTR = "specdec_timing"
+DRAFTS_VERIFIED_ATTR = "specdec_drafts_verified"
 
 
 def _cuda_event():
@@ -241,8 +245,8 @@ def _patch_get_output(cls: type[Any]) -> None:  # a vLLM class, untyped here
         ev = getattr(self, "_specdec_v2", None)
         if ev is not None:
             try:
-                out.specdec_timing = (_elapsed(ev.prev_draft), _elapsed((ev.verify_start, ev.verify_end)))
-                out.specdec_drafts_verified = ev.drafts_verified
+                setattr(out, TIMING_ATTR, (_elapsed(ev.prev_draft), _elapsed((ev.verify_start, ev.verify_end))))
+                setattr(out, DRAFTS_VERIFIED_ATTR, ev.drafts_verified)
             except Exception as exc:  # noqa: BLE001
                 _fail("v2 get_output", exc)
         return out
