@@ -10,7 +10,7 @@ from pathlib import Path
 from specdec.runfolder import record_file
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import GreedyCheck, RequestResult, RoundTrace
-from tests.support.synthetic_run import RUN, T0, failed, make_manifest, write_run
+from tests.support.synthetic_run import RUN, T0, failed, make_manifest, request_row, write_run
 
 EOS = [0]
 
@@ -76,30 +76,20 @@ def make_checks() -> list[GreedyCheck]:
 def timed(
     arm: str, level: int, repeat: int, prompt: str, text: str, temperature: float = 0.0, prompt_tokens: int = 10
 ) -> RequestResult:
-    return RequestResult(
-        run_id=RUN,
-        arm=arm,
-        concurrency=level,
+    return request_row(
+        arm,
+        level,
+        prompt,
+        "code",
+        100.0,
+        offsets_ms=[10.0, 100.0],
+        tokens=4,
         repeat=repeat,
         request_id=f"sd.{RUN}.{arm}.c{level}.r{repeat}.{prompt}",
-        prompt_id=prompt,
-        category="code",
-        max_tokens=4,
         temperature=temperature,
-        success=True,
-        error_type=None,
-        error_message=None,
         wall_send_ns=T0 + level * 10**9,
-        ttft_ms=10.0,
-        e2e_ms=100.0,
-        chunk_offsets_ms=[10.0, 100.0],
         prompt_tokens=prompt_tokens,
-        output_tokens=4,
         output_text=text,
-        finish_reason="length",
-        spec_num_steps=None,
-        spec_num_draft_tokens=None,
-        spec_num_accepted_tokens=None,
     )
 
 
