@@ -22,41 +22,22 @@
 --   verify_steps      steps of the group with verify_ms measured
 --   draft_ms_sum, draft_ms_sumsq, draft_steps   the same for draft_ms (steps where a
 --                     drafter ran); 0 steps and NULL sums for the baseline
-with engine as (
-    select run_id, source_run_id, engine_request_id, arm, concurrency
-    from int_engine_requests
-    where replayed
-),
-rounds as (
-    select e.run_id, e.source_run_id, e.arm, e.concurrency, r.process_token, r.step_index, r.phase, r.batch_size,
-           r.tokens_proposed, r.verify_ms, r.draft_ms
-    from stg_rounds r
-    join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
-),
-steps as (
-    select run_id, source_run_id, arm, concurrency,
-           any_value(batch_size) as batch_size,
-           sum(tokens_proposed) as drafts_verified,
-           max(tokens_proposed) as max_proposed,
-           bool_or(phase = 'prefill') as has_prefill,
-           any_value(verify_ms) as verify_ms,
-           max(draft_ms) as draft_ms
-    from rounds
-    group by run_id, source_run_id, arm, concurrency, process_token, step_index
+with steps as (
+    select * from int_engine_steps
 ),
 arm_k as (
-    select run_id, arm, concurrency, max(max_proposed) as arm_k from steps group by all
+    select run_id, arm, concurrency, max(max_proposed) as arm_k from steps group by run_id, arm, concurrency
 ),
 final as (
-    select s.run_id, s.source_run_id, s.arm, s.concurrency, s.batch_size, cast(s.drafts_verified as bigint) as drafts_verified,
+    select s.run_id, s.source_run_id, s.arm, s.concurrency, s.batch_size, s.drafts_verified,
            any_value(a.arm_k) as arm_k,
-           count(*) as steps,
-           count(s.verify_ms) as verify_steps,
-           sum(s.verify_ms) as verify_ms_sum,
-           sum(s.verify_ms * s.verify_ms) as verify_ms_sumsq,
-           count(s.draft_ms) as draft_steps,
-           sum(s.draft_ms) as draft_ms_sum,
-           sum(s.draft_ms * s.draft_ms) as draft_ms_sumsq
+           cast(sum(s.steps) as bigint) as steps,
+           cast(sum(s.verify_steps) as bigint) as verify_steps,
+           sum(s.verify_ms_sum) as verify_ms_sum,
+           sum(s.verify_ms_sumsq) as verify_ms_sumsq,
+           cast(sum(s.draft_steps) as bigint) as draft_steps,
+           sum(s.draft_ms_sum) as draft_ms_sum,
+           sum(s.draft_ms_sumsq) as draft_ms_sumsq
     from steps s
     join arm_k a on a.run_id = s.run_id and a.arm = s.arm and a.concurrency = s.concurrency
     where not s.has_prefill
