@@ -113,16 +113,16 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
     for c, cat in enumerate(cats):
         rs = inputs.rounds[cat]
         tau[:, c], dbar[:, c] = rs.tau()[kk], rs.dbar()[kk]
-        # one product per chunk of replicates: (chunk x requests) @ (requests x [tokens | drafts | rounds])
-        stacked, members = resampling_units(np.hstack([rs.tokens, rs.drafts, rs.rounds[:, None]]), rs.cluster)
+        # one product per chunk of replicates: (chunk x requests) @ (requests x [tokens | drafts | rounds], each per k')
+        stacked, members = resampling_units(np.hstack([rs.tokens, rs.drafts, rs.rounds]), rs.cluster)
         sums = np.zeros((replicates, stacked.shape[1]))
         for start in range(0, replicates, CHUNK):
             stop = min(start + CHUNK, replicates)
             w = np.stack([replicate_weights(members, len(stacked), rng) for _ in range(start, stop)])
             sums[start:stop] = w @ stacked
         width = rs.tokens.shape[1]
-        tau_b = sums[:, :width] / sums[:, -1:]
-        dbar_b = sums[:, width : 2 * width] / sums[:, -1:]
+        tau_b = sums[:, :width] / sums[:, 2 * width :]
+        dbar_b = sums[:, width : 2 * width] / sums[:, 2 * width :]
         for li, level in enumerate(levels):
             for f, v in predict(tau[:, c], dbar[:, c], cost, inputs.batch[level]).items():
                 point[f][:, li, c] = v

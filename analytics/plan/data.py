@@ -205,7 +205,8 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     for key in sorted({(r[0], r[1]) for r in ctx}):
         mine = [(r[2], float(r[3])) for r in ctx if (r[0], r[1]) == key]
         total = sum(n for _, n in mine)
-        taus = [sum((1 + min(a, k)) * n for a, n in mine) / total for k in range(captured_k + 1)]
+        made = sum((1 + a) * n for a, n in mine)
+        taus = [made / sum((a // (k + 1) + 1) * n for a, n in mine) for k in range(captured_k + 1)]
         by_context[key] = (total, taus)
     measured = _measured_speedups(con, run_id)
     source = all_ks.get(run_id, (run_id, 0))[0]

@@ -1,23 +1,29 @@
 """The planner's throughput model, stated once: what a speculative setting k' yields per
 request and per step, from the rounds and step timings one run captured.
 
-**Acceptance at k' <= k (truncation of the captured draft).** A captured decode round r
+**Acceptance at k' <= k (the captured draft re-segmented).** A captured decode round r
 proposed k_r draft tokens (0 when the drafter found nothing) and accepted a_r of them (a
-prefix: position i is accepted exactly when a_r >= i). Run at k', the same round would have
-proposed min(k_r, k') and accepted min(a_r, k'), so per category, pooled over the run's
-levels and repeats (sums over the decode rounds of the speculative arm's requests)::
+prefix: position i is accepted exactly when a_r >= i), so it produced a_r + 1 tokens. Run at
+k', the same a_r + 1 tokens come in rounds of at most k' + 1: q_r = floor(a_r / (k' + 1))
+rounds that accept all k' drafts, then one that accepts the rest, a_r - q_r (k' + 1), and
+stops at the rejected (or missing) draft token, each proposing min(k_r, k') drafts::
 
-    tau(k')  = sum_r (1 + min(a_r, k')) / rounds     tokens a request gains per step
-    dbar(k') = sum_r min(k_r, k') / rounds           draft tokens it sends to verify per step
+    n_r(k')  = floor(a_r / (k' + 1)) + 1                 rounds at k' (n_r(k) = 1; n_r(0) = a_r + 1)
+    tau(k')  = sum_r (1 + a_r) / sum_r n_r(k')           tokens a request gains per step
+    dbar(k') = sum_r n_r(k') min(k_r, k') / sum_r n_r(k')  draft tokens it sends to verify per step
 
-so tau(k') = 1 + sum_{i<=k'} p_i with p_i the per-position acceptance (acceptance_positions:
-the share of rounds accepted up to position i), tau(0) = 1 and dbar(0) = 0. This
-**assumes** (1) the draft's proposals at positions <= k' do not depend on k (true of
-ngram and of a draft model run greedily; not of a drafter whose proposal length adapts),
-(2) a round that proposed k_r < k' would still have proposed only k_r, (3) the rounds'
-mix (where in the output they start) is the same at k' as at k, and (4) acceptance does
-not depend on the concurrency level (it is pooled over levels). k' above the captured k is
-not predicted.
+per category, pooled over the run's levels and repeats (sums over the decode rounds of the
+speculative arm's requests); tau(0) = 1, dbar(0) = 0, and at the captured k they are the
+captured figures. This **assumes** (1) the draft's proposals at positions <= k' do not
+depend on k (true of ngram and of a draft model run greedily; not of a drafter whose proposal
+length adapts), (2) a draft accepted from a round's start would also be accepted from any later
+position inside it (the drafter keeps following the same continuation, as prompt lookup does
+inside a matched span), and a round that proposed k_r < k' would still propose only k_r, and
+(3) acceptance does not depend on the concurrency level (it is pooled over levels). k' above
+the captured k is not predicted. (An earlier version truncated each round to
+1 + min(a_r, k') tokens in one round; that counts a long accepted run as one short round
+where k' makes several, and under-predicted tau at k' = 2 and 4 from a k = 8 capture by 12-19%
+for code and structured on the bundled mix: BENCHMARKS.md, "The planner", 2026-12-03.)
 
 **Step cost.** Least-squares fits over the decode-only engine steps (int_plan_steps; both
 arms, every level; ``fit.py``)::
@@ -53,9 +59,10 @@ __all__ = ["RoundSums", "StepCost", "predict", "round_sums"]
 class RoundSums:
     """One category's decode rounds, summed per request for every k' in 0..kmax.
 
-    ``tokens[j, k']`` = sum over request j's rounds of (1 + min(a_r, k')), ``drafts[j, k']`` =
-    sum of min(k_r, k'), ``rounds[j]`` its decode rounds, ``cluster[j]`` its repeat (the
-    bootstrap's outer level)."""
+    ``tokens[j, k']`` = sum over request j's captured rounds of (1 + a_r) (the same for every k'),
+    ``rounds[j, k']`` = sum of n_r(k'), ``drafts[j, k']`` = sum of n_r(k') min(k_r, k'),
+    ``cluster[j]`` its repeat (the bootstrap's outer level). ``rounds[:, -1]`` (k' = the
+    captured k) are the captured rounds."""
 
     tokens: np.ndarray
     drafts: np.ndarray
@@ -78,17 +85,22 @@ def round_sums(
     """``RoundSums`` from rows (request index 0..J-1, k_r, a_r, rounds with that (k_r, a_r),
     the request's cluster)."""
     request = np.asarray(request, dtype=np.int64)
+    k = np.asarray(k, dtype=np.int64)
+    a = np.asarray(a, dtype=np.int64)
     n = np.asarray(n, dtype=float)
     j = int(request.max()) + 1 if len(request) else 0
-    # per request, the rounds by accepted count and by proposed count (two bincounts), then
-    # tokens[:, k'] = sum_a rounds_a * (1 + min(a, k')) and drafts[:, k'] = sum_k rounds_k * min(k, k')
-    width = kmax + 1
-    by_a = np.bincount(request * width + np.asarray(a, dtype=np.int64), weights=n, minlength=j * width)
-    by_k = np.bincount(request * width + np.asarray(k, dtype=np.int64), weights=n, minlength=j * width)
-    grid = np.arange(width)
-    tokens = by_a.reshape(j, width) @ (1 + np.minimum(grid[:, None], grid[None, :]))
-    drafts = by_k.reshape(j, width) @ np.minimum(grid[:, None], grid[None, :])
-    rounds = by_a.reshape(j, width).sum(axis=1)
+    # per row (one (k_r, a_r) of a request, n rounds) and k': n_r(k') = a_r // (k' + 1) + 1; then
+    # one bincount per k' sums the rows of each request
+    grid = np.arange(kmax + 1)
+    split = (a[:, None] // (grid[None, :] + 1) + 1) * n[:, None]
+    made = np.minimum(k[:, None], grid[None, :]) * split
+
+    def per_request(values: np.ndarray) -> np.ndarray:
+        return np.stack([np.bincount(request, weights=values[:, i], minlength=j) for i in grid], axis=1)
+
+    rounds = per_request(split)
+    drafts = per_request(made)
+    tokens = np.repeat(np.bincount(request, weights=(1 + a) * n, minlength=j)[:, None], kmax + 1, axis=1)
     clusters = np.zeros(j, dtype=np.int64)
     clusters[request] = np.asarray(cluster, dtype=np.int64)
     return RoundSums(tokens, drafts, rounds, clusters)

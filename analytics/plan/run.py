@@ -23,8 +23,10 @@ from specdec.errors import SpecdecError
 __all__ = ["PlanConfig", "make_plan", "plan_from_db", "write_plan"]
 
 ASSUMPTIONS = [
-    "acceptance at k' <= captured k by truncating each captured draft: the draft's proposals at positions "
-    "<= k' do not depend on k; a round that proposed fewer than k' tokens would still have proposed only those",
+    "acceptance at k' <= captured k by re-segmenting each captured round's accepted run into rounds of at most "
+    "k' + 1 tokens: the draft's proposals at positions <= k' do not depend on k, a draft accepted from a round's "
+    "start would be accepted from any later position in it, and a round that proposed fewer than k' tokens would "
+    "still have proposed only those",
     "acceptance per category is pooled over the run's levels and repeats (it does not depend on load)",
     "each cell's batch is all of its category (the step cost uses that category's drafts per request)",
     "a level's decode steps hold the baseline arm's mean decode batch size at that level",
@@ -54,7 +56,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
     if too_high:
         notes.append(
             f"k = {', '.join(map(str, too_high))} not predicted: above the captured k ({inputs.captured_k}); "
-            "truncation cannot tell what a longer draft would have been accepted"
+            "the capture cannot tell what a longer draft would have been accepted"
         )
     ks = [k for k in ks if k <= inputs.captured_k]
     if len(ks) < 2:
@@ -112,7 +114,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
                     "tokens_per_step": float(pred.tau[i, c]),
                     "drafts_per_step": float(pred.dbar[i, c]),
                     "requests": int(len(inputs.rounds[cat].rounds)),
-                    "decode_rounds": float(inputs.rounds[cat].rounds.sum()),
+                    "decode_rounds": float(inputs.rounds[cat].rounds[:, -1].sum()),
                 }
                 for c, cat in enumerate(pred.categories)
                 for i, k in enumerate(ks)

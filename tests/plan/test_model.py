@@ -9,7 +9,7 @@ from specdec.analytics.plan.fit import fit_grouped
 from specdec.analytics.plan.model import StepCost, predict, round_sums
 
 
-def test_truncation_gives_tau_and_dbar_per_k():
+def test_resegmentation_gives_tau_and_dbar_per_k():
     # request 0: rounds (4,4) and (4,1); request 1: (4,0) twice and one round without drafts
     rs = round_sums(
         np.array([0, 0, 1, 1]),
@@ -19,11 +19,15 @@ def test_truncation_gives_tau_and_dbar_per_k():
         np.array([0, 0, 0, 0]),
         4,
     )
-    # 5 rounds; tokens at k=2: (1+2) + (1+1) + 2*(1+0) + 1 = 8 -> 8/5; drafts at k=2: 2+2+2*2+0 = 8
-    assert rs.tau() == pytest.approx([1.0, 7 / 5, 8 / 5, 9 / 5, 10 / 5])
-    assert rs.dbar() == pytest.approx([0.0, 4 / 5, 8 / 5, 12 / 5, 16 / 5])
+    # 10 tokens (5 + 2 + 2 * 1 + 1) at every k'. Rounds at k' (a // (k' + 1) + 1 per round):
+    # k'=0: 5+2+2+1 = 10; k'=1: 3+1+2+1 = 7; k'=2 and 3: 2+1+2+1 = 6; k'=4 (captured): 1+1+2+1 = 5.
+    # Drafts (rounds x min(k_r, k')): k'=1: 3+1+2 = 6; k'=2: 4+2+4 = 10; k'=3: 6+3+6 = 15; k'=4: 4+4+8 = 16
+    assert rs.tau() == pytest.approx([1.0, 10 / 7, 10 / 6, 10 / 6, 10 / 5])
+    assert rs.dbar() == pytest.approx([0.0, 6 / 7, 10 / 6, 15 / 6, 16 / 5])
+    assert rs.rounds[:, -1].tolist() == [2, 3]  # the captured rounds
     # weights 2, 0: only request 0, twice -> its ratio
     assert rs.tau(np.array([2.0, 0.0]))[4] == pytest.approx((5 + 2) / 2)
+    assert rs.tau(np.array([2.0, 0.0]))[1] == pytest.approx((5 + 2) / (3 + 1))
 
 
 def test_prediction_formula():

@@ -6,7 +6,9 @@ prompts code-0, code-1, chat-0, chat-1; per (level, repeat) every arm runs one b
 100 s apart, each block's requests sent at its start. Within a block the requests run in
 groups of ``level`` in lockstep: one prefill step per group (left out of the fit), then one
 decode step per row of ``DECODE``, truncated at the arm's k (an arm at k proposes min(k_r, k)
-and accepts min(a_r, k): exactly the planner's assumption; k = 0: rows (0, 0)). Every decode
+and accepts min(a_r, k); k = 0: rows (0, 0)). The planner predicts acceptance from the largest
+k's rows (``expected_tau``: its re-segmentation by hand); a smaller k's rows feed only the step
+fit, where they need not be realistic, only exactly timed. Every decode
 step's timing is exact::
 
     verify_ms = V0 + V1 * B + V2 * D          B = the group's size, D = sum of k over its rows
@@ -134,19 +136,24 @@ def write_plan_run(
     )
 
 
-def _rows(category: str, k: int):
-    return [(min(kk, k), min(a, k)) for p, c in PROMPTS if c == category for kk, a in DECODE[p]]
+def _resegmented(category: str, k: int) -> tuple[int, int, int]:
+    """The category's captured rows (at K) at k by hand: (tokens, rounds, drafts) with each row
+    (k_r, a_r) making a_r + 1 tokens in a_r // (k + 1) + 1 rounds of min(k_r, k) drafts each."""
+    rows = [row for p, c in PROMPTS if c == category for row in DECODE[p]]
+    split = [(a // (k + 1) + 1, min(kk, k)) for kk, a in rows]
+    return sum(1 + a for _, a in rows), sum(n for n, _ in split), sum(n * d for n, d in split)
 
 
 def expected_tau(category: str, k: int) -> float:
-    """tau(k) by hand: mean over the category's decode rows (each prompt's rows repeat in every block)."""
-    rows = _rows(category, k)
-    return sum(1 + a for _, a in rows) / len(rows)
+    """tau(k) by hand (the model's re-segmentation of the K = 4 capture; each prompt's rows repeat in
+    every block)."""
+    tokens, rounds, _ = _resegmented(category, k)
+    return tokens / rounds
 
 
 def expected_dbar(category: str, k: int) -> float:
-    rows = _rows(category, k)
-    return sum(kk for kk, _ in rows) / len(rows)
+    _, rounds, drafts = _resegmented(category, k)
+    return drafts / rounds
 
 
 def expected_speedup(category: str, k: int, batch: int, d2: float = 0.0) -> float:
