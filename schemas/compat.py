@@ -87,7 +87,8 @@ class CompatCell(BaseModel):
         description="Speculative arm: spec_num_drafts counter difference (verify rounds) around the feature request(s)."
     )
     plain_draft_tokens: int | None = Field(
-        description="The same counter around the plain twin (same messages, no feature); None without a twin."
+        description="The same counter around the plain twin (same messages, no feature); None without a twin. "
+        "Quantization cells: the same method's cell on the shipped Q4_1 target (the reference), same prompts."
     )
     plain_accepted_tokens: int | None = Field(description="Accepted tokens around the plain twin.")
     plain_drafts: int | None = Field(description="Verify rounds around the plain twin.")
@@ -95,6 +96,36 @@ class CompatCell(BaseModel):
         description="Speculative arm, multi-turn probe only: prefix_cache_hits / prefix_cache_queries over the "
         "session's turns; None elsewhere or when not exported."
     )
+    target_quant: str | None = Field(
+        default=None,
+        description="Quantization cells (feature 'quantization', llama.cpp): the target GGUF's type (Q4_1 as "
+        "shipped, Q8_0, F16); None elsewhere.",
+    )
+    target_bits: int | None = Field(
+        default=None, description="Quantization cells: the target's bits per weight as stored (4, 8, 16)."
+    )
+    draft_quant: str | None = Field(
+        default=None,
+        description="Quantization cells with a draft model (spec_method draft-simple): the draft GGUF's type; "
+        "None for a draft-free method (ngram-mod) and elsewhere.",
+    )
+    draft_bits: int | None = Field(
+        default=None, description="Quantization cells: the draft's bits (4, 8); None as above."
+    )
+    speedup: float | None = Field(
+        default=None,
+        description="Quantization cells: geometric mean over the cell's request pairs (same prompt and forced "
+        "length, one request per arm) of baseline e2e / speculative e2e, the baseline being the same target "
+        "without speculation; None elsewhere or when an arm gave no timed reply.",
+    )
+    speedup_ci_low: float | None = Field(
+        default=None,
+        description="Lower end of the 95% Student t interval of the mean log ratio over the pairs (pairs - 1 "
+        "degrees of freedom), mapped back with exp; None with fewer than 2 pairs. The pairs share two server "
+        "processes: it covers request-to-request noise, not server-to-server.",
+    )
+    speedup_ci_high: float | None = Field(default=None, description="Upper end of that interval.")
+    speedup_pairs: int | None = Field(default=None, description="Request pairs the speedup is computed from.")
     outcome: Outcome = Field(
         description="works: valid, lossless, speculation ran; degrades: valid and lossless but speculation proposed "
         "nothing or its acceptance per token fell below half the plain twin's; broken: invalid output or a greedy "

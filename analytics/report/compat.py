@@ -1,12 +1,15 @@
 """The report's section "What works with speculation on this stack", from the
 ``compatibility`` mart (one row per cell of a ``specdec compat`` run): the
 counts per outcome first, then the matrix (one row per feature probe, one
-column per engine and speculative method), then every cell's evidence."""
+column per engine and speculative method), the quantization cells of llama.cpp
+as their own table (target x draft bit widths: acceptance and paired speedup),
+then every cell's evidence."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from specdec.analytics.labels import DEFAULT_MARGIN, bound_text, label_of
 from specdec.analytics.report.data import Table
 from specdec.analytics.report.html import esc, table
 from specdec.schemas.compat import OUTCOMES
@@ -41,7 +44,7 @@ DEFINITIONS = (
     "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not "
     "met within the probe's max_tokens). "
     "Acceptance is from the engine's counters around each cell's own requests; one request per arm, "
-    "so no speedup is claimed here."
+    "so no speedup is claimed for the feature probes (the quantization cells measure one)."
 )
 
 
@@ -69,12 +72,77 @@ def matrix(t: Table) -> Table:
     return Table(("feature", "probe", *pairs), body)
 
 
+QUANT_FEATURE = "quantization"
+
+QUANT_NOTE = (
+    "Quantization cells (llama.cpp): the target at 4 bits (Q4_1 as shipped), 8 (Q8_0) and 16 (F16), each "
+    "against the same target without speculation, with the draft (the same model) at 4 and 8 bits or with "
+    "ngram-mod. The 8- and 16-bit files are made from the shipped Q4_1 weights (no other weights exist "
+    "offline): they change storage and compute, not the 4-bit rounding. Acceptance per token = accepted / "
+    "drafted; per round = the mean acceptance length, 1 + accepted / verify rounds (the bonus token "
+    "included); both from the engine's counters; speedup = geometric mean of "
+    "paired e2e ratios with its 95% interval over the pairs (one pair of servers: request noise only; "
+    f"pointwise, not adjusted across cells); label by the report's rule at margin {DEFAULT_MARGIN}. "
+    "The reference of the degrades rule is the same method on the shipped target."
+)
+
+QUANT_COLUMNS = (
+    "target",
+    "speculation",
+    "outcome",
+    "acceptance per token",
+    "mean acceptance length",
+    "speedup",
+    "95% interval",
+    "label",
+    "pairs",
+)
+
+
+def _num(v: Any, digits: int = 2) -> str:
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def speedup_label(d: dict[str, Any]) -> str:
+    """The label of a quantization cell's speedup interval (``labels.label_of``); '' without one."""
+    lo, hi = d.get("speedup_ci_low"), d.get("speedup_ci_high")
+    if lo is None or hi is None:
+        return ""
+    return label_of(lo, hi, DEFAULT_MARGIN)[0]
+
+
+def quant_table(t: Table) -> Table:
+    """One row per quantization cell, by target bits then draft bits (ngram-mod last)."""
+    rows = [d for d in t.dicts() if d["feature"] == QUANT_FEATURE]
+    rows.sort(key=lambda d: (d["target_bits"] or 0, d["draft_bits"] or 99))
+    body = tuple(
+        (
+            f"{d['target_quant']} ({d['target_bits']}-bit)",
+            f"draft {d['draft_quant']} ({d['draft_bits']}-bit)" if d["draft_quant"] else str(d["spec_method"]),
+            d["outcome"],
+            _num(d["acceptance_rate"]),
+            _num(d["mean_acceptance_length"]),
+            _num(d["speedup"]),
+            ""
+            if d["speedup_ci_low"] is None
+            else f"{bound_text(d['speedup_ci_low'])}-{bound_text(d['speedup_ci_high'])}",
+            speedup_label(d),
+            d["speedup_pairs"] or "",
+        )
+        for d in rows
+    )
+    return Table(QUANT_COLUMNS, body)
+
+
 def section_html(t: Table) -> str:
-    """The section's body: counts per outcome, the matrix, the definitions, every cell's evidence."""
+    """The section's body: counts per outcome, the matrix, the definitions, the quantization
+    cells (when the run has them), every cell's evidence."""
+    quant = quant_table(t)
     return (
         f"<p><b>Cells per outcome:</b> {esc(counts_line(t))}.</p>"
         + table(*_cols(matrix(t)))
         + f"<p>{esc(DEFINITIONS)}</p>"
+        + (f"<p>{esc(QUANT_NOTE)}</p>" + table(*_cols(quant)) if quant.rows else "")
         + table(*_cols(t.pick(*EVIDENCE_COLUMNS)))
     )
 

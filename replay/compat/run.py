@@ -56,7 +56,14 @@ class CompatConfig(ClientOptions):
     target_model: Path | None = Field(
         default=None, description="The target model folder of the preflight (embedded vLLM: the prepared SmolLM2)."
     )
-    probes: list[str] | None = Field(default=None, description="Probe names to send (default: all).")
+    probes: list[str] | None = Field(
+        default=None, description="Probe names to send (default: all; 'quantization': every quantization cell)."
+    )
+    quantization: bool = Field(
+        default=True,
+        description="Embedded llama.cpp: add the quantization cells (target Q4_1, Q8_0, F16 x draft Q4_1, Q8_0, "
+        "ngram-mod; specdec.replay.compat.quant_run).",
+    )
     startup_timeout_s: float = Field(default=STARTUP_TIMEOUT_S, gt=0, description="Embedded: longest server start.")
 
     @model_validator(mode="after")
@@ -105,15 +112,20 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     only = frozenset(cfg.probes) if cfg.probes else None
     cells: list[CompatCell] = []
     for engine, pair in pairs:
+        if engine == "llama.cpp" and cfg.quantization and _quant_wanted(only):
+            _quantization(cfg, run_dir, run_id, settings, manifest, cells, only, echo)
+            if only is not None and only <= _quant_names():
+                continue  # only quantization cells were asked for: no feature pair
         with contextlib.ExitStack() as stack:
             if pair is None:
                 pair, args = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
-                manifest.engines[engine] = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
+                facts = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
+                manifest.engines.setdefault(engine, {}).update(facts)
                 write_manifest(run_dir, manifest)
             echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
             found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only))
         cells += found
-        manifest.traffic.setdefault("probes", {})[engine] = sent
+        manifest.traffic.setdefault("probes", {}).setdefault(engine, [])[:0] = sent
         write_manifest(run_dir, manifest)
         write_parquet_atomic(table_from_records(CompatCell, list(cells)), compat_file(run_dir))
     if not cells:
@@ -121,6 +133,45 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     manifest.finished = True
     write_manifest(run_dir, manifest)
     return run_dir, cells
+
+
+def _quant_names() -> frozenset[str]:
+    # heavy: aiohttp (quant measures over it), only when a run starts
+    from specdec.replay.compat.quant import QUANT_FEATURE, QuantArm, probe_name
+
+    arms = [QuantArm("draft-simple", q) for q in ("Q4_1", "Q8_0")] + [QuantArm("ngram-mod")]
+    return frozenset({QUANT_FEATURE} | {probe_name(t, a) for t in ("Q4_1", "Q8_0", "F16") for a in arms})
+
+
+def _quant_wanted(only: frozenset[str] | None) -> bool:
+    return only is None or bool(only & _quant_names())
+
+
+def _quantization(
+    cfg: CompatConfig,
+    run_dir: Path,
+    run_id: str,
+    settings: Any,
+    manifest: RunManifest,
+    cells: list[CompatCell],
+    only: frozenset[str] | None,
+    echo: Callable[[str], None],
+) -> None:
+    """The quantization cells (``quant_run``), with their files' checksums and servers in the manifest."""
+    # heavy: aiohttp and the GGUF making (torch, in a subprocess), only when a run starts
+    from specdec.engines.llama_build import LLAMA_CPP_PYTHON
+    from specdec.replay.compat.quant_run import run_quant
+    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+
+    echo("quantization cells on llama.cpp: target Q4_1 (shipped), Q8_0, F16 x draft Q4_1, Q8_0 and ngram-mod")
+    q = run_quant(run_dir, run_id, settings, f"llama-cpp-python {LLAMA_CPP_PYTHON}", cfg.startup_timeout_s, echo, only)
+    cells += q.cells
+    manifest.dtype += "; llama.cpp quantization cells: Q4_1 as shipped, Q8_0, F16 (model_source.quantization)"
+    manifest.model_source["quantization"] = q.files
+    manifest.engines.setdefault("llama.cpp", {})["quantization_servers"] = q.servers
+    manifest.traffic.setdefault("probes", {}).setdefault("llama.cpp", []).extend(q.sent)
+    write_manifest(run_dir, manifest)
+    write_parquet_atomic(table_from_records(CompatCell, list(cells)), compat_file(run_dir))
 
 
 def _vllm_model() -> tuple[str, dict[str, Any]]:

@@ -45,7 +45,17 @@ from specdec.schemas.strict import check_run_name
     help="The target model folder for the tokenizer preflight (default with --engine vllm: the bundled model).",
 )
 @click.option("--no-report", is_flag=True, help="Skip the marts and report.html (the cells are in compat.parquet).")
-@click.option("--probe", "probes", multiple=True, help="Send only this probe (repeatable; names as in the matrix).")
+@click.option(
+    "--probe",
+    "probes",
+    multiple=True,
+    help="Send only this probe (repeatable; names as in the matrix; 'quantization': every quantization cell).",
+)
+@click.option(
+    "--no-quantization",
+    is_flag=True,
+    help="Embedded llama.cpp: skip the quantization cells (target Q4_1, Q8_0, F16 x draft Q4_1, Q8_0, ngram-mod).",
+)
 @client_options()
 def compat_command(**options) -> None:
     """Which features still work with speculation on, measured from real requests.
@@ -73,7 +83,17 @@ def compat_command(**options) -> None:
     Writes RUN_DIR/compat.parquet (one row per cell) and manifest.json (every
     probe's request bodies), prints the matrix, then builds the marts (the
     compatibility mart) and report.html ("What works with speculation on
-    this stack"). With --draft-model the
+    this stack").
+
+    \b
+    On the embedded llama.cpp it adds the quantization cells: the target
+    at 4 bits (Q4_1 as shipped), 8 (Q8_0) and 16 (F16), made once with the
+    llama.cpp source's convert_hf_to_gguf.py and llama-quantize and cached,
+    each with the draft at 4 and 8 bits and with ngram-mod: acceptance per
+    token and per round, and the paired speedup against the same target
+    without speculation. The files' sha256 go to the manifest.
+
+    With --draft-model the
     draft's tokenizer is checked against the target's first: a mismatch stops
     the run before any server starts or request is sent."""
     handle_errors(_compat)(**options)
@@ -88,6 +108,7 @@ def _compat(
     target_model,
     no_report,
     probes,
+    no_quantization,
     connect_timeout,
     request_timeout,
     api_key_env,
@@ -106,6 +127,7 @@ def _compat(
         draft_model=draft_model,
         target_model=target_model,
         probes=list(probes) or None,
+        quantization=not no_quantization,
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         api_key_env=api_key_env,

@@ -90,20 +90,23 @@ def engine() -> None:
 )
 @handle_errors
 def engine_build(name: str, cache_dir: Path | None) -> None:
-    """Build llama.cpp's llama-server from the llama-cpp-python sdist on PyPI
-    (a few minutes on 2 cores), once per machine; later calls print the
-    cached binary and the time its build took."""
+    """Build llama.cpp's llama-server and llama-quantize from the llama-cpp-python
+    sdist on PyPI (minutes on 2 cores), once per machine; later calls print the
+    cached binaries and the time their builds took."""
     # heavy: aiohttp (specdec.engines reads /metrics), only for this command
-    from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server
+    from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_quantize, build_llama_server
 
     logging.getLogger("specdec.engines.llama_build").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s")
-    built = build_llama_server(cache_dir)
-    verb = "built" if built.built else "reused cached"
-    click.echo(
-        f"{verb} llama-server (llama-cpp-python {LLAMA_CPP_PYTHON}; build took {built.seconds:.0f} s): {built.path}"
-    )
+    for label, build in (("llama-server", build_llama_server), ("llama-quantize", build_llama_quantize)):
+        built = build(cache_dir)
+        verb = "built" if built.built else "reused cached"
+        how = "with llama-server" if len(built.record.get("targets", [])) > 1 else "alone"
+        click.echo(
+            f"{verb} {label} (llama-cpp-python {LLAMA_CPP_PYTHON}; build {how} took {built.seconds:.0f} s): "
+            f"{built.path}"
+        )
 
 
 @main.group()

@@ -10,11 +10,18 @@ upstream llama.cpp source that the ``llama-cpp-python`` sdist vendors under
 2. CMake configures the server target only, statically linked, without the web
    UI (``LLAMA_USE_PREBUILT_UI=OFF``: the default downloads one) and without
    OpenSSL; ``GGML_NATIVE=ON``, so the binary is for the CPU it was built on;
-3. ``cmake --build --target llama-server``.
+3. ``cmake --build --target llama-server llama-quantize``: the server, and the
+   source's quantizer, which makes the 8-bit GGUF of the compatibility stage's
+   quantization cells (issue 22; ``llama_cpp_quant.py``).
 
-The result, one binary of about 15 MB that needs only libgomp and libstdc++,
-goes to ``<cache>/llama-server/<version>-<cpu key>/llama-server`` with a
-``build.json`` beside it (sdist version, build seconds, compiler, when). The
+The results, binaries of about 15 MB that need only libgomp and libstdc++,
+go to ``<cache>/llama-server/<version>-<cpu key>/`` with a ``build.json``
+beside them (sdist version, targets, build seconds, compiler, when), and the
+source's Python converter (``convert_hf_to_gguf.py`` with the ``conversion``
+and ``gguf-py`` folders of the same commit) under ``py/``. A cache made before
+``llama-quantize`` was a target keeps its server: ``build_llama_quantize``
+then builds the quantizer alone, from the same sdist and flags, and records
+its own time in ``llama-quantize.json``. The
 cache key holds the CPU's flags because of ``GGML_NATIVE``: a cache shared
 between machines never hands a binary to a CPU it may not run on. A file lock
 makes concurrent callers (two test workers, a test and ``make``) wait for one
@@ -46,7 +53,16 @@ from typing import IO, Any
 from specdec.errors import EngineError
 from specdec.model import cache_root
 
-__all__ = ["LLAMA_CPP_PYTHON", "CMAKE_FLAGS", "BuiltServer", "build_llama_server", "cached_llama_server"]
+__all__ = [
+    "LLAMA_CPP_PYTHON",
+    "CMAKE_FLAGS",
+    "BuiltServer",
+    "build_llama_quantize",
+    "build_llama_server",
+    "cached_llama_quantize",
+    "cached_llama_server",
+    "converter_script",
+]
 
 log = logging.getLogger("specdec.engines.llama_build")
 
@@ -76,11 +92,21 @@ CMAKE_FLAGS = (
 )
 
 BINARY = "llama-server"
+QUANTIZE = "llama-quantize"
+#: What one build makes: the server and the quantizer, in one ``cmake --build``.
+TARGETS = (BINARY, QUANTIZE)
 RECORD = "build.json"
+#: The record of a quantizer built alone, for a cache whose server was built before it was a target.
+QUANTIZE_RECORD = "llama-quantize.json"
+#: The source's Python converter and what it imports, copied under ``py/`` of the cache.
+PY_TOOLS = ("convert_hf_to_gguf.py", "conversion", "gguf-py")
+PY_DIR = "py"
 
 
 @dataclass(frozen=True)
 class BuiltServer:
+    """A built binary (the server, or the quantizer) and the build that made it."""
+
     path: Path
     built: bool  # False when the cached binary was reused
     seconds: float  # the build's seconds (the one that made the cached binary, when reused)
@@ -109,7 +135,22 @@ def _cache_dir(cache: Path | None) -> Path:
 
 def cached_llama_server(cache: Path | None = None) -> Path | None:
     """The cached binary, or None when it was never built on this machine."""
-    path = _cache_dir(cache) / BINARY
+    return _cached(cache, BINARY)
+
+
+def cached_llama_quantize(cache: Path | None = None) -> Path | None:
+    """The cached ``llama-quantize`` with the source's converter beside it, or None."""
+    return _cached(cache, QUANTIZE) if converter_script(cache) is not None else None
+
+
+def converter_script(cache: Path | None = None) -> Path | None:
+    """The cached ``convert_hf_to_gguf.py`` of the built source, or None."""
+    path = _cache_dir(cache) / PY_DIR / PY_TOOLS[0]
+    return path if path.is_file() else None
+
+
+def _cached(cache: Path | None, name: str) -> Path | None:
+    path = _cache_dir(cache) / name
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
@@ -164,56 +205,101 @@ def _sdist(work: Path, log_file: IO[str] | None) -> Path:
 
 
 def build_llama_server(cache: Path | None = None, jobs: int | None = None) -> BuiltServer:
-    """Return the cached ``llama-server``, building it first when this machine has none."""
+    """Return the cached ``llama-server``, building it (with ``llama-quantize``) first when this machine has none."""
     target = _cache_dir(cache)
     target.mkdir(parents=True, exist_ok=True)
     with open(target / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second caller waits here for the first one's build
         found = cached_llama_server(cache)
         if found is not None:
-            record = _read_record(target)
+            record = _read_record(target, RECORD)
             return BuiltServer(found, False, float(record.get("seconds", 0.0)), record)
-        started = time.monotonic()
-        log_path = target / "build.log"
-        with tempfile.TemporaryDirectory(prefix="specdec-llama-build-") as tmp, log_path.open("w") as log_file:
-            work = Path(tmp)
-            log.info(
-                "building llama-server from llama-cpp-python %s (a few minutes, once per machine); log: %s",
-                LLAMA_CPP_PYTHON,
-                log_path,
-            )
-            source = _sdist(work, log_file)
-            cmake = _cmake()
-            build_dir = work / "build"
-            _run([*cmake, "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], "cmake configure", log_file)
-            _run(
-                [*cmake, "--build", str(build_dir), "--target", BINARY, "-j", str(jobs or os.cpu_count() or 2)],
-                "cmake build",
-                log_file,
-            )
-            built = next((p for p in (build_dir / "bin" / BINARY, build_dir / BINARY) if p.is_file()), None)
+        record = _build(target, TARGETS, RECORD, jobs)
+        return BuiltServer(target / BINARY, True, record["seconds"], record)
+
+
+def build_llama_quantize(cache: Path | None = None, jobs: int | None = None) -> BuiltServer:
+    """Return the cached ``llama-quantize`` (and the converter beside it): built with the server
+    when neither is cached, alone when a server built before it was a target is."""
+    if cached_llama_server(cache) is None:
+        build_llama_server(cache, jobs)
+    target = _cache_dir(cache)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        found = cached_llama_quantize(cache)
+        if found is not None:
+            record = _read_record(target, QUANTIZE_RECORD) or _read_record(target, RECORD)
+            return BuiltServer(found, False, float(record.get("seconds", 0.0)), record)
+        record = _build(target, (QUANTIZE,), QUANTIZE_RECORD, jobs)
+        return BuiltServer(target / QUANTIZE, True, record["seconds"], record)
+
+
+def _build(target: Path, targets: tuple[str, ...], record_name: str, jobs: int | None) -> dict[str, Any]:
+    """Download the sdist, build ``targets`` in one ``cmake --build``, copy them and the converter
+    into ``target`` (each replaced whole) and write the build's record. The caller holds the lock."""
+    started = time.monotonic()
+    log_path = target / f"build-{'-'.join(targets)}.log" if targets != TARGETS else target / "build.log"
+    with tempfile.TemporaryDirectory(prefix="specdec-llama-build-") as tmp, log_path.open("w") as log_file:
+        work = Path(tmp)
+        log.info(
+            "building %s from llama-cpp-python %s (minutes, once per machine); log: %s",
+            " and ".join(targets),
+            LLAMA_CPP_PYTHON,
+            log_path,
+        )
+        source = _sdist(work, log_file)
+        cmake = _cmake()
+        build_dir = work / "build"
+        _run([*cmake, "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], "cmake configure", log_file)
+        _run(
+            [*cmake, "--build", str(build_dir), "--target", *targets, "-j", str(jobs or os.cpu_count() or 2)],
+            "cmake build",
+            log_file,
+        )
+        for name in targets:
+            built = next((p for p in (build_dir / "bin" / name, build_dir / name) if p.is_file()), None)
             if built is None:
-                raise EngineError(f"llama-server build: no {BINARY} under {build_dir}; see {log_path}")
-            tmp_bin = target / f".{BINARY}.tmp"
+                raise EngineError(f"llama.cpp build: no {name} under {build_dir}; see {log_path}")
+            tmp_bin = target / f".{name}.tmp"
             shutil.copy2(built, tmp_bin)
-            os.replace(tmp_bin, target / BINARY)  # a reader sees no binary or the whole one
-        seconds = time.monotonic() - started
-        record = {
-            "llama_cpp_python": LLAMA_CPP_PYTHON,
-            "seconds": round(seconds, 1),
-            "cpu_key": _cpu_key(),
-            "cmake_flags": list(CMAKE_FLAGS),
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "compiler": _compiler(),
-        }
-        (target / RECORD).write_text(json.dumps(record, indent=2) + "\n")
-        log.info("built llama-server in %.0f s: %s", seconds, target / BINARY)
-        return BuiltServer(target / BINARY, True, seconds, record)
+            os.replace(tmp_bin, target / name)  # a reader sees no binary or the whole one
+        if QUANTIZE in targets:
+            _copy_converter(source, target)
+    seconds = time.monotonic() - started
+    record = {
+        "llama_cpp_python": LLAMA_CPP_PYTHON,
+        "targets": list(targets),
+        "seconds": round(seconds, 1),
+        "cpu_key": _cpu_key(),
+        "cmake_flags": list(CMAKE_FLAGS),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "compiler": _compiler(),
+    }
+    (target / record_name).write_text(json.dumps(record, indent=2) + "\n")
+    log.info("built %s in %.0f s: %s", " and ".join(targets), seconds, target)
+    return record
 
 
-def _read_record(target: Path) -> dict[str, Any]:
+def _copy_converter(source: Path, target: Path) -> None:
+    """The source's ``convert_hf_to_gguf.py`` and what it imports, under ``target/py`` (replaced whole)."""
+    tmp = target / f".{PY_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name in PY_TOOLS:
+        src = source / name
+        if not src.exists():
+            raise EngineError(f"llama.cpp build: the source has no {name} (convert_hf_to_gguf.py needs it)")
+        if src.is_dir():
+            shutil.copytree(src, tmp / name)
+        else:
+            shutil.copy2(src, tmp / name)
+    shutil.rmtree(target / PY_DIR, ignore_errors=True)
+    os.replace(tmp, target / PY_DIR)
+
+
+def _read_record(target: Path, name: str) -> dict[str, Any]:
     try:
-        record = json.loads((target / RECORD).read_text())
+        record = json.loads((target / name).read_text())
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) else {}

@@ -36,6 +36,22 @@
 --   prefix_cache_hit_rate the multi-turn probe: prefix_cache_hits / prefix_cache_queries of the
 --                         speculative arm over the session's turns; NULL elsewhere
 --   n                     requests sent for the cell, both arms, plain twins included
+--   Quantization cells (feature 'quantization', llama.cpp; NULL on every other row):
+--   target_quant, target_bits   the target GGUF's type and bits as stored (Q4_1 4 as shipped,
+--                         Q8_0 8, F16 16; the 8- and 16-bit files hold the Q4_1-rounded weights:
+--                         specdec.engines.llama_cpp_quant); the manifest's model_source.quantization
+--                         has each file's sha256
+--   draft_quant, draft_bits     the draft GGUF's (spec_method draft-simple); NULL for ngram-mod
+--   plain_acceptance_rate, acceptance_ratio, plain_mean_acceptance_length
+--                         on a quantization cell: the same method's cell on the shipped Q4_1
+--                         target (the reference), same prompts, instead of a plain twin
+--   speedup               geometric mean over the cell's request pairs of baseline e2e_ms /
+--                         speculative e2e_ms, baseline = the same target without speculation
+--                         (same prompt, greedy, forced length; arms alternated pair by pair)
+--   speedup_ci_low, speedup_ci_high  95% Student t interval of the mean log ratio over the pairs
+--                         (pairs - 1 df), mapped back with exp: request-to-request noise within one
+--                         pair of server processes, pointwise (not adjusted across cells)
+--   speedup_pairs         pairs the speedup is computed from
 with cells as (
     select * from stg_compat
 ),
@@ -67,7 +83,15 @@ final as (
         draft_tokens,
         baseline_e2e_ms / nullif(speculative_e2e_ms, 0) as e2e_ratio_one_request,
         prefix_cache_hit_rate,
+        target_quant,
+        target_bits,
+        draft_quant,
+        draft_bits,
+        speedup,
+        speedup_ci_low,
+        speedup_ci_high,
+        speedup_pairs,
         requests_sent as n
     from cells
 )
-select * from final order by run_id, engine, spec_method, outcome_rank, feature, probe
+select * from final order by run_id, engine, spec_method, outcome_rank, feature, target_bits, draft_bits, probe

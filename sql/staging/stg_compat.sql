@@ -8,6 +8,8 @@
 --   draft_tokens, accepted_tokens, drafts, plain_*
 --                  speculation counter differences around the cell's own requests in the
 --                  speculative arm; NULL = the server exports no such counter
+--   target_quant, target_bits, draft_quant, draft_bits, speedup, speedup_ci_*, speedup_pairs
+--                  quantization cells only (feature 'quantization', llama.cpp); NULL elsewhere
 with source as (
     select * from raw_compat
 ),
@@ -48,6 +50,14 @@ final as (
         plain_accepted_tokens,
         plain_drafts,
         prefix_cache_hit_rate,
+        target_quant,
+        target_bits,
+        draft_quant,
+        draft_bits,
+        speedup,
+        speedup_ci_low,
+        speedup_ci_high,
+        speedup_pairs,
         outcome,
         detail,
         requests_sent
