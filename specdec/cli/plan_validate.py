@@ -8,8 +8,10 @@ the forced output length; dtype; warm-up; lossless pass and sampling; server res
 cache; timeouts; error rate and margin), so the replay measures the workload the plan was
 predicted for. Its database is built, and ``plan_validation`` compares each measured
 cell with its prediction. ``--validate-with RUN2`` compares with a run made already (a sweep of
-the same traffic and levels) instead of replaying. This module orchestrates replay and
-analytics, which may not import each other; only the CLI layer sees both.
+the same traffic and levels) instead of replaying; a k the replay would have run that such a
+run lacks is named (``ks_planned_not_measured``) and the plan does not pass. This module
+orchestrates replay and analytics, which may not import each other; only the CLI layer sees
+both.
 """
 
 from __future__ import annotations
@@ -94,5 +96,9 @@ def validate_against(plan: dict, validation_run: Path) -> dict:
     finally:
         con.close()
     out["validation_run"] = str(validation_run)
-    out["ks_validated"] = validation_ks(plan)
+    # the k whose cells were compared; a run made already (--validate-with) may lack some k the
+    # plan deploys, and those are named, not counted as validated
+    out["ks_validated"] = sorted({r["k"] for r in out["cells"]})
+    out["ks_planned_not_measured"] = [k for k in validation_ks(plan) if k not in out["ks_validated"]]
+    out["passed"] = out["passed"] and not out["ks_planned_not_measured"]
     return out

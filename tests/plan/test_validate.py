@@ -39,6 +39,15 @@ def test_a_replay_that_measures_what_was_predicted_passes(planned, tmp_path):
     assert out["cells_compared"] == 2 * 2 * 3  # k2 and k4, two categories, three levels
     assert out["median_absolute_relative_error"] == pytest.approx(0, abs=1e-9)
     assert out["coverage"] == 1.0 and out["passed"] and out["wrong_cells"] == []
+    assert out["ks_validated"] == [2, 4]
+    assert out["ks_planned_not_measured"] == [k for k in validation_ks(plan) if k not in (2, 4)] == []
+
+
+def test_a_run_without_a_k_the_plan_deploys_does_not_validate_it(planned, tmp_path):
+    _, plan = planned
+    out = validate_against(plan, write_plan_run(tmp_path, e2e=_as_predicted, arms={"k0": 0, "k4": 4}))
+    assert out["ks_validated"] == [4] and out["ks_planned_not_measured"] == [2]
+    assert out["median_absolute_relative_error"] == pytest.approx(0, abs=1e-9) and not out["passed"]
 
 
 def test_a_replay_that_measures_no_gain_fails_and_names_the_cells(planned, tmp_path):
