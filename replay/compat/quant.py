@@ -225,8 +225,9 @@ def quant_cell(
     timing = ""
     if sp is not None:
         interval = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-        timing = f"; speedup x{sp:.2f}{interval} over {pairs} pairs"
-    detail = why if outcome in ("not offered", "refused") else f"{why}; {_rates(acc)}{timing}"
+        timing = f"speedup x{sp:.2f}{interval} over {pairs} pairs; "
+    # the figures first: a terminal line cuts the detail short
+    detail = why if outcome in ("not offered", "refused") else f"{timing}{_rates(acc)}; {why}"
     b, s = base.first, spec.first
     ok_b, ok_s = all(r.accepted for r in m.baseline), all(r.accepted for r in m.speculative)
     out_b, out_s = classify.output(base), classify.output(spec)

@@ -124,7 +124,7 @@ def run_quant(
                 if bits == 4 and cell.draft_tokens is not None:
                     refs[arm.label] = classify.Acceptance(cell.draft_tokens, cell.accepted_tokens, cell.drafts)
                 out.cells.append(cell)
-                echo(f"  llama.cpp {name:<24} {cell.outcome:<11} {cell.detail[:110]}")
+                echo(f"  llama.cpp {name:<24} {cell.outcome:<11} {cell.detail}")
     return out
 
 
