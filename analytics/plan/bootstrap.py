@@ -110,9 +110,15 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
     ddraw = inputs.draft_fit.draw(rng, replicates)
     tau = np.zeros((len(ks), len(cats)))
     dbar = np.zeros((len(ks), len(cats)))
+    tau_b = np.zeros((replicates, len(ks), len(cats)))
+    # the step's batch is the run's mix: drafts and rounds summed over every category
+    mix_drafts, mix_rounds = np.zeros(len(ks)), np.zeros(len(ks))
+    mix_drafts_b, mix_rounds_b = np.zeros((replicates, len(ks))), np.zeros((replicates, len(ks)))
     for c, cat in enumerate(cats):
         rs = inputs.rounds[cat]
         tau[:, c], dbar[:, c] = rs.tau()[kk], rs.dbar()[kk]
+        mix_drafts += rs.drafts.sum(axis=0)[kk]
+        mix_rounds += rs.rounds.sum(axis=0)[kk]
         # one product per chunk of replicates: (chunk x requests) @ (requests x [tokens | drafts | rounds], each per k')
         stacked, members = resampling_units(np.hstack([rs.tokens, rs.drafts, rs.rounds]), rs.cluster)
         sums = np.zeros((replicates, stacked.shape[1]))
@@ -121,13 +127,17 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
             w = np.stack([replicate_weights(members, len(stacked), rng) for _ in range(start, stop)])
             sums[start:stop] = w @ stacked
         width = rs.tokens.shape[1]
-        tau_b = sums[:, :width] / sums[:, 2 * width :]
-        dbar_b = sums[:, width : 2 * width] / sums[:, 2 * width :]
+        tau_b[:, :, c] = (sums[:, :width] / sums[:, 2 * width :])[:, kk]
+        mix_drafts_b += sums[:, width : 2 * width][:, kk]
+        mix_rounds_b += sums[:, 2 * width :][:, kk]
+    dbar_mix, dbar_mix_b = mix_drafts / mix_rounds, mix_drafts_b / mix_rounds_b
+    for c in range(len(cats)):
         for li, level in enumerate(levels):
-            for f, v in predict(tau[:, c], dbar[:, c], cost, inputs.batch[level]).items():
+            b0, bk = inputs.batch[level], inputs.spec_batch.get(level, inputs.batch[level])
+            for f, v in predict(tau[:, c], dbar_mix, cost, b0, bk).items():
                 point[f][:, li, c] = v
             for b in range(replicates):
-                got = predict(tau_b[b, kk], dbar_b[b, kk], _cost(vdraw[b], ddraw[b]), inputs.batch[level])
+                got = predict(tau_b[b, :, c], dbar_mix_b[b], _cost(vdraw[b], ddraw[b]), b0, bk)
                 for f, v in got.items():
                     boot[f][b, :, li, c] = v
     return Predictions(list(ks), list(levels), list(cats), point, boot, tau, dbar, confidence)

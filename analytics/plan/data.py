@@ -49,6 +49,9 @@ class PlanInputs:
     #: (category, level) -> (speedup, pointwise_ci_low, pointwise_ci_high) measured A/B at the captured k
     measured_speedup: dict[tuple[str, int], tuple[float | None, float | None, float | None]]
     notes: list[str] = field(default_factory=list)
+    #: mean decode batch size per level of the speculative arm (at the captured k); a level not here
+    #: (unmeasured) takes ``batch``
+    spec_batch: dict[int, float] = field(default_factory=dict)
 
 
 def analysis_runs(con) -> list[str]:
@@ -156,6 +159,11 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
            where run_id = ? or (arm = 'speculative' and source_run_id = ?)""",
         [run_id, all_ks.get(run_id, (run_id, 0))[0]],
     ).fetchall()
+    spec_steps = con.execute(
+        """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps
+           from plan_steps where run_id = ? and arm = 'speculative'""",
+        [run_id],
+    ).fetchall()
     verify_fit = fit_grouped(
         np.array([[1.0, s[2], s[3]] for s in steps]),
         VERIFY_TERMS,
@@ -183,12 +191,16 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     levels = sorted({r[2] for r in lat if r[0] == "baseline"} & {r[2] for r in lat if r[0] == "speculative"})
     if not levels:
         raise SpecdecError(f"run {run_id!r}: no concurrency level has requests of both arms")
-    batch, batch_measured = {}, {}
+    batch, batch_measured, spec_batch = {}, {}, {}
     for level in levels:
         mine = [s for s in steps if s[0] == "baseline" and s[1] == level and s[6]]
         n = sum(s[6] for s in mine)
         batch_measured[level] = n > 0
         batch[level] = sum(s[2] * s[6] for s in mine) / n if n else float(level)
+        at_level = [s for s in spec_steps if s[1] == level and s[6]]
+        n_spec = sum(s[6] for s in at_level)
+        if n_spec:
+            spec_batch[level] = sum(s[2] * s[6] for s in at_level) / n_spec
     tokens: dict[str, float] = {}
     requests: dict[str, int] = {}
     for cat in sums:
@@ -234,6 +246,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         draft_fit=draft_fit,
         batch=batch,
         batch_measured=batch_measured,
+        spec_batch=spec_batch,
         ttft_p95_ms={(r[0], r[1], r[2]): r[3] for r in lat},
         tokens_per_request=tokens,
         requests=requests,

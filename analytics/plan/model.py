@@ -34,14 +34,23 @@ arms, every level; ``fit.py``)::
 A term the data cannot tell apart from the others (D constant, one k captured) is not
 fitted and counts 0: with one captured k the draft cost does not depend on k.
 
-**Prediction** for k', a level whose decode steps hold B requests on average (the
-baseline arm's mean decode batch size at the level; the level's concurrency when not
-measured), and a category, its batch assumed all of that category::
+**Prediction** for k', a level and a category. The level's decode steps hold B_0 requests
+without speculation and B requests with it (each arm's mean decode batch size at the level:
+the baseline arm's, and the speculative arm's at the captured k, used for every k' > 0; the
+level's concurrency when not measured). A step's batch holds the run's traffic as it was
+mixed, so the drafts it verifies are B * dbar_mix(k'), dbar_mix being dbar pooled over every
+category's rounds; the category's own tau says what its requests gain per step::
 
-    step_ms(k', B)   = verify_ms(B, B * dbar(k')) + (draft_ms(B, k') if k' > 0 else 0)
-    tokens_per_s     = 1000 * tau(k') / step_ms(k', B)        per request [tokens/s]
-    system_tokens_per_s = B * tokens_per_s                    [tokens/s]
-    speedup(k')      = tokens_per_s(k') / tokens_per_s(0) = tau(k') * step_ms(0, B) / step_ms(k', B)
+    step_ms(0)       = verify_ms(B_0, 0)
+    step_ms(k')      = verify_ms(B, B * dbar_mix(k')) + draft_ms(B, k')           k' > 0
+    tokens_per_s     = 1000 * tau(k') / step_ms(k')                 per request [tokens/s]
+    system_tokens_per_s = B * tokens_per_s                          (B_0 at k' = 0) [tokens/s]
+    speedup(k')      = tokens_per_s(k') / tokens_per_s(0) = tau(k') * step_ms(0) / step_ms(k')
+
+(The first version took each cell's batch as all of its category at the baseline's batch
+size: on the bundled mix at c8 that charged code 8 x 3.64 drafts per step where the steps held
+5.8 requests and 9.1 drafts, and predicted code and structured 9-26% low: BENCHMARKS.md,
+"The planner", 2026-12-03.)
 
 Intervals: ``bootstrap.py``. Decisions: ``recommend.py``.
 """
@@ -113,24 +122,29 @@ class StepCost:
     verify: tuple[float, float, float]
     draft: tuple[float, float, float]
 
-    def verify_ms(self, batch: float, drafts: np.ndarray | float) -> np.ndarray:
+    def verify_ms(self, batch: np.ndarray | float, drafts: np.ndarray | float) -> np.ndarray:
         v0, v1, v2 = self.verify
         return v0 + v1 * batch + v2 * np.asarray(drafts)
 
-    def draft_ms(self, batch: float, k: np.ndarray) -> np.ndarray:
+    def draft_ms(self, batch: np.ndarray | float, k: np.ndarray) -> np.ndarray:
         d0, d1, d2 = self.draft
         k = np.asarray(k)
-        return np.where(k > 0, d0 + d1 * batch + d2 * batch * k, 0.0)
+        return np.where(k > 0, d0 + d1 * np.asarray(batch) + d2 * np.asarray(batch) * k, 0.0)
 
 
-def predict(tau: np.ndarray, dbar: np.ndarray, cost: StepCost, batch: float) -> dict[str, np.ndarray]:
-    """Per k' (index of ``tau``/``dbar``): step_ms, tokens_per_s, system_tokens_per_s, speedup."""
+def predict(
+    tau: np.ndarray, dbar: np.ndarray, cost: StepCost, batch: float, spec_batch: float | None = None
+) -> dict[str, np.ndarray]:
+    """Per k' (index of ``tau``/``dbar``): step_ms, tokens_per_s, system_tokens_per_s, speedup.
+    ``dbar``: the drafts per request of the step's batch (the mix's); ``batch``: B_0 (k' = 0);
+    ``spec_batch``: B (k' > 0), ``batch`` when None."""
     k = np.arange(len(tau))
-    step = cost.verify_ms(batch, batch * dbar) + cost.draft_ms(batch, k)
+    b = np.where(k > 0, batch if spec_batch is None else spec_batch, batch)
+    step = cost.verify_ms(b, b * np.where(k > 0, dbar, 0.0)) + cost.draft_ms(b, k)
     rate = 1000.0 * tau / step
     return {
         "step_ms": step,
         "tokens_per_s": rate,
-        "system_tokens_per_s": batch * rate,
+        "system_tokens_per_s": b * rate,
         "speedup": rate / rate[0],
     }

@@ -28,8 +28,10 @@ ASSUMPTIONS = [
     "start would be accepted from any later position in it, and a round that proposed fewer than k' tokens would "
     "still have proposed only those",
     "acceptance per category is pooled over the run's levels and repeats (it does not depend on load)",
-    "each cell's batch is all of its category (the step cost uses that category's drafts per request)",
-    "a level's decode steps hold the baseline arm's mean decode batch size at that level",
+    "a step's batch holds the run's traffic as it was mixed (the step cost uses the drafts per request of every "
+    "category's rounds pooled); a category's own acceptance says what its requests gain per step",
+    "a level's decode steps hold the baseline arm's mean decode batch size at that level without speculation, and "
+    "the speculative arm's (measured at the captured k) with speculation, for every k > 0",
     "TTFT is not predicted: the SLO reads the speculative arm's measured p95 TTFT at the captured k for every k > 0",
     "the traffic-weighted gains weigh categories by output-token share and the load bands equally",
 ]
@@ -90,7 +92,12 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         "ks": ks,
         "levels": inputs.levels,
         "bands": [
-            {"level": level, "batch_sizes": list(r), "mean_decode_batch": inputs.batch[level]}
+            {
+                "level": level,
+                "batch_sizes": list(r),
+                "mean_decode_batch": inputs.batch[level],
+                "mean_decode_batch_speculative": inputs.spec_batch.get(level, inputs.batch[level]),
+            }
             for level, r in zip(inputs.levels, band_ranges(inputs.levels))
         ],
         "mix": {"request_shares": shares, "token_weights": weights, "given": config.mix is not None},

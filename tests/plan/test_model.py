@@ -85,3 +85,13 @@ def test_large_repeats_are_resampled_in_buckets_that_keep_the_totals(monkeypatch
     w = bootstrap.replicate_weights(members, len(units), rng)
     # two repeats drawn with replacement, each drawn repeat's 3 units drawn 3 times: 6 draws in all
     assert w.sum() == 6 and (w >= 0).all()
+
+
+def test_prediction_with_the_speculative_arms_own_batch():
+    # B_0 = 8 without speculation, B = 6 with it; dbar 1.5 is the batch's (the mix's) drafts per request
+    cost = StepCost((10.0, 2.0, 0.5), (1.0, 0.25, 0.0))
+    out = predict(np.array([1.0, 2.0]), np.array([0.0, 1.5]), cost, batch=8, spec_batch=6)
+    step = [10 + 16, 10 + 12 + 0.5 * 6 * 1.5 + 1 + 0.25 * 6]
+    assert out["step_ms"] == pytest.approx(step)
+    assert out["speedup"] == pytest.approx([1.0, 2.0 * step[0] / step[1]])
+    assert out["system_tokens_per_s"] == pytest.approx([8 * 1000 / step[0], 6 * 2000 / step[1]])

@@ -156,8 +156,15 @@ def expected_dbar(category: str, k: int) -> float:
     return drafts / rounds
 
 
+def expected_dbar_mix(k: int) -> float:
+    """The drafts per request of a step's batch: every category's rows pooled (the run's mix)."""
+    parts = [_resegmented(c, k) for c in sorted(set(CATEGORY.values()))]
+    return sum(d for _, _, d in parts) / sum(r for _, r, _ in parts)
+
+
 def expected_speedup(category: str, k: int, batch: int, d2: float = 0.0) -> float:
-    """The model's speedup by hand (with one captured k, d2 = 0: the draft cost does not depend on k)."""
+    """The model's speedup by hand (with one captured k, d2 = 0: the draft cost does not depend on k).
+    Both arms run the same lockstep groups, so the speculative arm's batch is the baseline's."""
     step0 = verify_ms(batch, 0)
-    stepk = V0 + V1 * batch + V2 * batch * expected_dbar(category, k) + (draft_ms(batch, k, d2) if k else 0.0)
+    stepk = V0 + V1 * batch + V2 * batch * expected_dbar_mix(k) + (draft_ms(batch, k, d2) if k else 0.0)
     return expected_tau(category, k) * step0 / stepk
