@@ -65,7 +65,8 @@ def find_gguf() -> Path:
     raise SpecdecError(f"{GGUF_DIST} is installed but {GGUF_NAME} is missing from it")
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """A file's SHA-256, lowercase hex, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -77,7 +78,7 @@ def prepare_model(cache_dir: Path | None = None) -> PreparedModel:
     """Return the converted model folder, converting only if the cache lacks it."""
     start = time.monotonic()
     gguf = find_gguf()
-    digest = _sha256(gguf)
+    digest = sha256_of(gguf)
     root = (cache_dir or cache_root()) / "models"
     target = root / f"{MODEL_NAME}-{digest[:12]}"
     marker = target / _MARKER

@@ -29,7 +29,6 @@ file is written under a temporary name and renamed whole.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -41,7 +40,7 @@ from typing import Any
 
 from specdec.engines.llama_build import build_llama_quantize, converter_script
 from specdec.errors import EngineError
-from specdec.model import MODEL_NAME, cache_root, find_gguf, prepare_model
+from specdec.model import MODEL_NAME, cache_root, find_gguf, prepare_model, sha256_of
 
 __all__ = ["QUANT_TYPES", "QuantFile", "quantized_ggufs", "sha256_of"]
 
@@ -66,14 +65,6 @@ class QuantFile:
     def manifest(self) -> dict[str, Any]:
         """The file's entry in a run's manifest."""
         return {k: v for k, v in asdict(self).items() if k != "made_now"}
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def quantized_ggufs(cache: Path | None = None) -> dict[int, QuantFile]:
