@@ -48,14 +48,9 @@ llama-server: $(STAMP)
 # independent (temporary folders, free ports). The engine tests run after them, one at a
 # time: they share one pair of vLLM servers per session and each vLLM takes both cores.
 # --durations prints the slowest tests of each part (the figures of BENCHMARKS.md's test-suite table).
-# ENGINE_WORKERS=2 runs the engine tests on two workers, each binding its vLLM servers to its own
-# core (tests/conftest.py; vLLM's CPU worker computes on one core). Not the default: its one trial
-# (BENCHMARKS.md, test suite, 2026-12-03) ran out of memory on a host shared with other servers.
-ENGINE_WORKERS ?= 1
-ENGINE_XDIST := $(if $(filter-out 1,$(ENGINE_WORKERS)),-n $(ENGINE_WORKERS) --dist loadgroup)
 test: model browser llama-server lint types imports
 	$(BIN)/python -m pytest -m "not engine" -n 2 --durations=15
-	$(BIN)/python -m pytest -m engine $(ENGINE_XDIST) --durations=40
+	$(BIN)/python -m pytest -m engine --durations=40
 
 # The contributor's loop before a commit (no engine, no model download): lint, types, the
 # import contract and the quick tests. `make check` measured here: see BENCHMARKS.md.
