@@ -155,7 +155,7 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
     )
 
     def __init__(self, cfg: ReplayConfig):
-        self.model = cfg.model or str(find_gguf())
+        self.model = str(self.target_model(cfg))
         self.model_source = {
             "package": GGUF_DIST,
             "file": Path(self.model).name,
