@@ -133,11 +133,13 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
     dbar_mix, dbar_mix_b = mix_drafts / mix_rounds, mix_drafts_b / mix_rounds_b
     for c in range(len(cats)):
         for li, level in enumerate(levels):
-            b0, bk = inputs.batch[level], inputs.spec_batch.get(level, inputs.batch[level])
-            for f, v in predict(tau[:, c], dbar_mix, cost, b0, bk).items():
+            # B per k' (k' = 0: B_0; PlanInputs.spec_batch_at: measured at a swept k, else interpolated)
+            b0 = inputs.batch[level]
+            bk = np.array([b0 if k == 0 else inputs.spec_batch_at(k, level)[0] for k in ks])
+            for f, v in predict(tau[:, c], dbar_mix, cost, b0, bk, kk).items():
                 point[f][:, li, c] = v
             for b in range(replicates):
-                got = predict(tau_b[b, :, c], dbar_mix_b[b], _cost(vdraw[b], ddraw[b]), b0, bk)
+                got = predict(tau_b[b, :, c], dbar_mix_b[b], _cost(vdraw[b], ddraw[b]), b0, bk, kk)
                 for f, v in got.items():
                     boot[f][b, :, li, c] = v
     return Predictions(list(ks), list(levels), list(cats), point, boot, tau, dbar, confidence)

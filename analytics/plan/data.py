@@ -13,6 +13,7 @@ import numpy as np
 
 from specdec.analytics.plan.fit import LinearFit, fit_grouped
 from specdec.analytics.plan.model import RoundSums, round_sums
+from specdec.analytics.plan.noise import MeasurementNoise, pooled_noise
 from specdec.errors import SpecdecError
 
 __all__ = ["DRAFT_TERMS", "VERIFY_TERMS", "PlanInputs", "analysis_runs", "read_inputs"]
@@ -49,9 +50,30 @@ class PlanInputs:
     #: (category, level) -> (speedup, pointwise_ci_low, pointwise_ci_high) measured A/B at the captured k
     measured_speedup: dict[tuple[str, int], tuple[float | None, float | None, float | None]]
     notes: list[str] = field(default_factory=list)
-    #: mean decode batch size per level of the speculative arm (at the captured k); a level not here
-    #: (unmeasured) takes ``batch``
-    spec_batch: dict[int, float] = field(default_factory=dict)
+    #: mean decode batch size of the speculative arm per swept k > 0 and level (each analysis run of
+    #: the run folder at the k its speculative arm proposed; a classic run: the captured k only)
+    spec_batch: dict[int, dict[int, float]] = field(default_factory=dict)
+    #: category -> the measurement noise of the run folder's speedups (``noise.py``)
+    noise: dict[str, MeasurementNoise] = field(default_factory=dict)
+
+    def spec_batch_at(self, k: int, level: int) -> tuple[float, str]:
+        """B at (k > 0, level) and how it was had: 'measured' at a swept k; 'interpolated' linearly
+        in k between the swept k around it; 'nearest' below the smallest swept k (that k's B: the
+        baseline's B_0 is not a speculative batch); 'baseline' (B_0) when no speculative step was
+        measured at the level."""
+        swept = sorted(kk for kk, by_level in self.spec_batch.items() if level in by_level)
+        if not swept:
+            return self.batch[level], "baseline"
+        at = {kk: self.spec_batch[kk][level] for kk in swept}
+        if k in at:
+            return at[k], "measured"
+        below, above = [kk for kk in swept if kk < k], [kk for kk in swept if kk > k]
+        if not below:
+            return at[above[0]], "nearest"
+        if not above:
+            return at[below[-1]], "nearest"
+        lo, hi = below[-1], above[0]
+        return at[lo] + (at[hi] - at[lo]) * (k - lo) / (hi - lo), "interpolated"
 
 
 def analysis_runs(con) -> list[str]:
@@ -159,10 +181,15 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
            where run_id = ? or (arm = 'speculative' and source_run_id = ?)""",
         [run_id, all_ks.get(run_id, (run_id, 0))[0]],
     ).fetchall()
+    source = all_ks.get(run_id, (run_id, 0))[0]
+    folder_runs = sorted({run_id} | {r for r, (src, _) in all_ks.items() if src == source})
+    # the speculative arm's mean decode batch per analysis run (its k) and level
     spec_steps = con.execute(
-        """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps
-           from plan_steps where run_id = ? and arm = 'speculative'""",
-        [run_id],
+        """select run_id, concurrency, sum(batch_size * verify_steps) / sum(verify_steps)
+           from plan_steps
+           where list_contains(?, run_id) and arm = 'speculative' and verify_steps > 0
+           group by all""",
+        [folder_runs],
     ).fetchall()
     verify_fit = fit_grouped(
         np.array([[1.0, s[2], s[3]] for s in steps]),
@@ -191,16 +218,17 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     levels = sorted({r[2] for r in lat if r[0] == "baseline"} & {r[2] for r in lat if r[0] == "speculative"})
     if not levels:
         raise SpecdecError(f"run {run_id!r}: no concurrency level has requests of both arms")
-    batch, batch_measured, spec_batch = {}, {}, {}
+    batch, batch_measured = {}, {}
     for level in levels:
         mine = [s for s in steps if s[0] == "baseline" and s[1] == level and s[6]]
         n = sum(s[6] for s in mine)
         batch_measured[level] = n > 0
         batch[level] = sum(s[2] * s[6] for s in mine) / n if n else float(level)
-        at_level = [s for s in spec_steps if s[1] == level and s[6]]
-        n_spec = sum(s[6] for s in at_level)
-        if n_spec:
-            spec_batch[level] = sum(s[2] * s[6] for s in at_level) / n_spec
+    spec_batch: dict[int, dict[int, float]] = {}
+    for run, level, mean_batch in spec_steps:
+        k_run = all_ks.get(run, (source, 0))[1]
+        if k_run > 0 and level in batch and k_run <= captured_k:
+            spec_batch.setdefault(k_run, {})[level] = float(mean_batch)
     tokens: dict[str, float] = {}
     requests: dict[str, int] = {}
     for cat in sums:
@@ -221,7 +249,12 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         taus = [made / sum((a // (k + 1) + 1) * n for a, n in mine) for k in range(captured_k + 1)]
         by_context[key] = (total, taus)
     measured = _measured_speedups(con, run_id)
-    source = all_ks.get(run_id, (run_id, 0))[0]
+    noise_rows = con.execute(
+        """select category, run_id, pointwise_ci_low, pointwise_ci_high, df, repeats
+           from speedup where list_contains(?, run_id) and category <> '(system)'""",
+        [folder_runs],
+    ).fetchall()
+    noise = {cat: pooled_noise(r[1:] for r in noise_rows if r[0] == cat) for cat in sums}
     others = {r: k for r, (src, k) in all_ks.items() if src == source and r != run_id}
     other_measured = {
         (k_other, cat, level): figures
@@ -247,6 +280,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         batch=batch,
         batch_measured=batch_measured,
         spec_batch=spec_batch,
+        noise=noise,
         ttft_p95_ms={(r[0], r[1], r[2]): r[3] for r in lat},
         tokens_per_request=tokens,
         requests=requests,

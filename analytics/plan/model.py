@@ -35,14 +35,17 @@ A term the data cannot tell apart from the others (D constant, one k captured) i
 fitted and counts 0: with one captured k the draft cost does not depend on k.
 
 **Prediction** for k', a level and a category. The level's decode steps hold B_0 requests
-without speculation and B requests with it (each arm's mean decode batch size at the level:
-the baseline arm's, and the speculative arm's at the captured k, used for every k' > 0; the
-level's concurrency when not measured). A step's batch holds the run's traffic as it was
+without speculation and B(k') requests with it (each arm's mean decode batch size at the
+level: the baseline arm's; the speculative arm's as the engine ran it at k', measured in each
+swept k's arm (a --sweep-k run; a classic run has the captured k only). A k' not swept takes
+B linearly interpolated in k between the swept k around it, and below the smallest swept
+k > 0 that k's B (``data.PlanInputs.spec_batch_at``); the level's concurrency when no step was
+measured). A step's batch holds the run's traffic as it was
 mixed, so the drafts it verifies are B * dbar_mix(k'), dbar_mix being dbar pooled over every
 category's rounds; the category's own tau says what its requests gain per step::
 
     step_ms(0)       = verify_ms(B_0, 0)
-    step_ms(k')      = verify_ms(B, B * dbar_mix(k')) + draft_ms(B, k')           k' > 0
+    step_ms(k')      = verify_ms(B, B * dbar_mix(k')) + draft_ms(B, k')     B = B(k'), k' > 0
     tokens_per_s     = 1000 * tau(k') / step_ms(k')                 per request [tokens/s]
     system_tokens_per_s = B * tokens_per_s                          (B_0 at k' = 0) [tokens/s]
     speedup(k')      = tokens_per_s(k') / tokens_per_s(0) = tau(k') * step_ms(0) / step_ms(k')
@@ -133,12 +136,18 @@ class StepCost:
 
 
 def predict(
-    tau: np.ndarray, dbar: np.ndarray, cost: StepCost, batch: float, spec_batch: float | None = None
+    tau: np.ndarray,
+    dbar: np.ndarray,
+    cost: StepCost,
+    batch: float,
+    spec_batch: float | np.ndarray | None = None,
+    ks: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per k' (index of ``tau``/``dbar``): step_ms, tokens_per_s, system_tokens_per_s, speedup.
-    ``dbar``: the drafts per request of the step's batch (the mix's); ``batch``: B_0 (k' = 0);
-    ``spec_batch``: B (k' > 0), ``batch`` when None."""
-    k = np.arange(len(tau))
+    """Per k' (``ks``, the k' of each entry of ``tau``/``dbar``; their index 0, 1, ... when None):
+    step_ms, tokens_per_s, system_tokens_per_s, speedup. ``dbar``: the drafts per request of the
+    step's batch (the mix's); ``batch``: B_0 (k' = 0); ``spec_batch``: B (k' > 0; one for every k',
+    or one per entry), ``batch`` when None. The first entry must be k' = 0."""
+    k = np.arange(len(tau)) if ks is None else np.asarray(ks)
     b = np.where(k > 0, batch if spec_batch is None else spec_batch, batch)
     step = cost.verify_ms(b, b * np.where(k > 0, dbar, 0.0)) + cost.draft_ms(b, k)
     rate = 1000.0 * tau / step

@@ -34,13 +34,24 @@ def _check(ins: dict, title: str) -> str:
         f"measured speedup inside the predicted interval in {_num(ins['coverage'])} of the cells "
         f"({esc(per_cat)}).</p>"
         + table(
-            ["category", "band", "k", "predicted", "measured", "measured 95% interval", "relative error", "covered"],
+            [
+                "category",
+                "band",
+                "k",
+                "predicted [prediction interval]",
+                "expected speedup's interval",
+                "measured",
+                "measured 95% interval",
+                "relative error",
+                "covered",
+            ],
             [
                 [
                     r["category"],
                     f"c{r['level']}",
                     r["k"],
-                    f"{r['predicted']:.3f} [{r['predicted_low']:.3f}, {r['predicted_high']:.3f}]",
+                    f"{r['predicted']:.3f} [{_num(r['predicted_low'])}, {_num(r['predicted_high'])}]",
+                    f"[{_num(r['expected_low'])}, {_num(r['expected_high'])}]",
                     r["measured"],
                     None if r["measured_low"] is None else f"[{r['measured_low']:.3f}, {r['measured_high']:.3f}]",
                     r["relative_error"],

@@ -23,6 +23,11 @@ Policies: ``one_k`` (one k everywhere, chosen on ``gain``), ``k_per_band`` (one 
 chosen on gain_l), ``k_per_band_with_fallback`` (per band, one k for the categories whose
 own recommended k is above 0 there, chosen on gain_l; the others off: the plain pool).
 
+**Intervals.** ``low``/``high``: the bootstrap's confidence interval of the expected speedup
+(the ties above read it); ``prediction_low``/``prediction_high``: the prediction interval of a
+new replay's measured speedup (``noise.py``: the same widened by the measurement's run-to-run
+noise; None when that noise cannot be estimated), which ``--validate`` compares against.
+
 **SLO.** With ``slo_ttft_p95_ms``, k > 0 is not eligible in a cell where the speculative
 arm's measured p95 TTFT exceeded it (TTFT is measured at the captured k only, not
 predicted: that measurement stands for every k > 0).
@@ -37,6 +42,7 @@ import numpy as np
 
 from specdec.analytics.plan.bootstrap import Predictions
 from specdec.analytics.plan.data import PlanInputs
+from specdec.analytics.plan.noise import prediction_interval
 from specdec.errors import SpecdecError
 
 __all__ = ["Choice", "band_ranges", "choose", "decide", "policy_gain", "token_weights"]
@@ -142,6 +148,13 @@ def decide(
                 eligible[1:] = False
             ch = choose(sp[:, li, c], lo[:, li, c], hi[:, li, c], eligible)
             cell_k[li, c] = ch.chosen
+            noise = inputs.noise.get(cat)
+            pis = [
+                prediction_interval(sp[i, li, c], lo[i, li, c], hi[i, li, c], noise, noise.repeats, pred.confidence)
+                if noise is not None
+                else (None, None)
+                for i in range(len(ks))
+            ]
             cells.append(
                 {
                     "category": cat,
@@ -150,6 +163,8 @@ def decide(
                     "speedup": float(sp[ch.chosen, li, c]),
                     "low": float(lo[ch.chosen, li, c]),
                     "high": float(hi[ch.chosen, li, c]),
+                    "prediction_low": pis[ch.chosen][0],
+                    "prediction_high": pis[ch.chosen][1],
                     "best_k": ks[ch.best],
                     "runner_up_k": ks[ch.runner_up] if ch.runner_up is not None else None,
                     "runner_up_speedup": float(sp[ch.runner_up, li, c]) if ch.runner_up is not None else None,
@@ -164,6 +179,8 @@ def decide(
                             "speedup": float(sp[i, li, c]),
                             "low": float(lo[i, li, c]),
                             "high": float(hi[i, li, c]),
+                            "prediction_low": pis[i][0],
+                            "prediction_high": pis[i][1],
                             "tokens_per_s": float(pred.point["tokens_per_s"][i, li, c]),
                             "system_tokens_per_s": float(pred.point["system_tokens_per_s"][i, li, c]),
                             "step_ms": float(pred.point["step_ms"][i, li, c]),

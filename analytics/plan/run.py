@@ -16,6 +16,8 @@ from specdec.analytics.plan import export
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import PlanInputs, read_inputs
 from specdec.analytics.plan.model import __doc__ as MODEL_DOC
+from specdec.analytics.plan.noise import __doc__ as NOISE_DOC
+from specdec.analytics.plan.noise import half_width, prediction_interval
 from specdec.analytics.plan.recommend import band_ranges, decide, token_weights
 from specdec.atomic import atomic_write_text
 from specdec.errors import SpecdecError
@@ -31,7 +33,8 @@ ASSUMPTIONS = [
     "a step's batch holds the run's traffic as it was mixed (the step cost uses the drafts per request of every "
     "category's rounds pooled); a category's own acceptance says what its requests gain per step",
     "a level's decode steps hold the baseline arm's mean decode batch size at that level without speculation, and "
-    "the speculative arm's (measured at the captured k) with speculation, for every k > 0",
+    "the speculative arm's at k with speculation (measured in each swept k's arm; a k not swept: interpolated "
+    "linearly between the swept k around it, the smallest swept k's below it)",
     "TTFT is not predicted: the SLO reads the speculative arm's measured p95 TTFT at the captured k for every k > 0",
     "the traffic-weighted gains weigh categories by output-token share and the load bands equally",
 ]
@@ -78,6 +81,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
     in_sample = _in_sample(pred, inputs)
     cross_k = _compare(
         pred,
+        inputs,
         inputs.other_measured,
         f"out of sample for acceptance: the speedup predicted from the k = {inputs.captured_k} capture at the "
         "other k a run of named arms (--sweep-k) measured, against those arms' measured speedup (the step "
@@ -96,13 +100,16 @@ def plan_from_db(con, config: PlanConfig) -> dict:
                 "level": level,
                 "batch_sizes": list(r),
                 "mean_decode_batch": inputs.batch[level],
-                "mean_decode_batch_speculative": inputs.spec_batch.get(level, inputs.batch[level]),
+                "mean_decode_batch_speculative": {
+                    str(k): {"batch": b, "how": how} for k in ks if k > 0 for b, how in [inputs.spec_batch_at(k, level)]
+                },
             }
             for level, r in zip(inputs.levels, band_ranges(inputs.levels))
         ],
         "mix": {"request_shares": shares, "token_weights": weights, "given": config.mix is not None},
         "slo_ttft_p95_ms": config.slo_ttft_p95_ms,
         "confidence": config.confidence,
+        "measurement_noise": {cat: inputs.noise[cat].as_dict() for cat in inputs.categories if cat in inputs.noise},
         "replicates": config.replicates,
         "seed": config.seed,
         **decided,
@@ -111,6 +118,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         "exports": exports,
         "model": {
             "formulas": MODEL_DOC,
+            "prediction_interval": NOISE_DOC,
             "assumptions": ASSUMPTIONS,
             "verify_fit": inputs.verify_fit.summary(),
             "draft_fit": inputs.draft_fit.summary(),
@@ -140,34 +148,43 @@ def plan_from_db(con, config: PlanConfig) -> dict:
     }
 
 
-def _compare(pred, measured: dict, what: str) -> dict:
+def _compare(pred, inputs: PlanInputs, measured: dict, what: str) -> dict:
     """Predicted speedup against measured speedup per (k, category, level) of ``measured``
     ((k, category, level) -> (speedup, pointwise 95% low, high), the speedup mart's): the relative
-    error predicted / measured - 1 and whether the prediction interval holds the measurement; the
-    median absolute error and the coverage overall and per category."""
-    lo, hi = pred.interval("speedup")
+    error predicted / measured - 1 and whether the prediction interval (``noise.py``, for the run's
+    own repeats) holds the measurement; the median absolute error and the coverage overall and per
+    category. No noise estimate: no prediction interval, coverage None."""
+    e_lo, e_hi = pred.interval("speedup")
     rows = []
     for (k, cat, level), (m, m_lo, m_hi) in sorted(measured.items()):
         if k not in pred.ks or cat not in pred.categories or level not in pred.levels:
             continue
         i, li, c = pred.ks.index(k), pred.levels.index(level), pred.categories.index(cat)
         p = float(pred.point["speedup"][i, li, c])
+        noise = inputs.noise.get(cat)
+        lo, hi = (None, None)
+        if noise is not None:
+            lo, hi = prediction_interval(
+                p, float(e_lo[i, li, c]), float(e_hi[i, li, c]), noise, noise.repeats, pred.confidence
+            )
         rows.append(
             {
                 "category": cat,
                 "level": level,
                 "k": k,
                 "predicted": p,
-                "predicted_low": float(lo[i, li, c]),
-                "predicted_high": float(hi[i, li, c]),
+                "predicted_low": lo,
+                "predicted_high": hi,
+                "expected_low": float(e_lo[i, li, c]),
+                "expected_high": float(e_hi[i, li, c]),
                 "measured": m,
                 "measured_low": m_lo,
                 "measured_high": m_hi,
                 "relative_error": None if m is None else p / m - 1,
-                "covered": None if m is None else bool(lo[i, li, c] <= m <= hi[i, li, c]),
+                "covered": None if m is None or lo is None or hi is None else bool(lo <= m <= hi),
                 "intervals_overlap": None
-                if m_lo is None or m_hi is None
-                else bool(lo[i, li, c] <= m_hi and m_lo <= hi[i, li, c]),
+                if m_lo is None or m_hi is None or lo is None or hi is None
+                else bool(lo <= m_hi and m_lo <= hi),
             }
         )
 
@@ -178,6 +195,7 @@ def _compare(pred, measured: dict, what: str) -> dict:
             "cells_compared": len(errors),
             "median_absolute_relative_error": float(np.median(errors)) if errors else None,
             "coverage": sum(covered) / len(covered) if covered else None,
+            "median_prediction_half_width": half_width(sel),
             "overlap_share": (sum(o) / len(o))
             if (o := [r["intervals_overlap"] for r in sel if r["intervals_overlap"] is not None])
             else None,
@@ -201,7 +219,7 @@ def _in_sample(pred, inputs: PlanInputs) -> dict:
     if inputs.captured_k not in pred.ks:
         what = f"not computed: the captured k ({inputs.captured_k}) is not among the k planned"
     measured = {(inputs.captured_k, cat, level): v for (cat, level), v in inputs.measured_speedup.items()}
-    return _compare(pred, measured, what)
+    return _compare(pred, inputs, measured, what)
 
 
 def make_plan(run_dir: Path, config: PlanConfig) -> dict:

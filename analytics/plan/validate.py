@@ -8,10 +8,13 @@ geometric mean of paired e2e ratios per category and level, pointwise 95% interv
     relative_error = predicted / measured - 1
     covered        = predicted_low <= measured <= predicted_high
 
-``intervals_overlap`` (reported, not a criterion): the prediction interval and the measurement's
-own 95% interval overlap. The prediction interval is for the model's expected speedup given the
-capture; it does not carry the validation run's own noise, so a small error can still fall outside
-it when the capture was large.
+The interval is the **prediction interval** of a measured speedup (``noise.py``): the bootstrap
+interval of the expected speedup widened by the run-to-run noise of a measurement with the
+validation run's own repeats (the noise V estimated from the planned sweep's repeats). Without a
+noise estimate (a one-repeat sweep) there is no prediction interval, ``covered`` is None and the
+plan cannot pass. ``expected_low``/``expected_high`` (the bootstrap interval alone) are reported
+beside it. ``intervals_overlap`` (reported, not a criterion): the prediction interval and the
+measurement's own 95% interval overlap.
 
 A plan is **validated** when at least one cell was compared, the median absolute relative
 error is at most ``MAX_MEDIAN_ERROR`` (10%) and the prediction intervals hold at least
@@ -23,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdec.analytics.plan.data import captured_ks
+from specdec.analytics.plan.noise import MeasurementNoise, half_width, prediction_interval
 
 __all__ = ["MAX_MEDIAN_ERROR", "MIN_COVERAGE", "measured_speedups", "validation", "validation_ks"]
 
@@ -38,18 +42,25 @@ def validation_ks(plan: dict) -> list[int]:
     return sorted(used | ({max(rejected)} if rejected else set()))
 
 
-def measured_speedups(con) -> dict[tuple[int, str, int], tuple[float | None, float | None, float | None]]:
-    """(k, category, level) -> (speedup, pointwise 95% low, high) of every analysis run of a built
-    database, k being the largest k its speculative arm proposed."""
+def measured_speedups(con) -> dict[tuple[int, str, int], tuple]:
+    """(k, category, level) -> (speedup, pointwise 95% low, high, repeats) of every analysis run of a
+    built database, k being the largest k its speculative arm proposed."""
     out = {}
     for run, (_src, k) in captured_ks(con).items():
-        for cat, level, s, lo, hi in con.execute(
-            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
+        for cat, level, s, lo, hi, repeats in con.execute(
+            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, repeats
                from speedup where run_id = ? and category <> '(system)'""",
             [run],
         ).fetchall():
-            out[(k, cat, level)] = (s, lo, hi)
+            out[(k, cat, level)] = (s, lo, hi, repeats)
     return out
+
+
+def _noise(plan: dict, category: str) -> MeasurementNoise:
+    d = (plan.get("measurement_noise") or {}).get(category)
+    if d is None:
+        return MeasurementNoise(None, None, None, 0, "not in the plan")
+    return MeasurementNoise(d["block_variance_log"], d["df"], d["repeats"], d["runs_pooled"], d["how"])
 
 
 def _share(flags: list) -> float | None:
@@ -61,30 +72,35 @@ def validation(plan: dict, measured: dict) -> dict:
     """plan_validation: every planned cell the validation measured, with its error and coverage."""
     predicted = {(b["k"], c["category"], c["level"]): b for c in plan["cells"] for b in c["by_k"]}
     rows = []
-    for key, (m, m_lo, m_hi) in sorted(measured.items()):
+    for key, (m, m_lo, m_hi, repeats) in sorted(measured.items()):
         if key not in predicted or m is None:
             continue
         p = predicted[key]
         k, cat, level = key
+        # the prediction interval for this measurement's own repeats (the plan's is for the planned run's)
+        lo, hi = prediction_interval(p["speedup"], p["low"], p["high"], _noise(plan, cat), repeats, plan["confidence"])
         rows.append(
             {
                 "k": k,
                 "category": cat,
                 "level": level,
                 "predicted": p["speedup"],
-                "predicted_low": p["low"],
-                "predicted_high": p["high"],
+                "predicted_low": lo,
+                "predicted_high": hi,
+                "expected_low": p["low"],
+                "expected_high": p["high"],
                 "measured": m,
                 "measured_low": m_lo,
                 "measured_high": m_hi,
+                "measured_repeats": repeats,
                 "relative_error": p["speedup"] / m - 1,
-                "covered": bool(p["low"] <= m <= p["high"]),
-                "intervals_overlap": None if m_lo is None else bool(p["low"] <= m_hi and m_lo <= p["high"]),
+                "covered": None if lo is None or hi is None else bool(lo <= m <= hi),
+                "intervals_overlap": None if m_lo is None or lo is None else bool(lo <= m_hi and m_lo <= hi),
             }
         )
     errors = [abs(r["relative_error"]) for r in rows]
     median = float(np.median(errors)) if errors else None
-    coverage = sum(r["covered"] for r in rows) / len(rows) if rows else None
+    coverage = _share([r["covered"] for r in rows]) if all(r["covered"] is not None for r in rows) else None
     passed = median is not None and coverage is not None and median <= MAX_MEDIAN_ERROR and coverage >= MIN_COVERAGE
     return {
         "cells": rows,
@@ -92,7 +108,8 @@ def validation(plan: dict, measured: dict) -> dict:
         "median_absolute_relative_error": median,
         "coverage": coverage,
         "overlap_share": _share([r["intervals_overlap"] for r in rows]),
+        "median_prediction_half_width": half_width(rows),
         "criteria": {"max_median_absolute_relative_error": MAX_MEDIAN_ERROR, "min_coverage": MIN_COVERAGE},
         "passed": passed,
-        "wrong_cells": [r for r in rows if not r["covered"]],
+        "wrong_cells": [r for r in rows if r["covered"] is False],
     }

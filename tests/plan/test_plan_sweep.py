@@ -4,9 +4,16 @@ k = 2 is checked against the k2 arm's measured speedup."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
+from specdec.analytics.plan.bootstrap import _cost, predictions
+from specdec.analytics.plan.model import predict
+from specdec.analytics.plan.noise import MeasurementNoise
 from specdec.analytics.plan.run import PlanConfig, make_plan
+from tests.plan.test_noise import _inputs
 from tests.support import plan_run
 from tests.support.plan_run import CATEGORY, D2, SWEEP, expected_speedup, write_plan_run
 
@@ -53,3 +60,32 @@ def test_the_page_shows_both_checks(plan, tmp_path):
     write_plan(plan, tmp_path)
     html = (tmp_path / "plan.html").read_text()
     assert html.index("What to deploy") < html.index("In-sample check") < html.index("Across k")
+
+
+def test_the_speculative_batch_is_each_swept_arms_own(plan):
+    for band in plan["bands"]:
+        how = {k: v["how"] for k, v in band["mean_decode_batch_speculative"].items()}
+        assert how == {"1": "nearest", "2": "measured", "3": "interpolated", "4": "measured"}
+
+
+def test_spec_batch_at_measured_interpolated_nearest_and_baseline():
+    base = _inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
+    inputs = replace(base, spec_batch={2: {8: 6.0}, 8: {8: 5.0, 4: 3.5}})
+    assert inputs.spec_batch_at(2, 8) == (6.0, "measured")
+    assert inputs.spec_batch_at(5, 8) == (pytest.approx(5.5), "interpolated")
+    assert inputs.spec_batch_at(1, 8) == (6.0, "nearest")  # not B_0 = 8: that is no speculative batch
+    assert inputs.spec_batch_at(2, 4) == (3.5, "nearest")
+    assert inputs.spec_batch_at(3, 1) == (1.0, "baseline")  # no speculative step measured at c1
+
+
+def test_each_k_is_predicted_at_its_own_speculative_batch():
+    """... and with the draft cost of its own k, not of its index among the k planned (d2 > 0 here;
+    with --k 0,2,3,4 the index of k = 4 is 3)."""
+    base = _inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
+    inputs = replace(base, spec_batch={2: {4: 3.0}, 4: {4: 2.0}})
+    pred = predictions(inputs, [0, 2, 3, 4], replicates=20)
+    rs = inputs.rounds["code"]
+    cost = _cost(inputs.verify_fit.coef, inputs.draft_fit.coef)
+    for i, (k, b) in enumerate([(2, 3.0), (3, 2.5), (4, 2.0)], start=1):
+        want = predict(rs.tau()[[0, k]], rs.dbar()[[0, k]], cost, 4.0, b, np.array([0, k]))["speedup"][1]
+        assert pred.point["speedup"][i, 1, 0] == pytest.approx(want)
