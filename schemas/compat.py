@@ -114,22 +114,74 @@ class CompatCell(BaseModel):
     )
     speedup: float | None = Field(
         default=None,
-        description="Quantization cells: geometric mean over the cell's request pairs (same prompt and forced "
-        "length, one request per arm) of baseline e2e / speculative e2e, the baseline being the same target "
-        "without speculation; None elsewhere or when an arm gave no timed reply.",
+        description="Geometric mean over the cell's request pairs of baseline e2e / speculative e2e (same body, one "
+        "request per arm, the arms' order alternated pair by pair). Feature probes: the feature request(s) of every "
+        "repeat (--repeats); quantization cells: the same prompt at a forced length, the baseline being the same "
+        "target without speculation. None when an arm gave no timed reply.",
     )
     speedup_ci_low: float | None = Field(
         default=None,
         description="Lower end of the 95% Student t interval of the mean log ratio over the pairs (pairs - 1 "
         "degrees of freedom), mapped back with exp; None with fewer than 2 pairs. The pairs share two server "
-        "processes: it covers request-to-request noise, not server-to-server.",
+        "processes: it covers request-to-request noise, not server-to-server; pointwise (not adjusted across cells).",
     )
     speedup_ci_high: float | None = Field(default=None, description="Upper end of that interval.")
     speedup_pairs: int | None = Field(default=None, description="Request pairs the speedup is computed from.")
+    repeats: int | None = Field(
+        default=None,
+        description="Feature probes: times each of the probe's requests was sent per arm (--repeats); None for "
+        "quantization cells (QUANT_REPEATS, in speedup_pairs).",
+    )
+    plain_speedup: float | None = Field(
+        default=None,
+        description="Feature probes: the same paired speedup on the plain twin (same messages, no feature), one pair "
+        "per repeat; None without a twin.",
+    )
+    plain_speedup_ci_low: float | None = Field(default=None, description="Lower end of its 95% t interval.")
+    plain_speedup_ci_high: float | None = Field(default=None, description="Upper end of its 95% t interval.")
+    speedup_vs_plain: float | None = Field(
+        default=None,
+        description="Feature probes: speedup with the feature / speedup on the plain twin, the geometric mean over "
+        "repeats of (mean log ratio of the repeat's feature pairs - log ratio of its twin pair); below 1: the gain "
+        "falls with the feature. None without a twin or a timed pair.",
+    )
+    speedup_vs_plain_ci_low: float | None = Field(
+        default=None,
+        description="Lower end of its 95% t interval over the repeats (repeats - 1 df); an upper end below 1 / 1.10 "
+        "makes a valid, lossless cell 'degrades'.",
+    )
+    speedup_vs_plain_ci_high: float | None = Field(default=None, description="Upper end of that interval.")
+    turn: int | None = Field(
+        default=None,
+        description="Multi-turn cells: the session's turn (1-based) the cell's requests, counters and pairs are of; "
+        "None elsewhere.",
+    )
+    prefix_caching: str | None = Field(
+        default=None,
+        description="Multi-turn cells: 'on' (one cache_salt per session: later turns may reuse the earlier turns' "
+        "KV) or 'off' (a fresh cache_salt per turn and cache_prompt false: no reuse, on a server whose prefix "
+        "cache stays enabled); None elsewhere.",
+    )
+    baseline_capture_reconciles: bool | None = Field(
+        default=None,
+        description="Baseline arm: its captured rows for the cell's requests agree with the engine's counters around "
+        "them (no draft token proposed; tokens emitted = the generation-token counter's difference); None: not "
+        "captured (no capture plugin on the server, or no rows of the arm in the run), or no counters.",
+    )
+    speculative_capture_reconciles: bool | None = Field(
+        default=None,
+        description="Speculative arm: its captured rows for the cell's requests agree with the speculation counters "
+        "around them (verify rounds, draft tokens proposed and accepted); None: not captured, or no counters.",
+    )
+    capture_detail: str | None = Field(
+        default=None,
+        description="The captured and counted figures per arm behind the two flags; None when not captured.",
+    )
     outcome: Outcome = Field(
         description="works: valid, lossless, speculation ran; degrades: valid and lossless but speculation proposed "
-        "nothing or its acceptance per token fell below half the plain twin's; broken: invalid output or a greedy "
-        "divergence in the speculative arm; refused: the speculative server refused what the baseline accepted; "
+        "nothing, its acceptance per token fell below half the plain twin's, or its speedup fell clearly below "
+        "the plain twin's (speedup_vs_plain's interval wholly below 1 / 1.10); broken: invalid output, a greedy "
+        "divergence, or captured rows that do not reconcile with the counters in one arm only; refused: the speculative server refused what the baseline accepted; "
         "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not met "
         "within max_tokens)."
     )

@@ -1,9 +1,11 @@
 """The report's section "What works with speculation on this stack", from the
 ``compatibility`` mart (one row per cell of a ``specdec compat`` run): the
 counts per outcome first, then the matrix (one row per feature probe, one
-column per engine and speculative method), the quantization cells of llama.cpp
-as their own table (target x draft bit widths: acceptance and paired speedup),
-then every cell's evidence."""
+column per engine and speculative method), the feature probes' paired
+speedups (with the feature and on the plain twin, with intervals and labels),
+the multi-turn session by turn with prefix caching on and off, the
+quantization cells of llama.cpp as their own table (target x draft bit widths:
+acceptance and paired speedup), then every cell's evidence."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ EVIDENCE_COLUMNS = (
     "acceptance_rate",
     "plain_acceptance_rate",
     "acceptance_ratio",
+    "baseline_capture_reconciles",
+    "speculative_capture_reconciles",
     "n",
     "detail",
 )
@@ -43,9 +47,88 @@ DEFINITIONS = (
     "refused: the speculative server refused what the baseline accepted (its error in detail); "
     "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not "
     "met within the probe's max_tokens). "
-    "Acceptance is from the engine's counters around each cell's own requests; one request per arm, "
-    "so no speedup is claimed for the feature probes (the quantization cells measure one)."
+    "Acceptance is from the engine's counters around each cell's own requests. Each feature probe's requests "
+    "are sent --repeats times per arm, the arms alternated request by request: the speedup is the geometric mean "
+    "of the paired e2e ratios with its 95% t interval (one pair of servers: request noise only; pointwise, not "
+    f"adjusted across cells), labelled by the report's rule at margin {DEFAULT_MARGIN}; 'vs plain' is the speedup "
+    "with the feature over the plain twin's, per repeat, and a valid, lossless cell whose 'vs plain' interval lies "
+    "wholly below 1 / 1.10 (a loss of 10% or more) is degrades. Capture: whether the capture's rows of the cell's requests reconcile with the "
+    "counters around them, per arm (empty: not captured); a cell that reconciles in one arm only is broken."
 )
+
+SPEED_COLUMNS = (
+    "engine",
+    "probe",
+    "outcome",
+    "speedup",
+    "95% interval",
+    "label",
+    "plain twin",
+    "vs plain",
+    "vs plain 95% interval",
+    "pairs",
+)
+
+
+def _interval_text(lo: Any, hi: Any) -> str:
+    return "" if lo is None or hi is None else f"{bound_text(lo)}-{bound_text(hi)}"
+
+
+def speed_table(t: Table) -> Table:
+    """The feature probes' paired speedups (not the quantization cells: their own table)."""
+    rows = [d for d in t.dicts() if d["feature"] != QUANT_FEATURE and d.get("speedup") is not None]
+    body = tuple(
+        (
+            d["engine"],
+            d["probe"],
+            d["outcome"],
+            _num(d["speedup"]),
+            _interval_text(d["speedup_ci_low"], d["speedup_ci_high"]),
+            speedup_label(d),
+            _num(d.get("plain_speedup")),
+            _num(d.get("speedup_vs_plain")),
+            _interval_text(d.get("speedup_vs_plain_ci_low"), d.get("speedup_vs_plain_ci_high")),
+            d["speedup_pairs"] or "",
+        )
+        for d in rows
+    )
+    return Table(SPEED_COLUMNS, body)
+
+
+TURN_COLUMNS = (
+    "engine",
+    "prefix caching",
+    "turn",
+    "outcome",
+    "prefix cache hit rate",
+    "acceptance per token",
+    "mean acceptance length",
+    "speedup",
+    "95% interval",
+    "label",
+)
+
+
+def turn_table(t: Table) -> Table:
+    """The multi-turn session by turn, prefix caching on then off."""
+    rows = [d for d in t.dicts() if d.get("turn") is not None]
+    rows.sort(key=lambda d: (d["engine"], d.get("prefix_caching") != "on", d["turn"]))
+    body = tuple(
+        (
+            d["engine"],
+            d.get("prefix_caching") or "",
+            d["turn"],
+            d["outcome"],
+            _num(d.get("prefix_cache_hit_rate")),
+            _num(d["acceptance_rate"]),
+            _num(d["mean_acceptance_length"]),
+            _num(d["speedup"]),
+            _interval_text(d["speedup_ci_low"], d["speedup_ci_high"]),
+            speedup_label(d),
+        )
+        for d in rows
+    )
+    return Table(TURN_COLUMNS, body)
 
 
 def counts(t: Table) -> dict[str, int]:
@@ -73,6 +156,18 @@ def matrix(t: Table) -> Table:
 
 
 QUANT_FEATURE = "quantization"
+
+SPEED_NOTE = (
+    "Feature probes' paired speedups: baseline e2e / speculative e2e per request pair, geometric mean with its "
+    "95% interval and label; 'plain twin' is the same on the same messages without the feature; 'vs plain' is "
+    "the ratio of the two, per repeat, with its interval."
+)
+TURN_NOTE = (
+    "The 3-turn session, one row per turn: prefix caching on (one cache_salt per session, so a turn may reuse "
+    "the earlier turns' KV) and off (a fresh cache_salt per turn and cache_prompt false, on the same servers); "
+    "hit rate = prefix cache hits / queries of the speculative arm around the turn's requests (empty where the "
+    "engine does not export them); acceptance from the counters; speedup paired over the repeats."
+)
 
 QUANT_NOTE = (
     "Quantization cells (llama.cpp): the target at 4 bits (Q4_1 as shipped), 8 (Q8_0) and 16 (F16), each "
@@ -104,7 +199,7 @@ def _num(v: Any, digits: int = 2) -> str:
 
 
 def speedup_label(d: dict[str, Any]) -> str:
-    """The label of a quantization cell's speedup interval (``labels.label_of``); '' without one."""
+    """The label of a cell's speedup interval (``labels.label_of``); '' without one."""
     lo, hi = d.get("speedup_ci_low"), d.get("speedup_ci_high")
     if lo is None or hi is None:
         return ""
@@ -137,11 +232,13 @@ def quant_table(t: Table) -> Table:
 def section_html(t: Table) -> str:
     """The section's body: counts per outcome, the matrix, the definitions, the quantization
     cells (when the run has them), every cell's evidence."""
-    quant = quant_table(t)
+    quant, speed, turns = quant_table(t), speed_table(t), turn_table(t)
     return (
         f"<p><b>Cells per outcome:</b> {esc(counts_line(t))}.</p>"
         + table(*_cols(matrix(t)))
         + f"<p>{esc(DEFINITIONS)}</p>"
+        + (f"<p>{esc(SPEED_NOTE)}</p>" + table(*_cols(speed)) if speed.rows else "")
+        + (f"<p>{esc(TURN_NOTE)}</p>" + table(*_cols(turns)) if turns.rows else "")
         + (f"<p>{esc(QUANT_NOTE)}</p>" + table(*_cols(quant)) if quant.rows else "")
         + table(*_cols(t.pick(*EVIDENCE_COLUMNS)))
     )

@@ -18,7 +18,21 @@ Rules, first match wins (``classify``):
 6. the speculative arm proposed no draft token with the feature while it
    did on the plain twin, or its acceptance per token fell below
    ``DEGRADE_RATIO`` of the twin's: ``degrades`` (by how much, in the detail);
-7. else ``works``.
+7. the paired speedup with the feature over the plain twin's
+   (``timing.relative``) has a 95% interval wholly below
+   1 / (1 + ``DEGRADE_SPEED_MARGIN``): ``degrades`` (by how much: 1 - the
+   ratio). The margin keeps timer noise on fast requests and the many
+   cells of a run (pointwise intervals) from calling a cell degraded for a
+   loss too small to matter;
+8. else ``works``.
+
+After the pair's servers have stopped and their capture is flushed,
+``with_capture`` turns a ``works`` or ``degrades`` cell whose captured rows
+reconcile with the engine's counters in one arm and not in the other into
+``broken`` (the speculative path miscounts, or the capture does; either way
+the cell's evidence disagrees with itself). Where no capture is active the
+flags stay None and the outcome is unchanged: never a pass for rows that
+were not there.
 """
 
 from __future__ import annotations
@@ -26,11 +40,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from specdec.replay.compat import timing
 from specdec.replay.compat.checks import ArmReplies, Verdict
-from specdec.schemas.compat import Outcome
+from specdec.schemas.compat import CompatCell, Outcome
 
 #: Acceptance per token with the feature below this share of the plain twin's: the gain falls (``degrades``).
 DEGRADE_RATIO = 0.5
+#: The speedup with the feature must fall by at least this share (1 / (1 + margin)), at 95%, for ``degrades``.
+DEGRADE_SPEED_MARGIN = 0.10
 #: Characters of an error body quoted in a cell's detail (the full body is in its own column).
 DETAIL_ERROR_CHARS = 300
 
@@ -61,6 +78,9 @@ class Evidence:
     speculative_verdict: Verdict
     feature: Acceptance
     plain: Acceptance
+    speedup: timing.Interval | None = None  # the feature requests' paired speedup
+    plain_speedup: timing.Interval | None = None  # the plain twin's
+    relative: timing.Interval | None = None  # speedup / plain_speedup, per repeat (timing.relative)
 
 
 @dataclass(frozen=True)
@@ -127,7 +147,45 @@ def classify(ev: Evidence) -> Classified:
             identical,
             first,
         )
-    return _by_acceptance(ev, sd, identical, first)
+    return _by_speed(ev, _by_acceptance(ev, sd, identical, first))
+
+
+def _by_speed(ev: Evidence, out: Classified) -> Classified:
+    """Rule 7, and every valid cell's speedup put first in its detail (a terminal line cuts the rest)."""
+    speed = timing.text(ev.speedup) if ev.speedup is not None else ""
+    rel = ev.relative
+    bound = 1.0 / (1.0 + DEGRADE_SPEED_MARGIN)
+    if out.outcome == "works" and rel is not None and rel[0] is not None and rel[2] is not None and rel[2] < bound:
+        plain = timing.text(ev.plain_speedup) if ev.plain_speedup is not None else "?"
+        return Classified(
+            "degrades",
+            f"the speedup falls with the feature by {1 - rel[0]:.0%}: {speed} against {plain} on the plain twin "
+            f"(ratio x{rel[0]:.2f} [{rel[1]:.2f}, {rel[2]:.2f}], wholly below {bound:.2f}); {out.detail}",
+            out.identical,
+            out.first_divergence_char,
+        )
+    if not speed:
+        return out
+    return Classified(out.outcome, f"speedup {speed}; {out.detail}", out.identical, out.first_divergence_char)
+
+
+def with_capture(cell: CompatCell, baseline: bool | None, speculative: bool | None, detail: str | None) -> CompatCell:
+    """The cell with its capture reconciliation (module docstring): ``broken`` when a valid cell's
+    captured rows reconcile in one arm and not in the other; the flags None: not captured."""
+    update: dict[str, object] = {
+        "baseline_capture_reconciles": baseline,
+        "speculative_capture_reconciles": speculative,
+        "capture_detail": detail,
+    }
+    one_arm = {baseline, speculative} == {True, False}
+    if cell.outcome in ("works", "degrades") and one_arm:
+        arm = "speculative" if speculative is False else "baseline"
+        update["outcome"] = "broken"
+        update["detail"] = (
+            f"the captured rows do not reconcile with the engine's counters in the {arm} arm only ({detail}); "
+            f"was {cell.outcome}: {cell.detail}"
+        )
+    return cell.model_copy(update=update)
 
 
 def _by_acceptance(ev: Evidence, valid: str, identical: bool | None, first: int | None) -> Classified:

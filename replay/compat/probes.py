@@ -104,6 +104,9 @@ class Probe:
     #: sampling settings the plain twin shares with the feature request (a sampled probe's twin samples too,
     #: so the acceptance comparison isolates the feature, not greedy against sampled decoding)
     twin_extra: dict[str, Any] = field(default_factory=dict)
+    #: a session's prefix caching: 'on' (one cache_salt per session), 'off' (a fresh one per turn, and
+    #: llama.cpp's cache_prompt false); None for a probe that is no session
+    prefix_caching: str | None = None
 
     def messages(self, turns: int | None = None) -> list[dict[str, str]]:
         """The chat messages of the feature request; a session's first ``turns`` turns."""
@@ -117,12 +120,24 @@ class Probe:
                 out.append({"role": "assistant", "content": assistant})
         return out
 
-    def bodies(self, model: str) -> list[dict[str, Any]]:
-        """The request bodies of the feature, in sending order (one per repeat or turn)."""
+    def bodies(self, model: str, salt: str = "probe") -> list[dict[str, Any]]:
+        """The request bodies of the feature, in sending order (one per repeat or turn). ``salt``: the
+        session's cache_salt (each repeat of a session sends its own, so that it starts cold)."""
         base = {"model": model, "max_tokens": self.max_tokens, "temperature": 0, **self.extra}
         if self.session:
-            return [{**base, "messages": self.messages(t)} for t in range(1, len(self.session) + 1)]
+            return [
+                {**base, "messages": self.messages(t), **self._cache(salt, t)} for t in range(1, len(self.session) + 1)
+            ]
         return [{**base, "messages": self.messages()} for _ in range(self.repeat)]
+
+    def _cache(self, salt: str, turn: int) -> dict[str, Any]:
+        """A session turn's cache fields: vLLM's cache_salt (a prefix is reused only under the same salt) and,
+        off, llama.cpp's cache_prompt (each engine ignores the other's field)."""
+        if self.prefix_caching == "on":
+            return {"cache_salt": salt}
+        if self.prefix_caching == "off":
+            return {"cache_salt": f"{salt}.turn{turn}", "cache_prompt": False}
+        return {}
 
     def twin_body(self, model: str) -> dict[str, Any] | None:
         """The plain twin: the same messages and max_tokens, no feature; greedy unless ``twin_extra`` says."""
@@ -270,14 +285,19 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             checks.at_least_tokens(24),
             max_tokens=32,
         ),
-        Probe(
-            "multi_turn",
-            "session_prefix_cache",
-            "none (greedy identity per turn)",
-            SESSION[0][0],
-            {},
-            checks.no_constraint("a 3-turn session on a shared prefix"),
-            session=SESSION,
+        *(
+            Probe(
+                "multi_turn",
+                f"session_prefix_cache_{mode}",
+                "none (greedy identity per turn)",
+                SESSION[0][0],
+                {},
+                checks.no_constraint(f"a 3-turn session, prefix caching {mode}"),
+                session=SESSION,
+                twin=False,  # by turn: each turn is its own cell, 'on' and 'off' side by side
+                prefix_caching=mode,
+            )
+            for mode in ("on", "off")
         ),
     ]
     if ctx.bias_token_id is not None:

@@ -1,51 +1,40 @@
 """Send the probe set to one pair of servers (baseline, speculative) and turn
-each probe into a ``CompatCell``.
+each probe into ``CompatCell`` rows (``cells``).
 
-Per probe and arm, one request at a time: the plain twin, then the feature
-request(s). On the speculative arm the engine's speculation counters are read
-(until two reads agree, ``runner.settled_counters``) before the twin, between
-twin and feature and after the feature, so each cell's acceptance is the
-counters' difference around its own requests: nothing else may use the
-speculative server while the probes run (a shared server: the counters'
-differences would include its other traffic).
+Each probe is sent ``repeats`` times. Within a repeat, its plain twin and then
+its feature request(s) go to both arms, one request at a time, the arms'
+order alternated from request to request (paired: each body's two sends are
+adjacent, and neither arm always goes first). The engines' counters are read
+(until two reads agree, ``runner.settled_counters``) on each arm before the
+probe and after each of its requests, so every request's counter difference
+is its own: a cell's acceptance, hit rate and generation tokens are sums over
+its own requests. Nothing else may use the servers while the probes run (a
+shared server: the differences would include its other traffic).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from specdec.engines.metrics import read_counters
 from specdec.engines.urls import ClientSettings, Endpoint
-from specdec.replay.compat import checks, classify
+from specdec.replay.compat import cells
+from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
-from specdec.replay.compat.send import Reply, get_json, post_json, send
+from specdec.replay.compat.send import get_json, post_json, send
+from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.schemas.compat import CompatCell
 
 #: A sentence repeated to make the long input; its tokens are counted by the server's /tokenize.
 LONG_SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "
 #: Tokens kept free below max_model_len for the chat template and the reply.
 LONG_MARGIN = 96
-
-
-@dataclass(frozen=True)
-class Pair:
-    """The two servers under test and what the cells say about them."""
-
-    engine: str
-    engine_version: str | None
-    spec_method: str
-    baseline: Endpoint
-    speculative: Endpoint
-    counters: Mapping[str, str] | None = None  # the engine's counter names (None: vLLM's)
-    settle_s: float = 0.2  # seconds between two counter reads that must agree (stats land after the reply)
 
 
 async def served_model(
@@ -103,75 +92,78 @@ async def probe_pair(
     run_id: str,
     echo: Callable[[str], None] = print,
     only: frozenset[str] | None = None,
+    repeats: int = DEFAULT_REPEATS,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
-    """Every probe on ``pair``: (cells, the request bodies sent, one entry per probe). ``only``: probe names to send."""
+    """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
+    each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
+    probe names to send (a session's name sends all its turns)."""
     seq = itertools.count()
-    cells: list[CompatCell] = []
+    found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
     async with aiohttp.ClientSession() as session:
         model, ctx = await probe_context(session, pair.baseline, settings)
         for probe in probe_set(ctx):
             if only is not None and probe.name not in only:
                 continue
+            prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
+            logs = await _send_probe(session, pair, probe, model, settings, prefix, seq, repeats)
+            made = cells.probe_cells(pair, run_id, probe, logs, repeats)
             sent.append(
                 {
                     "probe": probe.name,
                     "feature": probe.feature,
-                    "bodies": probe.bodies(model),
+                    "repeats": repeats,
+                    "bodies": probe.bodies(model, f"{prefix}.r0"),
                     "twin": probe.twin_body(model),
+                    "cells": {c.probe: ev for c, ev in made},
                 }
             )
-            prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
-            base, spec = [
-                await _arm(session, ep, probe, model, settings, f"{prefix}.{arm}", seq, pair.counters, pair.settle_s)
-                for arm, ep in (("baseline", pair.baseline), ("speculative", pair.speculative))
-            ]
-            cell = _cell(pair, run_id, probe, base, spec)
-            cells.append(cell)
-            echo(f"  {pair.engine} {probe.name:<22} {cell.outcome:<11} {cell.detail[:100]}")
-    return cells, sent
+            for cell, _ in made:
+                found.append(cell)
+                echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
+    return found, sent
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)
 
 
-@dataclass
-class _ArmRun:
-    replies: checks.ArmReplies
-    plain: dict[str, Any] | None  # counter differences around the twin
-    feature: dict[str, Any] | None  # counter differences around the feature requests
-    requests: int
-
-
-async def _arm(
+async def _send_probe(
     session: aiohttp.ClientSession,
-    ep: Endpoint,
+    pair: Pair,
     probe: Probe,
     model: str,
     settings: ClientSettings,
     prefix: str,
     seq: itertools.count[int],
-    counters: Mapping[str, str] | None,
-    settle_s: float,
-) -> _ArmRun:
-    speculative = prefix.endswith(".speculative")
+    repeats: int,
+) -> dict[str, cells.ArmLog]:
+    """Both arms' requests of one probe, paired and interleaved (module docstring)."""
+    eps = {"baseline": pair.baseline, "speculative": pair.speculative}
+    logs = {arm: cells.ArmLog() for arm in eps}
 
-    async def read() -> dict[str, Any] | None:
-        if not speculative:
-            return None
-        return await settled(session, ep, settings, counters, settle_s)
+    async def read(arm: str) -> dict[str, Any] | None:
+        return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
 
-    c0 = await read()
+    last = {arm: await read(arm) for arm in eps}
     twin_body = probe.twin_body(model)
-    twin: Reply | None = None
-    if twin_body is not None:
-        twin = await send(session, ep, twin_body, settings, f"{prefix}.{next(seq)}")
-    c1 = await read()
-    feature = [await send(session, ep, body, settings, f"{prefix}.{next(seq)}") for body in probe.bodies(model)]
-    c2 = await read()
-    requests = len(feature) + (twin is not None)
-    return _ArmRun(checks.ArmReplies(feature, twin), _diff(c0, c1) if twin else None, _diff(c1, c2), requests)
+    for r in range(repeats):
+        units = [("twin", twin_body)] if twin_body is not None else []
+        units += [(f"f{i}", body) for i, body in enumerate(probe.bodies(model, f"{prefix}.r{r}"))]
+        for log in logs.values():
+            log.feature.append([])
+        for j, (bucket, body) in enumerate(units):
+            for arm in list(eps) if (r + j) % 2 == 0 else list(eps)[::-1]:
+                rid = f"{prefix}.{arm}.{next(seq)}"
+                reply = await send(session, eps[arm], body, settings, rid)
+                now = await read(arm)
+                logs[arm].add(bucket, rid, _diff(last[arm], now))
+                last[arm] = now
+                if bucket == "twin":
+                    logs[arm].twins.append(reply)
+                else:
+                    logs[arm].feature[-1].append(reply)
+    return logs
 
 
 async def settled(
@@ -206,79 +198,3 @@ def _diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[s
         prev = before.get(key)
         out[key] = None if value is None or prev is None or not isinstance(value, int | float) else value - prev
     return out
-
-
-def _count(diff: dict[str, Any] | None, key: str) -> int | None:
-    value = None if diff is None else diff.get(key)
-    return None if value is None else int(round(value))
-
-
-def _acceptance(diff: dict[str, Any] | None) -> classify.Acceptance:
-    return classify.Acceptance(
-        _count(diff, "spec_num_draft_tokens"), _count(diff, "spec_num_accepted_tokens"), _count(diff, "spec_num_drafts")
-    )
-
-
-def _cell(pair: Pair, run_id: str, probe: Probe, base: _ArmRun, spec: _ArmRun) -> CompatCell:
-    bv, sv = _verdict(probe, base.replies), _verdict(probe, spec.replies)
-    feature, plain = _acceptance(spec.feature), _acceptance(spec.plain)
-    ev = classify.Evidence(probe.identity_expected, base.replies, spec.replies, bv, sv, feature, plain)
-    out = classify.classify(ev)
-    hits, queries = _count(spec.feature, "prefix_cache_hits"), _count(spec.feature, "prefix_cache_queries")
-    return CompatCell(
-        run_id=run_id,
-        engine=pair.engine,
-        engine_version=pair.engine_version,
-        spec_method=pair.spec_method,
-        feature=probe.feature,
-        probe=probe.name,
-        output_constraint=probe.constraint,
-        identity_expected=probe.identity_expected,
-        **_arm_fields("baseline", base.replies, bv),
-        **_arm_fields("speculative", spec.replies, sv),
-        identical=out.identical,
-        first_divergence_char=out.first_divergence_char,
-        **_acceptance_fields("", feature),
-        **_acceptance_fields("plain_", plain),
-        prefix_cache_hit_rate=hits / queries if probe.session and hits is not None and queries else None,
-        outcome=out.outcome,
-        detail=out.detail,
-        requests_sent=base.requests + spec.requests,
-    )
-
-
-def _verdict(probe: Probe, replies: checks.ArmReplies) -> checks.Verdict:
-    """The probe's check of one arm; (None, "refused") when a feature request was refused."""
-    verdict = probe.check(replies)
-    return verdict if classify.refusal(replies) is None else (None, "refused")
-
-
-#: Characters of each arm's output kept in the cell (the digest covers all of it).
-OUTPUT_HEAD_CHARS = 300
-
-
-def _arm_fields(arm: str, replies: checks.ArmReplies, verdict: checks.Verdict) -> dict[str, Any]:
-    """The cell's ``<arm>_*`` columns: what the arm's (first) feature reply was, and its output
-    (digest and head; None when a feature request was refused)."""
-    first, accepted = replies.first, classify.refusal(replies) is None
-    text = classify.output(replies) if accepted else None
-    return {
-        f"{arm}_accepted": accepted,
-        f"{arm}_http_status": first.status,
-        f"{arm}_error": next((r.error for r in replies.feature if r.error is not None), None),
-        f"{arm}_valid": verdict[0],
-        f"{arm}_validity_detail": verdict[1],
-        f"{arm}_output_sha256": None if text is None else hashlib.sha256(text.encode()).hexdigest(),
-        f"{arm}_output_head": None if text is None else text[:OUTPUT_HEAD_CHARS],
-        f"{arm}_completion_tokens": first.completion_tokens,
-        f"{arm}_e2e_ms": first.e2e_ms,
-    }
-
-
-def _acceptance_fields(prefix: str, acceptance: classify.Acceptance) -> dict[str, Any]:
-    """The cell's ``<prefix>draft_tokens``, ``<prefix>accepted_tokens`` and ``<prefix>drafts``."""
-    return {
-        f"{prefix}draft_tokens": acceptance.draft_tokens,
-        f"{prefix}accepted_tokens": acceptance.accepted_tokens,
-        f"{prefix}drafts": acceptance.drafts,
-    }

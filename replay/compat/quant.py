@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +40,7 @@ from typing import Any
 import aiohttp
 
 from specdec.engines.urls import ClientSettings, Endpoint
-from specdec.replay.compat import classify
+from specdec.replay.compat import classify, timing
 from specdec.replay.compat.checks import ArmReplies
 from specdec.replay.compat.probing import settled
 from specdec.replay.compat.send import Reply, send
@@ -141,19 +140,7 @@ async def measure(
 
 def speedup(base: Sequence[Reply], spec: Sequence[Reply]) -> tuple[float | None, float | None, float | None, int]:
     """(geometric mean of baseline / speculative e2e, 95% t interval low, high, pairs) over the pairs both timed."""
-    logs = [
-        math.log(b.e2e_ms / s.e2e_ms) for b, s in zip(base, spec) if b.accepted and s.accepted and b.e2e_ms and s.e2e_ms
-    ]
-    if not logs:
-        return None, None, None, 0
-    n, mean = len(logs), sum(logs) / len(logs)
-    if n < 2:
-        return math.exp(mean), None, None, n
-    from scipy.stats import t  # heavy: scipy, only when a cell's interval is drawn
-
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half), n
+    return timing.speedup(base, spec)
 
 
 def _count(diff: dict[str, Any] | None, key: str) -> int | None:

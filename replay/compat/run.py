@@ -8,8 +8,10 @@ Embedded pairs are started with the servers' own starters
 (``specdec.engines.server``: ``LocalServer`` for vLLM CPU, ``LlamaServer``
 for llama.cpp), the speculative arm with each engine's prompt lookup
 (``specdec.arms.NGRAM``), float32 for vLLM so that speculation changes no
-greedy token. vLLM's capture plugin writes into ``compat-capture/`` (kept as
-evidence, not read by the build: a compat run has no timed requests).
+greedy token. vLLM's capture plugin writes into ``compat-capture/``; once
+the pair has stopped, ``capture_check`` reconciles each cell's captured rows
+with the counters around its requests (llama.cpp and a user's pair: not
+captured). The build does not read those rows as rounds of a replay.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pydantic import Field, model_validator
 from specdec.arms import NGRAM
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.errors import SpecdecError
+from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.runfolder import claim_run_dir, compat_file, open_run_dir, server_log, write_manifest
@@ -34,6 +37,8 @@ from specdec.schemas.compat import OUTCOMES, CompatCell
 from specdec.schemas.records import ArmConfig, RunManifest
 from specdec.schemas.strict import RunName
 
+#: where the embedded vLLM pair's capture plugin writes (``capture_check`` reads it after the pair stops)
+CAPTURE_FOLDER = "compat-capture"
 EngineChoice = Literal["vllm", "llama.cpp", "both"]
 #: how each embedded pair's weights are served, as the manifest's dtype says it
 EMBEDDED_DTYPE = {"vllm": f"vLLM {STABLE_DTYPE}", "llama.cpp": "llama.cpp GGUF as shipped"}
@@ -65,6 +70,13 @@ class CompatConfig(ClientOptions):
         "ngram-mod; specdec.replay.compat.quant_run).",
     )
     startup_timeout_s: float = Field(default=STARTUP_TIMEOUT_S, gt=0, description="Embedded: longest server start.")
+    repeats: int = Field(
+        default=DEFAULT_REPEATS,
+        ge=1,
+        le=20,
+        description="Times each feature probe's requests are sent per arm, paired and interleaved (2 or more: a "
+        "speedup interval per cell).",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> CompatConfig:
@@ -85,6 +97,7 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     preflight runs first, before any folder is created, server started or request sent."""
     # heavy: aiohttp (the probes, the servers' health checks) and pyarrow, only when a run starts
     from specdec.engines.urls import parse_endpoint
+    from specdec.replay.compat.capture_check import read_capture, reconcile
     from specdec.replay.compat.probing import Pair, probe_pair
     from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 
@@ -123,7 +136,10 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
                 manifest.engines.setdefault(engine, {}).update(facts)
                 write_manifest(run_dir, manifest)
             echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
-            found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only))
+            found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only, cfg.repeats))
+        # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)
+        captured = read_capture(run_dir / CAPTURE_FOLDER, run_id) if engine == "vllm" else None
+        found = reconcile(found, sent, captured)
         cells += found
         manifest.traffic.setdefault("probes", {}).setdefault(engine, [])[:0] = sent
         write_manifest(run_dir, manifest)
@@ -196,7 +212,7 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
     servers: list[Any]
     if engine == "vllm":
         spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
-        cap = run_dir / "compat-capture"
+        cap = run_dir / CAPTURE_FOLDER
         servers = [
             LocalServer(spec, c, cap, run_id, log, timeout_s) for c, log in zip((None, dict(NGRAM["vllm"])), logs)
         ]

@@ -11,6 +11,7 @@ from specdec.cli.common import handle_errors
 from specdec.cli.options import client_options
 from specdec.errors import SpecdecError
 from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
+from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.schemas.strict import check_run_name
 
 
@@ -52,6 +53,14 @@ from specdec.schemas.strict import check_run_name
     help="Send only this probe (repeatable; names as in the matrix; 'quantization': every quantization cell).",
 )
 @click.option(
+    "--repeats",
+    type=click.IntRange(1, 20),
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    help="Times each feature probe's requests are sent per arm, paired and interleaved: each cell's speedup "
+    "with a 95% interval needs 2 or more.",
+)
+@click.option(
     "--no-quantization",
     is_flag=True,
     help="Embedded llama.cpp: skip the quantization cells (target Q4_1, Q8_0, F16 x draft Q4_1, Q8_0, ngram-mod).",
@@ -68,14 +77,20 @@ def compat_command(**options) -> None:
     input near the maximum length and a multi-turn session on a shared prefix.
     Per probe (a cell) it records whether each arm accepted it (the error
     verbatim when not), whether each output obeys the constraint, whether the
-    greedy outputs agree, and the speculative arm's acceptance from its
-    counters, with the feature and on a plain twin without it. Outcome:
+    greedy outputs agree, the speculative arm's acceptance from its counters
+    and the paired speedup (each request sent --repeats times per arm, the
+    arms alternated), with the feature and on a plain twin without it, and
+    whether the capture's rows reconcile with the counters in each arm
+    (embedded vLLM; elsewhere: not captured). The multi-turn session runs
+    with prefix caching on and off, one cell per turn. Outcome:
 
     \b
       works        valid in both arms, identical, speculation ran
-      degrades     valid and identical, but no draft with the feature, or
-                   acceptance per token below half the plain twin's
-      broken       invalid output, or the greedy outputs differ
+      degrades     valid and identical, but no draft with the feature,
+                   acceptance per token below half the plain twin's, or the
+                   speedup clearly below the plain twin's (interval < 1/1.1)
+      broken       invalid output, the greedy outputs differ, or the
+                   capture reconciles in one arm only
       refused      the speculative server refused what the baseline accepted
       not offered  the baseline refused it too, or no valid output in either
                    arm (the field ignored, or not met within max_tokens)
@@ -108,6 +123,7 @@ def _compat(
     target_model,
     no_report,
     probes,
+    repeats,
     no_quantization,
     connect_timeout,
     request_timeout,
@@ -128,6 +144,7 @@ def _compat(
         target_model=target_model,
         probes=list(probes) or None,
         quantization=not no_quantization,
+        repeats=repeats,
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         api_key_env=api_key_env,

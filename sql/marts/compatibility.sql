@@ -12,7 +12,9 @@
 --                         refused      the speculative server refused what the baseline accepted
 --                         broken       an arm's output violates the constraint, or greedy outputs differ
 --                         degrades     valid and identical, but no draft token with the feature
---                                      while the plain twin had some, or acceptance_ratio < 0.5
+--                                      while the plain twin had some, acceptance_ratio < 0.5, or
+--                                      speedup_vs_plain_ci_high < 1 / 1.10 (the gain falls by 10% or more)
+--                         broken also: the capture reconciles with the counters in one arm only
 --                         works        otherwise
 --   outcome_rank          1 works, 2 degrades, 3 broken, 4 refused, 5 not offered (the matrix's order)
 --   detail                why, one sentence (a refusal's error escaped on one line)
@@ -31,10 +33,33 @@
 --                         round; macros.sql], with the feature and on the plain twin
 --   draft_tokens          draft tokens proposed around the feature request(s) (counter difference)
 --   e2e_ratio_one_request baseline_e2e_ms / speculative_e2e_ms of the cell's first feature
---                         request: one request per arm, no interval, not a speedup estimate
---                         (the replay's speedup mart is); NULL when either arm refused
---   prefix_cache_hit_rate the multi-turn probe: prefix_cache_hits / prefix_cache_queries of the
---                         speculative arm over the session's turns; NULL elsewhere
+--                         request alone; NULL when either arm refused (the speedup below is the estimate)
+--   speedup, speedup_ci_low, speedup_ci_high, speedup_pairs
+--                         feature probes: geometric mean over the cell's request pairs (each request
+--                         body sent once per arm per repeat, the arms' order alternated) of baseline
+--                         e2e_ms / speculative e2e_ms, with the 95% Student t interval of the mean log
+--                         ratio (pairs - 1 df), mapped back with exp; one pair of server processes:
+--                         request-to-request noise only, pointwise (not adjusted across cells); the
+--                         report labels it by analytics/labels.py's rule (margin 0.05)
+--   repeats               times each of the cell's requests was sent per arm
+--   plain_speedup, plain_speedup_ci_low, plain_speedup_ci_high
+--                         the same on the plain twin (one pair per repeat)
+--   speedup_vs_plain, speedup_vs_plain_ci_low, speedup_vs_plain_ci_high
+--                         speedup with the feature / on the plain twin: exp of the mean over repeats
+--                         of (mean log ratio of the repeat's feature pairs - its twin pair's), 95% t
+--                         interval over the repeats; NULL without a twin
+--   turn, prefix_caching  multi-turn cells: one row per turn of the 3-turn session, with prefix
+--                         caching 'on' (one cache_salt per session) or 'off' (a cache_salt per turn,
+--                         cache_prompt false); NULL elsewhere
+--   prefix_cache_hit_rate multi-turn cells: prefix_cache_hits / prefix_cache_queries of the
+--                         speculative arm around the turn's requests (all repeats); NULL elsewhere
+--                         or when the engine does not export them
+--   baseline_capture_reconciles, speculative_capture_reconciles
+--                         the capture's rows of the cell's own requests against the counters around
+--                         them (speculative: verify rounds, drafted, accepted; baseline: nothing
+--                         drafted, tokens emitted = generation tokens); NULL = not captured (no
+--                         capture plugin: llama.cpp, a user's pair) or no counter to compare
+--   capture_detail        the figures compared, per arm; NULL when not captured
 --   n                     requests sent for the cell, both arms, plain twins included
 --   Quantization cells (feature 'quantization', llama.cpp; NULL on every other row):
 --   target_quant, target_bits   the target GGUF's type and bits as stored (Q4_1 4 as shipped,
@@ -83,6 +108,11 @@ final as (
         draft_tokens,
         baseline_e2e_ms / nullif(speculative_e2e_ms, 0) as e2e_ratio_one_request,
         prefix_cache_hit_rate,
+        turn,
+        prefix_caching,
+        baseline_capture_reconciles,
+        speculative_capture_reconciles,
+        capture_detail,
         target_quant,
         target_bits,
         draft_quant,
@@ -91,7 +121,14 @@ final as (
         speedup_ci_low,
         speedup_ci_high,
         speedup_pairs,
+        repeats,
+        plain_speedup,
+        plain_speedup_ci_low,
+        plain_speedup_ci_high,
+        speedup_vs_plain,
+        speedup_vs_plain_ci_low,
+        speedup_vs_plain_ci_high,
         requests_sent as n
     from cells
 )
-select * from final order by run_id, engine, spec_method, outcome_rank, feature, target_bits, draft_bits, probe
+select * from final order by run_id, engine, spec_method, outcome_rank, feature, target_bits, draft_bits, prefix_caching, turn, probe

@@ -8,8 +8,13 @@
 --   draft_tokens, accepted_tokens, drafts, plain_*
 --                  speculation counter differences around the cell's own requests in the
 --                  speculative arm; NULL = the server exports no such counter
---   target_quant, target_bits, draft_quant, draft_bits, speedup, speedup_ci_*, speedup_pairs
+--   target_quant, target_bits, draft_quant, draft_bits
 --                  quantization cells only (feature 'quantization', llama.cpp); NULL elsewhere
+--   speedup, speedup_ci_*, speedup_pairs, repeats, plain_speedup*, speedup_vs_plain*
+--                  paired speedups (specdec.replay.compat.timing); NULL where not timed
+--   turn, prefix_caching   multi-turn cells only (one per turn, caching 'on' or 'off')
+--   *_capture_reconciles, capture_detail
+--                  the capture's rows against the counters per arm; NULL = not captured
 with source as (
     select * from raw_compat
 ),
@@ -58,6 +63,18 @@ final as (
         speedup_ci_low,
         speedup_ci_high,
         speedup_pairs,
+        repeats,
+        plain_speedup,
+        plain_speedup_ci_low,
+        plain_speedup_ci_high,
+        speedup_vs_plain,
+        speedup_vs_plain_ci_low,
+        speedup_vs_plain_ci_high,
+        turn,
+        prefix_caching,
+        baseline_capture_reconciles,
+        speculative_capture_reconciles,
+        capture_detail,
         outcome,
         detail,
         requests_sent

@@ -35,6 +35,8 @@ def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
                 "json_schema",
                 "--probe",
                 "stream",
+                "--repeats",
+                "2",
             ],
         )
     assert result.exit_code == 0, result.output
@@ -53,11 +55,17 @@ def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
     # the marts and the report: the compatibility mart holds the cells, the section opens with the counts
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     mart = con.sql("select probe, outcome, acceptance_rate, plain_acceptance_rate, n from compatibility").fetchall()
-    assert sorted(mart) == [("json_schema", "broken", 0.75, 0.75, 4), ("stream", "works", 0.75, 0.75, 4)]
+    assert sorted(mart) == [("json_schema", "broken", 0.75, 0.75, 8), ("stream", "works", 0.75, 0.75, 8)]
+    speed = con.sql(
+        "select repeats, speedup_pairs, speedup_ci_low is not null, plain_speedup is not null, "
+        "speculative_capture_reconciles, capture_detail from compatibility where probe = 'stream'"
+    ).fetchall()
+    assert speed == [(2, 2, True, True, None, "not captured")]  # a user's pair: no capture to reconcile
     assert (run_dir / "charts" / "compat_matrix.png").is_file()  # the matrix chart
     html = (run_dir / "report.html").read_text()
     section = html[html.index("What works with speculation on this stack") :]
     assert section.index("works 1, degrades 0, broken 1, refused 0, not offered 0") < section.index("json_schema")
+    assert "Feature probes&#x27; paired speedups" in section or "Feature probes' paired speedups" in section
 
 
 def test_a_planted_tokenizer_mismatch_stops_the_run_before_any_request(tmp_path, model_dir):

@@ -1,13 +1,18 @@
 """The probe set against fake servers (tests/support/compat_server.py): an honest
-pair works everywhere; a speculative arm that breaks the schema, refuses tools or
-stops drafting is caught, cell by cell."""
+pair works everywhere; a speculative arm that breaks the schema, refuses tools,
+stops drafting, slows down with a feature or whose capture does not add up is
+caught, cell by cell; the session runs with prefix caching on and off, by turn."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.replay.compat.capture_check import read_capture, reconcile
 from specdec.replay.compat.probes import ProbeContext, probe_set
 from specdec.replay.compat.probing import Pair, probe_pair
 from tests.support.compat_server import TOOLS_ERROR, CompatFake, fake_pair
@@ -15,20 +20,26 @@ from tests.support.compat_server import TOOLS_ERROR, CompatFake, fake_pair
 SETTINGS = ClientSettings(connect_timeout_s=5, request_timeout_s=10)
 
 
-def run_pair(baseline: CompatFake, speculative: CompatFake, only=None):
+def run_pair(baseline: CompatFake, speculative: CompatFake, only=None, repeats=1, raw=False):
     async def go():
         async with fake_pair(baseline, speculative) as (b, s):
             pair = Pair("fake", "0", "ngram", parse_endpoint(b), parse_endpoint(s), settle_s=0.0)
-            return await probe_pair(pair, SETTINGS, "t1", echo=lambda _: None, only=only)
+            return await probe_pair(pair, SETTINGS, "t1", echo=lambda _: None, only=only, repeats=repeats)
 
     cells, sent = asyncio.run(go())
-    return {c.probe: c for c in cells}, sent
+    return (cells if raw else {c.probe: c for c in cells}), sent
+
+
+def session_names(prefix="session_prefix_cache"):
+    return {f"{prefix}_{mode}.turn{t}" for mode in ("on", "off") for t in (1, 2, 3)}
 
 
 def test_an_honest_pair_works_in_every_cell():
     cells, sent = run_pair(CompatFake(False), CompatFake(True))
     names = [p.name for p in probe_set(ProbeContext(512, "x", 42))]
-    assert sorted(cells) == sorted(names)  # the fake offers /tokenize and max_model_len: every probe was built
+    sessions = {"session_prefix_cache_on", "session_prefix_cache_off"}
+    # the fake offers /tokenize and max_model_len: every probe was built; a session: one cell per turn
+    assert set(cells) == (set(names) - sessions) | session_names()
     assert {c.outcome for c in cells.values()} == {"works"}, {c.probe: c.detail for c in cells.values()}
     js = cells["json_schema"]
     assert js.baseline_valid is True and js.speculative_valid is True and js.identical is True
@@ -36,7 +47,8 @@ def test_an_honest_pair_works_in_every_cell():
     assert (js.draft_tokens, js.accepted_tokens, js.drafts) == (8, 6, 2)
     assert (js.plain_draft_tokens, js.plain_accepted_tokens) == (8, 6)
     assert cells["seed"].draft_tokens == 16 and cells["seed"].identical is None  # sent twice; sampled
-    assert cells["session_prefix_cache"].draft_tokens == 24  # three turns
+    assert cells["session_prefix_cache_on.turn2"].draft_tokens == 8  # one turn, one repeat
+    assert cells["json_schema"].speedup_pairs == 1 and cells["json_schema"].speedup_ci_low is None  # 1 repeat
     assert cells["min_tokens"].speculative_valid is True
     assert cells["stop"].speculative_valid is True  # the twin wrote ' for ' (exercised), the probe did not
     assert {e["probe"] for e in sent} == set(names)
@@ -78,3 +90,88 @@ def test_no_drafts_with_the_feature_degrades():
     assert lp.outcome == "degrades", lp.detail
     assert lp.draft_tokens == 0 and lp.plain_draft_tokens == 8
     assert cells["stream"].outcome == "works"
+
+
+def test_repeats_pair_the_arms_and_give_each_cell_an_interval():
+    base, spec = CompatFake(False, base_s=0.03), CompatFake(True, base_s=0.03)
+    cells, sent = run_pair(base, spec, only={"json_schema", "seed"}, repeats=2)
+    js = cells["json_schema"]
+    assert js.outcome == "works" and js.repeats == 2 and js.speedup_pairs == 2
+    assert js.speedup_ci_low is not None and js.speedup_ci_low <= js.speedup <= js.speedup_ci_high
+    assert js.plain_speedup is not None and js.speedup_vs_plain_ci_high is not None
+    assert (js.draft_tokens, js.plain_draft_tokens) == (16, 16)  # two feature requests, two twins
+    assert js.requests_sent == 8 and "speedup x" in js.detail
+    assert cells["seed"].speedup_pairs == 4  # two bodies a repeat
+    # interleaved: the arms' order alternates request by request (repeat 1: twin b->s, feature s->b;
+    # repeat 2: twin s->b, feature b->s): each arm goes first as often as the other
+    ids = [e["request_ids"] for e in sent[0]["cells"]["json_schema"].values()]
+    seqs = sorted((int(i.rsplit(".", 1)[1]), arm) for arm, rs in zip(("baseline", "speculative"), ids) for i in rs)
+    b, s = "baseline", "speculative"
+    assert [arm for _, arm in seqs] == [b, s, s, b, s, b, b, s]
+
+
+def test_a_feature_that_slows_the_speculative_arm_degrades_by_how_much():
+    slow = CompatFake(True, slow_with="logprobs", base_s=0.03)
+    cells, _ = run_pair(CompatFake(False, base_s=0.03), slow, only={"top_logprobs"}, repeats=3)
+    lp = cells["top_logprobs"]
+    assert lp.outcome == "degrades", lp.detail
+    assert lp.draft_tokens == lp.plain_draft_tokens == 24  # acceptance holds: only the speed falls
+    assert lp.speedup_vs_plain_ci_high < 1 and lp.speedup < lp.plain_speedup
+    assert lp.detail.startswith("the speedup falls with the feature by ")
+
+
+def test_the_session_runs_with_prefix_caching_on_and_off_by_turn():
+    cells, _ = run_pair(
+        CompatFake(False), CompatFake(True), only={"session_prefix_cache_on", "session_prefix_cache_off"}, repeats=2
+    )
+    assert set(cells) == session_names()
+    on = [cells[f"session_prefix_cache_on.turn{t}"] for t in (1, 2, 3)]
+    off = [cells[f"session_prefix_cache_off.turn{t}"] for t in (1, 2, 3)]
+    # on: one salt per session (each repeat its own): later turns hit; off: a salt per turn, no hit
+    assert [c.prefix_cache_hit_rate for c in on] == [0.0, 1.0, 1.0]
+    assert [c.prefix_cache_hit_rate for c in off] == [0.0, 0.0, 0.0]
+    assert all(c.turn == t and c.prefix_caching == "on" for t, c in zip((1, 2, 3), on))
+    assert all(c.speedup_pairs == 2 and c.draft_tokens == 16 and c.outcome == "works" for c in on + off)
+    assert all(c.plain_speedup is None and c.plain_draft_tokens is None for c in on)  # no twin
+
+
+def capture_rows(fake: CompatFake, lie_for: str | None = None) -> pa.Table:
+    """The rows a capture plugin would have written for the fake's requests: a prefill row, then per
+    verify round one row of 4 drafted and 3 accepted; without drafts, one row per token. ``lie_for``:
+    requests whose id holds it report one accepted token too few."""
+    ids, k, a, e = [], [], [], []
+    for r in fake.requests:
+        eid = f"chatcmpl-{r['request_id']}-1a2b3c4d"
+        rows = [(4, 3, 4)] * r["drafts"] if r["drafts"] else []
+        rest = r["tokens"] - sum(x[2] for x in rows)
+        rows += [(0, 0, 1)] * max(rest, 0)
+        if lie_for and lie_for in r["request_id"] and rows:
+            rows[0] = (rows[0][0], rows[0][1] - 1, rows[0][2])
+        for kk, aa, ee in rows:
+            ids.append(eid), k.append(kk), a.append(aa), e.append(ee)
+    return pa.table({"engine_request_id": ids, "tokens_proposed": k, "tokens_accepted": a, "tokens_emitted": e})
+
+
+def test_capture_that_reconciles_in_one_arm_only_is_broken(tmp_path):
+    base, spec = CompatFake(False), CompatFake(True)
+    cells, sent = run_pair(base, spec, only={"json_schema", "stream"}, repeats=2, raw=True)
+    pq.write_table(capture_rows(base), tmp_path / "rounds-b-0.parquet")
+    pq.write_table(capture_rows(spec, lie_for=".json_schema.speculative."), tmp_path / "rounds-s-0.parquet")
+    captured = read_capture(tmp_path, "t1", wait_s=0.0)
+    out = {c.probe: c for c in reconcile(cells, sent, captured)}
+    st, js = out["stream"], out["json_schema"]
+    assert (st.baseline_capture_reconciles, st.speculative_capture_reconciles) == (True, True)
+    assert st.outcome == "works"
+    assert "captured rounds/proposed/accepted 8/32/24 vs counters 8/32/24"  # twins included in st.capture_detail
+    assert (js.baseline_capture_reconciles, js.speculative_capture_reconciles) == (True, False)
+    assert js.outcome == "broken" and "in the speculative arm only" in js.detail
+
+
+def test_no_capture_is_not_captured_never_a_pass(tmp_path):
+    base, spec = CompatFake(False), CompatFake(True)
+    cells, sent = run_pair(base, spec, only={"json_schema"}, raw=True)
+    for captured in (None, read_capture(tmp_path, "t1", wait_s=0.0)):  # no plugin; an empty capture folder
+        (c,) = reconcile(cells, sent, captured)
+        assert c.baseline_capture_reconciles is None and c.speculative_capture_reconciles is None
+        assert c.outcome == "works"
+    assert "not captured" in c.capture_detail

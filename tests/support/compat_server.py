@@ -10,6 +10,15 @@ Faults on purpose, in the speculative arm only: ``invalid_json`` answers a
 refuses any request with ``tools`` (HTTP 400, ``TOOLS_ERROR``);
 ``no_drafts_with`` proposes no draft for requests holding that body key.
 In either arm: ``refuse_key`` refuses (HTTP 400) any request holding that body key.
+``slow_with`` (speculative arm): requests holding that body key take ``slow_s``
+longer (the gain falls with the feature while acceptance holds); ``base_s``:
+every request takes that long at least (both arms).
+
+Every request is logged (``requests``: its X-Request-Id, completion tokens and
+the speculation counts it added) so a test can write the capture rows an
+engine with the plugin would have written. Both arms export the
+generation-token counter; a request with a ``cache_salt`` seen before counts
+its 10 prompt tokens as prefix cache hits (vLLM's prefix cache counters).
 """
 
 from __future__ import annotations
@@ -38,12 +47,18 @@ class CompatFake:
         no_drafts_with: str | None = None,
         refuse_key: str | None = None,
         max_model_len: int = 512,
+        slow_with: str | None = None,
+        slow_s: float = 0.15,
+        base_s: float = 0.0,
     ):
         self.speculative, self.invalid_json, self.refuse_tools = speculative, invalid_json, refuse_tools
         self.no_drafts_with, self.max_model_len = no_drafts_with, max_model_len
         self.refuse_key = refuse_key
-        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+        self.slow_with, self.slow_s, self.base_s = slow_with, slow_s, base_s
+        self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation": 0, "queries": 0, "hits": 0}
         self.bodies: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # request_id, tokens, drafts, draft_tokens, accepted
+        self.salts: set[str] = set()
 
     def _text(self, body: dict[str, Any]) -> tuple[str, list[dict[str, str]], int]:
         """(content, tool calls, completion tokens) for one choice."""
@@ -79,12 +94,31 @@ class CompatFake:
             return web.json_response({"error": f"{self.refuse_key!r} is not supported"}, status=400)
         if self.speculative and self.refuse_tools and body.get("tools"):
             return web.json_response({"error": {"message": TOOLS_ERROR, "code": 400}}, status=400)
-        if self.speculative and not (self.no_drafts_with and self.no_drafts_with in body):
+        drafts = self.speculative and not (self.no_drafts_with and self.no_drafts_with in body)
+        if drafts:
             self.counters["drafts"] += 2
             self.counters["draft_tokens"] += 8
             self.counters["accepted"] += 6
+        await asyncio.sleep(self.base_s)  # a floor under every request: ratios near 1 instead of timer noise
+        if self.speculative and self.slow_with and self.slow_with in body:
+            await asyncio.sleep(self.slow_s)
+        salt = body.get("cache_salt")
+        if salt is not None:
+            self.counters["queries"] += 10
+            self.counters["hits"] += 10 if salt in self.salts else 0
+            self.salts.add(salt)
         text, calls, tokens = self._text(body)
         n = int(body.get("n") or 1)
+        self.counters["generation"] += tokens * n
+        self.requests.append(
+            {
+                "request_id": request.headers.get("X-Request-Id"),
+                "tokens": tokens * n,
+                "drafts": 2 if drafts else 0,
+                "draft_tokens": 8 if drafts else 0,
+                "accepted": 6 if drafts else 0,
+            }
+        )
         top = int(body.get("top_logprobs") or 0)
         logprobs = (
             {
@@ -121,11 +155,17 @@ class CompatFake:
         return resp
 
     async def metrics(self, request: web.Request) -> web.Response:
-        if not self.speculative:
-            return web.Response(text="vllm:generation_tokens_total 1.0\n")
         c = self.counters
+        text = (
+            f"vllm:generation_tokens_total {c['generation']}.0\n"
+            f"vllm:prefix_cache_queries_total {c['queries']}.0\n"
+            f"vllm:prefix_cache_hits_total {c['hits']}.0\n"
+        )
+        if not self.speculative:
+            return web.Response(text=text)
         return web.Response(
-            text=(
+            text=text
+            + (
                 f"vllm:spec_decode_num_drafts_total {c['drafts']}.0\n"
                 f"vllm:spec_decode_num_draft_tokens_total {c['draft_tokens']}.0\n"
                 f"vllm:spec_decode_num_accepted_tokens_total {c['accepted']}.0\n"

@@ -1,0 +1,206 @@
+"""A probe's ``CompatCell`` rows from what both arms answered (``probing``
+sends): one cell per probe, or one per turn for a multi-turn session.
+
+A cell's evidence pools its requests over the repeats: the output check runs
+on each repeat (a cell is valid only if every repeat is), greedy identity
+compares every repeat's outputs, the acceptance and the prefix cache hit rate
+sum the counters' differences around the cell's own requests, and the
+speedups pair each body's two sends (``timing``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.engines.urls import Endpoint
+from specdec.replay.compat import checks, classify, timing
+from specdec.replay.compat.probes import Probe
+from specdec.replay.compat.send import Reply
+from specdec.schemas.compat import CompatCell
+
+#: Characters of each arm's output kept in the cell (the digest covers all of it).
+OUTPUT_HEAD_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The two servers under test and what the cells say about them."""
+
+    engine: str
+    engine_version: str | None
+    spec_method: str
+    baseline: Endpoint
+    speculative: Endpoint
+    counters: Mapping[str, str] | None = None  # the engine's counter names (None: vLLM's)
+    settle_s: float = 0.2  # seconds between two counter reads that must agree (stats land after the reply)
+
+
+@dataclass
+class ArmLog:
+    """One arm's requests of one probe: per repeat its twin's reply and its feature replies (one per
+    body), and per bucket ('twin', 'f0', 'f1', ...: the body) the request ids and summed counter
+    differences (None once any difference of the bucket could not be read)."""
+
+    twins: list[Reply] = field(default_factory=list)
+    feature: list[list[Reply]] = field(default_factory=list)
+    ids: dict[str, list[str]] = field(default_factory=dict)
+    counters: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+
+    def add(self, bucket: str, request_id: str, diff: dict[str, Any] | None) -> None:
+        self.ids.setdefault(bucket, []).append(request_id)
+        if bucket in self.counters and self.counters[bucket] is None:
+            return
+        self.counters[bucket] = _sum(self.counters.get(bucket, {}), diff)
+
+    def total(self, buckets: Sequence[str]) -> dict[str, Any] | None:
+        out: dict[str, Any] | None = {}
+        for b in buckets:
+            if b in self.counters:
+                out = _sum(out, self.counters[b]) if out is not None else None
+        return out
+
+
+def _sum(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return None
+    keys = set(a) | set(b)
+    return {k: None if a.get(k, 0) is None or b.get(k, 0) is None else a.get(k, 0) + b.get(k, 0) for k in keys}
+
+
+def probe_cells(
+    pair: Pair, run_id: str, probe: Probe, logs: Mapping[str, ArmLog], repeats: int
+) -> list[tuple[CompatCell, dict[str, Any]]]:
+    """(cell, its evidence for the manifest and ``capture_check``) per cell of ``probe``."""
+    n = len(logs["baseline"].feature[0]) if logs["baseline"].feature else 0
+    if probe.session:
+        return [_cell(pair, run_id, probe, logs, repeats, [i], turn=i + 1) for i in range(n)]
+    return [_cell(pair, run_id, probe, logs, repeats, list(range(n)), turn=None)]
+
+
+def _count(diff: dict[str, Any] | None, key: str) -> int | None:
+    value = None if diff is None else diff.get(key)
+    return None if value is None else int(round(value))
+
+
+def _acceptance(diff: dict[str, Any] | None) -> classify.Acceptance:
+    return classify.Acceptance(
+        _count(diff, "spec_num_draft_tokens"), _count(diff, "spec_num_accepted_tokens"), _count(diff, "spec_num_drafts")
+    )
+
+
+def _cell(
+    pair: Pair,
+    run_id: str,
+    probe: Probe,
+    logs: Mapping[str, ArmLog],
+    repeats: int,
+    index: list[int],
+    turn: int | None,
+) -> tuple[CompatCell, dict[str, Any]]:
+    b, s = logs["baseline"], logs["speculative"]
+    per_b = [[rep[i] for i in index] for rep in b.feature]
+    per_s = [[rep[i] for i in index] for rep in s.feature]
+    rb, rs = _replies(per_b, b.twins), _replies(per_s, s.twins)
+    bv, sv = _verdict(probe, per_b, b.twins), _verdict(probe, per_s, s.twins)
+    buckets = [f"f{i}" for i in index]
+    with_twin = buckets + (["twin"] if b.twins else [])
+    feature, plain = _acceptance(s.total(buckets)), _acceptance(s.counters.get("twin") if s.twins else None)
+    flat_b, flat_s = [r for rep in per_b for r in rep], [r for rep in per_s for r in rep]
+    sp = timing.speedup(flat_b, flat_s)
+    plain_sp = timing.speedup(b.twins, s.twins) if b.twins else None
+    rel = (
+        timing.relative([list(zip(x, y)) for x, y in zip(per_b, per_s)], list(zip(b.twins, s.twins)))
+        if b.twins
+        else None
+    )
+    ev = classify.Evidence(probe.identity_expected, rb, rs, bv, sv, feature, plain, sp, plain_sp, rel)
+    out = classify.classify(ev)
+    hits, queries = _count(s.total(buckets), "prefix_cache_hits"), _count(s.total(buckets), "prefix_cache_queries")
+    name = probe.name if turn is None else f"{probe.name}.turn{turn}"
+    cell = CompatCell(
+        run_id=run_id,
+        engine=pair.engine,
+        engine_version=pair.engine_version,
+        spec_method=pair.spec_method,
+        feature=probe.feature,
+        probe=name,
+        output_constraint=probe.constraint,
+        identity_expected=probe.identity_expected,
+        **_arm_fields("baseline", rb, bv),
+        **_arm_fields("speculative", rs, sv),
+        identical=out.identical,
+        first_divergence_char=out.first_divergence_char,
+        **_acceptance_fields("", feature),
+        **_acceptance_fields("plain_", plain),
+        prefix_cache_hit_rate=hits / queries if probe.session and hits is not None and queries else None,
+        **_interval("speedup", sp),
+        speedup_pairs=sp[3] or None,
+        repeats=repeats,
+        **(_interval("plain_speedup", plain_sp) if plain_sp else {}),
+        **(_interval("speedup_vs_plain", rel) if rel else {}),
+        turn=turn,
+        prefix_caching=probe.prefix_caching,
+        outcome=out.outcome,
+        detail=out.detail,
+        requests_sent=sum(len(log.ids.get(k, [])) for log in (b, s) for k in with_twin),
+    )
+    evidence = {
+        arm: {"request_ids": [i for k in with_twin for i in log.ids.get(k, [])], "counters": log.total(with_twin)}
+        for arm, log in logs.items()
+    }
+    return cell, evidence
+
+
+def _interval(name: str, iv: timing.Interval) -> dict[str, Any]:
+    return {name: iv[0], f"{name}_ci_low": iv[1], f"{name}_ci_high": iv[2]}
+
+
+def _replies(per_repeat: list[list[Reply]], twins: list[Reply]) -> checks.ArmReplies:
+    """Every repeat's replies in sending order, with the first twin."""
+    return checks.ArmReplies([r for rep in per_repeat for r in rep], twins[0] if twins else None)
+
+
+def _verdict(probe: Probe, per_repeat: list[list[Reply]], twins: list[Reply]) -> checks.Verdict:
+    """The probe's check on each repeat: (None, "refused") when a request was refused; else the first
+    invalid repeat's verdict, or the first repeat's (all valid or not assessed)."""
+    verdicts = []
+    for r, replies in enumerate(per_repeat):
+        arm = checks.ArmReplies(replies, twins[r] if r < len(twins) else None)
+        if classify.refusal(arm) is not None:
+            return None, "refused"
+        verdicts.append(probe.check(arm))
+    bad = [(i, v) for i, v in enumerate(verdicts) if v[0] is False]
+    if bad:
+        i, (_, why) = bad[0]
+        return False, why if len(per_repeat) == 1 else f"{why} (repeat {i + 1} of {len(per_repeat)})"
+    return verdicts[0]
+
+
+def _arm_fields(arm: str, replies: checks.ArmReplies, verdict: checks.Verdict) -> dict[str, Any]:
+    """The cell's ``<arm>_*`` columns: what the arm's (first) feature reply was, and its output
+    (digest and head; None when a feature request was refused)."""
+    first, accepted = replies.first, classify.refusal(replies) is None
+    text = classify.output(replies) if accepted else None
+    return {
+        f"{arm}_accepted": accepted,
+        f"{arm}_http_status": first.status,
+        f"{arm}_error": next((r.error for r in replies.feature if r.error is not None), None),
+        f"{arm}_valid": verdict[0],
+        f"{arm}_validity_detail": verdict[1],
+        f"{arm}_output_sha256": None if text is None else hashlib.sha256(text.encode()).hexdigest(),
+        f"{arm}_output_head": None if text is None else text[:OUTPUT_HEAD_CHARS],
+        f"{arm}_completion_tokens": first.completion_tokens,
+        f"{arm}_e2e_ms": first.e2e_ms,
+    }
+
+
+def _acceptance_fields(prefix: str, acceptance: classify.Acceptance) -> dict[str, Any]:
+    """The cell's ``<prefix>draft_tokens``, ``<prefix>accepted_tokens`` and ``<prefix>drafts``."""
+    return {
+        f"{prefix}draft_tokens": acceptance.draft_tokens,
+        f"{prefix}accepted_tokens": acceptance.accepted_tokens,
+        f"{prefix}drafts": acceptance.drafts,
+    }
