@@ -10,6 +10,15 @@ levels 1, 4, 8. What it does not time: building the database and reading the rou
 (``data.read_inputs``), and the page.
 
     .venv/bin/python benchmarks/plan_scale.py --requests 800000 --replicates 100,400
+
+With ``--run RUN --db DB`` it times the command itself instead: ``specdec plan RUN --db DB -o OUT``
+(the plan from a database built already: reading the rounds and steps, the bootstrap, the
+decisions, the page), ``--times`` times in a row, each a child process whose wall, CPU (user +
+system) and peak RSS are printed with the load average; DB is built first from RUN
+(``analytics.build.build(RUN, db_path=DB)``, timed the same way) when it does not exist, so RUN
+may be read-only (the analytics_scale_data large-run shape at 50M rounds)::
+
+    .venv/bin/python benchmarks/plan_scale.py --run /tmp/sg50/large-run/bench-00 --db /tmp/lr.duckdb --times 3
 """
 
 from __future__ import annotations
@@ -18,7 +27,11 @@ import argparse
 import json
 import os
 import resource
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -72,11 +85,51 @@ def inputs(requests: int, rng: np.random.Generator) -> tuple[PlanInputs, float]:
     )
 
 
+def _child(cmd: list[str]) -> dict:
+    """Run ``cmd``; its wall, CPU and peak RSS (this process's other children finished before it)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        # the largest child so far (RUSAGE_CHILDREN keeps the maximum over every child waited for)
+        "peak_rss_mib_any_child_so_far": round(after.ru_maxrss / 1024),
+        "load_avg": [round(x, 1) for x in os.getloadavg()],
+    }
+
+
+def command(run: Path, db: Path, times: int) -> None:
+    if not db.exists():
+        build = [
+            sys.executable,
+            "-c",
+            f"from specdec.analytics.build import build; build({str(run)!r}, db_path={str(db)!r})",
+        ]
+        print(json.dumps({"what": "build", "run": str(run), "db": str(db), **_child(build)}), flush=True)
+    exe = str(Path(sys.executable).with_name("specdec"))
+    with tempfile.TemporaryDirectory() as out:
+        for i in range(times):
+            cmd = [exe, "plan", str(run), "--db", str(db), "-o", out]
+            print(json.dumps({"what": "specdec plan --db", "try": i + 1, **_child(cmd)}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=800_000)
     ap.add_argument("--replicates", default="100,400")
+    ap.add_argument("--run", type=Path, default=None, help="time `specdec plan RUN --db DB` instead")
+    ap.add_argument("--db", type=Path, default=None)
+    ap.add_argument("--times", type=int, default=3)
     args = ap.parse_args()
+    if args.run is not None:
+        if args.db is None:
+            ap.error("--run needs --db")
+        command(args.run, args.db, args.times)
+        return
     rng = np.random.default_rng(0)
     inp, sums_s = inputs(args.requests, rng)
     for reps in [int(r) for r in args.replicates.split(",")]:

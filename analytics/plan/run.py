@@ -222,13 +222,17 @@ def _in_sample(pred, inputs: PlanInputs) -> dict:
     return _compare(pred, inputs, measured, what)
 
 
-def make_plan(run_dir: Path, config: PlanConfig) -> dict:
-    """Build ``run_dir``'s database (as ``specdec report`` does) and plan from it."""
+def make_plan(run_dir: Path, config: PlanConfig, db: Path | None = None) -> dict:
+    """Build ``run_dir``'s database (as ``specdec report`` does) and plan from it; with ``db``, plan
+    from that database, built already (``specdec analytics build``), without rebuilding."""
     import duckdb  # heavy: only when planning
 
     from specdec.analytics.build import build
 
-    db = build(Path(run_dir))
+    if db is None:
+        db = build(Path(run_dir))
+    elif not Path(db).is_file():
+        raise SpecdecError(f"--db {db}: no such database file (specdec analytics build RUN_DIR writes one)")
     con = duckdb.connect(str(db), read_only=True)
     try:
         return plan_from_db(con, config)

@@ -62,6 +62,13 @@ class KRange(click.ParamType):
     help="The recording proxy's rules file that categorised the traffic: exported again with pools as categories.",
 )
 @click.option("--run-id", default=None, help="The analysis run to plan (a run of named arms has several).")
+@click.option(
+    "--db",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Plan from this database, built already (specdec analytics build RUN_DIR), instead of rebuilding "
+    "RUN_DIR/specdec.duckdb first.",
+)
 @click.option("--replicates", type=click.IntRange(min=20), default=400, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option(
@@ -92,6 +99,7 @@ def plan_command(
     ks: list[int],
     rules: Path | None,
     run_id: str | None,
+    db: Path | None,
     replicates: int,
     seed: int,
     validate: bool,
@@ -119,7 +127,7 @@ def plan_command(
     )
     if validate and validate_with is not None:
         raise click.UsageError("--validate replays; --validate-with uses a run made already: give one of them")
-    plan = make_plan(run_dir, config)
+    plan = make_plan(run_dir, config, db)
     if validate or validate_with is not None:
         from specdec.cli.plan_validate import replay_validation, validate_against
 

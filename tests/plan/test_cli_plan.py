@@ -75,3 +75,12 @@ def test_mix_weights_by_output_tokens_and_moves_the_gain(run_dir, tmp_path):
 def test_a_mix_naming_an_unknown_category_is_refused(run_dir, tmp_path):
     res = CliRunner().invoke(plan_command, [str(run_dir), "-o", str(tmp_path / "p"), "--mix", "math=1.0"])
     assert res.exit_code != 0 and "math" in res.output
+
+
+def test_plan_from_a_database_built_already_does_not_rebuild(run_dir, tmp_path):
+    first, _, _ = _plan(run_dir, tmp_path)  # builds run_dir/specdec.duckdb
+    db = run_dir / "specdec.duckdb"
+    built = db.stat().st_mtime_ns
+    again, _, _ = _plan(run_dir, tmp_path / "again", "--db", str(db))
+    assert db.stat().st_mtime_ns == built
+    assert again["cells"] == first["cells"]
