@@ -67,9 +67,47 @@ TOOLS = [WEATHER_TOOL, TIME_TOOL]
 PHONE_REGEX = r"[0-9]{3}-[0-9]{4}(, [0-9]{3}-[0-9]{4}){2}"
 COLOURS = ["red", "green", "blue"]
 WEATHER_PROMPT = 'What is the weather in Paris in celsius? Call get_weather with {"city": "Paris", "unit": "celsius"}.'
+#: The session's shared context: long enough (about 300 tokens) that its prefix fills whole KV-cache blocks
+#: (vLLM CPU's are 128 tokens), so a later turn can hit the prefix cache at all.
+SESSION_CONTEXT = """Here is our string utilities module:
+
+```python
+import re
+import unicodedata
+
+
+def normalize(text: str) -> str:
+    \"\"\"Lower-case, strip accents and collapse whitespace.\"\"\"
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    return re.sub(r"\\s+", " ", text).strip().lower()
+
+
+def slugify(text: str, sep: str = "-") -> str:
+    \"\"\"A URL-safe slug of the text.\"\"\"
+    words = re.findall(r"[a-z0-9]+", normalize(text))
+    return sep.join(words)
+
+
+def truncate(text: str, width: int, suffix: str = "...") -> str:
+    \"\"\"Cut the text to at most width characters, the suffix included.\"\"\"
+    if len(text) <= width:
+        return text
+    return text[: max(width - len(suffix), 0)] + suffix
+
+
+def count_words(text: str) -> dict[str, int]:
+    \"\"\"How often each normalized word occurs.\"\"\"
+    counts: dict[str, int] = {}
+    for word in normalize(text).split():
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+```
+
+"""
 #: The multi-turn session: user turns and the fixed assistant replies between them (the same in both arms).
 SESSION = (
-    ("Write a Python function that reverses a string.", "def reverse(s):\n    return s[::-1]"),
+    (SESSION_CONTEXT + "Add a function to it that reverses a string.", "def reverse(s):\n    return s[::-1]"),
     (
         "Now make it reverse the words of a sentence instead.",
         "def reverse_words(s):\n    return ' '.join(s.split()[::-1])",
