@@ -2,9 +2,10 @@
 -- Grain: one row per run_id, arm, concurrency level (and source_run_id, the run folder's id),
 --   has_prefill, has_decode, batch_size and drafts_verified of the engine steps of replayed
 --   requests: the steps, counted by what the models over engine steps describe them by.
--- Purpose: the engine steps, grouped once for both models that describe them: step_timing
---   (the steps with a decode row, timed from those rows) and int_plan_steps (the planner's
---   fit: the steps without a prefill row). A step is (process_token, step_index) of the rows of
+-- Purpose: the engine steps, grouped for the planner's int_plan_steps (its fit: the steps
+--   without a prefill row), with the counts and sums it pools. (step_timing groups the same
+--   steps by the level alone, on its own: grouped by these five columns, they cost it 1.3-1.6
+--   CPU s more at 50 million rounds, and the build does not compute this model.) A step is (process_token, step_index) of the rows of
 --   replayed requests (process_token, not pid: a restarted engine can reuse a PID and restarts
 --   its step counter); a step's timings and batch size are the whole batch's and repeat on each
 --   of its rows, so a step counts once. The rows are stg_rounds joined to int_engine_requests
