@@ -7,7 +7,7 @@ Each replicate redraws both sources of uncertainty at once:
   so the interval carries the repeat-to-repeat spread); tau and dbar are then the pooled
   ratios over the drawn requests (``model.RoundSums``). A repeat of more than 20,000
   requests is resampled as 2,000 groups of its requests (request i in group i mod 2,000,
-  the order of its request ids): the groups' sums are independent and identically
+  in the order of its request ids' hashes, ``data._request_rows``): the groups' sums are independent and identically
   distributed like the requests', so the spread of the resampled totals is the same to
   first order, and a replicate costs 2,000 draws instead of one per request (at 800k
   requests the per-request draws made the bootstrap take minutes; benchmarks/plan_scale.py);
