@@ -137,6 +137,7 @@ def render(plan: dict) -> str:
             "band",
             "recommended k",
             "predicted speedup",
+            "a replay's measurement: prediction interval",
             "best k (point)",
             "runner-up k",
             "runner-up speedup",
@@ -148,6 +149,9 @@ def render(plan: dict) -> str:
                 f"c{c['level']}",
                 c["recommended_k"],
                 _pm(c),
+                "n/a (no noise estimate)"
+                if c["prediction_low"] is None
+                else f"[{c['prediction_low']:.3f}, {c['prediction_high']:.3f}]",
                 c["best_k"],
                 c["runner_up_k"],
                 None
@@ -179,7 +183,9 @@ def render(plan: dict) -> str:
     )
     body = (
         deploy + "<h2>Per category and load band</h2><p>Recommended k: the smallest k whose interval overlaps the best "
-        "k's (k = 0 when the best one's interval reaches 1).</p>"
+        "k's (k = 0 when the best one's interval reaches 1). The predicted speedup's interval is the bootstrap's, for "
+        "the expected speedup; the prediction interval is where a replay's measured speedup (the planned run's "
+        "repeats) should fall, with the run-to-run noise estimated from this run's repeats.</p>"
         + cells
         + chart_divs(charts)
         + checks

@@ -4,13 +4,14 @@ it with the replay replaced by that run."""
 
 from __future__ import annotations
 
+import copy
 import json
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
-from specdec.analytics.plan.run import PlanConfig, make_plan
+from specdec.analytics.plan.run import PlanConfig, make_plan, write_plan
 from specdec.analytics.plan.validate import validation_ks
 from specdec.cli.plan import plan_command
 from specdec.cli.plan_validate import replay_design, validate_against
@@ -124,3 +125,22 @@ def test_the_validation_replay_repeats_the_planned_runs_design():
     # rows sent with several lengths: each row's own (no override); one repeat: still 2 (intervals)
     mixed = make_manifest(sampling={"max_tokens": [32, 128]}, schedule={"repeats": 1})
     assert replay_design(mixed)["repeats"] == 2 and "max_tokens" not in replay_design(mixed)
+
+
+def test_without_a_noise_estimate_there_is_no_prediction_interval_and_no_pass(planned, tmp_path):
+    """A one-repeat sweep has no measured interval, so no noise estimate (noise.py): the cells
+    have no prediction interval, coverage is not computed and the plan cannot pass, however small
+    the error; the page says so instead of failing."""
+    _, plan = planned
+    one = copy.deepcopy(plan)
+    for d in one["measurement_noise"].values():
+        d.update(block_variance_log=None, df=None)
+    for c in one["cells"]:
+        c.update(prediction_low=None, prediction_high=None)
+    ks = validation_ks(plan)
+    out = validate_against(one, write_plan_run(tmp_path, e2e=_as_predicted, arms={"k0": 0} | {f"k{k}": k for k in ks}))
+    assert out["median_absolute_relative_error"] == pytest.approx(0, abs=1e-9)
+    assert out["coverage"] is None and not out["passed"] and out["wrong_cells"] == []
+    assert all(r["covered"] is None and r["predicted_low"] is None for r in out["cells"])
+    write_plan(one, tmp_path / "plan")
+    assert "n/a (no noise estimate)" in (tmp_path / "plan" / "plan.html").read_text()
