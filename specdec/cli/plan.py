@@ -137,7 +137,8 @@ def plan_command(
         plan["validation"] = (
             f"{'passed' if result['passed'] else 'failed'} against {target}: {result['cells_compared']} cells, "
             f"median absolute error {_fmt(result['median_absolute_relative_error'])}, "
-            f"coverage {_fmt(result['coverage'])} (plan_validation.json)"
+            f"coverage {_fmt(result['coverage'])} of prediction intervals with a median half-width of "
+            f"{_fmt(result['median_prediction_half_width'])} (plan_validation.json)"
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "plan_validation.json", json.dumps(result, indent=2))
