@@ -143,7 +143,8 @@ def plan_command(
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "plan_validation.json", json.dumps(result, indent=2))
     write_plan(plan, out_dir)
-    click.echo(f"What to deploy (predicted from {plan['run_id']}, captured k = {plan['captured_k']}; not validated):")
+    state = "validated by replay" if plan["validated"] else "not validated"
+    click.echo(f"What to deploy (predicted from {plan['run_id']}, captured k = {plan['captured_k']}; {state}):")
     for p in plan["policies"]:
         o = p["overall"]
         bands = "; ".join(f"c{b['level']}: " + ",".join(f"{c}={k}" for c, k in b["k"].items()) for b in p["bands"])

@@ -45,6 +45,21 @@ def test_a_replay_that_measures_what_was_predicted_passes(planned, tmp_path):
     assert out["ks_validated"] == ks and out["ks_planned_not_measured"] == []
 
 
+def test_the_command_says_validated_after_a_replay_that_passed(planned, tmp_path):
+    run, plan = planned
+    arms = {"k0": 0, **{f"k{k}": k for k in validation_ks(plan)}}
+    (tmp_path / "replayed").mkdir()
+    replayed = write_plan_run(tmp_path / "replayed", e2e=_as_predicted, arms=arms)
+    out = tmp_path / "plan"
+    res = CliRunner().invoke(
+        plan_command, [str(run), "-o", str(out), "--replicates", "40", "--validate-with", str(replayed)]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "plan.json").read_text())["validated"] is True
+    assert res.output.splitlines()[0].endswith("; validated by replay):"), res.output
+    assert "validation: passed against" in res.output
+
+
 def test_a_run_without_a_k_the_plan_deploys_does_not_validate_it(planned, tmp_path):
     _, plan = planned
     out = validate_against(plan, write_plan_run(tmp_path, e2e=_as_predicted, arms={"k0": 0, "k4": 4}))
@@ -90,6 +105,9 @@ def test_validate_replays_the_planned_k_and_one_rejected_k(planned, tmp_path, mo
     written = json.loads((out / "plan.json").read_text())
     assert written["validated"] == result["passed"]
     assert "validation:" in res.output
+    # the first line says what the validation found, never 'not validated' after a pass
+    state = "validated by replay" if result["passed"] else "not validated"
+    assert res.output.splitlines()[0].endswith(f"; {state}):"), res.output
 
 
 def test_the_validation_replay_repeats_the_planned_runs_design():
