@@ -14,7 +14,9 @@ Rules, first match wins (``classify``):
 4. one arm's output does not: ``broken``;
 5. a greedy probe whose outputs differ between the arms: ``broken`` (under
    float32 speculation changes no greedy token; a divergence is not told
-   from a near-tie here: the probes ask for no logprobs);
+   from a near-tie here: the probes ask for no logprobs). Where the
+   speculative arm proposed no draft token for the cell's requests the
+   detail says the divergence is not speculation's own;
 6. the speculative arm proposed no draft token with the feature while it
    did on the plain twin, or its acceptance per token fell below
    ``DEGRADE_RATIO`` of the twin's: ``degrades`` (by how much, in the detail);
@@ -141,9 +143,17 @@ def classify(ev: Evidence) -> Classified:
     if bv is False:
         return Classified("broken", f"invalid in the baseline only: {bd} (speculative: {sd})", identical, first)
     if identical is False:
+        # no draft token around the cell's requests: speculation cannot have changed a token, so the
+        # divergence is the engine's own (e.g. a prompt cache reused in one arm); still a broken cell
+        idle = (
+            "; the speculative arm proposed no draft token for these requests: the divergence is not "
+            "speculation's own (engine nondeterminism, e.g. a reused prompt cache)"
+            if ev.feature.draft_tokens == 0
+            else ""
+        )
         return Classified(
             "broken",
-            f"greedy outputs differ between the arms at character {first} (valid in both: {sd})",
+            f"greedy outputs differ between the arms at character {first} (valid in both: {sd}){idle}",
             identical,
             first,
         )

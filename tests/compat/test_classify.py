@@ -80,3 +80,11 @@ def test_degrades_when_no_draft_with_the_feature_or_acceptance_halves():
 def test_escape_keeps_one_line_and_cuts():
     assert escape("a\nb\u00e9") == "a\\nb\\u00e9"
     assert escape("x" * 400, limit=10) == "x" * 10 + "..."
+
+
+def test_a_divergence_without_any_draft_is_broken_but_not_blamed_on_speculation():
+    """Seen on llama.cpp (2026-12-03, the 'on' session's turn 3): the speculative arm drafted nothing,
+    the baseline's reused prompt cache gave another greedy text."""
+    out = classify(ev(s=arm("oh"), feature=Acceptance(0, 0, 0)))
+    assert out.outcome == "broken" and "the divergence is not speculation's own" in out.detail
+    assert "not speculation's own" not in classify(ev(s=arm("oh"))).detail  # drafts were proposed
