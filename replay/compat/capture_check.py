@@ -108,11 +108,9 @@ def reconcile_arm(
     if not armed:
         return None, f"{arm}: not captured"
     got = sum((captured.get(i, Captured()) for i in ids), Captured())
-    c = counters or {}
 
     def n(key: str) -> int | None:
-        v = c.get(key)
-        return None if v is None else int(round(v))
+        return classify.counter(counters, key)
 
     if arm == "speculative":
         engine = (n("spec_num_drafts"), n("spec_num_draft_tokens"), n("spec_num_accepted_tokens"))

@@ -80,17 +80,6 @@ def probe_cells(
     return [_cell(pair, run_id, probe, logs, repeats, list(range(n)), turn=None)]
 
 
-def _count(diff: dict[str, Any] | None, key: str) -> int | None:
-    value = None if diff is None else diff.get(key)
-    return None if value is None else int(round(value))
-
-
-def _acceptance(diff: dict[str, Any] | None) -> classify.Acceptance:
-    return classify.Acceptance(
-        _count(diff, "spec_num_draft_tokens"), _count(diff, "spec_num_accepted_tokens"), _count(diff, "spec_num_drafts")
-    )
-
-
 def _cell(
     pair: Pair,
     run_id: str,
@@ -107,7 +96,9 @@ def _cell(
     bv, sv = _verdict(probe, per_b, b.twins), _verdict(probe, per_s, s.twins)
     buckets = [f"f{i}" for i in index]
     with_twin = buckets + (["twin"] if b.twins else [])
-    feature, plain = _acceptance(s.total(buckets)), _acceptance(s.counters.get("twin") if s.twins else None)
+    spec_counters = s.total(buckets)
+    feature = classify.Acceptance.of(spec_counters)
+    plain = classify.Acceptance.of(s.counters.get("twin") if s.twins else None)
     flat_b, flat_s = [r for rep in per_b for r in rep], [r for rep in per_s for r in rep]
     sp = timing.speedup(flat_b, flat_s)
     plain_sp = timing.speedup(b.twins, s.twins) if b.twins else None
@@ -118,7 +109,8 @@ def _cell(
     )
     ev = classify.Evidence(probe.identity_expected, rb, rs, bv, sv, feature, plain, sp, plain_sp, rel)
     out = classify.classify(ev)
-    hits, queries = _count(s.total(buckets), "prefix_cache_hits"), _count(s.total(buckets), "prefix_cache_queries")
+    hits = classify.counter(spec_counters, "prefix_cache_hits")
+    queries = classify.counter(spec_counters, "prefix_cache_queries")
     name = probe.name if turn is None else f"{probe.name}.turn{turn}"
     cell = CompatCell(
         run_id=run_id,

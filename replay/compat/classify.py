@@ -40,7 +40,9 @@ were not there.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from specdec.replay.compat import timing
 from specdec.replay.compat.checks import ArmReplies, Verdict
@@ -69,6 +71,21 @@ class Acceptance:
         if not self.draft_tokens or self.accepted_tokens is None:
             return None
         return self.accepted_tokens / self.draft_tokens
+
+    @classmethod
+    def of(cls, diff: dict[str, Any] | None) -> Acceptance:
+        """From the speculative arm's counter differences (``probing``'s reads; None: unread)."""
+        return cls(
+            counter(diff, "spec_num_draft_tokens"),
+            counter(diff, "spec_num_accepted_tokens"),
+            counter(diff, "spec_num_drafts"),
+        )
+
+
+def counter(diff: Mapping[str, Any] | None, key: str) -> int | None:
+    """One counter's difference as a count; None when the counters were not read or lack ``key``."""
+    value = None if diff is None else diff.get(key)
+    return None if value is None else int(round(value))
 
 
 @dataclass(frozen=True)

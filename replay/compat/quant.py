@@ -33,17 +33,18 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
 from specdec.engines.urls import ClientSettings, Endpoint
-from specdec.replay.compat import classify, timing
+from specdec.replay.compat import classify
 from specdec.replay.compat.checks import ArmReplies
 from specdec.replay.compat.probing import settled
 from specdec.replay.compat.send import Reply, send
+from specdec.replay.compat.timing import speedup
 from specdec.schemas.compat import CompatCell, Outcome
 
 QUANT_FEATURE = "quantization"
@@ -138,21 +139,8 @@ async def measure(
     return QuantMeasure(out["baseline"], out["speculative"], diff, sent)
 
 
-def speedup(base: Sequence[Reply], spec: Sequence[Reply]) -> tuple[float | None, float | None, float | None, int]:
-    """(geometric mean of baseline / speculative e2e, 95% t interval low, high, pairs) over the pairs both timed."""
-    return timing.speedup(base, spec)
-
-
-def _count(diff: dict[str, Any] | None, key: str) -> int | None:
-    value = None if diff is None else diff.get(key)
-    return None if value is None else int(round(value))
-
-
 def acceptance(m: QuantMeasure) -> classify.Acceptance:
-    d = m.counters
-    return classify.Acceptance(
-        _count(d, "spec_num_draft_tokens"), _count(d, "spec_num_accepted_tokens"), _count(d, "spec_num_drafts")
-    )
+    return classify.Acceptance.of(m.counters)
 
 
 def classify_quant(
