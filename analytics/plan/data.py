@@ -197,14 +197,14 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         request = np.cumsum(np.r_[True, h[1:] != h[:-1]]) - 1
         cluster = np.unique(cols["repeat"][m], return_inverse=True)[1]
         sums[cat] = round_sums(request, cols["k"][m], cols["a"][m], cols["n"][m], cluster, captured_k)
+    source = all_ks.get(run_id, (run_id, 0))[0]
     steps = con.execute(
         """select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
                   verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
            from plan_steps
            where run_id = ? or (arm = 'speculative' and source_run_id = ?)""",
-        [run_id, all_ks.get(run_id, (run_id, 0))[0]],
+        [run_id, source],
     ).fetchall()
-    source = all_ks.get(run_id, (run_id, 0))[0]
     folder_runs = sorted({run_id} | {r for r, (src, _) in all_ks.items() if src == source})
     # the speculative arm's mean decode batch per analysis run (its k) and level
     spec_steps = con.execute(
