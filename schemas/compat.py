@@ -20,6 +20,12 @@ Outcome = Literal["works", "degrades", "broken", "refused", "not offered"]
 #: The outcomes in the order the matrix and the report list them (worst last but one:
 #: ``not offered`` says nothing about speculation).
 OUTCOMES: tuple[str, ...] = ("works", "degrades", "broken", "refused", "not offered")
+#: ``degrades`` (replay/compat/classify.py): acceptance per token with the feature below this share of the
+#: plain twin's: the gain falls.
+DEGRADE_RATIO = 0.5
+#: ``degrades``: the speedup with the feature must fall by at least this share (95% interval wholly below
+#: 1 / (1 + margin)) of the plain twin's.
+DEGRADE_SPEED_MARGIN = 0.10
 
 
 class CompatCell(BaseModel):

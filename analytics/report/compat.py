@@ -14,7 +14,7 @@ from typing import Any
 from specdec.analytics.labels import DEFAULT_MARGIN, bound_text, label_of
 from specdec.analytics.report.data import Table
 from specdec.analytics.report.html import esc, table
-from specdec.schemas.compat import OUTCOMES
+from specdec.schemas.compat import DEGRADE_RATIO, DEGRADE_SPEED_MARGIN, OUTCOMES
 
 TITLE = "What works with speculation on this stack"
 
@@ -42,7 +42,7 @@ EVIDENCE_COLUMNS = (
 DEFINITIONS = (
     "works: valid in both arms, identical greedy outputs, speculation ran; "
     "degrades: valid and identical, but no draft token with the feature while the plain twin had some, "
-    "or acceptance per token below half the plain twin's; "
+    f"or acceptance per token below {DEGRADE_RATIO:.0%} of the plain twin's; "
     "broken: an output violates the feature's constraint, or the greedy outputs differ; "
     "refused: the speculative server refused what the baseline accepted (its error in detail); "
     "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not "
@@ -52,7 +52,8 @@ DEFINITIONS = (
     "of the paired e2e ratios with its 95% t interval (one pair of servers: request noise only; pointwise, not "
     f"adjusted across cells), labelled by the report's rule at margin {DEFAULT_MARGIN}; 'vs plain' is the speedup "
     "with the feature over the plain twin's, per repeat, and a valid, lossless cell whose 'vs plain' interval lies "
-    "wholly below 1 / 1.10 (a loss of 10% or more) is degrades. Capture: whether the capture's rows of the cell's requests reconcile with the "
+    f"wholly below 1 / {1 + DEGRADE_SPEED_MARGIN:.2f} (the twin's speedup at least {1 + DEGRADE_SPEED_MARGIN:.2f} "
+    "times the feature's) is degrades. Capture: whether the capture's rows of the cell's requests reconcile with the "
     "counters around them, per arm (empty: not captured); a cell that reconciles in one arm only is broken."
 )
 

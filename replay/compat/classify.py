@@ -46,12 +46,8 @@ from typing import Any
 
 from specdec.replay.compat import timing
 from specdec.replay.compat.checks import ArmReplies, Verdict
-from specdec.schemas.compat import CompatCell, Outcome
+from specdec.schemas.compat import DEGRADE_RATIO, DEGRADE_SPEED_MARGIN, CompatCell, Outcome
 
-#: Acceptance per token with the feature below this share of the plain twin's: the gain falls (``degrades``).
-DEGRADE_RATIO = 0.5
-#: The speedup with the feature must fall by at least this share (1 / (1 + margin)), at 95%, for ``degrades``.
-DEGRADE_SPEED_MARGIN = 0.10
 #: Characters of an error body quoted in a cell's detail (the full body is in its own column).
 DETAIL_ERROR_CHARS = 300
 
