@@ -3,16 +3,24 @@ null), served by the same server, three repeats, each on a freshly started
 server (the default --restart-servers repeat), the prefix cache emptied before
 every block.
 
-Two arms that do not differ must never be labelled faster or slower (the
-labels' family-wise error rate is 5%: one run in 20 may show one such label by
-chance, so the test allows none at two levels together only with intervals
-that say so), and a block must not be faster because the same prompts ran
-before it. History: with A/B block residuals alone as the noise, a clean-clone
-CI run labelled code at level 1 "slower", 0.967 [0.946-0.985]. The intervals
-now come from a variance-components model per category with Satterthwaite's
-degrees of freedom and Holm's levels (analytics/intervals.py, variance.py,
-labels.py), whose coverage is checked on synthetic runs in
-tests/analytics/test_calibration.py."""
+Two arms that do not differ must never be labelled faster or slower by an
+effect of the margin's size, and a block must not be faster because the same
+prompts ran before it. What one run can promise is checked here; the rates
+left to chance are checked on synthetic runs of this very design in
+tests/analytics/test_calibration.py (test_the_aa_engine_tests_promises_hold_on_its_own_design):
+the labels' family-wise error rate is 5% by design (simulated: 2.2% of runs
+show one faster/slower label within the margin), so a label inside the margin
+in one series is allowed. The pointwise 95% intervals are not counted here:
+they share blocks and the (system) row, so several miss together (4 or more
+of the 8 rows in about 1% of simulated runs at 1-2% block noise); their
+coverage is the calibration test's. History: with A/B block residuals alone as the noise, a clean-clone CI
+run labelled code at level 1 "slower", 0.967 [0.946-0.985]; on 2026-12-03 a
+clean-clone run labelled code "faster" at both levels, 1.0086 [1.0017-1.0155]
+and 1.0105 [1.0033-1.0176] (family-wise), inside the margin: the old assertions
+here allowed no label at all, which a calibrated 5% rule breaks in about one
+run in 40. The intervals come from a variance-components model per category
+with Satterthwaite's degrees of freedom and Holm's levels
+(analytics/intervals.py, variance.py, labels.py)."""
 
 import duckdb
 import pytest
@@ -46,27 +54,25 @@ def con(tmp_path_factory, model_dir):
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 
-def test_identical_arms_are_never_labelled_faster_or_slower(con):
+def test_identical_arms_are_never_labelled_faster_or_slower_by_the_margin(con):
     rows = con.execute(
-        "select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, label, pairs "
+        "select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, label, clears_margin, pairs "
         "from speedup order by all"
     ).fetchall()
     assert {(r[0], r[1]) for r in rows} >= {("(system)", 1), ("(system)", 2), ("code", 1), ("code", 2)}
-    misses = []
-    for category, level, speedup, low, high, label, pairs in rows:
+    flagged = set()
+    for category, level, speedup, low, high, label, clears_margin, pairs in rows:
         assert pairs > 0 and speedup is not None, (category, level)
         assert 0.8 < speedup < 1.25, (category, level, speedup)  # nothing like a real gain
-        assert label in ("equivalent", "inconclusive"), (category, level, speedup, low, high, label)
-        assert low is not None, (category, level)
-        if not low <= 1.0 <= high:
-            misses.append((category, level, low, high))
-    # A 95% interval misses a true 1 in about 1 run in 20 by definition, and the
-    # groups of one level share their blocks, so they miss together. The test
-    # asserts what a correct 95% interval can promise every run: at most one of
-    # the two levels may have intervals that miss 1 (about 1 run in 400 would
-    # have both miss if the levels were independent), while no label above may
-    # claim an effect (faster or slower: family-wise 5%).
-    assert len({level for _, level, _, _ in misses}) <= 1, misses
+        assert label in ("faster", "slower", "equivalent", "inconclusive"), label
+        # an effect of the margin's size (5%) between identical arms: never by chance at this noise
+        assert not clears_margin, (category, level, speedup, low, high, label)
+        if label in ("faster", "slower"):
+            flagged.add(category)
+        assert low is not None and high is not None, (category, level)
+    # a calibrated rule on this design flags one series in about 1 run in 50, two in
+    # about 1 run in 400 or fewer (test_calibration.py)
+    assert len(flagged) <= 1, (flagged, rows)
 
 
 def test_every_block_starts_with_an_empty_prefix_cache(con):
