@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.analytics.plan.data import PlanInputs
-from specdec.analytics.plan.model import StepCost, predict
+from specdec.analytics.plan.model import StepCost, StepsMet, met_at, met_step_ms, predict, predict_met
 
 __all__ = ["Predictions", "predictions", "replicate_weights"]
 
@@ -92,13 +92,28 @@ def resampling_units(stacked: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarr
 
 
 def _cost(verify: np.ndarray, draft: np.ndarray) -> StepCost:
-    return StepCost(
-        (float(verify[0]), float(verify[1]), float(verify[2])), (float(draft[0]), float(draft[1]), float(draft[2]))
-    )
+    return StepCost(tuple(float(v) for v in verify), (float(draft[0]), float(draft[1]), float(draft[2])))
 
 
-def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, seed: int = 0, confidence=0.95):
-    """Point predictions and ``replicates`` bootstrap replicates for ``ks`` (each <= captured k)."""
+#: (category, level) -> arm k (0: the baseline) -> what the category's decode rounds met (``model.StepsMet``)
+Met = dict[tuple[str, int], dict[int, StepsMet]]
+
+
+def predictions(
+    inputs: PlanInputs,
+    ks: list[int],
+    *,
+    replicates: int = 400,
+    seed: int = 0,
+    confidence=0.95,
+    met: Met | None = None,
+):
+    """Point predictions and ``replicates`` bootstrap replicates for ``ks`` (each <= captured k).
+    With ``met`` (a cell's baseline and at least one speculative arm measured), a cell is predicted
+    from what its category's rounds met (``model.predict_met``): its speedup is the geometric mean
+    of the requests' e2e ratios, and a replicate's is the point's times the replicate's ratio of
+    pooled rates over the point's (the requests' spread around the pooled rate taken as known, so
+    a replicate costs no pass over the requests); without it, ``model.predict``."""
     rng = np.random.default_rng(seed)
     cats, levels = inputs.categories, inputs.levels
     kk = np.array(ks)
@@ -131,8 +146,14 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
         mix_drafts_b += sums[:, width : 2 * width][:, kk]
         mix_rounds_b += sums[:, 2 * width :][:, kk]
     dbar_mix, dbar_mix_b = mix_drafts / mix_rounds, mix_drafts_b / mix_rounds_b
-    for c in range(len(cats)):
+    for c, cat in enumerate(cats):
         for li, level in enumerate(levels):
+            by_k = (met or {}).get((cat, level), {})
+            if 0 in by_k and any(kk > 0 for kk in by_k):
+                _predict_cell_met(
+                    point, boot, (li, c), inputs.rounds[cat], tau[:, c], tau_b[:, :, c], by_k, kk, cost, vdraw, ddraw
+                )
+                continue
             # B per k' (k' = 0: B_0; PlanInputs.spec_batch_at: measured at a swept k, else interpolated)
             b0 = inputs.batch[level]
             bk = np.array([b0 if k == 0 else inputs.spec_batch_at(k, level)[0] for k in ks])
@@ -143,3 +164,21 @@ def predictions(inputs: PlanInputs, ks: list[int], *, replicates: int = 400, see
                 for f, v in got.items():
                     boot[f][b, :, li, c] = v
     return Predictions(list(ks), list(levels), list(cats), point, boot, tau, dbar, confidence)
+
+
+def _predict_cell_met(point, boot, cell, rs, tau, tau_b, by_k, kk, cost, vdraw, ddraw) -> None:
+    """One (level, category) cell from what its rounds met: the point by ``model.predict_met``, the
+    replicates by the shift of the pooled rates' log ratio (``predictions``)."""
+    li, c = cell
+    mets = [by_k[0] if k == 0 else met_at(by_k, int(k))[0] for k in kk]
+    got = predict_met(tau, rs.tokens[:, kk], rs.rounds[:, kk], cost, mets, kk)
+    for f in FIGURES:
+        point[f][:, li, c] = got[f]
+    batch = np.array([m.batch for m in mets])
+    for b in range(len(vdraw)):
+        step = met_step_ms(_cost(vdraw[b], ddraw[b]), mets, kk)
+        rate = 1000.0 * tau_b[b] / step
+        boot["step_ms"][b, :, li, c] = step
+        boot["tokens_per_s"][b, :, li, c] = rate
+        boot["system_tokens_per_s"][b, :, li, c] = batch * rate
+        boot["speedup"][b, :, li, c] = got["speedup"] * (rate / rate[0]) / got["speedup_of_rates"]

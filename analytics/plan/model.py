@@ -55,6 +55,33 @@ size: on the bundled mix at c8 that charged code 8 x 3.64 drafts per step where 
 5.8 requests and 9.1 drafts, and predicted code and structured 9-26% low: BENCHMARKS.md,
 "The planner", 2026-12-03.)
 
+**Known bias of the prediction above at high concurrency (issue 23), and the prediction from
+what the rounds met.** On the bundled mix at c8 the prediction above over-predicts code and
+structured at k = 2 and 4 by 13-21% (every replay so far). Cause, from the steps each category's
+decode rounds sat in (BENCHMARKS.md, "Issue 23: the cause of the c8 bias"): (1) the speculative
+arm's mean decode batch at c8 (5.8-6.0) is lowered by each block's tail, where the slow chat
+requests run nearly alone; code's rounds met 7.9 requests per step, structured's 7.4;
+(2) with speculation requests end at different times, so new requests' prompts are prefilled
+in steps that also decode: 10-12% of the speculative decode rounds at c8 sit in such a step
+(2.1-2.25 times a decode-only step), against 0.2% in the baseline, whose fixed-length requests
+move in lockstep and prefill together; the fit above leaves every step with a prefill out. The
+step cost ratio (k = 2 over k = 0) for code at c8 was predicted 1.025 and measured 1.21-1.23. (3) The
+speedup mart's figure is the geometric mean of the requests' paired e2e ratios, the prediction
+above a ratio of pooled rates without TTFT; where requests gain unequally (code at k = 8) the
+former is the larger, which hid (1) and (2) at k = 8. Given what each category's rounds met
+(``StepsMet``: per arm k, 0 the baseline, and level, the round-weighted mean batch B_m, drafts
+verified D_m and prompt tokens prefilled P_m of the steps they sat in, and the category's mean
+TTFT; a k' not swept linearly interpolated between the swept k around it, the nearest swept k's
+outside them) and a verify fit over every step with a prefill term,
+verify_ms(B, D, P) = v0 + v1 B + v2 D + v3 P, a cell is predicted as::
+
+    step_ms(k')  = verify_ms(B_m, D_m, P_m) + draft_ms(B_m, k')      (D_m = 0 at k' = 0)
+    e2e_j(k')    = TTFT(k') + rounds_j(k') * step_ms(k')             request j (rounds_j(0) = tokens_j)
+    speedup(k')  = exp(mean_j ln(e2e_j(0) / e2e_j(k')))              the mart's definition
+
+(``predict_met``; ``bootstrap.predictions(met=...)``). The planner reads these inputs when
+``data.py`` provides them; until then it predicts as above, with the bias stated here.
+
 Intervals: ``bootstrap.py``. Decisions: ``recommend.py``.
 """
 
@@ -64,7 +91,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RoundSums", "StepCost", "predict", "round_sums"]
+__all__ = ["RoundSums", "StepCost", "StepsMet", "met_at", "met_step_ms", "predict", "predict_met", "round_sums"]
 
 
 @dataclass(frozen=True)
@@ -120,14 +147,19 @@ def round_sums(
 
 @dataclass(frozen=True)
 class StepCost:
-    """The fitted coefficients (0 for a term not fitted): verify (v0, v1, v2), draft (d0, d1, d2)."""
+    """The fitted coefficients (0 for a term not fitted): verify (v0, v1, v2[, v3]), draft (d0, d1, d2).
+    v3 [ms per prompt token] is the cost of the prompt tokens a step prefills beside its decode rows;
+    absent (a fit over decode-only steps) it counts 0."""
 
-    verify: tuple[float, float, float]
+    verify: tuple[float, ...]
     draft: tuple[float, float, float]
 
-    def verify_ms(self, batch: np.ndarray | float, drafts: np.ndarray | float) -> np.ndarray:
-        v0, v1, v2 = self.verify
-        return v0 + v1 * batch + v2 * np.asarray(drafts)
+    def verify_ms(
+        self, batch: np.ndarray | float, drafts: np.ndarray | float, prefill: np.ndarray | float = 0.0
+    ) -> np.ndarray:
+        v0, v1, v2, *rest = self.verify
+        v3 = rest[0] if rest else 0.0
+        return v0 + v1 * batch + v2 * np.asarray(drafts) + v3 * np.asarray(prefill)
 
     def draft_ms(self, batch: np.ndarray | float, k: np.ndarray) -> np.ndarray:
         d0, d1, d2 = self.draft
@@ -156,4 +188,80 @@ def predict(
         "tokens_per_s": rate,
         "system_tokens_per_s": b * rate,
         "speedup": rate / rate[0],
+    }
+
+
+@dataclass(frozen=True)
+class StepsMet:
+    """What one category's decode rounds met in one arm (k, 0 for the baseline) at one level: the
+    round-weighted means of their steps' batch size, draft tokens verified and prompt tokens
+    prefilled (each step counted once per round of the category in it), and the category's mean
+    TTFT [ms]."""
+
+    batch: float
+    drafts: float
+    prefill_tokens: float
+    ttft_ms: float
+
+
+def met_at(by_k: dict[int, StepsMet], k: int) -> tuple[StepsMet, str]:
+    """``StepsMet`` at k > 0 from the arms measured (``by_k``: k -> met, k = 0 the baseline, not used
+    here) and how: 'measured' at a swept k, 'interpolated' linearly in k between the swept k around
+    it, 'nearest' outside them (the smallest or largest swept k's)."""
+    swept = sorted(kk for kk in by_k if kk > 0)
+    if not swept:
+        raise ValueError("no speculative arm measured")
+    if k in by_k:
+        return by_k[k], "measured"
+    below, above = [kk for kk in swept if kk < k], [kk for kk in swept if kk > k]
+    if not below or not above:
+        return by_k[above[0] if not below else below[-1]], "nearest"
+    lo, hi = below[-1], above[0]
+    f = (k - lo) / (hi - lo)
+    a, b = by_k[lo], by_k[hi]
+    return StepsMet(
+        *(
+            x + (y - x) * f
+            for x, y in zip(
+                (a.batch, a.drafts, a.prefill_tokens, a.ttft_ms), (b.batch, b.drafts, b.prefill_tokens, b.ttft_ms)
+            )
+        )
+    ), "interpolated"
+
+
+def met_step_ms(cost: StepCost, met: list[StepsMet], ks: np.ndarray) -> np.ndarray:
+    """step_ms(k') = verify_ms(B, D, P) + draft_ms(B, k') at what the rounds met (D = 0 at k' = 0)."""
+    k = np.asarray(ks)
+    b = np.array([m.batch for m in met])
+    d = np.where(k > 0, [m.drafts for m in met], 0.0)
+    p = np.array([m.prefill_tokens for m in met])
+    return cost.verify_ms(b, d, p) + cost.draft_ms(b, k)
+
+
+def predict_met(
+    tau: np.ndarray,
+    tokens: np.ndarray,
+    rounds: np.ndarray,
+    cost: StepCost,
+    met: list[StepsMet],
+    ks: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The prediction from the steps the category's rounds met (``met``, one per entry of ``ks``; the
+    first k' = 0, the baseline's). ``tokens``/``rounds``: per request (rows) and k' (columns, as
+    ``ks``) of the category's captured requests. Returns what ``predict`` does, with ``speedup``
+    the geometric mean over the requests of their e2e ratio (the speedup mart's definition) and
+    ``speedup_of_rates`` the ratio of the pooled rates."""
+    step = met_step_ms(cost, met, ks)
+    b = np.array([m.batch for m in met])
+    ttft = np.array([m.ttft_ms for m in met])
+    rate = 1000.0 * tau / step
+    # request j: e2e(k') = TTFT(k') + rounds_j(k') step_ms(k'); its baseline e2e: TTFT(0) + tokens_j step_ms(0)
+    e2e = ttft[None, :] + rounds * step[None, :]
+    base = ttft[0] + tokens[:, 0] * step[0]
+    return {
+        "step_ms": step,
+        "tokens_per_s": rate,
+        "system_tokens_per_s": b * rate,
+        "speedup": np.exp(np.log(base[:, None] / e2e).mean(axis=0)),
+        "speedup_of_rates": rate / rate[0],
     }
