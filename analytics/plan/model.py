@@ -68,14 +68,17 @@ move in lockstep and prefill together; the fit above leaves every step with a pr
 step cost ratio (k = 2 over k = 0) for code at c8 was predicted 1.025 and measured 1.21-1.23. (3) The
 speedup mart's figure is the geometric mean of the requests' paired e2e ratios, the prediction
 above a ratio of pooled rates without TTFT; where requests gain unequally (code at k = 8) the
-former is the larger, which hid (1) and (2) at k = 8. Given what each category's rounds met
-(``StepsMet``: per arm k, 0 the baseline, and level, the round-weighted mean batch B_m, drafts
-verified D_m and prompt tokens prefilled P_m of the steps they sat in, and the category's mean
-TTFT; a k' not swept linearly interpolated between the swept k around it, the nearest swept k's
+former is the larger, which hid (1) and (2) at k = 8. (4) A decode round takes longer than its
+step's verify + draft: 1.0-1.5 ms more at k = 0, 2.4-3.1 ms with speculation (any k, c1-c8) in
+the quiet two-repeat replay; 4.0-4.3 and 4.7-8.3 ms in the sweep, on a busier host.
+Given what each category's rounds met (``StepsMet``: per arm k, 0 the baseline, and level, the
+round-weighted mean batch B_m, drafts verified D_m and prompt tokens prefilled P_m of the steps
+they sat in, the category's mean TTFT, and the time per decode round outside verify + draft
+O_m; a k' not swept linearly interpolated between the swept k around it, the nearest swept k's
 outside them) and a verify fit over every step with a prefill term,
 verify_ms(B, D, P) = v0 + v1 B + v2 D + v3 P, a cell is predicted as::
 
-    step_ms(k')  = verify_ms(B_m, D_m, P_m) + draft_ms(B_m, k')      (D_m = 0 at k' = 0)
+    step_ms(k')  = verify_ms(B_m, D_m, P_m) + draft_ms(B_m, k') + O_m     (D_m = 0 at k' = 0)
     e2e_j(k')    = TTFT(k') + rounds_j(k') * step_ms(k')             request j (rounds_j(0) = tokens_j)
     speedup(k')  = exp(mean_j ln(e2e_j(0) / e2e_j(k')))              the mart's definition
 
@@ -87,7 +90,7 @@ Intervals: ``bootstrap.py``. Decisions: ``recommend.py``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
@@ -195,13 +198,16 @@ def predict(
 class StepsMet:
     """What one category's decode rounds met in one arm (k, 0 for the baseline) at one level: the
     round-weighted means of their steps' batch size, draft tokens verified and prompt tokens
-    prefilled (each step counted once per round of the category in it), and the category's mean
-    TTFT [ms]."""
+    prefilled (each step counted once per round of the category in it), the category's mean
+    TTFT [ms], and the time per decode round outside the step's verify and draft [ms]: the
+    category's requests' decode time (e2e - TTFT) less the verify and draft ms of their decode
+    rounds, over those rounds."""
 
     batch: float
     drafts: float
     prefill_tokens: float
     ttft_ms: float
+    overhead_ms: float = 0.0
 
 
 def met_at(by_k: dict[int, StepsMet], k: int) -> tuple[StepsMet, str]:
@@ -219,23 +225,17 @@ def met_at(by_k: dict[int, StepsMet], k: int) -> tuple[StepsMet, str]:
     lo, hi = below[-1], above[0]
     f = (k - lo) / (hi - lo)
     a, b = by_k[lo], by_k[hi]
-    return StepsMet(
-        *(
-            x + (y - x) * f
-            for x, y in zip(
-                (a.batch, a.drafts, a.prefill_tokens, a.ttft_ms), (b.batch, b.drafts, b.prefill_tokens, b.ttft_ms)
-            )
-        )
-    ), "interpolated"
+    return StepsMet(*(x + (y - x) * f for x, y in zip(astuple(a), astuple(b)))), "interpolated"
 
 
 def met_step_ms(cost: StepCost, met: list[StepsMet], ks: np.ndarray) -> np.ndarray:
-    """step_ms(k') = verify_ms(B, D, P) + draft_ms(B, k') at what the rounds met (D = 0 at k' = 0)."""
+    """step_ms(k') = verify_ms(B, D, P) + draft_ms(B, k') + overhead at what the rounds met (D = 0 at
+    k' = 0): the time a decode round takes."""
     k = np.asarray(ks)
     b = np.array([m.batch for m in met])
     d = np.where(k > 0, [m.drafts for m in met], 0.0)
     p = np.array([m.prefill_tokens for m in met])
-    return cost.verify_ms(b, d, p) + cost.draft_ms(b, k)
+    return cost.verify_ms(b, d, p) + cost.draft_ms(b, k) + np.array([m.overhead_ms for m in met])
 
 
 def predict_met(

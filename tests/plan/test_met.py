@@ -4,7 +4,7 @@ hand-checkable numbers, and ``bootstrap.predictions`` with and without them (iss
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import astuple, replace
 
 import numpy as np
 import pytest
@@ -24,12 +24,12 @@ def test_a_step_holding_a_prefill_costs_the_prefill_term_and_three_terms_still_w
 
 def test_predict_met_by_hand():
     # the baseline's rounds met 8 requests and 20 prompt tokens per step; k = 2's met 6, 3 drafts, 50
-    met = [StepsMet(8.0, 0.0, 20.0, 100.0), StepsMet(6.0, 3.0, 50.0, 80.0)]
+    met = [StepsMet(8.0, 0.0, 20.0, 100.0, 1.0), StepsMet(6.0, 3.0, 50.0, 80.0, 2.5)]
     tokens = np.array([[10.0, 10.0], [10.0, 10.0]])
     rounds = np.array([[10.0, 5.0], [10.0, 2.0]])  # request 0: 5 rounds at k = 2, request 1: 2
     out = predict_met(np.array([1.0, 20 / 7]), tokens, rounds, COST, met, np.array([0, 2]))
-    step0 = 10 + 16 + 0 + 2  # 28: no drafts without speculation
-    step2 = 10 + 12 + 1.5 + 5 + (1 + 0.25 * 6)  # 31
+    step0 = 10 + 16 + 0 + 2 + 1  # 29: no drafts without speculation; 1 ms outside the step
+    step2 = 10 + 12 + 1.5 + 5 + (1 + 0.25 * 6) + 2.5  # 33.5
     assert out["step_ms"] == pytest.approx([step0, step2])
     base = 100 + 10 * step0  # each request's baseline e2e
     assert out["speedup"][1] == pytest.approx(math.sqrt(base / (80 + 5 * step2) * base / (80 + 2 * step2)))
@@ -39,11 +39,11 @@ def test_predict_met_by_hand():
 
 
 def test_met_at_measured_interpolated_nearest():
-    by_k = {0: StepsMet(8, 0, 1, 500), 2: StepsMet(8, 6, 20, 300), 8: StepsMet(7, 15, 32, 280)}
+    by_k = {0: StepsMet(8, 0, 1, 500), 2: StepsMet(8, 6, 20, 300, 2.0), 8: StepsMet(7, 15, 32, 280, 3.5)}
     assert met_at(by_k, 2) == (by_k[2], "measured")
     got, how = met_at(by_k, 4)
     assert how == "interpolated"
-    assert (got.batch, got.drafts, got.prefill_tokens, got.ttft_ms) == pytest.approx((8 - 1 / 3, 9, 24, 300 - 20 / 3))
+    assert astuple(got) == pytest.approx((8 - 1 / 3, 9, 24, 300 - 20 / 3, 2.5))
     assert met_at(by_k, 1) == (by_k[2], "nearest")  # not the baseline's: that met no drafts
     with pytest.raises(ValueError):
         met_at({0: by_k[0]}, 2)
