@@ -62,16 +62,17 @@ decode rounds sat in (BENCHMARKS.md, "Issue 23: the cause of the c8 bias"): (1) 
 arm's mean decode batch at c8 (5.8-6.0) is lowered by each block's tail, where the slow chat
 requests run nearly alone; code's rounds met 7.9 requests per step, structured's 7.4;
 (2) with speculation requests end at different times, so new requests' prompts are prefilled
-in steps that also decode: 10-12% of the speculative decode rounds at c8 sit in such a step
-(2.1-2.25 times a decode-only step), against 0.2% in the baseline, whose fixed-length requests
-move in lockstep and prefill together; the fit above leaves every step with a prefill out. The
-step cost ratio (k = 2 over k = 0) for code at c8 was predicted 1.025 and measured 1.21-1.23. (3) The
-speedup mart's figure is the geometric mean of the requests' paired e2e ratios, the prediction
-above a ratio of pooled rates without TTFT; where requests gain unequally (code at k = 8) the
-former is the larger, which hid (1) and (2) at k = 8. (4) A decode round takes longer than its
-step's verify + draft: 1.0-1.5 ms more at k = 0, 2.4-3.1 ms with speculation (any k, c1-c8) in
-the quiet two-repeat replay; 4.0-4.3 and 4.7-8.3 ms in the sweep, on a busier host.
-Given what each category's rounds met (``StepsMet``: per arm k, 0 the baseline, and level, the
+in steps that also decode: 9-15% of code's and structured's speculative decode rounds at c8
+sit in such a step (2.0-2.4 times a decode-only step), against 0.2% in the baseline, whose
+fixed-length requests move in lockstep and prefill together; the fit above leaves every step
+with a prefill out. The step cost ratio (k = 2 over k = 0) for code at c8 was predicted 1.025
+and measured 1.21-1.23. (3) The speedup mart's figure is the geometric mean of the requests'
+paired e2e ratios, the prediction above a ratio of pooled rates without TTFT; where requests
+gain unequally (code at k = 8) the former is the larger, which hid (1) and (2) at k = 8. (4) A
+decode round takes longer than its step's verify + draft: 1.0-1.5 ms more at k = 0, 2.4-3.3 ms
+with speculation (any k, c1-c8) in the quiet two-repeat replay; 3.4-4.6 and 5.3-8.3 ms in the
+sweep, on a busier host (per category and level). Given what each category's rounds met
+(``StepsMet``: per arm k, 0 the baseline, and level, the
 round-weighted mean batch B_m, drafts verified D_m and prompt tokens prefilled P_m of the steps
 they sat in, the category's mean TTFT, and the time per decode round outside verify + draft
 O_m; a k' not swept linearly interpolated between the swept k around it, the nearest swept k's
