@@ -146,12 +146,27 @@ def predictions(
         mix_drafts_b += sums[:, width : 2 * width][:, kk]
         mix_rounds_b += sums[:, 2 * width :][:, kk]
     dbar_mix, dbar_mix_b = mix_drafts / mix_rounds, mix_drafts_b / mix_rounds_b
+    # the mix's drafts per request per step at every k' up to the captured k (met_at's drafts at a k' not swept)
+    grid_drafts = sum(inputs.rounds[cat].drafts.sum(axis=0) for cat in cats)
+    grid_rounds = sum(inputs.rounds[cat].rounds.sum(axis=0) for cat in cats)
+    dbar_grid = np.asarray(grid_drafts, float) / np.asarray(grid_rounds, float)
     for c, cat in enumerate(cats):
         for li, level in enumerate(levels):
             by_k = (met or {}).get((cat, level), {})
             if 0 in by_k and any(kk > 0 for kk in by_k):
                 _predict_cell_met(
-                    point, boot, (li, c), inputs.rounds[cat], tau[:, c], tau_b[:, :, c], by_k, kk, cost, vdraw, ddraw
+                    point,
+                    boot,
+                    (li, c),
+                    inputs.rounds[cat],
+                    tau[:, c],
+                    tau_b[:, :, c],
+                    by_k,
+                    kk,
+                    cost,
+                    vdraw,
+                    ddraw,
+                    dbar_grid,
                 )
                 continue
             # B per k' (k' = 0: B_0; PlanInputs.spec_batch_at: measured at a swept k, else interpolated)
@@ -166,11 +181,11 @@ def predictions(
     return Predictions(list(ks), list(levels), list(cats), point, boot, tau, dbar, confidence)
 
 
-def _predict_cell_met(point, boot, cell, rs, tau, tau_b, by_k, kk, cost, vdraw, ddraw) -> None:
+def _predict_cell_met(point, boot, cell, rs, tau, tau_b, by_k, kk, cost, vdraw, ddraw, dbar_grid) -> None:
     """One (level, category) cell from what its rounds met: the point by ``model.predict_met``, the
     replicates by the shift of the pooled rates' log ratio (``predictions``)."""
     li, c = cell
-    mets = [by_k[0] if k == 0 else met_at(by_k, int(k))[0] for k in kk]
+    mets = [by_k[0] if k == 0 else met_at(by_k, int(k), dbar_grid)[0] for k in kk]
     got = predict_met(tau, rs.tokens[:, kk], rs.rounds[:, kk], cost, mets, kk)
     for f in FIGURES:
         point[f][:, li, c] = got[f]

@@ -76,7 +76,8 @@ sweep, on a busier host (per category and level). Given what each category's rou
 round-weighted mean batch B_m, drafts verified D_m and prompt tokens prefilled P_m of the steps
 they sat in, the category's mean TTFT, and the time per decode round outside verify + draft
 O_m; a k' not swept linearly interpolated between the swept k around it, the nearest swept k's
-outside them) and a verify fit over every step with a prefill term,
+outside them, but its drafts B_m(k') dbar_mix(k') r, r = D_m / (B_m dbar_mix) at the swept k
+interpolated the same way: ``met_at``) and a verify fit over every step with a prefill term,
 verify_ms(B, D, P) = v0 + v1 B + v2 D + v3 P, a cell is predicted as::
 
     step_ms(k')  = verify_ms(B_m, D_m, P_m) + draft_ms(B_m, k') + O_m     (D_m = 0 at k' = 0)
@@ -91,7 +92,7 @@ Intervals: ``bootstrap.py``. Decisions: ``recommend.py``.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, replace
 
 import numpy as np
 
@@ -211,10 +212,14 @@ class StepsMet:
     overhead_ms: float = 0.0
 
 
-def met_at(by_k: dict[int, StepsMet], k: int) -> tuple[StepsMet, str]:
+def met_at(by_k: dict[int, StepsMet], k: int, dbar_mix: np.ndarray | None = None) -> tuple[StepsMet, str]:
     """``StepsMet`` at k > 0 from the arms measured (``by_k``: k -> met, k = 0 the baseline, not used
     here) and how: 'measured' at a swept k, 'interpolated' linearly in k between the swept k around
-    it, 'nearest' outside them (the smallest or largest swept k's)."""
+    it, 'nearest' outside them (the smallest or largest swept k's). With ``dbar_mix`` (the mix's
+    drafts per request per step, indexed by k'), the drafts at a k' not swept are
+    B(k') dbar_mix(k') r(k'), r = D / (B dbar_mix(k)) at the swept k interpolated the same way (r
+    says how the drafts the category's rounds met differ from the mix's pooled figure): a k' below
+    the smallest swept k is not charged that k's drafts."""
     swept = sorted(kk for kk in by_k if kk > 0)
     if not swept:
         raise ValueError("no speculative arm measured")
@@ -222,11 +227,19 @@ def met_at(by_k: dict[int, StepsMet], k: int) -> tuple[StepsMet, str]:
         return by_k[k], "measured"
     below, above = [kk for kk in swept if kk < k], [kk for kk in swept if kk > k]
     if not below or not above:
-        return by_k[above[0] if not below else below[-1]], "nearest"
-    lo, hi = below[-1], above[0]
-    f = (k - lo) / (hi - lo)
+        near = above[0] if not below else below[-1]
+        lo, hi, f, how = near, near, 0.0, "nearest"
+    else:
+        lo, hi = below[-1], above[0]
+        f, how = (k - lo) / (hi - lo), "interpolated"
     a, b = by_k[lo], by_k[hi]
-    return StepsMet(*(x + (y - x) * f for x, y in zip(astuple(a), astuple(b)))), "interpolated"
+    met = StepsMet(*(x + (y - x) * f for x, y in zip(astuple(a), astuple(b))))
+    known = dbar_mix is not None and max(hi, k) < len(dbar_mix) and dbar_mix[lo] > 0 and dbar_mix[hi] > 0
+    if known:
+        assert dbar_mix is not None
+        ra, rb = a.drafts / (a.batch * dbar_mix[lo]), b.drafts / (b.batch * dbar_mix[hi])
+        met = replace(met, drafts=met.batch * dbar_mix[k] * (ra + (rb - ra) * f))
+    return met, how
 
 
 def met_step_ms(cost: StepCost, met: list[StepsMet], ks: np.ndarray) -> np.ndarray:

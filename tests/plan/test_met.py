@@ -56,23 +56,28 @@ def test_predictions_read_what_the_rounds_met_where_given():
     inputs = _inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
     inputs = replace(inputs, spec_batch={2: {8: 6.0}, 4: {8: 6.0}}, batch={**inputs.batch, 8: 8.0})
     plain = predictions(inputs, [0, 2], replicates=30)
-    met = {("code", 8): {0: StepsMet(8.0, 0.0, 0.0, 0.0), 4: StepsMet(8.0, 12.0, 40.0, 0.0)}}
+    rs = inputs.rounds["code"]
+    drafts = 8.0 * rs.dbar()[2]  # the mix's drafts per request (one category: its own) at B = 8
+    met = {("code", 8): {0: StepsMet(8.0, 0.0, 0.0, 0.0), 2: StepsMet(8.0, drafts, 40.0, 0.0)}}
     given = predictions(inputs, [0, 2], replicates=30, met=met)
     li = inputs.levels.index(8)
     assert given.point["speedup"][1, li, 0] < plain.point["speedup"][1, li, 0]
-    rs = inputs.rounds["code"]
     cost = StepCost(tuple(inputs.verify_fit.coef), tuple(inputs.draft_fit.coef))
     want = predict_met(
         rs.tau()[[0, 2]],
         rs.tokens[:, [0, 2]],
         rs.rounds[:, [0, 2]],
         cost,
-        [met[("code", 8)][0], met[("code", 8)][4]],
+        list(met[("code", 8)].values()),
         np.array([0, 2]),
     )
     assert given.point["speedup"][1, li, 0] == pytest.approx(want["speedup"][1])
     lo, hi = given.interval("speedup")
     assert lo[1, li, 0] < given.point["speedup"][1, li, 0] < hi[1, li, 0]
+    # only k = 4 swept: k = 2 takes its batch and prefill, and the drafts of its own k (r = 1 here)
+    at4 = {("code", 8): {0: met[("code", 8)][0], 4: StepsMet(8.0, 8.0 * rs.dbar()[4], 40.0, 0.0)}}
+    from4 = predictions(inputs, [0, 2], replicates=30, met=at4)
+    assert from4.point["speedup"][1, li, 0] == pytest.approx(want["speedup"][1])
     other = [i for i, lv in enumerate(inputs.levels) if lv != 8]
     assert given.point["speedup"][:, other] == pytest.approx(plain.point["speedup"][:, other])
 
@@ -87,3 +92,16 @@ def test_the_geometric_mean_of_e2e_ratios_exceeds_the_ratio_of_pooled_rates_when
     out = predict_met(np.array([1.0, 18 / 10]), tokens, rounds, flat, met, np.array([0, 8]))
     assert out["speedup"][1] == pytest.approx(3.0)
     assert out["speedup_of_rates"][1] == pytest.approx(1.8)
+
+
+def test_met_at_scales_the_drafts_of_a_k_not_swept_by_the_mixs_drafts_per_step():
+    """Below the smallest swept k a k' is charged its own drafts, not that k's: D = B dbar_mix(k') r,
+    r = D / (B dbar_mix(k)) at the swept k (here r = 1 at k = 2, 15 / 15.75 at k = 8)."""
+    by_k = {0: StepsMet(8, 0, 1, 500), 2: StepsMet(8, 6, 20, 300), 8: StepsMet(7, 15, 32, 280)}
+    dbar_mix = np.array([0, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25])
+    got, how = met_at(by_k, 1, dbar_mix)
+    assert how == "nearest" and got.drafts == pytest.approx(8 * 0.5) and got.batch == 8
+    got, how = met_at(by_k, 4, dbar_mix)
+    r = 1 + (15 / (7 * 2.25) - 1) / 3
+    assert how == "interpolated" and got.drafts == pytest.approx((8 - 1 / 3) * 1.25 * r)
+    assert met_at(by_k, 8, dbar_mix)[0] == by_k[8]  # a swept k: as measured
