@@ -41,6 +41,7 @@ import aiohttp
 
 from specdec.engines.urls import ClientSettings, Endpoint
 from specdec.replay.compat import classify
+from specdec.replay.compat.cells import SETTLE_S
 from specdec.replay.compat.checks import ArmReplies
 from specdec.replay.compat.probing import settled
 from specdec.replay.compat.send import Reply, send
@@ -115,7 +116,7 @@ async def measure(
     model: str,
     prefix: str,
     counters: Mapping[str, str] | None,
-    settle_s: float = 0.2,
+    settle_s: float = SETTLE_S,
     repeats: int = QUANT_REPEATS,
 ) -> QuantMeasure:
     """Warm both servers up, then send the pairs (module docstring). ``speculative`` None (its

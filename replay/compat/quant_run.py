@@ -3,7 +3,7 @@ classifies one cell): the target at 4 bits (Q4_1 as shipped), 8 (Q8_0) and 16
 (F16), each against the draft at 4 and 8 bits (``--spec-type draft-simple``)
 and against the draft-free prompt lookup that the feature probes use
 (``ngram-mod``), with llama.cpp's default draft lengths, one thread per server
-(``QUANT_THREADS``).
+(``timing.LLAMA_THREADS``).
 
 Per target, one ``llama-server`` without speculation stays up while the
 speculative servers of its cells start, are measured and stop, one after the
@@ -42,6 +42,7 @@ from specdec.replay.compat.quant import (
     probe_name,
     quant_cell,
 )
+from specdec.replay.compat.timing import LLAMA_THREADS
 from specdec.runfolder import server_log
 from specdec.schemas.compat import CompatCell
 
@@ -49,13 +50,6 @@ TARGET_BITS = (4, 8, 16)
 DRAFT_BITS = (4, 8)
 #: The model name the cells' request bodies carry (llama-server serves the one model it loaded).
 MODEL = "default"
-#: Threads per server. One, not two: on a host whose cores other processes share, two threads
-#: wait for each other at every step of the graph and a step stalls whenever either is descheduled.
-#: Seen with -t 2 on this project's 2-core host at load average 12-13 (another session's vLLM
-#: tests): the F16 target without speculation at 2,980-3,010 ms per token (48 tokens in 144 s; no
-#: page faults), where the same server had done 17 ms per token earlier in that run. Both arms of
-#: every cell use the same count, so each ratio is like for like.
-QUANT_THREADS = 1
 
 
 def quant_arms(files: dict[int, QuantFile]) -> list[QuantArm]:
@@ -91,7 +85,7 @@ def run_quant(
     for f in files.values():
         made = "made now" if f.made_now else "cached"
         echo(f"  quantization: {f.gguf_type} {f.sha256[:12]} ({f.made_by}, {made}): {f.path}")
-    adapter = LlamaCpp(binary=binary, threads=QUANT_THREADS, context=2048, slots=1)
+    adapter = LlamaCpp(binary=binary, threads=LLAMA_THREADS, context=2048, slots=1)
     refs: dict[str, classify.Acceptance] = {}
     for bits in TARGET_BITS:
         target = files[bits]

@@ -29,7 +29,7 @@ from pydantic import Field, model_validator
 from specdec.arms import NGRAM
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.errors import SpecdecError
-from specdec.replay.compat.timing import DEFAULT_REPEATS
+from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.runfolder import claim_run_dir, compat_file, open_run_dir, server_log, write_manifest
@@ -224,7 +224,7 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
         from specdec.engines.llama_cpp import LlamaCpp
         from specdec.model import find_gguf
 
-        adapter = LlamaCpp(threads=2, context=2048, slots=1)
+        adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)
         arms = (Arm("baseline", None), Arm("speculative", NGRAM["llama.cpp"]))
         servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
         version, method, counters = (

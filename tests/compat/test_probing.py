@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.replay.compat import probing
 from specdec.replay.compat.capture_check import read_capture, reconcile
 from specdec.replay.compat.probes import ProbeContext, probe_set
 from specdec.replay.compat.probing import Pair, probe_pair
@@ -175,3 +176,24 @@ def test_no_capture_is_not_captured_never_a_pass(tmp_path):
         assert c.baseline_capture_reconciles is None and c.speculative_capture_reconciles is None
         assert c.outcome == "works"
     assert "not captured" in c.capture_detail
+
+
+def test_settled_reads_until_two_reads_agree(monkeypatch):
+    """The guard kept with the shorter pause: a counter that lands after the first read is waited for."""
+    reads = iter([{"g": 1}, {"g": 5}, {"g": 5}, {"g": 9}])
+    calls = []
+
+    async def fake_read(session, ep, settings, names):
+        calls.append(1)
+        return next(reads)
+
+    monkeypatch.setattr(probing, "read_counters", fake_read)
+    got = asyncio.run(probing.settled(None, None, SETTINGS, None, 0.0))
+    assert got == {"g": 5} and len(calls) == 3
+    stable = iter([{"g": 2}, {"g": 2}])
+    monkeypatch.setattr(probing, "read_counters", lambda *a: _async(next(stable)))
+    assert asyncio.run(probing.settled(None, None, SETTINGS, None, 0.0)) == {"g": 2}
+
+
+async def _async(value):
+    return value

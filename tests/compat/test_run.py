@@ -1,0 +1,26 @@
+"""``run``'s embedded pairs, without starting a server: what the llama.cpp pair is
+started with (one thread per server, as the quantization cells)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from specdec.engines import server
+from specdec.engines.llama_cpp import LlamaCpp
+from specdec.replay.compat import run
+from specdec.replay.compat.timing import LLAMA_THREADS
+
+
+def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(server, "start_all", lambda stack, servers: started.extend(servers))
+    monkeypatch.setattr(LlamaCpp, "executable", lambda self: ["/opt/llama-server"])
+    with contextlib.ExitStack() as stack:
+        pair, args = run._start_embedded("llama.cpp", tmp_path, "r1", 10.0, stack, lambda _: None)
+    assert LLAMA_THREADS == 1
+    assert [s.cmd[s.cmd.index("-t") + 1] for s in started] == ["1", "1"]
+    # the manifest's record of each arm says the same, and only the speculative arm speculates
+    assert args["baseline_server_args"][args["baseline_server_args"].index("-t") + 1] == "1"
+    assert "ngram-mod" in " ".join(args["speculative_server_args"])
+    assert "ngram-mod" not in " ".join(args["baseline_server_args"])
+    assert pair.engine == "llama.cpp" and pair.counters == LlamaCpp.counters
