@@ -29,7 +29,10 @@ CODE_PROMPT = (
     "Repeat this Python code exactly, with nothing else:\n\n"
     "def sum_of_squares(numbers):\n    total = 0\n    for n in numbers:\n        total += n * n\n    return total\n"
 )
-DEFAULT_MAX_TOKENS = 48
+#: Enough for the checks (a stop string, a copied function's first lines, a penalty's effect) and for prompt
+#: lookup to draft; every token is paid for 2 x repeats times per probe (48 before 2026-12-03: the
+#: greedy comparison now covers the first 32 tokens of each output, not 48).
+DEFAULT_MAX_TOKENS = 32
 
 #: A schema whose every valid document is short (enums and a boolean), so max_tokens never cuts one.
 CITY_SCHEMA: dict[str, Any] = {
@@ -278,6 +281,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             CODE_PROMPT,
             {"logprobs": True, "top_logprobs": 2},
             checks.logprobs(2),
+            max_tokens=16,  # the check is per token; vLLM CPU's logprobs are its slowest probe per token
         ),
         # sampled: vLLM refuses n > 1 under greedy sampling ("n must be 1 when using greedy sampling")
         Probe(

@@ -56,7 +56,8 @@ QUANT_PROMPTS = (
     "def f(x):\n    total = 0\n    for n in x:\n        total += n * n\n    return total",
     "Count from 1 to 40, separated by commas.",
 )
-QUANT_MAX_TOKENS = 48
+#: 48 before 2026-12-03: 32 forced tokens x 6 pairs still give each cell ~190 drafted-over tokens per arm.
+QUANT_MAX_TOKENS = 32
 QUANT_REPEATS = 2
 CONSTRAINT = f"none: greedy text at a forced length of {QUANT_MAX_TOKENS} tokens, compared between the arms"
 

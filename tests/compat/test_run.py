@@ -24,3 +24,8 @@ def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkey
     assert "ngram-mod" in " ".join(args["speculative_server_args"])
     assert "ngram-mod" not in " ".join(args["baseline_server_args"])
     assert pair.engine == "llama.cpp" and pair.counters == LlamaCpp.counters
+
+
+def test_the_default_repeats_give_every_cell_an_interval():
+    """2 pairs are the fewest with a t interval (1 df); the default must not drop below it."""
+    assert run.CompatConfig().repeats == run.DEFAULT_REPEATS == 2
