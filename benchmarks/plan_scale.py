@@ -19,6 +19,13 @@ system) and peak RSS are printed with the load average; DB is built first from R
 may be read-only (the analytics_scale_data large-run shape at 50M rounds)::
 
     .venv/bin/python benchmarks/plan_scale.py --run /tmp/sg50/large-run/bench-00 --db /tmp/lr.duckdb --times 3
+
+The first of those calls computes the planner's inputs from the rounds and writes the cache beside
+DB (``data.cache_path``; removed before it), the others read it. With ``--staging --db DB`` it times
+the inputs' staging alone, the old way (the views int_round_counts and int_plan_steps) against
+``data.STAGE_SQL``, alternately in fresh connections, and checks they give the same rows::
+
+    .venv/bin/python benchmarks/plan_scale.py --staging --db /tmp/lr.duckdb --times 2
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specdec.analytics.plan import data
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
 from specdec.analytics.plan.fit import fit_grouped
@@ -102,6 +110,57 @@ def _child(cmd: list[str]) -> dict:
     }
 
 
+#: The planner's inputs as it staged them before: the two views, each recomputed from the rounds.
+OLD_STAGE_SQL = (
+    f"""create temp table {data.ROUNDS_TABLE} as
+        select run_id, category, request_id, coalesce(repeat, 0) as repeat, context_low,
+               tokens_proposed, tokens_accepted, sum(rounds) as rounds
+        from int_round_counts
+        where arm = 'speculative' and phase = 'decode'
+        group by all""",
+    f"create temp table {data.STEPS_TABLE} as select * from int_plan_steps",
+)
+
+
+def staging(db: Path, times: int) -> None:
+    """The planner's inputs staged from ``db`` the old way (the views) and the new (``data.STAGE_SQL``),
+    alternately, each in a fresh connection: wall and CPU seconds (this process, DuckDB's threads
+    included), the ratio, and whether the two give the same rows."""
+    import duckdb  # heavy: only in this mode
+
+    def once(statements) -> tuple[float, float, list]:
+        con = duckdb.connect(str(db), read_only=True)
+        w, c = time.perf_counter(), time.process_time()
+        for sql in statements:
+            con.execute(sql)
+        took = (time.perf_counter() - w, time.process_time() - c)
+        rows = [
+            con.execute(f"select * from {t} order by all").fetchall() for t in (data.ROUNDS_TABLE, data.STEPS_TABLE)
+        ]
+        con.close()
+        return (*took, rows)
+
+    for i in range(times):
+        old_wall, old_cpu, old_rows = once(OLD_STAGE_SQL)
+        new_wall, new_cpu, new_rows = once(data.STAGE_SQL)
+        print(
+            json.dumps(
+                {
+                    "what": "staging the planner's inputs: the views (old) and data.STAGE_SQL (new)",
+                    "try": i + 1,
+                    "old_wall_s": round(old_wall, 2),
+                    "old_cpu_s": round(old_cpu, 2),
+                    "new_wall_s": round(new_wall, 2),
+                    "new_cpu_s": round(new_cpu, 2),
+                    "cpu_ratio_old_over_new": round(old_cpu / new_cpu, 2),
+                    "same_rows": old_rows == new_rows,
+                    "load_avg": [round(x, 1) for x in os.getloadavg()],
+                }
+            ),
+            flush=True,
+        )
+
+
 def command(run: Path, db: Path, times: int) -> None:
     if not db.exists():
         build = [
@@ -111,10 +170,15 @@ def command(run: Path, db: Path, times: int) -> None:
         ]
         print(json.dumps({"what": "build", "run": str(run), "db": str(db), **_child(build)}), flush=True)
     exe = str(Path(sys.executable).with_name("specdec"))
+    # the first call computes the planner's inputs and writes the cache beside DB; the others read it
+    data.cache_path(db).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as out:
         for i in range(times):
             cmd = [exe, "plan", str(run), "--db", str(db), "-o", out]
-            print(json.dumps({"what": "specdec plan --db", "try": i + 1, **_child(cmd)}), flush=True)
+            what = (
+                "specdec plan --db, first (inputs computed, cache written)" if i == 0 else "specdec plan --db, cached"
+            )
+            print(json.dumps({"what": what, "try": i + 1, **_child(cmd)}), flush=True)
 
 
 def main() -> None:
@@ -124,7 +188,13 @@ def main() -> None:
     ap.add_argument("--run", type=Path, default=None, help="time `specdec plan RUN --db DB` instead")
     ap.add_argument("--db", type=Path, default=None)
     ap.add_argument("--times", type=int, default=3)
+    ap.add_argument("--staging", action="store_true", help="with --db: time the inputs' staging, old and new")
     args = ap.parse_args()
+    if args.staging:
+        if args.db is None:
+            ap.error("--staging needs --db")
+        staging(args.db, args.times)
+        return
     if args.run is not None:
         if args.db is None:
             ap.error("--run needs --db")
