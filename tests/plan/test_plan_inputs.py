@@ -26,8 +26,9 @@ OLD_ROUNDS = """select run_id, category, request_id, coalesce(repeat, 0) as repe
 
 def _rounds(arms):
     rows = plan_run.make_rounds(arms)
-    # contexts in several buckets (int_round_groups' 0, 256, 512, ..., 4096)
-    rows = [r.model_copy(update={"context_len": [100, 300, 700, 1500, 3000, 5000][i % 6]}) for i, r in enumerate(rows)]
+    # contexts on each side of every bucket's edge (int_round_groups' 0, 256, 512, ..., 4096)
+    edges = [255, 256, 511, 512, 1023, 1024, 2047, 2048, 4095, 4096]
+    rows = [r.model_copy(update={"context_len": edges[i % len(edges)]}) for i, r in enumerate(rows)]
     extra = []
     for r in rows[::7]:
         if r.batch_size > 1:
