@@ -29,10 +29,13 @@ CODE_PROMPT = (
     "Repeat this Python code exactly, with nothing else:\n\n"
     "def sum_of_squares(numbers):\n    total = 0\n    for n in numbers:\n        total += n * n\n    return total\n"
 )
-#: Enough for the checks (a stop string, a copied function's first lines, a penalty's effect) and for prompt
-#: lookup to draft; every token is paid for 2 x repeats times per probe (48 before 2026-12-03: the
-#: greedy comparison now covers the first 32 tokens of each output, not 48).
+#: Enough for the checks (a stop string, a copied function's first lines, a penalty's effect) and for vLLM's
+#: prompt lookup to draft in every probe it drafted in at 48; every token is paid for 2 x repeats times per
+#: probe (48 before 2026-12-03: the greedy comparison covers the first 32 tokens of each output, not 48).
 DEFAULT_MAX_TOKENS = 32
+#: The session's turns: llama.cpp's ngram-mod drafts in its first turn only past 32 tokens (2026-12-03:
+#: 103-138 draft tokens at 48, none at 32), and the session is the one feature probe where it drafts at all.
+SESSION_MAX_TOKENS = 48
 
 #: A schema whose every valid document is short (enums and a boolean), so max_tokens never cuts one.
 CITY_SCHEMA: dict[str, Any] = {
@@ -335,6 +338,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
                 SESSION[0][0],
                 {},
                 checks.no_constraint(f"a 3-turn session, prefix caching {mode}"),
+                max_tokens=SESSION_MAX_TOKENS,
                 session=SESSION,
                 twin=False,  # by turn: each turn is its own cell, 'on' and 'off' side by side
                 prefix_caching=mode,

@@ -56,8 +56,9 @@ QUANT_PROMPTS = (
     "def f(x):\n    total = 0\n    for n in x:\n        total += n * n\n    return total",
     "Count from 1 to 40, separated by commas.",
 )
-#: 48 before 2026-12-03: 32 forced tokens x 6 pairs still give each cell ~190 drafted-over tokens per arm.
-QUANT_MAX_TOKENS = 32
+#: Not fewer: at 32 forced tokens ngram-mod proposed no draft token in any target's cell (2026-12-03; 56 drafted
+#: and accepted per cell at 48), so the cells would lose their acceptance.
+QUANT_MAX_TOKENS = 48
 QUANT_REPEATS = 2
 CONSTRAINT = f"none: greedy text at a forced length of {QUANT_MAX_TOKENS} tokens, compared between the arms"
 

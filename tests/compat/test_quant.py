@@ -62,7 +62,7 @@ def test_a_cell_measured_on_an_honest_pair_works_with_its_acceptance_and_speedup
     assert "acceptance per token 0.75 (36/48), mean acceptance length 4.00 over 12 rounds" in cell.detail
     assert (cell.target_quant, cell.target_bits, cell.draft_quant, cell.draft_bits) == ("Q8_0", 8, "Q4_1", 4)
     # every request greedy at the forced length
-    assert all(b["temperature"] == 0 and b["ignore_eos"] and b["max_tokens"] == 32 for b in spec.bodies)
+    assert all(b["temperature"] == 0 and b["ignore_eos"] and b["max_tokens"] == 48 for b in spec.bodies)
 
 
 def test_a_cell_without_drafts_where_the_reference_had_some_degrades():
