@@ -21,9 +21,9 @@ may be read-only (the analytics_scale_data large-run shape at 50M rounds)::
     .venv/bin/python benchmarks/plan_scale.py --run /tmp/sg50/large-run/bench-00 --db /tmp/lr.duckdb --times 3
 
 The first of those calls computes the planner's inputs from the rounds and writes the cache beside
-DB (``data.cache_path``; removed before it), the others read it. With ``--staging --db DB`` it times
+DB (``inputs.cache_path``; removed before it), the others read it. With ``--staging --db DB`` it times
 the inputs' staging alone, the old way (the views int_round_counts and int_plan_steps) against
-``data.STAGE_SQL``, alternately in fresh connections, and checks they give the same rows::
+``inputs.STAGE_SQL``, alternately in fresh connections, and checks they give the same rows::
 
     .venv/bin/python benchmarks/plan_scale.py --staging --db /tmp/lr.duckdb --times 2
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.analytics.plan import data
+from specdec.analytics.plan import inputs as staging
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
 from specdec.analytics.plan.fit import fit_grouped
@@ -112,18 +112,18 @@ def _child(cmd: list[str]) -> dict:
 
 #: The planner's inputs as it staged them before: the two views, each recomputed from the rounds.
 OLD_STAGE_SQL = (
-    f"""create temp table {data.ROUNDS_TABLE} as
+    f"""create temp table {staging.ROUNDS_TABLE} as
         select run_id, category, request_id, coalesce(repeat, 0) as repeat, context_low,
                tokens_proposed, tokens_accepted, sum(rounds) as rounds
         from int_round_counts
         where arm = 'speculative' and phase = 'decode'
         group by all""",
-    f"create temp table {data.STEPS_TABLE} as select * from int_plan_steps",
+    f"create temp table {staging.STEPS_TABLE} as select * from int_plan_steps",
 )
 
 
 def staging(db: Path, times: int) -> None:
-    """The planner's inputs staged from ``db`` the old way (the views) and the new (``data.STAGE_SQL``),
+    """The planner's inputs staged from ``db`` the old way (the views) and the new (``inputs.STAGE_SQL``),
     alternately, each in a fresh connection: wall and CPU seconds (this process, DuckDB's threads
     included), the ratio, and whether the two give the same rows."""
     import duckdb  # heavy: only in this mode
@@ -135,18 +135,19 @@ def staging(db: Path, times: int) -> None:
             con.execute(sql)
         took = (time.perf_counter() - w, time.process_time() - c)
         rows = [
-            con.execute(f"select * from {t} order by all").fetchall() for t in (data.ROUNDS_TABLE, data.STEPS_TABLE)
+            con.execute(f"select * from {t} order by all").fetchall()
+            for t in (staging.ROUNDS_TABLE, staging.STEPS_TABLE)
         ]
         con.close()
         return (*took, rows)
 
     for i in range(times):
         old_wall, old_cpu, old_rows = once(OLD_STAGE_SQL)
-        new_wall, new_cpu, new_rows = once(data.STAGE_SQL)
+        new_wall, new_cpu, new_rows = once(staging.STAGE_SQL)
         print(
             json.dumps(
                 {
-                    "what": "staging the planner's inputs: the views (old) and data.STAGE_SQL (new)",
+                    "what": "staging the planner's inputs: the views (old) and inputs.STAGE_SQL (new)",
                     "try": i + 1,
                     "old_wall_s": round(old_wall, 2),
                     "old_cpu_s": round(old_cpu, 2),
@@ -171,7 +172,7 @@ def command(run: Path, db: Path, times: int) -> None:
         print(json.dumps({"what": "build", "run": str(run), "db": str(db), **_child(build)}), flush=True)
     exe = str(Path(sys.executable).with_name("specdec"))
     # the first call computes the planner's inputs and writes the cache beside DB; the others read it
-    data.cache_path(db).unlink(missing_ok=True)
+    staging.cache_path(db).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as out:
         for i in range(times):
             cmd = [exe, "plan", str(run), "--db", str(db), "-o", out]

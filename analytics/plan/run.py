@@ -14,7 +14,8 @@ import numpy as np
 
 from specdec.analytics.plan import export
 from specdec.analytics.plan.bootstrap import predictions
-from specdec.analytics.plan.data import PlanInputs, read_inputs, stage
+from specdec.analytics.plan.data import PlanInputs, read_inputs
+from specdec.analytics.plan.inputs import stage
 from specdec.analytics.plan.model import __doc__ as MODEL_DOC
 from specdec.analytics.plan.noise import __doc__ as NOISE_DOC
 from specdec.analytics.plan.noise import half_width, prediction_interval
@@ -225,7 +226,7 @@ def _in_sample(pred, inputs: PlanInputs) -> dict:
 def make_plan(run_dir: Path, config: PlanConfig, db: Path | None = None) -> dict:
     """Build ``run_dir``'s database (as ``specdec report`` does) and plan from it; with ``db``, plan
     from that database, built already (``specdec analytics build``), without rebuilding, its
-    inputs read from the cache beside it (``data.stage``; the first plan of a database writes it)."""
+    inputs read from the cache beside it (``inputs.stage``; the first plan of a database writes it)."""
     import duckdb  # heavy: only when planning
 
     from specdec.analytics.build import build

@@ -1,4 +1,4 @@
-"""The planner's inputs as ``data.stage`` computes them in one pass over the rounds equal the rows of
+"""The planner's inputs as ``inputs.stage`` computes them in one pass over the rounds equal the rows of
 the SQL models that define them: int_round_counts (the speculative arm's decode rounds, summed per
 request, k_r, a_r and context bucket) and int_plan_steps (the decode-only steps, grouped), on a
 classic run and on a --sweep-k run (several analysis runs sharing the reference arm), with rows the
@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.plan import data
+from specdec.analytics.plan import inputs
 from specdec.analytics.plan.run import PlanConfig, make_plan
 from tests.support import plan_run
 from tests.support.synthetic_run import round_row, write_run
@@ -65,7 +65,7 @@ def con(request, tmp_path_factory):
         manifest=plan_run._manifest(arms),
     )
     connection = duckdb.connect(str(build(run)), read_only=True)
-    data.stage(connection)
+    inputs.stage(connection)
     yield connection
     connection.close()
 
@@ -80,15 +80,15 @@ def _same(con, new: str, old: str) -> None:
 
 
 def test_the_rounds_equal_int_round_counts(con):
-    _same(con, f"select * from {data.ROUNDS_TABLE}", OLD_ROUNDS)
+    _same(con, f"select * from {inputs.ROUNDS_TABLE}", OLD_ROUNDS)
     # the added rows are in the data: several context buckets, a warm-up request left out
-    assert con.execute(f"select count(distinct context_low) from {data.ROUNDS_TABLE}").fetchone()[0] == 6
+    assert con.execute(f"select count(distinct context_low) from {inputs.ROUNDS_TABLE}").fetchone()[0] == 6
     assert con.execute("select count(*) from int_engine_requests where not replayed").fetchone()[0] == 1
 
 
 def test_the_steps_equal_int_plan_steps(con):
-    _same(con, f"select * from {data.STEPS_TABLE}", "select * from int_plan_steps")
-    ordered = con.execute(f"select * from {data.STEPS_TABLE}").fetchall()
+    _same(con, f"select * from {inputs.STEPS_TABLE}", "select * from int_plan_steps")
+    ordered = con.execute(f"select * from {inputs.STEPS_TABLE}").fetchall()
     assert ordered == con.execute("select * from int_plan_steps").fetchall()
 
 
@@ -96,23 +96,23 @@ def test_the_cache_beside_the_database_is_read_and_follows_a_rebuild(tmp_path):
     run = plan_run.write_plan_run(tmp_path)
     db = build(run)
     config = PlanConfig(replicates=20)
-    assert not data.cache_path(db).exists()
+    assert not inputs.cache_path(db).exists()
     first = make_plan(run, config, db=db)  # computes the inputs and writes the cache
-    assert data.cache_path(db).is_file()
+    assert inputs.cache_path(db).is_file()
     assert make_plan(run, config, db=db) == first  # from the cache
     # the cache is what a repeat plan reads: doubling its verify times moves the fit
-    with duckdb.connect(str(data.cache_path(db))) as cache:
-        cache.execute(f"update {data.STEPS_TABLE} set verify_ms_sum = 2 * verify_ms_sum")
+    with duckdb.connect(str(inputs.cache_path(db))) as cache:
+        cache.execute(f"update {inputs.STEPS_TABLE} set verify_ms_sum = 2 * verify_ms_sum")
     assert make_plan(run, config, db=db)["model"]["verify_fit"] != first["model"]["verify_fit"]
     # a rebuild renames a new database over the old: the cache written for the old one is not read
     build(run)
     assert make_plan(run, config, db=db) == first
-    with duckdb.connect(str(data.cache_path(db)), read_only=True) as cache:
-        assert cache.execute("select key from cache_key").fetchone()[0] == data._cache_key(db)
+    with duckdb.connect(str(inputs.cache_path(db)), read_only=True) as cache:
+        assert cache.execute("select key from cache_key").fetchone()[0] == inputs._cache_key(db)
 
 
 def test_a_cache_that_cannot_be_written_is_skipped(tmp_path, monkeypatch):
     run = plan_run.write_plan_run(tmp_path)
     db = build(run)
-    monkeypatch.setattr(data, "cache_path", lambda db: tmp_path / "no such folder" / "x.plan-inputs")
+    monkeypatch.setattr(inputs, "cache_path", lambda db: tmp_path / "no such folder" / "x.plan-inputs")
     assert make_plan(run, PlanConfig(replicates=20), db=db)["captured_k"] == plan_run.K
