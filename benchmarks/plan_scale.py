@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specdec.analytics.plan import inputs as staging
+from specdec.analytics.plan import inputs as plan_inputs
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
 from specdec.analytics.plan.fit import fit_grouped
@@ -112,13 +112,24 @@ def _child(cmd: list[str]) -> dict:
 
 #: The planner's inputs as it staged them before: the two views, each recomputed from the rounds.
 OLD_STAGE_SQL = (
-    f"""create temp table {staging.ROUNDS_TABLE} as
+    f"""create temp table {plan_inputs.ROUNDS_TABLE} as
         select run_id, category, request_id, coalesce(repeat, 0) as repeat, context_low,
                tokens_proposed, tokens_accepted, sum(rounds) as rounds
         from int_round_counts
         where arm = 'speculative' and phase = 'decode'
         group by all""",
-    f"create temp table {staging.STEPS_TABLE} as select * from int_plan_steps",
+    f"create temp table {plan_inputs.STEPS_TABLE} as select *, false as has_prefill from int_plan_steps",
+)
+
+
+#: What both stagings hold: the rounds, and int_plan_steps' columns of the decode-only steps (the new
+#: staging holds the steps with a prefill and the rounds met beside them)
+COMPARED = (
+    f"select * from {plan_inputs.ROUNDS_TABLE}",
+    f"""select run_id, source_run_id, arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps,
+               verify_ms_sum, verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
+        from {plan_inputs.STEPS_TABLE}
+        where not has_prefill""",
 )
 
 
@@ -134,16 +145,13 @@ def staging(db: Path, times: int) -> None:
         for sql in statements:
             con.execute(sql)
         took = (time.perf_counter() - w, time.process_time() - c)
-        rows = [
-            con.execute(f"select * from {t} order by all").fetchall()
-            for t in (staging.ROUNDS_TABLE, staging.STEPS_TABLE)
-        ]
+        rows = [con.execute(f"select * from ({q}) order by all").fetchall() for q in COMPARED]
         con.close()
         return (*took, rows)
 
     for i in range(times):
         old_wall, old_cpu, old_rows = once(OLD_STAGE_SQL)
-        new_wall, new_cpu, new_rows = once(staging.STAGE_SQL)
+        new_wall, new_cpu, new_rows = once(plan_inputs.STAGE_SQL)
         print(
             json.dumps(
                 {
@@ -172,7 +180,7 @@ def command(run: Path, db: Path, times: int) -> None:
         print(json.dumps({"what": "build", "run": str(run), "db": str(db), **_child(build)}), flush=True)
     exe = str(Path(sys.executable).with_name("specdec"))
     # the first call computes the planner's inputs and writes the cache beside DB; the others read it
-    staging.cache_path(db).unlink(missing_ok=True)
+    plan_inputs.cache_path(db).unlink(missing_ok=True)
     with tempfile.TemporaryDirectory() as out:
         for i in range(times):
             cmd = [exe, "plan", str(run), "--db", str(db), "-o", out]

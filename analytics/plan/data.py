@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 
 from specdec.analytics.plan.fit import LinearFit, fit_grouped
-from specdec.analytics.plan.inputs import ROUNDS_TABLE, STEPS_TABLE, stage
-from specdec.analytics.plan.model import RoundSums, round_sums
+from specdec.analytics.plan.inputs import MET_TABLE, ROUNDS_TABLE, STEPS_TABLE, stage
+from specdec.analytics.plan.model import RoundSums, StepsMet, round_sums
 from specdec.analytics.plan.noise import MeasurementNoise, pooled_noise
 from specdec.errors import SpecdecError
 
-__all__ = ["DRAFT_TERMS", "VERIFY_TERMS", "PlanInputs", "analysis_runs", "captured_ks", "read_inputs"]
+__all__ = ["DRAFT_TERMS", "VERIFY_TERMS", "PlanInputs", "analysis_runs", "captured_ks", "read_inputs", "rounds_met"]
 
-VERIFY_TERMS = ("v0_intercept", "v1_per_request", "v2_per_draft_token")
+VERIFY_TERMS = ("v0_intercept", "v1_per_request", "v2_per_draft_token", "v3_per_prefill_token")
 DRAFT_TERMS = ("d0_intercept", "d1_per_request", "d2_per_request_per_k")
 
 
@@ -57,6 +57,10 @@ class PlanInputs:
     spec_batch: dict[int, dict[int, float]] = field(default_factory=dict)
     #: category -> the measurement noise of the run folder's speedups (``noise.py``)
     noise: dict[str, MeasurementNoise] = field(default_factory=dict)
+    #: (category, level) -> arm k -> what the category's decode rounds met (``model.StepsMet``): k = 0
+    #: the planned analysis run's baseline arm, k > 0 the speculative arm of each analysis run of the
+    #: run folder at the k it captured (``rounds_met``)
+    met: dict[tuple[str, int], dict[int, StepsMet]] = field(default_factory=dict)
 
     def spec_batch_at(self, k: int, level: int) -> tuple[float, str]:
         """B at (k > 0, level) and how it was had: 'measured' at a swept k; 'interpolated' linearly
@@ -158,6 +162,30 @@ def _request_rows(con, run_id: str) -> dict:
     return out
 
 
+def rounds_met(con, run_id: str, folder_ks: dict[str, int]) -> dict[tuple[str, int], dict[int, StepsMet]]:
+    """(category, level) -> arm k -> ``StepsMet`` from MET_TABLE: k = 0 the baseline arm of ``run_id``,
+    k > 0 the speculative arm of each analysis run of ``folder_ks`` (analysis run -> its captured k,
+    the run folder's). Each over the category's decode rounds of its successful requests at that arm
+    and level: the round-weighted means of their steps' batch size, drafts verified and prompt
+    tokens prefilled; the requests' mean TTFT; and the time per round outside verify + draft, (the
+    requests' e2e - TTFT, summed, less their rounds' steps' verify + draft ms) / rounds."""
+    rows = con.execute(
+        f"""select run_id, arm, concurrency, category, decode_rounds, batch_sum, drafts_sum, prefill_tokens_sum,
+                  engine_ms_sum, ttft_ms_mean, decode_ms_sum
+           from {MET_TABLE}
+           where (run_id = ? and arm = 'baseline') or (list_contains(?, run_id) and arm = 'speculative')""",
+        [run_id, sorted(folder_ks)],
+    ).fetchall()
+    met: dict[tuple[str, int], dict[int, StepsMet]] = {}
+    for run, arm, level, cat, n, b, d, p, engine_ms, ttft, decode_ms in rows:
+        k = 0 if arm == "baseline" else folder_ks[run]
+        if not n or ttft is None or (arm != "baseline" and k <= 0):
+            continue
+        overhead = (decode_ms - engine_ms) / n if decode_ms is not None and engine_ms is not None else 0.0
+        met.setdefault((cat, int(level)), {})[k] = StepsMet(b / n, d / n, p / n, float(ttft), float(overhead))
+    return met
+
+
 def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     """Everything the model needs for one analysis run (``choose_run``). In a run of named arms the
     step costs are fitted over every arm of the run folder (each k's steps), the reference arm's
@@ -181,28 +209,34 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     source = all_ks.get(run_id, (run_id, 0))[0]
     steps = con.execute(
         f"""select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
-                  verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
+                  verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq, has_prefill, prefill_tokens,
+                  has_decode
            from {STEPS_TABLE}
            where run_id = ? or (arm = 'speculative' and source_run_id = ?)""",
         [run_id, source],
     ).fetchall()
     folder_runs = sorted({run_id} | {r for r, (src, _) in all_ks.items() if src == source})
-    # the speculative arm's mean decode batch per analysis run (its k) and level
+    # the speculative arm's mean decode batch per analysis run (its k) and level (decode-only steps)
     spec_steps = con.execute(
         f"""select run_id, concurrency, sum(batch_size * verify_steps) / sum(verify_steps)
            from {STEPS_TABLE}
-           where list_contains(?, run_id) and arm = 'speculative' and verify_steps > 0
+           where list_contains(?, run_id) and arm = 'speculative' and verify_steps > 0 and not has_prefill
            group by all""",
         [folder_runs],
     ).fetchall()
+    # verify over every step that decodes, those that prefill a prompt beside their decode rows
+    # included (P; a step that only prefills is no decode round's step); the draft cost and the mean
+    # batches over the decode-only steps
+    decoding = [s for s in steps if s[14]]
     verify_fit = fit_grouped(
-        np.array([[1.0, s[2], s[3]] for s in steps]),
+        np.array([[1.0, s[2], s[3], s[13]] for s in decoding]).reshape(-1, len(VERIFY_TERMS)),
         VERIFY_TERMS,
-        np.array([s[6] for s in steps]),
-        np.array([s[7] or 0.0 for s in steps]),
-        np.array([s[8] or 0.0 for s in steps]),
+        np.array([s[6] for s in decoding]),
+        np.array([s[7] or 0.0 for s in decoding]),
+        np.array([s[8] or 0.0 for s in decoding]),
     )
-    drafted = [s for s in steps if s[9]]
+    decode_only = [s for s in steps if not s[12]]
+    drafted = [s for s in decode_only if s[9]]
     draft_fit = fit_grouped(
         np.array([[1.0, s[2], s[2] * s[4]] for s in drafted]),
         DRAFT_TERMS,
@@ -211,7 +245,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         np.array([s[11] for s in drafted]),
     )
     if verify_fit.steps == 0:
-        raise SpecdecError(f"run {run_id!r}: no decode-only engine step with verify_ms measured to fit a step cost")
+        raise SpecdecError(f"run {run_id!r}: no engine step with verify_ms measured to fit a step cost")
     if "d2_per_request_per_k" not in draft_fit.fitted:
         notes.append("one k captured: the draft cost is fitted as not depending on k (d2 = 0)")
     lat = con.execute(
@@ -224,7 +258,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         raise SpecdecError(f"run {run_id!r}: no concurrency level has requests of both arms")
     batch, batch_measured = {}, {}
     for level in levels:
-        mine = [s for s in steps if s[0] == "baseline" and s[1] == level and s[6]]
+        mine = [s for s in decode_only if s[0] == "baseline" and s[1] == level and s[6]]
         n = sum(s[6] for s in mine)
         batch_measured[level] = n > 0
         batch[level] = sum(s[2] * s[6] for s in mine) / n if n else float(level)
@@ -233,6 +267,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         k_run = all_ks.get(run, (source, 0))[1]
         if k_run > 0 and level in batch and k_run <= captured_k:
             spec_batch.setdefault(k_run, {})[level] = float(mean_batch)
+    met = rounds_met(con, run_id, {r: k for r, (src, k) in all_ks.items() if src == source})
     tokens: dict[str, float] = {}
     requests: dict[str, int] = {}
     for cat in sums:
@@ -285,6 +320,7 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         batch_measured=batch_measured,
         spec_batch=spec_batch,
         noise=noise,
+        met=met,
         ttft_p95_ms={(r[0], r[1], r[2]): r[3] for r in lat},
         tokens_per_request=tokens,
         requests=requests,

@@ -12,31 +12,50 @@ from pathlib import Path
 
 from specdec.atomic import atomic_write_with
 
-__all__ = ["REQUESTS_TABLE", "ROUNDS_TABLE", "STAGE_SQL", "STEPS_TABLE", "cache_path", "stage", "staged"]
+__all__ = ["MET_TABLE", "ROUNDS_TABLE", "STAGE_SQL", "STEPS_TABLE", "TABLES", "cache_path", "stage", "staged"]
 
 log = logging.getLogger("specdec.analytics.plan")
 
 #: Temporary tables (this connection only; a read-only connection may create them) holding what
-#: the planner reads of the rounds: the replayed requests' engine request ids (REQUESTS_TABLE,
-#: dropped once the others exist), the speculative arm's decode rounds counted per request, k_r,
+#: the planner reads of the rounds: the speculative arm's decode rounds counted per request, k_r,
 #: a_r and context bucket (ROUNDS_TABLE: int_round_counts' rows of that arm and phase, summed over
-#: the engine requests) and the decode-only steps grouped (STEPS_TABLE: int_plan_steps' rows).
-#: Computed once per connection by ``STAGE_SQL``, not by reading those two views: after the build
-#: they are views over the Parquet rows, and each took two passes over every round (its own and
-#: int_engine_requests', which counts every round again to find the engine request ids); at 51.9
-#: million rounds staging them cost 19.3-20.4 CPU s, this 11.9-13.2 (load 10-11;
-#: ``benchmarks/plan_scale.py --staging``). The rows are the same: tests/plan/test_plan_inputs.py
-#: holds them equal to the two views', whose headers define them (an edit to either model must
-#: be made here too; the test says where they part).
+#: the engine requests), the steps grouped by their regressors (STEPS_TABLE: int_plan_steps' rows
+#: where ``not has_prefill``, and the steps with a prefill beside them) and what each category's
+#: decode rounds met (MET_TABLE). Computed once per connection by ``STAGE_SQL``, not by reading
+#: the views: after the build they are views over the Parquet rows, and each took two passes over
+#: every round (its own and int_engine_requests', which counts every round again to find the
+#: engine request ids); at 51.9 million rounds staging them cost 19.3-20.4 CPU s, the rounds and
+#: steps here 11.9-13.2 (load 10-11; ``benchmarks/plan_scale.py --staging``), and 16.0-16.6 with
+#: the rounds met counted beside the steps (11.9-12.4 without, side by side, load 9-11; each
+#: step's categories as a list of small integers: as strings 14.2-15.5). The rows are the
+#: same: tests/plan/test_plan_inputs.py holds them equal to the two views', whose headers define
+#: them (an edit to either model must be made here too; the test says where they part).
+#: The helper tables (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE) are dropped once
+#: the others exist (``HELPER_TABLES``).
+LEVELS_TABLE = "plan_levels"
 REQUESTS_TABLE = "plan_replayed_requests"
+GROUPED_TABLE = "plan_steps_grouped"
 ROUNDS_TABLE = "plan_speculative_rounds"
 STEPS_TABLE = "plan_steps"
-#: Each statement creates one of the three tables, in order. The requests: int_engine_requests'
-#: replayed rows, from the distinct engine request ids of the rounds (one pass over one column).
-#: The rounds: grouped per engine request before the join (2.5 million groups, not 51.9 million
-#: rows joined); context_low as int_round_groups buckets it. The steps: int_engine_steps' and
-#: int_plan_steps' SQL, the rows looked up in REQUESTS_TABLE (one pass, no second
-#: int_engine_requests), the level numbered from its distinct values.
+MET_TABLE = "plan_rounds_met"
+TABLES = (ROUNDS_TABLE, STEPS_TABLE, MET_TABLE)
+HELPER_TABLES = (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE)
+#: Each statement creates one table, in order. The requests: int_engine_requests' replayed rows,
+#: from the distinct engine request ids of the rounds (one pass over one column), with the
+#: request's success. The rounds: grouped per engine request before the join (2.5 million groups,
+#: not 51.9 million rows joined); context_low as int_round_groups buckets it. The levels: each
+#: (analysis run, arm, level) numbered. The step parts: the one pass over the rounds for the steps,
+#: int_engine_steps' SQL with the rows looked up in REQUESTS_TABLE (no second
+#: int_engine_requests), grouped per step and category (a successful request's category; NULL for
+#: a failed request's rows), so each category's decode rounds in a step are counted beside the
+#: step's own figures; a row of batch size 1 is its own step, not grouped. The step totals: the
+#: parts of a step of two or more rows summed. The steps: the totals (and the single rows) grouped
+#: by their regressors, int_plan_steps' columns and has_prefill, has_decode, prefill_tokens (P: the
+#: prompt tokens the step's prefill rows scheduled, sum of num_scheduled_tokens). The rounds met: per
+#: analysis run, arm, level and category, the sums over the category's decode rounds of their
+#: steps' batch size, drafts verified, prompt tokens prefilled and verify + draft ms, and the
+#: category's successful requests' mean TTFT and decode time (e2e - TTFT, over the requests
+#: with rounds captured).
 STAGE_SQL = (
     f"""create temp table if not exists {REQUESTS_TABLE} as
     with engine as (
@@ -46,12 +65,18 @@ STAGE_SQL = (
         select run_id, engine_request_id, request_id_of(engine_request_id) as request_id from engine
     ),
     requests as (
-        select run_id, source_run_id, request_id, arm, concurrency, repeat, category from stg_requests
+        select run_id, source_run_id, request_id, arm, concurrency, repeat, category, success from stg_requests
+    ),
+    categories as (
+        select category, cast(row_number() over (order by category) as usmallint) as category_key
+        from (select distinct category from stg_requests)
     )
     select requests.run_id, parsed.run_id as source_run_id, parsed.engine_request_id, requests.request_id,
-           requests.arm, requests.concurrency, coalesce(requests.repeat, 0) as repeat, requests.category
+           requests.arm, requests.concurrency, coalesce(requests.repeat, 0) as repeat, requests.category,
+           requests.success, categories.category_key
     from parsed
-    join requests on requests.source_run_id = parsed.run_id and requests.request_id = parsed.request_id""",
+    join requests on requests.source_run_id = parsed.run_id and requests.request_id = parsed.request_id
+    join categories using (category)""",
     f"""create temp table if not exists {ROUNDS_TABLE} as
     with rounds as (
         select run_id as source_run_id, engine_request_id, tokens_proposed, tokens_accepted,
@@ -72,19 +97,19 @@ STAGE_SQL = (
     join {REQUESTS_TABLE} r using (source_run_id, engine_request_id)
     where r.arm = 'speculative'
     group by all""",
-    f"""create temp table if not exists {STEPS_TABLE} as
-    with levels as (
-        select run_id, source_run_id, arm, concurrency, row_number() over () as level_key
-        from (select distinct run_id, source_run_id, arm, concurrency from {REQUESTS_TABLE})
-    ),
-    engine as (
-        select r.source_run_id, r.engine_request_id, levels.level_key
+    f"""create temp table if not exists {LEVELS_TABLE} as
+    select run_id, source_run_id, arm, concurrency, row_number() over () as level_key
+    from (select distinct run_id, source_run_id, arm, concurrency from {REQUESTS_TABLE})""",
+    f"""create temp table if not exists {GROUPED_TABLE} as
+    with engine as (
+        select r.source_run_id, r.engine_request_id, levels.level_key,
+               case when r.success then r.category_key end as category
         from {REQUESTS_TABLE} r
-        join levels using (run_id, source_run_id, arm, concurrency)
+        join {LEVELS_TABLE} levels using (run_id, source_run_id, arm, concurrency)
     ),
     rounds as (
-        select e.level_key, r.process_token, r.step_index, r.phase, r.batch_size, r.tokens_proposed, r.verify_ms,
-               r.draft_ms
+        select e.level_key, e.category, r.process_token, r.step_index, r.phase, r.batch_size, r.tokens_proposed,
+               r.num_scheduled_tokens, r.verify_ms, r.draft_ms
         from stg_rounds r
         join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
     ),
@@ -92,43 +117,49 @@ STAGE_SQL = (
         select level_key,
                phase = 'prefill' as has_prefill,
                phase = 'decode' as has_decode,
-               case when phase = 'decode' then batch_size end as batch_size,
-               case when phase = 'decode' then verify_ms end as verify_ms,
+               batch_size,
+               verify_ms,
                case when phase = 'decode' then draft_ms end as draft_ms,
-               tokens_proposed as drafts_verified,
-               tokens_proposed as max_proposed
+               cast(tokens_proposed as bigint) as drafts_verified,
+               tokens_proposed as max_proposed,
+               cast(case when phase = 'prefill' then num_scheduled_tokens else 0 end as bigint) as prefill_tokens,
+               case when phase = 'decode' and category is not null then [category] else [] end as met_by
         from rounds
         where batch_size = 1
         union all
         select level_key,
                bool_or(phase = 'prefill') as has_prefill,
                bool_or(phase = 'decode') as has_decode,
-               any_value(batch_size) filter (where phase = 'decode') as batch_size,
-               any_value(verify_ms) filter (where phase = 'decode') as verify_ms,
+               any_value(batch_size) as batch_size,
+               any_value(verify_ms) as verify_ms,
                max(draft_ms) filter (where phase = 'decode') as draft_ms,
                cast(sum(tokens_proposed) as bigint) as drafts_verified,
-               max(tokens_proposed) as max_proposed
+               max(tokens_proposed) as max_proposed,
+               cast(coalesce(sum(num_scheduled_tokens) filter (where phase = 'prefill'), 0) as bigint)
+                   as prefill_tokens,
+               list_sort(coalesce(list(category) filter (where phase = 'decode' and category is not null), []))
+                   as met_by
         from rounds
         where batch_size <> 1
         group by level_key, process_token, step_index
-    ),
-    grouped as (
-        select level_key, has_prefill, batch_size, drafts_verified,
-               max(max_proposed) as max_proposed,
-               count(*) as steps,
-               count(verify_ms) as verify_steps,
-               sum(verify_ms) as verify_ms_sum,
-               sum(verify_ms * verify_ms) as verify_ms_sumsq,
-               count(draft_ms) as draft_steps,
-               sum(draft_ms) as draft_ms_sum,
-               sum(draft_ms * draft_ms) as draft_ms_sumsq
-        from steps
-        group by level_key, has_prefill, has_decode, batch_size, drafts_verified
-    ),
-    arm_k as (
+    )
+    select level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens, met_by,
+           max(max_proposed) as max_proposed,
+           count(*) as steps,
+           count(verify_ms) as verify_steps,
+           sum(verify_ms) as verify_ms_sum,
+           sum(verify_ms * verify_ms) as verify_ms_sumsq,
+           count(draft_ms) as draft_steps,
+           sum(draft_ms) as draft_ms_sum,
+           sum(draft_ms * draft_ms) as draft_ms_sumsq,
+           sum(verify_ms + coalesce(draft_ms, 0)) as engine_ms_sum
+    from steps
+    group by level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens, met_by""",
+    f"""create temp table if not exists {STEPS_TABLE} as
+    with arm_k as (
         select run_id, arm, concurrency, max(g.max_proposed) as arm_k
-        from grouped g
-        join levels using (level_key)
+        from {GROUPED_TABLE} g
+        join {LEVELS_TABLE} levels using (level_key)
         group by run_id, arm, concurrency
     )
     select levels.run_id, levels.source_run_id, levels.arm, levels.concurrency, g.batch_size, g.drafts_verified,
@@ -139,13 +170,54 @@ STAGE_SQL = (
            sum(g.verify_ms_sumsq) as verify_ms_sumsq,
            cast(sum(g.draft_steps) as bigint) as draft_steps,
            sum(g.draft_ms_sum) as draft_ms_sum,
-           sum(g.draft_ms_sumsq) as draft_ms_sumsq
-    from grouped g
-    join levels using (level_key)
+           sum(g.draft_ms_sumsq) as draft_ms_sumsq,
+           g.has_prefill,
+           g.has_decode,
+           g.prefill_tokens
+    from {GROUPED_TABLE} g
+    join {LEVELS_TABLE} levels using (level_key)
     join arm_k using (run_id, arm, concurrency)
-    where not g.has_prefill
-    group by levels.run_id, levels.source_run_id, levels.arm, levels.concurrency, g.batch_size, g.drafts_verified
-    order by levels.run_id, levels.arm, levels.concurrency, g.batch_size, g.drafts_verified""",
+    group by levels.run_id, levels.source_run_id, levels.arm, levels.concurrency, g.has_prefill, g.has_decode,
+             g.prefill_tokens, g.batch_size, g.drafts_verified
+    order by levels.run_id, levels.arm, levels.concurrency, g.has_prefill, g.has_decode, g.prefill_tokens,
+             g.batch_size, g.drafts_verified""",
+    f"""create temp table if not exists {MET_TABLE} as
+    with met as (
+        select level_key, unnest(met_by) as category_key, steps, batch_size, drafts_verified, prefill_tokens,
+               engine_ms_sum
+        from {GROUPED_TABLE}
+        where len(met_by) > 0
+    ),
+    rounds as (
+        select levels.run_id, levels.arm, levels.concurrency, categories.category,
+               cast(sum(met.steps) as bigint) as decode_rounds,
+               sum(met.steps * met.batch_size) as batch_sum,
+               sum(met.steps * met.drafts_verified) as drafts_sum,
+               sum(met.steps * met.prefill_tokens) as prefill_tokens_sum,
+               sum(met.engine_ms_sum) as engine_ms_sum
+        from met
+        join {LEVELS_TABLE} levels using (level_key)
+        join (select distinct category_key, category from {REQUESTS_TABLE}) categories using (category_key)
+        group by all
+    ),
+    captured as (
+        select distinct run_id, arm, concurrency, repeat, request_id from {REQUESTS_TABLE} where success
+    ),
+    requests as (
+        select q.run_id, q.arm, q.concurrency, q.category,
+               avg(q.ttft_ms) as ttft_ms_mean,
+               sum(q.e2e_ms - q.ttft_ms) filter (where c.request_id is not null) as decode_ms_sum
+        from stg_requests q
+        left join captured c
+          on c.run_id = q.run_id and c.arm = q.arm and c.concurrency = q.concurrency
+         and c.repeat = coalesce(q.repeat, 0) and c.request_id = q.request_id
+        where q.success
+        group by all
+    )
+    select rounds.*, requests.ttft_ms_mean, requests.decode_ms_sum
+    from rounds
+    join requests using (run_id, arm, concurrency, category)
+    order by run_id, arm, concurrency, category""",
 )
 
 
@@ -168,7 +240,7 @@ def _cache_key(db: Path) -> str:
 
 def staged(con) -> bool:
     """Whether this connection holds the planner's inputs (``stage``)."""
-    names = [ROUNDS_TABLE, STEPS_TABLE]
+    names = list(TABLES)
     found = con.execute(
         "select count(*) from duckdb_tables() where temporary and list_contains(?, table_name)", [names]
     ).fetchone()[0]
@@ -190,7 +262,8 @@ def stage(con, db: Path | None = None) -> None:
         return
     for sql in STAGE_SQL:
         con.execute(sql)
-    con.execute(f"drop table {REQUESTS_TABLE}")
+    for table in HELPER_TABLES:
+        con.execute(f"drop table {table}")
     if db is not None:
         _write_cache(con, cache_path(db), key)
 
@@ -208,12 +281,12 @@ def _read_cache(con, path: Path, key: str | None) -> bool:
     try:
         if con.execute("select key from plan_cache.cache_key").fetchone()[0] != key:
             return False
-        for table in (ROUNDS_TABLE, STEPS_TABLE):
+        for table in TABLES:
             con.execute(f"create temp table {table} as select * from plan_cache.{table}")
         return True
     except duckdb.Error as e:
         log.warning("planner inputs cache %s not read: %s", path, e)
-        for table in (ROUNDS_TABLE, STEPS_TABLE):
+        for table in TABLES:
             con.execute(f"drop table if exists temp.{table}")
         return False
     finally:
@@ -227,7 +300,7 @@ def _write_cache(con, path: Path, key: str | None) -> None:
         con.execute("attach ? as plan_cache_new (read_write)", [str(tmp)])
         try:
             con.execute("create table plan_cache_new.cache_key as select ? as key", [key])
-            for table in (ROUNDS_TABLE, STEPS_TABLE):
+            for table in TABLES:
                 con.execute(f"create table plan_cache_new.{table} as select * from temp.{table}")
         finally:
             con.execute("detach plan_cache_new")

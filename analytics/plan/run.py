@@ -7,7 +7,7 @@ predict every (k', level, category) with intervals, decide, and write ``plan.jso
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,21 @@ ASSUMPTIONS = [
     "start would be accepted from any later position in it, and a round that proposed fewer than k' tokens would "
     "still have proposed only those",
     "acceptance per category is pooled over the run's levels and repeats (it does not depend on load)",
-    "a step's batch holds the run's traffic as it was mixed (the step cost uses the drafts per request of every "
-    "category's rounds pooled); a category's own acceptance says what its requests gain per step",
-    "a level's decode steps hold the baseline arm's mean decode batch size at that level without speculation, and "
-    "the speculative arm's at k with speculation (measured in each swept k's arm; a k not swept: interpolated "
-    "linearly between the swept k around it, the smallest swept k's below it)",
-    "TTFT is not predicted: the SLO reads the speculative arm's measured p95 TTFT at the captured k for every k > 0",
+    "a category's decode rounds at a level meet the steps they met in the run: per arm (k = 0 the baseline, each "
+    "swept k's arm), the round-weighted mean batch size, drafts verified and prompt tokens prefilled of the steps "
+    "they sat in, and the time per round outside the step's verify + draft; a k not swept takes them interpolated "
+    "linearly between the swept k around it (the nearest swept k's outside them), its drafts scaled by the mix's "
+    "drafts per request at that k; its own acceptance says what its requests gain per round",
+    "the verify cost is linear in the requests, drafts and prompt tokens of a step (fitted over every step that "
+    "decodes, those that prefill beside included); the draft cost over the decode-only steps",
+    "the speedup is the geometric mean over the category's captured requests of their e2e ratio (the speedup "
+    "mart's definition), each request's e2e its arm's mean TTFT at the level plus its rounds at k times the step "
+    "time: TTFT as measured per arm (interpolated in k like the steps)",
+    "a cell whose category's rounds were not measured in both arms at its level (the pooled model): its decode "
+    "steps hold the baseline arm's mean decode batch without speculation and the speculative arm's at k with it "
+    "(a k not swept: interpolated linearly, the smallest swept k's below it), drafts at the mix's pooled rate",
+    "the SLO reads the speculative arm's measured p95 TTFT at the captured k for every k > 0 (p95 TTFT is not "
+    "predicted)",
     "the traffic-weighted gains weigh categories by output-token share and the load bands equally",
 ]
 
@@ -51,6 +60,9 @@ class PlanConfig:
     confidence: float = 0.95
     run_id: str | None = None
     rules: dict | None = None
+    #: predict a cell from what its category's decode rounds met where both arms measured them
+    #: (``model.predict_met``); False: the pooled model (``model.predict``) for every cell
+    met: bool = True
 
 
 def plan_from_db(con, config: PlanConfig) -> dict:
@@ -71,7 +83,14 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         if not ok:
             notes.append(f"c{level}: no baseline decode step measured; its batch size is taken as {level}")
     shares, weights = token_weights(inputs, config.mix)
-    pred = predictions(inputs, ks, replicates=config.replicates, seed=config.seed, confidence=config.confidence)
+    pred = predictions(
+        inputs,
+        ks,
+        replicates=config.replicates,
+        seed=config.seed,
+        confidence=config.confidence,
+        met=inputs.met if config.met else None,
+    )
     decided = decide(pred, inputs, weights, config.slo_ttft_p95_ms)
     spec_cats = export.speculative_categories(decided["policies"])
     exports = {
@@ -123,6 +142,13 @@ def plan_from_db(con, config: PlanConfig) -> dict:
             "assumptions": ASSUMPTIONS,
             "verify_fit": inputs.verify_fit.summary(),
             "draft_fit": inputs.draft_fit.summary(),
+            "steps_met": [
+                {"category": cat, "level": level, "k": k, **asdict(m)}
+                for (cat, level), by_k in sorted(inputs.met.items())
+                for k, m in sorted(by_k.items())
+            ]
+            if config.met
+            else [],
             "acceptance": [
                 {
                     "category": cat,

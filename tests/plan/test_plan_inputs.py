@@ -7,11 +7,15 @@ that holds a prefill row beside decode rows, and rounds in several context bucke
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import astuple
+
 import duckdb
 import pytest
 
 from specdec.analytics.build import build
 from specdec.analytics.plan import inputs
+from specdec.analytics.plan.data import choose_run, rounds_met
 from specdec.analytics.plan.run import PlanConfig, make_plan
 from tests.support import plan_run
 from tests.support.synthetic_run import round_row, write_run
@@ -54,20 +58,35 @@ def _rounds(arms):
     return rows + extra
 
 
+def _requests(arms):
+    # e2e per request apart, so each category's decode time is its own; one request failed: its
+    # rows stay in their steps (batch, drafts) but its rounds and TTFT are not its category's
+    rows = plan_run.make_requests(arms, lambda arm, prompt, level, repeat: 1000.0 + 37 * level + 11 * repeat)
+    rows = [r.model_copy(update={"ttft_ms": 10.0 + (i % 5)}) for i, r in enumerate(rows)]
+    rows[5] = rows[5].model_copy(update={"success": False, "error_type": "timeout"})
+    return rows
+
+
 @pytest.fixture(scope="module", params=["classic", "sweep"])
-def con(request, tmp_path_factory):
+def staged_run(request, tmp_path_factory):
     arms = plan_run.CLASSIC if request.param == "classic" else plan_run.SWEEP
+    requests, rounds = _requests(arms), _rounds(arms)
     run = write_run(
         tmp_path_factory.mktemp(request.param),
         plan_run.make_counters(arms),
-        requests=plan_run.make_requests(arms, lambda *_: 1000.0),
-        rounds=_rounds(arms),
+        requests=requests,
+        rounds=rounds,
         manifest=plan_run._manifest(arms),
     )
     connection = duckdb.connect(str(build(run)), read_only=True)
     inputs.stage(connection)
-    yield connection
+    yield connection, arms, requests, rounds
     connection.close()
+
+
+@pytest.fixture(scope="module")
+def con(staged_run):
+    return staged_run[0]
 
 
 def _same(con, new: str, old: str) -> None:
@@ -86,10 +105,76 @@ def test_the_rounds_equal_int_round_counts(con):
     assert con.execute("select count(*) from int_engine_requests where not replayed").fetchone()[0] == 1
 
 
+#: int_plan_steps' columns of the staged steps: its rows are the decode-only steps
+PLAN_STEPS = f"""select run_id, source_run_id, arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps,
+                       verify_ms_sum, verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
+                from {inputs.STEPS_TABLE} where not has_prefill"""
+
+
 def test_the_steps_equal_int_plan_steps(con):
-    _same(con, f"select * from {inputs.STEPS_TABLE}", "select * from int_plan_steps")
-    ordered = con.execute(f"select * from {inputs.STEPS_TABLE}").fetchall()
+    _same(con, PLAN_STEPS, "select * from int_plan_steps")
+    ordered = con.execute(PLAN_STEPS).fetchall()
     assert ordered == con.execute("select * from int_plan_steps").fetchall()
+    # and the steps that prefill: the one with a decode row beside its prefill row among them
+    mixed = con.execute(
+        f"select sum(steps), min(prefill_tokens) from {inputs.STEPS_TABLE} where has_prefill and has_decode"
+    ).fetchone()
+    assert mixed[0] >= 1 and mixed[1] > 0
+    assert con.execute(f"select count(*) from {inputs.STEPS_TABLE} where has_prefill and not has_decode").fetchone()[0]
+
+
+def _hand_met(arms, requests, rounds):
+    """``data.rounds_met`` computed by hand from the rows: per (category, level) and arm k, over the
+    category's successful requests' decode rounds, the means of their step's batch size, drafts
+    (every replayed row of the step) and prompt tokens (its prefill rows); the requests' mean TTFT;
+    and (sum of e2e - TTFT - the rounds' verify + draft ms) / rounds."""
+    by_id = {q.request_id: q for q in requests}
+
+    def request_of(engine_id):  # chatcmpl-<request id>-<suffix>; a warm-up's is not a replayed request
+        return by_id.get(engine_id.removeprefix("chatcmpl-").rsplit("-", 1)[0])
+
+    replayed = [r for r in rounds if request_of(r.engine_request_id) is not None]
+    steps = defaultdict(list)
+    for r in replayed:
+        steps[(r.process_token, r.step_index)].append(r)
+    sums = defaultdict(lambda: [0.0] * 5)
+    captured = set()
+    for r in replayed:
+        q = request_of(r.engine_request_id)
+        captured.add(q.request_id)
+        if r.phase != "decode" or not q.success:
+            continue
+        step = steps[(r.process_token, r.step_index)]
+        got = sums[(q.arm, q.concurrency, q.category)]
+        got[0] += 1
+        got[1] += r.batch_size
+        got[2] += sum(x.tokens_proposed for x in step)
+        got[3] += sum(x.num_scheduled_tokens for x in step if x.phase == "prefill")
+        got[4] += r.verify_ms + (r.draft_ms or 0.0)
+    met = {}
+    for (arm, level, cat), (n, b, d, p, engine_ms) in sums.items():
+        ok = [q for q in requests if (q.arm, q.concurrency, q.category) == (arm, level, cat) and q.success]
+        ttft = sum(q.ttft_ms for q in ok) / len(ok)
+        decode_ms = sum(q.e2e_ms - q.ttft_ms for q in ok if q.request_id in captured)
+        met.setdefault((cat, level), {})[arms[arm]] = (b / n, d / n, p / n, ttft, (decode_ms - engine_ms) / n)
+    return met
+
+
+def test_the_rounds_met_equal_the_hand_computation(staged_run):
+    con, arms, requests, rounds = staged_run
+    run_id, ks = choose_run(con, None)
+    source = ks[run_id][0]
+    got = rounds_met(con, run_id, {r: k for r, (src, k) in ks.items() if src == source})
+    want = _hand_met(arms, requests, rounds)
+    assert set(got) == set(want) and all(set(got[cell]) == set(want[cell]) for cell in want)
+    for cell, by_k in want.items():
+        for k, figures in by_k.items():
+            assert astuple(got[cell][k]) == pytest.approx(figures, rel=1e-12), (cell, k)
+    # the data holds what the figures must tell apart: a category's rounds in a step that prefills
+    # (the prefill row added to a decode step), a failed request, each arm's own k
+    assert any(m.prefill_tokens > 0 for by_k in got.values() for m in by_k.values())
+    assert not all(q.success for q in requests)
+    assert sorted({k for by_k in got.values() for k in by_k}) == sorted(set(arms.values()))
 
 
 def test_the_cache_beside_the_database_is_read_and_follows_a_rebuild(tmp_path):

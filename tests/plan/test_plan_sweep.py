@@ -26,7 +26,7 @@ def _e2e(arm, prompt, level, repeat):
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
     run = write_plan_run(tmp_path_factory.mktemp("sweep"), e2e=_e2e, arms=SWEEP, d2=D2)
-    return make_plan(run, PlanConfig(replicates=40))
+    return make_plan(run, PlanConfig(replicates=40, met=False))  # the pooled model, as the hand computation
 
 
 def test_the_largest_k_is_planned_and_every_arm_fits_the_draft_cost(plan):
