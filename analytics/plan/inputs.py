@@ -26,8 +26,10 @@ log = logging.getLogger("specdec.analytics.plan")
 #: every round (its own and int_engine_requests', which counts every round again to find the
 #: engine request ids); at 51.9 million rounds staging them cost 19.3-20.4 CPU s, the rounds and
 #: steps here 11.9-13.2 (load 10-11; ``benchmarks/plan_scale.py --staging``), and 16.0-16.6 with
-#: the rounds met counted beside the steps (11.9-12.4 without, side by side, load 9-11; each
-#: step's categories as a list of small integers: as strings 14.2-15.5). The rows are the
+#: the rounds met counted beside the steps (11.9-12.4 without, side by side, load 9-11). Each
+#: step's categories are a list of small integers (the step statement alone: 9.6 CPU s; with the
+#: category strings 14.2-15.5); one integer per step packing 16 bits per category took 12.8-13.7
+#: against 15.0-15.2 for the whole staging, but holds at most 8 categories. The rows are the
 #: same: tests/plan/test_plan_inputs.py holds them equal to the two views', whose headers define
 #: them (an edit to either model must be made here too; the test says where they part).
 #: The helper tables (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE) are dropped once
