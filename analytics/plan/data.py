@@ -1,7 +1,8 @@
 """What the planner reads from a built database (``specdec analytics build``): one analysis
-run's decode rounds per request (int_round_counts) and its decode-only step timings
-(int_plan_steps), both as ``inputs.py`` stages them, its measured latency (the latency mart) and its
-manifest (stg_manifest).
+run's decode rounds per request (as int_round_counts counts them), its step timings grouped by
+their regressors (int_plan_steps' decode-only steps, and beside them the steps that prefill a
+prompt too) and what each category's decode rounds met, all three as ``inputs.py`` stages them;
+its measured latency (the latency mart) and its manifest (stg_manifest).
 """
 
 from __future__ import annotations

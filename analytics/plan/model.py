@@ -69,8 +69,8 @@ requests run nearly alone; code's rounds met 7.9 requests per step, structured's
 (2) with speculation requests end at different times, so new requests' prompts are prefilled
 in steps that also decode: 9-15% of code's and structured's speculative decode rounds at c8
 sit in such a step (2.0-2.4 times a decode-only step), against 0.2% in the baseline, whose
-fixed-length requests move in lockstep and prefill together; the fit above leaves every step
-with a prefill out. The step cost ratio (k = 2 over k = 0) for code at c8 was predicted 1.025
+fixed-length requests move in lockstep and prefill together; the decode-only fit the pooled
+model had then left every step with a prefill out. The step cost ratio (k = 2 over k = 0) for code at c8 was predicted 1.025
 and measured 1.21-1.23. (3) The speedup mart's figure is the geometric mean of the requests'
 paired e2e ratios, the prediction above a ratio of pooled rates without TTFT; where requests
 gain unequally (code at k = 8) the former is the larger, which hid (1) and (2) at k = 8. (4) A

@@ -2,8 +2,10 @@
 -- Grain: one row per run_id, arm, concurrency level (and source_run_id, the run folder's id),
 --   has_prefill, has_decode, batch_size and drafts_verified of the engine steps of replayed
 --   requests: the steps, counted by what the models over engine steps describe them by.
--- Purpose: the engine steps, grouped for the planner's int_plan_steps (its fit: the steps
---   without a prefill row), with the counts and sums it pools. (step_timing groups the same
+-- Purpose: the engine steps, grouped for int_plan_steps (the steps without a prefill row),
+--   with the counts and sums it pools. The planner stages the same steps itself, in one pass
+--   with the rounds each category met (analytics/plan/inputs.py; tests/plan/test_plan_inputs.py
+--   holds its decode-only steps equal to int_plan_steps'). (step_timing groups the same
 --   steps by the level alone, on its own: grouped by these five columns, they cost it 1.3-1.6
 --   CPU s more at 50 million rounds, and the build does not compute this model.) A step is (process_token, step_index) of the rows of
 --   replayed requests (process_token, not pid: a restarted engine can reuse a PID and restarts

@@ -4,9 +4,12 @@
 --   source_run_id (the run folder's id) beside run_id, so the arms of one run of named arms
 --   (a --sweep-k run: one analysis run per k) can be fitted together. A reference arm's steps
 --   are in every analysis run that compares against it.
--- Purpose: the planner's step-cost fit (`specdec plan`, analytics/plan/fit.py): verify ms as
---   a function of batch size and drafted tokens verified in the step, draft ms as a function
---   of batch size (and k, across arms of a sweep). A step is (process_token, step_index) of
+-- Purpose: the decode-only steps of the planner's step-cost fit (`specdec plan`,
+--   analytics/plan/fit.py): verify ms as a function of batch size and drafted tokens verified
+--   in the step, draft ms as a function of batch size (and k, across arms of a sweep). The
+--   planner stages these rows itself (analytics/plan/inputs.py, held equal to this model's by
+--   tests/plan/test_plan_inputs.py) beside the steps with a prefill, which its verify fit
+--   also reads (with the prompt tokens prefilled, P). A step is (process_token, step_index) of
 --   the rows of replayed requests (as step_timing: a step's timings are the whole batch's and
 --   repeat on each of its rows); a step with any prefill row is left out (its verify time
 --   holds prompt work the decode model does not describe). The sums make the least-squares

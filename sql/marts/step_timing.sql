@@ -16,8 +16,8 @@
 --   a step as it is; only the rows of larger batches are grouped into steps: the same steps,
 --   and most steps of a run (every step at concurrency 1) skip the grouping. The steps are
 --   grouped by level_key, a number for (run_id, arm, concurrency), instead of those three
---   columns, and by the level alone: the planner's int_engine_steps groups the same steps
---   by five columns, which at 50 million rounds costs this mart 1.3-1.6 CPU s more. The
+--   columns, and by the level alone: int_engine_steps groups the same steps by five
+--   columns, which at 50 million rounds costs this mart 1.3-1.6 CPU s more. The
 --   rows are not materialized for the two kinds of step (rounds is read by both): DuckDB
 --   would store all 50 million joined rows first, 0.3-0.9 CPU s more than joining twice.)
 with engine as (
