@@ -16,14 +16,16 @@
 --                      all chunks of all requests in the group [ms]
 --   Every figure is NULL when no request of the group succeeded.
 --   (Each column's three percentiles come from one quantile_cont over a list of fractions:
---   the same figures as three calls, one pass over the values instead of three.)
+--   the same figures as three calls, one pass over the values instead of three. The gaps
+--   are pooled by int_chunk_gaps' gap_group, one number per group.)
 with requests as (
     select * from int_requests_measured
 ),
 gap_quantiles as (
-    select run_id, arm, category, concurrency, quantile_cont(chunk_gap_ms, [0.5, 0.95, 0.99]) as q
+    select any_value(run_id) as run_id, any_value(arm) as arm, any_value(category) as category,
+           any_value(concurrency) as concurrency, quantile_cont(chunk_gap_ms, [0.5, 0.95, 0.99]) as q
     from int_chunk_gaps
-    group by all
+    group by gap_group
 ),
 gaps as (
     select run_id, arm, category, concurrency,
