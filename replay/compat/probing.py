@@ -29,6 +29,7 @@ from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
 from specdec.replay.compat.send import get_json, post_json, send
 from specdec.replay.compat.timing import DEFAULT_REPEATS
+from specdec.replay.compat.together import never
 from specdec.schemas.compat import CompatCell
 
 #: A sentence repeated to make the long input; its tokens are counted by the server's /tokenize.
@@ -93,10 +94,12 @@ async def probe_pair(
     echo: Callable[[str], None] = print,
     only: frozenset[str] | None = None,
     repeats: int = DEFAULT_REPEATS,
+    checkpoint: Callable[[], None] = never,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
     each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
-    probe names to send (a session's name sends all its turns)."""
+    probe names to send (a session's name sends all its turns); ``checkpoint`` is called before
+    each probe (``together``: it raises when the run ends early)."""
     seq = itertools.count()
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
@@ -105,6 +108,7 @@ async def probe_pair(
         for probe in probe_set(ctx):
             if only is not None and probe.name not in only:
                 continue
+            checkpoint()
             prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
             logs = await _send_probe(session, pair, probe, model, settings, prefix, seq, repeats)
             made = cells.probe_cells(pair, run_id, probe, logs, repeats)

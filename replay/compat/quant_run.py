@@ -43,6 +43,7 @@ from specdec.replay.compat.quant import (
     quant_cell,
 )
 from specdec.replay.compat.timing import LLAMA_THREADS
+from specdec.replay.compat.together import never
 from specdec.runfolder import server_log
 from specdec.schemas.compat import CompatCell
 
@@ -78,8 +79,9 @@ def run_quant(
     echo: Callable[[str], None] = print,
     only: frozenset[str] | None = None,
     binary: Path | None = None,
+    checkpoint: Callable[[], None] = never,
 ) -> QuantRun:
-    """Every wanted quantization cell (module docstring)."""
+    """Every wanted quantization cell (module docstring); ``checkpoint`` before each cell (``together``)."""
     files = quantized_ggufs()
     out = QuantRun(files={f.gguf_type: f.manifest() for f in files.values()})
     for f in files.values():
@@ -103,6 +105,7 @@ def run_quant(
             )
             base_error = _start(stack, base)
             for arm in arms:
+                checkpoint()
                 name = probe_name(target.gguf_type, arm)
                 spec_arm = Arm("speculative", _speculation(arm, files))
                 log = server_log(run_dir, f"quant-{tag}-{arm.label}")

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -30,9 +31,10 @@ from specdec.arms import NGRAM
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.errors import SpecdecError
 from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
+from specdec.replay.compat.together import Book, Checkpoint, never, side_by_side
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import engine_facts, host_facts, package_version
-from specdec.runfolder import claim_run_dir, compat_file, open_run_dir, server_log, write_manifest
+from specdec.runfolder import claim_run_dir, open_run_dir, server_log, write_manifest
 from specdec.schemas.compat import OUTCOMES, CompatCell
 from specdec.schemas.records import ArmConfig, RunManifest
 from specdec.schemas.strict import RunName
@@ -45,6 +47,11 @@ EMBEDDED_DTYPE = {"vllm": f"vLLM {STABLE_DTYPE}", "llama.cpp": "llama.cpp GGUF a
 #: vLLM 0.32 refuses every tool_choice (auto, required, a named function) without a tool-call parser;
 #: the embedded pair gets one (both arms: the only difference between them stays speculation).
 VLLM_TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+#: The manifest's note when the two embedded engines were probed at the same time (``together``).
+TOGETHER_NOTE = (
+    "vLLM and llama.cpp probed at the same time (specdec.replay.compat.together): each engine one request "
+    "at a time on its own pair; the other engine's requests are host load that both arms of a pair see"
+)
 
 
 class CompatConfig(ClientOptions):
@@ -70,6 +77,11 @@ class CompatConfig(ClientOptions):
         "ngram-mod; specdec.replay.compat.quant_run).",
     )
     startup_timeout_s: float = Field(default=STARTUP_TIMEOUT_S, gt=0, description="Embedded: longest server start.")
+    together: bool = Field(
+        default=True,
+        description="--engine both: the embedded llama.cpp engine's work runs in a thread beside the vLLM pair's "
+        "(specdec.replay.compat.together); False: one engine after the other.",
+    )
     repeats: int = Field(
         default=DEFAULT_REPEATS,
         ge=1,
@@ -95,11 +107,9 @@ class CompatConfig(ClientOptions):
 def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[Path, list[CompatCell]]:
     """Probe every pair and write the run folder; returns (run folder, cells). The tokenizer
     preflight runs first, before any folder is created, server started or request sent."""
-    # heavy: aiohttp (the probes, the servers' health checks) and pyarrow, only when a run starts
+    # heavy: aiohttp (the probes, the servers' health checks), only when a run starts
     from specdec.engines.urls import parse_endpoint
-    from specdec.replay.compat.capture_check import read_capture, reconcile
-    from specdec.replay.compat.probing import Pair, probe_pair
-    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+    from specdec.replay.compat.probing import Pair
 
     if cfg.draft_model is not None:
         from specdec.replay.compat.vocab import preflight  # heavy: tokenizers (as above)
@@ -123,32 +133,65 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     manifest = _manifest(cfg, run_id, pairs)
     write_manifest(run_dir, manifest)
     only = frozenset(cfg.probes) if cfg.probes else None
-    cells: list[CompatCell] = []
-    for engine, pair in pairs:
-        if engine == "llama.cpp" and cfg.quantization and _quant_wanted(only):
-            _quantization(cfg, run_dir, run_id, settings, manifest, cells, only, echo)
-            if only is not None and only <= _quant_names():
-                continue  # only quantization cells were asked for: no feature pair
-        with contextlib.ExitStack() as stack:
-            if pair is None:
-                pair, args = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
-                facts = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
-                manifest.engines.setdefault(engine, {}).update(facts)
-                write_manifest(run_dir, manifest)
-            echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
-            found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only, cfg.repeats))
-        # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)
-        captured = read_capture(run_dir / CAPTURE_FOLDER, run_id) if engine == "vllm" else None
-        found = reconcile(found, sent, captured)
-        cells += found
-        manifest.traffic.setdefault("probes", {}).setdefault(engine, [])[:0] = sent
+    book = Book(run_dir, manifest, [e for e, _ in pairs])
+    work = [
+        functools.partial(_probe_engine, cfg, engine, pair, run_id, settings, book, only, echo)
+        for engine, pair in pairs
+    ]
+    if cfg.engine == "both" and cfg.baseline_url is None and cfg.together:  # side by side (together.py)
+        for engine in book.order:
+            manifest.engines.setdefault(engine, {})["probed_beside"] = next(e for e in book.order if e != engine)
+        manifest.notes.append(TOGETHER_NOTE)
         write_manifest(run_dir, manifest)
-        write_parquet_atomic(table_from_records(CompatCell, list(cells)), compat_file(run_dir))
+        side_by_side(work[0], work[1])
+    else:
+        for w in work:
+            w(never)
+    cells = book.all()
     if not cells:
         raise SpecdecError(f"no probe was sent (--probe names none of the probe set: {sorted(only or ())})")
     manifest.finished = True
     write_manifest(run_dir, manifest)
     return run_dir, cells
+
+
+def _probe_engine(
+    cfg: CompatConfig,
+    engine: str,
+    pair: Any,
+    run_id: str,
+    settings: Any,
+    book: Book,
+    only: frozenset[str] | None,
+    echo: Callable[[str], None],
+    checkpoint: Checkpoint,
+) -> None:
+    """One engine's work: on the embedded llama.cpp its quantization cells first, then its feature
+    pair (started here unless given); ``checkpoint`` before each probe or cell."""
+    # heavy: aiohttp (the probes, the servers' health checks), only when a run starts
+    from specdec.replay.compat.capture_check import read_capture, reconcile
+    from specdec.replay.compat.probing import probe_pair
+
+    run_dir = book.run_dir
+    if engine == "llama.cpp" and cfg.quantization and _quant_wanted(only):
+        _quantization(cfg, run_id, settings, book, only, echo, checkpoint)
+        if only is not None and only <= _quant_names():
+            return  # only quantization cells were asked for: no feature pair
+    with contextlib.ExitStack() as stack:
+        if pair is None:
+            pair, args = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
+            facts = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
+            book.add(engine, [], lambda m: m.engines.setdefault(engine, {}).update(facts))
+        echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
+        found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only, cfg.repeats, checkpoint))
+    # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)
+    captured = read_capture(run_dir / CAPTURE_FOLDER, run_id) if engine == "vllm" else None
+    found = reconcile(found, sent, captured)
+
+    def record(m: RunManifest) -> None:
+        m.traffic.setdefault("probes", {}).setdefault(engine, [])[:0] = sent
+
+    book.add(engine, found, record)
 
 
 def _quant_names() -> frozenset[str]:
@@ -165,29 +208,29 @@ def _quant_wanted(only: frozenset[str] | None) -> bool:
 
 def _quantization(
     cfg: CompatConfig,
-    run_dir: Path,
     run_id: str,
     settings: Any,
-    manifest: RunManifest,
-    cells: list[CompatCell],
+    book: Book,
     only: frozenset[str] | None,
     echo: Callable[[str], None],
+    checkpoint: Checkpoint,
 ) -> None:
     """The quantization cells (``quant_run``), with their files' checksums and servers in the manifest."""
     # heavy: aiohttp and the GGUF making (torch, in a subprocess), only when a run starts
     from specdec.engines.llama_build import LLAMA_CPP_PYTHON
     from specdec.replay.compat.quant_run import run_quant
-    from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 
     echo("quantization cells on llama.cpp: target Q4_1 (shipped), Q8_0, F16 x draft Q4_1, Q8_0 and ngram-mod")
-    q = run_quant(run_dir, run_id, settings, f"llama-cpp-python {LLAMA_CPP_PYTHON}", cfg.startup_timeout_s, echo, only)
-    cells += q.cells
-    manifest.dtype += "; llama.cpp quantization cells: Q4_1 as shipped, Q8_0, F16 (model_source.quantization)"
-    manifest.model_source["quantization"] = q.files
-    manifest.engines.setdefault("llama.cpp", {})["quantization_servers"] = q.servers
-    manifest.traffic.setdefault("probes", {}).setdefault("llama.cpp", []).extend(q.sent)
-    write_manifest(run_dir, manifest)
-    write_parquet_atomic(table_from_records(CompatCell, list(cells)), compat_file(run_dir))
+    version = f"llama-cpp-python {LLAMA_CPP_PYTHON}"
+    q = run_quant(book.run_dir, run_id, settings, version, cfg.startup_timeout_s, echo, only, checkpoint=checkpoint)
+
+    def record(m: RunManifest) -> None:
+        m.dtype += "; llama.cpp quantization cells: Q4_1 as shipped, Q8_0, F16 (model_source.quantization)"
+        m.model_source["quantization"] = q.files
+        m.engines.setdefault("llama.cpp", {})["quantization_servers"] = q.servers
+        m.traffic.setdefault("probes", {}).setdefault("llama.cpp", []).extend(q.sent)
+
+    book.add("llama.cpp", q.cells, record)
 
 
 def _vllm_model() -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,107 @@
+"""``specdec compat --engine both`` on the embedded engines: the llama.cpp
+engine's work (its quantization cells, then its feature pair) runs in a thread
+beside the vLLM pair's (its start, its probes, its capture), not after it.
+
+Why the cells stay fair: each engine still sends one request at a time to its
+own two servers, a pair's two sends adjacent and their order alternated
+(``probing``, ``quant``); the other engine's requests are load on the host
+that both arms of every pair see alike, as another program's would be. The
+counters, the capture and the greedy outputs are each server's own, so the
+acceptance, validity, identity and reconciliation of a cell cannot see the
+other engine at all. What it changes is each request's absolute time: both
+engines share the cores (on a 2-core host about one busy thread each: vLLM
+CPU's worker, pinned by vLLM to one core, and one llama-server of one thread,
+``timing.LLAMA_THREADS``; measured in BENCHMARKS.md, "Issue 22, round four").
+
+The manifest says so (``notes``; ``engines.<engine>.probed_beside``). Both
+threads add to the run folder through one ``Book`` (a lock; the cells in the
+engines' order, whichever finishes first).
+``CompatConfig.together`` False runs the engines one after the other.
+
+A failure or an interrupt in the vLLM pair's work asks the llama.cpp thread to
+stop before its next probe or cell (``Stop``); its servers stop with it (their
+``ExitStack``) before the error goes on. A failure in the llama.cpp thread is
+raised once the vLLM pair's work is done, as when the engines ran one after the
+other, vLLM first.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from specdec.errors import SpecdecError
+from specdec.runfolder import compat_file, write_manifest
+from specdec.schemas.compat import CompatCell
+from specdec.schemas.records import RunManifest
+
+#: Called before each probe or cell; raises ``Stopped`` once the run is ending.
+Checkpoint = Callable[[], None]
+
+
+class Stopped(SpecdecError):
+    """The engine beside this one failed or the run was interrupted: this engine's work ends early."""
+
+
+class Stop:
+    """A flag the main thread sets and the worker's ``checkpoint`` reads."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def checkpoint(self) -> None:
+        if self._event.is_set():
+            raise Stopped("stopped early: the other engine's work failed or the run was interrupted")
+
+
+def never() -> None:
+    """The checkpoint of an engine that runs alone: it never stops early."""
+
+
+def side_by_side(main: Callable[[Checkpoint], None], beside: Callable[[Checkpoint], None]) -> None:
+    """Run ``main`` here and ``beside`` in a thread (module docstring). ``main``'s error wins
+    over ``beside``'s (which is then most likely ``Stopped``)."""
+    stop = Stop()
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="specdec-compat-beside") as pool:
+        fut = pool.submit(beside, stop.checkpoint)
+        try:
+            main(never)
+        except BaseException:
+            stop.set()
+            concurrent.futures.wait([fut])  # its servers have stopped before the error goes on
+            raise
+        try:
+            fut.result()
+        except BaseException:
+            stop.set()
+            raise
+
+
+class Book:
+    """The run folder's manifest and ``compat.parquet`` as the engines' work adds to them, behind one
+    lock (the llama.cpp engine may run in a thread beside vLLM's); cells in the order of the engines."""
+
+    def __init__(self, run_dir: Path, manifest: RunManifest, order: list[str]) -> None:
+        self.run_dir, self.manifest, self.order = run_dir, manifest, order
+        self.cells: dict[str, list[CompatCell]] = {e: [] for e in order}
+        self.lock = threading.Lock()
+
+    def all(self) -> list[CompatCell]:
+        with self.lock:
+            return [c for e in self.order for c in self.cells[e]]
+
+    def add(self, engine: str, cells: list[CompatCell], update: Callable[[RunManifest], None]) -> None:
+        """Add ``engine``'s cells, change the manifest with ``update``; write both."""
+        from specdec.schemas.arrow import table_from_records, write_parquet_atomic  # heavy: pyarrow
+
+        with self.lock:
+            update(self.manifest)
+            self.cells[engine] += cells
+            write_manifest(self.run_dir, self.manifest)
+            every = [c for e in self.order for c in self.cells[e]]
+            write_parquet_atomic(table_from_records(CompatCell, every), compat_file(self.run_dir))
