@@ -139,19 +139,22 @@ def staging(db: Path, times: int) -> None:
     included), the ratio, and whether the two give the same rows."""
     import duckdb  # heavy: only in this mode
 
-    def once(statements) -> tuple[float, float, list]:
+    def old_staging(con) -> None:
+        for sql in OLD_STAGE_SQL:
+            con.execute(sql)
+
+    def once(staged) -> tuple[float, float, list]:
         con = duckdb.connect(str(db), read_only=True)
         w, c = time.perf_counter(), time.process_time()
-        for sql in statements:
-            con.execute(sql)
+        staged(con)
         took = (time.perf_counter() - w, time.process_time() - c)
         rows = [con.execute(f"select * from ({q}) order by all").fetchall() for q in COMPARED]
         con.close()
         return (*took, rows)
 
     for i in range(times):
-        old_wall, old_cpu, old_rows = once(OLD_STAGE_SQL)
-        new_wall, new_cpu, new_rows = once(plan_inputs.STAGE_SQL)
+        old_wall, old_cpu, old_rows = once(old_staging)
+        new_wall, new_cpu, new_rows = once(plan_inputs.stage)
         print(
             json.dumps(
                 {

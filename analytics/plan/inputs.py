@@ -12,7 +12,17 @@ from pathlib import Path
 
 from specdec.atomic import atomic_write_with
 
-__all__ = ["MET_TABLE", "ROUNDS_TABLE", "STAGE_SQL", "STEPS_TABLE", "TABLES", "cache_path", "stage", "staged"]
+__all__ = [
+    "MET_TABLE",
+    "ROUNDS_TABLE",
+    "STAGE_SQL",
+    "STEPS_TABLE",
+    "TABLES",
+    "cache_path",
+    "stage",
+    "staged",
+    "statements",
+]
 
 log = logging.getLogger("specdec.analytics.plan")
 
@@ -27,9 +37,11 @@ log = logging.getLogger("specdec.analytics.plan")
 #: engine request ids); at 51.9 million rounds staging them cost 19.3-20.4 CPU s, the rounds and
 #: steps here 11.9-13.2 (load 10-11; ``benchmarks/plan_scale.py --staging``), and 16.0-16.6 with
 #: the rounds met counted beside the steps (11.9-12.4 without, side by side, load 9-11). Each
-#: step's categories are a list of small integers (the step statement alone: 9.6 CPU s; with the
-#: category strings 14.2-15.5); one integer per step packing 16 bits per category took 12.8-13.7
-#: against 15.0-15.2 for the whole staging, but holds at most 8 categories. The rows are the
+#: step's categories are counted in one integer column per category of the run (``met_<key>``, the
+#: SQL written for the run's categories by ``statements``; any number of them): as a list of small
+#: integers per step the step statement took 8.3-8.5 CPU s against 7.0-7.4 (51.9M rounds, 3
+#: categories, alternated, load 2.3-2.6; /tmp/i23s/met.py, 2026-12-03), with the category strings
+#: 14.2-15.5 (load 9-11); one integer packing 16 bits per category held at most 8. The rows are the
 #: same: tests/plan/test_plan_inputs.py holds them equal to the two views', whose headers define
 #: them (an edit to either model must be made here too; the test says where they part).
 #: The helper tables (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE) are dropped once
@@ -48,9 +60,9 @@ HELPER_TABLES = (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE)
 #: not 51.9 million rows joined); context_low as int_round_groups buckets it. The levels: each
 #: (analysis run, arm, level) numbered. The step parts: the one pass over the rounds for the steps,
 #: int_engine_steps' SQL with the rows looked up in REQUESTS_TABLE (no second
-#: int_engine_requests), grouped per step and category (a successful request's category; NULL for
-#: a failed request's rows), so each category's decode rounds in a step are counted beside the
-#: step's own figures; a row of batch size 1 is its own step, not grouped. The step totals: the
+#: int_engine_requests), grouped per step, each category's decode rounds in the step counted
+#: beside the step's own figures (a successful request's category; a failed request's rows count
+#: for none); a row of batch size 1 is its own step, not grouped. The step totals: the
 #: parts of a step of two or more rows summed. The steps: the totals (and the single rows) grouped
 #: by their regressors, int_plan_steps' columns and has_prefill, has_decode, prefill_tokens (P: the
 #: prompt tokens the step's prefill rows scheduled, sum of num_scheduled_tokens). The rounds met: per
@@ -124,8 +136,8 @@ STAGE_SQL = (
                case when phase = 'decode' then draft_ms end as draft_ms,
                cast(tokens_proposed as bigint) as drafts_verified,
                tokens_proposed as max_proposed,
-               cast(case when phase = 'prefill' then num_scheduled_tokens else 0 end as bigint) as prefill_tokens,
-               case when phase = 'decode' and category is not null then [category] else [] end as met_by
+               cast(case when phase = 'prefill' then num_scheduled_tokens else 0 end as bigint) as prefill_tokens
+               /*met_single*/
         from rounds
         where batch_size = 1
         union all
@@ -138,14 +150,13 @@ STAGE_SQL = (
                cast(sum(tokens_proposed) as bigint) as drafts_verified,
                max(tokens_proposed) as max_proposed,
                cast(coalesce(sum(num_scheduled_tokens) filter (where phase = 'prefill'), 0) as bigint)
-                   as prefill_tokens,
-               list_sort(coalesce(list(category) filter (where phase = 'decode' and category is not null), []))
-                   as met_by
+                   as prefill_tokens
+               /*met_grouped*/
         from rounds
         where batch_size <> 1
         group by level_key, process_token, step_index
     )
-    select level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens, met_by,
+    select level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens /*met_columns*/,
            max(max_proposed) as max_proposed,
            count(*) as steps,
            count(verify_ms) as verify_steps,
@@ -156,7 +167,7 @@ STAGE_SQL = (
            sum(draft_ms * draft_ms) as draft_ms_sumsq,
            sum(verify_ms + coalesce(draft_ms, 0)) as engine_ms_sum
     from steps
-    group by level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens, met_by""",
+    group by level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens /*met_columns*/""",
     f"""create temp table if not exists {STEPS_TABLE} as
     with arm_k as (
         select run_id, arm, concurrency, max(g.max_proposed) as arm_k
@@ -185,18 +196,15 @@ STAGE_SQL = (
              g.batch_size, g.drafts_verified""",
     f"""create temp table if not exists {MET_TABLE} as
     with met as (
-        select level_key, unnest(met_by) as category_key, steps, batch_size, drafts_verified, prefill_tokens,
-               engine_ms_sum
-        from {GROUPED_TABLE}
-        where len(met_by) > 0
+        /*met_rows*/
     ),
     rounds as (
         select levels.run_id, levels.arm, levels.concurrency, categories.category,
-               cast(sum(met.steps) as bigint) as decode_rounds,
-               sum(met.steps * met.batch_size) as batch_sum,
-               sum(met.steps * met.drafts_verified) as drafts_sum,
-               sum(met.steps * met.prefill_tokens) as prefill_tokens_sum,
-               sum(met.engine_ms_sum) as engine_ms_sum
+               cast(sum(met.rounds * met.steps) as bigint) as decode_rounds,
+               sum(met.rounds * met.steps * met.batch_size) as batch_sum,
+               sum(met.rounds * met.steps * met.drafts_verified) as drafts_sum,
+               sum(met.rounds * met.steps * met.prefill_tokens) as prefill_tokens_sum,
+               sum(met.rounds * met.engine_ms_sum) as engine_ms_sum
         from met
         join {LEVELS_TABLE} levels using (level_key)
         join (select distinct category_key, category from {REQUESTS_TABLE}) categories using (category_key)
@@ -249,6 +257,50 @@ def staged(con) -> bool:
     return found == len(names)
 
 
+def _met_text(marker: str, keys: list[int]) -> str:
+    """What ``marker`` of STAGE_SQL stands for, given the run's category keys: one count column per
+    category (``met_<key>``: the step's decode rounds of that category's successful requests) and,
+    for MET_TABLE, one row per (group of steps, category) that met any (``rounds``: that count)."""
+    if marker == "met_single":
+        return "".join(
+            f", cast(phase = 'decode' and category is not distinct from {k} as integer) as met_{k}" for k in keys
+        )
+    if marker == "met_grouped":
+        return "".join(f", count(*) filter (where phase = 'decode' and category = {k}) as met_{k}" for k in keys)
+    if marker == "met_columns":
+        return "".join(f", met_{k}" for k in keys)
+    rows = [
+        f"""select level_key, cast({k} as usmallint) as category_key, met_{k} as rounds, steps, batch_size,
+               drafts_verified, prefill_tokens, engine_ms_sum
+        from {GROUPED_TABLE} where met_{k} > 0"""
+        for k in keys
+    ]
+    # no category (no successful request): no row, with the columns the statement reads
+    return "\n        union all\n        ".join(rows) or (
+        "select 0 as level_key, cast(0 as usmallint) as category_key, 0 as rounds, 0 as steps, 0 as batch_size, "
+        "0 as drafts_verified, 0 as prefill_tokens, 0.0 as engine_ms_sum where false"
+    )
+
+
+def statements(con):
+    """STAGE_SQL in order, ready to run on ``con``: a statement's ``/*met_...*/`` markers filled with
+    the run's category keys, read from REQUESTS_TABLE once the first statement has made it."""
+    keys: list[int] | None = None
+    for sql in STAGE_SQL:
+        if "/*met_" in sql:
+            if keys is None:
+                keys = [
+                    r[0]
+                    for r in con.execute(f"select distinct category_key from {REQUESTS_TABLE} order by 1").fetchall()
+                ]
+            for marker in _MET_MARKERS:
+                sql = sql.replace(f"/*{marker}*/", _met_text(marker, keys))
+        yield sql
+
+
+_MET_MARKERS = ("met_single", "met_grouped", "met_columns", "met_rows")
+
+
 def stage(con, db: Path | None = None) -> None:
     """Create the temporary tables (once per connection). With ``db`` (the database file ``con``
     reads), through a cache beside it (``cache_path``): read from it when it was written for this
@@ -262,7 +314,7 @@ def stage(con, db: Path | None = None) -> None:
     key = _cache_key(db) if db is not None else None
     if db is not None and _read_cache(con, cache_path(db), key):
         return
-    for sql in STAGE_SQL:
+    for sql in statements(con):
         con.execute(sql)
     for table in HELPER_TABLES:
         con.execute(f"drop table {table}")

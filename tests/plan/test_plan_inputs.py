@@ -201,3 +201,38 @@ def test_a_cache_that_cannot_be_written_is_skipped(tmp_path, monkeypatch):
     db = build(run)
     monkeypatch.setattr(inputs, "cache_path", lambda db: tmp_path / "no such folder" / "x.plan-inputs")
     assert make_plan(run, PlanConfig(replicates=20), db=db)["captured_k"] == plan_run.K
+
+
+def test_the_staging_runs_on_a_run_without_categories(staged_run):
+    """A database whose requests give no category (REQUESTS_TABLE empty): the statements are written
+    without a count column and every table is made, empty where the rounds met nothing."""
+    path = staged_run[0].execute("select path from duckdb_databases() where database_name = current_database()")
+    fresh = duckdb.connect(path.fetchone()[0], read_only=True)
+    try:
+        statements = inputs.statements(fresh)
+        fresh.execute(next(statements))  # REQUESTS_TABLE
+        n_categories = fresh.execute(f"select count(distinct category_key) from {inputs.REQUESTS_TABLE}").fetchone()[0]
+        assert n_categories == len({q.category for q in staged_run[2]}) > 1
+        fresh.execute(f"delete from {inputs.REQUESTS_TABLE}")
+        rest = list(statements)
+        assert not any("/*met_" in sql or "as met_" in sql for sql in rest)
+        for sql in rest:
+            fresh.execute(sql)
+        assert fresh.execute(f"select count(*) from {inputs.MET_TABLE}").fetchone()[0] == 0
+        assert fresh.execute(f"select count(*) from {inputs.STEPS_TABLE}").fetchone()[0] == 0
+    finally:
+        fresh.close()
+
+
+def test_each_category_has_its_count_column(staged_run):
+    con = staged_run[0]
+    path = con.execute("select path from duckdb_databases() where database_name = current_database()")
+    fresh = duckdb.connect(path.fetchone()[0], read_only=True)
+    try:
+        statements = inputs.statements(fresh)
+        fresh.execute(next(statements))
+        keys = [r[0] for r in fresh.execute(f"select distinct category_key from {inputs.REQUESTS_TABLE}").fetchall()]
+        grouped = [sql for sql in statements if inputs.GROUPED_TABLE in sql.split(" as\n")[0]][0]
+        assert sorted(keys) and all(f"as met_{k}" in grouped for k in keys)
+    finally:
+        fresh.close()
