@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.analytics.plan.fit import LinearFit, fit_grouped
+from specdec.analytics.plan.fit import LinearFit, fit_grouped, outlying_blocks
 from specdec.analytics.plan.inputs import MET_TABLE, ROUNDS_TABLE, STEPS_TABLE, stage
 from specdec.analytics.plan.model import RoundSums, StepsMet, round_sums
 from specdec.analytics.plan.noise import MeasurementNoise, pooled_noise
@@ -229,13 +229,22 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
     # included (P; a step that only prefills is no decode round's step); the draft cost and the mean
     # batches over the decode-only steps
     decoding = [s for s in steps if s[14]]
-    verify_fit = fit_grouped(
-        np.array([[1.0, s[2], s[3], s[13]] for s in decoding]).reshape(-1, len(VERIFY_TERMS)),
-        VERIFY_TERMS,
+    verify_x = np.array([[1.0, s[2], s[3], s[13]] for s in decoding]).reshape(-1, len(VERIFY_TERMS))
+    verify_groups = (
         np.array([s[6] for s in decoding]),
         np.array([s[7] or 0.0 for s in decoding]),
         np.array([s[8] or 0.0 for s in decoding]),
     )
+    verify_fit = fit_grouped(verify_x, VERIFY_TERMS, *verify_groups)
+    for o in outlying_blocks(verify_x, VERIFY_TERMS, *verify_groups, [(s[0], s[1], s[4]) for s in decoding]):
+        arm, level, k = o.block
+        notes.append(
+            f"the {arm} arm's steps at c{level} (k = {k}) took {o.relative_residual:+.0%} against the verify fit "
+            f"of every step, where the other arms and levels agree with a fit without them (Tukey's biweight "
+            f"over the blocks): a block measured on a disturbed host? It moves the verify fit every prediction "
+            f"reads (RMSE {o.rmse_ms:.1f} ms per step with it, {o.rmse_ms_without:.1f} without); consider "
+            "replaying that arm at that level again"
+        )
     decode_only = [s for s in steps if not s[12]]
     drafted = [s for s in decode_only if s[9]]
     draft_fit = fit_grouped(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from specdec.atomic import atomic_write_with
@@ -282,7 +283,7 @@ def _met_text(marker: str, keys: list[int]) -> str:
     )
 
 
-def statements(con):
+def statements(con) -> Iterator[str]:
     """STAGE_SQL in order, ready to run on ``con``: a statement's ``/*met_...*/`` markers filled with
     the run's category keys, read from REQUESTS_TABLE once the first statement has made it."""
     keys: list[int] | None = None
