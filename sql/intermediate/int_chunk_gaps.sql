@@ -4,17 +4,18 @@
 --   With speculation one chunk can carry several tokens, so a chunk gap is not a per-token
 --   latency (see tpot_ms for that).
 --   chunk_gap_ms = chunk_offsets_ms[i+1] - chunk_offsets_ms[i]   [ms]
---   gap_group     a number for the row's (run_id, arm, category, concurrency), the same for
---                 every gap of that group and different between groups (in no stated order):
---                 the latency mart pools the gaps by it, integer work on tens of millions of
---                 rows instead of hashing the four columns for each (one pass: 2.3 CPU s
---                 against 3.3 at 51M gaps, benchmarks/analytics_scale.py's large-run shape)
+--   gap_group     the number of the row's (arm, category, concurrency) within its run_id,
+--                 1, 2, ... in that order: the latency mart pools the gaps by (run_id,
+--                 gap_group), one short string and an integer per row instead of four
+--                 columns (one pass: 2.3-2.9 CPU s against 3.3 at 51M gaps,
+--                 benchmarks/analytics_scale.py's large-run shape)
 with requests as (
     select run_id, request_id, arm, concurrency, repeat, category, chunk_offsets_ms from stg_request_streams
     where success and len(chunk_offsets_ms) > 1
 ),
 groups as (
-    select cast(row_number() over () as uinteger) as gap_group, *
+    select cast(row_number() over (partition by run_id order by arm, category, concurrency) as uinteger)
+               as gap_group, *
     from (select distinct run_id, arm, category, concurrency from requests)
 ),
 final as (

@@ -17,15 +17,15 @@
 --   Every figure is NULL when no request of the group succeeded.
 --   (Each column's three percentiles come from one quantile_cont over a list of fractions:
 --   the same figures as three calls, one pass over the values instead of three. The gaps
---   are pooled by int_chunk_gaps' gap_group, one number per group.)
+--   are pooled by run_id and int_chunk_gaps' gap_group, a number per group in its run.)
 with requests as (
     select * from int_requests_measured
 ),
 gap_quantiles as (
-    select any_value(run_id) as run_id, any_value(arm) as arm, any_value(category) as category,
+    select run_id, any_value(arm) as arm, any_value(category) as category,
            any_value(concurrency) as concurrency, quantile_cont(chunk_gap_ms, [0.5, 0.95, 0.99]) as q
     from int_chunk_gaps
-    group by gap_group
+    group by run_id, gap_group
 ),
 gaps as (
     select run_id, arm, category, concurrency,
