@@ -14,7 +14,11 @@ not a dependency. Models are created in layer order, then dependency order.
 word match it replaced, measured side by side, best of 5, on this 2-core host at
 load 9: a quarter of a second per build, less than one mart. The word match
 invented edges: a column ``speedup`` made the ``speedup`` mart a dependency of
-``speedup_weighted``.)
+``speedup_weighted``.) What a SQL text reads is kept in the specdec cache
+(``cache_root()/sql-relations.json``, keyed by the text's SHA-256, written for one
+sqlglot version and ``PARSE_VERSION``), so a process parses only the models it has
+not seen: a build no longer imports sqlglot nor parses the 63 models (0.17 s + 0.23 s
+of CPU before its first query, measured with ``discover()`` alone at load 9-10).
 
 A model is **materialized** (computed once at build into a table, see
 ``build.py``) when it is a mart, or when its header has a line starting
@@ -27,21 +31,31 @@ marts read it); in the finished database it is a view again.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
 from dataclasses import dataclass, field
-from importlib import resources
+from importlib import metadata, resources
 from pathlib import Path
-
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import SqlglotError
-from sqlglot.optimizer.scope import traverse_scope
+from typing import TYPE_CHECKING
 
 from specdec import arms
 from specdec.analytics import settings
+from specdec.atomic import atomic_write_text
 from specdec.errors import SpecdecError
+from specdec.model import cache_root
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
 
+if TYPE_CHECKING:  # sqlglot is imported only to parse a SQL text the cache does not hold
+    from sqlglot import exp
+
+log = logging.getLogger("specdec.analytics.models")
+
 LAYERS = ("staging", "intermediate", "marts")
+#: Bump when ``_relations`` reads a parse differently (the cache's entries then no longer apply).
+PARSE_VERSION = 1
+#: SQL texts the cache keeps (the latest written): the models of a few versions of the package
+CACHE_ENTRIES = 1000
 MATERIALIZED = "-- Materialized: table"
 
 #: The tables computed in Python that models read (``build.COMPUTED``'s ``TABLE``s and
@@ -108,6 +122,7 @@ def discover(root: Path | None = None) -> list[SqlModel]:
         models.append(
             SqlModel(name, layer, path, sql, frozenset(reads & raw.keys() - {name}), frozenset(reads & SOURCES))
         )
+    _save_cache()
     return order(models)
 
 
@@ -115,18 +130,68 @@ def relations_read(sql: str, path: Path | str = "<sql>") -> frozenset[str]:
     """The relations a query reads (lower case): every table of a FROM or a JOIN in any of its
     scopes that is not a CTE visible there, and the first argument of a ``RELATION_MACROS``
     call. A column, an alias or a CTE is never one, whatever its name. Parsed once per SQL
-    text in a process (``_relations``): a process that builds many databases (the tests, a
-    notebook) parses the 58 models once, not ~0.3 s of CPU again per build."""
+    text and sqlglot version on this machine (the cache, module docstring), and once per
+    process (``_relations``)."""
+    digest = hashlib.sha256(sql.encode("utf-8")).hexdigest()
+    known = _cache()["relations"].get(digest)
+    if isinstance(known, list) and all(isinstance(r, str) for r in known):
+        return frozenset(known)
+    from sqlglot.errors import SqlglotError  # heavy: sqlglot, only for a text the cache does not hold
+
     try:
-        return _relations(sql)
+        found = _relations(sql)
     except SqlglotError as exc:
         raise SpecdecError(
             f"{path}: the SQL does not parse (sqlglot, DuckDB dialect): {' '.join(str(exc).split())}"
         ) from None
+    _cache()["relations"][digest] = sorted(found)
+    _cache()["dirty"] = True
+    return found
+
+
+def _cache_file() -> Path:
+    return cache_root() / "sql-relations.json"
+
+
+def _cache_stamp() -> str:
+    return f"sqlglot {metadata.version('sqlglot')}; parse {PARSE_VERSION}; macros {sorted(RELATION_MACROS)}"
+
+
+@functools.lru_cache(maxsize=1)
+def _cache() -> dict:
+    """This process's view of the cache file: {"relations": digest -> names, "dirty": bool}; an
+    unreadable file, or one written for another sqlglot or PARSE_VERSION, counts as empty."""
+    try:
+        data = json.loads(_cache_file().read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("stamp") == _cache_stamp() and isinstance(data.get("relations"), dict):
+            return {"relations": data["relations"], "dirty": False}
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as e:
+        log.warning("SQL relations cache %s not read: %s", _cache_file(), e)
+    return {"relations": {}, "dirty": False}
+
+
+def _save_cache() -> None:
+    """Write what this process parsed to the cache file (atomically); a failure is logged."""
+    cache = _cache()
+    if not cache["dirty"]:
+        return
+    try:
+        _cache_file().parent.mkdir(parents=True, exist_ok=True)
+        kept = dict(list(cache["relations"].items())[-CACHE_ENTRIES:])  # the latest texts seen
+        atomic_write_text(_cache_file(), json.dumps({"stamp": _cache_stamp(), "relations": kept}))
+        cache["dirty"] = False
+    except OSError as e:
+        log.warning("SQL relations cache %s not written: %s", _cache_file(), e)
 
 
 @functools.lru_cache(maxsize=1024)
 def _relations(sql: str) -> frozenset[str]:
+    import sqlglot  # heavy: sqlglot, only for a text the cache does not hold
+    from sqlglot import exp
+    from sqlglot.optimizer.scope import traverse_scope
+
     tree = sqlglot.parse_one(sql, read="duckdb")
     out: set[str] = set()
     for scope in traverse_scope(tree):
@@ -143,6 +208,8 @@ def _relations(sql: str) -> frozenset[str]:
 
 
 def _func_name(func: exp.Func) -> str:
+    from sqlglot import exp  # heavy: sqlglot (the caller has parsed already)
+
     return (func.name if isinstance(func, exp.Anonymous) else func.sql_name()).lower()
 
 
