@@ -8,10 +8,16 @@ own two servers, a pair's two sends adjacent and their order alternated
 that both arms of every pair see alike, as another program's would be. The
 counters, the capture and the greedy outputs are each server's own, so the
 acceptance, validity, identity and reconciliation of a cell cannot see the
-other engine at all. What it changes is each request's absolute time: both
-engines share the cores (on a 2-core host about one busy thread each: vLLM
-CPU's worker, pinned by vLLM to one core, and one llama-server of one thread,
-``timing.LLAMA_THREADS``; measured in BENCHMARKS.md, "Issue 22, round four").
+other engine at all. Why it saves time: alone, each engine keeps about one
+of a 2-core host's cores busy (vLLM CPU's worker, which vLLM binds to one core;
+one llama-server of one thread at a time, ``timing.LLAMA_THREADS``): side by
+side, ``--engine both`` took 8 min 7 s and 8 min 37 s where one engine after
+the other took 12 min 49 s. What it costs: each request's time now depends on
+what the other engine does at that moment, which the pairing cancels only on
+average, so the speedup intervals are wider (2026-12-03, median half-width on
+the log scale: llama.cpp's feature cells 0.2 -> 0.8-1.35, the quantization
+cells 0.1 -> 0.36-0.40, vLLM's about as before; BENCHMARKS.md, "Issue 22,
+round four").
 
 The manifest says so (``notes``; ``engines.<engine>.probed_beside``). Both
 threads add to the run folder through one ``Book`` (a lock; the cells in the
@@ -77,7 +83,7 @@ def side_by_side(main: Callable[[Checkpoint], None], beside: Callable[[Checkpoin
             raise
         try:
             fut.result()
-        except BaseException:
+        except BaseException:  # Ctrl-C while waiting for it: it stops at its next probe or cell
             stop.set()
             raise
 
