@@ -62,6 +62,9 @@ class PlanInputs:
     #: the planned analysis run's baseline arm, k > 0 the speculative arm of each analysis run of the
     #: run folder at the k it captured (``rounds_met``)
     met: dict[tuple[str, int], dict[int, StepsMet]] = field(default_factory=dict)
+    #: what in the capture weakens the evidence itself (a block of steps apart from the others),
+    #: shown first on the plan's page; also in ``notes``
+    warnings: list[str] = field(default_factory=list)
 
     def spec_batch_at(self, k: int, level: int) -> tuple[float, str]:
         """B at (k > 0, level) and how it was had: 'measured' at a swept k; 'interpolated' linearly
@@ -236,15 +239,17 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         np.array([s[8] or 0.0 for s in decoding]),
     )
     verify_fit = fit_grouped(verify_x, VERIFY_TERMS, *verify_groups)
+    warnings: list[str] = []
     for o in outlying_blocks(verify_x, VERIFY_TERMS, *verify_groups, [(s[0], s[1], s[4]) for s in decoding]):
         arm, level, k = o.block
-        notes.append(
+        warnings.append(
             f"the {arm} arm's steps at c{level} (k = {k}) took {o.relative_residual:+.0%} against the verify fit "
             f"of every step, where the other arms and levels agree with a fit without them (Tukey's biweight "
             f"over the blocks): a block measured on a disturbed host? It moves the verify fit every prediction "
             f"reads (RMSE {o.rmse_ms:.1f} ms per step with it, {o.rmse_ms_without:.1f} without); consider "
             "replaying that arm at that level again"
         )
+    notes.extend(warnings)
     decode_only = [s for s in steps if not s[12]]
     drafted = [s for s in decode_only if s[9]]
     draft_fit = fit_grouped(
@@ -340,4 +345,5 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         other_measured=other_measured,
         measured_speedup=measured,
         notes=notes,
+        warnings=warnings,
     )

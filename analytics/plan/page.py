@@ -116,6 +116,7 @@ def render(plan: dict) -> str:
     deploy = (
         "<h2>What to deploy</h2>"
         + notice
+        + "".join(banner("warn", f"The capture: {w}.") for w in plan.get("warnings", []))
         + "<p>Traffic-weighted gain (tokens/s against speculation off) of each policy, overall and per load "
         f"band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets. Every policy's k is chosen "
         "by the same conservative rule (the smallest k whose gain interval overlaps the best k's), per band "

@@ -172,6 +172,7 @@ def plan_from_db(con, config: PlanConfig) -> dict:
             ],
         },
         "notes": notes,
+        "warnings": list(inputs.warnings),
     }
 
 

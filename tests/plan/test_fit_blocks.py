@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from specdec.analytics.plan.fit import fit_grouped, outlying_blocks
+from specdec.analytics.plan.page import render
 from specdec.analytics.plan.run import PlanConfig, make_plan
 from tests.support import plan_run
 from tests.support.synthetic_run import write_run
@@ -84,7 +85,9 @@ def test_the_plan_names_the_slow_block_and_keeps_its_fit(tmp_path):
     assert not [n for n in make_plan(plain, config)["notes"] if "verify fit of every step" in n]
     plan = make_plan(slow, config)
     (note,) = [n for n in plan["notes"] if "verify fit of every step" in n]
-    assert "speculative arm's steps at c2 (k = 4)" in note
+    assert "speculative arm's steps at c2 (k = 4)" in note and plan["warnings"] == [note]
+    page = render(plan)
+    assert page.index("c2 (k = 4) took") < page.index("Per category and load band")  # shown first
     assert plan["model"]["verify_fit"]["rmse_ms"] > 1  # the fit itself still reads every step
 
 
