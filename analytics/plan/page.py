@@ -103,7 +103,8 @@ def render(plan: dict) -> str:
         notice = banner(
             "warn",
             "Predicted, not validated by replay: the figures below come from the model over one capture "
-            f"(k = {plan['captured_k']}); a plan is validated only by replaying its settings ({plan['validation']}).",
+            f"(k = {plan['captured_k']}); a plan is validated only by replaying its settings. Validation: "
+            f"{plan['validation']}.",
         )
     policy_rows = [
         [p["name"], p["description"], _pm(p["overall"], "gain")]

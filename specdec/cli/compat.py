@@ -66,6 +66,14 @@ from specdec.schemas.strict import check_run_name
     is_flag=True,
     help="Embedded llama.cpp: skip the quantization cells (target Q4_1, Q8_0, F16 x draft Q4_1, Q8_0, ngram-mod).",
 )
+@click.option(
+    "--engines-together",
+    is_flag=True,
+    help="--engine both: probe llama.cpp while vLLM is probed, not after it (about 8 minutes instead of 13 on a "
+    "2-core host). Outcomes, acceptance, validity, identity and capture are each server's own and do not change; "
+    "the speed figures do: each engine is host load for the other, the speedup intervals widen 2-7x and a "
+    "2-pair cell can be labelled faster or slower by that noise (measured: BENCHMARKS.md, 'Issue 22, round four').",
+)
 @client_options()
 def compat_command(**options) -> None:
     """Which features still work with speculation on, measured from real requests.
@@ -126,6 +134,7 @@ def _compat(
     probes,
     repeats,
     no_quantization,
+    engines_together,
     connect_timeout,
     request_timeout,
     api_key_env,
@@ -145,6 +154,7 @@ def _compat(
         target_model=target_model,
         probes=list(probes) or None,
         quantization=not no_quantization,
+        together=engines_together,
         repeats=repeats,
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,

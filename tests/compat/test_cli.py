@@ -108,3 +108,19 @@ def test_a_planted_tokenizer_mismatch_stops_the_run_before_any_request(tmp_path,
     assert "vocabulary size: draft 49153, target 49152" in result.output
     assert base.bodies == [] and spec.bodies == []  # nothing was sent
     assert not (tmp_path / "runs").exists()  # nor any folder created
+
+
+def test_engines_together_is_asked_for_not_the_default(monkeypatch, tmp_path):
+    import specdec.cli.compat as cli_compat
+
+    seen = []
+
+    def fake(cfg, echo):
+        seen.append(cfg.together)
+        raise cli_compat.SpecdecError("stop here")
+
+    monkeypatch.setattr(cli_compat, "run_compat", fake)
+    for extra, want in (([], False), (["--engines-together"], True)):
+        result = CliRunner().invoke(main, ["compat", "--engine", "both", "-o", str(tmp_path / "r"), *extra])
+        assert "stop here" in result.output and seen[-1] is want
+    assert "--engines-together" in CliRunner().invoke(main, ["compat", "--help"]).output

@@ -56,7 +56,7 @@ def _cfg(tmp_path, **kw):
 
 
 def test_the_llama_cpp_engine_runs_beside_vllm(tmp_path, embedded):
-    run_dir, cells = run.run_compat(_cfg(tmp_path), echo=lambda _: None)
+    run_dir, cells = run.run_compat(_cfg(tmp_path, together=True), echo=lambda _: None)
     assert embedded.threads["vllm"] == threading.main_thread().name
     assert embedded.threads["llama.cpp"].startswith("specdec-compat-beside")
     # whichever engine finished first, the cells and the parquet keep the engines' order
@@ -71,9 +71,10 @@ def test_the_llama_cpp_engine_runs_beside_vllm(tmp_path, embedded):
     assert [e["probe"] for e in manifest.traffic["probes"]["llama.cpp"]] == ["stream"]
 
 
-def test_together_false_runs_one_engine_after_the_other(tmp_path, embedded):
+def test_one_engine_after_the_other_is_the_default(tmp_path, embedded):
     embedded.meet = False
-    run_dir, cells = run.run_compat(_cfg(tmp_path, together=False), echo=lambda _: None)
+    assert run.CompatConfig().together is False
+    run_dir, cells = run.run_compat(_cfg(tmp_path), echo=lambda _: None)
     assert set(embedded.threads.values()) == {threading.main_thread().name}
     assert [c.engine for c in cells] == ["vllm", "llama.cpp"]
     manifest = read_manifest(run_dir)
