@@ -67,20 +67,7 @@ def test_the_plan_names_the_slow_block_and_keeps_its_fit(tmp_path):
         else r
         for r in rounds
     ]
-    plain = write_run(
-        _mk(tmp_path / "plain"),
-        plan_run.make_counters(arms),
-        requests=plan_run.make_requests(arms, lambda *a: 1000.0),
-        rounds=rounds,
-        manifest=plan_run._manifest(arms),
-    )
-    slow = write_run(
-        _mk(tmp_path / "slow"),
-        plan_run.make_counters(arms),
-        requests=plan_run.make_requests(arms, lambda *a: 1000.0),
-        rounds=slowed,
-        manifest=plan_run._manifest(arms),
-    )
+    plain, slow = (_sweep_run(tmp_path / name, arms, r) for name, r in (("plain", rounds), ("slow", slowed)))
     config = PlanConfig(replicates=20)
     assert not [n for n in make_plan(plain, config)["notes"] if "verify fit of every step" in n]
     plan = make_plan(slow, config)
@@ -91,6 +78,13 @@ def test_the_plan_names_the_slow_block_and_keeps_its_fit(tmp_path):
     assert plan["model"]["verify_fit"]["rmse_ms"] > 1  # the fit itself still reads every step
 
 
-def _mk(path):
+def _sweep_run(path, arms, rounds):
+    """plan_run's synthetic run with the rounds given (write_plan_run makes its own)."""
     path.mkdir()
-    return path
+    return write_run(
+        path,
+        plan_run.make_counters(arms),
+        requests=plan_run.make_requests(arms, lambda *a: 1000.0),
+        rounds=rounds,
+        manifest=plan_run._manifest(arms),
+    )
