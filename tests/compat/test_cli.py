@@ -18,7 +18,9 @@ from tests.support.compat_server import CompatFake, threaded_pair
 
 
 def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
-    base, spec = CompatFake(False), CompatFake(True, invalid_json=True)
+    # a 30 ms floor under every request: with instant replies, timer noise over 2 repeats can put the
+    # stream cell's speed ratio wholly below the degrade margin (CI, 2026-12-03: "degrades")
+    base, spec = CompatFake(False, base_s=0.03), CompatFake(True, invalid_json=True, base_s=0.03)
     run_dir = tmp_path / "runs" / "c1"
     with threaded_pair(base, spec) as (b, s):
         result = CliRunner().invoke(

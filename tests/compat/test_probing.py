@@ -154,7 +154,8 @@ def capture_rows(fake: CompatFake, lie_for: str | None = None) -> pa.Table:
 
 
 def test_capture_that_reconciles_in_one_arm_only_is_broken(tmp_path):
-    base, spec = CompatFake(False), CompatFake(True)
+    # the 30 ms floor: the stream cell's 'works' must not hang on timer noise over 2 repeats
+    base, spec = CompatFake(False, base_s=0.03), CompatFake(True, base_s=0.03)
     cells, sent = run_pair(base, spec, only={"json_schema", "stream"}, repeats=2, raw=True)
     pq.write_table(capture_rows(base), tmp_path / "rounds-b-0.parquet")
     pq.write_table(capture_rows(spec, lie_for=".json_schema.speculative."), tmp_path / "rounds-s-0.parquet")
