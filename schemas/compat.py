@@ -192,4 +192,7 @@ class CompatCell(BaseModel):
         "within max_tokens)."
     )
     detail: str = Field(description="One sentence on why this outcome, with the error text escaped where refused.")
-    requests_sent: int = Field(description="Requests sent for this cell, both arms, twins included.")
+    requests_sent: int = Field(
+        description="Requests behind this cell, both arms, twins included (a plain twin that several probes "
+        "share is counted in each of their cells; the run's sends are in its manifest)."
+    )

@@ -10,14 +10,25 @@ probe and after each of its requests, so every request's counter difference
 is its own: a cell's acceptance, hit rate and generation tokens are sums over
 its own requests. Nothing else may use the servers while the probes run (a
 shared server: the differences would include its other traffic).
+
+Probes whose plain twins are the same body (the three tool probes; the
+penalties, ``stream`` and ``stop`` on the code prompt) share the twin's sends:
+within a repeat the first such probe sends it, and the later ones reuse its
+replies, request ids and counter differences (``Twins``; the manifest names
+the probe that sent them). A twin is a fixed greedy body, so a second send
+would measure the same thing again; the pair's adjacent sends still cancel
+drift in its own log ratio. Sampled twins (``n2``, ``seed``) differ from every
+other twin and are never shared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -27,7 +38,7 @@ from specdec.engines.urls import ClientSettings, Endpoint
 from specdec.replay.compat import cells
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
-from specdec.replay.compat.send import get_json, post_json, send
+from specdec.replay.compat.send import Reply, get_json, post_json, send
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.replay.compat.together import never
 from specdec.schemas.compat import CompatCell
@@ -87,6 +98,20 @@ async def probe_context(
     return model, ctx
 
 
+@dataclass
+class Twins:
+    """The twins already sent on one pair, by (body, repeat): per arm the request id, the reply and the
+    counter difference, and the probe that sent them (module docstring)."""
+
+    sent: dict[tuple[str, int], tuple[str, dict[str, tuple[str, Reply, dict[str, Any] | None]]]] = field(
+        default_factory=dict
+    )
+
+    @staticmethod
+    def key(body: dict[str, Any], repeat: int) -> tuple[str, int]:
+        return json.dumps(body, sort_keys=True), repeat
+
+
 async def probe_pair(
     pair: Pair,
     settings: ClientSettings,
@@ -103,6 +128,7 @@ async def probe_pair(
     seq = itertools.count()
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
+    twins = Twins()
     async with aiohttp.ClientSession() as session:
         model, ctx = await probe_context(session, pair.baseline, settings)
         for probe in probe_set(ctx):
@@ -110,7 +136,7 @@ async def probe_pair(
                 continue
             checkpoint()
             prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
-            logs = await _send_probe(session, pair, probe, model, settings, prefix, seq, repeats)
+            logs, twin_from = await _send_probe(session, pair, probe, model, settings, prefix, seq, repeats, twins)
             made = cells.probe_cells(pair, run_id, probe, logs, repeats)
             sent.append(
                 {
@@ -119,6 +145,8 @@ async def probe_pair(
                     "repeats": repeats,
                     "bodies": probe.bodies(model, f"{prefix}.r0"),
                     "twin": probe.twin_body(model),
+                    # the probe whose sends of the same twin body this probe's cells reuse; None: sent here
+                    "twin_sent_by": twin_from,
                     "cells": {c.probe: ev for c, ev in made},
                 }
             )
@@ -141,10 +169,14 @@ async def _send_probe(
     prefix: str,
     seq: itertools.count[int],
     repeats: int,
-) -> dict[str, cells.ArmLog]:
-    """Both arms' requests of one probe, paired and interleaved (module docstring)."""
+    twins: Twins | None = None,
+) -> tuple[dict[str, cells.ArmLog], str | None]:
+    """Both arms' requests of one probe, paired and interleaved, and the probe whose twin sends it
+    reused (None: it sent its own, or has no twin) (module docstring)."""
     eps = {"baseline": pair.baseline, "speculative": pair.speculative}
     logs = {arm: cells.ArmLog() for arm in eps}
+    twins = twins if twins is not None else Twins()
+    reused: str | None = None
 
     async def read(arm: str) -> dict[str, Any] | None:
         return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
@@ -157,17 +189,29 @@ async def _send_probe(
         for log in logs.values():
             log.feature.append([])
         for j, (bucket, body) in enumerate(units):
+            key = Twins.key(body, r) if bucket == "twin" else None
+            if key is not None and key in twins.sent:
+                reused, earlier = twins.sent[key]
+                for arm, (rid, reply, diff) in earlier.items():
+                    logs[arm].add(bucket, rid, diff)
+                    logs[arm].twins.append(reply)
+                continue
+            done: dict[str, tuple[str, Reply, dict[str, Any] | None]] = {}
             for arm in list(eps) if (r + j) % 2 == 0 else list(eps)[::-1]:
                 rid = f"{prefix}.{arm}.{next(seq)}"
                 reply = await send(session, eps[arm], body, settings, rid)
                 now = await read(arm)
-                logs[arm].add(bucket, rid, _diff(last[arm], now))
+                diff = _diff(last[arm], now)
+                logs[arm].add(bucket, rid, diff)
                 last[arm] = now
+                done[arm] = (rid, reply, diff)
                 if bucket == "twin":
                     logs[arm].twins.append(reply)
                 else:
                     logs[arm].feature[-1].append(reply)
-    return logs
+            if key is not None:
+                twins.sent[key] = (probe.name, done)
+    return logs, reused
 
 
 async def settled(

@@ -121,6 +121,30 @@ def test_a_feature_that_slows_the_speculative_arm_degrades_by_how_much():
     assert lp.detail.startswith("the speedup falls with the feature by ")
 
 
+def test_probes_with_the_same_twin_body_share_its_sends_within_a_repeat():
+    base, spec = CompatFake(False), CompatFake(True)
+    tools = {"tool_choice_auto", "tool_choice_required", "tool_choice_named"}
+    cells, sent = run_pair(base, spec, only=tools | {"json_schema"}, repeats=2)
+    by = {e["probe"]: e for e in sent}
+    twin = by["tool_choice_auto"]["twin"]
+    assert twin == by["tool_choice_named"]["twin"] and twin != by["json_schema"]["twin"]
+    # each server got the tools' twin once per repeat (the twin is the same body: no tools field)
+    assert [b == twin for b in base.bodies].count(True) == 2 and [b == twin for b in spec.bodies].count(True) == 2
+    assert [by[n]["twin_sent_by"] for n in ("tool_choice_auto", "tool_choice_required", "tool_choice_named")] == [
+        None,
+        "tool_choice_auto",
+        "tool_choice_auto",
+    ]
+    assert by["json_schema"]["twin_sent_by"] is None
+    # the later probes' cells hold the first one's twin request ids and its counters (acceptance on the twin)
+    ids = {n: by[n]["cells"][n]["speculative"]["request_ids"] for n in tools}
+    shared = set.intersection(*(set(v) for v in ids.values()))
+    assert len(shared) == 2 and all(".tool_choice_auto.speculative." in i for i in shared)  # one a repeat
+    assert all(cells[n].plain_draft_tokens == 16 and cells[n].plain_speedup is not None for n in tools)
+    # requests behind a cell still count its twins: 2 repeats x (twin + feature) x 2 arms
+    assert all(cells[n].requests_sent == 8 for n in tools)
+
+
 def test_the_session_runs_with_prefix_caching_on_and_off_by_turn():
     cells, _ = run_pair(
         CompatFake(False), CompatFake(True), only={"session_prefix_cache_on", "session_prefix_cache_off"}, repeats=2
