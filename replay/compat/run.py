@@ -136,10 +136,8 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     write_manifest(run_dir, manifest)
     only = frozenset(cfg.probes) if cfg.probes else None
     book = Book(run_dir, manifest, [e for e, _ in pairs])
-    work = [
-        functools.partial(_probe_engine, cfg, engine, pair, run_id, settings, book, only, echo)
-        for engine, pair in pairs
-    ]
+    job = _Job(cfg, run_id, settings, book, only, echo)
+    work = [functools.partial(_probe_engine, job, engine, pair) for engine, pair in pairs]
     if cfg.engine == "both" and cfg.baseline_url is None and cfg.together:  # side by side (together.py)
         for engine in book.order:
             manifest.engines.setdefault(engine, {})["probed_beside"] = next(e for e in book.order if e != engine)
@@ -157,26 +155,29 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     return run_dir, cells
 
 
-def _probe_engine(
-    cfg: CompatConfig,
-    engine: str,
-    pair: Any,
-    run_id: str,
-    settings: Any,
-    book: Book,
-    only: frozenset[str] | None,
-    echo: Callable[[str], None],
-    checkpoint: Checkpoint,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """What every engine's work in one run shares: the settings, the run, where its cells go."""
+
+    cfg: CompatConfig
+    run_id: str
+    settings: Any  # ClientSettings
+    book: Book
+    only: frozenset[str] | None  # probe names asked for; None: all
+    echo: Callable[[str], None]
+
+
+def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> None:
     """One engine's work: on the embedded llama.cpp its quantization cells first, then its feature
     pair (started here unless given); ``checkpoint`` before each probe or cell."""
     # heavy: aiohttp (the probes, the servers' health checks), only when a run starts
     from specdec.replay.compat.capture_check import read_capture, reconcile
     from specdec.replay.compat.probing import probe_pair
 
+    cfg, run_id, book, only, echo = job.cfg, job.run_id, job.book, job.only, job.echo
     run_dir = book.run_dir
     if engine == "llama.cpp" and cfg.quantization and _quant_wanted(only):
-        _quantization(cfg, run_id, settings, book, only, echo, checkpoint)
+        _quantization(job, checkpoint)
         if only is not None and only <= _quant_names():
             return  # only quantization cells were asked for: no feature pair
     with contextlib.ExitStack() as stack:
@@ -185,7 +186,7 @@ def _probe_engine(
             facts = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
             book.add(engine, [], lambda m: m.engines.setdefault(engine, {}).update(facts))
         echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
-        found, sent = asyncio.run(probe_pair(pair, settings, run_id, echo, only, cfg.repeats, checkpoint))
+        found, sent = asyncio.run(probe_pair(pair, job.settings, run_id, echo, only, cfg.repeats, checkpoint))
     # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)
     captured = read_capture(run_dir / CAPTURE_FOLDER, run_id) if engine == "vllm" else None
     found = reconcile(found, sent, captured)
@@ -208,23 +209,25 @@ def _quant_wanted(only: frozenset[str] | None) -> bool:
     return only is None or bool(only & _quant_names())
 
 
-def _quantization(
-    cfg: CompatConfig,
-    run_id: str,
-    settings: Any,
-    book: Book,
-    only: frozenset[str] | None,
-    echo: Callable[[str], None],
-    checkpoint: Checkpoint,
-) -> None:
+def _quantization(job: _Job, checkpoint: Checkpoint) -> None:
     """The quantization cells (``quant_run``), with their files' checksums and servers in the manifest."""
     # heavy: aiohttp and the GGUF making (torch, in a subprocess), only when a run starts
     from specdec.engines.llama_build import LLAMA_CPP_PYTHON
     from specdec.replay.compat.quant_run import run_quant
 
-    echo("quantization cells on llama.cpp: target Q4_1 (shipped), Q8_0, F16 x draft Q4_1, Q8_0 and ngram-mod")
+    book = job.book
+    job.echo("quantization cells on llama.cpp: target Q4_1 (shipped), Q8_0, F16 x draft Q4_1, Q8_0 and ngram-mod")
     version = f"llama-cpp-python {LLAMA_CPP_PYTHON}"
-    q = run_quant(book.run_dir, run_id, settings, version, cfg.startup_timeout_s, echo, only, checkpoint=checkpoint)
+    q = run_quant(
+        book.run_dir,
+        job.run_id,
+        job.settings,
+        version,
+        job.cfg.startup_timeout_s,
+        job.echo,
+        job.only,
+        checkpoint=checkpoint,
+    )
 
     def record(m: RunManifest) -> None:
         m.dtype += "; llama.cpp quantization cells: Q4_1 as shipped, Q8_0, F16 (model_source.quantization)"
