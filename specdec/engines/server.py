@@ -181,6 +181,30 @@ class ServerProcess:
             self._close()
 
 
+def separate_cores(n: int) -> list[str | None]:
+    """A VLLM_CPU_OMP_THREADS_BIND value per server for ``n`` vLLM CPU servers alive at once: one
+    allowed core each, distinct, in order; all None (vLLM's 'auto') when the process may use fewer
+    than ``n`` cores or OMP_NUM_THREADS is set (then each worker computes on more than one thread).
+
+    Why: vLLM 0.32's 'auto' binds every server's CPU worker to the same core (the first of the
+    NUMA node: "core ids=[0], reserved_cpus=[1]" in each server's log on a 2-core host), and it
+    serves on one torch thread (``vllm/utils/torch_utils.py``: "Reducing Torch threads from 2 to 1
+    for serving"). A worker also busy-polls its message queue for 1 s after its last step
+    (``vllm/distributed/device_communicators/shm_broadcast.py``, ``SpinCondition(busy_loop_s=1)``),
+    so when requests alternate between two servers, each one starts beside the other's spinning
+    worker on its own core. Measured on this project's 2-core host (2026-12-04, /tmp/i22x/bind.py:
+    a 32-token greedy request alternated between the compat pair, 7 timed per server): the
+    baseline at 88.2 ms per token (median; 57.9-91.4) with both on core 0 against 60.3 alone and
+    59.3 on a core of its own; the ngram server 46.8 / 45.6 / 46.5. One core each costs nothing
+    (one thread computes either way) and removes the interference."""
+    if "OMP_NUM_THREADS" in os.environ:
+        return [None] * n
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < n:
+        return [None] * n
+    return [str(c) for c in cores[:n]]
+
+
 class LocalServer(ServerProcess):
     """A vLLM API server subprocess with the capture plugin on."""
 
@@ -198,7 +222,10 @@ class LocalServer(ServerProcess):
         run_id: str,
         log_path: Path,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        cpu_bind: str | None = None,
     ):
+        """``cpu_bind``: vLLM's VLLM_CPU_OMP_THREADS_BIND for this server (its CPU worker's cores, or
+        'nobind'); None: vLLM's 'auto' (one core per NUMA node, the last left to the API server)."""
         port = free_port()
         self.capture_dir, self.run_id = capture_dir, run_id
         env = {
@@ -207,6 +234,7 @@ class LocalServer(ServerProcess):
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
             "PYTHONUNBUFFERED": "1",
             **spec.env(),
+            **({"VLLM_CPU_OMP_THREADS_BIND": cpu_bind} if cpu_bind is not None else {}),
         }
         engine = Vllm(spec)
         cmd = engine.server_command(

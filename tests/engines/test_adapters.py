@@ -120,6 +120,28 @@ def test_the_vllm_server_command_is_the_one_it_always_was(tmp_path):
     assert Vllm().speculation_args(Arm("baseline", None)) == []
 
 
+def test_servers_alive_together_get_a_core_each_unless_there_are_too_few(tmp_path, monkeypatch):
+    """separate_cores: one distinct allowed core per vLLM server, in order; vLLM's 'auto' (None)
+    when fewer cores are allowed than servers or OMP_NUM_THREADS asks for more threads; the
+    value reaches the server's environment as VLLM_CPU_OMP_THREADS_BIND."""
+    import os
+
+    from specdec.engines import server
+    from specdec.engines.vllm import ServerSpec
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {3, 1, 7})
+    assert server.separate_cores(2) == ["1", "3"]
+    assert server.separate_cores(4) == [None] * 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert server.separate_cores(2) == [None, None]
+    spec = ServerSpec(model="/m")
+    bound = server.LocalServer(spec, None, tmp_path / "c", "run", tmp_path / "a.log", cpu_bind="3")
+    auto = server.LocalServer(spec, None, tmp_path / "c", "run", tmp_path / "b.log")
+    assert bound.extra_env["VLLM_CPU_OMP_THREADS_BIND"] == "3"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in auto.extra_env
+
+
 def test_the_llama_cpp_settings_of_a_replay_are_checked_before_anything_runs(tmp_path):
     """--engine llama.cpp: vLLM's default speculative config becomes ngram-mod, the
     lossless pass is off and the prefix-cache reset becomes no prompt cache; a
