@@ -80,7 +80,8 @@ class CompatConfig(ClientOptions):
     together: bool = Field(
         default=False,
         description="--engine both: the embedded llama.cpp engine's work runs in a thread beside the vLLM pair's "
-        "(specdec.replay.compat.together; --engines-together): about 8 minutes instead of 13 here, but the "
+        "(specdec.replay.compat.together; --engines-together): 8-9 minutes against 12 min 49 s here on 2026-12-03 "
+        "(one after the other: 9 min 24 s since the vLLM workers got a core each), but the "
         "speedup intervals widen 2-7x and a 2-pair cell can be labelled by the other engine's noise; False (the "
         "default): one engine after the other.",
     )

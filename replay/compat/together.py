@@ -12,7 +12,9 @@ other engine at all. Why it saves time: alone, each engine keeps about one
 of a 2-core host's cores busy (vLLM CPU's worker, which vLLM binds to one core;
 one llama-server of one thread at a time, ``timing.LLAMA_THREADS``): side by
 side, ``--engine both`` took 8 min 7 s and 8 min 37 s where one engine after
-the other took 12 min 49 s. What it costs: each request's time now depends on
+the other took 12 min 49 s (2026-12-03; 9 min 24 s since the vLLM pair's
+workers compute on a core each, ``engines.server.separate_cores``, which
+leaves no core idle for the llama.cpp thread). What it costs: each request's time now depends on
 what the other engine does at that moment, which the pairing cancels only on
 average, so the speedup intervals are wider (2026-12-03, median half-width on
 the log scale: llama.cpp's feature cells 0.2 -> 0.8-1.35, the quantization

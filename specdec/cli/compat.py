@@ -69,8 +69,9 @@ from specdec.schemas.strict import check_run_name
 @click.option(
     "--engines-together",
     is_flag=True,
-    help="--engine both: probe llama.cpp while vLLM is probed, not after it (about 8 minutes instead of 13 on a "
-    "2-core host). Outcomes, acceptance, validity, identity and capture are each server's own and do not change; "
+    help="--engine both: probe llama.cpp while vLLM is probed, not after it (8-9 minutes against 12 min 49 s on a "
+    "2-core host on 2026-12-03; one after the other takes 9 min 24 s since the vLLM pair's workers got a core "
+    "each). Outcomes, acceptance, validity, identity and capture are each server's own and do not change; "
     "the speed figures do: each engine is host load for the other, the speedup intervals widen 2-7x and a "
     "2-pair cell can be labelled faster or slower by that noise (measured: BENCHMARKS.md, 'Issue 22, round four').",
 )
