@@ -26,6 +26,27 @@ def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkey
     assert pair.engine == "llama.cpp" and pair.counters == LlamaCpp.counters
 
 
+def test_the_embedded_vllm_pair_puts_each_servers_worker_on_its_own_core(tmp_path, monkeypatch):
+    """vLLM's 'auto' binding would put both workers on one core (engines/server.separate_cores):
+    the compat pair binds the baseline's to the first allowed core, the ngram arm's to the second,
+    and the manifest's record of each arm says which."""
+    import os
+
+    started = []
+    monkeypatch.setattr(server, "start_all", lambda stack, servers: started.extend(servers))
+    monkeypatch.setattr(run, "_vllm_model", lambda: ("/m", {}))
+    monkeypatch.setattr(run, "engine_facts", lambda: {"version": "0.32.0"})
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
+    with contextlib.ExitStack() as stack:
+        pair, args = run._start_embedded("vllm", tmp_path, "r1", 10.0, stack, lambda _: None)
+    assert [s.extra_env["VLLM_CPU_OMP_THREADS_BIND"] for s in started] == ["0", "1"]
+    assert (args["baseline_cpu_bind"], args["speculative_cpu_bind"]) == ("0", "1")
+    assert "--speculative-config" in args["speculative_server_args"]
+    assert "--speculative-config" not in args["baseline_server_args"]
+    assert pair.engine == "vllm" and pair.spec_method == "ngram"
+
+
 def test_the_default_repeats_give_every_cell_an_interval():
     """2 pairs are the fewest with a t interval (1 df); the default must not drop below it."""
     assert run.CompatConfig().repeats == run.DEFAULT_REPEATS == 2
