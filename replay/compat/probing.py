@@ -169,13 +169,12 @@ async def _send_probe(
     prefix: str,
     seq: itertools.count[int],
     repeats: int,
-    twins: Twins | None = None,
+    twins: Twins,
 ) -> tuple[dict[str, cells.ArmLog], str | None]:
     """Both arms' requests of one probe, paired and interleaved, and the probe whose twin sends it
     reused (None: it sent its own, or has no twin) (module docstring)."""
     eps = {"baseline": pair.baseline, "speculative": pair.speculative}
     logs = {arm: cells.ArmLog() for arm in eps}
-    twins = twins if twins is not None else Twins()
     reused: str | None = None
 
     async def read(arm: str) -> dict[str, Any] | None:

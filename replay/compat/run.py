@@ -259,14 +259,14 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
     tag = engine.replace(".", "")
     logs = [server_log(run_dir, f"{tag}-baseline"), server_log(run_dir, f"{tag}-speculative")]
     servers: list[Any]
+    binds: list[str | None] = [None, None]  # each arm's CPU worker core (vLLM only)
     if engine == "vllm":
         spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
         cap = run_dir / CAPTURE_FOLDER
-        # each server's CPU worker on a core of its own (``separate_cores``: with both on vLLM's
-        # 'auto' core, the baseline measured 46% slower per token, the ngram arm 3%)
+        binds = separate_cores(2)  # each server's CPU worker on a core of its own (why: its docstring)
         servers = [
             LocalServer(spec, c, cap, run_id, log, timeout_s, cpu_bind=core)
-            for c, log, core in zip((None, dict(NGRAM["vllm"])), logs, separate_cores(2))
+            for c, log, core in zip((None, dict(NGRAM["vllm"])), logs, binds)
         ]
         version = engine_facts().get("version")
         method = str(NGRAM["vllm"]["method"])
@@ -288,10 +288,10 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
     start_all(stack, servers)
     b, s = (parse_endpoint(x.base_url) for x in servers)
     args: dict[str, Any] = {}
-    for arm, x in zip(("baseline", "speculative"), servers):
+    for arm, x, core in zip(("baseline", "speculative"), servers, binds):
         args[f"{arm}_server_args"] = list(x.cmd[1:])
-        if "VLLM_CPU_OMP_THREADS_BIND" in x.extra_env:  # the core its CPU worker computes on
-            args[f"{arm}_cpu_bind"] = x.extra_env["VLLM_CPU_OMP_THREADS_BIND"]
+        if core is not None:  # the core its CPU worker computes on
+            args[f"{arm}_cpu_bind"] = core
     return Pair(engine, version, method, b, s, counters), args
 
 
