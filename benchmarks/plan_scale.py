@@ -113,10 +113,12 @@ def _child(cmd: list[str]) -> dict:
 #: The planner's inputs as it staged them before: the two views, each recomputed from the rounds.
 OLD_STAGE_SQL = (
     f"""create temp table {plan_inputs.ROUNDS_TABLE} as
-        select run_id, category, request_id, coalesce(repeat, 0) as repeat, context_low,
-               tokens_proposed, tokens_accepted, sum(rounds) as rounds
-        from int_round_counts
-        where arm = 'speculative' and phase = 'decode'
+        select c.run_id, c.category, k.request_id, coalesce(c.repeat, 0) as repeat, c.context_low,
+               c.tokens_proposed, c.tokens_accepted, sum(c.rounds) as rounds
+        from int_round_counts c
+        join (select distinct run_id, request_key, request_id from int_engine_requests where replayed) k
+          on k.run_id = c.run_id and k.request_key = c.request_key
+        where c.arm = 'speculative' and c.phase = 'decode'
         group by all""",
     f"create temp table {plan_inputs.STEPS_TABLE} as select *, false as has_prefill from int_plan_steps",
 )

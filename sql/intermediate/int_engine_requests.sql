@@ -1,15 +1,24 @@
 -- int_engine_requests
--- Grain: one row per run_id and engine request id of the captured rounds (int_round_groups):
+-- Grain: one row per run_id and engine request id of the captured rounds (stg_rounds):
 --   run_id is the analysis run of the replayed request (stg_requests: a request of a
 --   reference arm that two comparisons share has a row in each), the rounds' own run id
 --   for the others; source_run_id is the rounds' run id (the run folder's), which the
---   models over stg_rounds and int_round_groups join on.
+--   models over stg_rounds and int_round_groups join on (with engine_key).
 -- Materialized: table, computed once at build: the models over the rounds (tens of
 --   millions of rows, a few hundred thousand engine request ids) look each row's request
---   up here instead of parsing its id and joining the requests once per row.
+--   up here instead of parsing its id and joining the requests once per row. The engine
+--   request ids are read from stg_rounds (one column, grouped: at 50 million rounds 0.6 s),
+--   not from int_round_groups, which holds their integer keys only.
 -- Purpose: the replayed request behind each engine request id, and what the models over
 --   its rounds need of it.
+--   engine_key      id_key(engine_request_id) (sql/macros.sql): the integer the models over
+--                   the rounds group and join an engine request's rounds by, with source_run_id
 --   request_id      request_id_of(engine_request_id) (sql/macros.sql): the client request id
+--   request_key     id_key(request_id) of a replayed request, with run_id: the integer
+--                   int_round_counts carries instead of the request id (the same for every
+--                   engine request id of the request); NULL when not replayed
+--   (Two engine request ids of one run with the same engine_key, or two replayed request ids
+--   of one run with the same request_key, stop the build: an error names both.)
 --   replayed        true when that request is one of the run's replayed requests
 --                   (stg_requests, same run_id): its rounds are the attributed ones
 --                   (int_rounds_attributed); false for warm-up requests and any other
@@ -28,10 +37,12 @@
 --                   max_tokens); NULL when natural_end_context applies, and for every other
 --                   request (acceptance_natural_end uses both)
 with engine as (
-    select distinct run_id, engine_request_id from int_round_groups
+    select distinct run_id, engine_request_id from stg_rounds
 ),
 parsed as (
-    select run_id, engine_request_id, request_id_of(engine_request_id) as request_id from engine
+    select run_id, engine_request_id, id_key(engine_request_id) as engine_key,
+           request_id_of(engine_request_id) as request_id
+    from engine
 ),
 requests as (
     select run_id, source_run_id, request_id, arm, concurrency, repeat, category, prompt_id, prompt_tokens,
@@ -46,7 +57,9 @@ joined as (
         coalesce(requests.run_id, parsed.run_id) as run_id,
         parsed.run_id as source_run_id,
         parsed.engine_request_id,
+        parsed.engine_key,
         parsed.request_id,
+        id_key(requests.request_id) as request_key,
         requests.request_id is not null as replayed,
         requests.arm,
         requests.concurrency,
@@ -64,9 +77,37 @@ joined as (
       on ends.run_id = requests.run_id and ends.concurrency = requests.concurrency
      and ends.prompt_id = requests.prompt_id
 ),
+requests_keyed as (
+    select distinct run_id, request_id, request_key from joined where replayed
+),
+engine_clashing as (
+    select run_id, engine_key from parsed group by all having count(*) > 1
+),
+request_clashing as (
+    select run_id, request_key from requests_keyed group by all having count(*) > 1
+),
+clashes as (
+    select 'run ' || p.run_id || ': engine request ids ' || min(p.engine_request_id) || ' and '
+           || max(p.engine_request_id) as ids
+    from parsed p
+    semi join engine_clashing c on c.run_id = p.run_id and c.engine_key = p.engine_key
+    group by p.run_id, p.engine_key
+    union all
+    select 'run ' || r.run_id || ': request ids ' || min(r.request_id) || ' and ' || max(r.request_id)
+    from requests_keyed r
+    semi join request_clashing c on c.run_id = r.run_id and c.request_key = r.request_key
+    group by r.run_id, r.request_key
+),
+checked as (
+    select count(*) as clashes, min(ids) as ids from clashes
+),
 final as (
     select
-        run_id, source_run_id, engine_request_id, request_id, replayed, arm, concurrency, repeat, category, prompt_id,
+        run_id, source_run_id, engine_request_id,
+        case when checked.clashes = 0 then engine_key
+             else error(checked.ids || ' have the same id_key (a 64-bit hash, sql/macros.sql): the models '
+                        || 'over the rounds cannot tell them apart') end as engine_key,
+        request_id, request_key, replayed, arm, concurrency, repeat, category, prompt_id,
         prompt_tokens, temperature,
         case when greedy_speculative and eos_known and prompt_tokens is not null
              then natural_end_position + prompt_tokens - 1 end as natural_end_context,
@@ -76,5 +117,6 @@ final as (
             when natural_end_position is null then 'before_natural_end'
         end as natural_end_segment
     from joined
+    cross join checked
 )
 select * from final

@@ -33,7 +33,7 @@
 --                     and NULL sums for the baseline
 --   verify_ms_sum_drafted   sum of verify_ms over the steps with draft_ms [ms]
 with engine as (
-    select run_id, source_run_id, engine_request_id, arm, concurrency,
+    select run_id, source_run_id, engine_key, arm, concurrency,
            dense_rank() over (order by run_id, source_run_id, arm, concurrency) as level_key
     from int_engine_requests
     where replayed
@@ -45,7 +45,7 @@ rounds as (
     select e.level_key, r.process_token, r.step_index, r.phase, r.batch_size, r.tokens_proposed, r.verify_ms,
            r.draft_ms
     from stg_rounds r
-    join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
+    join engine e on e.source_run_id = r.run_id and e.engine_key = id_key(r.engine_request_id)
 ),
 steps as (
     select level_key,

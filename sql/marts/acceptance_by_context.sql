@@ -31,7 +31,7 @@ final as (
         context_low,
         case when context_low = 4096 then null when context_low = 0 then 256 else context_low * 2 end as context_high,
         cast(sum(rounds) as bigint) as verify_rounds,
-        count(distinct request_id) as requests,
+        count(distinct request_key) as requests,
         mean_acceptance_length(sum(tokens_accepted * rounds), sum(rounds)) as mean_acceptance_length,
         acceptance_rate(sum(tokens_accepted * rounds), sum(tokens_proposed * rounds)) as acceptance_rate,
         tokens_per_round(sum(tokens_emitted), sum(rounds)) as tokens_per_round

@@ -30,15 +30,21 @@ with requests as (
            output_tokens_per_s, ttft_ms, tpot_ms, spec_num_draft_tokens, spec_num_accepted_tokens
     from int_requests_measured
 ),
-rounds as (
-    select run_id, request_id,
+counted as (
+    select run_id, request_key,
            sum(rounds) as verify_rounds,
            sum(tokens_proposed * rounds) as tokens_proposed,
            sum(tokens_accepted * rounds) as tokens_accepted,
            sum(tokens_emitted) as tokens_emitted
     from int_round_counts
     where is_verify_round
-    group by run_id, request_id
+    group by run_id, request_key
+),
+keys as (
+    select distinct run_id, request_key, request_id from int_engine_requests where replayed
+),
+rounds as (
+    select counted.*, keys.request_id from counted join keys using (run_id, request_key)
 ),
 final as (
     select

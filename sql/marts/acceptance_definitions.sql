@@ -39,12 +39,12 @@
 --   The rounds are read counted (int_round_counts): a group of n rounds with k proposed, a
 --   accepted and e emitted in all counts n times, so every sum below is weighted by n.
 with rounds as (
-    select run_id, arm, category, request_id, phase, tokens_proposed as k, tokens_accepted as a,
+    select run_id, arm, category, request_key, phase, tokens_proposed as k, tokens_accepted as a,
            tokens_emitted as emitted, rounds as n, is_verify_round
     from int_round_counts
 ),
-per_request as (
-    select run_id, arm, category, request_id,
+counted as (
+    select run_id, arm, category, request_key,
            coalesce(sum(n) filter (where is_verify_round), 0) as verify_rounds,
            coalesce(sum(a * n) filter (where is_verify_round), 0) as accepted,
            coalesce(sum(k * n) filter (where is_verify_round), 0) as proposed,
@@ -53,6 +53,12 @@ per_request as (
            sum(emitted) filter (where phase = 'decode') as decode_emitted,
            sum(n) filter (where phase = 'decode') as decode_steps
     from rounds group by all
+),
+keys as (
+    select distinct run_id, request_key, request_id from int_engine_requests where replayed
+),
+per_request as (
+    select counted.* exclude (request_key), keys.request_id from counted join keys using (run_id, request_key)
 ),
 request_figures as (
     select *,

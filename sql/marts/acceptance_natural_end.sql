@@ -43,7 +43,7 @@ whole as (
            engine.natural_end_segment as segment, counted.rounds,
            counted.tokens_proposed * counted.rounds as proposed, counted.tokens_accepted * counted.rounds as accepted
     from int_round_counts counted
-    join engine using (run_id, engine_request_id)
+    join engine on engine.run_id = counted.run_id and engine.engine_key = counted.engine_key
     where counted.is_verify_round and engine.natural_end_segment is not null
 ),
 split as (
@@ -53,7 +53,7 @@ split as (
            1 as rounds, rounds.tokens_proposed as proposed, rounds.tokens_accepted as accepted
     from stg_rounds rounds
     join (select * from engine where natural_end_context is not null) engine
-      on engine.source_run_id = rounds.run_id and engine.engine_request_id = rounds.engine_request_id
+      on engine.source_run_id = rounds.run_id and engine.engine_key = id_key(rounds.engine_request_id)
     where rounds.tokens_proposed > 0
 ),
 placed as (

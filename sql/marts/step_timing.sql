@@ -21,7 +21,7 @@
 --   rows are not materialized for the two kinds of step (rounds is read by both): DuckDB
 --   would store all 50 million joined rows first, 0.3-0.9 CPU s more than joining twice.)
 with engine as (
-    select run_id, source_run_id, engine_request_id, arm, concurrency,
+    select run_id, source_run_id, engine_key, arm, concurrency,
            dense_rank() over (order by run_id, arm, concurrency) as level_key
     from int_engine_requests
     where replayed
@@ -32,7 +32,7 @@ levels as (
 rounds as not materialized (
     select e.level_key, r.process_token, r.step_index, r.batch_size, r.verify_ms, r.draft_ms
     from stg_rounds r
-    join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
+    join engine e on e.source_run_id = r.run_id and e.engine_key = id_key(r.engine_request_id)
     where r.phase = 'decode'
 ),
 steps as (

@@ -13,6 +13,7 @@ buckets."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -174,3 +175,26 @@ def test_the_run_has_what_the_comparison_needs(db):
     (c2,) = [r for r in _rows(db, "select * from step_timing where arm = 'speculative' and concurrency = 2")]
     assert c2["steps"] == 6 and c2["batch_size_mean"] == pytest.approx((5 * 2 + 1) / 6)  # 5 shared steps + pA's one
     assert _rows(db, "select rows from capture_acceptance")[0]["rows"] == len(lossless_run.make_rounds()) + 11
+
+
+@pytest.mark.parametrize(
+    ("key", "named"),
+    [
+        ("0", "engine request ids chatcmpl-"),  # every engine request id of the run shares one key
+        ("case when id like 'chatcmpl-%' then hash(id) else 0 end", "request ids sd."),  # every request id
+    ],
+)
+def test_two_ids_with_one_integer_key_stop_the_models_with_an_error_naming_them(db, tmp_path, key, named):
+    # DuckDB's 64-bit hash of two ids of a run coinciding cannot be produced on purpose: the
+    # macro the models key the ids by is replaced in a copy of the database instead
+    path = tmp_path / "copy.duckdb"
+    path.write_bytes(
+        Path(
+            db.execute("select path from duckdb_databases() where database_name = current_database()").fetchone()[0]
+        ).read_bytes()
+    )
+    con = duckdb.connect(str(path))
+    assert con.execute("select count(*) from int_engine_requests").fetchone()[0] > 1
+    con.execute(f"create or replace macro id_key(id) as {key}")
+    with pytest.raises(duckdb.Error, match=rf"run {RUN}: {named}\S+ and \S+ have the same id_key"):
+        con.execute("select * from int_engine_requests").fetchall()

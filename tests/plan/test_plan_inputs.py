@@ -21,10 +21,12 @@ from tests.support import plan_run
 from tests.support.synthetic_run import round_row, write_run
 
 #: the old staging of the rounds: int_round_counts read as the planner read it before
-OLD_ROUNDS = """select run_id, category, request_id, coalesce(repeat, 0) as repeat, context_low,
-                       tokens_proposed, tokens_accepted, sum(rounds) as rounds
-                from int_round_counts
-                where arm = 'speculative' and phase = 'decode'
+OLD_ROUNDS = """select c.run_id, c.category, k.request_id, coalesce(c.repeat, 0) as repeat, c.context_low,
+                       c.tokens_proposed, c.tokens_accepted, sum(c.rounds) as rounds
+                from int_round_counts c
+                join (select distinct run_id, request_key, request_id from int_engine_requests where replayed) k
+                  on k.run_id = c.run_id and k.request_key = c.request_key
+                where c.arm = 'speculative' and c.phase = 'decode'
                 group by all"""
 
 
