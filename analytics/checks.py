@@ -59,8 +59,30 @@ def _open(path: Path) -> pq.ParquetFile:
         raise InputFileError(path, f"not a readable Parquet file, truncated or corrupted ({_why(exc)})") from None
 
 
-def _check_header(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
-    have_schema = pf.schema_arrow  # built anew at every access: ~35 us, once per column adds up over many files
+@dataclass(frozen=True)
+class _Footer:
+    """What the checks read of a file's footer, read once per file: pyarrow builds
+    ``schema_arrow`` anew at every access, and the column index and the row groups' first rows
+    are lists over the footer (on a lake of 3,000 files, reading each once per check took 0.3
+    of the footer checks' 1.4 s)."""
+
+    schema: pa.Schema  # the file's Arrow schema
+    leaves: dict[str, int]  # column path -> column index in the footer
+    offsets: list[int]  # the first row of each row group, counted from 0 in the file
+
+    @classmethod
+    def of(cls, pf: pq.ParquetFile) -> _Footer:
+        meta = pf.metadata
+        offsets, total = [], 0
+        for i in range(pf.num_row_groups):
+            offsets.append(total)
+            total += meta.row_group(i).num_rows
+        leaves = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+        return cls(pf.schema_arrow, leaves, offsets)
+
+
+def _check_header(path: Path, schema: pa.Schema, footer: _Footer) -> None:
+    have_schema = footer.schema
     version = (have_schema.metadata or {}).get(b"schema_version", b"").decode() or None
     if version != SCHEMA_VERSION:
         raise InputFileError(path, f"schema_version is {version!r}, this specdec reads {SCHEMA_VERSION!r}")
@@ -106,19 +128,9 @@ def _null_error(path: Path, name: str, count: int, first_row: int) -> InputFileE
     )
 
 
-def _row_offsets(pf: pq.ParquetFile) -> list[int]:
-    out, total = [], 0
-    for i in range(pf.num_row_groups):
-        out.append(total)
-        total += pf.metadata.row_group(i).num_rows
-    return out
-
-
-def _check_nulls(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
+def _check_nulls(path: Path, pf: pq.ParquetFile, schema: pa.Schema, footer: _Footer) -> None:
     """Required columns hold no null: from the file's schema and footer where they tell."""
-    leaves = {pf.metadata.schema.column(j).path: j for j in range(pf.metadata.num_columns)}
-    offsets = _row_offsets(pf)
-    have_schema = pf.schema_arrow  # built anew at every access
+    leaves, offsets, have_schema = footer.leaves, footer.offsets, footer.schema
     for want in schema:
         if want.nullable or not have_schema.field(want.name).nullable:
             continue  # the record allows nulls, or the file's column is REQUIRED (cannot hold one)
@@ -195,10 +207,9 @@ def _cast(path: Path, table: pa.Table, schema: pa.Schema) -> pa.Table:
         raise InputFileError(path, f"a column has the wrong type ({_why(exc)})") from None
 
 
-def _check_run_id(path: Path, pf: pq.ParquetFile, run_id: str, whose: str) -> None:
+def _check_run_id(path: Path, pf: pq.ParquetFile, run_id: str, whose: str, footer: _Footer) -> None:
     """Every row's run_id is ``run_id``: from the row groups' min/max, read where they do not tell."""
-    leaves = {pf.metadata.schema.column(j).path: j for j in range(pf.metadata.num_columns)}
-    offsets = _row_offsets(pf)
+    leaves, offsets = footer.leaves, footer.offsets
     for i in range(pf.num_row_groups):
         stats = pf.metadata.row_group(i).column(leaves["run_id"]).statistics
         if stats is not None and stats.has_min_max and stats.min == run_id == stats.max:
@@ -228,11 +239,11 @@ class FileCheck:
     partial: tuple[str, ...] = ()  # of the ``derived`` columns asked about: present, may hold a null
 
 
-def _may_hold_null(pf: pq.ParquetFile, name: str) -> bool:
+def _may_hold_null(pf: pq.ParquetFile, name: str, footer: _Footer) -> bool:
     """Whether a column may hold a null, from the footer's statistics (no statistics: it may)."""
-    leaves = [j for j in range(pf.metadata.num_columns) if pf.metadata.schema.column(j).path == name]
+    leaf = footer.leaves.get(name)
     for i in range(pf.num_row_groups):
-        stats = pf.metadata.row_group(i).column(leaves[0]).statistics if leaves else None
+        stats = pf.metadata.row_group(i).column(leaf).statistics if leaf is not None else None
         if stats is None or not stats.has_null_count or stats.null_count:
             return True
     return False
@@ -253,15 +264,16 @@ def check_file(
     show them free of nulls."""
     pf = _open(path)
     with pf:
-        _check_header(path, pf, schema)
+        footer = _Footer.of(pf)
+        _check_header(path, schema, footer)
         if full:
             _read_all(path, pf, schema)
         else:
-            _check_nulls(path, pf, schema)
+            _check_nulls(path, pf, schema, footer)
         if run_id is not None:
-            _check_run_id(path, pf, run_id, whose)
-        present = set(pf.schema_arrow.names)
-        partial = tuple(n for n in derived if n in present and _may_hold_null(pf, n))
+            _check_run_id(path, pf, run_id, whose, footer)
+        present = set(footer.schema.names)
+        partial = tuple(n for n in derived if n in present and _may_hold_null(pf, n, footer))
         return FileCheck(pf.metadata.num_rows, tuple(n for n in schema.names if n not in present), partial)
 
 
@@ -270,7 +282,7 @@ def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
     where known, the row group, row and column."""
     pf = _open(path)
     with pf:
-        _check_header(path, pf, schema)
+        _check_header(path, schema, _Footer.of(pf))
         groups = []
         for i in range(pf.num_row_groups):
             try:
