@@ -16,9 +16,13 @@
 --   request_id      request_id_of(engine_request_id) (sql/macros.sql): the client request id
 --   request_key     id_key(request_id) of a replayed request, with run_id: the integer
 --                   int_round_counts carries instead of the request id (the same for every
---                   engine request id of the request); NULL when not replayed
---   (Two engine request ids of one run with the same engine_key, or two replayed request ids
---   of one run with the same request_key, stop the build: an error names both.)
+--                   engine request id of the request); NULL when not replayed. A mart joins
+--                   the counted rounds to its requests by id_key(request_id), not through
+--                   this table
+--   (Two engine request ids of one run with the same engine_key, or two request ids of one
+--   run in stg_requests with the same id_key, stop the build: an error names both. Every
+--   request of stg_requests is checked, rounds captured or not, so a join by the key never
+--   gives one request's rounds to another.)
 --   replayed        true when that request is one of the run's replayed requests
 --                   (stg_requests, same run_id): its rounds are the attributed ones
 --                   (int_rounds_attributed); false for warm-up requests and any other
@@ -78,7 +82,7 @@ joined as (
      and ends.prompt_id = requests.prompt_id
 ),
 requests_keyed as (
-    select distinct run_id, request_id, request_key from joined where replayed
+    select distinct run_id, request_id, id_key(request_id) as request_key from stg_requests
 ),
 engine_clashing as (
     select run_id, engine_key from parsed group by all having count(*) > 1

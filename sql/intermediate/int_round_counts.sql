@@ -16,7 +16,8 @@
 --   rounds, tokens_emitted   as in int_round_groups
 --   (The request and engine request are integers, not their id strings: at 50 million
 --   rounds the join took 0.68 s against 1.31 with the strings, and the table is read by
---   six marts; a mart that needs a request's id or attributes looks its key up.)
+--   six marts; a mart that needs a request's id or attributes joins its requests by
+--   id_key(request_id), which int_engine_requests holds free of clashes.)
 --   is_verify_round  tokens_proposed > 0
 with grouped as (
     select * from int_round_groups

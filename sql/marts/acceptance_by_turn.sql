@@ -30,7 +30,7 @@ with requests as (
            output_tokens_per_s, ttft_ms, tpot_ms, spec_num_draft_tokens, spec_num_accepted_tokens
     from int_requests_measured
 ),
-counted as (
+rounds as (
     select run_id, request_key,
            sum(rounds) as verify_rounds,
            sum(tokens_proposed * rounds) as tokens_proposed,
@@ -39,12 +39,6 @@ counted as (
     from int_round_counts
     where is_verify_round
     group by run_id, request_key
-),
-keys as (
-    select distinct run_id, request_key, request_id from int_engine_requests where replayed
-),
-rounds as (
-    select counted.*, keys.request_id from counted join keys using (run_id, request_key)
 ),
 final as (
     select
@@ -62,7 +56,7 @@ final as (
         quantile_cont(requests.ttft_ms, 0.5) as ttft_ms_p50,
         quantile_cont(requests.tpot_ms, 0.5) as tpot_ms_p50
     from requests
-    left join rounds using (run_id, request_id)
+    left join rounds on rounds.run_id = requests.run_id and rounds.request_key = id_key(requests.request_id)
     group by all
 )
 select * from final order by run_id, arm, concurrency, category, turn_index nulls first

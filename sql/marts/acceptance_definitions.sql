@@ -43,7 +43,7 @@ with rounds as (
            tokens_emitted as emitted, rounds as n, is_verify_round
     from int_round_counts
 ),
-counted as (
+per_request as (
     select run_id, arm, category, request_key,
            coalesce(sum(n) filter (where is_verify_round), 0) as verify_rounds,
            coalesce(sum(a * n) filter (where is_verify_round), 0) as accepted,
@@ -54,12 +54,6 @@ counted as (
            sum(n) filter (where phase = 'decode') as decode_steps
     from rounds group by all
 ),
-keys as (
-    select distinct run_id, request_key, request_id from int_engine_requests where replayed
-),
-per_request as (
-    select counted.* exclude (request_key), keys.request_id from counted join keys using (run_id, request_key)
-),
 request_figures as (
     select *,
            mean_acceptance_length(accepted, verify_rounds) as mean_length,  -- mean of (a + 1) over its rounds
@@ -67,7 +61,7 @@ request_figures as (
     from per_request
 ),
 outputs as (
-    select run_id, arm, category, request_id, output_tokens from stg_requests where success
+    select run_id, arm, category, id_key(request_id) as request_key, output_tokens from stg_requests where success
 ),
 grouped as (
     select r.run_id, r.arm, grouping(r.category) = 1 as is_all, coalesce(r.category, '(all)') as category,
@@ -89,7 +83,7 @@ sglang as (
     select p.run_id, p.arm, coalesce(p.category, '(all)') as category,
            tokens_per_round(sum(o.output_tokens) filter (where p.verify_rounds > 0), sum(p.verify_rounds))
                as sglang_accept_length
-    from per_request p join outputs o using (run_id, arm, category, request_id)
+    from per_request p join outputs o using (run_id, arm, category, request_key)
     group by grouping sets ((p.run_id, p.arm, p.category), (p.run_id, p.arm))
 ),
 macro as (
