@@ -23,7 +23,7 @@ from specdec.engines.lifecycle import interrupt_on_signals
 from specdec.errors import SpecdecError
 from specdec.replay.ledger import LEDGER
 from specdec.runfolder import PART_SUBDIRS, RECORD_FILES, merge_capture_status, write_manifest
-from specdec.schemas.arrow import arrow_schema, write_parquet_atomic
+from specdec.schemas.arrow import arrow_schema, merge_parquet_atomic
 
 log = logging.getLogger("specdec.replay")
 
@@ -49,20 +49,15 @@ def _note(signum: int) -> None:
 def consolidate(run_dir: Path) -> None:
     """Merge part files into one Parquet per record type; parts are removed
     only after the merged file is safely written."""
-    import pyarrow as pa  # heavy: pyarrow, imported only when used
-    import pyarrow.parquet as pq  # heavy: pyarrow, imported only when used
-
     run_dir = Path(run_dir)
     for rec in RECORD_FILES:
         parts = sorted(p for p in run_dir.glob(rec.part_glob) if not p.name.startswith("."))
         if not parts:
             continue
         target = run_dir / rec.consolidated
-        schema = arrow_schema(rec.record())
         existing = [target] if target.exists() else []
-        try:
-            tables = [pq.read_table(p, schema=schema) for p in existing + parts]
-            write_parquet_atomic(pa.concat_tables(tables).replace_schema_metadata(schema.metadata), target)
+        try:  # streamed, part by part, in row groups of bounded size (merge_parquet_atomic)
+            merge_parquet_atomic(existing + parts, arrow_schema(rec.record()), target)
         except Exception as exc:
             log.error("could not consolidate %s (%s); part files kept", target.name, exc)
             continue

@@ -66,11 +66,82 @@ def absent_as_null(field: pa.Field) -> bool:
     return bool(field.metadata) and ABSENT_AS_NULL in field.metadata
 
 
+#: The most Arrow (uncompressed) bytes one row group of a written Parquet file holds. A reader
+#: (DuckDB, the analytics build) reads a row group's column chunk whole and hands row groups to
+#: its threads: pyarrow's default of up to 1,048,576 rows per group would put a whole run's
+#: requests (chunk-offset lists, output texts: 3-8 KB a row) in one group of gigabytes, read by
+#: one thread at several GiB of memory (a 798k-request run: a 16 GiB peak, against 1.6 GiB with
+#: groups of this size; BENCHMARKS.md, "Issue 21, eighth session").
+ROW_GROUP_BYTES = 64 * 2**20
+#: The most rows of one row group (pyarrow's default), for narrow records (rounds: ~60 B a row).
+ROW_GROUP_ROWS = 1 << 20
+
+
+def row_group_rows(table: pa.Table) -> int:
+    """Rows per row group for ``table``: as many as fit ``ROW_GROUP_BYTES`` at its mean row
+    width, at least 1, at most ``ROW_GROUP_ROWS``."""
+    if not table.num_rows:
+        return ROW_GROUP_ROWS
+    return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES * int(table.num_rows) // max(int(table.nbytes), 1)))
+
+
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     """Write to a unique temporary name, fsync, then rename (see
     ``specdec.atomic.atomic_write_with``): a reader (or a crash) never sees a
-    half-written file under the final name."""
-    atomic_write_with(Path(path), lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+    half-written file under the final name. Row groups hold at most
+    ``ROW_GROUP_BYTES`` (``row_group_rows``)."""
+    atomic_write_with(
+        Path(path),
+        lambda tmp: pq.write_table(table, tmp, row_group_size=row_group_rows(table), write_page_checksum=True),
+    )
+
+
+def merge_parquet_atomic(sources: Sequence[Path], schema: pa.Schema, path: Path) -> int:
+    """Write the rows of ``sources`` (Parquet files read as ``schema``, as ``pq.read_table(source,
+    schema=schema)`` reads them), in order, into one file at ``path``, atomically as
+    ``write_parquet_atomic`` does; return the rows written.
+
+    Streamed: memory holds a few batches of ``ROW_GROUP_BYTES`` and one pending row group, not
+    the whole merge (a run's 50 million rounds or 800k requests: 15 GiB when read whole). Small
+    sources are gathered into row groups of up to ``ROW_GROUP_BYTES``. Any source that cannot be
+    read raises before anything is renamed: ``path`` is then as it was."""
+    import pyarrow.dataset as ds  # heavy: only a merge needs it
+
+    written = 0
+
+    def write(tmp: Path) -> None:
+        nonlocal written
+        pending: list[pa.RecordBatch] = []
+        pending_bytes = 0
+        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as out:
+
+            def flush() -> None:
+                nonlocal pending, pending_bytes
+                if pending:
+                    table = pa.Table.from_batches(pending, schema)
+                    out.write_table(table, row_group_size=row_group_rows(table))
+                pending, pending_bytes = [], 0
+
+            for source in sources:
+                scan = ds.dataset(source, schema=schema, format="parquet")
+                rows = _batch_rows(pq.ParquetFile(source).metadata)
+                for batch in scan.to_batches(batch_size=rows, batch_readahead=1, fragment_readahead=1):
+                    written += batch.num_rows
+                    pending.append(batch.replace_schema_metadata(schema.metadata))
+                    pending_bytes += batch.nbytes
+                    if pending_bytes >= ROW_GROUP_BYTES:
+                        flush()
+            flush()
+
+    atomic_write_with(Path(path), write)
+    return written
+
+
+def _batch_rows(meta: pq.FileMetaData) -> int:
+    """Rows per read batch of a file: about ``ROW_GROUP_BYTES / 4`` at its mean uncompressed row
+    width (from its footer), at least 1, at most ``ROW_GROUP_ROWS``."""
+    width = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) / max(meta.num_rows, 1)
+    return max(1, min(ROW_GROUP_ROWS, int(ROW_GROUP_BYTES / 4 / max(width, 1.0))))
 
 
 def table_from_columns(model: type[BaseModel], columns: dict[str, list[Any]]) -> pa.Table:
