@@ -18,14 +18,23 @@ rounds. The shapes:
   for the baseline, per verify round for the speculative arm), output texts of
   1-5 KB, 128 tokens, 4 runs, rounds in 2M-row part files;
 * ``real-512-one-file``: the same with 512-token outputs, each run's rounds
-  in one file of 1M-row row groups;
+  in one file;
 * ``large-run``: one run of about 800k requests (90 tokens), rounds in one file;
 * ``lake-200-runs``: a lake of 200 small runs.
+
+The run folders of ``real-512-one-file``, ``large-run`` and ``lake-200-runs``
+are as a replay leaves a run when it exits (done, stopped or failed): their part
+files merged by the product's own ``specdec.replay.recording.consolidate`` into
+one ``requests.parquet`` and one ``engine_counters.parquet`` (and one
+``rounds.parquet`` when the rounds are in the folder). Those of ``light`` and
+``real-128-parts`` keep the part files a run writes while it runs (one
+requests file per arm, level and repeat), as a run killed before its exit
+leaves them.
 
 Enough prompts per block are generated to reach ``--rounds`` rounds per shape.
 The figure that counts is the worst shape's.
 
-Then, each in a child process of its own (peak RSS from getrusage there):
+Then, each in a child process of its own (peak RSS: its VmHWM, see ``_peak_rss_mib``):
 
 * **build**: ``build(ROOT)`` (views over the files in place; footer checks,
   as the inputs are above 256 MiB), then a full read (``to_arrow_table``)
@@ -77,7 +86,17 @@ from analytics_scale_data import SHAPES, Shape, generate  # a module beside this
 
 # ---------------------------------------------------------------- measured parts (each in a child process)
 def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak RSS: VmHWM, the high-water mark of its own memory since its exec.
+    Not getrusage's ru_maxrss: Linux carries the parent's RSS at the fork into the child's
+    ru_maxrss across the exec, so a child of a parent that had just generated (and merged) a
+    large shape reported the parent's 16.5 GiB as its own peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # elsewhere: KiB (Linux), the upper bound
 
 
 def child_build(root: Path) -> dict:
@@ -106,7 +125,7 @@ def child_build(root: Path) -> dict:
     try:
         for m in (m for m in discover() if m.layer == "marts"):
             t = time.perf_counter()
-            rows[m.name] = con.execute(f"select * from {m.name}").to_arrow_table().num_rows
+            rows[m.name] = con.sql(f"select * from {m.name}").to_arrow_table().num_rows
             marts[m.name] = time.perf_counter() - t
     finally:
         con.close()
@@ -414,7 +433,7 @@ def _child(part: str, root: Path) -> dict:
 
 def _data(args, shape: Shape) -> tuple[Path, dict, bool]:
     """The folder to measure: DATA/<shape> (reused when it holds this shape), else a temporary one."""
-    described = {"rounds": args.rounds, **shape.describe(), "version": 3}
+    described = {"rounds": args.rounds, **shape.describe(), "version": 5}
     root = Path(args.data) / shape.name if args.data else Path(tempfile.mkdtemp(prefix=f"specdec-{shape.name}-"))
     marker = root / "shape.json"
     if marker.is_file() and json.loads(marker.read_text())["shape"] == described:

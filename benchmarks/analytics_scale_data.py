@@ -46,6 +46,12 @@ class Shape:
     chunks: str = "16"  # '16': 16 chunks per request; 'real': one per token (baseline), per round (speculative)
     text: str = "short"  # 'short': "out N"; 'kb': 1-5 KB of words
     part_rows: int | None = PART_ROWS  # rounds per part file; None: one file per run
+    # True: each run folder as a replay leaves a finished (or interrupted) run, its part files
+    # merged by the product's own ``specdec.replay.recording.consolidate`` into one Parquet per
+    # record (requests.parquet, engine_counters.parquet; rounds.parquet when its rounds are in
+    # the folder). False: the part files as written during the run (a run killed before its
+    # exit could merge them), one requests file per arm, level and repeat
+    consolidated: bool = False
 
     def describe(self) -> dict:
         return asdict(self)
@@ -57,9 +63,20 @@ SHAPES = {
     for s in (
         Shape("light"),
         Shape("real-128-parts", runs=4, layout="runs", tokens=128, chunks="real", text="kb"),
-        Shape("real-512-one-file", runs=4, layout="runs", tokens=512, chunks="real", text="kb", part_rows=None),
-        Shape("large-run", runs=1, layout="runs", tokens=90, chunks="real", text="kb", part_rows=None),
-        Shape("lake-200-runs", runs=200, layout="lake", tokens=128, chunks="real", text="kb"),
+        Shape(
+            "real-512-one-file",
+            runs=4,
+            layout="runs",
+            tokens=512,
+            chunks="real",
+            text="kb",
+            part_rows=None,
+            consolidated=True,
+        ),
+        Shape(
+            "large-run", runs=1, layout="runs", tokens=90, chunks="real", text="kb", part_rows=None, consolidated=True
+        ),
+        Shape("lake-200-runs", runs=200, layout="lake", tokens=128, chunks="real", text="kb", consolidated=True),
     )
 }
 
@@ -288,7 +305,6 @@ class _Rounds:
         if self.shape.part_rows is None:  # one file: row groups of ROW_GROUP rows, written as they fill
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self._path(), self.schema, write_page_checksum=True)
-                self.written["files"] += 1
             self.pending.append(table)
             self.rows += table.num_rows
             if self.rows >= ROW_GROUP:
@@ -315,7 +331,6 @@ class _Rounds:
         if not self.pending:
             return
         write_parquet_atomic(pa.concat_tables(self.pending), self._path())
-        self.written["files"] += 1
         self.pending, self.rows, self.seq = [], 0, self.seq + 1
 
 
@@ -327,6 +342,7 @@ def prompts_per_block(shape: Shape, rounds_target: int) -> int:
 
 def generate(root: Path, rounds_target: int, shape: Shape, seed: int = 0) -> dict:
     """Write the runs; return what was written."""
+    from specdec.replay.recording import consolidate
     from specdec.runfolder import counters_part, requests_part, write_manifest
     from specdec.schemas.arrow import arrow_schema, table_from_records, write_parquet_atomic
     from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace
@@ -354,7 +370,6 @@ def generate(root: Path, rounds_target: int, shape: Shape, seed: int = 0) -> dic
                         pa.Table.from_pydict(reqs, schema=request_schema), requests_part(run_dir, arm, level, repeat)
                     )
                     written["requests"] += prompts
-                    written["files"] += 1
                     before = drafts.get(arm, (0, 0, 0))
                     after = tuple(b + s for b, s in zip(before, sums))
                     drafts[arm] = after
@@ -379,7 +394,13 @@ def generate(root: Path, rounds_target: int, shape: Shape, seed: int = 0) -> dic
             write_parquet_atomic(
                 table_from_records(MetricSnapshot, [c for c in counters if c.arm == arm]), counters_part(run_dir, arm)
             )
-    written["bytes"] = sum(f.stat().st_size for f in root.rglob("*.parquet"))
-    written["requests_bytes"] = sum(f.stat().st_size for f in root.glob("*/requests/*.parquet"))
+        if shape.consolidated:
+            consolidate(run_dir)
+    files = list(root.rglob("*.parquet"))
+    written["files"] = len(files)
+    written["bytes"] = sum(f.stat().st_size for f in files)
+    written["requests_bytes"] = sum(
+        f.stat().st_size for f in [*root.glob("*/requests/*.parquet"), *root.glob("*/requests.parquet")]
+    )
     written["blocks_per_run"] = blocks
     return written
