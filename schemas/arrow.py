@@ -67,13 +67,14 @@ def absent_as_null(field: pa.Field) -> bool:
 
 
 #: The most Arrow (uncompressed) bytes one row group of a written Parquet file holds. A reader
-#: (DuckDB, the analytics build) reads a row group's column chunk whole and hands row groups to
-#: its threads: pyarrow's default of up to 1,048,576 rows per group would put a whole run's
-#: requests (chunk-offset lists, output texts: 3-8 KB a row) in one group of gigabytes, read by
-#: one thread at several GiB of memory (a 798k-request run: a 16 GiB peak, against 1.6 GiB with
-#: groups of this size; BENCHMARKS.md, "Issue 21, eighth session").
+#: (DuckDB, the analytics build) hands row groups to its threads, and a reader of one row group
+#: holds its column chunks: pyarrow's default of up to 1,048,576 rows per group put a whole
+#: run's requests (chunk-offset lists, output texts: 3-8 KB a row) in one group of gigabytes,
+#: read by one thread (a 798k-request run: one group of 2.8 GiB; its build 15.4 s against 14.4 s
+#: with groups of this size; BENCHMARKS.md, "Issue 21, seventh session").
 ROW_GROUP_BYTES = 64 * 2**20
-#: The most rows of one row group (pyarrow's default), for narrow records (rounds: ~60 B a row).
+#: The most rows of one row group (pyarrow's default), for narrow records (a few numbers a row; a
+#: round of the capture, about 190 Arrow bytes, gets groups of about 350k rows from the bound above).
 ROW_GROUP_ROWS = 1 << 20
 
 
