@@ -113,3 +113,19 @@ def test_a_merge_with_an_unreadable_source_leaves_the_target_as_it_was(tmp_path)
         merge_parquet_atomic([good, bad], schema, out)
     assert out.read_bytes() == b"before"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet", "good.parquet", "requests.parquet"]
+
+
+def test_a_merge_reads_a_part_written_before_an_optional_column_as_null(tmp_path):
+    from specdec.schemas.arrow import merge_parquet_atomic
+
+    schema = arrow_schema(RequestResult)
+    new = tmp_path / "new.parquet"
+    pq.write_table(_requests(2), new)
+    old = tmp_path / "old.parquet"
+    pq.write_table(_requests(1, offset=10).drop_columns(["chunk_tokens"]), old)  # a file from before the column
+    out = tmp_path / "requests.parquet"
+    assert merge_parquet_atomic([new, old], schema, out) == 3
+    merged = pq.read_table(out)
+    assert merged.schema.names == schema.names
+    assert merged.column("request_id").to_pylist() == ["r0", "r1", "r10"]
+    assert merged.column("chunk_tokens").to_pylist() == [None, None, None]
