@@ -9,34 +9,14 @@ import pyarrow.parquet as pq
 from specdec.replay import capture_import
 from specdec.replay.capture_import import _Counts, import_capture
 from specdec.runfolder import capture_dir
-from specdec.schemas.arrow import table_from_columns
+from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import RoundTrace
+from tests.support.synthetic_run import round_row
 
 
 def _part(path, ids: list[str], row_group_size: int | None = None) -> None:
-    cols = {f: [] for f in RoundTrace.model_fields}
-    for step, rid in enumerate(ids):
-        vals = dict(
-            run_id="adhoc",
-            engine_request_id=rid,
-            pid=7,
-            process_token="7-abcd",
-            step_index=step,
-            round_index=step,
-            phase="decode",
-            tokens_proposed=4,
-            tokens_accepted=2,
-            tokens_emitted=3,
-            batch_size=1,
-            num_scheduled_tokens=5,
-            context_len=10,
-            draft_ms=0.1,
-            verify_ms=5.0,
-            wall_time_ns=step,
-        )
-        for f in cols:
-            cols[f].append(vals.get(f))
-    pq.write_table(table_from_columns(RoundTrace, cols), path, row_group_size=row_group_size)
+    rows = [round_row(rid, 7, step, step, 4, 2) for step, rid in enumerate(ids)]
+    pq.write_table(table_from_records(RoundTrace, rows), path, row_group_size=row_group_size)
 
 
 def test_a_poll_reads_a_file_again_only_when_it_changed(tmp_path, monkeypatch):
