@@ -103,7 +103,8 @@ def merge_parquet_atomic(sources: Sequence[Path], schema: pa.Schema, path: Path)
     ``write_parquet_atomic`` does; return the rows written.
 
     Streamed: memory holds a few batches of ``ROW_GROUP_BYTES`` and one pending row group, not
-    the whole merge (a run's 50 million rounds or 800k requests: 15 GiB when read whole). Small
+    the whole merge (a run of 798k requests and 51.9M rounds: 14.7 GiB peak RSS when read whole,
+    2.2 GiB streamed; BENCHMARKS.md, "Issue 21, seventh session"). Small
     sources are gathered into row groups of up to ``ROW_GROUP_BYTES``. Any source that cannot be
     read raises before anything is renamed: ``path`` is then as it was."""
     import pyarrow.dataset as ds  # heavy: only a merge needs it
