@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from specdec.atomic import atomic_write_with
 from specdec.runfolder import ROUND_PART_GLOB, capture_dir, round_part_name
-from specdec.schemas.arrow import arrow_schema, row_group_rows
+from specdec.schemas.arrow import arrow_schema, write_batches_atomic
 from specdec.schemas.records import SCHEMA_VERSION, RoundTrace
 
 log = logging.getLogger("specdec.replay")
@@ -83,41 +83,36 @@ class _Counts:
 
 def _copy(folder: Path, prefix: str, run_id: str, target: Path) -> tuple[int, list[str]]:
     """Write this run's rows of every readable part file into ``target`` (one file, written
-    atomically), ``run_id`` set to this run; read and written one row group at a time, so memory
-    holds one row group, not the run. Return (rows written, files skipped with why; a file that
-    failed after some of its row groups were taken says how many rows were)."""
+    atomically by ``write_batches_atomic``), ``run_id`` set to this run; read one row group at a
+    time, so memory holds a row group or two, not the run. Return (rows written, files skipped
+    with why; a file that failed after some of its row groups were taken says how many rows were)."""
     schema = arrow_schema(RoundTrace)
-    rows, skipped = 0, []
+    skipped: list[str] = []
 
-    def write(tmp: Path) -> None:
-        nonlocal rows
-        with pq.ParquetWriter(tmp, schema, write_page_checksum=True) as out:
-            for f in _files(folder):
-                taken = 0
-                try:
-                    why = _readable(f)
-                    if why is not None:
-                        skipped.append(why)
-                        continue
-                    part = pq.ParquetFile(f)
-                    for i in range(part.metadata.num_row_groups):
-                        t = part.read_row_group(i, columns=schema.names).cast(schema)
-                        t = t.filter(pc.match_substring(t.column("engine_request_id"), prefix))
-                        if not t.num_rows:
-                            continue
-                        t = t.set_column(
+    def taken() -> Iterator[pa.Table]:
+        for f in _files(folder):
+            rows = 0
+            try:
+                why = _readable(f)
+                if why is not None:
+                    skipped.append(why)
+                    continue
+                part = pq.ParquetFile(f)
+                for i in range(part.metadata.num_row_groups):
+                    t = part.read_row_group(i, columns=schema.names).cast(schema)
+                    t = t.filter(pc.match_substring(t.column("engine_request_id"), prefix))
+                    if t.num_rows:
+                        rows += t.num_rows
+                        yield t.set_column(
                             schema.get_field_index("run_id"),
                             schema.field("run_id"),
                             pa.array([run_id] * t.num_rows, pa.string()),
                         )
-                        out.write_table(t.replace_schema_metadata(schema.metadata), row_group_size=row_group_rows(t))
-                        taken += t.num_rows
-                except Exception as exc:  # a corrupt or foreign file: name it, keep going
-                    partly = f", {taken} rows taken before the error" if taken else ""
-                    skipped.append(f"{f.name} ({type(exc).__name__}{partly})")
-                rows += taken
+            except Exception as exc:  # a corrupt or foreign file: name it, keep going
+                partly = f", {rows} rows taken before the error" if rows else ""
+                skipped.append(f"{f.name} ({type(exc).__name__}{partly})")
 
-    atomic_write_with(target, write)
+    rows = write_batches_atomic(taken(), schema, target)
     if not rows:
         target.unlink(missing_ok=True)
     return rows, skipped
