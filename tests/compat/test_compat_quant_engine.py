@@ -1,10 +1,18 @@
 """The quantization cells on the real llama.cpp (issue 22): ``specdec compat --engine
-llama.cpp --probe quantization`` makes (or reuses from the cache) the Q8_0 and F16
-files with the llama.cpp source's tools, starts its own servers (one per target and
-configuration: the cells differ in server flags, so no shared pair) and fills 9
-cells: target Q4_1, Q8_0, F16 x draft Q4_1, Q8_0, ngram-mod. About 2-3 minutes on 2
-cores once the files are cached; making them adds the llama-quantize build once per
-machine (minutes) and about 15 s."""
+llama.cpp --probe CELL`` makes (or reuses from the cache) the Q8_0 and F16 files with
+the llama.cpp source's tools, starts its own servers (one per target and
+configuration: the cells differ in server flags, so no shared pair) and fills the
+cells named.
+
+The smallest design that exercises each path (issue 40): two of the nine cells,
+one draft width (Q8_0, a file made by llama-quantize) against two targets, the
+shipped Q4_1 (the reference cell, measured first) and the made Q8_0 (a target
+that is not the shipped file, classified against that reference). The other
+seven cells differ only in which cached file a server loads; all nine are
+``specdec compat --engine llama.cpp --probe quantization``, and their planning and
+classification are unit-tested (tests/compat/test_quant_run.py, test_quant.py).
+About 1 minute on 2 cores once the files are cached; making them adds the
+llama-quantize build once per machine (minutes) and about 15 s."""
 
 from __future__ import annotations
 
@@ -22,6 +30,10 @@ from specdec.runfolder import read_manifest
 
 pytestmark = pytest.mark.engine
 
+#: (target bits, draft bits) of the cells run here (module docstring)
+CELLS = ((4, 8), (8, 8))
+NAMES = {4: "q4_1", 8: "q8_0", 16: "f16"}
+
 
 @pytest.fixture(scope="module")
 def quant_run(tmp_path_factory):
@@ -37,14 +49,23 @@ def quant_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("compat-quant") / "q1"
     result = CliRunner().invoke(
         main,
-        ["compat", "--engine", "llama.cpp", "--probe", "quantization", "-o", str(run_dir), "--request-timeout", "150"],
+        [
+            "compat",
+            "--engine",
+            "llama.cpp",
+            *(a for t, d in CELLS for a in ("--probe", f"target-{NAMES[t]}.draft-{NAMES[d]}")),
+            "-o",
+            str(run_dir),
+            "--request-timeout",
+            "150",
+        ],
     )
     print(result.output)
     assert result.exit_code == 0, result.output
     return run_dir, result.output
 
 
-def test_nine_quantization_cells_with_acceptance_and_speedup(quant_run):
+def test_the_quantization_cells_named_with_acceptance_and_speedup(quant_run):
     run_dir, _ = quant_run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     rows = con.sql(
@@ -52,10 +73,8 @@ def test_nine_quantization_cells_with_acceptance_and_speedup(quant_run):
         "speedup, speedup_ci_low, speedup_ci_high, speedup_pairs, draft_tokens, detail "
         "from compatibility where feature = 'quantization'"
     ).fetchall()
-    assert {(r[0], r[1], r[2]) for r in rows} == {
-        (t, d, "draft-simple" if d else "ngram-mod") for t in (4, 8, 16) for d in (4, 8, None)
-    }
-    assert len(rows) == 9
+    assert {(r[0], r[1], r[2]) for r in rows} == {(t, d, "draft-simple") for t, d in CELLS}
+    assert len(rows) == len(CELLS)
     for _t, _d, method, outcome, per_token, per_round, sp, lo, hi, pairs, drafted, detail in rows:
         assert outcome in ("works", "degrades", "broken", "refused", "not offered") and detail
         if outcome in ("works", "degrades", "broken"):
@@ -77,6 +96,27 @@ def test_the_manifest_holds_each_files_checksum(quant_run):
     assert files["Q8_0"]["made_by"] == "llama-quantize"
     assert files["F16"]["made_by"] in ("convert_hf_to_gguf.py", "llama-quantize --allow-requantize")
     servers = m.engines["llama.cpp"]["quantization_servers"]
-    assert "--spec-type" in servers["target-f16.draft-q8_0"]["speculative_server_args"]
-    assert [e["probe"] for e in m.traffic["probes"]["llama.cpp"]][:1] == ["target-q4_1.draft-q4_1"]
-    assert "target-q8_0.ngram-mod" in output
+    assert "--spec-type" in servers["target-q8_0.draft-q8_0"]["speculative_server_args"]
+    # the shipped target's cell first (the reference of the others), then the made target's
+    assert [e["probe"] for e in m.traffic["probes"]["llama.cpp"]] == [
+        "target-q4_1.draft-q8_0",
+        "target-q8_0.draft-q8_0",
+    ]
+    assert set(servers) == {"target-q4_1.draft-q8_0", "target-q8_0.draft-q8_0"}
+    assert "target-q8_0.draft-q8_0" in output
+
+
+def test_the_made_targets_cell_is_read_against_the_shipped_targets(quant_run):
+    run_dir, _ = quant_run
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    cells = {
+        r[0]: r[1:]
+        for r in con.sql(
+            "select probe, draft_tokens, accepted_tokens, plain_draft_tokens, plain_accepted_tokens "
+            "from compatibility where feature = 'quantization'"
+        ).fetchall()
+    }
+    shipped, made = cells["target-q4_1.draft-q8_0"], cells["target-q8_0.draft-q8_0"]
+    assert shipped[0] is not None and shipped[0] > 0, shipped  # the reference cell drafted
+    # the reference's acceptance, carried into the made target's cell (quant_run.run_quant's refs)
+    assert (made[2], made[3]) == (shipped[0], shipped[1]), (made, shipped)

@@ -1,7 +1,8 @@
 """A/A on the embedded engine: both arms without speculation (--spec-config
-null), served by the same server, three repeats, each on a freshly started
+null), served by the same server, two repeats, each on a freshly started
 server (the default --restart-servers repeat), the prefix cache emptied before
-every block.
+every block. Two fresh starts are the fewest that test the restart (issue 40:
+the smallest design that exercises the path; three before).
 
 Two arms that do not differ must never be labelled faster or slower by an
 effect of the margin's size, and a block must not be faster because the same
@@ -13,7 +14,11 @@ show one faster/slower label within the margin), so a label inside the margin
 in one series is allowed. The pointwise 95% intervals are not counted here:
 they share blocks and the (system) row, so several miss together (4 or more
 of the 8 rows in about 1% of simulated runs at 1-2% block noise); their
-coverage is the calibration test's. History: with A/B block residuals alone as the noise, a clean-clone CI
+coverage is the calibration test's. What is left to chance is asserted
+there, not here: a count of labels (one series in about 1 run in 100 at this
+design, two in about 1 in 2,000) fails by chance in more than 1 run in 1,000,
+so this test asserts only what no calibrated rule gives by chance at this
+noise: no label that clears the margin, nothing like a real gain. History: with A/B block residuals alone as the noise, a clean-clone CI
 run labelled code at level 1 "slower", 0.967 [0.946-0.985]; on 2026-12-03 a
 clean-clone run labelled code "faster" at both levels, 1.0086 [1.0017-1.0155]
 and 1.0105 [1.0033-1.0176] (family-wise), inside the margin: the old assertions
@@ -44,7 +49,7 @@ def con(tmp_path_factory, model_dir):
         levels=[1, 2],
         requests_per_level=12,
         max_tokens=32,
-        repeats=3,
+        repeats=2,
         lossless_pass=False,
         warmup_requests=1,
         model=model_dir,
@@ -60,19 +65,15 @@ def test_identical_arms_are_never_labelled_faster_or_slower_by_the_margin(con):
         "from speedup order by all"
     ).fetchall()
     assert {(r[0], r[1]) for r in rows} >= {("(system)", 1), ("(system)", 2), ("code", 1), ("code", 2)}
-    flagged = set()
     for category, level, speedup, low, high, label, clears_margin, pairs in rows:
         assert pairs > 0 and speedup is not None, (category, level)
         assert 0.8 < speedup < 1.25, (category, level, speedup)  # nothing like a real gain
         assert label in ("faster", "slower", "equivalent", "inconclusive"), label
         # an effect of the margin's size (5%) between identical arms: never by chance at this noise
         assert not clears_margin, (category, level, speedup, low, high, label)
-        if label in ("faster", "slower"):
-            flagged.add(category)
-        assert low is not None and high is not None, (category, level)
-    # a calibrated rule on this design flags one series in about 1 run in 50, two in
-    # about 1 run in 400 or fewer (test_calibration.py)
-    assert len(flagged) <= 1, (flagged, rows)
+        assert low is not None and high is not None and low <= speedup <= high, (category, level)
+    # how often a calibrated rule labels a series by chance on this design is
+    # test_calibration.py's test_the_aa_engine_tests_promises_hold_on_its_own_design
 
 
 def test_every_block_starts_with_an_empty_prefix_cache(con):
