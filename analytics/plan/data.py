@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from specdec.analytics.labels import DEFAULT_MARGIN
 from specdec.analytics.plan.fit import LinearFit, fit_grouped, outlying_blocks
 from specdec.analytics.plan.inputs import MET_TABLE, ROUNDS_TABLE, STEPS_TABLE, stage
 from specdec.analytics.plan.model import RoundSums, StepsMet, round_sums
@@ -65,6 +66,9 @@ class PlanInputs:
     #: what in the capture weakens the evidence itself (a block of steps apart from the others),
     #: shown first on the plan's page; also in ``notes``
     warnings: list[str] = field(default_factory=list)
+    #: the run's practical margin (``int_run_settings.margin``, the speedup labels' delta): a smaller k is
+    #: preferred to the best one only within it (``recommend.py``)
+    margin: float = DEFAULT_MARGIN
 
     def spec_batch_at(self, k: int, level: int) -> tuple[float, str]:
         """B at (k > 0, level) and how it was had: 'measured' at a swept k; 'interpolated' linearly
@@ -315,6 +319,8 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         for other, k_other in others.items()
         for (cat, level), figures in _measured_speedups(con, other).items()
     }
+    margin_row = con.execute("select margin from int_run_settings where run_id = ?", [run_id]).fetchone()
+    margin = float(margin_row[0]) if margin_row and margin_row[0] is not None else DEFAULT_MARGIN
     manifest_row = con.execute("select manifest, treatment_arm from stg_manifest where run_id = ?", [run_id]).fetchone()
     engine, spec = "vllm", None
     if manifest_row and manifest_row[0]:
@@ -346,4 +352,5 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         measured_speedup=measured,
         notes=notes,
         warnings=warnings,
+        margin=margin,
     )

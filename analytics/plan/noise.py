@@ -34,7 +34,7 @@ in quadrature with the measurement's half-width::
 bootstrap's skew). R is the planned run's repeats (a ``--validate`` replay runs its design); a
 replay with other repeats is compared against the interval for its own R
 (``validate.validation``). The bootstrap interval [L, U] stays beside it: it is the confidence
-interval of the expected speedup, and the decisions' ties read it.
+interval of the expected speedup, and the decision rule reads it (``recommend.py``).
 """
 
 from __future__ import annotations

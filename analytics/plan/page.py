@@ -1,6 +1,7 @@
-"""``PLAN_DIR/plan.html``: "What to deploy" first (the policies' gains, the vLLM schedule, the
-llama.cpp flags, the routing), then the cells (recommended k per category and load band,
-runner-up), the predicted speedup per k (a chart), the step-cost fits, the acceptance the
+"""``PLAN_DIR/plan.html``: "What to deploy" first (the decision rule, the deployed policy's
+traffic-weighted gain and whether it is validated, the vLLM schedule, the llama.cpp flags, the
+routing, then the policies compared), then the cells (each one's decision and why, the k the
+deployed policy gives it, runner-up), the predicted speedup per k (a chart), the step-cost fits, the acceptance the
 model uses, and the assumptions. Self-contained, through the report's page shell; every
 string escaped (``report/html.py``).
 """
@@ -114,33 +115,53 @@ def render(plan: dict) -> str:
     vllm = plan["exports"]["vllm"]
     llama = plan["exports"]["llama_cpp"]
     routing = plan["exports"]["routing"]["pools"]
+    rule = plan["decision_rule"]
+    deployed = next(p for p in pols if p["name"] == "k_per_band_with_fallback")
+    pool = plan["speculative_pool"]
     deploy = (
         "<h2>What to deploy</h2>"
         + notice
         + "".join(banner("warn", f"The capture: {w}.") for w in plan.get("warnings", []))
-        + "<p>Traffic-weighted gain (tokens/s against speculation off) of each policy, overall and per load "
-        f"band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets. Every policy's k is chosen "
-        "by the same conservative rule (the smallest k whose gain interval overlaps the best k's), per band "
-        "for the per-band policies: so a per-band policy can show a lower point gain than one k for all, "
-        "where a band's choice falls back to a smaller k that is within noise of the best.</p>"
-        + table(["policy", "what", "overall gain"] + [f"band c{lv}" for lv in levels], policy_rows)
-        + "<h3>vLLM (speculative pool)</h3><pre>--speculative-config "
+        + "<p><b>The decision rule.</b> "
+        + esc(rule["text"])
+        + "</p><p><b>Deploy:</b> k per load band with the plain pool (the per-cell table below says why each "
+        f"category gets its k). Predicted traffic-weighted gain against speculation off: {_pm(deployed['overall'], 'gain')}"
+        f" ({int(plan['confidence'] * 100)}% bootstrap interval); "
+        + esc("validated by replay" if plan["validated"] else "not validated by replay")
+        + ". Per band: "
+        + esc(
+            "; ".join(
+                f"c{b['level']}: "
+                + (", ".join(f"{c}={k}" for c, k in b["k"].items() if k > 0) or "off")
+                + f" ({_pm(b, 'gain')})"
+                for b in deployed["bands"]
+            )
+        )
+        + ".</p><h3>vLLM (speculative pool)</h3><pre>--speculative-config "
         + esc(json.dumps(vllm["speculative_config"]))
         + "</pre><p>"
         + esc(vllm["note"])
         + "</p><h3>llama.cpp (speculative pool)</h3><pre>"
         + esc(" ".join(llama["flags"]) or "(no speculation flags: speculation off)")
-        + "</pre><h3>Routing</h3>"
+        + "</pre><p>"
+        + esc(pool["description"])
+        + "</p><h3>Routing</h3>"
         + table(["category", "pool"], sorted(routing.items()))
+        + "<h3>The policies compared</h3><p>Traffic-weighted gain (tokens/s against speculation off) of each "
+        f"policy, overall and per load band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets; each "
+        "policy's k chosen by the rule above on its own gain. The deployed one is k_per_band_with_fallback.</p>"
+        + table(["policy", "what", "overall gain"] + [f"band c{lv}" for lv in levels], policy_rows)
     )
     cells = table(
         [
             "category",
             "band",
-            "recommended k",
+            "decision k",
             "predicted speedup",
             "a replay's measurement: prediction interval",
-            "best k (point)",
+            "why",
+            "deployed k (predicted speedup)",
+            "eligible k",
             "runner-up k",
             "runner-up speedup",
             "SLO excluded k > 0",
@@ -154,7 +175,10 @@ def render(plan: dict) -> str:
                 "n/a (no noise estimate)"
                 if c["prediction_low"] is None
                 else f"[{c['prediction_low']:.3f}, {c['prediction_high']:.3f}]",
-                c["best_k"],
+                c["decision"],
+                f"{c['deployed_k']} ({c['deployed_speedup']:.3f} [{c['deployed_low']:.3f}, {c['deployed_high']:.3f}])"
+                + (f": {c['deployed_note']}" if c["deployed_note"] else ""),
+                ", ".join(map(str, c["eligible_ks"])) or "none",
                 c["runner_up_k"],
                 None
                 if c["runner_up_k"] is None
@@ -184,10 +208,11 @@ def render(plan: dict) -> str:
         plan["cross_k_check"], "Across k: predicted from one capture, measured at another k"
     )
     body = (
-        deploy + "<h2>Per category and load band</h2><p>Recommended k: the smallest k whose interval overlaps the best "
-        "k's (k = 0 when the best one's interval reaches 1). The predicted speedup's interval is the bootstrap's, for "
-        "the expected speedup; the prediction interval is where a replay's measured speedup (the planned run's "
-        "repeats) should fall, with the run-to-run noise estimated from this run's repeats.</p>"
+        deploy + "<h2>Per category and load band</h2><p>Each cell's decision by the rule above (why: the "
+        "rule's reason), and the k the deployed policy gives it: the band's one k for the speculative pool, or off "
+        "(the plain pool). The predicted speedup's interval is the bootstrap's, for the expected speedup; the "
+        "prediction interval is where a replay's measured speedup (the planned run's repeats) should fall, with the "
+        "run-to-run noise estimated from this run's repeats.</p>"
         + cells
         + chart_divs(charts)
         + checks

@@ -145,13 +145,21 @@ def plan_command(
     write_plan(plan, out_dir)
     state = "validated by replay" if plan["validated"] else "not validated"
     click.echo(f"What to deploy (predicted from {plan['run_id']}, captured k = {plan['captured_k']}; {state}):")
-    for p in plan["policies"]:
+    deployed = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
+    compared = [deployed] + [p for p in plan["policies"] if p is not deployed]
+    for p in compared:
         o = p["overall"]
         bands = "; ".join(f"c{b['level']}: " + ",".join(f"{c}={k}" for c, k in b["k"].items()) for b in p["bands"])
-        click.echo(f"  {p['name']}: gain {o['gain']:.3f} [{o['low']:.3f}, {o['high']:.3f}]  ({bands})")
+        tag = "deploy" if p is deployed else "compare"
+        click.echo(f"  {tag} {p['name']}: gain {o['gain']:.3f} [{o['low']:.3f}, {o['high']:.3f}]  ({bands})")
     vllm = plan["exports"]["vllm"]["num_speculative_tokens_per_batch_size"]
     click.echo(f"  vLLM num_speculative_tokens_per_batch_size: {json.dumps(vllm)}")
     click.echo(f"  llama.cpp: {' '.join(plan['exports']['llama_cpp']['flags']) or '(speculation off)'}")
+    rule = plan["decision_rule"]
+    click.echo(
+        f"  rule: off unless a k's predicted speedup and its {rule['confidence']:.0%} interval clear 1; the best "
+        f"such k, or a smaller one within the margin ({rule['margin']:.0%}) by the paired ratio (plan.html states it)"
+    )
     for note in plan["notes"]:
         click.echo(f"  note: {note}")
     click.echo(f"validation: {plan['validation']}")

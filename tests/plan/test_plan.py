@@ -52,17 +52,68 @@ def test_predictions_equal_the_hand_computation(plan):
     assert seen == 2 * len(LEVELS) * 5
 
 
-def test_recommendations_follow_the_conservative_rule(plan):
+def test_recommendations_follow_the_rule(plan):
+    """recommend.py's rule on every cell: a k > 0 only where it is eligible (point and interval's lower
+    bound above 1), the best eligible point unless a smaller eligible k's paired ratio to it clears
+    1 / (1 + margin); off where no k > 0 is eligible."""
+    margin = plan["decision_rule"]["margin"]
+    assert margin == pytest.approx(0.05)  # the run's (int_run_settings), the default here
     for cell in plan["cells"]:
         by_k = {b["k"]: b for b in cell["by_k"]}
-        best = max(by_k.values(), key=lambda b: b["speedup"])
-        assert cell["best_k"] == best["k"]
-        overlapping = [k for k, b in sorted(by_k.items()) if b["high"] >= best["low"]]
-        assert cell["recommended_k"] == overlapping[0]
+        eligible = [k for k, b in sorted(by_k.items()) if k > 0 and b["speedup"] > 1 and b["low"] > 1]
+        assert cell["eligible_ks"] == eligible
+        assert [b["k"] for b in cell["by_k"] if b["eligible"]] == eligible
+        if not eligible:
+            assert (cell["recommended_k"], cell["best_k"]) == (0, 0) and cell["decision"].startswith("off")
+            continue
+        best = max(eligible, key=lambda k: by_k[k]["speedup"])
+        assert cell["best_k"] == best
+        k = cell["recommended_k"]
+        assert k in eligible and k <= best
+        assert cell["speedup"] > 1 and cell["low"] > 1
+        if k == best:
+            assert cell["ratio_to_best_low"] is None
+        else:
+            assert cell["ratio_to_best_low"] >= 1 / (1 + margin) and "paired ratio" in cell["decision"]
     # code accepts far more than chat: at c1 code's speedup at its best k is above 1.3 by hand
     code1 = next(c for c in plan["cells"] if c["category"] == "code" and c["level"] == 1)
     assert max(expected_speedup("code", k, 1) for k in range(5)) > 1.3
     assert code1["recommended_k"] > 0
+
+
+def test_the_rule_reads_the_runs_margin(tmp_path):
+    """The margin is the run's (the manifest's --margin, as the speedup labels read it)."""
+    wide = make_plan(write_plan_run(tmp_path, margin=0.2), PlanConfig(replicates=20, met=False))
+    assert wide["decision_rule"]["margin"] == pytest.approx(0.2)
+    assert "1 / (1 + margin) = 0.833" in wide["decision_rule"]["text"]
+    for cell in wide["cells"]:
+        if cell["ratio_to_best_low"] is not None:
+            assert cell["ratio_to_best_low"] >= 1 / 1.2
+
+
+def test_the_deployed_policy_follows_the_cells(plan):
+    """One story: the deployed policy (k per band with the plain pool) speculates for a category only
+    at a k eligible in that cell, for the categories whose own decision is a k > 0 somewhere; each
+    cell's deployed_k is the policy's, and the routing export is its pool."""
+    fb = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
+    for cell in plan["cells"]:
+        band = next(b for b in fb["bands"] if b["level"] == cell["level"])
+        k = band["k"][cell["category"]]
+        assert cell["deployed_k"] == k
+        if k > 0:
+            assert k in cell["eligible_ks"]
+        else:
+            assert cell["deployed_speedup"] == 1.0
+    # routing is per category: a pooled category runs the band's one k in every band, the others none
+    pooled = {cat for b in fb["bands"] for cat, k in b["k"].items() if k > 0}
+    assert pooled == {c["category"] for c in plan["cells"] if c["recommended_k"] > 0} - {
+        c["category"] for c in plan["cells"] if c["deployed_note"] and c["deployed_note"].startswith("plain pool")
+    }
+    for band in fb["bands"]:
+        assert len({k for cat, k in band["k"].items() if cat in pooled}) <= 1
+        assert all(k == 0 for cat, k in band["k"].items() if cat not in pooled)
+    assert set(plan["exports"]["routing"]["pools"]) == {c["category"] for c in plan["cells"]}
+    assert {c for c, pool in plan["exports"]["routing"]["pools"].items() if pool == "speculative"} == pooled
 
 
 def test_policies_and_exports(plan, tmp_path):

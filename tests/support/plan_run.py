@@ -107,7 +107,7 @@ def _row(eid, pid, token, step, rnd, phase, k, a, batch, verify, draft) -> Round
     )
 
 
-def _manifest(arms: dict[str, int], traffic: Path | None = None):
+def _manifest(arms: dict[str, int], traffic: Path | None = None, margin: float | None = None):
     configs = []
     for name, k in arms.items():
         spec = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4} if k else None
@@ -115,7 +115,9 @@ def _manifest(arms: dict[str, int], traffic: Path | None = None):
         configs.append(
             ArmConfig(name=name, speculative_config=spec, server_args=args, endpoint="http://127.0.0.1:8001")
         )
-    extra = {"traffic": {"path": str(traffic), "rows": 4, "categories": ["chat", "code"]}} if traffic else {}
+    extra: dict = {"traffic": {"path": str(traffic), "rows": 4, "categories": ["chat", "code"]}} if traffic else {}
+    if margin is not None:
+        extra["margin"] = margin
     return make_manifest(concurrency_levels=list(LEVELS), arms=configs, **extra)
 
 
@@ -125,14 +127,16 @@ def write_plan_run(
     arms: dict[str, int] = CLASSIC,
     d2: float = 0.0,
     traffic: Path | None = None,
+    margin: float | None = None,
 ) -> Path:
-    """The run folder (``traffic``: the traffic file its manifest names, for a validation replay)."""
+    """The run folder (``traffic``: the traffic file its manifest names, for a validation replay;
+    ``margin``: the manifest's, else the default)."""
     return write_run(
         run_dir,
         make_counters(arms),
         requests=make_requests(arms, e2e),
         rounds=make_rounds(arms, d2),
-        manifest=_manifest(arms, traffic),
+        manifest=_manifest(arms, traffic, margin),
     )
 
 
