@@ -40,21 +40,23 @@ others').
   the request noise; V / R: the run-to-run noise), df by Satterthwaite. Its
   scope in words: "this category's prompts in general, on another run of
   this setup". 95%, not adjusted. NULL with one prompt or one repeat.
-- ``measurement`` with ``comparison = 'aa'`` (the A/A calibration check): the
-  baseline against itself, consecutive repeats (centre = mean of the A/A
-  block figures d_r, r = 1..R-1), with the noise the A/B intervals of the
-  category assume: one arm's block figure has V / 2 (the A/B figure is the
-  difference of two arms' blocks), consecutive A/A figures share a block, so
-  var(mean d) = (V / 2) (2 n - 2 adjacent pairs) / n^2, df as the A/B
-  series'. It should hold 1 in about 95% of groups when the baseline moves
-  between repeats as much as the model says, and less often when the run's
-  noise is larger than the A/B intervals assume (the verdict counts them). Its
-  own variance is not estimated from the A/A figures: with two repeats that
-  would divide each figure by itself. It is no hurdle for any label.
+- ``fit`` (categories, one row per level): the calibration check
+  (``fit.py``): does one variance per category fit every level? Per level,
+  the spread of the categories' A/B block figures about the level's mean
+  against the other levels' (shared noise counted), one-sided, Holm over the
+  levels at a family-wise 5%. ``p_value``: the level's; ``ci_level``: Holm's
+  level for its rank; ``family_size``: levels tested; ``df``: the effective df
+  of the level's sum of squares; ``label``: 'noisier' where Holm rejects and
+  the category's own figures vary more at that level (``noise_ratio`` > 1),
+  else 'fits'; ``noise_ratio``: the category's block-figure SD at that level
+  over its other levels' (pooled); no interval (ci_low, ci_high NULL). The
+  A/A figures (the baseline against itself) are not used: they measure
+  host drift, which the paired design cancels. It is no hurdle for any label.
 
 Rows carry ``df``, ``ci_level``, ``p_value`` (two-sided, against a ratio of
-1), ``family_size``, and for ``family`` rows the ``label``,
-``clears_margin``, ``detectable_effect`` and ``repeats_needed``.
+1; ``fit`` rows: see above), ``family_size``, for ``family`` rows the
+``label``, ``clears_margin``, ``detectable_effect`` and ``repeats_needed``,
+and for ``fit`` rows ``noise_ratio``.
 
 **One run at a time.** ``fill`` splits the paired rows by ``run_id`` and
 calls ``compute`` once per run (one machine, one noise; each run's own
@@ -69,6 +71,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
+from specdec.analytics.fit import level_fit
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
 from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_interval, t_quantile, t_sf
@@ -100,15 +103,16 @@ METHOD = (
     "estimated from the run by method of moments, with Satterthwaite's degrees of freedom for that design "
     "(repeats - 1 when the shared shift dominates). measurement: prompts fixed, mean +- t(df) * sqrt(V / R). "
     "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
-    f"{ALPHA:.0%}); labels read it. prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. A/A: the "
-    "baseline against itself, a calibration check that should hold 1; labels: analytics/labels.py."
+    f"{ALPHA:.0%}); labels read it. prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. fit: the "
+    "calibration check, whether one variance per category fits every level (analytics/fit.py); labels: "
+    "analytics/labels.py."
 )
 
 _COLUMNS = """run_id varchar, comparison varchar, category varchar, concurrency integer, segment varchar,
     "interval" varchar, ci_low double, ci_high double, ci_level double, df double, p_value double,
     family_size integer, label varchar, clears_margin boolean, detectable_effect double, repeats_needed integer,
-    margin double, method varchar"""
-_WIDTH = 17  # columns of a compute() row (the table adds run_id)
+    margin double, method varchar, noise_ratio double"""
+_WIDTH = 18  # columns of a compute() row (the table adds run_id)
 
 GroupKey = tuple  # (comparison, category, concurrency)
 Summed = list  # [sum, count]
@@ -172,7 +176,7 @@ def _row(
     key: tuple,
     segment,
     kind: str,
-    ci: tuple[float, float],
+    ci: tuple[float | None, float | None],
     level: float,
     df: float,
     p: float | None,
@@ -195,6 +199,7 @@ def _row(
         extra.get("repeats_needed"),
         extra.get("margin"),
         method,
+        extra.get("noise_ratio"),
     )
 
 
@@ -273,28 +278,33 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
     ]
 
 
-def _aa_rows(key: tuple, means: Mapping[int, float], noise: BlockNoise | None) -> list[tuple]:
-    """The A/A calibration check of one group: its A/A figures' mean with the
-    noise the A/B intervals of its category assume (see the module docstring)."""
-    n = len(means)
-    if not n or noise is None or noise.df <= 0:
-        return []
-    adjacent = sum(1 for r in means if r + 1 in means)
-    centre = sum(means.values()) / n
-    se = math.sqrt(noise.variance * (n - adjacent)) / n
-    return [
-        _row(
-            key,
-            None,
-            "measurement",
-            _t(centre, se, noise.df),
-            LEVEL,
-            noise.df,
-            _p(centre, se, noise.df),
-            "A/A calibration check: baseline against itself, consecutive repeats, with the A/B noise of "
-            "its category (V / 2 per arm)",
-        )
-    ]
+def _fit_rows(figures: Mapping[GroupKey, Mapping[int, float]]) -> list[tuple]:
+    """The calibration check (``fit.py``): one row per category and level tested."""
+    series: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+    for (_comparison, category, concurrency), reps in figures.items():
+        if category != SYSTEM:  # built from the same requests: the same noise twice
+            for r, y in reps.items():
+                series[category][concurrency, r] = y
+    out: list[tuple] = []
+    for concurrency, found in sorted(level_fit(series).items()):
+        for category, ratio in sorted(found.ratio.items()):
+            out.append(
+                _row(
+                    ("ab", category, concurrency),
+                    None,
+                    "fit",
+                    (None, None),
+                    found.level,
+                    found.df,
+                    found.p_value,
+                    f"calibration check: this level's block figures against the other levels' (Holm over "
+                    f"{found.tested} levels, family-wise {ALPHA:.0%}); analytics/fit.py",
+                    family_size=found.tested,
+                    label="noisier" if found.noisier and ratio > 1 else "fits",
+                    noise_ratio=ratio,
+                )
+            )
+    return out
 
 
 def compute(
@@ -317,7 +327,8 @@ def compute(
     estimated (``variance.block_noise``; the calibration benchmark plants
     others). Returns (comparison, category, concurrency,
     segment, interval, ci_low, ci_high, ci_level, df, p_value, family_size,
-    label, clears_margin, detectable_effect, repeats_needed, margin, method)."""
+    label, clears_margin, detectable_effect, repeats_needed, margin, method,
+    noise_ratio). 'aa' pairs and blocks are ignored (see the module docstring)."""
     pairs = list(pairs)
     by_prompt: dict[tuple, dict[str, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     for comparison, category, concurrency, prompt_id, _repeat, log_ratio in pairs:
@@ -355,7 +366,6 @@ def compute_summed(
     concurrency, segment, repeat, log ratio sum, count)."""
     block_means = {key: _means(reps) for key, reps in _by_repeat(repeats, blocks).items()}
     ab = {k: v for k, v in block_means.items() if k[0] == "ab"}
-    aa = {k: v for k, v in block_means.items() if k[0] == "aa"}
     noise = _series_noise(ab, noise_model)
     groups = [_Measured(key, None, ab[key], noise[key[0], key[1], None]) for key in sorted(ab)]
     measurement = "t interval over repeats, variance components per category, Satterthwaite df"
@@ -363,8 +373,7 @@ def compute_summed(
     for g in groups:
         if g.key[1] != SYSTEM and g.key in prompts:
             out += _prompts_row(g.key, prompts[g.key], g)
-    for key in sorted(aa):
-        out += _aa_rows(key, aa[key], noise.get(("ab", key[1], None)))
+    out += _fit_rows(ab)
 
     by_segment: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     for category, concurrency, segment, repeat, total, n in segments:

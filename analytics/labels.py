@@ -18,8 +18,9 @@ in the manifest before the run; the interval is the family-wise one below):
   none, and ``repeats_needed`` says how many repeats would resolve +-delta.
 
 So a label never contradicts its interval: an interval wholly below 1 is
-``slower``, wholly above 1 ``faster``, whatever the A/A figures say (they are a
-calibration check shown beside the verdict, not a second hurdle).
+``slower``, wholly above 1 ``faster``, whatever the calibration check beside
+the verdict says (``fit.py``: whether one variance per category fits every
+level; not a second hurdle).
 
 **Multiplicity (Holm).** A run has many labels (categories x levels, and
 ``(system)``); at 95% each, a run with no effect anywhere would show some
@@ -56,8 +57,9 @@ RULE = (
     "run's margin delta, declared before the run (--margin, default 5%): faster = the interval lies above 1 "
     "(clears_margin: above 1 + delta); slower = below 1 (clears_margin: below 1 / (1 + delta)); equivalent = "
     "inside [1 / (1 + delta), 1 + delta]; inconclusive = otherwise, with the smallest effect the run could "
-    "tell from none (detectable_effect) and the repeats that would resolve +-delta (repeats_needed). The A/A "
-    "interval is a calibration check beside the verdict (it should hold 1), not a second hurdle."
+    "tell from none (detectable_effect) and the repeats that would resolve +-delta (repeats_needed). The "
+    "calibration check (noise_check: does one variance per category fit every level?) is shown beside the "
+    "verdict, not a second hurdle."
 )
 
 #: The same in one line, for the terminal.

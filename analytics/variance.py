@@ -57,7 +57,7 @@ which the demo's chat (2-3x the others) contradicts, and it would add no
 degree of freedom to the repeat component, which has R - 1 whatever is
 pooled.
 
-Also here: Student's t (``t_quantile``, ``t_sf``) and Satterthwaite's df of a
+Also here: Student's t (``t_quantile``, ``t_sf``), Fisher's F tail (``f_sf``) and Satterthwaite's df of a
 sum of independent variance estimates (``satterthwaite``).
 """
 
@@ -77,6 +77,7 @@ __all__ = [
     "BlockNoise",
     "block_noise",
     "chi2_quantile",
+    "f_sf",
     "satterthwaite",
     "t_interval",
     "t_quantile",
@@ -243,6 +244,15 @@ def _betainc(a: float, b: float, x: float) -> float:
     if x < (a + 1.0) / (a + b + 2.0):
         return front * _betacf(a, b, x) / a
     return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def f_sf(f: float, df1: float, df2: float) -> float:
+    """P(F > f) for Fisher's F with (``df1``, ``df2``) degrees of freedom (> 0, may be fractional)."""
+    if f <= 0.0:
+        return 1.0
+    if math.isinf(f):
+        return 0.0
+    return _betainc(df2 / 2.0, df1 / 2.0, df2 / (df2 + df1 * f))
 
 
 def t_sf(t: float, df: float) -> float:

@@ -17,6 +17,12 @@ design (repeats) and per-process shift:
 - power: the share of category x level rows labelled faster at true ratios of
   1.10, 1.20 and 1.30, each prompt with its own effect but the prompt set's
   mean at the true ratio (goal >= 80% at 1.20 with the demo's design);
+- the calibration check (``analytics/fit.py``): the share of runs in which it
+  says a level is noisier than the model allows, beside the old A/A line's,
+  under A/A, under monotone host drift common to both arms (+0.044 a repeat
+  on the log scale, the demo's baseline drift) and with one level (c4) 3x as
+  noisy as the others (goals: at most 10% under drift, at least 80% with the
+  noisier level);
 - the same for the two planted methods (df counted per level; the old double
   hurdle), which the goals must reject.
 
@@ -37,6 +43,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, estimate, evaluate, noise_from
 
@@ -60,11 +67,15 @@ def _run(job: tuple) -> dict:
     }
 
 
-def _noise(base: Noise, process: float, prompt: bool = True) -> Noise:
+def _noise(base: Noise, process: float, prompt: bool = True, **misfit: Any) -> Noise:
     """``base`` with another process shift; ``prompt=False``: no prompt-specific effect (a true A/A:
-    identical arms cannot speed one prompt up and another down)."""
+    identical arms cannot speed one prompt up and another down); ``misfit``: drift or level_factor."""
     return Noise(
-        process=process, block=base.block, request=dict(base.request), prompt=dict(base.prompt) if prompt else {}
+        process=process,
+        block=base.block,
+        request=dict(base.request),
+        prompt=dict(base.prompt) if prompt else {},
+        **misfit,
     )
 
 
@@ -137,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         for ratio in (1.1, 1.2, 1.3):
             seed += 1
             jobs.append(("power", Design(repeats=repeats), base, ratio, max(args.runs // 2, 20), seed, None, True))
+    for name, misfit in (
+        ("drift", {"drift": 0.044}),
+        ("c4 3x", {"level_factor": {4: 3.0}}),
+    ):
+        seed += 1
+        noise = _noise(base, base.process, prompt=False, **misfit)
+        jobs.append((name, Design(repeats=DEMO_REPEATS), noise, 1.0, args.runs, seed, None, True))
     for method in PLANTED:
         jobs.append(
             (
@@ -161,12 +179,12 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"\n{'method':22} {'R':>2} {'scenario':8} {'proc':>5} {'ratio':>5} {'cover':>6} {'prompts':>7} "
-        f"{'A/A':>5} {'FWER':>5} {'faster':>6}"
+        f"{'fit!':>5} {'oldA/A!':>7} {'FWER':>5} {'faster':>6}"
     )
     for x in lines:
         print(
             f"{x['method']:22} {x['repeats']:>2} {x['scenario']:8} {x['process_sd']:>5.2f} {x['true_ratio']:>5.2f} "
-            f"{x['coverage']:>6.1%} {x['prompts_coverage']:>7.1%} {x['aa_coverage']:>5.1%} "
+            f"{x['coverage']:>6.1%} {x['prompts_coverage']:>7.1%} {x['fit_fired']:>5.1%} {x['old_aa_fired']:>7.1%} "
             f"{x['false_label_runs']:>5.1%} {x['faster_share']:>6.1%}"
         )
     ours = [x for x in lines if x["method"] == "specdec"]
@@ -176,10 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     prompts = next(x["prompts_coverage"] for x in demo if x["scenario"] == "prompts")
     fwer = max(x["false_label_runs"] for x in demo if x["scenario"] == "A/A")
     power = next(x["faster_share"] for x in demo if x["scenario"] == "power" and x["true_ratio"] == 1.2)
+    drift = next(x for x in demo if x["scenario"] == "drift")
+    noisier = next(x["fit_fired"] for x in demo if x["scenario"] == "c4 3x")
     print(
         f"\ndemo design ({DEMO_REPEATS} repeats): coverage {worst_cover:.1%}-{best_cover:.1%} (goal 93-97%), "
         f"family-wise false labels <= {fwer:.1%} (goal <= 5%), power at 1.20x {power:.1%} (goal >= 80%), "
-        f"prompts-and-runs coverage {prompts:.1%}"
+        f"prompts-and-runs coverage {prompts:.1%}; the calibration check fires in {drift['fit_fired']:.1%} of runs "
+        f"under drift (goal <= 10%; the old A/A line: {drift['old_aa_fired']:.1%}) and in {noisier:.1%} with c4 "
+        "3x noisier (goal >= 80%)"
     )
     return 0
 

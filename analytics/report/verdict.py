@@ -5,8 +5,10 @@ Per category (and ``(system)``): where speculation pays (speedup, its
 family-wise interval, up to which concurrency), where it is equivalent to off
 within the run's margin, where the run cannot tell, where it costs, and from
 which level the gain falls below a fraction of its peak (``knee``, cited only
-after a peak labelled ``faster``); then the calibration check (how many A/A
-intervals hold 1, and the family-wise error rate of the labels); then the
+after a peak labelled ``faster``); then the calibration check (whether one
+variance per category fits every level: quiet unless a level's block figures
+spread more than the model allows, then which level, how much, and what it
+means for its labels; and the family-wise error rate of the labels); then the
 lossless result in one sentence, with its precision (dtype) and sample sizes,
 when the ``lossless`` mart exists. Labels are the ``speedup`` mart's
 (``analytics/labels.py``: faster / slower / equivalent / inconclusive);
@@ -22,6 +24,7 @@ parts; a part may carry the anchor of the mart row it comes from
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -220,34 +223,67 @@ def _resolution(rows: Sequence[dict]) -> str:
     return text
 
 
-def calibration_sentence(rows: Sequence[dict]) -> Sentence | None:
-    """The calibration check beside the verdict: how many A/A intervals hold 1,
-    and the family-wise error rate and margin the labels were read with."""
-    labelled = [r for r in rows if r.get("label") is not None]
-    aa = [r for r in rows if r.get("aa_check") is not None]
-    if not labelled and not aa:
-        return None
-    parts: list[Part] = [Part("calibration: ")]
-    if aa:
-        held = sum(r["aa_check"] == "holds 1" for r in aa)
+def _noise_clause(rows: Sequence[dict], names: Names) -> list[Part]:
+    """The calibration check (``analytics/fit.py``) in words: quiet unless a level is noisier."""
+    tested = sorted({r["concurrency"] for r in rows})
+    noisier = sorted({r["concurrency"] for r in rows if r["noise_check"] == "noisier"})
+    if not noisier:
+        return [
+            Part(
+                f"one variance per category fits every level (no level's block figures spread more than the "
+                f"others' at a 5% family-wise error rate; {len(tested)} levels tested)"
+            )
+        ]
+    parts: list[Part] = []
+    for i, lv in enumerate(noisier):
+        here = sorted(
+            (r for r in rows if r["concurrency"] == lv and r["noise_check"] == "noisier"),
+            key=lambda r: -(r.get("noise_ratio") or 0.0),
+        )
+        where = name_of(lv, names)
+        p = here[0].get("noise_p_value")
+        ratios = ", ".join(
+            f"{r['noise_ratio']:.1f}x ({r['category']})"
+            if math.isfinite(r["noise_ratio"])
+            else f"without bound ({r['category']}: its other levels do not vary at all)"
+            for r in here
+        )
         parts.append(
             Part(
-                f"{held} of {len(aa)} A/A intervals (the baseline against itself) hold 1, about 95% "
-                "expected"
-                + (
-                    ""
-                    if held >= len(aa) - max(1, round(0.1 * len(aa)))
-                    else ": more excluded than chance allows, so this run's noise is not what the "
-                    "intervals assume; read its labels with care"
-                )
+                ("; " if i else "")
+                + f"{where} is noisier than the intervals assume: its block figures vary {ratios} as much as "
+                f"at the other levels"
+                + (f" (p = {p:.2g}, Holm over {len(tested)} levels, 5% family-wise)" if p is not None else ""),
+                row_anchor("speedup", here[0]["category"], lv),
             )
         )
+        parts.append(
+            Part(
+                f", so the intervals at {where} are too narrow and its labels less certain than their level says "
+                f"(the other levels' intervals somewhat too wide)"
+            )
+        )
+    return parts
+
+
+def calibration_sentence(rows: Sequence[dict], names: Names = None) -> Sentence | None:
+    """The calibration check beside the verdict: whether one variance per
+    category fits every level (``noise_check``, ``analytics/fit.py``; said only
+    when a level is noisier, with how much and what it means for its labels),
+    and the family-wise error rate and margin the labels were read with."""
+    labelled = [r for r in rows if r.get("label") is not None]
+    checked = [r for r in rows if r.get("noise_check") is not None]
+    if not labelled and not checked:
+        return None
+    parts: list[Part] = [Part("calibration: ")]
+    if checked:
+        parts += _noise_clause(checked, names)
     if labelled:
         sizes = sorted({r["family_size"] for r in labelled if r.get("family_size")})
         margin = _pct(labelled[0].get("margin") or 0.05)
         parts.append(
             Part(
-                ("; " if aa else "") + f"labels hold a 5% family-wise error rate over "
+                ("; " if checked else "") + f"labels hold a 5% family-wise error rate over "
                 f"{sizes[-1] if sizes else len(labelled)} labels (Holm) with a {margin} margin "
                 "declared before the run"
             )
@@ -344,7 +380,7 @@ def verdict(
     knees = {k["category"]: k for k in knee}
     order = sorted(c for c in by_cat if c != SYSTEM) + ([SYSTEM] if SYSTEM in by_cat else [])
     out = [category_sentence(c, by_cat[c], knees.get(c), names) for c in order]
-    calibration = calibration_sentence([r for c in order for r in by_cat[c]])
+    calibration = calibration_sentence([r for c in order for r in by_cat[c]], names)
     if calibration is not None:
         out.append(calibration)
     if lossless is not None:

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from specdec.analytics.build import build
+from specdec.analytics.fit import RULE as FIT_RULE
 from specdec.analytics.intervals import METHOD
 from specdec.analytics.labels import RULE as LABEL_RULE
 from specdec.analytics.report import compat as compat_section
@@ -49,9 +50,8 @@ DEFINITIONS = {
     "intervals": METHOD + " ci_low/ci_high: the family-wise interval the label reads (ci_level says its level); "
     "pointwise_ci_low/high: the same at 95%; prompts_ci_low/high: also the choice of prompts from the "
     "category (prompts and runs together).",
-    "aa": "A/A calibration check: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, "
-    "with the same statistic and its 95% interval; aa_check says whether it holds 1 (about 95% of groups "
-    "should). Not a hurdle for any label. n/a with one repeat",
+    "aa": "aa_speedup: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, with the "
+    "same statistic: the host's drift between repeats, which the paired design cancels (no check). " + FIT_RULE,
     "label": LABEL_RULE,
     "knee": "below_one_concurrency: first level labelled slower; gain_lost_concurrency: first "
     "level past the peak where speedup - 1 < peak_fraction x (peak - 1); n/a when it never happens",
@@ -116,10 +116,10 @@ SPEEDUP_COLUMNS = (
     "prompts_ci_low",
     "prompts_ci_high",
     "aa_speedup",
-    "aa_ci_low",
-    "aa_ci_high",
-    "aa_check",
     "aa_pairs",
+    "noise_ratio",
+    "noise_p_value",
+    "noise_check",
     "speedup_mean_of_rates",
     "baseline_tokens_per_s",
     "speculative_tokens_per_s",

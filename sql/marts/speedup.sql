@@ -4,7 +4,7 @@
 --   its two arms, its repeats, its own noise pool).
 -- Purpose: the effect of speculation, as a ratio of two arms that differ only in
 --   the speculative setting (see manifest.arm_difference), with its intervals,
---   its A/A noise floor and a label.
+--   a calibration check of its noise model and a label.
 --   speedup       per category: geometric mean over paired prompts of
 --                   baseline e2e_ms / speculative e2e_ms = exp(avg(log_ratio)) over
 --                   int_requests_paired (comparison 'ab': same prompt, level,
@@ -46,15 +46,22 @@
 --                 repeat r (all consecutive repeats): per category the geometric mean
 --                 of e2e(r) / e2e(r + 1) over int_requests_paired (comparison 'aa');
 --                 '(system)' the geometric mean of block throughput ratios (r + 1 / r).
---                 NULL with one repeat
+--                 A description of the baseline's drift between repeats (which the paired
+--                 design cancels), not a check. NULL with one repeat
 --   aa_pairs      pairs the A/A figure is computed from (block pairs for '(system)')
---   aa_ci_low, aa_ci_high  its 95% interval, the calibration check: the baseline's own
---                 block figures rebuilt from the consecutive A/A figures, their variance and
---                 df estimated as above (consecutive A/A figures share a block); from 2 repeats
---   aa_check      'holds 1' when the A/A interval holds 1 (the noise model is consistent with
---                 the baseline against itself), 'excludes 1' otherwise (about 5% of groups by
---                 chance; more: the run's noise is not what the model assumes); NULL without
---                 an A/A interval. Not a hurdle for the label
+--   noise_ratio   the calibration check (analytics/fit.py): this category's block figures'
+--                 standard deviation about their mean at this level over its other levels'
+--                 (pooled); 1 when one variance fits every level, as the intervals assume.
+--                 NULL for '(system)' (built from the same requests), with one repeat or one
+--                 level
+--   noise_p_value  one-sided p-value that this level is noisier than the others, from every
+--                 category's residuals together (a block's categories weighted by the inverse
+--                 of their covariance; the noise shared by a repeat's levels and by a block's
+--                 categories counted); the same for every category of the level
+--   noise_check   'noisier' when Holm's step-down over the levels rejects at a family-wise
+--                 error rate of 5% and noise_ratio > 1: this level's intervals are too narrow
+--                 (its noise is larger than the variance they use); 'fits' otherwise; NULL
+--                 without a test. Not a hurdle for the label
 --   margin        the run's practical margin delta (manifest.margin, declared before the run)
 --   label         analytics/labels.py, from ci_low/ci_high and margin:
 --                 'faster'        ci_low > 1
@@ -184,8 +191,9 @@ cis as (
         any_value(repeats_needed) filter (where comparison = 'ab' and "interval" = 'family') as repeats_needed,
         any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_low,
         any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_high,
-        any_value(ci_low) filter (where comparison = 'aa' and "interval" = 'measurement') as aa_ci_low,
-        any_value(ci_high) filter (where comparison = 'aa' and "interval" = 'measurement') as aa_ci_high
+        any_value(noise_ratio) filter (where comparison = 'ab' and "interval" = 'fit') as noise_ratio,
+        any_value(p_value) filter (where comparison = 'ab' and "interval" = 'fit') as noise_p_value,
+        any_value(label) filter (where comparison = 'ab' and "interval" = 'fit') as noise_check
     from intervals
     group by all
 ),
@@ -194,9 +202,6 @@ judged as (
         groups.*,
         stats.* exclude (run_id, category, concurrency),
         cis.* exclude (run_id, category, concurrency),
-        case when cis.aa_ci_low is null then null
-             when cis.aa_ci_low <= 1 and 1 <= cis.aa_ci_high then 'holds 1'
-             else 'excludes 1' end as aa_check,
         settings.margin,
         coalesce(
             levels.excluded_reason,
@@ -261,9 +266,9 @@ final as (
         coalesce(repeats, 0) as repeats,
         case when excluded_reason is null then aa_speedup end as aa_speedup,
         coalesce(aa_pairs, 0) as aa_pairs,
-        case when excluded_reason is null then aa_ci_low end as aa_ci_low,
-        case when excluded_reason is null then aa_ci_high end as aa_ci_high,
-        case when excluded_reason is null then aa_check end as aa_check,
+        case when excluded_reason is null then noise_ratio end as noise_ratio,
+        case when excluded_reason is null then noise_p_value end as noise_p_value,
+        case when excluded_reason is null then noise_check end as noise_check,
         case when excluded_reason is null and category <> '(system)'
              then speculative_tokens_per_s / baseline_tokens_per_s end as speedup_mean_of_rates,
         baseline_tokens_per_s,

@@ -131,6 +131,8 @@ def test_compute_makes_every_interval_kind_and_is_reproducible():
     other = [
         ("ab", "chat", 1, "c", 0, 0.9),
         ("ab", "chat", 1, "c", 1, -0.4),
+        ("ab", "chat", 2, "c", 0, 0.1),
+        ("ab", "chat", 2, "c", 1, 0.2),
         ("aa", "code", 1, "a", 1, 0.05),
         ("aa", "code", 1, "b", 1, -0.02),
     ]
@@ -145,13 +147,17 @@ def test_compute_makes_every_interval_kind_and_is_reproducible():
         ("ab", "code", "prompts"),
         ("ab", "chat", "measurement"),
         ("ab", "chat", "family"),
-        ("aa", "code", "measurement"),
+        ("ab", "chat", "fit"),  # the calibration check: chat has two levels (analytics/fit.py)
         ("ab", "(system)", "measurement"),
         ("ab", "(system)", "family"),
-        ("aa", "(system)", "measurement"),
-    }
+    }  # 'aa' pairs and blocks make no row: the A/A figures measure drift, which the pairs cancel
+    fit = {r[2]: r for r in full if r[4] == "fit"}
+    assert set(fit) == {1, 2} and all(
+        r[5] is None and r[10] == 2 and r[11] in ("fits", "noisier") for r in fit.values()
+    )
+    assert fit[1][17] == approx(abs(0.9 + 0.4) / abs(0.2 - 0.1))  # chat's SD ratio, level 1 against level 2
     family = [r for r in full if r[4] == "family"]
-    assert {r[10] for r in family} == {3} and all(
+    assert {r[10] for r in family} == {4} and all(
         r[11] in ("faster", "slower", "equivalent", "inconclusive") for r in family
     )
     # code: block figures 0.3 and 0.25 at one level: V = 2 x 0.025^2 / 1, df 1 (one level, two repeats)

@@ -68,8 +68,8 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     )
     assert re.match(r"  - code: faster at every level: 4\.00x \(9[0-9.]+% CI 4\.00-4\.00\) at c1", lines[at + 2])
     assert lines[at + 4] == (
-        "  - calibration: 3 of 3 A/A intervals (the baseline against itself) hold 1, about "
-        "95% expected; labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
+        # one level: no calibration check (it compares levels), so the labels' part alone
+        "  - calibration: labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
         "margin declared before the run."
     )
     assert lines[at + 5] == (
@@ -98,7 +98,7 @@ def test_speedup_table_chart_and_prefix_cache(repeated):
         "<th>prompts_ci_high</th>",
         "<th>label</th>",
         "<th>pairs</th>",
-        "<th>aa_check</th>",
+        "<th>noise_check</th>",
         "<th>ci_level</th>",
         "<th>speedup_mean_of_rates</th>",
         "geometric mean over paired prompts",

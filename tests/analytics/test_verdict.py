@@ -31,7 +31,7 @@ def row(
     clears=None,
     detect=None,
     needed=None,
-    aa=None,
+    noise=None,
 ):
     return dict(
         category=cat,
@@ -51,7 +51,9 @@ def row(
         clears_margin=clears,
         detectable_effect=detect,
         repeats_needed=needed,
-        aa_check=aa,
+        noise_ratio=None if noise is None else noise[0],
+        noise_p_value=None if noise is None else noise[1],
+        noise_check=None if noise is None else noise[2],
     )
 
 
@@ -133,19 +135,37 @@ def test_no_interval_and_excluded_levels_are_said():
     assert "; no figure at c4, c8 (" + failed + ") [" in category_sentence("code", more).text
 
 
-def test_the_calibration_sentence_counts_the_aa_checks():
-    rows = [dict(r, aa_check="holds 1") for r in CODE] + [
-        row(1, 1.0, 0.9, 1.1, "inconclusive", cat="chat", aa="excludes 1")
+def test_the_calibration_sentence_is_quiet_unless_a_level_is_noisier():
+    fits = [dict(r, noise_ratio=1.1, noise_p_value=0.4, noise_check="fits") for r in CODE] + [
+        row(c, 1.0, 0.9, 1.1, "inconclusive", cat="chat", noise=(0.8, 0.4, "fits")) for c in (1, 4, 8)
     ]
-    s = calibration_sentence(rows)
+    s = calibration_sentence(fits)
     assert s.text == (
-        "calibration: 3 of 4 A/A intervals (the baseline against itself) hold 1, about 95% expected; "
-        "labels hold a 5% family-wise error rate over 12 labels (Holm) with a 5% margin declared "
-        "before the run."
+        "calibration: one variance per category fits every level (no level's block figures spread more than "
+        "the others' at a 5% family-wise error rate; 3 levels tested); labels hold a 5% family-wise error rate "
+        "over 12 labels (Holm) with a 5% margin declared before the run."
     )
-    many = [dict(r, aa_check="excludes 1") for r in CODE] + [dict(CODE[0], aa_check="holds 1")]
-    assert "more excluded than chance allows" in calibration_sentence(many).text
+    assert "care" not in s.text and "too narrow" not in s.text
+    # c4 noisier: said with each flagged category's SD ratio (largest first), the p-value, and what it means
+    noisy = [
+        dict(r, noise_check="noisier", noise_ratio=2.6, noise_p_value=0.0012) if r["concurrency"] == 4 else r
+        for r in fits
+    ]
+    noisy = [dict(r, noise_ratio=3.1) if r["concurrency"] == 4 and r["category"] == "chat" else r for r in noisy]
+    s = calibration_sentence(noisy)
+    assert s.text == (
+        "calibration: c4 is noisier than the intervals assume: its block figures vary 3.1x (chat), 2.6x (code) "
+        "as much as at the other levels (p = 0.0012, Holm over 3 levels, 5% family-wise), so the intervals at "
+        "c4 are too narrow and its labels less certain than their level says (the other levels' intervals "
+        "somewhat too wide); labels hold a 5% family-wise error rate over 12 labels (Holm) with a 5% margin "
+        "declared before the run."
+    )
+    assert any(p.anchor == row_anchor("speedup", "chat", 4) for p in s.parts)  # the noisiest row, linked
+    # an open-loop level is named as the run names it
+    assert "at 2 rps are too narrow" in calibration_sentence(noisy, names={4: "2 rps"}).text
+    # no check and no label: no sentence; labels alone: the labels' part alone
     assert calibration_sentence([row(1, 2.5, None, None, None)]) is None
+    assert calibration_sentence(CODE).text.startswith("calibration: labels hold a 5% family-wise")
 
 
 def test_knee_clause():
