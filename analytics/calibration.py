@@ -11,11 +11,22 @@ machine, in components on the log scale of a request's e2e time:
 - ``prompt[category]``: how much the true effect differs from prompt to prompt
   of a category (the prompts are a sample of the category).
 
+Two departures from the model the intervals assume, for the calibration check
+(``fit.py``; tests/analytics/test_fit.py):
+
+- ``drift`` (and ``drift_speculative``): monotone host drift, the log e2e time
+  growing by so much a repeat in each arm (continuously: a repeat's levels run
+  in order); common to both arms it cancels in the pairs;
+- ``level_factor``: a level whose block and request noise is so many times
+  the others' (every category, both arms).
+
 The treatment's request times are the baseline's divided by the true ratio
 (times exp(prompt effect)). The rows handed to ``intervals.compute`` are those
 the build would read: A/B and A/A pairs and block throughput ratios. The
 project's own interval and label code is called on each run; nothing is
-judged here except whether it covered the truth:
+judged here except whether it covered the truth, and whether the
+calibration check fired (``Result.fit_fired``; the old A/A line beside it,
+``old_aa_check``):
 
 - the measurement interval covers the ratio of *this prompt set* (the true
   ratio times the prompts' mean effect); the prompts-and-runs interval the
