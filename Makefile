@@ -44,13 +44,11 @@ browser:
 llama-server: $(STAMP)
 	$(BIN)/specdec engine build llama.cpp
 
-# The tests that start no engine run on two workers (pytest-xdist): they are CPU-bound and
-# independent (temporary folders, free ports). The engine tests run after them, one at a
-# time: they share one pair of vLLM servers per session and each vLLM takes both cores.
-# --durations prints the slowest tests of each part (the figures of BENCHMARKS.md's test-suite table).
-test: model browser llama-server lint types imports
-	$(BIN)/python -m pytest -m "not engine" -n 2 --durations=15
-	$(BIN)/python -m pytest -m engine --durations=40
+# make test: the set-up (model, browser, llama-server), lint/types/imports, the tests that start
+# no engine (two workers) and the engine tests (one at a time), each part timed; at the end the
+# wall time of each part and the tests' counts (tools/make_test.sh, which says why in that order).
+test:
+	@bash tools/make_test.sh "$(MAKE)" $(BIN)/python
 
 # The contributor's loop before a commit (no engine, no model download): lint, types, the
 # import contract and the quick tests. `make check` measured here: see BENCHMARKS.md.

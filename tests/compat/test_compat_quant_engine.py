@@ -112,11 +112,12 @@ def test_the_made_targets_cell_is_read_against_the_shipped_targets(quant_run):
     cells = {
         r[0]: r[1:]
         for r in con.sql(
-            "select probe, draft_tokens, accepted_tokens, plain_draft_tokens, plain_accepted_tokens "
-            "from compatibility where feature = 'quantization'"
+            "select probe, draft_tokens, acceptance_rate, mean_acceptance_length, plain_acceptance_rate, "
+            "plain_mean_acceptance_length from compatibility where feature = 'quantization'"
         ).fetchall()
     }
     shipped, made = cells["target-q4_1.draft-q8_0"], cells["target-q8_0.draft-q8_0"]
-    assert shipped[0] is not None and shipped[0] > 0, shipped  # the reference cell drafted
-    # the reference's acceptance, carried into the made target's cell (quant_run.run_quant's refs)
-    assert (made[2], made[3]) == (shipped[0], shipped[1]), (made, shipped)
+    assert shipped[0] is not None and shipped[0] > 0 and shipped[1] is not None, shipped  # the reference drafted
+    # the reference's acceptance, carried into the made target's cell as its plain figures (run_quant's refs)
+    assert (made[3], made[4]) == (shipped[1], shipped[2]), (made, shipped)
+    assert shipped[3] is None  # the shipped target's cell is the reference: nothing to read it against

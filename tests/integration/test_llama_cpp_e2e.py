@@ -130,7 +130,7 @@ def test_a_baseline_server_reports_no_drafts(tmp_path, llama_server_binary):
 
 def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     """specdec's replay with --engine llama.cpp: two llama-servers (none and ngram-mod),
-    two levels, two repeats; then the marts and the report. No per-round rows, said
+    two levels, two repeats (each on fresh servers: llama.cpp's restart); then the marts and the report. No per-round rows, said
     so; the per-request acceptance reconciles with the counters to the token."""
     import duckdb
 
@@ -149,6 +149,7 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
         requests_per_level=6,
         max_tokens=32,
         warmup_requests=1,
+        repeats=2,  # the fewest with an interval and a restart (issue 40; the default 3 before)
         progress=False,
     )
     assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.lossless_pass and cfg.prefix_cache == "off"
