@@ -44,9 +44,9 @@ browser:
 llama-server: $(STAMP)
 	$(BIN)/specdec engine build llama.cpp
 
-# make test: the set-up (model, browser, llama-server), lint/types/imports, the tests that start
-# no engine (two workers) and the engine tests (one at a time), each part timed; at the end the
-# wall time of each part and the tests' counts (tools/make_test.sh, which says why in that order).
+# make test: the set-up (venv, model, browser, llama-server), then the engine tests (one at a time)
+# with lint/types/imports and the tests that start no engine (two workers, nice 10) beside them;
+# at the end the wall time of each part and the tests' counts (tools/make_test.sh says why).
 test:
 	@bash tools/make_test.sh "$(MAKE)" $(BIN)/python
 

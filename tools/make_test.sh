@@ -1,34 +1,84 @@
 #!/usr/bin/env bash
-# `make test`'s body (issue 40): the parts in order, each one timed, and at the end the wall
-# time of each part and the tests' counts over both pytest runs, printed also when a part fails
-# (the run stops at the first failing part, as make would). Called by the Makefile as
-#   tools/make_test.sh MAKE PYTHON
-# MAKE runs the set-up and check targets; PYTHON is the venv's interpreter.
+# `make test`'s body (issue 40): every part timed, and at the end the wall time of each part and
+# the tests' counts over both pytest runs, printed also when a part fails.
+#
+# The set-up goes first (nothing runs without it). Then two lines of work at once:
+# - in the foreground, the engine tests, one at a time: they share one pair of vLLM servers per
+#   session, and a vLLM CPU worker computes on one core while its API server, the test's client
+#   and the analytics take turns on the other, which is idle much of the time;
+# - beside them, at nice 10 (they take the idle time and give way when the engine tests need
+#   the CPU): lint, types and the import contract, then the tests that start no engine on two
+#   xdist workers (CPU-bound, independent: temporary folders, free ports). Their output is kept
+#   and printed when the engine tests end, not interleaved with theirs.
+# --durations prints the slowest tests of each run (the figures of BENCHMARKS.md's test-suite table).
+#
+# Called by the Makefile as `tools/make_test.sh MAKE PYTHON` (MAKE runs the set-up and check
+# targets; PYTHON is the venv's interpreter).
 set -uo pipefail
 
 MAKE_CMD=${1:?usage: tools/make_test.sh MAKE PYTHON}
 PY=${2:?usage: tools/make_test.sh MAKE PYTHON}
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/specdec-make-test.XXXXXX")
-trap 'rm -rf "$logs"' EXIT
+bg=
+fg=
+
+# pytest with SIGINT and SIGTERM raising KeyboardInterrupt, so that it runs its teardown (the
+# engine tests' servers stop) when the run ends early: a job started with & ignores SIGINT otherwise.
+# Called only as a process of its own (a job, or `bash -c`): it replaces that process.
+pytest_() {
+    exec "$PY" -c 'import signal, sys, pytest
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+sys.exit(pytest.main(sys.argv[1:]))' "$@"
+}
+
+# One part of the background line: NAME's output to $logs/NAME.log, its start and end times and
+# exit status beside it.
+bg_part() {
+    local name=$1
+    shift
+    date +%s.%N >"$logs/$name.t0"
+    ("$@") >"$logs/$name.log" 2>&1
+    echo $? >"$logs/$name.rc"
+    date +%s.%N >"$logs/$name.end"
+}
+export -f pytest_ bg_part
+export PY MAKE_CMD logs
+
+# Both lines are stopped with this script (a failure, Ctrl-C, SIGTERM): each gets SIGINT and up
+# to 60 s for its teardown, then SIGTERM (the background line: its whole process group).
+stop_tests() {
+    local i
+    [ -n "$fg" ] && kill -INT "$fg" 2>/dev/null
+    [ -n "$bg" ] && kill -INT -- "-$bg" 2>/dev/null
+    for i in $(seq 60); do
+        { [ -n "$fg" ] && kill -0 "$fg" 2>/dev/null; } || { [ -n "$bg" ] && kill -0 "$bg" 2>/dev/null; } || break
+        sleep 1
+    done
+    [ -n "$fg" ] && kill -TERM "$fg" 2>/dev/null
+    [ -n "$bg" ] && kill -TERM -- "-$bg" 2>/dev/null
+    wait 2>/dev/null
+}
+trap 'stop_tests; rm -rf "$logs"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+start=$(date +%s.%N)
+span() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }  # seconds from $1 to $2
 names=()
 seconds=()
-start=$(date +%s.%N)
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }  # seconds since $1
 
 summary() {
     local rc=$1 i passed=0 failed=0 skipped=0 errors=0 n f
     echo
     echo "make test: wall time of each part"
     for i in "${!names[@]}"; do
-        printf '  %-34s %8s s\n' "${names[$i]}" "${seconds[$i]}"
+        printf '  %-46s %8s s\n' "${names[$i]}" "${seconds[$i]}"
     done
-    printf '  %-34s %8s s\n' "total" "$(since "$start")"
+    printf '  %-46s %8s s\n' "total" "$(span "$start" "$(date +%s.%N)")"
     # the counts of both pytest runs, from their closing lines
-    for f in "$logs"/*.log; do
+    for f in "$logs/no-engine.log" "$logs/engine.log"; do
         [ -e "$f" ] || continue
         n=$(tail -n 1 "$f")
         passed=$((passed + $(grep -oE '[0-9]+ passed' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
@@ -36,38 +86,64 @@ summary() {
         skipped=$((skipped + $(grep -oE '[0-9]+ skipped' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
         errors=$((errors + $(grep -oE '[0-9]+ errors?' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
     done
-    [ "$rc" = 0 ] || echo "make test: stopped: a part failed (exit $rc)"
+    [ "$rc" = 0 ] || echo "make test: failed (exit $rc): see the part above"
     if [ $((passed + failed + skipped + errors)) -gt 0 ]; then
         echo "tests: $passed passed, $((failed + errors)) failed, $skipped skipped"
     fi
 }
 
-part() {  # part NAME LOG|- COMMAND...: run one part, timed; LOG keeps its output for the counts
-    local name=$1 log=$2 t0 rc
-    shift 2
-    echo "== make test: $name"
-    t0=$(date +%s.%N)
-    if [ "$log" = - ]; then
-        "$@"
-    else
-        # the closing line is read for the counts; the output still streams as it comes
-        "$@" 2>&1 | tee "$logs/$log.log"
-    fi
-    rc=$?
-    names+=("$name")
-    seconds+=("$(since "$t0")")
-    if [ "$rc" != 0 ]; then
-        summary "$rc"
-        exit "$rc"
-    fi
-}
+# 1. set-up, in the foreground: the run stops here if it fails
+echo "== make test: set-up (venv, model, browser, llama-server)"
+t0=$(date +%s.%N)
+"$MAKE_CMD" --no-print-directory install model browser llama-server
+rc=$?
+names+=("set-up (venv, model, browser, llama-server)")
+seconds+=("$(span "$t0" "$(date +%s.%N)")")
+if [ "$rc" != 0 ]; then
+    summary "$rc"
+    exit "$rc"
+fi
 
-part "set-up (venv, model, llama-server)" - "$MAKE_CMD" --no-print-directory install model browser llama-server
-part "lint, types, imports" - "$MAKE_CMD" --no-print-directory lint types imports
-# The tests that start no engine run on two workers (pytest-xdist): they are CPU-bound and
-# independent (temporary folders, free ports). The engine tests run after them, one at a time:
-# they share one pair of vLLM servers per session and each vLLM takes both cores.
-# --durations prints the slowest tests of each part (the figures of BENCHMARKS.md's test-suite table).
-part "tests without engine (2 workers)" no-engine "$PY" -m pytest -m "not engine" -n 2 --durations=15
-part "engine tests (one at a time)" engine "$PY" -m pytest -m engine --durations=40
-summary 0
+# 2. the background line (its own process group, so that it can be stopped whole)
+echo "== make test: beside the engine tests, at nice 10: lint, types, imports, then the tests without engine (output when the engine tests end)"
+setsid nice -n 10 bash -c '
+bg_part checks "$MAKE_CMD" --no-print-directory lint types imports
+bg_part no-engine bash -c "pytest_ -m \"not engine\" -n 2 --durations=15"' &
+bg=$!
+
+# 3. the engine tests in the foreground, started as a job and waited for, so that a SIGTERM to
+# this script is handled at once (bash runs a trap only between commands; `wait` is interruptible)
+echo "== make test: engine tests (one at a time)"
+t0=$(date +%s.%N)
+pytest_ -m engine --durations=40 > >(tee "$logs/engine.log") 2>&1 &
+fg=$!
+wait "$fg"
+engine_rc=$?
+fg=
+engine_s=$(span "$t0" "$(date +%s.%N)")
+
+sleep 1  # the engine output's tee (a process substitution) finishes its last write
+wait "$bg"
+bg=
+rc=0
+for part in checks no-engine; do
+    case $part in
+        checks) title="lint, types, imports (beside)" ;;
+        no-engine) title="tests without engine, 2 workers (beside)" ;;
+    esac
+    echo "== make test: $title: its output"
+    cat "$logs/$part.log" 2>/dev/null
+    names+=("$title")
+    if [ -e "$logs/$part.end" ]; then
+        seconds+=("$(span "$(cat "$logs/$part.t0")" "$(cat "$logs/$part.end")")")
+    else
+        seconds+=("-")
+    fi
+    part_rc=$(cat "$logs/$part.rc" 2>/dev/null || echo 1)
+    [ "$part_rc" = 0 ] || rc=$part_rc
+done
+names+=("engine tests, one at a time")
+seconds+=("$engine_s")
+[ "$engine_rc" = 0 ] || rc=$engine_rc
+summary "$rc"
+exit "$rc"
