@@ -9,6 +9,16 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def pytest_collection_modifyitems(config, items):
+    """The engine tests that serve with llama.cpp (marker ``llama_cpp``) run after the others, in
+    their collection order otherwise. `make test` runs the tests that start no engine beside the
+    engine tests (tools/make_test.sh); llama-server's threads wait for one another at every step,
+    so beside that work its tests ran 2-13x slower (2026-12-06: the whole replay 136 s against 54,
+    a draft-model check 63 s against 5), while vLLM's were within 10%. By the time they run here,
+    the work beside them has ended."""
+    items.sort(key=lambda item: item.get_closest_marker("llama_cpp") is not None)
+
+
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     return FIXTURES

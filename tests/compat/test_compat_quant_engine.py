@@ -28,7 +28,7 @@ from specdec.cli.main import main
 from specdec.engines.llama_cpp_quant import sha256_of
 from specdec.runfolder import read_manifest
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama_cpp]
 
 #: (target bits, draft bits) of the cells run here (module docstring)
 CELLS = ((4, 8), (8, 8))

@@ -28,7 +28,7 @@ from specdec.replay.http.client import build_payload, stream_payload
 from specdec.replay.http.stream import StreamPool
 from specdec.schemas.records import TrafficRow
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama_cpp]
 
 # repetitive text, which prompt lookup (ngram-mod) drafts well, and open text
 ROWS = [

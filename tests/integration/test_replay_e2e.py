@@ -3,7 +3,13 @@ closed-loop replay at two levels, two interleaved repeats and the lossless
 lossless pass, DuckDB marts, report. In float32, so that speculation must
 change no greedy token (issue 6, item 7). The embedded path runs on the
 session's shared servers (tests/support/engine_servers.py: a repeat's restart
-keeps them); fresh servers per repeat are tested in test_aa_e2e."""
+keeps them); fresh servers per repeat are tested in test_aa_e2e.
+
+The per-chunk token counts (issue 6, item 9) are read from the same run (they
+had a run of their own, one level and one repeat, before issue 40): the timed
+requests ask for vLLM's continuous_usage_stats, so every content chunk carries
+the running output-token count, and the speedup can be split at the natural
+end."""
 
 import json
 
@@ -26,7 +32,7 @@ def run(tmp_path_factory, model_dir, fixtures, vllm_pair):
         runs_dir=runs,
         run_id="e2e",
         levels=[1, 2],
-        max_tokens=24,
+        max_tokens=32,  # a prompt's natural end comes before it (the split at the natural end)
         warmup_requests=1,
         model=model_dir,
         dtype="float32",
@@ -86,7 +92,7 @@ def test_requests_succeed_and_manifest_proves_one_difference(run):
     n, ok, tokens = con.execute(
         "select count(*), count(*) filter (success), min(output_tokens) from stg_requests"
     ).fetchone()
-    assert n == 2 * 2 * 2 * 3 and ok == n and tokens == 24  # arms x levels x repeats x prompts
+    assert n == 2 * 2 * 2 * 3 and ok == n and tokens == 32  # arms x levels x repeats x prompts
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["finished"] is True
     assert (
@@ -123,8 +129,8 @@ def test_lossless_pass_has_complete_logprobs(run, model_dir):
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     n, bad = con.execute(
-        "select count(*), count(*) filter (where not success or len(token_ids) <> 24 "
-        "or len(top2_logprobs) <> 24 or list_contains(top2_logprobs, null)) "
+        "select count(*), count(*) filter (where not success or len(token_ids) <> 32 "
+        "or len(top2_logprobs) <> 32 or list_contains(top2_logprobs, null)) "
         "from stg_greedy_checks"
     ).fetchone()
     assert n == 2 * 2 * 3 and bad == 0  # arms x levels x prompts
@@ -166,3 +172,40 @@ def test_resource_cost_reads_the_server_process_tree_and_kv_cache(run):
         # SmolLM2-135M in float32 plus vLLM: several hundred MiB, the engine core included
         assert 300 < mean <= peak < 20_000, (arm, level, peak)
         assert kv is not None and 0.0 <= kv <= 1.0, (arm, level)
+
+
+def test_every_timed_request_has_running_token_counts(run):
+    con = duckdb.connect(str(run[0] / "specdec.duckdb"), read_only=True)
+    rows = con.execute(
+        "select s.arm, s.request_id, s.chunk_offsets_ms, s.chunk_tokens, r.output_tokens, "
+        "r.spec_num_accepted_tokens from stg_request_streams s join stg_requests r using (run_id, request_id) "
+        "where s.success order by all"
+    ).fetchall()
+    assert {r[0] for r in rows} == {"baseline", "speculative"} and len(rows) == 2 * 2 * 2 * 3
+    for _arm, rid, offsets, tokens, output_tokens, accepted in rows:
+        assert tokens is not None and len(tokens) == len(offsets) > 0, rid
+        assert tokens == sorted(tokens) and tokens[0] >= 1, (rid, tokens)  # non-decreasing
+        assert tokens[-1] == output_tokens == 32, (rid, tokens)
+        if accepted:  # an accepted draft puts two or more tokens into one step, so into one chunk
+            assert max(b - a for a, b in zip([0] + tokens, tokens)) >= 2, (rid, tokens)
+
+
+def test_pairs_are_split_at_the_natural_end_without_missing_counts(run):
+    con = duckdb.connect(str(run[0] / "specdec.duckdb"), read_only=True)
+    reasons = dict(
+        con.execute(
+            "select coalesce(unknown_reason, segment), count(*) from int_natural_end_pairs group by all"
+        ).fetchall()
+    )
+    assert reasons.get("before_natural_end", 0) >= 1, reasons
+    assert "no_chunk_tokens" not in reasons and "natural_end_not_in_chunks" not in reasons, reasons
+    # a split pair's two segments add up to its end-to-end times
+    bad = con.execute("""
+        select p.prompt_id from int_natural_end_pairs p
+        join int_requests_paired r using (comparison, category, concurrency, repeat, prompt_id, pair_index)
+        where p.segment <> 'unknown'
+        group by p.category, p.concurrency, p.prompt_id, p.repeat, p.pair_index, r.reference_e2e_ms,
+                 r.treatment_e2e_ms
+        having abs(sum(p.reference_ms) - r.reference_e2e_ms) > 1e-6
+            or abs(sum(p.treatment_ms) - r.treatment_e2e_ms) > 1e-6""").fetchall()
+    assert bad == []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.llama_cpp]
 
 
 @pytest.fixture(scope="module")
