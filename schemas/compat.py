@@ -15,11 +15,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Outcome = Literal["works", "degrades", "broken", "refused", "not offered"]
+Outcome = Literal["works", "degrades", "broken", "refused", "not tested", "not offered"]
 
-#: The outcomes in the order the matrix and the report list them (worst last but one:
-#: ``not offered`` says nothing about speculation).
-OUTCOMES: tuple[str, ...] = ("works", "degrades", "broken", "refused", "not offered")
+#: The outcomes in the order the matrix and the report list them (worst last but two: ``not tested`` and
+#: ``not offered`` say nothing about speculation, the first because it did not draft in the cell, the
+#: second because the feature is not there without it).
+OUTCOMES: tuple[str, ...] = ("works", "degrades", "broken", "refused", "not tested", "not offered")
 #: ``degrades`` (replay/compat/classify.py): acceptance per token with the feature below this share of the
 #: plain twin's: the gain falls.
 DEGRADE_RATIO = 0.5
@@ -184,10 +185,15 @@ class CompatCell(BaseModel):
         description="The captured and counted figures per arm behind the two flags; None when not captured.",
     )
     outcome: Outcome = Field(
-        description="works: valid, lossless, speculation ran; degrades: valid and lossless but speculation proposed "
-        "nothing, its acceptance per token fell below half the plain twin's, or its speedup fell clearly below "
+        description="works: valid, lossless, and the speculative arm drafted in the cell (its counters moved); "
+        "degrades: valid and lossless but speculation proposed nothing with the feature while the plain twin "
+        "drafted, its acceptance per token fell below half the plain twin's, or its speedup fell clearly below "
         "the plain twin's (speedup_vs_plain's interval wholly below 1 / 1.10); broken: invalid output, a greedy "
-        "divergence, or captured rows that do not reconcile with the counters in one arm only; refused: the speculative server refused what the baseline accepted; "
+        "divergence, or captured rows that do not reconcile with the counters in one arm only; refused: the "
+        "speculative server refused what the baseline accepted; "
+        "not tested: valid and lossless, but nothing shows that speculation ran: no draft token with the feature "
+        "nor on the plain twin (the probe could not make the engine draft; quantization cells: nor on the shipped "
+        "target), or the speculation counters were not read; "
         "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not met "
         "within max_tokens)."
     )

@@ -40,11 +40,14 @@ EVIDENCE_COLUMNS = (
 )
 
 DEFINITIONS = (
-    "works: valid in both arms, identical greedy outputs, speculation ran; "
+    "works: valid in both arms, identical greedy outputs, and the speculative arm drafted in the cell (its "
+    "counters moved); "
     "degrades: valid and identical, but no draft token with the feature while the plain twin had some, "
     f"or acceptance per token below {DEGRADE_RATIO:.0%} of the plain twin's; "
     "broken: an output violates the feature's constraint, or the greedy outputs differ; "
     "refused: the speculative server refused what the baseline accepted (its error in detail); "
+    "not tested: valid and identical, but nothing shows that speculation ran: no draft token with the feature nor "
+    "on the plain twin (the probe could not make the engine draft), or the speculation counters were not read; "
     "not offered: the baseline refused it too, or neither arm gave a valid output (the field ignored, or not "
     "met within the probe's max_tokens). "
     "Acceptance is from the engine's counters around each cell's own requests. Each feature probe's requests "
@@ -249,8 +252,8 @@ def _cols(t: Table) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
     return t.columns, t.rows
 
 
-#: One colour per outcome, in ``OUTCOMES`` order (green to grey).
-OUTCOME_COLOURS = ("#2e7d32", "#f9a825", "#c62828", "#6a1b9a", "#9e9e9e")
+#: One colour per outcome, in ``OUTCOMES`` order (green to grey; ``not tested`` a blue grey).
+OUTCOME_COLOURS = ("#2e7d32", "#f9a825", "#c62828", "#6a1b9a", "#78909c", "#9e9e9e")
 
 
 def matrix_chart(t: Table) -> dict[str, Any]:

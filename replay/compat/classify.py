@@ -17,22 +17,31 @@ Rules, first match wins (``classify``):
    from a near-tie here: the probes ask for no logprobs). Where the
    speculative arm proposed no draft token for the cell's requests the
    detail says the divergence is not speculation's own;
-6. the speculative arm proposed no draft token with the feature while it
-   did on the plain twin, or its acceptance per token fell below
-   ``DEGRADE_RATIO`` of the twin's: ``degrades`` (by how much, in the detail);
-7. the paired speedup with the feature over the plain twin's
+6. the speculative counters were not read (the server exports none, or a
+   read failed): ``not tested`` (nothing shows that speculation ran);
+7. the speculative arm proposed no draft token with the feature while it
+   did on the plain twin: ``degrades: no draft`` (the feature stops
+   speculation); no draft token with the feature nor on the twin (or the
+   twin's counters unread): ``not tested`` (the probe could not make the
+   engine draft: the gain is not tested here);
+8. its acceptance per token fell below ``DEGRADE_RATIO`` of the twin's:
+   ``degrades`` (by how much, in the detail);
+9. the paired speedup with the feature over the plain twin's
    (``timing.relative``) has a 95% interval wholly below
    1 / (1 + ``DEGRADE_SPEED_MARGIN``): ``degrades`` (by how much: 1 - the
    ratio). The margin keeps timer noise on fast requests and the many
    cells of a run (pointwise intervals) from calling a cell degraded for a
-   loss too small to matter;
-8. else ``works``.
+   loss too small to matter. Only a ``works`` cell is read so: a
+   ``not tested`` cell stays so, its speed in the detail;
+10. else ``works``: valid, lossless, and the speculative arm drafted in the
+    cell (its counters moved). A cell where nothing was drafted is never
+    ``works``.
 
 After the pair's servers have stopped and their capture is flushed,
-``with_capture`` turns a ``works`` or ``degrades`` cell whose captured rows
-reconcile with the engine's counters in one arm and not in the other into
-``broken`` (the speculative path miscounts, or the capture does; either way
-the cell's evidence disagrees with itself). Where no capture is active the
+``with_capture`` turns a ``works``, ``degrades`` or ``not tested`` cell whose
+captured rows reconcile with the engine's counters in one arm and not in the
+other into ``broken`` (the speculative path miscounts, or the capture does;
+either way the cell's evidence disagrees with itself). Where no capture is active the
 flags stay None and the outcome is unchanged: never a pass for rows that
 were not there.
 """
@@ -174,7 +183,8 @@ def classify(ev: Evidence) -> Classified:
 
 
 def _by_speed(ev: Evidence, out: Classified) -> Classified:
-    """Rule 7, and every valid cell's speedup put first in its detail (a terminal line cuts the rest)."""
+    """Rule 9 (read on ``works`` cells only), and every valid cell's speedup put first in its detail
+    (a terminal line cuts the rest)."""
     speed = timing.text(ev.speedup) if ev.speedup is not None else ""
     rel = ev.relative
     bound = 1.0 / (1.0 + DEGRADE_SPEED_MARGIN)
@@ -201,7 +211,7 @@ def with_capture(cell: CompatCell, baseline: bool | None, speculative: bool | No
         "capture_detail": detail,
     }
     one_arm = {baseline, speculative} == {True, False}
-    if cell.outcome in ("works", "degrades") and one_arm:
+    if cell.outcome in ("works", "degrades", "not tested") and one_arm:
         arm = "speculative" if speculative is False else "baseline"
         update["outcome"] = "broken"
         update["detail"] = (
@@ -215,7 +225,13 @@ def _by_acceptance(ev: Evidence, valid: str, identical: bool | None, first: int 
     f, p = ev.feature, ev.plain
     same = "identical in both arms" if identical else "sampled, not compared between arms"
     if f.draft_tokens is None:
-        return Classified("works", f"{valid}; {same}; acceptance not measured (no counters)", identical, first)
+        return Classified(
+            "not tested",
+            f"{valid}; {same}; the speculation counters were not read (the server exports none, or a read "
+            "failed): nothing shows that speculation ran",
+            identical,
+            first,
+        )
     if f.draft_tokens == 0:
         if p.draft_tokens:
             return Classified(
@@ -225,10 +241,11 @@ def _by_acceptance(ev: Evidence, valid: str, identical: bool | None, first: int 
                 identical,
                 first,
             )
+        twin = "nor on the plain twin" if p.draft_tokens == 0 else "(the plain twin's counters not read)"
         return Classified(
-            "works",
-            f"{valid}; {same}; speculation proposed no draft on this prompt, with or without the feature "
-            "(the gain is not tested here)",
+            "not tested",
+            f"{valid}; {same}; speculation proposed no draft token with the feature {twin}: the probe could not "
+            "make the engine draft on this prompt (the gain is not tested here)",
             identical,
             first,
         )
@@ -242,4 +259,5 @@ def _by_acceptance(ev: Evidence, valid: str, identical: bool | None, first: int 
             first,
         )
     plain = f" (plain twin {rp:.2f})" if rp is not None else ""
-    return Classified("works", f"{valid}; {same}; acceptance per token {rf:.2f}{plain}", identical, first)
+    rate = f"{rf:.2f}" if rf is not None else f"not measured ({f.draft_tokens} draft tokens proposed)"
+    return Classified("works", f"{valid}; {same}; acceptance per token {rate}{plain}", identical, first)

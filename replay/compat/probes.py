@@ -9,7 +9,10 @@ speculative arm's acceptance with the feature can be read beside its
 acceptance without it on the same prompt. The request bodies are vLLM's
 OpenAI-compatible API (``structured_outputs`` is vLLM's field for regex and
 choice); an engine that ignores a field it does not know shows it in the
-outcome (``not offered``: no valid output in either arm).
+outcome (``not offered``: no valid output in either arm). A probe whose
+prompt the speculative arm proposed no draft token for, with the feature and
+on its twin, says nothing about speculation: its cell is ``not tested``,
+never ``works`` (``classify``).
 
 What a probe needs from the server before it is built (the longest input,
 a token id for ``logit_bias``) is in ``ProbeContext``, found by ``run``.

@@ -21,9 +21,14 @@ records:
 Outcome (``classify_quant``, first match wins): the target without
 speculation did not serve: ``not offered``; the speculative server did not
 start or refused: ``refused`` (its error, escaped); the greedy texts differ:
-``broken``; no draft token while the reference proposed some, or acceptance
-per token below ``DEGRADE_RATIO`` of the reference's: ``degrades``; else
-``works``. The reference of a cell is the same speculative configuration on
+``broken``; the speculative counters not read: ``not tested``; no draft
+token while the reference proposed some: ``degrades: no draft``; no draft
+token and no reference that drafted (the shipped target's own cells, or a
+reference that drafted nothing either): ``not tested`` (the prompts could not
+make this configuration draft); acceptance per token below
+``DEGRADE_RATIO`` of the reference's: ``degrades``; else ``works`` (the
+speculative server drafted: a cell where nothing was drafted is never
+``works``). The reference of a cell is the same speculative configuration on
 the shipped 4-bit target (``plain_*`` columns); a ``works`` cell may still be
 slower than no speculation (a draft as large as its target costs a whole
 forward pass per token): the speedup says so.
@@ -160,8 +165,18 @@ def classify_quant(
     if first is not None:
         return "broken", f"greedy outputs differ between the arms at character {first}", False, first
     per_token, ref_rate = acc.rate, ref.rate if ref is not None else None
-    if acc.draft_tokens == 0 and ref is not None and ref.draft_tokens:
-        return "degrades", f"no draft token proposed ({ref.draft_tokens} on the shipped target)", True, None
+    if acc.draft_tokens is None:
+        return "not tested", "identical greedy text in both arms; nothing shows that speculation ran", True, None
+    if acc.draft_tokens == 0:
+        if ref is not None and ref.draft_tokens:
+            return "degrades", f"no draft token proposed ({ref.draft_tokens} on the shipped target)", True, None
+        where = "" if ref is None else " (none on the shipped target either)"
+        return (
+            "not tested",
+            f"identical greedy text in both arms, but no draft token proposed{where}: speculation did not run",
+            True,
+            None,
+        )
     if per_token is not None and ref_rate and per_token < classify.DEGRADE_RATIO * ref_rate:
         return (
             "degrades",

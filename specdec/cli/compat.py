@@ -95,13 +95,17 @@ def compat_command(**options) -> None:
     with prefix caching on and off, one cell per turn. Outcome:
 
     \b
-      works        valid in both arms, identical, speculation ran
+      works        valid in both arms, identical, and the speculative arm
+                   drafted in the cell (its counters moved)
       degrades     valid and identical, but no draft with the feature,
                    acceptance per token below half the plain twin's, or the
                    speedup clearly below the plain twin's (interval < 1/1.1)
       broken       invalid output, the greedy outputs differ, or the
                    capture reconciles in one arm only
       refused      the speculative server refused what the baseline accepted
+      not tested   valid and identical, but nothing shows speculation ran: no
+                   draft with the feature nor on the plain twin (the probe
+                   could not make the engine draft), or no counters read
       not offered  the baseline refused it too, or no valid output in either
                    arm (the field ignored, or not met within max_tokens)
 

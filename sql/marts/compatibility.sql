@@ -5,7 +5,7 @@
 --   engine, engine_version, spec_method   the pair probed (engine 'external': the user's URLs,
 --                         spec_method 'declared')
 --   feature, probe        the feature family and the probe within it
---   outcome               works | degrades | broken | refused | not offered; the rules are
+--   outcome               works | degrades | broken | refused | not tested | not offered; the rules are
 --                         specdec.replay.compat.classify's (CompatCell.outcome):
 --                         not offered  the baseline refused it, or neither arm gave a valid output
 --                                      (the field ignored, or not met within max_tokens)
@@ -14,9 +14,14 @@
 --                         degrades     valid and identical, but no draft token with the feature
 --                                      while the plain twin had some, acceptance_ratio < 0.5, or
 --                                      speedup_vs_plain_ci_high < 1 / 1.10 (the gain falls by 10% or more)
+--                         not tested   valid and identical, but nothing shows that speculation ran:
+--                                      no draft token with the feature nor on the plain twin (the
+--                                      probe could not make the engine draft), or no counters read
 --                         broken also: the capture reconciles with the counters in one arm only
---                         works        otherwise
---   outcome_rank          1 works, 2 degrades, 3 broken, 4 refused, 5 not offered (the matrix's order)
+--                         works        otherwise: valid, identical, and the speculative arm drafted
+--                                      in the cell (draft_tokens > 0); never a cell with no draft
+--   outcome_rank          1 works, 2 degrades, 3 broken, 4 refused, 5 not tested, 6 not offered
+--                         (the matrix's order, OUTCOMES)
 --   detail                why, one sentence (a refusal's error escaped on one line)
 --   baseline_accepted, speculative_accepted, baseline_valid, speculative_valid, identical
 --                         the flags of the evidence (NULL valid: not assessed; NULL identical:
@@ -90,7 +95,8 @@ final as (
         probe,
         outcome,
         case outcome
-            when 'works' then 1 when 'degrades' then 2 when 'broken' then 3 when 'refused' then 4 else 5
+            when 'works' then 1 when 'degrades' then 2 when 'broken' then 3 when 'refused' then 4
+            when 'not tested' then 5 else 6
         end as outcome_rank,
         detail,
         baseline_accepted,

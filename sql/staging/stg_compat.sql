@@ -2,7 +2,7 @@
 -- Grain: one row per run_id and cell of a `specdec compat` run (CompatCell): one
 --   (engine, speculative method, feature probe).
 -- Purpose: the cell record, typed. Nothing is derived here.
---   outcome        works | degrades | broken | refused | not offered (CompatCell.outcome)
+--   outcome        works | degrades | broken | refused | not tested | not offered (CompatCell.outcome)
 --   *_valid        NULL = not assessed (refused, no output constraint, not exercised);
 --                  a reply cut at max_tokens is invalid (false)
 --   draft_tokens, accepted_tokens, drafts, plain_*

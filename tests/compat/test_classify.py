@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from specdec.replay.compat.checks import ArmReplies
-from specdec.replay.compat.classify import Acceptance, Evidence, classify, divergence, escape
+from specdec.replay.compat.classify import Acceptance, Evidence, classify, divergence, escape, with_capture
+from specdec.replay.compat.quant import QuantArm, QuantMeasure, quant_cell
 from specdec.replay.compat.send import Choice, Reply
 
 
@@ -70,11 +71,52 @@ def test_degrades_when_no_draft_with_the_feature_or_acceptance_halves():
     assert out.outcome == "degrades" and "0.25 with the feature against 0.75 without (x0.33)" in out.detail
     # 4/8 = 0.5 >= 0.375: works
     assert classify(ev(feature=Acceptance(8, 4, 2))).outcome == "works"
-    # nothing drafted with or without: works, and says the gain is not tested
+
+
+def test_a_cell_where_nothing_was_drafted_is_never_works():
+    """Issue 43, item 1: works needs the speculative arm to have drafted in the cell. Before, both cells
+    below were works ("the gain is not tested here"; "acceptance not measured (no counters)")."""
+    # nothing drafted with or without the feature: the probe could not make the engine draft
     out = classify(ev(feature=Acceptance(0, 0, 0), plain=Acceptance(0, 0, 0)))
-    assert out.outcome == "works" and "not tested" in out.detail
-    # no counters (an external server without /metrics)
-    assert "not measured" in classify(ev(feature=Acceptance(), plain=Acceptance())).detail
+    assert out.outcome == "not tested", out.detail
+    assert "no draft token with the feature nor on the plain twin" in out.detail and out.identical is True
+    # the twin's counters unread, none drafted with the feature
+    out = classify(ev(feature=Acceptance(0, 0, 0), plain=Acceptance()))
+    assert out.outcome == "not tested" and "the plain twin's counters not read" in out.detail
+    # no counters at all (an external server without /metrics), greedy or sampled
+    for identity in (True, False):
+        out = classify(ev(feature=Acceptance(), plain=Acceptance(), identity=identity))
+        assert out.outcome == "not tested" and "counters were not read" in out.detail
+    # the twin drafted, the feature did not: still degrades (the feature stops speculation)
+    assert classify(ev(feature=Acceptance(0, 0, 0), plain=Acceptance(8, 6, 2))).outcome == "degrades"
+    # drafted, acceptance not exported: works, drafting seen
+    out = classify(ev(feature=Acceptance(8, None, 2), plain=Acceptance(8, None, 2)))
+    assert out.outcome == "works" and "not measured (8 draft tokens proposed)" in out.detail
+
+
+def test_a_not_tested_cell_keeps_its_outcome_through_the_speed_rule():
+    """The speed rule reads only works cells: a slow cell that drafted nothing stays not tested."""
+    slow = (0.5, 0.4, 0.6, 3)  # the feature's speedup over the twin's, wholly below 1 / 1.10
+    none = Acceptance(0, 0, 0)
+    e = Evidence(
+        True, arm(), arm(), (True, "valid"), (True, "valid"), none, none, (1.0, 0.9, 1.1, 3), (2.0, 1.9, 2.1, 3), slow
+    )
+    out = classify(e)
+    assert out.outcome == "not tested" and out.detail.startswith("speedup x")
+    drafting = Acceptance(8, 6, 2)
+    e = Evidence(True, arm(), arm(), (True, "valid"), (True, "valid"), drafting, drafting, None, None, slow)
+    assert classify(e).outcome == "degrades"
+
+
+def test_capture_in_one_arm_only_breaks_a_not_tested_cell_and_never_makes_it_works():
+    none = {"spec_num_draft_tokens": 0, "spec_num_accepted_tokens": 0, "spec_num_drafts": 0}
+    ok = Reply(200, None, [Choice("a")], 48, 10.0)
+    cell = quant_cell("t", "v", ("Q4_1", 4), QuantArm("ngram-mod"), QuantMeasure([ok], [ok], none, 2), None)
+    assert cell.outcome == "not tested"
+    assert with_capture(cell, None, None, None).outcome == "not tested"  # not captured: unchanged
+    assert with_capture(cell, True, True, "both reconcile").outcome == "not tested"
+    broken = with_capture(cell, True, False, "rows say 8 draft tokens, counters 0")
+    assert broken.outcome == "broken" and "was not tested" in broken.detail
 
 
 def test_escape_keeps_one_line_and_cuts():

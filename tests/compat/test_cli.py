@@ -53,7 +53,7 @@ def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
     assert sent[0]["bodies"][0] in base.bodies and sent[0]["bodies"][0] in spec.bodies
     assert sent[0]["twin"] in base.bodies
     assert "json_schema" in result.output and "broken" in result.output
-    assert "outcomes: works 1, degrades 0, broken 1, refused 0, not offered 0" in result.output
+    assert "outcomes: works 1, degrades 0, broken 1, refused 0, not tested 0, not offered 0" in result.output
     # the marts and the report: the compatibility mart holds the cells, the section opens with the counts
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     mart = con.sql("select probe, outcome, acceptance_rate, plain_acceptance_rate, n from compatibility").fetchall()
@@ -66,8 +66,28 @@ def test_compat_on_a_pair_of_urls_writes_cells_manifest_and_matrix(tmp_path):
     assert (run_dir / "charts" / "compat_matrix.png").is_file()  # the matrix chart
     html = (run_dir / "report.html").read_text()
     section = html[html.index("What works with speculation on this stack") :]
-    assert section.index("works 1, degrades 0, broken 1, refused 0, not offered 0") < section.index("json_schema")
+    assert section.index("works 1, degrades 0, broken 1, refused 0, not tested 0, not offered 0") < section.index(
+        "json_schema"
+    )
     assert "Feature probes&#x27; paired speedups" in section or "Feature probes' paired speedups" in section
+
+
+def test_compat_against_a_server_that_never_drafts_says_not_tested_in_the_mart_and_the_report(tmp_path):
+    """Issue 43: a speculative server whose counters never move got works in every cell."""
+    base, spec = CompatFake(False, base_s=0.01), CompatFake(True, no_drafts_with="messages", base_s=0.01)
+    run_dir = tmp_path / "runs" / "c2"
+    with threaded_pair(base, spec) as (b, s):
+        args = ["compat", "--baseline-url", b, "--speculative-url", s, "-o", str(run_dir)]
+        result = CliRunner().invoke(main, [*args, "--probe", "json_schema", "--probe", "stream"])
+    assert result.exit_code == 0, result.output
+    assert "outcomes: works 0, degrades 0, broken 0, refused 0, not tested 2, not offered 0" in result.output
+    con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
+    mart = con.sql("select probe, outcome, outcome_rank, draft_tokens from compatibility").fetchall()
+    assert sorted(mart) == [("json_schema", "not tested", 5, 0), ("stream", "not tested", 5, 0)]
+    html = (run_dir / "report.html").read_text()
+    section = html[html.index("What works with speculation on this stack") :]
+    assert "works 0, degrades 0, broken 0, refused 0, not tested 2, not offered 0" in section
+    assert "not tested: valid and identical, but nothing shows that speculation ran" in section
 
 
 def test_a_planted_tokenizer_mismatch_stops_the_run_before_any_request(tmp_path, model_dir):

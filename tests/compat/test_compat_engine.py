@@ -91,7 +91,7 @@ def test_every_cell_has_its_evidence(cells):
         assert c.baseline_http_status is not None or c.baseline_error, c.probe  # a reply, or why none
         if c.outcome == "refused":
             assert c.baseline_accepted and not c.speculative_accepted and c.speculative_error
-        elif c.outcome in ("works", "degrades", "broken"):
+        elif c.outcome in ("works", "degrades", "broken", "not tested"):
             assert c.baseline_accepted and c.speculative_accepted, c.probe
             assert c.baseline_output_sha256 and c.speculative_output_sha256
             # the engine's counters were read around the cell's own requests
@@ -101,6 +101,10 @@ def test_every_cell_has_its_evidence(cells):
                 assert c.identical is not None
         if c.outcome == "works" and c.identity_expected:
             assert c.identical is True
+        if c.outcome == "works":  # issue 43: the speculative arm drafted in a works cell
+            assert c.draft_tokens, (c.probe, c.detail)
+        if c.outcome == "not tested":  # nothing drafted with the feature, nor on the twin
+            assert c.draft_tokens == 0 and not c.plain_draft_tokens, (c.probe, c.detail)
 
 
 def test_speculation_ran_on_the_plain_code_prompt(cells):
@@ -113,7 +117,8 @@ def test_every_timed_cell_has_a_paired_speedup_from_its_own_pairs(cells):
     found, sent = cells
     twin_sent_by = {e["probe"]: e["twin_sent_by"] for e in sent}
     for c in found:
-        if c.outcome in ("works", "degrades", "broken") and c.baseline_accepted and c.speculative_accepted:
+        timed = ("works", "degrades", "broken", "not tested")
+        if c.outcome in timed and c.baseline_accepted and c.speculative_accepted:
             # one pair per feature request sent: 1 per repeat, the seeded probe's 2 (sent twice in its repeat)
             per_repeat = 2 if c.probe == "seed" else 1
             assert c.repeats == REPEATS and c.speedup_pairs == REPEATS * per_repeat, c.probe

@@ -16,6 +16,7 @@ from specdec.replay.compat import probing
 from specdec.replay.compat.capture_check import read_capture, reconcile
 from specdec.replay.compat.probes import ProbeContext, probe_set
 from specdec.replay.compat.probing import Pair, probe_pair
+from specdec.replay.compat.run import matrix_text
 from tests.support.compat_server import TOOLS_ERROR, CompatFake, fake_pair
 
 SETTINGS = ClientSettings(connect_timeout_s=5, request_timeout_s=10)
@@ -91,6 +92,26 @@ def test_no_drafts_with_the_feature_degrades():
     assert lp.outcome == "degrades", lp.detail
     assert lp.draft_tokens == 0 and lp.plain_draft_tokens == 8
     assert cells["stream"].outcome == "works"
+
+
+def test_a_speculative_server_whose_counters_never_move_gets_no_works_cell():
+    """Issue 43's probe: such a server got works in 24 of 24 cells. Every body holds 'messages': the
+    speculative fake exports its counters and never drafts."""
+    cells, _ = run_pair(CompatFake(False), CompatFake(True, no_drafts_with="messages"))
+    assert len(cells) == 24
+    assert {c.outcome for c in cells.values()} == {"not tested"}, {c.probe: c.detail for c in cells.values()}
+    assert all(c.draft_tokens == 0 and c.plain_draft_tokens in (0, None) for c in cells.values())
+    assert "the probe could not make the engine draft" in cells["json_schema"].detail
+    assert "outcomes: works 0, degrades 0, broken 0, refused 0, not tested 24, not offered 0" in matrix_text(
+        list(cells.values())
+    )
+
+
+def test_a_speculative_server_without_counters_gets_no_works_cell():
+    """No speculation counters read (a server without them): nothing shows that speculation ran."""
+    cells, _ = run_pair(CompatFake(False), CompatFake(False), only={"json_schema", "seed", "stream"})
+    assert {c.outcome for c in cells.values()} == {"not tested"}, {c.probe: c.detail for c in cells.values()}
+    assert all(c.draft_tokens is None and "counters were not read" in c.detail for c in cells.values())
 
 
 def test_repeats_pair_the_arms_and_give_each_cell_an_interval():

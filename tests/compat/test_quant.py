@@ -72,6 +72,16 @@ def test_a_cell_without_drafts_where_the_reference_had_some_degrades():
     assert cell.outcome == "degrades" and "no draft token proposed (40 on the shipped target)" in cell.detail
 
 
+def test_a_cell_whose_counters_never_move_is_not_tested_on_any_target():
+    """Issue 43: a speculative server that never drafts gave works on the shipped target (no reference)."""
+    m = measured(CompatFake(False), CompatFake(True, no_drafts_with="messages"))
+    assert m.counters is not None and classify.Acceptance.of(m.counters).draft_tokens == 0
+    for target, ref in ((("Q4_1", 4), None), (("Q8_0", 8), classify.Acceptance(0, 0, 0))):
+        cell = quant_cell("t", "v", target, DRAFT4, m, ref)
+        assert cell.outcome == "not tested", cell.detail
+        assert "no draft token proposed" in cell.detail and cell.identical is True
+
+
 def test_the_speedup_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
     base = [reply("a", 200.0), reply("a", 400.0)]
     spec = [reply("a", 100.0), reply("a", 100.0)]  # ratios 2 and 4
@@ -106,6 +116,26 @@ def test_the_speedup_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
             "exited with code 1",
         ),
         (failed("llama-server exited"), failed("not started"), classify.Acceptance(), None, "not offered", "exited"),
+        # issue 43: no draft token, and no reference that drafted (the shipped target's own cell): not tested,
+        # never works (it was works before)
+        ([reply("a", 1)], [reply("a", 1)], classify.Acceptance(0, 0, 0), None, "not tested", "no draft token"),
+        (
+            [reply("a", 1)],
+            [reply("a", 1)],
+            classify.Acceptance(0, 0, 0),
+            classify.Acceptance(0, 0, 0),
+            "not tested",
+            "none on the shipped target either",
+        ),
+        ([reply("a", 1)], [reply("a", 1)], classify.Acceptance(), None, "not tested", "nothing shows"),
+        (
+            [reply("a", 1)],
+            [reply("a", 1)],
+            classify.Acceptance(0, 0, 0),
+            classify.Acceptance(10, 9, 3),
+            "degrades",
+            "10 on the shipped target",
+        ),
     ],
 )
 def test_classify_quant(base, spec, acc, ref, outcome, says):
