@@ -6,16 +6,18 @@ pair's capture plugin rows are reconciled with the counters, cell by cell.
 
 The smallest design that exercises every code path of the probing against the
 real engine (issue 40): one repeat, and one probe per distinct path rather than
-the whole matrix (``ENGINE_PROBES``): a grammar (json_schema), a tool call, a
-stream, logprobs, a seeded probe sent twice within its repeat (two pairs: the
-interval's path), logit_bias (the /tokenize context), a penalty whose plain
-twin is the stream's (a twin's sends reused), both multi-turn sessions (the
-prefix cache by turn, on and off) and the long input (max_model_len from
-/v1/models). Every probe's outcome and check is unit-tested on recorded replies
-(tests/compat/test_probing.py, test_classify.py and beside them); the full matrix at its default
-repeats is a command (``specdec compat``), not a test. The statistical
-properties of the paired speedup are not asserted here: only that it is
-computed from the pairs that were sent."""
+the whole matrix (``ENGINE_PROBES``): a grammar (json_schema); a tool call
+(the embedded vLLM runs without a tool-call parser, so both arms refuse every
+tool probe there: the not-offered path); a stream; logprobs; a seeded probe
+sent twice within its repeat (two pairs: the interval's path); logit_bias (the
+/tokenize context); a penalty whose plain twin is the stream's (a twin's sends
+reused); both multi-turn sessions (the prefix cache by turn, on and off); the
+long input (max_model_len from /v1/models). Every probe's outcome and check is
+unit-tested on recorded replies (tests/compat/test_probing.py,
+test_classify.py and beside them); the full matrix at its default repeats is a
+command (``specdec compat``), not a test. The statistical properties of the
+paired speedup are not asserted here: only that it is computed from the pairs
+that were sent."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ pytestmark = pytest.mark.engine
 ENGINE_PROBES = frozenset(
     {
         "json_schema",
-        "tool_choice_required",
+        "tool_choice_auto",
         "stream",
         "top_logprobs",
         "seed",
