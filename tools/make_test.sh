@@ -33,17 +33,19 @@ signal.signal(signal.SIGTERM, signal.default_int_handler)
 sys.exit(pytest.main(sys.argv[1:]))' "$@"
 }
 
-# One part of the background line: NAME's output to $logs/NAME.log, its start and end times and
-# exit status beside it.
+span() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }  # seconds from $1 to $2
+
+# One part of the background line: NAME's output to $logs/NAME.log, its wall seconds and exit
+# status beside it.
 bg_part() {
-    local name=$1
+    local name=$1 t0
     shift
-    date +%s.%N >"$logs/$name.t0"
+    t0=$(date +%s.%N)
     ("$@") >"$logs/$name.log" 2>&1
     echo $? >"$logs/$name.rc"
-    date +%s.%N >"$logs/$name.end"
+    span "$t0" "$(date +%s.%N)" >"$logs/$name.s"
 }
-export -f pytest_ bg_part
+export -f pytest_ bg_part span
 export PY MAKE_CMD logs
 
 # Both lines are stopped with this script (a failure, Ctrl-C, SIGTERM): each gets SIGINT and up
@@ -65,9 +67,11 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 start=$(date +%s.%N)
-span() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }  # seconds from $1 to $2
 names=()
 seconds=()
+record() { names+=("$1"); seconds+=("$2"); }  # a part's title and its wall seconds, for the summary
+# the count of WORD ("passed", "failed", ...) in a pytest closing line; 0 when it names none
+count() { grep -oE "[0-9]+ $1" <<<"$2" | grep -oE '[0-9]+' || echo 0; }
 
 summary() {
     local rc=$1 i passed=0 failed=0 skipped=0 errors=0 n f
@@ -81,10 +85,10 @@ summary() {
     for f in "$logs/no-engine.log" "$logs/engine.log"; do
         [ -e "$f" ] || continue
         n=$(tail -n 1 "$f")
-        passed=$((passed + $(grep -oE '[0-9]+ passed' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
-        failed=$((failed + $(grep -oE '[0-9]+ failed' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
-        skipped=$((skipped + $(grep -oE '[0-9]+ skipped' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
-        errors=$((errors + $(grep -oE '[0-9]+ errors?' <<<"$n" | grep -oE '[0-9]+' || echo 0)))
+        passed=$((passed + $(count passed "$n")))
+        failed=$((failed + $(count failed "$n")))
+        skipped=$((skipped + $(count skipped "$n")))
+        errors=$((errors + $(count 'errors?' "$n")))
     done
     [ "$rc" = 0 ] || echo "make test: failed (exit $rc): see the part above"
     if [ $((passed + failed + skipped + errors)) -gt 0 ]; then
@@ -97,8 +101,7 @@ echo "== make test: set-up (venv, model, browser, llama-server)"
 t0=$(date +%s.%N)
 "$MAKE_CMD" --no-print-directory install model browser llama-server
 rc=$?
-names+=("set-up (venv, model, browser, llama-server)")
-seconds+=("$(span "$t0" "$(date +%s.%N)")")
+record "set-up (venv, model, browser, llama-server)" "$(span "$t0" "$(date +%s.%N)")"
 if [ "$rc" != 0 ]; then
     summary "$rc"
     exit "$rc"
@@ -126,24 +129,15 @@ sleep 1  # the engine output's tee (a process substitution) finishes its last wr
 wait "$bg"
 bg=
 rc=0
-for part in checks no-engine; do
-    case $part in
-        checks) title="lint, types, imports (beside)" ;;
-        no-engine) title="tests without engine, 2 workers (beside)" ;;
-    esac
+for part in "checks:lint, types, imports (beside)" "no-engine:tests without engine, 2 workers (beside)"; do
+    name=${part%%:*} title=${part#*:}
     echo "== make test: $title: its output"
-    cat "$logs/$part.log" 2>/dev/null
-    names+=("$title")
-    if [ -e "$logs/$part.end" ]; then
-        seconds+=("$(span "$(cat "$logs/$part.t0")" "$(cat "$logs/$part.end")")")
-    else
-        seconds+=("-")
-    fi
-    part_rc=$(cat "$logs/$part.rc" 2>/dev/null || echo 1)
+    cat "$logs/$name.log" 2>/dev/null
+    record "$title" "$(cat "$logs/$name.s" 2>/dev/null || echo -)"
+    part_rc=$(cat "$logs/$name.rc" 2>/dev/null || echo 1)
     [ "$part_rc" = 0 ] || rc=$part_rc
 done
-names+=("engine tests, one at a time")
-seconds+=("$engine_s")
+record "engine tests, one at a time" "$engine_s"
 [ "$engine_rc" = 0 ] || rc=$engine_rc
 summary "$rc"
 exit "$rc"
