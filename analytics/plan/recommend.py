@@ -1,7 +1,7 @@
 """Decisions from the predictions: the k to deploy per category and load band, and three
 policies' traffic-weighted gains, each with its bootstrap interval.
 
-**The rule** (``RULE``, stated once; plan.json's ``decision_rule`` and the top of plan.html
+**The rule** (``rule_text``, stated once; plan.json's ``decision_rule`` and the top of plan.html
 carry it). Off (k = 0) is the default, and a k > 0 must earn its place:
 
 * **eligible**: a k > 0 whose predicted speedup (point) is above 1 and whose interval's lower
