@@ -23,7 +23,8 @@ Rules, first match wins (``classify``):
    did on the plain twin: ``degrades: no draft`` (the feature stops
    speculation); no draft token with the feature nor on the twin (or the
    twin's counters unread): ``not tested`` (the probe could not make the
-   engine draft: the gain is not tested here);
+   engine draft: the gain is not tested here). Rules 6 and 7 are ``no_draft``,
+   which the quantization cells share (``quant.classify_quant``);
 8. its acceptance per token fell below ``DEGRADE_RATIO`` of the twin's:
    ``degrades`` (by how much, in the detail);
 9. the paired speedup with the feature over the plain twin's
@@ -221,34 +222,38 @@ def with_capture(cell: CompatCell, baseline: bool | None, speculative: bool | No
     return cell.model_copy(update=update)
 
 
+def no_draft(acc: Acceptance, ref: Acceptance | None, ref_name: str, subject: str = "") -> tuple[Outcome, str] | None:
+    """Rules 6 and 7, shared with the quantization cells (``quant.classify_quant``): (outcome, why)
+    when ``acc`` shows no draft token, or its counters were not read; None when it drafted.
+    ``ref``: the reference's acceptance (the plain twin; the shipped target), None where there is
+    none; ``ref_name`` names it, ``subject`` says what ``acc`` covers (" with the feature")."""
+    if acc.draft_tokens is None:
+        return "not tested", (
+            "the speculation counters were not read (the server exports none, or a read failed): "
+            "nothing shows that speculation ran"
+        )
+    if acc.draft_tokens:
+        return None
+    if ref is not None and ref.draft_tokens:
+        return "degrades", f"speculation proposed no draft token{subject} ({ref.draft_tokens} on {ref_name})"
+    if ref is None:
+        where = ""
+    elif ref.draft_tokens == 0:
+        where = f" nor on {ref_name}"
+    else:
+        where = f" ({ref_name}'s counters not read)"
+    return "not tested", (
+        f"speculation proposed no draft token{subject}{where}: the probe could not make the engine draft "
+        "on its prompts (the gain is not tested here)"
+    )
+
+
 def _by_acceptance(ev: Evidence, valid: str, identical: bool | None, first: int | None) -> Classified:
     f, p = ev.feature, ev.plain
     same = "identical in both arms" if identical else "sampled, not compared between arms"
-    if f.draft_tokens is None:
-        return Classified(
-            "not tested",
-            f"{valid}; {same}; the speculation counters were not read (the server exports none, or a read "
-            "failed): nothing shows that speculation ran",
-            identical,
-            first,
-        )
-    if f.draft_tokens == 0:
-        if p.draft_tokens:
-            return Classified(
-                "degrades",
-                f"{valid}; {same}; but speculation proposed no draft token with the feature "
-                f"({p.draft_tokens} on the plain twin)",
-                identical,
-                first,
-            )
-        twin = "nor on the plain twin" if p.draft_tokens == 0 else "(the plain twin's counters not read)"
-        return Classified(
-            "not tested",
-            f"{valid}; {same}; speculation proposed no draft token with the feature {twin}: the probe could not "
-            "make the engine draft on this prompt (the gain is not tested here)",
-            identical,
-            first,
-        )
+    idle = no_draft(f, p, "the plain twin", " with the feature")
+    if idle is not None:
+        return Classified(idle[0], f"{valid}; {same}; {idle[1]}", identical, first)
     rf, rp = f.rate, p.rate
     if rf is not None and rp and rf < DEGRADE_RATIO * rp:
         return Classified(

@@ -165,18 +165,9 @@ def classify_quant(
     if first is not None:
         return "broken", f"greedy outputs differ between the arms at character {first}", False, first
     per_token, ref_rate = acc.rate, ref.rate if ref is not None else None
-    if acc.draft_tokens is None:
-        return "not tested", "identical greedy text in both arms; nothing shows that speculation ran", True, None
-    if acc.draft_tokens == 0:
-        if ref is not None and ref.draft_tokens:
-            return "degrades", f"no draft token proposed ({ref.draft_tokens} on the shipped target)", True, None
-        where = "" if ref is None else " (none on the shipped target either)"
-        return (
-            "not tested",
-            f"identical greedy text in both arms, but no draft token proposed{where}: speculation did not run",
-            True,
-            None,
-        )
+    idle = classify.no_draft(acc, ref, "the shipped target")
+    if idle is not None:
+        return idle[0], f"identical greedy text in both arms; {idle[1]}", True, None
     if per_token is not None and ref_rate and per_token < classify.DEGRADE_RATIO * ref_rate:
         return (
             "degrades",

@@ -69,7 +69,7 @@ def test_a_cell_without_drafts_where_the_reference_had_some_degrades():
     m = measured(CompatFake(False), CompatFake(True, no_drafts_with="ignore_eos"))
     cell = quant_cell("t", "v", ("F16", 16), QuantArm("ngram-mod"), m, classify.Acceptance(40, 30, 10))
     assert cell.probe == "target-f16.ngram-mod" and cell.draft_quant is None
-    assert cell.outcome == "degrades" and "no draft token proposed (40 on the shipped target)" in cell.detail
+    assert cell.outcome == "degrades" and "no draft token (40 on the shipped target)" in cell.detail
 
 
 def test_a_cell_whose_counters_never_move_is_not_tested_on_any_target():
@@ -125,7 +125,7 @@ def test_the_speedup_is_the_geometric_mean_of_paired_ratios_with_a_t_interval():
             classify.Acceptance(0, 0, 0),
             classify.Acceptance(0, 0, 0),
             "not tested",
-            "none on the shipped target either",
+            "nor on the shipped target",
         ),
         ([reply("a", 1)], [reply("a", 1)], classify.Acceptance(), None, "not tested", "nothing shows"),
         (
