@@ -169,6 +169,8 @@ def _verdict(probe: Probe, per_repeat: list[list[Reply]], twins: list[Reply]) ->
         arm = checks.ArmReplies(replies, twins[r] if r < len(twins) else None)
         if classify.refusal(arm) is not None:
             return None, "refused"
+        if classify.failure(arm) is not None:
+            return None, "failed: no reply to judge"
         verdicts.append(probe.check(arm))
     bad = [(i, v) for i, v in enumerate(verdicts) if v[0] is False]
     if bad:
@@ -180,7 +182,7 @@ def _verdict(probe: Probe, per_repeat: list[list[Reply]], twins: list[Reply]) ->
 def _arm_fields(arm: str, replies: checks.ArmReplies, verdict: checks.Verdict) -> dict[str, Any]:
     """The cell's ``<arm>_*`` columns: what the arm's (first) feature reply was, and its output
     (digest and head; None when a feature request was refused)."""
-    first, accepted = replies.first, classify.refusal(replies) is None
+    first, accepted = replies.first, all(r.accepted for r in replies.feature)
     text = classify.output(replies) if accepted else None
     return {
         f"{arm}_accepted": accepted,

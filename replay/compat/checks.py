@@ -20,7 +20,8 @@ from typing import Any
 
 import jsonschema
 
-from specdec.replay.compat.send import Reply
+from specdec.json_limits import scan
+from specdec.replay.compat.replies import MAX_JSON_DEPTH, MAX_REPLY_BYTES, Reply
 
 Verdict = tuple[bool | None, str]
 
@@ -58,6 +59,13 @@ def no_constraint(what: str) -> Check:
     return check
 
 
+def _loads(text: str) -> Any:
+    """``text`` as JSON; a ValueError when it is not, or is nested deeper than ``MAX_JSON_DEPTH``
+    (checked first: Python's parser would recurse once per level, into a RecursionError)."""
+    scan(text, max_depth=MAX_JSON_DEPTH, max_string=MAX_REPLY_BYTES)
+    return json.loads(text)
+
+
 def _text(r: ArmReplies) -> str:
     """The first feature reply's first choice's text ("" without a choice)."""
     return r.first.choices[0].text if r.first.choices else ""
@@ -68,7 +76,7 @@ def _parsed(judge: Callable[[Any], Verdict]) -> Check:
 
     def check(r: ArmReplies) -> Verdict:
         try:
-            value = json.loads(_text(r))
+            value = _loads(_text(r))
         except ValueError as exc:
             return _cut(r.first, f"not JSON: {exc}")
         return judge(value)
@@ -134,7 +142,7 @@ def tool_call(tools: Sequence[dict[str, Any]], named: str | None, required: bool
             if call["name"] not in params or (named and call["name"] != named):
                 return False, f"calls {call['name']!r}, not {named or sorted(params)}"
             try:
-                args = json.loads(call["arguments"])
+                args = _loads(call["arguments"])
             except ValueError as exc:
                 return _cut(r.first, f"arguments not JSON: {exc}")
             verdict = _validate(args, params[call["name"]], f"{call['name']}'s parameters")

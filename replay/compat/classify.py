@@ -6,8 +6,10 @@ Rules, first match wins (``classify``):
 
 1. the baseline refused the feature: ``not offered`` (the engine's own reply
    says so; nothing about speculation can be learnt);
-2. the speculative arm refused what the baseline accepted: ``refused``, with
-   the server's error text (escaped);
+2. a reply of either arm failed without the server saying no (malformed,
+   overlong, timed out, cut off: ``replies.FAULTS``): ``broken``, with its
+   type and reason; the speculative arm refused what the baseline accepted:
+   ``refused``, with the server's error text (escaped);
 3. neither arm's output obeys the constraint: ``not offered`` (the engine
    accepted the field and ignored it, or could not meet it within the
    probe's max_tokens, with or without speculation);
@@ -50,6 +52,7 @@ were not there.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,7 +94,9 @@ class Acceptance:
 def counter(diff: Mapping[str, Any] | None, key: str) -> int | None:
     """One counter's difference as a count; None when the counters were not read or lack ``key``."""
     value = None if diff is None else diff.get(key)
-    return None if value is None else int(round(value))
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        return None  # not read, or no count (NaN, infinite, negative): not measured
+    return int(round(value))
 
 
 @dataclass(frozen=True)
@@ -123,11 +128,22 @@ def escape(text: str, limit: int = DETAIL_ERROR_CHARS) -> str:
 
 
 def refusal(replies: ArmReplies) -> str | None:
-    """The first refused feature request's status and error, or None when all were accepted."""
+    """The first refused feature request's status and error, or None when none was refused (a
+    failure the server did not choose is no refusal: ``failure``)."""
     for r in replies.feature:
-        if not r.accepted:
+        if not r.accepted and not r.fault:
             status = f"HTTP {r.status}" if r.status is not None else "no reply"
             return f"{status}: {escape(r.error or '')}"
+    return None
+
+
+def failure(replies: ArmReplies) -> str | None:
+    """The first feature request that failed without the server saying no (``replies.FAULTS``: a
+    malformed or overlong reply, a timeout, a broken connection): its type and why; else None."""
+    for r in replies.feature:
+        if r.fault:
+            status = f"HTTP {r.status}, " if r.status is not None else ""
+            return f"{status}{r.error_type}: {escape(r.error or '')}"
     return None
 
 
@@ -149,6 +165,10 @@ def classify(ev: Evidence) -> Classified:
     if b_refused is not None:
         also = "the speculative arm accepted it" if s_refused is None else "the speculative arm refused it too"
         return Classified("not offered", f"the baseline refused it ({b_refused}); {also}", None, None)
+    for arm, replies in (("speculative", ev.speculative), ("baseline", ev.baseline)):
+        failed = failure(replies)
+        if failed is not None:
+            return Classified("broken", f"the {arm} arm's reply failed ({failed})", None, None)
     if s_refused is not None:
         return Classified(
             "refused", f"the speculative server refused what the baseline accepted: {s_refused}", None, None

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from typing import Any
 
 import aiohttp
 
-from specdec.engines.metrics import read_counters
+from specdec.engines.metrics import COUNTERS, metrics_text, parse_counters
 from specdec.engines.urls import ClientSettings, Endpoint
 from specdec.replay.compat import cells
 from specdec.replay.compat.cells import Pair
@@ -41,19 +42,24 @@ from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
 from specdec.replay.compat.send import Reply, get_json, post_json, send
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.replay.compat.together import never
+from specdec.replay.compat.watch import Watch
 from specdec.schemas.compat import CompatCell
 
 #: A sentence repeated to make the long input; its tokens are counted by the server's /tokenize.
 LONG_SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "
 #: Tokens kept free below max_model_len for the chat template and the reply.
 LONG_MARGIN = 96
+#: The longest input the long-input probe builds, tokens: a server's max_model_len above it is read as
+#: this (a context of 10^12 would otherwise make a prompt of terabytes: a MemoryError); 32k tokens of
+#: ``LONG_SENTENCE`` are about 150 kB of prompt. The cell's constraint names the length probed.
+LONG_INPUT_CAP = 32768
 
 
 async def served_model(
     session: aiohttp.ClientSession, ep: Endpoint, settings: ClientSettings
 ) -> tuple[str, int | None]:
     """The first model of GET /v1/models and its context length: vLLM's max_model_len there, else
-    llama-server's per-slot n_ctx from GET /props; None when neither says."""
+    llama-server's per-slot n_ctx from GET /props, at most ``LONG_INPUT_CAP``; None when neither says."""
     data: Any = await get_json(session, ep, "/v1/models", settings)
     try:
         entry = data["data"][0]
@@ -66,7 +72,9 @@ async def served_model(
             length = props["default_generation_settings"]["n_ctx"]
         except (TypeError, KeyError):
             length = None
-    return model, length if isinstance(length, int) and not isinstance(length, bool) else None
+    if not isinstance(length, int) or isinstance(length, bool) or length <= 0:
+        return model, None
+    return model, min(length, LONG_INPUT_CAP)
 
 
 async def token_ids(
@@ -120,15 +128,19 @@ async def probe_pair(
     only: frozenset[str] | None = None,
     repeats: int = DEFAULT_REPEATS,
     checkpoint: Callable[[], None] = never,
+    keep: Callable[[list[CompatCell]], None] = lambda _cells: None,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
     each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
     probe names to send (a session's name sends all its turns); ``checkpoint`` is called before
-    each probe (``together``: it raises when the run ends early)."""
+    each probe (``together``: it raises when the run ends early); ``keep`` gets the cells so far after
+    each probe (the run writes them as they are measured). A server that does not serve ends the
+    run with ``watch.ServerFailed`` (its cells so far already kept)."""
     seq = itertools.count()
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
     twins = Twins()
+    watch = Watch()
     async with aiohttp.ClientSession() as session:
         model, ctx = await probe_context(session, pair.baseline, settings)
         for probe in probe_set(ctx):
@@ -136,7 +148,9 @@ async def probe_pair(
                 continue
             checkpoint()
             prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
-            logs, twin_from = await _send_probe(session, pair, probe, model, settings, prefix, seq, repeats, twins)
+            logs, twin_from = await _send_probe(
+                session, pair, probe, model, settings, prefix, seq, repeats, twins, watch
+            )
             made = cells.probe_cells(pair, run_id, probe, logs, repeats)
             sent.append(
                 {
@@ -153,6 +167,7 @@ async def probe_pair(
             for cell, _ in made:
                 found.append(cell)
                 echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
+            keep(list(found))
     return found, sent
 
 
@@ -170,6 +185,7 @@ async def _send_probe(
     seq: itertools.count[int],
     repeats: int,
     twins: Twins,
+    watch: Watch,
 ) -> tuple[dict[str, cells.ArmLog], str | None]:
     """Both arms' requests of one probe, paired and interleaved, and the probe whose twin sends it
     reused (None: it sent its own, or has no twin) (module docstring)."""
@@ -199,6 +215,7 @@ async def _send_probe(
             for arm in list(eps) if (r + j) % 2 == 0 else list(eps)[::-1]:
                 rid = f"{prefix}.{arm}.{next(seq)}"
                 reply = await send(session, eps[arm], body, settings, rid)
+                watch.saw(arm, eps[arm], reply)
                 now = await read(arm)
                 diff = _diff(last[arm], now)
                 logs[arm].add(bucket, rid, diff)
@@ -223,7 +240,7 @@ async def settled(
 ) -> dict[str, Any] | None:
     """The counters once two reads ``settle_s`` apart agree (as ``runner.settled_counters``, the
     pause a parameter so the tests need not wait); None when /metrics cannot be read."""
-    names = dict(counters) if counters else None
+    names = dict(counters) if counters else COUNTERS
     try:
         prev = await read_counters(session, ep, settings, names)
         for _ in range(tries):
@@ -233,8 +250,23 @@ async def settled(
                 return cur
             prev = cur
         return prev
-    except (aiohttp.ClientError, OSError, TimeoutError):
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
         return None
+
+
+async def read_counters(
+    session: aiohttp.ClientSession, ep: Endpoint, settings: ClientSettings, names: Mapping[str, str]
+) -> dict[str, float | None]:
+    """The counters ``names`` on /metrics, each None where the server exports none, or exports a
+    value no counter has (NaN, infinite, negative: not measured). The read is bounded by the
+    connect and request timeouts together (``--request-timeout``, not a fixed wait)."""
+    text = await metrics_text(session, ep, settings, timeout_s=settings.connect_timeout_s + settings.request_timeout_s)
+    if text is None:
+        return {k: None for k in names}
+    return {
+        k: v if v is not None and math.isfinite(v) and v >= 0 else None
+        for k, v in parse_counters(text, dict(names)).items()
+    }
 
 
 def _diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -243,5 +275,6 @@ def _diff(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[s
     out: dict[str, Any] = {}
     for key, value in after.items():
         prev = before.get(key)
-        out[key] = None if value is None or prev is None or not isinstance(value, int | float) else value - prev
+        ok = isinstance(value, int | float) and isinstance(prev, int | float) and value >= prev
+        out[key] = value - prev if ok else None  # a counter that went back (a restart): not measured
     return out

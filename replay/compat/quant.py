@@ -158,6 +158,10 @@ def classify_quant(
     b_err, s_err = classify.refusal(base), classify.refusal(spec)
     if b_err is not None:
         return "not offered", f"the target without speculation did not serve ({b_err})", None, None
+    for arm, replies in (("speculative", spec), ("baseline", base)):
+        failed = classify.failure(replies)
+        if failed is not None:
+            return "broken", f"the {arm} server's reply failed ({failed})", None, None
     if s_err is not None:
         return "refused", f"the speculative server did not serve what the baseline did: {s_err}", None, None
     a, b = classify.output(base), classify.output(spec)

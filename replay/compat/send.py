@@ -1,64 +1,61 @@
 """Send one probe request to an OpenAI-compatible chat endpoint and keep the
 whole reply: every choice's text, tool calls, finish reason and logprobs,
-streamed or not. A refusal or a broken reply is data (``Reply.error``, the
-server's body verbatim), never an exception, as in the replay client.
+streamed or not (``replies``). A refusal or a broken reply is data
+(``Reply.error``, the server's body verbatim; ``Reply.error_type`` for a
+failure the server did not choose), never an exception, as in the replay
+client.
 
 The replay's own transport (``specdec.replay.http``) keeps only what timing
 needs (text, chunk times); a compatibility probe needs the structured parts
 of the reply (tool calls, every choice of ``n > 1``, logprobs), so it reads
-the JSON here, with aiohttp, one request at a time.
+the JSON here, with aiohttp, one request at a time. It is bounded as the
+replay's requests are, with the replay's limits and failure names
+(``specdec.replay.http.client``): the request timeout (the longest wait for
+the next byte, aiohttp's ``sock_read``), a wall limit per request
+(``ClientSettings.wall_limit_s``: ``request_wall_timeout``), and a length
+limit: ``replies.MAX_REPLY_BYTES`` of body, or a stream's content chunks past
+``stream_limit(max_tokens)`` per choice (``overlong_reply``). Every other
+read (``/v1/models``, ``/tokenize``) has the same bounds and answers None
+on any failure.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from specdec.engines.urls import ClientSettings, Endpoint, request_headers
+from specdec.replay.compat.replies import (
+    MAX_ERROR_CHARS,
+    MAX_REPLY_BYTES,
+    Choice,
+    Malformed,
+    Reply,
+    StreamReader,
+    loads,
+    read_plain,
+)
+from specdec.replay.http.client import stream_limit
 
-#: Longest error body kept verbatim, characters (an HTML error page can be large).
-MAX_ERROR_CHARS = 2000
+__all__ = ["MAX_ERROR_CHARS", "Choice", "Reply", "get_json", "post_json", "send"]
+
+#: The wall limit of a request without max_tokens (``ClientSettings.wall_limit_s`` gives none).
+NO_MAX_TOKENS = 1024
 
 
-@dataclass
-class Choice:
-    """One choice of a reply, assembled from a plain reply or from stream deltas."""
-
-    text: str = ""
-    tool_calls: list[dict[str, str]] = field(default_factory=list)  # {"name", "arguments"} (arguments: the raw text)
-    finish_reason: str | None = None
-    logprobs: list[dict[str, Any]] | None = None  # logprobs.content entries, None when the reply has none
+class _Overlong(Exception):
+    """The reply went past its length limit."""
 
 
-@dataclass
-class Reply:
-    """What a server answered to one probe request."""
-
-    status: int | None
-    error: str | None  # verbatim error body (or the client's exception) when not accepted
-    choices: list[Choice] = field(default_factory=list)
-    completion_tokens: int | None = None
-    e2e_ms: float | None = None
-
-    @property
-    def accepted(self) -> bool:
-        return self.error is None
-
-    def normalized(self) -> str:
-        """The output as one canonical JSON text: every choice's text and tool calls,
-        in order (what greedy identity and the digest compare)."""
-        return json.dumps(
-            [{"text": c.text, "tool_calls": c.tool_calls} for c in self.choices], sort_keys=True, ensure_ascii=False
-        )
-
-    @property
-    def truncated(self) -> bool:
-        """Some choice stopped at max_tokens."""
-        return any(c.finish_reason == "length" for c in self.choices)
+def wall_limit_s(settings: ClientSettings, body: dict[str, Any] | None) -> float:
+    """The replay's wall limit for ``body`` (the request timeout plus a second per requested token)."""
+    n = (body or {}).get("max_tokens")
+    tokens = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else NO_MAX_TOKENS
+    limit = settings.wall_limit_s(tokens)
+    return limit if limit is not None else settings.request_timeout_s
 
 
 async def send(
@@ -68,101 +65,90 @@ async def send(
     settings: ClientSettings,
     request_id: str,
 ) -> Reply:
-    """POST ``body`` to ``/v1/chat/completions`` and read the reply whole."""
+    """POST ``body`` to ``/v1/chat/completions`` and read the reply whole, within its bounds."""
     started = time.perf_counter()
+    wall = wall_limit_s(settings, body)
+    status: int | None = None
+    deadline = None
     try:
-        async with session.post(
-            ep.url("/v1/chat/completions"),
-            params=ep.params or None,
-            json=body,
-            headers=request_headers(settings, ep, request_id),
-            timeout=settings.timeout(),
-        ) as resp:
-            if resp.status >= 300:
-                text = await resp.text(errors="replace")
-                return Reply(resp.status, text[:MAX_ERROR_CHARS] or f"HTTP {resp.status} (empty body)")
-            if body.get("stream"):
-                reply = await _read_stream(resp)
-            else:
-                reply = _read_plain(resp.status, await resp.text(errors="replace"))
+        async with asyncio.timeout(wall) as deadline:
+            async with session.post(
+                ep.url("/v1/chat/completions"),
+                params=ep.params or None,
+                json=body,
+                headers=request_headers(settings, ep, request_id),
+                timeout=settings.timeout(),
+            ) as resp:
+                status = resp.status
+                if resp.status >= 300:
+                    text = (await resp.content.read(4 * MAX_ERROR_CHARS)).decode(errors="replace")
+                    return Reply(resp.status, text[:MAX_ERROR_CHARS] or f"HTTP {resp.status} (empty body)")
+                if body.get("stream"):
+                    reply = await _read_stream(resp, body)
+                else:
+                    reply = read_plain(resp.status, (await _read_capped(resp)).decode(errors="replace"))
+    except Malformed as exc:
+        reply = Reply(status, f"malformed reply: {exc}"[:MAX_ERROR_CHARS], error_type="malformed_reply")
+    except _Overlong as exc:
+        reply = Reply(status, str(exc), error_type="overlong_reply")
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-        return Reply(None, f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS], e2e_ms=_ms(started))
+        kind = _kind(exc, status, deadline is not None and deadline.expired())
+        why = f"the reply took longer than its wall limit of {wall:g} s" if kind == "request_wall_timeout" else ""
+        msg = why or f"{type(exc).__name__}: {exc}"
+        return Reply(
+            status if kind != "connect_error" else None, msg[:MAX_ERROR_CHARS], e2e_ms=_ms(started), error_type=kind
+        )
     reply.e2e_ms = _ms(started)
     return reply
+
+
+def _kind(exc: BaseException, status: int | None, wall_expired: bool) -> str:
+    """The failure's type (``replies.FAULTS``), named as the replay names it."""
+    if wall_expired:
+        return "request_wall_timeout"
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "connect_timeout"
+    if isinstance(exc, (aiohttp.SocketTimeoutError, TimeoutError)):
+        return "request_timeout"
+    return "connect_error" if status is None else "stream_truncated"
 
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000.0
 
 
-def _read_plain(status: int, text: str) -> Reply:
-    try:
-        data = json.loads(text)
-        choices = [_plain_choice(c) for c in data["choices"]]
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return Reply(status, f"unreadable reply: {text[:MAX_ERROR_CHARS]}")
-    return Reply(status, None, choices, _completion_tokens(data))
+async def _read_capped(resp: aiohttp.ClientResponse) -> bytes:
+    buf = bytearray()
+    async for block in resp.content.iter_any():
+        buf += block
+        if len(buf) > MAX_REPLY_BYTES:
+            raise _Overlong(f"the reply ran past {MAX_REPLY_BYTES} bytes; the client stopped reading")
+    return bytes(buf)
 
 
-def _plain_choice(c: dict[str, Any]) -> Choice:
-    msg = c.get("message") or {}
-    calls = [
-        {
-            "name": (t.get("function") or {}).get("name") or "",
-            "arguments": (t.get("function") or {}).get("arguments") or "",
-        }
-        for t in msg.get("tool_calls") or []
-    ]
-    lp = c.get("logprobs")
-    return Choice(msg.get("content") or "", calls, c.get("finish_reason"), (lp or {}).get("content") if lp else None)
-
-
-def _completion_tokens(data: dict[str, Any]) -> int | None:
-    usage = data.get("usage") or {}
-    value = usage.get("completion_tokens")
-    return value if isinstance(value, int) else None
-
-
-async def _read_stream(resp: aiohttp.ClientResponse) -> Reply:
-    """Assemble choices from SSE deltas; a stream without ``[DONE]`` or with an error event is an error."""
-    choices: dict[int, Choice] = {}
-    calls: dict[tuple[int, int], dict[str, str]] = {}
-    tokens: int | None = None
-    done = False
-    raw = (await resp.read()).decode(errors="replace")
-    for line in raw.splitlines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            done = True
-            break
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            return Reply(resp.status, f"unreadable stream event: {payload[:MAX_ERROR_CHARS]}")
-        if "error" in event:
-            return Reply(resp.status, json.dumps(event["error"])[:MAX_ERROR_CHARS])
-        tokens = _completion_tokens(event) or tokens
-        for c in event.get("choices") or []:
-            ch = choices.setdefault(int(c.get("index", 0)), Choice())
-            delta = c.get("delta") or {}
-            ch.text += delta.get("content") or ""
-            for t in delta.get("tool_calls") or []:
-                call = calls.setdefault((int(c.get("index", 0)), int(t.get("index", 0))), {"name": "", "arguments": ""})
-                fn = t.get("function") or {}
-                call["name"] += fn.get("name") or ""
-                call["arguments"] += fn.get("arguments") or ""
-            if c.get("finish_reason"):
-                ch.finish_reason = c["finish_reason"]
-            lp = c.get("logprobs")
-            if lp and lp.get("content"):
-                ch.logprobs = (ch.logprobs or []) + list(lp["content"])
-    if not done:
-        return Reply(resp.status, "stream ended without data: [DONE]")
-    for (ci, _ti), call in sorted(calls.items()):
-        choices.setdefault(ci, Choice()).tool_calls.append(call)
-    return Reply(resp.status, None, [choices[i] for i in sorted(choices)], tokens)
+async def _read_stream(resp: aiohttp.ClientResponse, body: dict[str, Any]) -> Reply:
+    """Assemble choices from SSE deltas as they arrive; a stream without ``[DONE]`` or with an
+    error event is an error; one past its length limit is ``overlong_reply``."""
+    n, max_tokens = body.get("n"), body.get("max_tokens")
+    n = n if isinstance(n, int) and n > 0 else 1
+    limit = n * stream_limit(max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else NO_MAX_TOKENS)
+    reader = StreamReader()
+    size = 0
+    async for block in resp.content.iter_any():
+        size += len(block)
+        if size > MAX_REPLY_BYTES:
+            raise _Overlong(f"the stream ran past {MAX_REPLY_BYTES} bytes; the client stopped reading")
+        error = reader.feed(block)
+        if error is not None:
+            return Reply(resp.status, error, error_type="stream_error")
+        if reader.chunks > limit:
+            raise _Overlong(
+                f"the stream went on past {limit} content chunks (max_tokens plus a margin, per choice); "
+                "the client stopped reading"
+            )
+        if reader.done:
+            return reader.reply(resp.status)
+    return Reply(resp.status, "stream ended without data: [DONE]", error_type="stream_truncated")
 
 
 async def post_json(
@@ -185,18 +171,20 @@ async def _json_reply(
     settings: ClientSettings,
     body: dict[str, Any] | None,
 ) -> Any | None:
-    """The JSON of a 200 reply to ``method path`` (with ``body`` as JSON, if any); None on any failure."""
+    """The JSON of a 200 reply to ``method path`` (with ``body`` as JSON, if any), within the
+    connect and request timeouts together (a small document: no per-token allowance); None on any failure."""
     try:
-        async with session.request(
-            method,
-            ep.url(path),
-            params=ep.params or None,
-            json=body,
-            headers=request_headers(settings, ep),
-            timeout=settings.timeout(),
-        ) as resp:
-            if resp.status != 200:
-                return None
-            return await resp.json(content_type=None)
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+        async with asyncio.timeout(settings.connect_timeout_s + settings.request_timeout_s):
+            async with session.request(
+                method,
+                ep.url(path),
+                params=ep.params or None,
+                json=body,
+                headers=request_headers(settings, ep),
+                timeout=settings.timeout(),
+            ) as resp:
+                if resp.status != 200:
+                    return None
+                return loads((await _read_capped(resp)).decode(errors="replace"), path)
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError, _Overlong):
         return None
