@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from specdec.analytics.labels import DEFAULT_MARGIN
 from specdec.analytics.report.chart_text import chart_safe
 from specdec.analytics.report.data import Table
+from specdec.analytics.report.forest import forest_chart, forest_rows, forest_text, run_margin
 from specdec.analytics.report.html import banner, esc, table
 from specdec.analytics.report.page import chart_divs, page
 from specdec.analytics.report.summary import text_table
@@ -53,6 +55,7 @@ _SQL = f"""
     )
     select c.treatment_arm as arm, c.treatment_engine as engine, c.reference_arm as reference,
            s.category, s.concurrency, s.speedup, s.ci_low, s.ci_high, s.label,
+           s.ci_level, s.margin, s.repeats, s.pairs, s.excluded_reason,
            req.acceptance_rate as acceptance_rate_requests, req.requests_with_stats,
            req.tokens_proposed as tokens_proposed_requests,
            rounds.mean_acceptance_length as acceptance_length_rounds,
@@ -136,9 +139,15 @@ def _chart(t: Table) -> dict | None:
 
 
 def chart_specs(t: Table) -> dict[str, dict]:
-    """The page's charts, their labels safe for the renderer (``labels_text``)."""
+    """The page's charts, their labels safe for the renderer (``labels_text``): the forest
+    plot of every comparison's labels first (``forest.py``), then the speedup by level."""
+    forest = forest_chart(
+        forest_rows(t.dicts(), group="arm"),
+        run_margin(t.dicts(), DEFAULT_MARGIN),
+        title="Verdict: speedup per category, level and comparison (each against its own reference)",
+    )
     spec = _chart(t)
-    return {"side_by_side_speedup": chart_safe(spec)} if spec else {}
+    return {k: chart_safe(v) for k, v in (("forest", forest), ("side_by_side_speedup", spec)) if v}
 
 
 def _cell(v, fmt: str = "{:.2f}") -> str:
@@ -159,6 +168,13 @@ def _acceptance_rate(r: dict) -> str:
 def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table, notes: list[str]) -> str:
     """``report.html`` of a run of named arms."""
     charts = chart_specs(t)
+    others = {k: v for k, v in charts.items() if k != "forest"}  # the forest's <div> opens the page
+    forest = (
+        f'<div id="forest"></div><p>{esc(forest_text(run_margin(t.dicts(), manifest.margin)))} Rows name the '
+        "comparison (treatment arm) last; each comparison's own report has its data dictionary.</p>"
+        if "forest" in charts
+        else "<p>No speedup was measured in this run, so there is no verdict to plot.</p>"
+    )
     links = "".join(
         f'<li><a href="{esc(c.report_name)}">{esc(c.arm)}</a> ({esc(c.engine)}) against '
         f"{esc(c.reference)} ({esc(c.reference_engine)}): analysis run <code>{esc(c.analysis_run_id)}"
@@ -202,12 +218,13 @@ def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table
         title,
         charts,
         f"""{warn}
+{forest}
 <p>Arms: {esc(", ".join(_arm_text(a) for a in manifest.arms))}.
 Run finished: {esc(manifest.finished)}. Each comparison is a treatment arm measured against its own reference
 arm on the same traffic, in the same run; its full report (verdict, latency, acceptance, lossless checks,
 reconciliation) is linked below.</p>
 <ul>{links}</ul>
-{chart_divs(charts)}
+{chart_divs(others)}
 <h2>Per category and level</h2>
 <p>speedup: the geometric mean over prompts of reference e2e / treatment e2e (paired by prompt and repeat),
 with the family-wise interval its label reads (Holm over the comparison's labels) and the label, as in each

@@ -27,6 +27,7 @@ from specdec.analytics.report import compat as compat_section
 from specdec.analytics.report import side_by_side
 from specdec.analytics.report.chart_text import chart_safe
 from specdec.analytics.report.data import ReportData, Table, load_report
+from specdec.analytics.report.forest import forest_chart, forest_rows, forest_text, run_margin
 from specdec.analytics.report.html import banner, esc, script_json, table
 from specdec.analytics.report.page import chart_divs, page
 from specdec.analytics.report.summary import summary_text
@@ -150,6 +151,9 @@ def _charts(data: ReportData) -> dict[str, dict]:
         x_title, axis = "concurrent requests", alt.Axis(values=levels, format="d")
     x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False), title=x_title, axis=axis)
     charts = {}
+    forest = forest_chart(forest_rows(data.speedup.dicts(), data.level), _margin(data)) if data.has_replay else None
+    if forest:  # the first screen: every label with its interval (``forest.py``)
+        charts["forest"] = forest
     if speed:
         base = alt.Chart(alt.Data(values=speed)).encode(
             x=x,
@@ -280,6 +284,43 @@ def _charts(data: ReportData) -> dict[str, dict]:
     return charts
 
 
+def _margin(data: ReportData) -> float:
+    """The run's margin: the speedup mart's, else the manifest's."""
+    return run_margin(data.speedup.dicts(), data.manifest.margin)
+
+
+def _forest(data: ReportData, charts: dict[str, dict]) -> str:
+    """The forest plot and the rule in one paragraph; the details in the data dictionary."""
+    if not data.has_replay:
+        return ""
+    if "forest" not in charts:
+        return (
+            '<p id="forest">No speedup was measured in this run, so there is no verdict to plot '
+            "(the notices and the requests table say why).</p>"
+        )
+    return (
+        f'<div id="forest"></div><p>{esc(forest_text(_margin(data)))} Details: '
+        '<a href="#data-dictionary">data dictionary</a>.</p>'
+    )
+
+
+def _dictionary(data: ReportData) -> str:
+    """The terms of the verdict and its plot in full (the paragraph under the plot is short)."""
+    if not data.has_replay:
+        return ""
+    margin = f"{_margin(data):g}"
+    return (
+        '<h2 id="data-dictionary">Data dictionary</h2>'
+        + _defs("speedup", "intervals", "label")
+        + f"<ul><li><b>margin</b>: {esc(margin)} in this run: the practical margin delta declared before the "
+        "run (--margin; the speedup mart's margin column), equivalence band [1 / (1 + delta), 1 + delta]</li>"
+        "<li><b>repeats, pairs</b>: the repeats and the request pairs (same prompt, level and repeat in both "
+        "arms) a row's speedup and interval are computed from</li></ul>"
+        "<p>Every column of every mart: <code>docs/data-dictionary.md</code> (<code>specdec analytics docs</code>)."
+        "</p>"
+    )
+
+
 def _tab(t: Table, **kw) -> str:
     return table(t.columns, t.rows, **kw)
 
@@ -302,7 +343,10 @@ def _verdict(data: ReportData) -> str:
     if not data.verdict:
         return ""
     items = "".join(f"<li>{_sentence(s)}</li>" for s in data.verdict)
-    return f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>{esc(DEFINITIONS["label"])} Intervals: {esc(METHOD)}</p>'
+    return (
+        f'<h2 id="verdict">Verdict</h2><ul>{items}</ul><p>The rule: under the plot at the top; in full, with '
+        'how the intervals are computed, in the <a href="#data-dictionary">data dictionary</a>.</p>'
+    )
 
 
 def _lossless(data: ReportData) -> list[tuple[str, str]]:
@@ -630,17 +674,18 @@ def _run_line(data: ReportData) -> str:
 def render_html(data: ReportData) -> str:
     m = data.manifest
     charts = _charts(data)
-    notices = "".join(banner(n.kind, n.text) for n in data.notices)
+    notices = "".join(banner(n.kind, n.text) for n in data.notices) + _forest(data, charts)
     if data.levels.rows:
         notices += (
             f"<h2>Requests and failures per arm and level</h2><p>error_rate: {esc(DEFINITIONS['error_rate'])} "
             f"(max_error_rate {esc(m.max_error_rate)}).</p>" + _tab(data.levels)
         )
-    body = "".join(f"<h2>{esc(t)}</h2>{c}" for t, c in _sections(data))
+    body = "".join(f"<h2>{esc(t)}</h2>{c}" for t, c in _sections(data)) + _dictionary(data)
+    others = {k: v for k, v in charts.items() if k != "forest"}  # the forest's <div> opens the page
     title = f"specdec report: run {m.run_id}" + (
         f", {data.comparison[0]} against {data.comparison[1]}" if data.comparison else ""
     )
-    return page(title, charts, f"{notices}\n<p>{_run_line(data)}</p>\n{_verdict(data)}\n{chart_divs(charts)}\n{body}")
+    return page(title, charts, f"{notices}\n<p>{_run_line(data)}</p>\n{_verdict(data)}\n{chart_divs(others)}\n{body}")
 
 
 def write_chart_pngs(data: ReportData, run_dir: Path, prefix: str = "") -> list[Path]:
