@@ -97,6 +97,7 @@ class Book:
     def __init__(self, run_dir: Path, manifest: RunManifest, order: list[str]) -> None:
         self.run_dir, self.manifest, self.order = run_dir, manifest, order
         self.cells: dict[str, list[CompatCell]] = {e: [] for e in order}
+        self.pending: dict[str, list[CompatCell]] = {e: [] for e in order}  # ``partial``: measured, not yet added
         self.lock = threading.Lock()
 
     def all(self) -> list[CompatCell]:
@@ -104,12 +105,30 @@ class Book:
             return [c for e in self.order for c in self.cells[e]]
 
     def add(self, engine: str, cells: list[CompatCell], update: Callable[[RunManifest], None]) -> None:
-        """Add ``engine``'s cells, change the manifest with ``update``; write both."""
-        from specdec.schemas.arrow import table_from_records, write_parquet_atomic  # heavy: pyarrow
-
+        """Add ``engine``'s cells (they replace its ``partial`` ones), change the manifest with
+        ``update``; write both."""
         with self.lock:
             update(self.manifest)
             self.cells[engine] += cells
+            self.pending[engine] = []
             write_manifest(self.run_dir, self.manifest)
-            every = [c for e in self.order for c in self.cells[e]]
-            write_parquet_atomic(table_from_records(CompatCell, every), compat_file(self.run_dir))
+            self._write()
+
+    def partial(self, engine: str, cells: list[CompatCell]) -> None:
+        """``engine``'s cells so far, while its probes run (not yet reconciled with the capture):
+        written at once, so a run that stops keeps them."""
+        with self.lock:
+            self.pending[engine] = list(cells)
+            self._write()
+
+    def flush(self) -> int:
+        """Write every cell so far, the partial ones included; how many."""
+        with self.lock:
+            return self._write()
+
+    def _write(self) -> int:
+        from specdec.schemas.arrow import table_from_records, write_parquet_atomic  # heavy: pyarrow
+
+        every = [c for e in self.order for c in self.cells[e] + self.pending[e]]
+        write_parquet_atomic(table_from_records(CompatCell, every), compat_file(self.run_dir))
+        return len(every)

@@ -10,7 +10,7 @@ import click
 from specdec.cli.common import handle_errors
 from specdec.cli.options import client_options
 from specdec.errors import SpecdecError
-from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
+from specdec.replay.compat.run import CompatConfig, CompatStopped, matrix_text, run_compat
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.schemas.strict import check_run_name
 
@@ -109,10 +109,20 @@ def compat_command(**options) -> None:
       not offered  the baseline refused it too, or no valid output in either
                    arm (the field ignored, or not met within max_tokens)
 
-    Writes RUN_DIR/compat.parquet (one row per cell) and manifest.json (every
-    probe's request bodies), prints the matrix, then builds the marts (the
-    compatibility mart) and report.html ("What works with speculation on
-    this stack").
+    Writes RUN_DIR/compat.parquet (one row per cell, as each is measured) and
+    manifest.json (every probe's request bodies), prints the matrix, then
+    builds the marts (the compatibility mart) and report.html ("What works
+    with speculation on this stack").
+
+    \b
+    Every request is bounded: --request-timeout for the next byte (and for
+    /metrics), a wall limit of --request-timeout plus 1 s per requested token,
+    and a length limit; a reply past one, or malformed, is a broken cell with
+    the reason. A server that gives no reply to 3 requests in a row, or fails
+    its first 3, stops the run with an error naming it (exit 1). Stopped by
+    Ctrl-C or SIGTERM, the cells measured so far are kept, the manifest says
+    the run stopped, and the status is 130 or 143; runs/latest moves only to
+    a folder that holds cells.
 
     \b
     On the embedded llama.cpp it adds the quantization cells: the target
@@ -166,7 +176,11 @@ def _compat(
         api_key_env=api_key_env,
         **({"runs_dir": runs_dir} if runs_dir is not None else {}),
     )
-    out, cells = run_compat(cfg, echo=click.echo)
+    try:
+        out, cells = run_compat(cfg, echo=click.echo)
+    except CompatStopped as exc:  # a signal: the cells so far are kept; one line, then 130 or 143
+        click.echo(f"Error: {exc}", err=True)
+        click.get_current_context().exit(exc.exit_code)
     click.echo(matrix_text(cells))
     click.echo(f"run folder: {out.resolve()}")
     if not no_report:
