@@ -67,7 +67,9 @@ def _count(n: object, word: str) -> str:
 
 def _text(r: dict) -> str:
     """A row's figures in words: speedup (interval), repeats and pairs; NULL as 'not measured'."""
-    used = f"{_count(r.get('repeats'), 'repeat')}, {_count(r.get('pairs'), 'pair')}"
+    used = f"{_count(r.get('repeats'), 'repeat')}, " + (
+        "whole-level throughput" if r["category"] == "(system)" else _count(r.get("pairs"), "pair")
+    )
     if r.get("speedup") is None:
         reason = r.get("excluded_reason") or ""
         if len(reason) > _REASON_CHARS:
@@ -108,6 +110,7 @@ def forest_rows(
                 "repeats": r.get("repeats"),
                 "pairs": r.get("pairs"),
                 "text": _text(r),
+                "excluded_reason": r.get("excluded_reason"),  # whole, in the tooltip
                 "href": "#" + row_anchor("speedup", r["category"], r["concurrency"]),
             }
         )
@@ -169,7 +172,10 @@ def forest_chart(
     def x(field: str) -> alt.X:  # every layer names the same scale, axis and title (merged, not listed)
         return alt.X(field, scale=x_scale, axis=x_axis, title="speedup, speculative over baseline (log scale)")
 
-    y = alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=300, labelFontSize=12))
+    # the domain, not only the order: a row with nothing to draw keeps its line, level with its text
+    y = alt.Y(
+        "row:N", sort=order, scale=alt.Scale(domain=order), title=None, axis=alt.Axis(labelLimit=300, labelFontSize=12)
+    )
     colour = alt.Color(
         "label:N",
         title="label",
@@ -187,6 +193,7 @@ def forest_chart(
         alt.Tooltip("label:N"),
         alt.Tooltip("repeats:Q"),
         alt.Tooltip("pairs:Q"),
+        alt.Tooltip("excluded_reason:N"),
     ]
     shade = {c for i, c in enumerate(dict.fromkeys(r["category"] for r in rows)) if i % 2}
     stripes = [{"row": r["row"]} for r in rows if r["category"] in shade]
@@ -218,7 +225,7 @@ def forest_chart(
     text = (
         alt.Chart(alt.Data(values=rows), title=alt.Title("speedup (interval) \u00b7 repeats, pairs", fontSize=12))
         .mark_text(align="left", baseline="middle", fontSize=12, x=0)
-        .encode(y=alt.Y("row:N", sort=order, axis=None), text="text:N", tooltip=tooltip)
+        .encode(y=alt.Y("row:N", sort=order, scale=alt.Scale(domain=order), axis=None), text="text:N", tooltip=tooltip)
         .properties(width=330, height=alt.Step(_STEP))
     )
     subtitle = (

@@ -76,7 +76,9 @@ def test_rows_are_ordered_and_null_is_not_measured_never_zero():
         "(system) \u00b7 c1",
     ]
     by = {r["row"]: r for r in rows}
+    assert all(reading(r, 0.05) == r["label"] for r in rows)  # the hand-made labels follow the rule
     assert by["chat \u00b7 c4"]["label"] == "slower"
+    assert by["(system) \u00b7 c1"]["text"] == "1.40x (1.30\u20131.50) \u00b7 5 repeats, whole-level throughput"
     assert by["chat \u00b7 c4"]["text"] == "0.90x (0.85\u20130.95) \u00b7 5 repeats, 40 pairs"
     no_interval, no_speedup = by["math \u00b7 c1"], by["math \u00b7 c4"]
     assert no_interval["label"] == NOT_MEASURED and no_interval["ci_low"] is None and no_interval["speedup"] == 1.02
@@ -107,6 +109,9 @@ def test_the_spec_draws_intervals_points_band_and_one_on_a_log_axis():
             assert all(v.get(k) != 0 for k in ("speedup", "ci_low", "ci_high")), v
     # every row on the y axis, in order, and its text (repeats used) beside it
     assert points["encoding"]["y"]["sort"] == [r["row"] for r in rows]
+    # rows with nothing drawn (math c4) keep their line: plot and text share one explicit domain
+    assert points["encoding"]["y"]["scale"]["domain"] == [r["row"] for r in rows]
+    assert spec["hconcat"][1]["encoding"]["y"]["scale"]["domain"] == [r["row"] for r in rows]
     text = spec["hconcat"][1]
     assert [v["text"] for v in text["data"]["values"]] == [r["text"] for r in rows]
     assert "5 repeats" in text["data"]["values"][0]["text"]
@@ -161,12 +166,30 @@ def _data(run_dir):
         con.close()
 
 
+NOISE = {0: 1.0, 1: 1.03, 2: 0.99}  # chat's per-repeat factor: near 1 and noisy, so its label is not faster
+
+
+def e2e(arm, pid, level, r):
+    if arm == "baseline":
+        return 2000.0
+    return 1000.0 if pid.startswith("code") else 2000.0 / (1.005 * NOISE[r] * (1 + 0.01 * level))
+
+
 @pytest.fixture(scope="module")
 def repeated(tmp_path_factory):
-    e2e = lambda arm, pid, level, r: 2000.0 if arm == "baseline" else {"code": 1000.0, "chat": 1900.0}[pid[:4]]  # noqa: E731
-    return _data(
-        write_run(tmp_path_factory.mktemp("run"), requests=repeated_requests(e2e), counters=repeated_counters())
-    )
+    run = tmp_path_factory.mktemp("run")
+    return _data(write_run(run, requests=repeated_requests(e2e, repeats=3), counters=repeated_counters(repeats=3)))
+
+
+def reading(r: dict, margin: float) -> str:
+    """The label a reader takes from the drawn bar, as the paragraph under the plot says."""
+    if r["ci_low"] is None:
+        return NOT_MEASURED
+    if r["ci_low"] > 1:
+        return "faster"
+    if r["ci_high"] < 1:
+        return "slower"
+    return "equivalent" if 1 / (1 + margin) <= r["ci_low"] and r["ci_high"] <= 1 + margin else "inconclusive"
 
 
 def test_the_forest_opens_the_page_and_the_details_close_it(repeated):
@@ -181,8 +204,11 @@ def test_the_forest_opens_the_page_and_the_details_close_it(repeated):
     got = {(v["category"], v["level"]): v for v in spec["hconcat"][1]["data"]["values"]}
     for (cat, level), v in got.items():
         mart = next(r for r in repeated.speedup.dicts() if (r["category"], f"c{r['concurrency']}") == (cat, level))
-        assert v["speedup"] == mart["speedup"] and v["label"] == mart["label"] and v["repeats"] == mart["repeats"] == 2
+        assert v["speedup"] == mart["speedup"] and v["label"] == mart["label"] and v["repeats"] == mart["repeats"] == 3
+        # the plot cannot contradict the label: the bar drawn is the interval the label reads
+        assert reading(v, mart["margin"]) == v["label"], v
     assert {k[0] for k in got} == {"code", "chat", "(system)"} and {k[1] for k in got} == {"c1", "c2"}
+    assert {v["label"] for v in got.values()} >= {"faster", "inconclusive"}
 
 
 def test_a_run_without_verdict_rows_says_so_in_place_of_the_plot(repeated):
