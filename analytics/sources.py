@@ -6,7 +6,8 @@ PATH is one of (``find_inputs``):
 * a **run folder** (``PATH/manifest.json``): one run, its record files
   (``runfolder.RECORD_FILES``: the consolidated file, or else its part files);
 * a **folder of run folders** (``PATH/*/manifest.json``; symbolic links such
-  as ``latest`` are skipped, so no run is read twice): every run;
+  as ``latest`` are skipped, so no run is read twice): every run (a compat
+  run stopped before it wrote any cell is named in a warning and skipped);
 * the sidecar's **Parquet lake** (``PATH/rounds/date=*/run_id=*/part-*.parquet``
   and ``PATH/counters/date=*/part-*.parquet``, ``runfolder.LAKE_RECORDS``):
   each ``run_id`` partition is a run whose rounds the lake holds (it has no
@@ -30,6 +31,7 @@ of rounds is not, and its pages are then first read by the queries).
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ from specdec.schemas.records import RunManifest
 __all__ = ["Check", "Inputs", "RawInput", "Run", "find_inputs", "run_kind"]
 
 Check = Literal["auto", "full", "footer"]
+log = logging.getLogger("specdec.analytics")
 
 
 #: Columns a writer derives from other columns of the same row and stores, so that the
@@ -141,6 +144,16 @@ def _run_folder_files(run_dir: Path, manifest) -> dict[str, list[Path]]:
     return out
 
 
+def _unfinished_compat(run_dir: Path, manifest) -> bool:
+    """A ``specdec compat`` run stopped before it wrote any cell (killed: ``manifest.json`` only): in
+    a folder of runs it is named and skipped, so the other runs still build."""
+    rec = next(r for r in RECORD_FILES if r.name == "compat")
+    if run_kind(manifest) != "compat" or manifest.finished or files_of(run_dir, rec):
+        return False
+    log.warning("%s: an unfinished compat run without %s (stopped before any cell); skipped", run_dir, rec.consolidated)
+    return True
+
+
 def find_inputs(path: Path, check: Check = "auto") -> Inputs:
     """Find and check everything PATH holds (module docstring)."""
     root = Path(path).absolute()
@@ -155,6 +168,8 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
     with_rounds: set[str] = set()
     for run_dir in run_dirs:
         manifest = read_manifest(run_dir)
+        if layout != "run folder" and _unfinished_compat(run_dir, manifest):
+            continue
         if manifest.run_id in runs:
             raise InputFileError(
                 run_dir / MANIFEST,
