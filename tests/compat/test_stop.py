@@ -114,3 +114,32 @@ def test_a_finished_run_moves_latest(tmp_path):
     assert result.exit_code == 0, result.output
     assert read_manifest(run_dir).finished and [r["outcome"] for r in _rows(run_dir)] == ["works"]
     assert (runs / "latest").resolve() == run_dir.resolve()
+
+
+def test_analytics_build_of_a_folder_of_runs_names_an_unfinished_compat_folder_and_builds_the_rest(tmp_path, caplog):
+    """Before: a folder with manifest.json only (a compat run killed at once) failed the build of every run."""
+    import duckdb
+
+    runs = _runs(tmp_path)
+    (runs / "earlier").rmdir()
+    (runs / "latest").unlink()
+    with threaded_pair(CompatFake(False), CompatFake(True, refuse_key="messages")) as (b, s):
+        # a finished run, and a run stopped by an error before any cell (its compat.parquet has no row)
+        for name, spec_url, code in (("good", b, 0), ("stopped", s, 1)):
+            args = ["compat", "--baseline-url", b, "--speculative-url", spec_url, "-o", str(runs / name)]
+            result = CliRunner().invoke(main, [*args, "--no-report", "--probe", "json_object"])
+            assert result.exit_code == code, result.output
+    killed = runs / "killed"  # what SIGKILL leaves: the manifest written at the start, nothing else
+    killed.mkdir()
+    manifest = read_manifest(runs / "stopped").model_copy(update={"run_id": "killed", "notes": []})
+    (killed / "manifest.json").write_text(manifest.model_dump_json())
+    with caplog.at_level("WARNING", logger="specdec.analytics"):
+        result = CliRunner().invoke(main, ["analytics", "build", str(runs), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert f"{killed}: an unfinished compat run without compat.parquet" in caplog.text
+    con = duckdb.connect(str(runs / "specdec.duckdb"), read_only=True)
+    # "good" probed the baseline fake in both arms: no speculation counters, so not tested
+    assert con.sql("select run_id, probe, outcome from compatibility").fetchall() == [
+        ("good", "json_object", "not tested")
+    ]
+    assert sorted(r[0] for r in con.sql("select run_id from raw_manifest").fetchall()) == ["good", "stopped"]
