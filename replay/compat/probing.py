@@ -39,10 +39,10 @@ from specdec.engines.urls import ClientSettings, Endpoint
 from specdec.replay.compat import cells
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
-from specdec.replay.compat.send import Reply, get_json, post_json, send
+from specdec.replay.compat.send import NoReply, Reply, answers, get_json, post_json, send
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.replay.compat.together import never
-from specdec.replay.compat.watch import Watch
+from specdec.replay.compat.watch import ServerFailed, Watch
 from specdec.schemas.compat import CompatCell
 
 #: A sentence repeated to make the long input; its tokens are counted by the server's /tokenize.
@@ -142,6 +142,8 @@ async def probe_pair(
     twins = Twins()
     watch = Watch()
     async with aiohttp.ClientSession() as session:
+        for arm, ep in (("baseline", pair.baseline), ("speculative", pair.speculative)):
+            await reachable(session, arm, ep, settings)
         model, ctx = await probe_context(session, pair.baseline, settings)
         for probe in probe_set(ctx):
             if only is not None and probe.name not in only:
@@ -169,6 +171,18 @@ async def probe_pair(
                 echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
             keep(list(found))
     return found, sent
+
+
+async def reachable(session: aiohttp.ClientSession, arm: str, ep: Endpoint, settings: ClientSettings) -> None:
+    """``ServerFailed`` naming the arm's server when GET /v1/models gets no HTTP reply at all (a down
+    or hung server): the run stops within one request's bounds, before any probe waits on it."""
+    try:
+        await answers(session, ep, "/v1/models", settings)
+    except NoReply as exc:
+        raise ServerFailed(
+            f"the {arm} server at {ep.display} gave no reply to GET /v1/models ({exc}); is it running, and is "
+            "the URL right?"
+        ) from None
 
 
 def _slug(text: str) -> str:

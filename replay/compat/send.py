@@ -40,7 +40,7 @@ from specdec.replay.compat.replies import (
 )
 from specdec.replay.http.client import stream_limit
 
-__all__ = ["MAX_ERROR_CHARS", "Choice", "Reply", "get_json", "post_json", "send"]
+__all__ = ["MAX_ERROR_CHARS", "Choice", "NoReply", "Reply", "answers", "get_json", "post_json", "send"]
 
 #: The wall limit of a request without max_tokens (``ClientSettings.wall_limit_s`` gives none).
 NO_MAX_TOKENS = 1024
@@ -161,6 +161,26 @@ async def post_json(
 async def get_json(session: aiohttp.ClientSession, ep: Endpoint, path: str, settings: ClientSettings) -> Any | None:
     """GET a JSON document (``/v1/models``); None on any failure."""
     return await _json_reply(session, "GET", ep, path, settings, None)
+
+
+class NoReply(Exception):
+    """No HTTP reply at all: refused, reset, or timed out."""
+
+
+async def answers(session: aiohttp.ClientSession, ep: Endpoint, path: str, settings: ClientSettings) -> None:
+    """GET ``path`` within the bounds of ``_json_reply``; ``NoReply`` (why) when no HTTP reply came,
+    whatever its status or body."""
+    try:
+        async with asyncio.timeout(settings.connect_timeout_s + settings.request_timeout_s):
+            async with session.get(
+                ep.url(path),
+                params=ep.params or None,
+                headers=request_headers(settings, ep),
+                timeout=settings.timeout(),
+            ):
+                return
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        raise NoReply(f"{type(exc).__name__}: {exc}"[:300] if str(exc) else type(exc).__name__) from None
 
 
 async def _json_reply(

@@ -35,6 +35,9 @@ class Hostile(CompatFake):
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if self.fault == "hang":
+            self.bodies.append(body)
+            await asyncio.sleep(3600)
         if self.fault == "reset":  # headers and part of a body, then the connection goes
             self.bodies.append(body)
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -173,9 +176,9 @@ def test_a_server_that_resets_every_reply_is_one_run_level_error(arm):
 
 @pytest.mark.parametrize("arm", ["baseline", "speculative"])
 def test_a_dead_server_stops_the_run_within_the_timeouts_given(arm):
-    """A server that accepts connections and never answers: the run waits out at most a few
-    connect-plus-request timeouts, then stops with an error naming it (before: about 78 requests
-    of 60 s each at the default timeouts)."""
+    """A server that accepts connections and never answers: the run stops within one request's
+    bounds (connect plus request timeout), with an error naming it (before: about 78 requests of
+    60 s each at the default timeouts; no cell in 170 s)."""
     settings = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.3)
 
     async def go():
@@ -193,11 +196,24 @@ def test_a_dead_server_stops_the_run_within_the_timeouts_given(arm):
             return url, time.monotonic() - started, str(err.value)
 
     url, took, message = asyncio.run(go())
-    assert f"the {arm} server at {url} gave no reply to {FAILURE_STREAK} requests in a row" in message
-    # each wait is at most connect + request timeout (0.8 s): the model reads (6 on the baseline) and
-    # a counter read before each of the streak's requests, and the streak itself
-    bound = (6 + 2 * FAILURE_STREAK) * (settings.connect_timeout_s + settings.request_timeout_s)
-    assert took < bound, took
+    assert f"the {arm} server at {url} gave no reply to GET /v1/models" in message
+    assert took < 2 * (settings.connect_timeout_s + settings.request_timeout_s), took
+
+
+def test_a_server_whose_chat_replies_never_come_stops_after_a_streak_within_the_timeouts():
+    """/v1/models answers, every chat request hangs: FAILURE_STREAK requests in a row without a reply,
+    each bounded by the request timeout, then one error naming the server."""
+    settings = ClientSettings(connect_timeout_s=0.5, request_timeout_s=0.3)
+    hung = Hostile(True, "hang")
+    started = time.monotonic()
+    with pytest.raises(ServerFailed) as err:
+        run_pair(CompatFake(False), hung, settings=settings)
+    took = time.monotonic() - started
+    assert f"gave no reply to {FAILURE_STREAK} requests in a row" in str(err.value)
+    assert "the speculative server at http://127.0.0.1:" in str(err.value)
+    assert len(hung.bodies) == FAILURE_STREAK
+    # the streak's requests, and the counter reads around them (fast here), each within the request timeout
+    assert took < FAILURE_STREAK * settings.request_timeout_s + 3, took
 
 
 def test_metrics_reads_follow_the_request_timeout():
