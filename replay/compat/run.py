@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +29,8 @@ from pydantic import Field, model_validator
 
 from specdec.arms import NGRAM
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
-from specdec.engines.lifecycle import interrupt_on_signals
 from specdec.errors import SpecdecError
+from specdec.replay.compat.stopping import keeping
 from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
 from specdec.replay.compat.together import Book, Checkpoint, never, side_by_side
 from specdec.replay.config import ClientOptions
@@ -134,36 +133,23 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
         engines = ["vllm", "llama.cpp"] if cfg.engine == "both" else [cfg.engine or "vllm"]
         pairs += [(e, None) for e in engines]
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
-    run_dir.mkdir(parents=True, exist_ok=True)  # runs/latest moves to it once it holds cells (``_stopped``)
+    run_dir.mkdir(parents=True, exist_ok=True)  # runs/latest moves to it once it holds cells (``stopping``)
     manifest = _manifest(cfg, run_id, pairs)
     write_manifest(run_dir, manifest)
     only = frozenset(cfg.probes) if cfg.probes else None
     book = Book(run_dir, manifest, [e for e, _ in pairs])
     job = _Job(cfg, run_id, settings, book, only, echo)
     work = [functools.partial(_probe_engine, job, engine, pair) for engine, pair in pairs]
-    signals: list[int] = []
-    try:
-        with interrupt_on_signals(signals.append):  # SIGTERM, SIGHUP: what Ctrl-C does (main thread only)
-            if cfg.engine == "both" and cfg.baseline_url is None and cfg.together:  # side by side (together.py)
-                for engine in book.order:
-                    manifest.engines.setdefault(engine, {})["probed_beside"] = next(
-                        e for e in book.order if e != engine
-                    )
-                manifest.notes.append(TOGETHER_NOTE)
-                write_manifest(run_dir, manifest)
-                side_by_side(work[0], work[1])
-            else:
-                for w in work:
-                    w(never)
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        signum = signals[0] if signals else signal.SIGINT
-        kept = _stopped(cfg.runs_dir, book, f"stopped by {signal.Signals(signum).name}")
-        raise CompatStopped(
-            f"stopped by {signal.Signals(signum).name}: {kept} cell(s) kept in {run_dir}", 128 + signum
-        ) from None
-    except BaseException as exc:
-        _stopped(cfg.runs_dir, book, f"stopped by an error: {exc}"[:500])
-        raise
+    with keeping(cfg.runs_dir, book):  # a signal or an error: the cells so far kept (stopping.py)
+        if cfg.engine == "both" and cfg.baseline_url is None and cfg.together:  # side by side (together.py)
+            for engine in book.order:
+                manifest.engines.setdefault(engine, {})["probed_beside"] = next(e for e in book.order if e != engine)
+            manifest.notes.append(TOGETHER_NOTE)
+            write_manifest(run_dir, manifest)
+            side_by_side(work[0], work[1])
+        else:
+            for w in work:
+                w(never)
     cells = book.all()
     if not cells:
         raise SpecdecError(f"no probe was sent (--probe names none of the probe set: {sorted(only or ())})")
@@ -171,31 +157,6 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     write_manifest(run_dir, manifest)
     point_latest(cfg.runs_dir, run_dir)
     return run_dir, cells
-
-
-class CompatStopped(SpecdecError):
-    """The run was stopped by a signal; the cells measured before are kept. ``exit_code``:
-    128 + the signal (130 for SIGINT, 143 for SIGTERM)."""
-
-    def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def _stopped(runs_dir: Path, book: Book, why: str) -> int:
-    """Keep what a stopped run measured: every cell so far in ``compat.parquet`` (written as
-    measured; the last probe's too), the manifest marked (``finished`` false, a note saying why),
-    and ``runs/latest`` moved to the folder when it holds a cell (a folder without any is not
-    built). Returns the cells kept."""
-    kept = book.flush()
-    book.manifest.notes.append(
-        f"{why}; not finished: the {kept} cell(s) measured before are in compat.parquet "
-        "(those of an engine whose probes had not ended are not reconciled with the capture)"
-    )
-    write_manifest(book.run_dir, book.manifest)
-    if kept:
-        point_latest(runs_dir, book.run_dir)
-    return kept
 
 
 @dataclasses.dataclass(frozen=True)

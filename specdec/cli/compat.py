@@ -10,7 +10,8 @@ import click
 from specdec.cli.common import handle_errors
 from specdec.cli.options import client_options
 from specdec.errors import SpecdecError
-from specdec.replay.compat.run import CompatConfig, CompatStopped, matrix_text, run_compat
+from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
+from specdec.replay.compat.stopping import CompatStopped
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.schemas.strict import check_run_name
 
