@@ -67,18 +67,29 @@ and renamed (``specdec.atomic.atomic_write_with``), so two builds of the same fo
 at once never share a file, and a reader never sees half a database. The
 temporary file and DuckDB's ``.wal`` beside it are removed on success and on
 failure.
+
+**Signals** (``interruptible``). While a build runs (and a ``specdec plan``, which
+uses the same guard), SIGTERM and SIGINT stop it cleanly: a thread woken by the
+signal (``signal.set_wakeup_fd``) interrupts the DuckDB queries running
+(``watch``: DuckDB does not look at Python's signals while a query runs), the
+main thread raises ``Interrupted``, every ``finally`` removes its temporary
+file, the previous database stays, and the CLI prints one line and exits
+128 + the signal's number (143, 130).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import re
 import shutil
+import signal
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -97,7 +108,19 @@ from specdec.runfolder import DB_NAME, RecordFile, files_of
 from specdec.schemas.arrow import arrow_schema
 from specdec.schemas.records import RunManifest
 
-__all__ = ["COMPUTED", "DB_NAME", "build", "build_steps", "load_record_file", "read_parquet_checked", "run_kind"]
+__all__ = [
+    "COMPUTED",
+    "DB_NAME",
+    "Interrupted",
+    "build",
+    "build_steps",
+    "interruptible",
+    "load_record_file",
+    "pending",
+    "read_parquet_checked",
+    "run_kind",
+    "watch",
+]
 
 log = logging.getLogger("specdec.analytics.build")
 
@@ -116,6 +139,116 @@ WORK = "build_work"
 MEMORY_LIMIT = "1400MB"
 #: The storage format of the database file: DuckDB 1.0's, which every DuckDB from 1.0 reads.
 STORAGE_VERSION = "v1.0.0"
+
+
+class Interrupted(SpecdecError):
+    """SIGTERM or SIGINT arrived while a guarded command ran (``interruptible``); ``exit_code``:
+    128 + the signal's number, as a shell reports a process the signal ended."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}: stopped, temporary files removed")
+
+
+class _Guard:
+    """The state of ``interruptible`` while it runs: the first signal received and the DuckDB
+    connections to interrupt when one arrives."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.connections: list = []
+        self.lock = threading.Lock()
+
+    def note(self, signum: int) -> bool:
+        """Record ``signum``; True for the first signal."""
+        with self.lock:
+            first = self.received is None
+            if first:
+                self.received = signum
+            return first
+
+    def interrupt_all(self) -> None:
+        with self.lock:
+            connections = list(self.connections)
+        for con in connections:
+            with contextlib.suppress(Exception):  # closed already
+                con.interrupt()
+
+
+_guard: _Guard | None = None
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def pending() -> int | None:
+    """The signal received since ``interruptible`` began, if any."""
+    return None if _guard is None else _guard.received
+
+
+def watch(con) -> None:
+    """Interrupt ``con`` (a DuckDB connection or cursor) when a signal arrives (``interruptible``;
+    nothing outside it)."""
+    guard = _guard
+    if guard is not None:
+        with guard.lock:
+            guard.connections.append(con)
+
+
+def _wake(guard: _Guard, reader: socket.socket) -> None:
+    """The thread that hears a signal while the main thread waits in DuckDB: Python's C handler
+    writes the signal's number to the wakeup socket at once; the Python handler would run only
+    when the query returns."""
+    while data := reader.recv(16):
+        for signum in data:
+            if signum in _SIGNALS:
+                guard.note(signum)
+                guard.interrupt_all()
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGTERM and SIGINT end the block with ``Interrupted``, whose ``finally`` clauses have run:
+    the first signal raises it in the main thread (a later one only adds to it), and interrupts the
+    DuckDB connections given to ``watch``; whatever the interrupted code raised instead (DuckDB's
+    'Query interrupted', an error of a half-written file) becomes ``Interrupted``, and so does a
+    block that swallowed the signal and ended. Nested or off the main thread: no effect."""
+    global _guard
+    if _guard is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    guard = _Guard()
+
+    def handler(signum, frame):
+        if guard.note(signum):
+            raise Interrupted(signum)
+
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous = {s: signal.getsignal(s) for s in _SIGNALS}
+    _guard = guard
+    old_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    for s in _SIGNALS:
+        signal.signal(s, handler)
+    waker = threading.Thread(target=_wake, args=(guard, reader), name="specdec-signals", daemon=True)
+    waker.start()
+    try:
+        yield
+    except Interrupted:
+        raise
+    except BaseException as exc:
+        if guard.received is not None:
+            raise Interrupted(guard.received) from exc
+        raise
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        signal.set_wakeup_fd(old_fd)
+        _guard = None
+        writer.close()  # the waker's recv ends
+        waker.join(timeout=5)
+        reader.close()
+    if guard.received is not None:
+        raise Interrupted(guard.received)
 
 
 def load_record_file(run_dir: Path, rec: RecordFile, kind: str = "replay", files: list[Path] | None = None) -> pa.Table:
@@ -329,6 +462,7 @@ class _Working:
 
 
 def _fill(con, steps: _Steps = _NO_STEPS) -> None:
+    watch(con)
     try:
         con.execute("set enable_progress_bar = false")  # a cursor is a session of its own
         for computed in COMPUTED:
@@ -410,45 +544,49 @@ def build(
     ``memory_limit``: DuckDB's, during the build (``MEMORY_LIMIT``; None: DuckDB's default)."""
     import duckdb  # heavy: duckdb, imported only when used
 
-    started = time.perf_counter()
-    inputs = find_inputs(Path(path), check)
-    log.debug(
-        "found and checked %s (%s, %s check) in %.3f s",
-        inputs.root,
-        inputs.layout,
-        "full" if inputs.full_check else "footer",
-        time.perf_counter() - started,
-    )
-    models = discover()
-    db_path = Path(db_path or inputs.root / DB_NAME)
+    with interruptible():  # SIGTERM, SIGINT: Interrupted, no temporary file left, the previous database kept
+        started = time.perf_counter()
+        inputs = find_inputs(Path(path), check)
+        log.debug(
+            "found and checked %s (%s, %s check) in %.3f s",
+            inputs.root,
+            inputs.layout,
+            "full" if inputs.full_check else "footer",
+            time.perf_counter() - started,
+        )
+        models = discover()
+        db_path = Path(db_path or inputs.root / DB_NAME)
 
-    def write(tmp: Path) -> None:
-        try:
-            # Written in DuckDB 1.0's storage format (STORAGE_VERSION), so an analyst's notebook
-            # on any DuckDB from 1.0 opens the file: DuckDB 2.0's own format (v2.0.0+) is
-            # refused by 1.x ("newer DuckDB version"), checked with 1.5.6. DuckDB 2.0 draws its
-            # own bar on the terminal for a query past 2 s (step_timing at 50 million rounds):
-            # the build reports its steps through ``progress`` instead.
-            con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
-            con.execute("set enable_progress_bar = false")
-            if memory_limit:
-                con.execute(f"set memory_limit = '{memory_limit}'")
+        def write(tmp: Path) -> None:
             try:
-                for raw in inputs.raw:
-                    _create_raw(con, raw, copy)
-                _create_manifest(con, inputs)
-                analysis_settings.create_table(con, slo)
-                for computed in COMPUTED:
-                    computed.create_table(con)
-                _create_models(con, models, _Steps(progress, build_steps(models)))
-            finally:
-                con.close()
-        except BaseException:
+                # Written in DuckDB 1.0's storage format (STORAGE_VERSION), so an analyst's notebook
+                # on any DuckDB from 1.0 opens the file: DuckDB 2.0's own format (v2.0.0+) is
+                # refused by 1.x ("newer DuckDB version"), checked with 1.5.6. DuckDB 2.0 draws its
+                # own bar on the terminal for a query past 2 s (step_timing at 50 million rounds):
+                # the build reports its steps through ``progress`` instead.
+                con = duckdb.connect(str(tmp), config={"storage_compatibility_version": STORAGE_VERSION})
+                watch(con)
+                con.execute("set enable_progress_bar = false")
+                if memory_limit:
+                    con.execute(f"set memory_limit = '{memory_limit}'")
+                try:
+                    for raw in inputs.raw:
+                        _create_raw(con, raw, copy)
+                    _create_manifest(con, inputs)
+                    analysis_settings.create_table(con, slo)
+                    for computed in COMPUTED:
+                        computed.create_table(con)
+                    _create_models(con, models, _Steps(progress, build_steps(models)))
+                finally:
+                    con.close()
+                if (signum := pending()) is not None:  # a signal the build swallowed: the previous database stays
+                    raise Interrupted(signum)
+            except BaseException:
+                _remove_sidecars(tmp)
+                raise
             _remove_sidecars(tmp)
-            raise
-        _remove_sidecars(tmp)
 
-    atomic_write_with(db_path, write)
+        atomic_write_with(db_path, write)
     return db_path
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from specdec.analytics.labels import DEFAULT_MARGIN
 from specdec.analytics.plan.fit import LinearFit, fit_grouped, outlying_blocks
+from specdec.analytics.plan.guards import bad_step_times, missing_reference
 from specdec.analytics.plan.inputs import MET_TABLE, ROUNDS_TABLE, STEPS_TABLE, stage
 from specdec.analytics.plan.model import RoundSums, StepsMet, round_sums
 from specdec.analytics.plan.noise import MeasurementNoise, pooled_noise
@@ -115,7 +116,11 @@ def choose_run(con, run_id: str | None) -> tuple[str, dict[str, tuple[str, int]]
     if run_id is not None:
         if run_id not in runs:
             raise SpecdecError(f"no analysis run {run_id!r} in the database (it has: {', '.join(runs)})")
+        if run_id not in ks:
+            missing_reference(con, [run_id])
         return run_id, ks
+    if not ks:
+        missing_reference(con, runs)
     if len(runs) == 1:
         return runs[0], ks
     sources = {src for src, _ in ks.values()}
@@ -194,10 +199,12 @@ def rounds_met(con, run_id: str, folder_ks: dict[str, int]) -> dict[tuple[str, i
     return met
 
 
-def read_inputs(con, run_id: str | None = None) -> PlanInputs:
+def read_inputs(con, run_id: str | None = None, skip_bad: bool = False) -> PlanInputs:
     """Everything the model needs for one analysis run (``choose_run``). In a run of named arms the
     step costs are fitted over every arm of the run folder (each k's steps), the reference arm's
-    steps once (from the planned analysis run)."""
+    steps once (from the planned analysis run). A step time that is NaN, infinite or negative is
+    refused by file, row and column, or with ``skip_bad`` left out and counted in a note
+    (``guards.bad_step_times``)."""
     run_id, all_ks = choose_run(con, run_id)
     notes: list[str] = []
     cols = _request_rows(con, run_id)
@@ -215,6 +222,8 @@ def read_inputs(con, run_id: str | None = None) -> PlanInputs:
         cluster = np.unique(cols["repeat"][m], return_inverse=True)[1]
         sums[cat] = round_sums(request, cols["k"][m], cols["a"][m], cols["n"][m], cluster, captured_k)
     source = all_ks.get(run_id, (run_id, 0))[0]
+    if (skipped := bad_step_times(con, run_id, source, skip_bad)) is not None:
+        notes.append(skipped)
     steps = con.execute(
         f"""select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
                   verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq, has_prefill, prefill_tokens,

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from specdec.atomic import atomic_write_with
+from specdec.errors import SpecdecError
 
 __all__ = [
+    "MAX_CATEGORIES",
     "MET_TABLE",
     "ROUNDS_TABLE",
     "STAGE_SQL",
@@ -70,7 +72,9 @@ HELPER_TABLES = (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE)
 #: analysis run, arm, level and category, the sums over the category's decode rounds of their
 #: steps' batch size, drafts verified, prompt tokens prefilled and verify + draft ms, and the
 #: category's successful requests' mean TTFT and decode time (e2e - TTFT, over the requests
-#: with rounds captured).
+#: with rounds captured). A step time that is NaN, infinite or negative (verify_ms, draft_ms) is
+#: read as not measured (NULL), and counted per group of steps (``verify_bad``, ``draft_bad``):
+#: the planner refuses a run that holds any unless told to leave them out (``guards.py``).
 STAGE_SQL = (
     f"""create temp table if not exists {REQUESTS_TABLE} as
     with engine as (
@@ -124,7 +128,11 @@ STAGE_SQL = (
     ),
     rounds as (
         select e.level_key, e.category, r.process_token, r.step_index, r.phase, r.batch_size, r.tokens_proposed,
-               r.num_scheduled_tokens, r.verify_ms, r.draft_ms
+               r.num_scheduled_tokens,
+               case when isfinite(r.verify_ms) and r.verify_ms >= 0 then r.verify_ms end as verify_ms,
+               case when isfinite(r.draft_ms) and r.draft_ms >= 0 then r.draft_ms end as draft_ms,
+               coalesce(not (isfinite(r.verify_ms) and r.verify_ms >= 0), false) as verify_bad,
+               coalesce(not (isfinite(r.draft_ms) and r.draft_ms >= 0), false) as draft_bad
         from stg_rounds r
         join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
     ),
@@ -137,7 +145,9 @@ STAGE_SQL = (
                case when phase = 'decode' then draft_ms end as draft_ms,
                cast(tokens_proposed as bigint) as drafts_verified,
                tokens_proposed as max_proposed,
-               cast(case when phase = 'prefill' then num_scheduled_tokens else 0 end as bigint) as prefill_tokens
+               cast(case when phase = 'prefill' then num_scheduled_tokens else 0 end as bigint) as prefill_tokens,
+               cast(verify_bad as integer) as verify_bad,
+               cast(draft_bad as integer) as draft_bad
                /*met_single*/
         from rounds
         where batch_size = 1
@@ -151,7 +161,9 @@ STAGE_SQL = (
                cast(sum(tokens_proposed) as bigint) as drafts_verified,
                max(tokens_proposed) as max_proposed,
                cast(coalesce(sum(num_scheduled_tokens) filter (where phase = 'prefill'), 0) as bigint)
-                   as prefill_tokens
+                   as prefill_tokens,
+               cast(count(*) filter (where verify_bad) as integer) as verify_bad,
+               cast(count(*) filter (where draft_bad) as integer) as draft_bad
                /*met_grouped*/
         from rounds
         where batch_size <> 1
@@ -166,7 +178,9 @@ STAGE_SQL = (
            count(draft_ms) as draft_steps,
            sum(draft_ms) as draft_ms_sum,
            sum(draft_ms * draft_ms) as draft_ms_sumsq,
-           sum(verify_ms + coalesce(draft_ms, 0)) as engine_ms_sum
+           sum(verify_ms + coalesce(draft_ms, 0)) as engine_ms_sum,
+           sum(verify_bad) as verify_bad,
+           sum(draft_bad) as draft_bad
     from steps
     group by level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens /*met_columns*/""",
     f"""create temp table if not exists {STEPS_TABLE} as
@@ -187,7 +201,9 @@ STAGE_SQL = (
            sum(g.draft_ms_sumsq) as draft_ms_sumsq,
            g.has_prefill,
            g.has_decode,
-           g.prefill_tokens
+           g.prefill_tokens,
+           cast(sum(g.verify_bad) as bigint) as verify_bad,
+           cast(sum(g.draft_bad) as bigint) as draft_bad
     from {GROUPED_TABLE} g
     join {LEVELS_TABLE} levels using (level_key)
     join arm_k using (run_id, arm, concurrency)
@@ -231,6 +247,11 @@ STAGE_SQL = (
     order by run_id, arm, concurrency, category""",
 )
 
+
+#: The most categories the staging takes: it counts each step's decode rounds in one column per
+#: category (``met_<key>``), so its memory and time grow with their number (1,000 categories: 15 s
+#: and 0.9 GB; 10,000: over 7 GB, issue 42). A run with more is refused before anything is staged.
+MAX_CATEGORIES = 256
 
 #: Bump when what the cache holds changes in a way its key (the staging SQL's text) does not show.
 CACHE_VERSION = 1
@@ -312,6 +333,7 @@ def stage(con, db: Path | None = None) -> None:
     written is logged and skipped: the inputs are then computed."""
     if staged(con):
         return
+    _check_categories(con)
     key = _cache_key(db) if db is not None else None
     if db is not None and _read_cache(con, cache_path(db), key):
         return
@@ -321,6 +343,35 @@ def stage(con, db: Path | None = None) -> None:
         con.execute(f"drop table {table}")
     if db is not None:
         _write_cache(con, cache_path(db), key)
+
+
+def _check_categories(con) -> None:
+    """Refuse a run of more than MAX_CATEGORIES categories before staging it (one pass over the
+    requests, not the rounds)."""
+    n = con.execute("select count(distinct category) from stg_requests").fetchone()[0]
+    if n > MAX_CATEGORIES:
+        raise SpecdecError(
+            f"{n} categories: the planner plans at most {MAX_CATEGORIES} (its staging counts each step's decode "
+            "rounds per category, one column each, and grows with their number); merge small categories, or plan "
+            "a part of the traffic"
+        )
+
+
+def _interrupted() -> bool:
+    """Whether SIGTERM or SIGINT arrived (``analytics.build.interruptible``): a cache error is then
+    the interrupt's, not the cache's, and goes on up."""
+    from specdec.analytics.build import pending  # heavy: only when planning
+
+    return pending() is not None
+
+
+def _is_ours(key: object) -> bool:
+    """Whether ``key`` is a cache key as ``_cache_key`` writes them (of this file or of another)."""
+    try:
+        parsed = json.loads(key) if isinstance(key, str) else None
+    except ValueError:
+        return False
+    return isinstance(parsed, list) and len(parsed) == 5 and isinstance(parsed[0], int)
 
 
 def _read_cache(con, path: Path, key: str | None) -> bool:
@@ -334,13 +385,24 @@ def _read_cache(con, path: Path, key: str | None) -> bool:
         log.warning("planner inputs cache %s not read: %s", path, e)
         return False
     try:
-        if con.execute("select key from plan_cache.cache_key").fetchone()[0] != key:
+        keys = [r[0] for r in con.execute("select key from plan_cache.cache_key").fetchall()]
+        if len(keys) != 1 or not _is_ours(keys[0]):
+            log.warning(
+                "planner inputs cache %s not read: it holds %s, not one key of the planner's (a damaged or "
+                "foreign file); the inputs are computed again and the cache written anew",
+                path,
+                f"{len(keys)} keys" if len(keys) != 1 else f"the key {str(keys[0])[:40]!r}",
+            )
             return False
+        if keys[0] != key:
+            return False  # written for another database file (rebuilt since) or by other SQL
         for table in TABLES:
             con.execute(f"create temp table {table} as select * from plan_cache.{table}")
         return True
-    except duckdb.Error as e:
-        log.warning("planner inputs cache %s not read: %s", path, e)
+    except Exception as e:  # a damaged or foreign file: whatever DuckDB or the reading raises
+        if _interrupted():
+            raise
+        log.warning("planner inputs cache %s not read (computed again): %s", path, " ".join(str(e).split()))
         for table in TABLES:
             con.execute(f"drop table if exists temp.{table}")
         return False
@@ -352,15 +414,20 @@ def _write_cache(con, path: Path, key: str | None) -> None:
     import duckdb  # heavy: only when planning
 
     def write(tmp: Path) -> None:
-        con.execute("attach ? as plan_cache_new (read_write)", [str(tmp)])
         try:
-            con.execute("create table plan_cache_new.cache_key as select ? as key", [key])
-            for table in TABLES:
-                con.execute(f"create table plan_cache_new.{table} as select * from temp.{table}")
+            con.execute("attach ? as plan_cache_new (read_write)", [str(tmp)])
+            try:
+                con.execute("create table plan_cache_new.cache_key as select ? as key", [key])
+                for table in TABLES:
+                    con.execute(f"create table plan_cache_new.{table} as select * from temp.{table}")
+            finally:
+                con.execute("detach if exists plan_cache_new")
         finally:
-            con.execute("detach plan_cache_new")
+            Path(f"{tmp}.wal").unlink(missing_ok=True)  # DuckDB's log of the temporary file, also when interrupted
 
     try:
         atomic_write_with(path, write)
     except (OSError, duckdb.Error) as e:
+        if _interrupted():
+            raise
         log.warning("planner inputs cache %s not written: %s", path, e)

@@ -63,11 +63,14 @@ class PlanConfig:
     #: predict a cell from what its category's decode rounds met where both arms measured them
     #: (``model.predict_met``); False: the pooled model (``model.predict``) for every cell
     met: bool = True
+    #: leave out step times that are NaN, infinite or negative, counted in a note (``--skip-bad``);
+    #: False: such a run is refused, the first bad value named by file, row and column
+    skip_bad: bool = False
 
 
 def plan_from_db(con, config: PlanConfig) -> dict:
     """The plan (plan.json's content) from an open, built database."""
-    inputs: PlanInputs = read_inputs(con, config.run_id)
+    inputs: PlanInputs = read_inputs(con, config.run_id, config.skip_bad)
     notes = list(inputs.notes)
     ks = sorted({0, *config.ks})
     too_high = [k for k in ks if k > inputs.captured_k]
@@ -256,7 +259,7 @@ def make_plan(run_dir: Path, config: PlanConfig, db: Path | None = None) -> dict
     inputs read from the cache beside it (``inputs.stage``; the first plan of a database writes it)."""
     import duckdb  # heavy: only when planning
 
-    from specdec.analytics.build import build
+    from specdec.analytics.build import build, watch
 
     given = db is not None
     if db is None:
@@ -264,6 +267,7 @@ def make_plan(run_dir: Path, config: PlanConfig, db: Path | None = None) -> dict
     elif not Path(db).is_file():
         raise SpecdecError(f"--db {db}: no such database file (specdec analytics build RUN_DIR writes one)")
     con = duckdb.connect(str(db), read_only=True)
+    watch(con)  # a signal interrupts its queries (``analytics.build.interruptible``)
     try:
         if given:
             stage(con, Path(db))  # the planner's inputs through the cache beside a database built already

@@ -25,7 +25,9 @@ def handle_errors(fn):
         try:
             return fn(*args, **kwargs)
         except SpecdecError as exc:
-            raise click.ClickException(str(exc)) from exc
+            err = click.ClickException(str(exc))
+            err.exit_code = getattr(exc, "exit_code", err.exit_code)  # a signal's (analytics.build.Interrupted)
+            raise err from exc
         except ValidationError as exc:  # a config built from options
             msgs = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise click.ClickException(f"invalid settings: {msgs}") from exc

@@ -15,9 +15,13 @@ from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam
 from specdec.defaults import RUNS_DIR
 
+#: The largest draft length ``--k`` and ``--sweep-k`` take.
+MAX_K = 64
+
 
 class KRange(click.ParamType):
-    """``A..B`` (inclusive) or comma-separated whole numbers 0..64 -> sorted list."""
+    """``A..B`` (inclusive) or comma-separated whole numbers 0..MAX_K -> sorted list; a range is
+    checked before its list is built."""
 
     name = "k"
 
@@ -30,13 +34,14 @@ class KRange(click.ParamType):
             lo, hi = int(m[1]), int(m[2])
             if lo > hi:
                 self.fail(f"{value!r}: the range's start is above its end", param, ctx)
-            out = list(range(lo, hi + 1))
-        elif re.fullmatch(r"\d+(,\d+)*", text):
-            out = sorted({int(p) for p in text.split(",")})
-        else:
+            if hi > MAX_K:  # checked before the list is built: 0..1000000000 would not fit in memory
+                self.fail(f"{value!r}: k above {MAX_K}", param, ctx)
+            return list(range(lo, hi + 1))
+        if not re.fullmatch(r"\d+(,\d+)*", text):
             self.fail(f"{value!r}: expected A..B or comma-separated whole numbers, such as 0..8 or 0,2,4", param, ctx)
-        if out[-1] > 64:
-            self.fail(f"{value!r}: k above 64", param, ctx)
+        out = sorted({int(p) for p in text.split(",")})
+        if out[-1] > MAX_K:
+            self.fail(f"{value!r}: k above {MAX_K}", param, ctx)
         return out
 
 
@@ -72,6 +77,12 @@ class KRange(click.ParamType):
 @click.option("--replicates", type=click.IntRange(min=20), default=400, show_default=True, help="Bootstrap replicates.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
 @click.option(
+    "--skip-bad",
+    is_flag=True,
+    help="Leave out step times (verify_ms, draft_ms) that are NaN, infinite or negative, counted in a note, "
+    "instead of refusing the run.",
+)
+@click.option(
     "--validate",
     is_flag=True,
     help="Replay the plan's k (and one rejected k) at its levels on the embedded engine (a --sweep-k run of the "
@@ -102,6 +113,7 @@ def plan_command(
     db: Path | None,
     replicates: int,
     seed: int,
+    skip_bad: bool,
     validate: bool,
     validate_with: Path | None,
     runs_dir: Path,
@@ -109,6 +121,7 @@ def plan_command(
     """Plan RUN_DIR's speculation: per category and load band the k to deploy (0 = off) with its
     predicted speedup, three policies' traffic-weighted gains, and the vLLM, llama.cpp and
     routing exports, in PLAN_DIR (plan.json, plan.html). Predicted, not validated by replay."""
+    from specdec.analytics.build import interruptible  # heavy: pyarrow
     from specdec.analytics.plan.run import PlanConfig, make_plan, write_plan  # heavy: duckdb, numpy
     from specdec.capture.proxy.rules import load_rules
 
@@ -124,10 +137,14 @@ def plan_command(
         seed=seed,
         run_id=run_id,
         rules=rules_data,
+        skip_bad=skip_bad,
     )
     if validate and validate_with is not None:
         raise click.UsageError("--validate replays; --validate-with uses a run made already: give one of them")
-    plan = make_plan(run_dir, config, db)
+    # SIGTERM, SIGINT: one line, exit 143 or 130, no temporary file left (analytics.build.interruptible);
+    # not around the validation replay, which runs engine servers (specdec.engines.lifecycle owns their signals)
+    with interruptible():
+        plan = make_plan(run_dir, config, db)
     if validate or validate_with is not None:
         from specdec.cli.plan_validate import replay_validation, validate_against
 
@@ -142,7 +159,8 @@ def plan_command(
         )
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "plan_validation.json", json.dumps(result, indent=2))
-    write_plan(plan, out_dir)
+    with interruptible():
+        write_plan(plan, out_dir)
     state = "validated by replay" if plan["validated"] else "not validated"
     click.echo(f"What to deploy (predicted from {plan['run_id']}, captured k = {plan['captured_k']}; {state}):")
     deployed = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
