@@ -23,9 +23,20 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+from specdec.analytics.report.html import esc
 from specdec.analytics.report.verdict import row_anchor
 
-__all__ = ["COLOURS", "NOT_MEASURED", "SHAPES", "axis_ticks", "forest_chart", "forest_rows", "forest_text"]
+__all__ = [
+    "COLOURS",
+    "NOT_MEASURED",
+    "SHAPES",
+    "axis_ticks",
+    "forest_chart",
+    "forest_html",
+    "forest_rows",
+    "forest_text",
+    "run_margin",
+]
 
 NOT_MEASURED = "not measured"
 #: label -> colour (Okabe-Ito; grey for inconclusive, light grey for not measured)
@@ -152,6 +163,14 @@ def forest_text(margin: float) -> str:
         f"inconclusive = anything else; {NOT_MEASURED} = no interval (one repeat) or no speedup (a failed level). "
         "The text beside each row gives its figures and the repeats and prompt pairs it used."
     )
+
+
+def forest_html(drawn: bool, margin: float, after: str) -> str:
+    """The page's first screen: the plot's ``<div id="forest">`` (``drawn``: its spec is embedded)
+    and the rule in one paragraph, ``after`` (HTML) ending it; without a plot, a line saying why."""
+    if not drawn:
+        return '<p id="forest">No speedup was measured in this run, so there is no verdict to plot.</p>'
+    return f'<div id="forest"></div><p>{esc(forest_text(margin))} {after}</p>'
 
 
 def forest_chart(

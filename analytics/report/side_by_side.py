@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from specdec.analytics.labels import DEFAULT_MARGIN
 from specdec.analytics.report.chart_text import chart_safe
 from specdec.analytics.report.data import Table
-from specdec.analytics.report.forest import forest_chart, forest_rows, forest_text, run_margin
+from specdec.analytics.report.forest import forest_chart, forest_html, forest_rows, run_margin
 from specdec.analytics.report.html import banner, esc, table
 from specdec.analytics.report.page import chart_divs, page
 from specdec.analytics.report.summary import text_table
@@ -169,11 +169,10 @@ def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table
     """``report.html`` of a run of named arms."""
     charts = chart_specs(t)
     others = {k: v for k, v in charts.items() if k != "forest"}  # the forest's <div> opens the page
-    forest = (
-        f'<div id="forest"></div><p>{esc(forest_text(run_margin(t.dicts(), manifest.margin)))} Rows name the '
-        "comparison (treatment arm) last; each comparison's own report has its data dictionary.</p>"
-        if "forest" in charts
-        else "<p>No speedup was measured in this run, so there is no verdict to plot.</p>"
+    forest = forest_html(
+        "forest" in charts,
+        run_margin(t.dicts(), manifest.margin),
+        "Rows name the comparison (treatment arm) last; each comparison's own report has its data dictionary.",
     )
     links = "".join(
         f'<li><a href="{esc(c.report_name)}">{esc(c.arm)}</a> ({esc(c.engine)}) against '

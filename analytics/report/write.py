@@ -4,10 +4,13 @@ The HTML inlines the Vega/Vega-Lite/vega-embed bundle shipped in
 vl-convert-python, so it renders with no network. Every number comes from the
 marts in ``specdec.duckdb``, read once into a ``ReportData``
 (``report_data.py``) that this module renders to HTML and ``summary.py`` to
-text; every table names the definition it uses. Failures come first: the
-notices and the per-level failure table open the page, then the verdict in
-words (``verdict.py``), each figure of it linked to the mart row it comes
-from (rows carry ``verdict.row_anchor`` ids).
+text; every table names the definition it uses. The page opens with the
+notices (a failed level, an unfinished run), then the verdict as a forest plot
+(``forest.py``: every (category, level) interval against 1 and the margin band)
+with the rule in one paragraph, then the per-level failure table, then the
+verdict in words (``verdict.py``), each figure of it linked to the mart row it
+comes from (rows carry ``verdict.row_anchor`` ids). The rule in full and the
+intervals' method close the page, in its data dictionary section.
 
 Every string from the run goes through ``html.esc`` or, inside ``<script>``,
 ``html.script_json`` (``analytics/report/html.py``): categories, prompts, outputs,
@@ -27,7 +30,7 @@ from specdec.analytics.report import compat as compat_section
 from specdec.analytics.report import side_by_side
 from specdec.analytics.report.chart_text import chart_safe
 from specdec.analytics.report.data import ReportData, Table, load_report
-from specdec.analytics.report.forest import forest_chart, forest_rows, forest_text, run_margin
+from specdec.analytics.report.forest import forest_chart, forest_html, forest_rows, run_margin
 from specdec.analytics.report.html import banner, esc, script_json, table
 from specdec.analytics.report.page import chart_divs, page
 from specdec.analytics.report.summary import summary_text
@@ -291,17 +294,8 @@ def _margin(data: ReportData) -> float:
 
 def _forest(data: ReportData, charts: dict[str, dict]) -> str:
     """The forest plot and the rule in one paragraph; the details in the data dictionary."""
-    if not data.has_replay:
-        return ""
-    if "forest" not in charts:
-        return (
-            '<p id="forest">No speedup was measured in this run, so there is no verdict to plot '
-            "(the notices and the requests table say why).</p>"
-        )
-    return (
-        f'<div id="forest"></div><p>{esc(forest_text(_margin(data)))} Details: '
-        '<a href="#data-dictionary">data dictionary</a>.</p>'
-    )
+    details = 'Details: <a href="#data-dictionary">data dictionary</a>.'
+    return forest_html("forest" in charts, _margin(data), details) if data.has_replay else ""
 
 
 def _dictionary(data: ReportData) -> str:

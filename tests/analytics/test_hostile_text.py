@@ -88,8 +88,9 @@ def test_hostile_text_is_escaped_and_the_charts_still_render(tmp_path):
         m = re.fullmatch(r"vegaEmbed\('#(\w+)', (.*), \{actions: false\}\);", line)
         assert m, line
         specs[m.group(1)] = json.loads(m.group(2))
-    assert set(specs) == {"speedup", "throughput", "acceptance_positions", "latency_cdf"}
+    assert set(specs) == {"forest", "speedup", "throughput", "acceptance_positions", "latency_cdf"}
     assert SCRIPT in set(strings(specs["speedup"]))
+    assert any(SCRIPT in s for s in strings(specs["forest"]))  # a forest row names the category
     assert "<" not in parsed.scripts[1] and "\u2028" not in parsed.scripts[1]
     # the terminal summary shows the line separator escaped, not as a line break
     assert "\u2028" not in summary and "onerror=alert(1)>\\u2028" in summary
