@@ -158,9 +158,10 @@ def forest_text(margin: float) -> str:
     return (
         "Each row is one category at one level. Point: the speedup, the geometric mean over paired prompts "
         "of baseline / speculative end-to-end time; bar: the family-wise interval its label reads; shaded: "
-        f"the run's margin of {margin:.0%}, {_x(1 / (1 + margin))} to {_x(1 + margin)}. The label reads the "
-        "bar alone: faster = wholly right of 1x, slower = wholly left of 1x, equivalent = inside the band, "
-        f"inconclusive = anything else; {NOT_MEASURED} = no interval (one repeat) or no speedup (a failed level). "
+        f"the run's margin of {margin:.0%}, {_x(1 / (1 + margin))} to {_x(1 + margin)}. Labels: faster = "
+        "the bar lies wholly right of 1x, slower = wholly left of 1x, equivalent = neither, with the effect "
+        "shown to lie inside the band (a bar inside it always is), inconclusive = anything else; "
+        f"{NOT_MEASURED} = no interval (one repeat) or no speedup (a failed level). "
         "The text beside each row gives its figures and the repeats and prompt pairs it used."
     )
 
