@@ -2,7 +2,7 @@
 
 One row per (category, level) of the ``speedup`` mart ('(system)' last), read as
 the label reads it: on a log axis, the point is the speedup (the mart's
-``speedup``), the bar the family-wise interval its label reads (``ci_low`` to
+``speedup``), the bar the family-wise interval (``ci_low`` to
 ``ci_high``), the shaded band the run's margin ``[1 / (1 + margin), 1 + margin]``
 (the mart's ``margin``, else the manifest's), the dashed rule 1x (no change);
 point and bar coloured (and the point shaped) by ``label``. A column of text
@@ -157,7 +157,7 @@ def forest_text(margin: float) -> str:
     """The rule in one short paragraph (plain text; the page escapes it)."""
     return (
         "Each row is one category at one level. Point: the speedup, the geometric mean over paired prompts "
-        "of baseline / speculative end-to-end time; bar: the family-wise interval its label reads; shaded: "
+        "of baseline / speculative end-to-end time; bar: the family-wise interval (Holm over the run's labels); shaded: "
         f"the run's margin of {margin:.0%}, {_x(1 / (1 + margin))} to {_x(1 + margin)}. Labels: faster = "
         "the bar lies wholly right of 1x, slower = wholly left of 1x, equivalent = neither, with the effect "
         "shown to lie inside the band (a bar inside it always is), inconclusive = anything else; "
