@@ -1,7 +1,7 @@
 """The report's first screen: a forest plot of the verdict.
 
-One row per (category, level) of the ``speedup`` mart ('(system)' last), read as
-the label reads it: on a log axis, the point is the speedup (the mart's
+One row per (category, level) of the ``speedup`` mart ('(system)' last), on a
+log axis: the point is the speedup (the mart's
 ``speedup``), the bar the family-wise interval (``ci_low`` to
 ``ci_high``), the shaded band the run's margin ``[1 / (1 + margin), 1 + margin]``
 (the mart's ``margin``, else the manifest's), the dashed rule 1x (no change);
