@@ -249,9 +249,12 @@ STAGE_SQL = (
 
 
 #: The most categories the staging takes: it counts each step's decode rounds in one column per
-#: category (``met_<key>``), so its memory and time grow with their number (1,000 categories: 15 s
-#: and 0.9 GB; 10,000: over 7 GB, issue 42). A run with more is refused before anything is staged.
-MAX_CATEGORIES = 256
+#: category (``met_<key>``), part of the steps' group key, so its memory and time grow with their
+#: number (issue 42: 10,000 categories over 7 GB). Staged alone on synthetic tables of 800,000
+#: rounds, 40,000 requests (a one-off script, 2026-12-06, load 3-6): 16 categories 0.5 s and
+#: 0.32 GB peak RSS, 64: 1.5 s and 0.58 GB, 128: 3.3-3.4 s and 0.75-0.95 GB, 256: 12.1-34.9 s
+#: and 1.4-1.5 GB, 1,000: 200 s and 5.2 GB. A run with more is refused before anything is staged.
+MAX_CATEGORIES = 64
 
 #: Bump when what the cache holds changes in a way its key (the staging SQL's text) does not show.
 CACHE_VERSION = 1

@@ -50,6 +50,9 @@ __all__ = ["MeasurementNoise", "block_variance", "half_width", "pooled_noise", "
 
 #: the speedup mart's pointwise interval level
 MART_LEVEL = 0.95
+#: the pooled df where a run's mart row has an infinite df (V known exactly): finite, so plan.json
+#: holds it (JSON has no infinity), and large enough that its t quantile is the normal's
+EXACT_DF = 1e9
 
 
 @dataclass(frozen=True)
@@ -103,9 +106,13 @@ def pooled_noise(rows: Iterable[tuple[str, float | None, float | None, float | N
         for r in per_run.values()
     ]
     m = len(vs)
-    df_sum = sum(d for _, d, _ in vs)
-    v = sum(d * x for x, d, _ in vs) / df_sum
-    df = df_sum / (1 + (m - 1) / 4)
+    exact = [x for x, d, _ in vs if math.isinf(d)]
+    if exact:  # a run whose V is known exactly (infinite df: its blocks agree to the last digit) outweighs the rest
+        v, df = sum(exact) / len(exact), EXACT_DF
+    else:
+        df_sum = sum(d for _, d, _ in vs)
+        v = sum(d * x for x, d, _ in vs) / df_sum
+        df = df_sum / (1 + (m - 1) / 4)
     return MeasurementNoise(
         v,
         df,

@@ -191,3 +191,14 @@ def test_plan_k_and_sweep_k_refuse_a_huge_range_by_name(tmp_path):
         replay_cli.main, [str(traffic), "--sweep-k", "0..1000000000", "--runs-dir", str(tmp_path / "r")]
     )
     assert res.exit_code == 2 and "k above 64" in res.output and "--sweep-k" in res.output
+
+
+def test_a_speedup_row_with_infinite_df_pools_to_a_finite_noise_estimate():
+    from specdec.analytics.plan.noise import EXACT_DF, pooled_noise, prediction_interval
+
+    # a run whose blocks agree exactly: the mart's interval has width 0 and infinite df
+    noise = pooled_noise([("t/k2", 1.0, 1.0, math.inf, 2), ("t/k4", 0.9, 1.1, 3.0, 2)])
+    assert noise.variance == 0.0 and noise.df == EXACT_DF
+    json.dumps(noise.as_dict(), allow_nan=False)  # plan.json holds it
+    low, high = prediction_interval(1.5, 1.4, 1.6, noise, 2, 0.95)
+    assert (low, high) == pytest.approx((1.4, 1.6))  # no noise added to the bootstrap's interval
