@@ -46,13 +46,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from specdec.analytics import intervals
-from specdec.analytics.variance import BlockNoise, block_noise
+from specdec.analytics.variance import block_noise, level_noise
 from specdec.demo_design import DEMO_CATEGORIES, DEMO_LEVELS, DEMO_PROMPTS_PER_CATEGORY, DEMO_REPEATS
 
 __all__ = [
@@ -78,6 +78,21 @@ class Design:
     prompts: int = DEMO_PROMPTS_PER_CATEGORY
     levels: tuple[int, ...] = DEMO_LEVELS
     repeats: int = DEMO_REPEATS
+    #: per (level, repeat), the arm whose block ran first ('b' or 's'); None: the replay's
+    #: repeat-major schedule (``replay/load/schedule.py``: the baseline first where repeat + level
+    #: index is even; tests/analytics/test_calibration.py checks the two agree)
+    first: Mapping[tuple[int, int], str] | None = None
+
+    def first_arm(self, level: int, repeat: int) -> str:
+        if self.first is not None:
+            return self.first[level, repeat]
+        return "b" if (repeat + self.levels.index(level)) % 2 == 0 else "s"
+
+    def order(self) -> dict[tuple[int, int], float]:
+        """The arm order as the intervals read it: +1/2 where the speculative arm ran second."""
+        return {
+            (lv, r): 0.5 if self.first_arm(lv, r) == "b" else -0.5 for lv in self.levels for r in range(self.repeats)
+        }
 
 
 @dataclass(frozen=True)
@@ -96,6 +111,15 @@ class Noise:
     #: per level, a factor on its block and request noise (both arms, every category): {4: 3.0} makes
     #: level 4 three times as noisy as the others, a misfit of the one-variance-per-category model
     level_factor: Mapping[int, float] = field(default_factory=dict)
+    #: the arm that runs second in a block pair is this much slower (log scale, every request)
+    order: float = 0.0
+    #: block and request noise drawn from Student's t with this df (scaled to the same SD); None: normal
+    tails: float | None = None
+    #: this share of blocks (one arm, one level, one repeat) runs slow, by a factor drawn in ``slow_factor``
+    slow_share: float = 0.0
+    slow_factor: tuple[float, float] = (2.0, 3.0)
+    #: a category-in-block shock: one category's requests of one block move together by this SD
+    shock: float = 0.0
 
 
 #: The noise components measured on this 2-core machine, pooled (root mean square) over three
@@ -136,13 +160,25 @@ def simulate(
     process = {(arm, r): rng.normal(0.0, noise.process) for arm in ("b", "s") for r in range(reps)}
     drift = {"b": noise.drift, "s": noise.drift if noise.drift_speculative is None else noise.drift_speculative}
     log_e2e: dict[tuple, np.ndarray] = {}
+
+    def draw(sd: float, size=None):  # normal, or Student's t scaled to the same SD
+        if noise.tails is None:
+            return rng.normal(0.0, sd, size)
+        return rng.standard_t(noise.tails, size) * sd / math.sqrt(noise.tails / (noise.tails - 2.0))
+
     for r in range(reps):
         for i, lv in enumerate(levels):
             factor = noise.level_factor.get(lv, 1.0)
             for arm in ("b", "s"):
-                shift = process[arm, r] + drift[arm] * (r + i / len(levels)) + rng.normal(0.0, factor * noise.block)
+                shift = process[arm, r] + drift[arm] * (r + i / len(levels)) + draw(factor * noise.block)
+                if noise.order and design.first_arm(lv, r) != arm:
+                    shift += noise.order
+                if noise.slow_share and rng.random() < noise.slow_share:
+                    shift += math.log(rng.uniform(*noise.slow_factor))
                 for c in cats:
-                    times = base[c] + shift + rng.normal(0.0, factor * noise.request.get(c, 0.0), n_p)
+                    times = base[c] + shift + draw(factor * noise.request.get(c, 0.0), n_p)
+                    if noise.shock:
+                        times = times + rng.normal(0.0, noise.shock)
                     if arm == "s":
                         times = times - true[c, lv] - effect[c]
                     log_e2e[arm, c, lv, r] = times
@@ -178,6 +214,7 @@ class Result:
     runs: int
     coverage: float  # pointwise 95% measurement intervals that hold the prompt-set truth
     coverage_by_category: dict
+    coverage_by_level: dict  # the same per level (every series)
     prompts_coverage: float  # prompts-and-runs intervals that hold the category's truth
     fit_fired: float  # runs where the calibration check (fit.py) says some level is noisier
     old_aa_fired: float  # runs where the old A/A check would have warned (more A/A intervals excluding 1 than allowed)
@@ -185,6 +222,8 @@ class Result:
     faster_share: float  # rows labelled faster (power when every true ratio > 1)
     equivalent_share: float  # rows labelled equivalent
     mean_level: float  # mean confidence level of the labelled intervals
+    power: float  # category rows with a true effect > 0 labelled faster
+    null_equivalent: float  # rows with a true ratio of 1 labelled equivalent
 
     def line(self) -> dict:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -210,12 +249,16 @@ def evaluate(
     hit = total = p_hit = p_total = false_runs = faster = equivalent = labelled = fit_runs = old_runs = 0
     level_sum = 0.0
     by_cat: dict[str, list[int]] = {}
+    by_level: dict[int, list[int]] = {}
+    effect = [0, 0]  # category rows with a true effect: labelled faster, all
+    null = [0, 0]  # rows with no true effect: labelled equivalent, all
+    order = design.order()
     for _ in range(runs):
         pairs, blocks, prompt_set, category = simulate(design, noise, ratio, rng, centred)
         false_here = fired = False
         old_aa_fired = old_aa_check(pairs, blocks)
         old_runs += old_aa_fired
-        for row in method(pairs, blocks, margin=margin):
+        for row in method(pairs, blocks, margin=margin, order=order):
             comparison, cat, lv, _seg, kind, low, high = row[:7]
             if kind == "fit":
                 fired = fired or row[11] == "noisier"
@@ -227,6 +270,8 @@ def evaluate(
                 hit += ok
                 by_cat.setdefault(cat, [0, 0])[0] += ok
                 by_cat[cat][1] += 1
+                by_level.setdefault(lv, [0, 0])[0] += ok
+                by_level[lv][1] += 1
             elif kind == "prompts":
                 p_total += 1
                 p_hit += math.log(low) <= category[cat, lv] <= math.log(high)
@@ -236,6 +281,12 @@ def evaluate(
                 level_sum += row[7]
                 faster += label == "faster"
                 equivalent += label == "equivalent"
+                if truth > 1e-12 and cat != intervals.SYSTEM:
+                    effect[0] += label == "faster"
+                    effect[1] += 1
+                if abs(truth) <= 1e-12:
+                    null[0] += label == "equivalent"
+                    null[1] += 1
                 if (label == "faster" and truth <= 0) or (label == "slower" and truth >= 0):
                     false_here = True
         false_runs += false_here
@@ -244,6 +295,7 @@ def evaluate(
         runs,
         hit / max(total, 1),
         {c: round(h / n, 4) for c, (h, n) in sorted(by_cat.items())},
+        {lv: round(h / n, 4) for lv, (h, n) in sorted(by_level.items())},
         p_hit / max(p_total, 1),
         fit_runs / runs,
         old_runs / runs,
@@ -251,6 +303,8 @@ def evaluate(
         faster / max(labelled, 1),
         equivalent / max(labelled, 1),
         level_sum / max(labelled, 1),
+        effect[0] / max(effect[1], 1),
+        null[0] / max(null[1], 1),
     )
 
 
@@ -318,14 +372,25 @@ def noise_from(estimates: Iterable[Mapping[str, Mapping[str, float]]]) -> Noise:
     )
 
 
-def _df_per_level(cells: Mapping[tuple, float]) -> BlockNoise | None:
-    """Planted: the same variance, but df = k1 (every level's repeats counted as independent)."""
-    noise = block_noise(cells)
-    return None if noise is None else BlockNoise(noise.variance, float(noise.k1), 0.0, noise.variance, noise.k1)
+def _df_per_level(cells: Mapping[tuple, float], order: Mapping[tuple, float], own: frozenset) -> dict:
+    """Planted: the project's model, but df = the residual count (every level's repeats counted
+    as independent, the shared repeat noise ignored: the method before issue 19)."""
+    found = level_noise(cells, order, own)
+    k1 = float(sum(n.repeats for n in found.values()) - len(found))
+    return {lv: replace(n, df=k1) for lv, n in found.items()}
+
+
+def _pooled(cells: Mapping[tuple, float], order: Mapping[tuple, float], own: frozenset) -> dict:
+    """Planted: one variance pooled over every level, no arm order fitted (the model before issue 41)."""
+    return level_noise(cells, None, frozenset())
 
 
 def _df_per_level_method(pairs: Iterable[tuple], blocks: Iterable[tuple], **kw: Any) -> list[tuple]:
     return intervals.compute(pairs, blocks, noise_model=_df_per_level, **kw)
+
+
+def _pooled_method(pairs: Iterable[tuple], blocks: Iterable[tuple], **kw: Any) -> list[tuple]:
+    return intervals.compute(pairs, blocks, noise_model=_pooled, **kw)
 
 
 def aa_intervals(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> dict[tuple, tuple[float, float]]:
@@ -337,7 +402,8 @@ def aa_intervals(pairs: Iterable[tuple], blocks: Iterable[tuple]) -> dict[tuple,
     pairs, blocks = list(pairs), list(blocks)
     rows = [(c, cat, lv, r, y, 1) for c, cat, lv, _p, r, y in pairs]
     means = {key: intervals._means(reps) for key, reps in intervals._by_repeat(rows, blocks).items()}
-    noise = intervals._series_noise({k: v for k, v in means.items() if k[0] == "ab"})
+    series = intervals._series({k: v for k, v in means.items() if k[0] == "ab"})
+    noise = {skey: block_noise(cells) for skey, cells in series.items()}
     out: dict[tuple, tuple[float, float]] = {}
     for key, figures in sorted(means.items()):
         v = noise.get(("ab", key[1], None))
@@ -379,4 +445,8 @@ def _double_hurdle_method(
 
 
 #: Methods the calibration must reject (tests/analytics/test_calibration.py).
-PLANTED: dict[str, Method] = {"df counted per level": _df_per_level_method, "old double hurdle": _double_hurdle_method}
+PLANTED: dict[str, Method] = {
+    "df counted per level": _df_per_level_method,
+    "one pooled variance": _pooled_method,
+    "old double hurdle": _double_hurdle_method,
+}

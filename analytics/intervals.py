@@ -14,14 +14,20 @@ log ratio over the group's pairs in that repeat (``(system)``: the block
 throughput log ratio; ``(weighted)``: ln(sum w Tb / sum w Ts) over the level's
 weighted categories; a natural-end segment: its pairs' mean).
 
-**Noise model** (``variance.py``): per series (one category, or ``(system)``,
-across its levels) the block figures are mu[level] + a[repeat] + w[level,
-repeat]; the variance of one block figure V = s2_repeat + s2_block is
-estimated by method of moments from the series' residuals, with
-Satterthwaite's degrees of freedom for the design (R - 1 when the repeats'
-shared noise dominates, sum over levels of R_l - 1 when it is absent). Each
-category has its own V and df (no pooling: chat's request noise is 2-3x the
-others').
+**Noise model** (``variance.level_noise``): per series (one category, or
+``(system)``, across its levels) the block figures are mu[level] + g *
+order + a[repeat] + w[level, repeat]: the arm order (which arm's block ran
+second, read from the blocks' first send times) as a fixed effect, a shift
+shared by the levels of a repeat, and the block's own noise, whose variance
+is pooled over the levels unless the pooling test (``POOL_ALPHA``: the
+calibration check's p-value for the level, ``fit.py``) sets the level apart
+with a variance of its own. Slow blocks (a figure far from its level's
+others in at least half of the family's series, ``variance.slow_blocks``)
+are set aside first. Variances by method of moments, Satterthwaite's
+degrees of freedom for the design. Each category has its own variances (no
+pooling across categories: chat's request noise is 2-3x the others'). The
+row's ``method`` says what the model did for it (own or pooled variance, the
+order effect fitted, slow blocks set aside): the run's notes.
 
 **Interval kinds** (``interval`` column), on the log scale, mapped back with exp:
 
@@ -71,14 +77,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import pyarrow as pa
 
-from specdec.analytics.fit import level_fit
+from specdec.analytics.fit import LevelFit, level_fit
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
-from specdec.analytics.variance import BlockNoise, block_noise, satterthwaite, t_interval, t_quantile, t_sf
+from specdec.analytics.variance import level_noise, satterthwaite, slow_blocks, t_interval, t_quantile, t_sf
 
 __all__ = [
     "LEVEL",
     "METHOD",
+    "POOL_ALPHA",
     "SYSTEM",
     "TABLE",
     "WEIGHTED",
@@ -91,6 +98,9 @@ __all__ = [
 ]
 
 LEVEL = 0.95
+#: The pooling test: a level whose calibration-check p-value (``fit.py``, one-sided: noisier than the
+#: other levels) is at most this gets a block variance of its own; the others pool (see the docstring).
+POOL_ALPHA = 0.10
 TABLE = "int_speedup_intervals"
 SYSTEM = "(system)"
 WEIGHTED = "(weighted)"
@@ -98,12 +108,16 @@ WEIGHTED = "(weighted)"
 #: One paragraph for the report and the data dictionary: how the intervals are computed.
 METHOD = (
     f"{LEVEL:.0%} intervals on the log scale over block figures (one per repeat: the group's mean log ratio "
-    "in that repeat). Noise model per category: block figure = effect at the level + a shift shared by every "
-    "level of the repeat (the server process) + the block's own noise; the variance of one block figure is "
-    "estimated from the run by method of moments, with Satterthwaite's degrees of freedom for that design "
-    "(repeats - 1 when the shared shift dominates). measurement: prompts fixed, mean +- t(df) * sqrt(V / R). "
+    "in that repeat). Noise model per category: block figure = effect at the level + the arm order's effect "
+    "(which arm ran second: a fixed effect) + a shift shared by every level of the repeat (the server process) "
+    "+ the block's own noise, whose variance is pooled over the levels unless the pooling test (the "
+    f"calibration check's p-value <= {POOL_ALPHA:.0%} at that level) gives the level its own; slow blocks "
+    "(figures far from their level's others) set aside first; variances by method of moments, with "
+    "Satterthwaite's degrees of freedom for that design (repeats - 1 when the shared shift dominates); the "
+    "row's method says what was done. measurement: prompts fixed, mean +- t(df) * se. "
     "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
-    f"{ALPHA:.0%}); labels read it. prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. fit: the "
+    f"{ALPHA:.0%}); faster and slower read it, equivalent reads the {1 - 2 * ALPHA:.0%} interval (two one-sided "
+    "tests). prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. fit: the "
     "calibration check, whether one variance per category fits every level (analytics/fit.py); labels: "
     "analytics/labels.py."
 )
@@ -145,21 +159,53 @@ def _means(reps: Mapping[int, Summed]) -> dict[int, float]:
     return {r: total / n for r, (total, n) in sorted(reps.items()) if n}
 
 
-NoiseModel = Callable[[Mapping[tuple, float]], "BlockNoise | None"]
+#: How a series' per-level noise is estimated: (cells (level, repeat) -> figure, order (level,
+#: repeat) -> +-1/2, levels with a variance of their own) -> {level: LevelNoise}. ``variance.level_noise``;
+#: the calibration benchmark plants others.
+NoiseModel = Callable[[Mapping[tuple, float], Mapping[tuple, float], frozenset], Mapping]
 
 
-def _series_noise(
-    figures: Mapping[GroupKey, Mapping[int, float]], model: NoiseModel = block_noise
-) -> dict[tuple, BlockNoise | None]:
-    """Per series (comparison, category, segment-or-None): the block noise of
-    its figures across levels. Keys of ``figures``: (comparison, category,
-    concurrency[, segment])."""
+def _series(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[tuple, dict[tuple[int, int], float]]:
+    """Per series (comparison, category, segment-or-None): its block figures keyed by
+    (level, repeat). Keys of ``figures``: (comparison, category, concurrency[, segment])."""
     series: dict[tuple, dict[tuple[int, int], float]] = defaultdict(dict)
     for key, reps in figures.items():
         skey = (key[0], key[1], key[3] if len(key) > 3 else None)
         for r, y in reps.items():
             series[skey][key[2], r] = y
-    return {skey: model(cells) for skey, cells in series.items()}
+    return series
+
+
+class _Noise:
+    """One family's series after the robust step: per series its figures without slow blocks,
+    the slow cells, and per level its LevelNoise."""
+
+    def __init__(
+        self,
+        figures: Mapping[GroupKey, Mapping[int, float]],
+        order: Mapping[tuple, float],
+        model: NoiseModel,
+        own_of: Callable[[Mapping[tuple, dict]], frozenset] | None = None,
+    ):
+        raw = _series(figures)
+        votes: dict[tuple, int] = defaultdict(int)
+        for cells in raw.values():
+            for cell in slow_blocks(cells):
+                votes[cell] += 1
+        held = defaultdict(int)  # series that hold the cell
+        for cells in raw.values():
+            for cell in cells:
+                held[cell] += 1
+        slow = {cell for cell, v in votes.items() if 2 * v >= held[cell]}
+        self.slow = {skey: {c for c in cells if c in slow} for skey, cells in raw.items()}
+        self.clean = {skey: {c: y for c, y in cells.items() if c not in self.slow[skey]} for skey, cells in raw.items()}
+        self.own = own_of(self.clean) if own_of is not None else frozenset()
+        self.levels = {skey: model(cells, order, self.own) for skey, cells in self.clean.items()}
+
+    def of(self, key: tuple, segment=None):
+        """(LevelNoise or None, slow blocks set aside in the series) of a group key (comparison, category, level)."""
+        skey = (key[0], key[1], segment)
+        return self.levels.get(skey, {}).get(key[2]), len(self.slow.get(skey, ()))
 
 
 def _t(centre: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
@@ -204,18 +250,35 @@ def _row(
 
 
 class _Measured:
-    """One A/B group's measurement: centre, standard error, df, repeats."""
+    """One A/B group's measurement: centre, standard error, df, repeats (``variance.LevelNoise``)."""
 
-    def __init__(self, key: tuple, segment, means: Mapping[int, float], noise: BlockNoise | None):
+    def __init__(self, key: tuple, segment, means: Mapping[int, float], found: tuple):
+        noise, slow = found
         self.key, self.segment = key, segment
-        self.repeats = len(means)
-        self.centre = sum(means.values()) / self.repeats if self.repeats else 0.0
-        usable = noise if noise is not None and self.repeats >= 2 and noise.df > 0 else None
+        usable = noise if noise is not None and noise.repeats >= 2 and noise.df > 0 else None
         self.ok = usable is not None
-        self.noise = noise
-        self.se = math.sqrt(usable.variance / self.repeats) if usable is not None else math.nan
+        self.repeats = usable.repeats if usable is not None else len(means)
+        self.centre = usable.centre if usable is not None else (sum(means.values()) / len(means) if means else 0.0)
+        self.se = usable.se if usable is not None else math.nan
         self.df = usable.df if usable is not None else math.nan
         self.p = _p(self.centre, self.se, self.df) if usable is not None else None
+        self.notes = _notes(usable, slow)
+
+
+def _notes(noise, slow: int) -> str:
+    """What the variance model did for this row, for the method column (the run's notes)."""
+    if noise is None:
+        return ""
+    parts = [
+        "a block variance of its own at this level (the pooling test set it apart)"
+        if noise.own
+        else "block variance pooled over the levels (the pooling test allowed it)"
+    ]
+    if noise.order is not None:
+        parts.append(f"arm order fitted: the ratio {math.expm1(noise.order):+.1%} where the speculative arm ran second")
+    if slow:
+        parts.append(f"{slow} slow block figure(s) of the series set aside")
+    return "; ".join(parts)
 
 
 def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> list[tuple]:
@@ -224,8 +287,9 @@ def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> lis
     levels = holm_levels({i: g.p for i, g in enumerate(ok) if g.p is not None})  # every ok group has a p
     out: list[tuple] = []
     for i, g in enumerate(ok):
+        text = f"{method}; {g.notes}" if g.notes else method
         out.append(
-            _row(g.key, g.segment, "measurement", _t(g.centre, g.se, g.df), LEVEL, g.df, g.p, f"{method}; pointwise")
+            _row(g.key, g.segment, "measurement", _t(g.centre, g.se, g.df), LEVEL, g.df, g.p, f"{text}; pointwise")
         )
         j = judge(g.centre, g.se, g.df, levels[i], margin, g.repeats)
         out.append(
@@ -237,7 +301,8 @@ def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> lis
                 j.level,
                 g.df,
                 g.p,
-                f"{method}; Holm level for its rank among {len(ok)}",
+                f"{text}; Holm level for its rank among {len(ok)}; equivalence read on the "
+                f"{1 - 2 * ALPHA:.0%} interval {j.tost_low:.4f}-{j.tost_high:.4f} (TOST)",
                 family_size=len(ok),
                 label=j.label,
                 clears_margin=j.clears_margin,
@@ -254,11 +319,11 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
     sums, counts = prompts
     means = [s / n for s, n in zip(sums, counts) if n]
     p = len(means)
-    if p < 2 or not g.ok or g.noise is None:  # an ok group has its noise
+    if p < 2 or not g.ok:
         return []
     centre = sum(means) / p
     s2_prompt = sum((m - centre) ** 2 for m in means) / (p - 1)
-    run_part, prompt_part = g.noise.variance / g.repeats, s2_prompt / p
+    run_part, prompt_part = g.se**2, s2_prompt / p
     se = math.sqrt(run_part + prompt_part)
     df = satterthwaite([(run_part, g.df), (prompt_part, p - 1)])
     if se <= 0 or math.isinf(df):
@@ -278,33 +343,33 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
     ]
 
 
-def _fit_rows(figures: Mapping[GroupKey, Mapping[int, float]]) -> list[tuple]:
+def _fit_rows(found: Mapping[int, LevelFit]) -> list[tuple]:
     """The calibration check (``fit.py``): one row per category and level tested."""
-    series: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
-    for (_comparison, category, concurrency), reps in figures.items():
-        if category != SYSTEM:  # built from the same requests: the same noise twice
-            for r, y in reps.items():
-                series[category][concurrency, r] = y
     out: list[tuple] = []
-    for concurrency, found in sorted(level_fit(series).items()):
-        for category, ratio in sorted(found.ratio.items()):
+    for concurrency, fit in sorted(found.items()):
+        for category, ratio in sorted(fit.ratio.items()):
             out.append(
                 _row(
                     ("ab", category, concurrency),
                     None,
                     "fit",
                     (None, None),
-                    found.level,
-                    found.df,
-                    found.p_value,
+                    fit.level,
+                    fit.df,
+                    fit.p_value,
                     f"calibration check: this level's block figures against the other levels' (Holm over "
-                    f"{found.tested} levels, family-wise {ALPHA:.0%}); analytics/fit.py",
-                    family_size=found.tested,
-                    label="noisier" if found.noisier and ratio > 1 else "fits",
+                    f"{fit.tested} levels, family-wise {ALPHA:.0%}); analytics/fit.py",
+                    family_size=fit.tested,
+                    label="noisier" if fit.noisier and ratio > 1 else "fits",
                     noise_ratio=ratio,
                 )
             )
     return out
+
+
+def _categories(series: Mapping[tuple, Mapping[tuple, float]]) -> dict[str, Mapping[tuple, float]]:
+    """The categories' series for the check; ``(system)`` is built from the same requests (the same noise twice)."""
+    return {skey[1]: cells for skey, cells in series.items() if skey[1] != SYSTEM and skey[2] is None}
 
 
 def compute(
@@ -313,7 +378,9 @@ def compute(
     segments: Iterable[tuple] = (),
     times: Iterable[tuple] = (),
     margin: float = DEFAULT_MARGIN,
-    noise_model: NoiseModel = block_noise,
+    noise_model: NoiseModel = level_noise,
+    order: Mapping[tuple[int, int], float] | None = None,
+    pool_alpha: float = POOL_ALPHA,
 ) -> list[tuple]:
     """Rows of ``int_speedup_intervals`` (without run_id).
 
@@ -324,8 +391,10 @@ def compute(
     ``int_natural_end_pairs`` (split pairs only); ``times``: the weighted
     categories' mean times per level and repeat (``_weighted``); ``margin``:
     the run's declared margin; ``noise_model``: how a series' block noise is
-    estimated (``variance.block_noise``; the calibration benchmark plants
-    others). Returns (comparison, category, concurrency,
+    estimated (``variance.level_noise``; the calibration benchmark plants
+    others); ``order``: per (concurrency, repeat), +1/2 where the speculative
+    arm's block ran second, -1/2 where it ran first (absent: unknown, no
+    order effect fitted); ``pool_alpha``: the pooling test's threshold. Returns (comparison, category, concurrency,
     segment, interval, ci_low, ci_high, ci_level, df, p_value, family_size,
     label, clears_margin, detectable_effect, repeats_needed, margin, method,
     noise_ratio). 'aa' pairs and blocks are ignored (see the module docstring)."""
@@ -347,6 +416,8 @@ def compute(
         times,
         margin,
         noise_model,
+        order,
+        pool_alpha,
     )
 
 
@@ -357,23 +428,35 @@ def compute_summed(
     segments: Iterable[tuple] = (),
     times: Iterable[tuple] = (),
     margin: float = DEFAULT_MARGIN,
-    noise_model: NoiseModel = block_noise,
+    noise_model: NoiseModel = level_noise,
+    order: Mapping[tuple[int, int], float] | None = None,
+    pool_alpha: float = POOL_ALPHA,
 ) -> list[tuple]:
     """``compute`` from the pairs already summed, as ``fill`` reads them from
     DuckDB. ``repeats``: (comparison, category, concurrency, repeat, log ratio
     sum, count); ``prompts``: per group (comparison, category, concurrency),
     the per-prompt log ratio sums and counts; ``segments``: (category,
     concurrency, segment, repeat, log ratio sum, count)."""
+    order = order or {}
     block_means = {key: _means(reps) for key, reps in _by_repeat(repeats, blocks).items()}
     ab = {k: v for k, v in block_means.items() if k[0] == "ab"}
-    noise = _series_noise(ab, noise_model)
-    groups = [_Measured(key, None, ab[key], noise[key[0], key[1], None]) for key in sorted(ab)]
-    measurement = "t interval over repeats, variance components per category, Satterthwaite df"
+    found: dict[int, LevelFit] = {}
+
+    def own_of(clean: Mapping[tuple, dict]) -> frozenset:
+        found.update(level_fit(_categories(clean)))
+        return frozenset(lv for lv, f in found.items() if f.p_value <= pool_alpha)
+
+    noise = _Noise(ab, order, noise_model, own_of)
+    groups = [_Measured(key, None, ab[key], noise.of(key)) for key in sorted(ab)]
+    measurement = (
+        "t interval over repeats: variance components per category and level group, arm order as a "
+        "fixed effect, slow blocks set aside, Satterthwaite df"
+    )
     out = _family_rows(groups, margin, measurement)
     for g in groups:
         if g.key[1] != SYSTEM and g.key in prompts:
             out += _prompts_row(g.key, prompts[g.key], g)
-    out += _fit_rows(ab)
+    out += _fit_rows(found)
 
     by_segment: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     for category, concurrency, segment, repeat, total, n in segments:
@@ -381,13 +464,15 @@ def compute_summed(
         acc[0] += total
         acc[1] += n
     seg_means = {("ab", cat, lv, seg): _means(reps) for (cat, lv, seg), reps in by_segment.items()}
-    seg_noise = _series_noise(seg_means, noise_model)
-    seg_groups = [_Measured(k[:3], k[3], seg_means[k], seg_noise[k[0], k[1], k[3]]) for k in sorted(seg_means)]
+    seg_noise = _Noise(seg_means, order, noise_model)
+    seg_groups = [_Measured(k[:3], k[3], seg_means[k], seg_noise.of(k[:3], k[3])) for k in sorted(seg_means)]
     out += _family_rows(seg_groups, margin, measurement)
-    return out + _weighted(times, noise_model)
+    return out + _weighted(times, noise_model, order)
 
 
-def _weighted(times: Iterable[tuple], noise_model: NoiseModel = block_noise) -> list[tuple]:
+def _weighted(
+    times: Iterable[tuple], noise_model: NoiseModel = level_noise, order: Mapping[tuple, float] | None = None
+) -> list[tuple]:
     """Measurement rows for the weighted overall speedup (``speedup_weighted``,
     category '(weighted)'): its own series of block figures.
 
@@ -408,10 +493,10 @@ def _weighted(times: Iterable[tuple], noise_model: NoiseModel = block_noise) -> 
     for (lv, r), (b, s, cats) in sorted(sums.items()):
         if cats == level_categories[lv] and b > 0 and s > 0:
             figures["ab", WEIGHTED, lv][r] = math.log(b / s)
-    noise = _series_noise(figures, noise_model).get(("ab", WEIGHTED, None))
+    noise = _Noise(figures, order or {}, noise_model)
     out: list[tuple] = []
     for key in sorted(figures):
-        g = _Measured(key, None, figures[key], noise)
+        g = _Measured(key, None, figures[key], noise.of(key))
         if g.ok:
             out.append(
                 _row(
@@ -423,7 +508,7 @@ def _weighted(times: Iterable[tuple], noise_model: NoiseModel = block_noise) -> 
                     g.df,
                     g.p,
                     "t interval over repeats: per-repeat weighted mean e2e ratio, its own variance "
-                    "components, Satterthwaite df",
+                    "components, arm order as a fixed effect, Satterthwaite df",
                 )
             )
     return out
@@ -484,6 +569,14 @@ def fill(con) -> None:
             group by all order by all""").fetchall()
         )
     margins = dict(con.execute("select run_id, margin from int_run_settings").fetchall())
+    order: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+    for run_id, concurrency, repeat, second in con.execute("""
+            select run_id, concurrency, repeat,
+                   min(wall_send_ns) filter (where arm = 'speculative')
+                   > min(wall_send_ns) filter (where arm = 'baseline')
+            from int_requests_measured group by all""").fetchall():
+        if second is not None:  # which arm's block started second: the arm-order fixed effect
+            order[run_id][concurrency, repeat] = 0.5 if second else -0.5
     # a failed level gives no speedup (the marts say why): it neither joins a family nor informs the noise
     excluded = set(
         con.execute("select run_id, concurrency from int_levels_compared where excluded_reason is not null").fetchall()
@@ -508,6 +601,7 @@ def fill(con) -> None:
             segments.get(run_id, ()),
             times.get(run_id, ()),
             margins.get(run_id) or DEFAULT_MARGIN,
+            order=order.get(run_id),
         )
     ]
     if rows:  # through Arrow: executemany inserts a row at a time (200 runs' 9,600 rows: about 30 s)

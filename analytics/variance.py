@@ -57,6 +57,37 @@ which the demo's chat (2-3x the others) contradicts, and it would add no
 degree of freedom to the repeat component, which has R - 1 whatever is
 pooled.
 
+**The model the intervals use (issue 41, item 2): ``level_noise``.** The
+above, with three changes, each because the runs showed the simple model
+wrong:
+
+- *the arm order as a fixed effect*: y[l, r] = mu[l] + g * o[l, r] + a[r] +
+  w[l, r], o = +1/2 where the speculative arm's block ran second, -1/2 where
+  it ran first. The demo run of 2026-12-06 had the second block of a pair
+  3-6% slower in every series, and with 5 repeats a level has one arm first
+  3 times (the schedule alternates which arm that is between levels, so the
+  run is balanced, a level is not). mu[l] is the effect with the order
+  averaged out; g costs one residual degree of freedom;
+- *a block variance per level where the run says so*: w[l, r] has one
+  variance for the levels pooled together and one of its own for each level
+  the pooling test sets apart (``intervals.POOL_ALPHA``: the calibration
+  check's one-sided p-value for that level, ``fit.py``, at most 10%). A level
+  of its own has se^2 from its own residuals (about R - 1 df); pooled levels
+  share V (df by Satterthwaite with the pessimistic split, as above);
+- *slow blocks set aside* (``slow_blocks``): a block figure far from its
+  level's others (see there) is left out of the series before anything is
+  estimated, where half of the family's series agree; the row's method says
+  how many. Heavy tails short of that are left in: the t interval's df is
+  what absorbs them (simulated with t(3) noise: coverage 93-97% per level,
+  BENCHMARKS.md).
+
+A level's se^2 = sum_j c_j^2 V[group of j], c the row of the least-squares
+solution that gives mu[l] (1/R on its own cells when no order is fitted),
+V[group] = the group's residual sum of squares over its residual count: a
+positive quadratic form whose df is Satterthwaite's with the pessimistic
+Sigma. Without an order and with every level pooled it is ``block_noise``'s
+V / R and df exactly (tests/analytics/test_variance.py).
+
 Also here: Student's t (``t_quantile``, ``t_sf``), Fisher's F tail (``f_sf``) and Satterthwaite's df of a
 sum of independent variance estimates (``satterthwaite``).
 """
@@ -74,11 +105,15 @@ import numpy as np
 
 __all__ = [
     "REPEAT_BOUND",
+    "SLOW_K",
     "BlockNoise",
+    "LevelNoise",
     "block_noise",
     "chi2_quantile",
     "f_sf",
+    "level_noise",
     "satterthwaite",
+    "slow_blocks",
     "t_interval",
     "t_quantile",
     "t_sf",
@@ -343,3 +378,172 @@ def t_quantile(p: float, df: float) -> float:
         if hi - lo < 1e-12 * max(1.0, hi):
             break
     return (lo + hi) / 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 41, item 2: a variance per level where the run says so, the arm order as a fixed effect.
+
+
+@dataclass(frozen=True)
+class LevelNoise:
+    """The noise of one level's estimated effect in a series (log scale)."""
+
+    centre: float  # the level's effect, the arm order's effect removed (the mean of both orders)
+    se: float  # its standard error
+    df: float  # Satterthwaite's df of se^2
+    repeats: int  # block figures used at this level
+    own: bool  # the level has a block variance of its own (not pooled with the other levels)
+    order: float | None  # the series' order effect (log scale: speculative second minus first), None if not fitted
+
+
+def _solve_components(a: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """theta >= 0 with a[:, act] theta[act] = q[act] on the active set: a component whose
+    moment estimate is negative is set to 0 and the rest solved again. Returns (theta, active)."""
+    active = np.ones(len(q), dtype=bool)
+    theta = np.zeros(len(q))
+    while active.any():
+        idx = np.flatnonzero(active)
+        sol = np.linalg.lstsq(a[np.ix_(idx, idx)], q[idx], rcond=None)[0]
+        if (sol >= 0).all():
+            theta[idx] = sol
+            break
+        active[idx[int(np.argmin(sol))]] = False
+    return theta, active
+
+
+def level_noise(
+    figures: Mapping[Cell, float],
+    order: Mapping[Cell, float] | None = None,
+    own_levels: frozenset = frozenset(),
+    repeat_bound: float | None = REPEAT_BOUND,
+) -> dict:
+    """Per level of one series: its effect, standard error and df, from the block figures
+    keyed by (level, repeat).
+
+    Model: y[l, r] = mu[l] + g * o[l, r] + a[r] + w[l, r], with o = +1/2 where the
+    speculative arm ran second in that block and -1/2 where it ran first (``order``; 0 or
+    absent: unknown), a[r] ~ (0, s2_repeat) shared by the levels of a repeat and w[l, r] ~
+    (0, s2_block[l]): one block variance for the pooled levels, one of its own for each level
+    in ``own_levels`` (the levels the homogeneity check set apart). Fixed effects by least
+    squares; variance components by the method of moments on the residuals (one quadratic
+    form per component: the residuals of each variance group, and the repeat sums); the
+    level's se^2 = c' P Sigma P' c estimated from them, its df by Satterthwaite with
+    s2_repeat at the upper end of its one-sided 75% bound (``REPEAT_BOUND``, as in
+    ``block_noise``). Levels with fewer than 2 figures are left out. Empty when no residual
+    degree of freedom is left."""
+    cells = sorted(((lv, r), float(y)) for (lv, r), y in figures.items())
+    counts: dict = defaultdict(int)
+    for (lv, _r), _y in cells:
+        counts[lv] += 1
+    cells = [c for c in cells if counts[c[0][0]] >= 2]
+    levels = sorted({c[0][0] for c in cells})
+    if not levels:
+        return {}
+    n = len(cells)
+    y = np.array([c[1] for c in cells])
+    lev = np.array([levels.index(c[0][0]) for c in cells])
+    rep_keys = sorted({c[0][1] for c in cells})
+    rep = np.array([rep_keys.index(c[0][1]) for c in cells])
+    o = np.array([float((order or {}).get(c[0], 0.0)) for c in cells])
+    x = (lev[:, None] == np.arange(len(levels))[None, :]).astype(float)
+    fitted_order = False
+    if np.abs(o).sum() > 0:
+        xo = np.column_stack([x, o])
+        if np.linalg.matrix_rank(xo) == xo.shape[1] and n - xo.shape[1] >= 2:
+            x, fitted_order = xo, True
+    p = np.linalg.pinv(x)
+    beta = p @ y
+    m = np.eye(n) - x @ p
+    e = m @ y
+    e[np.abs(e) < 1e-12 * max(1.0, float(np.abs(y).max()))] = 0.0  # rounding, not noise: figures that do not move
+    if n - x.shape[1] < 1:
+        return {}
+    s = (rep[:, None] == rep[None, :]).astype(float)
+    own = [i for i, lv in enumerate(levels) if lv in own_levels]
+    groups = [lev == i for i in own]
+    rest = ~np.isin(lev, own)
+    if rest.any():
+        groups.append(rest)
+    comps = [np.diag(g.astype(float)) for g in groups]  # block variance components
+    n_rep = len(rep_keys)
+    with_repeat = n_rep >= 2 and len(levels) >= 2
+    if with_repeat:
+        comps = [s, *comps]
+    forms = [m @ c @ m for c in comps]  # e' C e = y' M C M y
+    # the split between shared and block noise, for the df only (as in ``block_noise``)
+    a = np.array([[float(np.trace(f @ g)) for g in comps] for f in forms])
+    q = np.array([float(e @ c @ e) for c in comps])
+    theta, active = _solve_components(a, q)
+    if with_repeat and repeat_bound is not None and active[0] and a[0, 0] > 0:
+        q_up = q[0] * (n_rep - 1) / chi2_quantile(1 - repeat_bound, n_rep - 1)
+        theta[0] = max(theta[0], (q_up - float(a[0, 1:] @ theta[1:])) / a[0, 0])
+    sigma_df = sum(t * c for t, c in zip(theta, comps))
+    # V of a variance group: its residual sum of squares over its residual count (unbiased for the
+    # total variance of one block figure, repeat-shared part included, as in ``block_noise``)
+    group_forms = forms[1:] if with_repeat else forms
+    counts_g = [float(np.trace(f)) for f in group_forms]
+    v_group = [float(e @ f @ e) / t if t > 0 else 0.0 for f, t in zip(group_forms, counts_g)]
+    group_of = np.zeros(n, dtype=int)
+    for gi, g in enumerate(groups):
+        group_of[g] = gi
+    out = {}
+    for i, lv in enumerate(levels):
+        c2 = p[i] ** 2  # the level's effect is c' y: its variance sum_j c_j^2 V[group of j]
+        weights = [float(c2[group_of == gi].sum()) for gi in range(len(groups))]
+        var = sum(w * v for w, v in zip(weights, v_group))
+        wmat = sum(w / t * f for w, t, f in zip(weights, counts_g, group_forms) if w > 0 and t > 0)
+        ws = wmat @ sigma_df
+        tr2 = float(np.trace(ws @ ws))
+        df = float(np.trace(ws) ** 2 / tr2) if tr2 > 0 else float(n - x.shape[1])  # no spread: the residual count
+        out[lv] = LevelNoise(
+            float(beta[i]),
+            math.sqrt(max(var, 0.0)),
+            df,
+            int((lev == i).sum()),
+            lv in own_levels,
+            float(beta[-1]) if fitted_order else None,
+        )
+    return out
+
+
+#: A block figure this many SDs from the mean of its level's other figures is a slow block candidate.
+SLOW_K = 5.0
+_MAD_SD = 1.4826  # the MAD of a normal sample, in SDs
+
+
+def slow_blocks(figures: Mapping[Cell, float], k: float = SLOW_K) -> set:
+    """The cells (level, repeat) of a series whose block figure looks like a slow block: a
+    block that ran 2-3x slow (one arm, a stall of the host) moves the figure by ln 2-ln 3, 5-15
+    SDs of this machine's block noise, and would both shift its level's mean and inflate the
+    variance. A figure is a candidate when it lies more than ``k`` SDs from the mean of its
+    level's other figures, the farthest of those left out (two slow blocks at one level must not
+    hide each other); the SD is the larger of the series' robust SD (1.4826 x the median absolute
+    deviation from each level's median, the median cell of an odd level, 0 by construction, left
+    out) and the SD of those other figures (a level noisier than the others keeps its own
+    spread). Only at levels with 4 figures or more, and a level keeps 3. ``intervals`` sets a
+    block aside where at least half of a family's series call it a candidate (a slow block slows
+    every category of it). Simulated on one series of 3 levels x 5 repeats of normal figures
+    (3,000 each, before the vote): a candidate in 2.0% of series, in 18.5% with one level 3x
+    noisier, in 13.8% with t(3) figures; a figure 8.3 SDs off (a 2x slow block at the demo's
+    noise) found in 87%, two of them at one level both in 58%."""
+    by_level: dict = defaultdict(dict)
+    for (lv, r), y in figures.items():
+        by_level[lv][r] = float(y)
+    devs = [y - float(np.median(list(reps.values()))) for reps in by_level.values() for y in reps.values()]
+    nonzero = [abs(v) for v in devs if v != 0.0]
+    pooled = _MAD_SD * float(np.median(nonzero)) if nonzero else 0.0
+    out: set = set()
+    for lv, reps in by_level.items():
+        if len(reps) < 4:
+            continue
+        far = []
+        for r, y in reps.items():
+            others = np.array([v for rr, v in reps.items() if rr != r])
+            if len(others) >= 4:  # leave out the farthest of the others from their median
+                others = np.delete(others, int(np.argmax(np.abs(others - np.median(others)))))
+            sd = max(pooled, float(np.std(others, ddof=1)))
+            dist = abs(y - float(np.mean(others)))
+            if sd > 0 and dist > k * sd:
+                far.append((dist / sd, r))
+        out |= {(lv, r) for _d, r in sorted(far, reverse=True)[: len(reps) - 3]}
+    return out

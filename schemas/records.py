@@ -458,7 +458,7 @@ class RunManifest(_Record):
         default=0.05,
         gt=0.0,
         le=1.0,
-        description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the family-wise interval inside [1/(1+delta), 1+delta]). Manifests written before the field existed read as 0.05.",
+        description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the 90% interval inside [1/(1+delta), 1+delta]). Manifests written before the field existed read as 0.05.",
     )
     capture: FreeForm = Field(
         default_factory=dict,

@@ -18,11 +18,13 @@
 --   ci_low, ci_high  the family-wise interval the label reads: a Student t interval over
 --                 repeats at ci_level. Each repeat gives a block figure (mean log ratio over the
 --                 group's prompts in that repeat; '(system)': the block throughput log ratio);
---                 the interval is mean +- t(1 - (1 - ci_level) / 2, df) * sqrt(V / R), where V is
---                 the variance of one block figure of this category (its own series across
---                 levels: a shift shared by every level of a repeat, the server process, plus
---                 the block's own noise; method of moments, analytics/variance.py) and df is
---                 Satterthwaite's for that design. ci_level is Holm's level for the row's rank
+--                 the interval is centre +- t(1 - (1 - ci_level) / 2, df) * se, from this
+--                 category's own series across levels (analytics/variance.level_noise): the
+--                 arm order as a fixed effect (centre: the level's mean with it averaged out),
+--                 a shift shared by every level of a repeat (the server process), and the
+--                 block's own noise, pooled over the levels unless the pooling test gives a
+--                 level a variance of its own; slow blocks set aside; method of moments) and
+--                 df is Satterthwaite's for that design. ci_level is Holm's level for the row's rank
 --                 among the run's labelled rows (family_size of them): 1 - 0.05 / (m - i + 1),
 --                 so the labels keep a family-wise error rate of 5%. Computed by
 --                 analytics/intervals.py into int_speedup_intervals ('family' rows).
@@ -66,7 +68,9 @@
 --   label         analytics/labels.py, from ci_low/ci_high and margin:
 --                 'faster'        ci_low > 1
 --                 'slower'        ci_high < 1
---                 'equivalent'    1 / (1 + margin) <= ci_low and ci_high <= 1 + margin
+--                 'equivalent'    neither, and the row's 90% interval (two one-sided tests at
+--                                 5%; int_speedup_intervals.method gives it) lies inside
+--                                 [1 / (1 + margin), 1 + margin]
 --                 'inconclusive'  otherwise
 --                 NULL when there is no speedup or no interval
 --   clears_margin  faster: ci_low > 1 + margin; slower: ci_high < 1 / (1 + margin); else NULL

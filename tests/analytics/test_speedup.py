@@ -9,7 +9,7 @@ import math
 import pytest
 from pytest import approx
 
-from specdec.analytics.variance import chi2_quantile, t_quantile, t_sf
+from specdec.analytics.variance import t_quantile, t_sf
 from specdec.schemas.records import RoundTrace
 from tests.support.synthetic_run import RUN, T0, repeated_counters, repeated_requests, write_run
 
@@ -128,35 +128,24 @@ def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     run_with(tmp_path, labelled, levels=(1, 2, 4, 8), repeats=3)
     got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")
     # Each series (code, chat, (system)) has the same block figures: only c4 moves between repeats
-    # (ln 1.25, ln 0.8, 0 = a, -a, 0), so V = 2 a^2 / 8 (k1 = 4 levels x 2) = a^2 / 4, all of it the
-    # block's own (the c4 residuals do not move the other levels: no repeat-shared part). The df
-    # takes the repeat stratum at its 75% upper bound: MS_R = L sum_r (mean residual of r)^2 /
-    # (R - 1) = a^2 / 4 over chi2(0.25, 2) / 2, and Satterthwaite with the interaction's 6 df.
-    a, levels, repeats = math.log(1.25), 4, 3
-    v = a * a / 4
-    upper = (a * a / 4) * 2 / chi2_quantile(0.25, 2)
-    a1, a2 = upper / levels, (levels - 1) * v / levels
-    df = (a1 + a2) ** 2 / (a1**2 / 2 + a2**2 / 6)
-    se = math.sqrt(v / repeats)
-    t95 = t_quantile(0.975, df)
+    # (ln 1.25, ln 0.8, 0 = a, -a, 0). The calibration check sets c4 apart (p = 0 <= the pooling
+    # test's 10%), so c4 has a block variance of its own, V4 = 2 a^2 / (R - 1) = a^2 with R - 1 = 2
+    # df, and c1, c2 and c8 pool theirs: no spread at all, V = 0 (issue 41: before it, c4's spread
+    # was pooled into every level). The arm order is the same in every block here: not fitted.
+    a, repeats = math.log(1.25), 3
     c1 = got[1,]
-    assert (c1["df"], c1["pointwise_ci_low"], c1["pointwise_ci_high"]) == (
-        approx(df),
-        approx(2.5 * math.exp(-t95 * se)),
-        approx(2.5 * math.exp(t95 * se)),
-    )
-    # Holm over 12 labels: c1 and c2 (|ln 2.5| = |ln 0.4|) in the three series are the six smallest
-    # p-values, c8 (ln 1.5) the next three; all nine pass 0.05 / (12 - i); c4 (centre 0, p = 1) fails
-    # 0.05 / 3, so it is drawn at 1 - 0.05 / 3
-    p1, p8 = 2 * t_sf(math.log(2.5) / se, df), 2 * t_sf(math.log(1.5) / se, df)
-    assert p1 < 0.05 / 12 and p8 < 0.05 / 6
-    assert (c1["p_value"], got[8,]["p_value"], c1["family_size"]) == (approx(p1), approx(p8), 12)
-    assert 1 - 0.05 / 7 <= c1["ci_level"] <= 1 - 0.05 / 12
+    assert (c1["df"], c1["pointwise_ci_low"], c1["pointwise_ci_high"]) == (approx(8.0), approx(2.5), approx(2.5))
+    # Holm over 12 labels: c1, c2 and c8 in the three series have p = 0, the nine smallest; all pass
+    # 0.05 / (12 - i); c4 (centre 0, p = 1) fails 0.05 / 3, so it is drawn at 1 - 0.05 / 3
+    assert (c1["p_value"], got[8,]["p_value"], c1["family_size"]) == (0.0, 0.0, 12)
+    assert 1 - 0.05 / 4 <= c1["ci_level"] <= 1 - 0.05 / 12
     assert c1["label"] == "faster" and c1["clears_margin"] is True
     assert got[2,]["label"] == "slower" and got[2,]["ci_high"] < 1
-    c8 = got[8,]  # 1.5 in every repeat: faster at its Holm level (ranks 7-9: 1 - 0.05 / 6 .. 1 - 0.05 / 4)
-    assert 1 - 0.05 / 4 <= c8["ci_level"] <= 1 - 0.05 / 6 and c8["label"] == "faster"
+    c8 = got[8,]  # 1.5 in every repeat: faster at its Holm level
+    assert 1 - 0.05 / 4 <= c8["ci_level"] <= 1 - 0.05 / 12 and c8["label"] == "faster"
     c4 = got[4,]  # 1.25, 0.8, 1.0: centred on 1, too wide to be equivalent
+    se, df = math.sqrt(a * a / repeats), 2.0
+    assert c4["df"] == approx(df)
     h3 = t_quantile(1 - 0.05 / 6, df) * se
     assert (c4["ci_level"], c4["ci_low"], c4["ci_high"]) == (
         approx(1 - 0.05 / 3),
