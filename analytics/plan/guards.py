@@ -4,6 +4,10 @@
   reads each as not measured and counts it (``inputs.STAGE_SQL``); a run that holds any is refused,
   the first such value named by file, row (counted from 0 in the file) and column, unless the
   planner is told to leave them out (``--skip-bad``): then they are counted in a note.
+* **Thin evidence** (``thin_evidence``, issue 42 item 3): a category whose requests are fewer than
+  ``MIN_PROMPTS`` distinct prompts (the bootstrap resamples requests: of one prompt it sees no
+  request-to-request variation, and its interval is tight for no reason), or without a noise
+  estimate (one repeat: no prediction interval), gets no k > 0; the cell says why.
 * **No reference arm**: a run of named arms whose arms all speculate (a ``--sweep-k`` without 0)
   has no analysis run that compares a speculative arm with a baseline; it is named as such.
 """
@@ -16,7 +20,10 @@ import re
 from specdec.analytics.plan.inputs import STEPS_TABLE
 from specdec.errors import InputFileError, SpecdecError
 
-__all__ = ["bad_step_times", "missing_reference"]
+__all__ = ["MIN_PROMPTS", "bad_step_times", "missing_reference", "thin_evidence"]
+
+#: The fewest distinct prompts of a category (its speculative arm's successful requests) for a k > 0
+MIN_PROMPTS = 2
 
 _BAD = "not coalesce(isfinite({c}) and {c} >= 0, true)"
 
@@ -96,3 +103,31 @@ def missing_reference(con, run_ids: list[str]) -> None:
                 "speculate, so no speedup was measured and none can be predicted; a --sweep-k run needs 0 among its "
                 "k (e.g. --sweep-k 0,2,4)"
             )
+
+
+def thin_evidence(con, run_id: str, categories: list[str], noise: dict) -> dict[str, str]:
+    """category -> why the evidence is too thin for a k > 0 (absent: enough): fewer than MIN_PROMPTS
+    distinct prompts among the speculative arm's successful requests of ``run_id``, or no noise
+    estimate (``noise``: category -> ``noise.MeasurementNoise``) and so no prediction interval."""
+    prompts = dict(
+        con.execute(
+            """select category, count(distinct prompt_id) from stg_requests
+               where run_id = ? and arm = 'speculative' and success group by category""",
+            [run_id],
+        ).fetchall()
+    )
+    out: dict[str, str] = {}
+    for cat in categories:
+        n = int(prompts.get(cat, 0))
+        why = []
+        if n < MIN_PROMPTS:
+            why.append(
+                f"{n} prompt{'s' if n != 1 else ''} in the category (at least {MIN_PROMPTS} needed: the bootstrap "
+                "resamples requests, and the repeats of one prompt show no request-to-request variation)"
+            )
+        est = noise.get(cat)
+        if est is None or est.variance is None:
+            why.append(f"no prediction interval ({est.how if est is not None else 'no noise estimate'})")
+        if why:
+            out[cat] = "; ".join(why)
+    return out

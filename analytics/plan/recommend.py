@@ -275,10 +275,16 @@ def _deployed_note(own: int, dep: int, plain: str | None, ks: list[int], pooled:
 
 
 def decide(
-    pred: Predictions, inputs: PlanInputs, weights: dict[str, float], slo_ttft_p95_ms: float | None = None
+    pred: Predictions,
+    inputs: PlanInputs,
+    weights: dict[str, float],
+    slo_ttft_p95_ms: float | None = None,
+    thin: dict[str, str] | None = None,
 ) -> dict:
     """The cells' choices and the three policies, as plain data (plan.json's ``decision_rule``, ``cells``,
-    ``policies`` and ``speculative_pool``)."""
+    ``policies`` and ``speculative_pool``). ``thin``: category -> why its evidence is too thin for a
+    k > 0 (``guards.thin_evidence``): like the SLO, it makes no k > 0 eligible in the category's cells."""
+    thin = thin or {}
     cats, levels, ks = pred.categories, pred.levels, pred.ks
     margin, conf = inputs.margin, pred.confidence
     n_k, n_l, n_c = len(ks), len(levels), len(cats)
@@ -291,7 +297,7 @@ def decide(
         for c, cat in enumerate(cats):
             ttft = inputs.ttft_p95_ms.get(("speculative", cat, level))
             slo_out[li, c] = slo_ttft_p95_ms is not None and ttft is not None and ttft > slo_ttft_p95_ms
-            allowed[1:, li, c] = not slo_out[li, c]
+            allowed[1:, li, c] = not slo_out[li, c] and cat not in thin
     # (level, category, k index): may the rule recommend that k there
     ok = eligible_ks(np.moveaxis(sp, 0, -1), np.moveaxis(bs, 1, -1), conf, np.moveaxis(allowed, 0, -1))
     choices: dict[tuple[int, int], Choice] = {}
@@ -389,7 +395,10 @@ def decide(
                     "high": float(hi[ch.chosen, li, c]),
                     "prediction_low": pis[ch.chosen][0],
                     "prediction_high": pis[ch.chosen][1],
-                    "decision": _why(ch, ks, sp[:, li, c], lo[:, li, c], hi[:, li, c], margin, bool(slo_out[li, c])),
+                    "decision": f"off: thin evidence: {thin[cat]}"
+                    if cat in thin
+                    else _why(ch, ks, sp[:, li, c], lo[:, li, c], hi[:, li, c], margin, bool(slo_out[li, c])),
+                    "thin_evidence": thin.get(cat),
                     "eligible_ks": [ks[i] for i in range(n_k) if ok[li, c, i]],
                     "best_k": ks[ch.best],
                     "ratio_to_best_low": ch.ratio_low,

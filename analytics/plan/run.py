@@ -15,6 +15,7 @@ import numpy as np
 from specdec.analytics.plan import export
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import PlanInputs, read_inputs
+from specdec.analytics.plan.guards import thin_evidence
 from specdec.analytics.plan.inputs import stage
 from specdec.analytics.plan.model import __doc__ as MODEL_DOC
 from specdec.analytics.plan.noise import __doc__ as NOISE_DOC
@@ -94,7 +95,10 @@ def plan_from_db(con, config: PlanConfig) -> dict:
         confidence=config.confidence,
         met=inputs.met if config.met else None,
     )
-    decided = decide(pred, inputs, weights, config.slo_ttft_p95_ms)
+    thin = thin_evidence(con, inputs.run_id, inputs.categories, inputs.noise)
+    for cat, why in thin.items():
+        notes.append(f"{cat}: no k > 0, thin evidence: {why}")
+    decided = decide(pred, inputs, weights, config.slo_ttft_p95_ms, thin)
     spec_cats = export.speculative_categories(decided["policies"])
     exports = {
         "vllm": export.vllm_schedule(decided["policies"], inputs.levels, inputs.speculative_config),
