@@ -1,8 +1,10 @@
 """A/A on the embedded engine: both arms without speculation (--spec-config
-null), served by the same server, two repeats, each on a freshly started
-server (the default --restart-servers repeat), the prefix cache emptied before
-every block. Two fresh starts are the fewest that test the restart (issue 40:
-the smallest design that exercises the path; three before).
+null), served by the same server, two repeats, the prefix cache emptied before
+every block. The first repeat runs on the session's shared baseline server
+(``vllm_pair``), the second on a server the run's real restart starts afresh
+(the default --restart-servers repeat): one fresh start is what tests the
+restart (issue 40: the smallest design that exercises the path; three fresh
+starts, then two, before).
 
 Two arms that do not differ must never be labelled faster or slower by an
 effect of the margin's size, and a block must not be faster because the same
@@ -34,18 +36,20 @@ from specdec.analytics.build import build
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from specdec.replay.traffic.io import BUNDLED
+from tests.support.engine_servers import embedded_as
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def con(tmp_path_factory, model_dir):
-    # its own servers: what is tested is the A/A schedule, a fresh server before every repeat
+def con(tmp_path_factory, model_dir, vllm_pair):
+    # what is tested is the A/A schedule and a fresh server for a repeat: the first on the pair
     cfg = ReplayConfig(
         traffic=BUNDLED,
         runs_dir=tmp_path_factory.mktemp("runs"),
         run_id="aa",
         speculative_config=None,
+        dtype="float32",  # the pair's (the product's default is bfloat16); A/A compares one dtype with itself
         levels=[1, 2],
         requests_per_level=6,  # 2 prompts per category (12 before issue 40)
         max_tokens=16,  # 32 before: what is tested is the schedule and the restart, not a small effect
@@ -55,7 +59,8 @@ def con(tmp_path_factory, model_dir):
         model=model_dir,
         progress=False,
     )
-    run_dir = run_replay(cfg)
+    with embedded_as(vllm_pair, fresh_restart=True):
+        run_dir = run_replay(cfg)
     return duckdb.connect(str(build(run_dir)), read_only=True)
 
 

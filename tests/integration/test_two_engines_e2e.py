@@ -3,7 +3,11 @@ none and ngram, llama.cpp none and ngram-mod (``specdec demo --engine both``'s
 arms), one level, two repeats. Each engine's ngram arm is measured against its
 own plain arm: two comparisons, each analysed as its own run, each
 reconciling with its own engine's counters, and a report that puts them side
-by side. About 4 minutes on 2 cores (four server starts)."""
+by side. The vLLM arms are served by the session's shared pair (``vllm_pair``:
+none and ngram, float32, as the run's own servers would be); the two llama.cpp
+servers are started and stopped by the run's real start-up path, beside them
+(issue 40: fresh vLLM servers are started by test_aa_e2e's restart and by the
+sidecar's and stability's tests; here they added about 45 s of start-up)."""
 
 from __future__ import annotations
 
@@ -14,19 +18,21 @@ pytestmark = [pytest.mark.engine, pytest.mark.llama_cpp]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, model_dir, llama_server_binary):
-    # its own servers: the one run that starts four servers of two engines at once (named arms)
+def run(tmp_path_factory, model_dir, llama_server_binary, vllm_pair):
+    # the vLLM arms on the shared pair; the llama.cpp arms' servers are the run's own (module docstring)
     from specdec.analytics.report.write import write_report
     from specdec.cli.main import BOTH_ENGINES_ARMS
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
     from specdec.replay.traffic.io import BUNDLED
+    from tests.support.engine_servers import embedded_as
 
     cfg = ReplayConfig(
         traffic=BUNDLED,
         runs_dir=tmp_path_factory.mktemp("runs"),
         run_id="both",
         named_arms=list(BOTH_ENGINES_ARMS),
+        dtype="float32",  # vLLM's, as the shared pair serves (the product's default is bfloat16)
         levels=[2],
         requests_per_level=6,
         max_tokens=48,
@@ -35,7 +41,8 @@ def run(tmp_path_factory, model_dir, llama_server_binary):
         restart_servers="never",
         progress=False,
     )
-    run_dir = run_replay(cfg)
+    with embedded_as(vllm_pair):
+        run_dir = run_replay(cfg)
     report, summary = write_report(run_dir)
     return run_dir, report, summary
 

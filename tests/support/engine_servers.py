@@ -14,20 +14,25 @@ What sharing asks of a test:
 - leave the server as it found it: no kill, no flag of its own (a test that
   needs either keeps its own server and says why in a comment).
 
-``embedded_as(pair)`` runs ``run_replay``'s embedded path on the pair instead
-of starting servers: the same manifest, schedule, passes and marts, the
-servers' pids for the resource samples; a repeat's restart keeps the servers
-(the schedule is the same, the processes are not renewed); at the end the
-run's rounds are copied from the pair's capture folder into the run folder,
-as ``--capture-dir`` does for external servers. Starting the embedded
-servers themselves is tested where it matters (test_aa_e2e: a fresh server
-per repeat; test_two_engines_e2e: four servers of two engines at once;
-test_stability_e2e: a kill and a restart).
+``embedded_as(pair)`` runs ``run_replay``'s embedded path with the pair
+standing in for the servers it can serve (a vLLM arm with no speculation or the
+pair's ngram): the same manifest, schedule, passes and marts, the servers'
+pids for the resource samples; any other arm (llama.cpp's, in a two-engine
+run) gets its own server from the real start-up path. A repeat's restart is
+the real one for the run's own servers and keeps the pair, unless
+``fresh_restart`` asks for fresh ones in its place (test_aa_e2e: the first
+repeat on the pair, the second on a server started afresh by the real
+restart). At the end the run's rounds are copied from the pair's capture
+folder into the run folder, as ``--capture-dir`` does for external servers.
+Starting the embedded vLLM servers themselves is tested where it matters
+(test_aa_e2e: a fresh server for a repeat; test_stability_e2e: a kill and a
+restart; test_sidecar_e2e: the sidecar's own server).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -77,47 +82,82 @@ def start_vllm_pair(spec: ServerSpec, root: Path) -> Iterator[ServerPair]:
         yield ServerPair(spec, servers[0], servers[1], cap)
 
 
-class _PairAsEmbedded:
-    """Stands in for ``experiment.EmbeddedServers`` (same constructor, same methods)."""
+class _PairAsEmbedded(experiment.EmbeddedServers):
+    """The run's real ``experiment.EmbeddedServers``, with the arms the pair can serve served by it.
+
+    An arm of engine vLLM whose speculation is none or the pair's ngram is mapped to the pair's
+    baseline or speculative server; any other arm (a llama.cpp arm of a two-engine run) gets its
+    own server from the real start-up path, started and stopped as the run would. A classic A/A
+    run (no speculation) serves both arms from the pair's baseline, as its one embedded server
+    would. A repeat's restart keeps the pair, unless ``fresh_restart`` (the A/A test: what it tests
+    is the fresh server before a repeat): then every server of that repeat on is started afresh by
+    the real path, and the pair is left alone (it is not the run's to stop)."""
 
     pair: ServerPair  # set on the subclass made by ``embedded_as``
+    fresh_restart: bool = False
 
     def __init__(self, cfg, engines, arms, run_dir: Path, run_id: str, progress):
-        assert not cfg.external and cfg.named_arms is None and set(engines) == {"vllm"}, (
-            "the pair serves a classic vLLM run"
-        )
-        spec = engines["vllm"].spec
-        assert spec == self.pair.spec, f"the run's server settings {spec} are not the pair's {self.pair.spec}"
-        want = {"baseline": None, "speculative": dict(NGRAM["vllm"])}
+        super().__init__(cfg, engines, arms, run_dir, run_id, progress)
+        assert not cfg.external, "the pair stands in for embedded servers"
+        arm_engines = cfg.arm_engines()
+        roles = {None: "baseline", _key(NGRAM["vllm"]): "speculative"}
+        self.on_pair: dict[str, str] = {}  # arm -> the pair's server serving it
         for arm in arms:
-            assert arm.speculative_config == want[arm.name], (arm.name, arm.speculative_config)
-        self.cfg, self.run_dir, self.run_id, self.progress = cfg, run_dir, run_id, progress
-        self.restarts = cfg.restart_servers == "repeat" and cfg.repeats > 1
-
-    def __enter__(self):
-        return self
+            if arm_engines[arm.name] != "vllm":
+                continue
+            spec = engines["vllm"].spec
+            assert spec == self.pair.spec, f"the run's server settings {spec} are not the pair's {self.pair.spec}"
+            key = _key(arm.speculative_config)
+            assert key in roles, f"arm {arm.name}: the pair serves no speculation or ngram, not {key}"
+            self.on_pair[arm.name] = roles[key]
+        self.shared = True
 
     def __exit__(self, *exc) -> None:
-        # the run's rows, by its request ids, into the run folder before the recording consolidates it
-        entry = import_capture(
-            self.pair.capture_dir, self.run_dir, self.run_id, request_id_prefix(self.run_id), wait_s=10.0
-        )
-        self.progress.message(f"shared servers: {entry['rows']} captured rows of this run imported")
+        # the run's rows on the pair, by its request ids, into the run folder before the recording
+        # consolidates it; then the servers this run started are stopped by the real path
+        try:
+            entry = import_capture(
+                self.pair.capture_dir, self.run_dir, self.run_id, request_id_prefix(self.run_id), wait_s=10.0
+            )
+            self.progress.message(f"shared servers: {entry['rows']} captured rows of this run imported")
+        finally:
+            super().__exit__(*exc)
 
     def start(self, repeat: int = 0) -> dict[str, str]:
-        return {arm: self.pair.server(arm).base_url for arm in self.cfg.arms}
+        if not self.shared:
+            return super().start(repeat)
+        own = [arm for arm in self.arms if arm.name not in self.on_pair]
+        all_arms, self.arms = self.arms, own
+        try:
+            endpoints = super().start(repeat) if own else {}
+        finally:
+            self.arms = all_arms
+        for name, role in self.on_pair.items():
+            endpoints[name] = self.pair.server(role).base_url
+        return {arm.name: endpoints[arm.name] for arm in self.arms}
 
     def restart(self, repeat: int) -> dict[str, str]:
-        return self.start(repeat)
+        """The real restart: this run's own servers stopped and started afresh; the pair kept, or
+        with ``fresh_restart`` replaced from now on by servers started by the real path."""
+        if self.fresh_restart:
+            self.shared = False
+        return super().restart(repeat)
 
     def pid_of(self, arm: str) -> int | None:
-        return self.pair.server(arm).proc.pid
+        if self.shared and arm in self.on_pair:
+            return self.pair.server(self.on_pair[arm]).proc.pid
+        return super().pid_of(arm)
+
+
+def _key(speculative_config: dict | None) -> str | None:
+    return None if speculative_config is None else json.dumps(speculative_config, sort_keys=True)
 
 
 @contextlib.contextmanager
-def embedded_as(pair: ServerPair) -> Iterator[None]:
-    """Within the block, ``run_replay`` runs its embedded path on ``pair``."""
-    stand_in = type("PairAsEmbedded", (_PairAsEmbedded,), {"pair": pair})
+def embedded_as(pair: ServerPair, fresh_restart: bool = False) -> Iterator[None]:
+    """Within the block, ``run_replay``'s embedded servers are ``pair`` wherever it can serve an
+    arm (``_PairAsEmbedded``); ``fresh_restart``: a repeat's restart starts fresh servers."""
+    stand_in = type("PairAsEmbedded", (_PairAsEmbedded,), {"pair": pair, "fresh_restart": fresh_restart})
     original = experiment.EmbeddedServers
     experiment.EmbeddedServers = stand_in
     try:
