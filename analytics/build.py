@@ -157,16 +157,15 @@ class _Guard:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.raised = False  # the main thread's handler raised Interrupted already (it alone sets it)
         self.connections: list = []
         self.lock = threading.Lock()
 
-    def note(self, signum: int) -> bool:
-        """Record ``signum``; True for the first signal."""
+    def note(self, signum: int) -> None:
+        """Record ``signum`` if it is the first signal."""
         with self.lock:
-            first = self.received is None
-            if first:
+            if self.received is None:
                 self.received = signum
-            return first
 
     def interrupt_all(self) -> None:
         with self.lock:
@@ -219,7 +218,9 @@ def interruptible() -> Iterator[None]:
     guard = _Guard()
 
     def handler(signum, frame):
-        if guard.note(signum):
+        guard.note(signum)  # the waker may have noted it first: the handler raises all the same, once
+        if not guard.raised:
+            guard.raised = True
             raise Interrupted(signum)
 
     reader, writer = socket.socketpair()

@@ -174,3 +174,20 @@ def test_the_plan_cache_write_stops_cleanly(run_dir, tmp_path, sig):
     _assert_clean_stop(res, sig, run_dir)
     assert not cache.exists()
     assert _digest(db) == before
+
+
+def test_the_signal_stops_python_code_even_when_the_waker_thread_heard_it_first():
+    from specdec.analytics import build as b
+
+    reached_the_end = False
+    with pytest.raises(b.Interrupted) as stopped:
+        with b.interruptible():
+            assert b._guard is not None
+            b._guard.note(signal.SIGTERM)  # the waker thread noted it before the handler ran
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(200):  # the handler runs in here, between two sleeps
+                time.sleep(0.01)
+            reached_the_end = True
+    assert not reached_the_end
+    assert stopped.value.exit_code == 143
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are given back
