@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from specdec.schemas.counters import ENGINE_COUNTERS, SPEC_COUNTERS, with_counters
 from specdec.schemas.strict import (
     MAX_ARRIVAL_MS,
     MAX_LABEL_LEN,
@@ -334,6 +335,12 @@ class RequestResult(_Record):
     )
 
 
+@with_counters(
+    "wall_time_ns",
+    ENGINE_COUNTERS,
+    none_if="absent (llama.cpp: its llamacpp:... counterpart)",
+    optional=("prefix_cache_queries", "prefix_cache_hits"),
+)
 class MetricSnapshot(_Record):
     """The engine's cumulative Prometheus counters, read before and after a level."""
 
@@ -343,25 +350,6 @@ class MetricSnapshot(_Record):
     repeat: int = Field(default=0, description="Repeat of the level the snapshot brackets, from 0.")
     position: Literal["before", "after"] = Field(description="Read before the level's first request or after its last.")
     wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
-    spec_num_drafts: float | None = Field(
-        description="vllm:spec_decode_num_drafts_total (verify rounds), or llama.cpp's llamacpp:spec_decode_num_drafts_total; None if absent."
-    )
-    spec_num_draft_tokens: float | None = Field(
-        description="vllm:spec_decode_num_draft_tokens_total (llama.cpp: llamacpp:...); None if absent."
-    )
-    spec_num_accepted_tokens: float | None = Field(
-        description="vllm:spec_decode_num_accepted_tokens_total (llama.cpp: llamacpp:...); None if absent."
-    )
-    generation_tokens: float | None = Field(
-        description="vllm:generation_tokens_total (llama.cpp: llamacpp:tokens_predicted_total); None if absent."
-    )
-    prefix_cache_queries: float | None = Field(
-        default=None,
-        description="vllm:prefix_cache_queries_total (tokens looked up in the prefix cache); None if absent.",
-    )
-    prefix_cache_hits: float | None = Field(
-        default=None, description="vllm:prefix_cache_hits_total (tokens found in the prefix cache); None if absent."
-    )
     accepted_per_position: list[float] | None = Field(
         default=None,
         description="The engine's per-position accepted-token counter, cumulative, by draft position from 0 (vllm:spec_decode_num_accepted_tokens_per_pos_total{position}, llama.cpp: llamacpp:...); None if the server exports none (no speculation, or a file written before this field existed).",
@@ -565,6 +553,7 @@ class GreedyCheck(_Record):
     )
 
 
+@with_counters("wall_time_ns", SPEC_COUNTERS, none_if="absent (all four are None when the server has no /metrics page)")
 class PassCounters(_Record):
     """The engine's cumulative speculation counters read just before and just
     after one untimed pass of one arm at one level (the lossless pass or the
@@ -579,18 +568,6 @@ class PassCounters(_Record):
     )
     position: Literal["before", "after"] = Field(description="Read before the pass's first request or after its last.")
     wall_time_ns: int = Field(description="Unix wall clock of the read, ns.")
-    spec_num_drafts: float | None = Field(
-        description="As MetricSnapshot.spec_num_drafts (drafts proposed, cumulative); None if the server does not export it."
-    )
-    spec_num_draft_tokens: float | None = Field(
-        description="As MetricSnapshot.spec_num_draft_tokens (draft tokens proposed, cumulative); None if absent."
-    )
-    spec_num_accepted_tokens: float | None = Field(
-        description="As MetricSnapshot.spec_num_accepted_tokens (draft tokens accepted, cumulative); None if absent."
-    )
-    generation_tokens: float | None = Field(
-        description="As MetricSnapshot.generation_tokens (tokens generated, cumulative); None if absent, and all four are None when the server has no /metrics page."
-    )
 
 
 class SampleCheck(_Record):
