@@ -24,7 +24,7 @@ from specdec.analytics.report.forest import (
     run_margin,
 )
 from specdec.analytics.report.write import render_html, write_report
-from tests.analytics.test_named_arms import write_named_run
+from tests.support.named_run import write_named_run
 from tests.support.synthetic_run import failed, make_requests, repeated_counters, repeated_requests, write_run
 
 

@@ -12,7 +12,7 @@ import random
 from specdec.replay.importers import ImportOptions, import_trace
 from specdec.replay.importers.blocks import BlockComposer, _spans
 from specdec.replay.importers.tokens import FastTokenCounter
-from tests.importers.conftest import FakeCounter
+from tests.support.fake_counter import FakeCounter
 
 
 class Watching(FakeCounter):

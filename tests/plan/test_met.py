@@ -12,7 +12,7 @@ import pytest
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.model import StepCost, StepsMet, met_at, predict_met
 from specdec.analytics.plan.noise import MeasurementNoise
-from tests.plan.test_noise import _inputs
+from tests.support.plan_world import plan_inputs
 
 COST = StepCost((10.0, 2.0, 0.5, 0.1), (1.0, 0.25, 0.0))
 
@@ -53,7 +53,7 @@ def test_predictions_read_what_the_rounds_met_where_given():
     """The c8 mechanism on synthetic inputs: the arm's mean decode batch is 6 (the block's tail) but
     the category's rounds met 8 requests and a prefill chunk in some steps; predicted from what
     they met, the speedup is lower, and it equals predict_met's; a level without it is unchanged."""
-    inputs = _inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
+    inputs = plan_inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
     inputs = replace(inputs, spec_batch={2: {8: 6.0}, 4: {8: 6.0}}, batch={**inputs.batch, 8: 8.0})
     plain = predictions(inputs, [0, 2], replicates=30)
     rs = inputs.rounds["code"]

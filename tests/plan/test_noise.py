@@ -12,11 +12,9 @@ import numpy as np
 import pytest
 
 from specdec.analytics.plan.bootstrap import predictions
-from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
-from specdec.analytics.plan.fit import LinearFit
-from specdec.analytics.plan.model import StepCost, predict, round_sums
 from specdec.analytics.plan.noise import MeasurementNoise, block_variance, pooled_noise, prediction_interval
 from specdec.analytics.variance import block_noise, t_quantile
+from tests.support.plan_world import LEVELS, REPEATS, S_BLOCK, S_REPEAT, plan_inputs, true_speedup
 
 
 def test_block_variance_inverts_the_marts_interval():
@@ -48,45 +46,6 @@ def test_prediction_interval_by_hand():
     assert prediction_interval(2.0, 1.8, 2.5, MeasurementNoise(None, None, None, 0, ""), 2, 0.95) == (None, None)
 
 
-# the synthetic world
-P_ACCEPT = 0.6  # each draft position accepted with this probability, given the ones before it
-K = 4
-LEVELS = [1, 4, 8]
-REPEATS = 2
-REQUESTS = 24  # per repeat
-ROUNDS = 12  # per request
-COST = StepCost((20.0, 2.0, 1.0), (1.0, 0.2, 0.05))
-COEF_SE = np.array([1.0, 0.1, 0.05])  # the verify fit's standard errors [ms]
-S_REPEAT, S_BLOCK = 0.06, 0.04  # the measurement's noise, log scale
-
-
-def _true_speedup(k: int, level: int) -> float:
-    """The expected speedup: tau and dbar from the acceptance distribution itself."""
-    pa = np.array([P_ACCEPT**i * (1 - P_ACCEPT) for i in range(K)] + [P_ACCEPT**K])
-    a = np.arange(K + 1)
-    n = np.array([[(x // (kk + 1) + 1) for kk in range(K + 1)] for x in a])
-    tau = (pa @ (1 + a)) / (pa @ n)
-    dbar = (pa @ (n * np.minimum(K, np.arange(K + 1))[None, :])) / (pa @ n)
-    return float(predict(tau, dbar, COST, level, level)["speedup"][k])
-
-
-def _inputs(rng: np.random.Generator, noise: MeasurementNoise) -> PlanInputs:
-    j = REQUESTS * REPEATS
-    u = rng.random((j * ROUNDS, K))
-    accepted = np.cumprod(u < P_ACCEPT, axis=1).sum(axis=1)
-    request = np.repeat(np.arange(j), ROUNDS)
-    sums = round_sums(request, np.full(len(request), K), accepted, np.ones(len(request)), request // REQUESTS, K)
-    cov = np.diag(COEF_SE**2)
-    verify = LinearFit(VERIFY_TERMS, VERIFY_TERMS, rng.normal(COST.verify, COEF_SE), cov, 1000, 1.0, 30.0)
-    draft = LinearFit(DRAFT_TERMS, DRAFT_TERMS, np.array(COST.draft), np.zeros((3, 3)), 1000, 0.1, 2.0)
-    return PlanInputs(
-        "sim", ["code"], LEVELS, K, {"code": sums}, verify, draft,
-        {lv: float(lv) for lv in LEVELS}, {lv: True for lv in LEVELS}, {}, {"code": 64.0}, {"code": j},
-        "vllm", None, {}, {}, {}, spec_batch={k: {lv: float(lv) for lv in LEVELS} for k in range(1, K + 1)},
-        noise={"code": noise},
-    )  # fmt: skip
-
-
 def _measure(rng: np.random.Generator, log_true: np.ndarray, repeats: int) -> np.ndarray:
     """Block figures (level, repeat): the true log speedup + a shift per repeat + a block's noise."""
     return (
@@ -110,12 +69,12 @@ def test_the_prediction_interval_covers_a_fresh_measurement_at_its_nominal_rate(
     points: 0.90-0.99 is about 4 sd either way), and the expected speedup's interval alone far
     fewer (the test could tell the two apart)."""
     k, li = 2, 1
-    log_true = np.log([_true_speedup(k, lv) for lv in LEVELS])
+    log_true = np.log([true_speedup(k, lv) for lv in LEVELS])
     covered, covered_ci = [], []
     for seed in range(300):
         rng = np.random.default_rng(seed)
         noise = _noise_from_sweep(rng, log_true)
-        pred = predictions(_inputs(rng, noise), [0, k], replicates=120, seed=seed)
+        pred = predictions(plan_inputs(rng, noise), [0, k], replicates=120, seed=seed)
         lo, hi = pred.interval("speedup")
         p = float(pred.point["speedup"][1, li, 0])
         pi = prediction_interval(p, float(lo[1, li, 0]), float(hi[1, li, 0]), noise, REPEATS, 0.95)

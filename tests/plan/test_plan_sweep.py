@@ -13,9 +13,9 @@ from specdec.analytics.plan.bootstrap import _cost, predictions
 from specdec.analytics.plan.model import predict
 from specdec.analytics.plan.noise import MeasurementNoise
 from specdec.analytics.plan.run import PlanConfig, make_plan
-from tests.plan.test_noise import _inputs
 from tests.support import plan_run
 from tests.support.plan_run import CATEGORY, D2, SWEEP, expected_speedup, write_plan_run
+from tests.support.plan_world import plan_inputs
 
 
 def _e2e(arm, prompt, level, repeat):
@@ -69,7 +69,7 @@ def test_the_speculative_batch_is_each_swept_arms_own(plan):
 
 
 def test_spec_batch_at_measured_interpolated_nearest_and_baseline():
-    base = _inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
+    base = plan_inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
     inputs = replace(base, spec_batch={2: {8: 6.0}, 8: {8: 5.0, 4: 3.5}})
     assert inputs.spec_batch_at(2, 8) == (6.0, "measured")
     assert inputs.spec_batch_at(5, 8) == (pytest.approx(5.5), "interpolated")
@@ -81,7 +81,7 @@ def test_spec_batch_at_measured_interpolated_nearest_and_baseline():
 def test_each_k_is_predicted_at_its_own_speculative_batch():
     """... and with the draft cost of its own k, not of its index among the k planned (d2 > 0 here;
     with --k 0,2,3,4 the index of k = 4 is 3)."""
-    base = _inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
+    base = plan_inputs(np.random.default_rng(0), MeasurementNoise(None, None, None, 0, ""))
     inputs = replace(base, spec_batch={2: {4: 3.0}, 4: {4: 2.0}})
     pred = predictions(inputs, [0, 2, 3, 4], replicates=20)
     rs = inputs.rounds["code"]
