@@ -19,6 +19,10 @@ measurement's own 95% interval overlap.
 A plan is **validated** when at least one cell was compared, the median absolute relative
 error is at most ``MAX_MEDIAN_ERROR`` (10%) and the prediction intervals hold at least
 ``MIN_COVERAGE`` (80%) of the measurements (issue 23's acceptance).
+
+``outcome`` says which of three it is: ``validated`` (passed); ``failed`` (cells compared, the
+criteria not met); ``not validated`` (nothing could be compared: the validation run sent no request
+that succeeded, or measured no planned cell), with ``reason`` (``request_health``).
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ import numpy as np
 from specdec.analytics.plan.data import captured_ks
 from specdec.analytics.plan.noise import MeasurementNoise, half_width, prediction_interval
 
-__all__ = ["MAX_MEDIAN_ERROR", "MIN_COVERAGE", "measured_speedups", "validation", "validation_ks"]
+__all__ = [
+    "MAX_MEDIAN_ERROR",
+    "MIN_COVERAGE",
+    "measured_speedups",
+    "outcome",
+    "request_health",
+    "validation",
+    "validation_ks",
+]
 
 MAX_MEDIAN_ERROR = 0.10
 MIN_COVERAGE = 0.80
@@ -113,3 +125,35 @@ def validation(plan: dict, measured: dict) -> dict:
         "passed": passed,
         "wrong_cells": [r for r in rows if r["covered"] is False],
     }
+
+
+def request_health(con) -> dict:
+    """The validation run's requests over every arm, level and repeat (the level_health mart):
+    how many were sent, how many succeeded, and the failures' error types and first message."""
+    rows = con.execute(
+        """select requests, requests_ok, error_types, error_example, arm, concurrency
+           from level_health order by run_id, arm, concurrency"""
+    ).fetchall()
+    failed = [r for r in rows if r[0] > r[1]]
+    return {
+        "requests": int(sum(r[0] for r in rows)),
+        "requests_ok": int(sum(r[1] for r in rows)),
+        "error_types": sorted({r[2] for r in failed if r[2]}),
+        "error_example": next((f"{r[4]} c{r[5]}: {r[3]}" for r in failed if r[3]), None),
+    }
+
+
+def outcome(result: dict, health: dict) -> tuple[str, str | None]:
+    """(``validated`` | ``failed`` | ``not validated``, the reason when not validated)."""
+    if health["requests_ok"] == 0:
+        if health["requests"] == 0:
+            return "not validated", "the validation run recorded no request"
+        why = f"every one of its {health['requests']} requests failed"
+        if health["error_types"]:
+            why += f" ({'; '.join(health['error_types'])})"
+        if health["error_example"]:
+            why += f"; first: {health['error_example']}"
+        return "not validated", why
+    if result["cells_compared"] == 0:
+        return "not validated", "the validation run measured none of the plan's cells (k, category, level)"
+    return ("validated" if result["passed"] else "failed"), None

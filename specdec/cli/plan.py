@@ -86,7 +86,19 @@ class KRange(click.ParamType):
     "--validate",
     is_flag=True,
     help="Replay the plan's k (and one rejected k) at its levels on the embedded engine (a --sweep-k run of the "
-    "same traffic; many minutes) and write plan_validation.json; the plan is validated only if it passes.",
+    "same traffic; many minutes), or, for a run recorded against external servers, the servers given by "
+    "--baseline-url/--speculative-url (required then), and write plan_validation.json; the plan is validated only "
+    "if it passes. Exits non-zero when nothing could be validated (every request failed).",
+)
+@click.option(
+    "--baseline-url",
+    default=None,
+    help="--validate of a run recorded against external servers: the server without speculation.",
+)
+@click.option(
+    "--speculative-url",
+    default=None,
+    help="--validate of a run recorded against external servers: the server with speculation (the plan's setting).",
 )
 @click.option(
     "--validate-with",
@@ -116,6 +128,8 @@ def plan_command(
     skip_bad: bool,
     validate: bool,
     validate_with: Path | None,
+    baseline_url: str | None,
+    speculative_url: str | None,
     runs_dir: Path,
 ) -> None:
     """Plan RUN_DIR's speculation: per category and load band the k to deploy (0 = off) with its
@@ -141,22 +155,26 @@ def plan_command(
     )
     if validate and validate_with is not None:
         raise click.UsageError("--validate replays; --validate-with uses a run made already: give one of them")
+    urls = (baseline_url, speculative_url)
+    if not validate and any(urls):
+        raise click.UsageError("--baseline-url/--speculative-url are the servers --validate replays: give --validate")
+    if validate:
+        from specdec.cli.plan_validate import validation_target
+
+        urls = validation_target(run_dir, urls)  # refused here, before planning or starting anything
     # SIGTERM, SIGINT: one line, exit 143 or 130, no temporary file left (analytics.build.interruptible);
     # not around the validation replay, which runs engine servers (specdec.engines.lifecycle owns their signals)
     with interruptible():
         plan = make_plan(run_dir, config, db)
+    outcome = None
     if validate or validate_with is not None:
         from specdec.cli.plan_validate import replay_validation, validate_against
 
-        target = validate_with if validate_with is not None else replay_validation(plan, run_dir, runs_dir)
+        target = validate_with if validate_with is not None else replay_validation(plan, run_dir, runs_dir, urls)
         result = validate_against(plan, target)
-        plan["validated"] = result["passed"]
-        plan["validation"] = (
-            f"{'passed' if result['passed'] else 'failed'} against {target}: {result['cells_compared']} cells, "
-            f"median absolute error {_fmt(result['median_absolute_relative_error'])}, "
-            f"coverage {_fmt(result['coverage'])} of prediction intervals with a median half-width of "
-            f"{_fmt(result['median_prediction_half_width'])} (plan_validation.json)"
-        )
+        outcome = result["outcome"]
+        plan["validated"] = outcome == "validated"
+        plan["validation"] = _validation_text(result, target)
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out_dir / "plan_validation.json", json.dumps(result, indent=2))
     with interruptible():
@@ -182,6 +200,20 @@ def plan_command(
         click.echo(f"  note: {note}")
     click.echo(f"validation: {plan['validation']}")
     click.echo(f"wrote {out_dir / 'plan.html'} and {out_dir / 'plan.json'}")
+    if outcome == "not validated":  # nothing could be compared: a failure of the command, not of the plan
+        raise click.ClickException(plan["validation"])
+
+
+def _validation_text(result: dict, target: Path) -> str:
+    """plan.json's ``validation``: the outcome against the validation run, and why (plan_validation.json)."""
+    if result["outcome"] == "not validated":
+        return f"not validated against {target}: {result['reason']} (plan_validation.json)"
+    return (
+        f"{'passed' if result['passed'] else 'failed'} against {target}: {result['cells_compared']} cells, "
+        f"median absolute error {_fmt(result['median_absolute_relative_error'])}, "
+        f"coverage {_fmt(result['coverage'])} of prediction intervals with a median half-width of "
+        f"{_fmt(result['median_prediction_half_width'])} (plan_validation.json)"
+    )
 
 
 def _fmt(v: float | None) -> str:

@@ -1,15 +1,21 @@
 """``specdec plan RUN --validate``: replay the plan's settings and compare.
 
-The replay is a ``--sweep-k`` run of the planned run's traffic at the plan's levels, with k0
-and every k the deployed policy uses plus one rejected k (``analytics.plan.validate.
-validation_ks``), on the embedded engine of the planned run (the prepared model), with the
+The replay measures the system the plan is about. A run recorded on the embedded engine: a
+``--sweep-k`` run of the planned run's traffic at the plan's levels, with k0 and every k the
+deployed policy uses plus one rejected k (``analytics.plan.validate.validation_ks``), on the
+embedded engine of the planned run (the prepared model). A run recorded against external servers
+(its manifest's engine is ``external``): the classic pair against the servers named by
+``--baseline-url`` and ``--speculative-url`` (their speculation as the planned run declared it,
+its capture folder for their rounds); without both URLs it is refused by name, before anything
+starts, never replayed on the embedded engine instead (``validation_target``). Either way with the
 planned run's own design as its manifest records it (``replay_design``: repeats, 2 or more;
 the forced output length; dtype; warm-up; lossless pass and sampling; server restarts; prefix
 cache; timeouts; error rate and margin), so the replay measures the workload the plan was
 predicted for. Its database is built, and ``plan_validation`` compares each measured
 cell with its prediction. ``--validate-with RUN2`` compares with a run made already (a sweep of
 the same traffic and levels) instead of replaying; a k the replay would have run that such a
-run lacks is named (``ks_planned_not_measured``) and the plan does not pass. This module
+run lacks is named (``ks_planned_not_measured``) and the plan does not pass. A validation run in
+which no request succeeded is ``not validated``, with the reason (``outcome``, ``reason``). This module
 orchestrates replay and analytics, which may not import each other; only the CLI layer sees
 both.
 """
@@ -18,19 +24,59 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec.analytics.plan.validate import measured_speedups, validation, validation_ks
+from specdec.analytics.plan.validate import measured_speedups, outcome, request_health, validation, validation_ks
 from specdec.cli.sweep import sweep_arms
 from specdec.errors import SpecdecError
 from specdec.runfolder import read_manifest
 
-__all__ = ["replay_design", "replay_validation", "validate_against", "validation_config"]
+__all__ = [
+    "Endpoints",
+    "replay_design",
+    "replay_validation",
+    "validate_against",
+    "validation_config",
+    "validation_target",
+]
+
+#: --baseline-url and --speculative-url of a validation against external servers (None, None: embedded)
+Endpoints = tuple[str | None, str | None]
 
 
-def validation_config(plan: dict, run_dir: Path, runs_dir: Path):
+def _recorded_external(manifest) -> bool:
+    return str((manifest.engine or {}).get("name")) == "external"
+
+
+def validation_target(run_dir: Path, urls: Endpoints = (None, None)) -> Endpoints:
+    """The servers a validation of ``run_dir``'s plan replays: the given URLs for a run recorded
+    against external servers (both required), none for an embedded run (URLs refused). Checked
+    before planning, so a refusal starts nothing."""
+    manifest = read_manifest(run_dir)
+    given = [u for u in urls if u]
+    if not _recorded_external(manifest):
+        if given:
+            raise SpecdecError(
+                f"{run_dir} was recorded on the embedded engine: --validate replays that engine; "
+                "--baseline-url/--speculative-url are for a run recorded against external servers"
+            )
+        return (None, None)
+    if len(given) != 2:
+        recorded = ", ".join(f"{a.name} at {a.endpoint}" for a in manifest.arms) or "no arms"
+        raise SpecdecError(
+            f"{run_dir} was recorded against external servers ({recorded}): --validate replays the servers "
+            "the plan is about and needs --baseline-url and --speculative-url (the servers to measure, "
+            "the speculative one running the plan's setting); it does not fall back to the embedded engine"
+        )
+    return urls
+
+
+def validation_config(plan: dict, run_dir: Path, runs_dir: Path, urls: Endpoints = (None, None)):
     """The ReplayConfig of the validation replay (not started)."""
     from specdec.replay.config import ReplayConfig  # heavy: the replay's config and its imports
 
+    urls = validation_target(run_dir, urls)
     manifest = read_manifest(run_dir)
+    if urls != (None, None):
+        return _external_config(plan, manifest, runs_dir, urls)
     ks = validation_ks(plan)
     if not ks:
         raise SpecdecError("the plan turns speculation off everywhere and has no other k: nothing to replay")
@@ -48,6 +94,33 @@ def validation_config(plan: dict, run_dir: Path, runs_dir: Path):
         levels=list(plan["levels"]),
         named_arms=sweep_arms(engine, [0, *ks], spec),
         **replay_design(manifest),
+    )
+
+
+def _external_config(plan: dict, manifest, runs_dir: Path, urls: Endpoints):
+    """The classic pair against the given servers, as the planned run declared them: their engine
+    adapter, the speculative arm's declared setting, the capture folder their plugin writes to."""
+    from specdec.replay.config import ReplayConfig  # heavy: the replay's config and its imports
+
+    treatment = next((a for a in manifest.arms if a.speculative_config is not None), None)
+    capture = manifest.capture or {}
+    traffic = Path(str(manifest.traffic.get("path", "")))
+    if not traffic.is_file():
+        raise SpecdecError(f"the planned run's traffic file {traffic} is not there to replay")
+    design = replay_design(manifest)
+    for embedded_only in ("restart_servers", "dtype"):  # 'never (external servers)', 'unknown'
+        design.pop(embedded_only, None)
+    return ReplayConfig(
+        traffic=traffic,
+        runs_dir=runs_dir,
+        levels=list(plan["levels"]),
+        engine=str((manifest.engine or {}).get("adapter") or "vllm"),
+        speculative_config=dict(treatment.speculative_config) if treatment else None,
+        baseline_url=urls[0],
+        speculative_url=urls[1],
+        served_model=manifest.model,
+        capture_dir=Path(capture["path"]) if capture.get("source") == "directory" else None,
+        **design,
     )
 
 
@@ -72,12 +145,14 @@ def replay_design(manifest) -> dict:
     return {k: v for k, v in design.items() if v is not None}
 
 
-def replay_validation(plan: dict, run_dir: Path, runs_dir: Path) -> Path:
-    """Run the validation replay on the embedded engine; its run folder."""
+def replay_validation(plan: dict, run_dir: Path, runs_dir: Path, urls: Endpoints = (None, None)) -> Path:
+    """Run the validation replay (the external servers given, else the embedded engine); its run folder."""
     from specdec.model import find_gguf, prepare_model  # heavy: model preparation
     from specdec.replay.experiment import run_replay  # heavy: aiohttp, the engines
 
-    cfg = validation_config(plan, run_dir, runs_dir)
+    cfg = validation_config(plan, run_dir, runs_dir, urls)
+    if cfg.external:
+        return run_replay(cfg)
     engines = {a.engine for a in cfg.arm_specs()}
     model = str(find_gguf()) if engines == {"llama.cpp"} else str(prepare_model().path)
     return run_replay(cfg.model_copy(update={"model": model}))
@@ -93,6 +168,7 @@ def validate_against(plan: dict, validation_run: Path) -> dict:
     con = duckdb.connect(str(db), read_only=True)
     try:
         out = validation(plan, measured_speedups(con))
+        health = request_health(con)
     finally:
         con.close()
     out["validation_run"] = str(validation_run)
@@ -101,4 +177,6 @@ def validate_against(plan: dict, validation_run: Path) -> dict:
     out["ks_validated"] = sorted({r["k"] for r in out["cells"]})
     out["ks_planned_not_measured"] = [k for k in validation_ks(plan) if k not in out["ks_validated"]]
     out["passed"] = out["passed"] and not out["ks_planned_not_measured"]
+    out["requests"] = health
+    out["outcome"], out["reason"] = outcome(out, health)
     return out
