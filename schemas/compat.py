@@ -158,6 +158,40 @@ class CompatCell(BaseModel):
         "makes a valid, lossless cell 'degrades'.",
     )
     speedup_vs_plain_ci_high: float | None = Field(default=None, description="Upper end of that interval.")
+    speed_label: str | None = Field(
+        default=None,
+        description="Feature probes: the speed decided by the verdict's rule (specdec.replay.compat.speed): faster, "
+        "slower or equivalent (margin: the verdict's default), or 'not measured' where the pair's pooled noise "
+        "cannot decide it; None: not judged (quantization cells, or a run without the verdict's functions).",
+    )
+    speed_ci_low: float | None = Field(
+        default=None,
+        description="Lower end of the family-wise interval (Holm over the pair's feature cells) behind speed_label, "
+        "from the noise pooled over every cell of the pair (the verdict's variance model) or the cell's own spread, "
+        "the larger; None unless speed_label is faster, slower or equivalent.",
+    )
+    speed_ci_high: float | None = Field(default=None, description="Upper end of that interval.")
+    speed_df: float | None = Field(
+        default=None, description="Degrees of freedom of the pooled noise behind speed_label; None when not measured."
+    )
+    baseline_prefix_cache_hit_rate: float | None = Field(
+        default=None,
+        description="Baseline arm, multi-turn cells: prefix_cache_hits / prefix_cache_queries around the cell's own "
+        "requests; None elsewhere or when not exported.",
+    )
+    speculative_prefix_cache_hit_rate: float | None = Field(
+        default=None,
+        description="Speculative arm, multi-turn cells: the same (equal to prefix_cache_hit_rate).",
+    )
+    baseline_stall_ratio: float | None = Field(
+        default=None,
+        description="Streamed structured-output and tool cells, baseline arm: the largest gap between chunks among "
+        "the last STALL_TAIL chunks of a reply over the reply's median gap, the largest over the cell's replies; "
+        "None when not streamed or too few chunks.",
+    )
+    speculative_stall_ratio: float | None = Field(
+        default=None, description="The same in the speculative arm (docs/compat.md: the stall rule)."
+    )
     turn: int | None = Field(
         default=None,
         description="Multi-turn cells: the session's turn (1-based) the cell's requests, counters and pairs are of; "

@@ -145,10 +145,11 @@ def _cell(
         detail=out.detail,
         requests_sent=sum(len(log.ids.get(k, [])) for log in (b, s) for k in with_twin),
     )
-    evidence = {
+    evidence: dict[str, Any] = {
         arm: {"request_ids": [i for k in with_twin for i in log.ids.get(k, [])], "counters": log.total(with_twin)}
         for arm, log in logs.items()
     }
+    evidence["log_ratios"] = timing.log_ratios(per_b, per_s)  # [body, repeat, ln(b / s)]: ``speed``'s input
     return cell, evidence
 
 

@@ -36,7 +36,7 @@ import aiohttp
 
 from specdec.engines.metrics import COUNTERS, metrics_text, parse_counters
 from specdec.engines.urls import ClientSettings, Endpoint
-from specdec.replay.compat import cells
+from specdec.replay.compat import cells, speed
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
 from specdec.replay.compat.send import NoReply, Reply, answers, get_json, post_json, send
@@ -129,13 +129,15 @@ async def probe_pair(
     repeats: int = DEFAULT_REPEATS,
     checkpoint: Callable[[], None] = never,
     keep: Callable[[list[CompatCell]], None] = lambda _cells: None,
+    machinery: speed.Machinery | None = None,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
     each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
     probe names to send (a session's name sends all its turns); ``checkpoint`` is called before
     each probe (``together``: it raises when the run ends early); ``keep`` gets the cells so far after
     each probe (the run writes them as they are measured). A server that does not serve ends the
-    run with ``watch.ServerFailed`` (its cells so far already kept)."""
+    run with ``watch.ServerFailed`` (its cells so far already kept). Once every probe is in, each
+    feature cell's speed is decided with the verdict's ``machinery`` (``speed``; None: not judged)."""
     seq = itertools.count()
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
@@ -163,13 +165,19 @@ async def probe_pair(
                     "twin": probe.twin_body(model),
                     # the probe whose sends of the same twin body this probe's cells reuse; None: sent here
                     "twin_sent_by": twin_from,
-                    "cells": {c.probe: ev for c, ev in made},
+                    "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
+                    # per cell, [body, repeat, ln(baseline e2e / speculative e2e)] of each timed pair (``speed``)
+                    "log_ratios": {c.probe: ev["log_ratios"] for c, ev in made},
                 }
             )
             for cell, _ in made:
                 found.append(cell)
                 echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
             keep(list(found))
+    ratios = {name: rows for entry in sent for name, rows in entry["log_ratios"].items()}
+    found = speed.judge_cells(found, ratios, machinery)
+    if machinery is not None:
+        keep(list(found))
     return found, sent
 
 

@@ -108,9 +108,13 @@ class CompatConfig(ClientOptions):
         return self
 
 
-def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[Path, list[CompatCell]]:
+def run_compat(
+    cfg: CompatConfig, echo: Callable[[str], None] = print, machinery: Any = None
+) -> tuple[Path, list[CompatCell]]:
     """Probe every pair and write the run folder; returns (run folder, cells). The tokenizer
-    preflight runs first, before any folder is created, server started or request sent."""
+    preflight runs first, before any folder is created, server started or request sent.
+    ``machinery``: the verdict's functions (``speed.Machinery``, from the CLI) that decide each
+    feature cell's speed; None: not judged."""
     # heavy: aiohttp (the probes, the servers' health checks), only when a run starts
     from specdec.engines.urls import parse_endpoint
     from specdec.replay.compat.probing import Pair
@@ -138,7 +142,7 @@ def run_compat(cfg: CompatConfig, echo: Callable[[str], None] = print) -> tuple[
     write_manifest(run_dir, manifest)
     only = frozenset(cfg.probes) if cfg.probes else None
     book = Book(run_dir, manifest, [e for e, _ in pairs])
-    job = _Job(cfg, run_id, settings, book, only, echo)
+    job = _Job(cfg, run_id, settings, book, only, echo, machinery)
     work = [functools.partial(_probe_engine, job, engine, pair) for engine, pair in pairs]
     with keeping(cfg.runs_dir, book):  # a signal or an error: the cells so far kept (stopping.py)
         if cfg.engine == "both" and cfg.baseline_url is None and cfg.together:  # side by side (together.py)
@@ -169,6 +173,7 @@ class _Job:
     book: Book
     only: frozenset[str] | None  # probe names asked for; None: all
     echo: Callable[[str], None]
+    machinery: Any = None  # speed.Machinery, or None: speeds not judged
 
 
 def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> None:
@@ -200,6 +205,7 @@ def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> 
                 cfg.repeats,
                 checkpoint,
                 keep=functools.partial(book.partial, engine),
+                machinery=job.machinery,
             )
         )
     # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)

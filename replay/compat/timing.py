@@ -83,9 +83,20 @@ def relative(feature: Sequence[Sequence[tuple[Reply, Reply]]], twin: Sequence[tu
 
 
 def text(iv: Interval) -> str:
-    """'x0.93 [0.88, 0.99] over 3 pairs'; '' without a speedup."""
-    point, lo, hi, n = iv
+    """'x0.93 over 3 pairs'; '' without a speedup. No interval: a cell's own, on repeats - 1 df, can
+    span orders of magnitude; its speed is decided once the pair's cells are in (``speed``)."""
+    point, _lo, _hi, n = iv
     if point is None:
         return ""
-    bounds = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return f"x{point:.2f}{bounds} over {n} pair{'s' if n != 1 else ''}"
+    return f"x{point:.2f} over {n} pair{'s' if n != 1 else ''}"
+
+
+def log_ratios(per_repeat_b: Sequence[Sequence[Reply]], per_repeat_s: Sequence[Sequence[Reply]]) -> list[list]:
+    """[body, repeat, log ratio] of every timed pair (``speed``'s input)."""
+    out: list[list] = []
+    for r, (bs, ss) in enumerate(zip(per_repeat_b, per_repeat_s)):
+        for i, (b, s) in enumerate(zip(bs, ss)):
+            x = log_ratio(b, s)
+            if x is not None:
+                out.append([i, r, x])
+    return out

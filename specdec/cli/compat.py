@@ -178,7 +178,7 @@ def _compat(
         **({"runs_dir": runs_dir} if runs_dir is not None else {}),
     )
     try:
-        out, cells = run_compat(cfg, echo=click.echo)
+        out, cells = run_compat(cfg, echo=click.echo, machinery=_verdict())
     except CompatStopped as exc:  # a signal: the cells so far are kept; one line, then 130 or 143
         click.echo(f"Error: {exc}", err=True)
         click.get_current_context().exit(exc.exit_code)
@@ -189,3 +189,13 @@ def _compat(
 
         path, _ = write_report(out)
         click.echo(f"report: {path.resolve()}")
+
+
+def _verdict():
+    """The verdict's functions that decide each feature cell's speed (``replay.compat.speed``)."""
+    # heavy: numpy (the variance model), only when the command runs
+    from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
+    from specdec.analytics.variance import block_noise, t_sf
+    from specdec.replay.compat.speed import Machinery
+
+    return Machinery(block_noise, judge, holm_levels, t_sf, DEFAULT_MARGIN, ALPHA)

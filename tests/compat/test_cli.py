@@ -137,7 +137,7 @@ def test_engines_together_is_asked_for_not_the_default(monkeypatch, tmp_path):
 
     seen = []
 
-    def fake(cfg, echo):
+    def fake(cfg, echo, **_verdict):
         seen.append(cfg.together)
         raise cli_compat.SpecdecError("stop here")
 
