@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,6 +17,7 @@ from specdec.arms import NGRAM, ArmSpec, check_arms
 from specdec.defaults import DTYPE, RUNS_DIR, SERVED_MODEL, STARTUP_TIMEOUT_S
 from specdec.replay.load.levels import check_values
 from specdec.replay.traffic.mix import check_mix
+from specdec.schemas.records import DEFAULT_MARGIN, DEFAULT_MAX_ERROR_RATE, ERROR_RATE, MARGIN
 from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
@@ -145,16 +146,12 @@ class ReplayConfig(ClientOptions):
         "VLLM_SERVER_DEV_MODE=1 for that); off: embedded servers without prefix caching; "
         "keep: do nothing (earlier blocks may warm later ones).",
     )
-    max_error_rate: float = Field(
-        default=0.05,
-        ge=0.0,
-        le=1.0,
+    max_error_rate: Annotated[float, ERROR_RATE] = Field(
+        default=DEFAULT_MAX_ERROR_RATE,
         description="A level whose share of failed requests exceeds this is marked failed.",
     )
-    margin: float = Field(
-        default=0.05,
-        gt=0.0,
-        le=1.0,
+    margin: Annotated[float, MARGIN] = Field(
+        default=DEFAULT_MARGIN,
         description="The practical margin delta, declared before the run and recorded in the "
         "manifest: a speedup whose family-wise interval lies inside [1/(1+delta), "
         "1+delta] is labelled equivalent (no effect worth having); faster and slower say "

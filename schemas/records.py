@@ -408,6 +408,15 @@ class ArmConfig(_Record):
     )
 
 
+#: What --max-error-rate and --margin accept and default to: the bounds and defaults of
+#: ReplayConfig's fields (replay/config.py) and of the manifest's that record them, stated
+#: once here, in the lower layer.
+ERROR_RATE = Field(ge=0.0, le=1.0)
+MARGIN = Field(gt=0.0, le=1.0)
+DEFAULT_MAX_ERROR_RATE = 0.05
+DEFAULT_MARGIN = 0.05
+
+
 class RunManifest(_Record):
     """Everything needed to interpret a run: what ran, where, on what input.
 
@@ -436,17 +445,14 @@ class RunManifest(_Record):
     warmup_requests: StrictInt = Field(ge=0)
     host: FreeForm = Field(description="CPU, memory, platform and Python facts.")
     finished: StrictBool = Field(default=False, description="True once every level of every arm completed.")
-    max_error_rate: FiniteFloat = Field(
-        default=0.05,
-        ge=0.0,
-        le=1.0,
+    max_error_rate: Annotated[FiniteFloat, ERROR_RATE] = Field(
+        default=DEFAULT_MAX_ERROR_RATE,
         description="A level whose failed-request share exceeds this is marked failed; no speedup or lossless figure is computed from it.",
     )
-    margin: FiniteFloat = Field(
-        default=0.05,
-        gt=0.0,
-        le=1.0,
-        description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the 90% interval inside [1/(1+delta), 1+delta]). Manifests written before the field existed read as 0.05.",
+    margin: Annotated[FiniteFloat, MARGIN] = Field(
+        default=DEFAULT_MARGIN,
+        description="The practical margin delta declared before the run (--margin): the speedup labels read it (equivalent = the 90% interval inside [1/(1+delta), 1+delta]). "
+        f"Manifests written before the field existed read as {DEFAULT_MARGIN}.",
     )
     capture: FreeForm = Field(
         default_factory=dict,
