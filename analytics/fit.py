@@ -1,10 +1,16 @@
 """The calibration check: does one variance per category fit every level?
 
-The intervals (``intervals.py``, ``variance.py``) give every level of a
-category the same variance of a block figure, V. When one level is noisier
-than the others, its intervals are too narrow (and the others' too wide)
+The intervals (``intervals.py``, ``variance.py``) pool the variance of a
+block figure over a category's levels. When one level is noisier than the
+others, pooled intervals are too narrow there (and the others' too wide)
 while the average looks right. This check tests that assumption on the run's
 own A/B block figures, and says so only when the run's residuals show it.
+Its p-values are also the intervals' pooling test (issue 41, item 2): a
+level whose p-value is at most ``intervals.POOL_ALPHA`` (10%, one level at
+a time, looser than the check's own Holm at 5% so that a noisier level is
+rarely pooled) gets a variance of its own. The check's verdict
+(``noise_check``) is unchanged: it says where the one-variance model did
+not fit, and the intervals there no longer use it.
 
 **The data.** Per category c, level l and repeat r, the block figure y[c, l,
 r]: the mean log ratio, speculative against baseline, of the category's pairs

@@ -20,14 +20,17 @@ order + a[repeat] + w[level, repeat]: the arm order (which arm's block ran
 second, read from the blocks' first send times) as a fixed effect, a shift
 shared by the levels of a repeat, and the block's own noise, whose variance
 is pooled over the levels unless the pooling test (``POOL_ALPHA``: the
-calibration check's p-value for the level, ``fit.py``) sets the level apart
-with a variance of its own. Slow blocks (a figure far from its level's
-others in at least half of the family's series, ``variance.slow_blocks``)
-are set aside first. Variances by method of moments, Satterthwaite's
-degrees of freedom for the design. Each category has its own variances (no
+calibration check's p-value for the level, ``fit.py``, on the figures with
+or without slow blocks) sets the level apart with a variance of its own.
+Slow blocks (a figure far from its level's others in at least half of the
+family's series, ``variance.slow_blocks``) are kept: the calibration check
+reads the figures without them, the pooling test with and without, so a
+level with a slow block gets a variance of its own and the block widens that
+level's interval and no other. Variances by method of moments, Satterthwaite's degrees of
+freedom for the design. Each category has its own variances (no
 pooling across categories: chat's request noise is 2-3x the others'). The
 row's ``method`` says what the model did for it (own or pooled variance, the
-order effect fitted, slow blocks set aside): the run's notes.
+order effect fitted, slow blocks found at the level): the run's notes.
 
 **Interval kinds** (``interval`` column), on the log scale, mapped back with exp:
 
@@ -111,8 +114,8 @@ METHOD = (
     "in that repeat). Noise model per category: block figure = effect at the level + the arm order's effect "
     "(which arm ran second: a fixed effect) + a shift shared by every level of the repeat (the server process) "
     "+ the block's own noise, whose variance is pooled over the levels unless the pooling test (the "
-    f"calibration check's p-value <= {POOL_ALPHA:.0%} at that level) gives the level its own; slow blocks "
-    "(figures far from their level's others) set aside first; variances by method of moments, with "
+    f"calibration check's p-value <= {POOL_ALPHA:.0%} at that level, with or without slow blocks) gives the "
+    "level its own (a slow block stays in its level's variance); variances by method of moments, with "
     "Satterthwaite's degrees of freedom for that design (repeats - 1 when the shared shift dominates); the "
     "row's method says what was done. measurement: prompts fixed, mean +- t(df) * se. "
     "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
@@ -177,35 +180,41 @@ def _series(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[tuple, dict
 
 
 class _Noise:
-    """One family's series after the robust step: per series its figures without slow blocks,
-    the slow cells, and per level its LevelNoise."""
+    """One family's series: per series its slow blocks (``variance.slow_blocks``, where half of
+    the family's series agree), its figures without them (what the calibration check reads), the
+    levels with a variance of their own, and per level its LevelNoise (from every figure)."""
 
     def __init__(
         self,
         figures: Mapping[GroupKey, Mapping[int, float]],
         order: Mapping[tuple, float],
         model: NoiseModel,
-        own_of: Callable[[Mapping[tuple, dict]], frozenset] | None = None,
+        own_of: Callable[[Mapping[tuple, dict], Mapping[tuple, dict]], frozenset] | None = None,
     ):
         raw = _series(figures)
         votes: dict[tuple, int] = defaultdict(int)
         for cells in raw.values():
             for cell in slow_blocks(cells):
                 votes[cell] += 1
-        held = defaultdict(int)  # series that hold the cell
+        held: dict[tuple, int] = defaultdict(int)  # series that hold the cell
         for cells in raw.values():
             for cell in cells:
                 held[cell] += 1
         slow = {cell for cell, v in votes.items() if 2 * v >= held[cell]}
         self.slow = {skey: {c for c in cells if c in slow} for skey, cells in raw.items()}
         self.clean = {skey: {c: y for c, y in cells.items() if c not in self.slow[skey]} for skey, cells in raw.items()}
-        self.own = own_of(self.clean) if own_of is not None else frozenset()
-        self.levels = {skey: model(cells, order, self.own) for skey, cells in self.clean.items()}
+        self.own = own_of(raw, self.clean) if own_of is not None else frozenset()
+        # the intervals keep every figure: a slow block goes into its level's own variance (the pooling
+        # test sets the level apart), where it widens that level's interval and no other; set aside, it
+        # left intervals too narrow in runs with heavy tails (benchmarks/calibration.py: 7.7% of A/A runs
+        # with a false label in the 'all' scenario against 2-3% keeping it)
+        self.levels = {skey: model(cells, order, self.own) for skey, cells in raw.items()}
 
     def of(self, key: tuple, segment=None):
-        """(LevelNoise or None, slow blocks set aside in the series) of a group key (comparison, category, level)."""
+        """(LevelNoise or None, slow blocks found at this level of the series) of a group key
+        (comparison, category, level)."""
         skey = (key[0], key[1], segment)
-        return self.levels.get(skey, {}).get(key[2]), len(self.slow.get(skey, ()))
+        return self.levels.get(skey, {}).get(key[2]), sum(c[0] == key[2] for c in self.slow.get(skey, ()))
 
 
 def _t(centre: float, se: float, df: float, level: float = LEVEL) -> tuple[float, float]:
@@ -277,7 +286,7 @@ def _notes(noise, slow: int) -> str:
     if noise.order is not None:
         parts.append(f"arm order fitted: the ratio {math.expm1(noise.order):+.1%} where the speculative arm ran second")
     if slow:
-        parts.append(f"{slow} slow block figure(s) of the series set aside")
+        parts.append(f"{slow} slow block(s) at this level: kept, in the level's own variance where it has one")
     return "; ".join(parts)
 
 
@@ -442,15 +451,19 @@ def compute_summed(
     ab = {k: v for k, v in block_means.items() if k[0] == "ab"}
     found: dict[int, LevelFit] = {}
 
-    def own_of(clean: Mapping[tuple, dict]) -> frozenset:
+    def own_of(raw: Mapping[tuple, dict], clean: Mapping[tuple, dict]) -> frozenset:
+        # the check reads the figures without slow blocks (a stalled block is not a noisier level); the
+        # pooling test asks those and every figure, so that a level with a slow block gets its own
+        # variance, and a noisier level whose extremes passed for slow blocks too
         found.update(level_fit(_categories(clean)))
-        return frozenset(lv for lv, f in found.items() if f.p_value <= pool_alpha)
+        tests = [*found.items(), *level_fit(_categories(raw)).items()]
+        return frozenset(lv for lv, f in tests if f.p_value <= pool_alpha)
 
     noise = _Noise(ab, order, noise_model, own_of)
     groups = [_Measured(key, None, ab[key], noise.of(key)) for key in sorted(ab)]
     measurement = (
         "t interval over repeats: variance components per category and level group, arm order as a "
-        "fixed effect, slow blocks set aside, Satterthwaite df"
+        "fixed effect, Satterthwaite df"
     )
     out = _family_rows(groups, margin, measurement)
     for g in groups:

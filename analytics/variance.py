@@ -71,22 +71,29 @@ wrong:
 - *a block variance per level where the run says so*: w[l, r] has one
   variance for the levels pooled together and one of its own for each level
   the pooling test sets apart (``intervals.POOL_ALPHA``: the calibration
-  check's one-sided p-value for that level, ``fit.py``, at most 10%). A level
-  of its own has se^2 from its own residuals (about R - 1 df); pooled levels
-  share V (df by Satterthwaite with the pessimistic split, as above);
-- *slow blocks set aside* (``slow_blocks``): a block figure far from its
-  level's others (see there) is left out of the series before anything is
-  estimated, where half of the family's series agree; the row's method says
-  how many. Heavy tails short of that are left in: the t interval's df is
-  what absorbs them (simulated with t(3) noise: coverage 93-97% per level,
-  BENCHMARKS.md).
+  check's one-sided p-value for that level, ``fit.py``, at most 10%, on the
+  figures with or without the slow blocks below). A level of its own has its
+  se^2 from its own residuals (about R - 1 df); pooled levels share V (df by
+  Satterthwaite with the pessimistic split, as above, from their own cells);
+  the fixed effects are refitted weighted by 1 / V so that a noisier level's
+  noise does not reach the others through the order effect;
+- *slow blocks and heavy tails* (``slow_blocks``): a block figure far from its
+  level's others, where half of the family's series agree, is a slow block.
+  The calibration check reads the figures without it (one stalled block is
+  not a noisier level) and the pooling test both with and without, so the
+  level gets a variance of its own and keeps the block: it widens that
+  level's interval, and no other's. Set aside instead, it left intervals too
+  narrow where tails are heavy (7.7% of simulated A/A runs with a false label
+  against 2-3% keeping it). Heavy tails short of that stay in too: the t
+  interval's df absorbs them. Simulated with t(3) block and request noise and
+  with 4% of blocks 2-3x slow: ``benchmarks/calibration.py``, BENCHMARKS.md.
 
-A level's se^2 = sum_j c_j^2 V[group of j], c the row of the least-squares
-solution that gives mu[l] (1/R on its own cells when no order is fitted),
-V[group] = the group's residual sum of squares over its residual count: a
-positive quadratic form whose df is Satterthwaite's with the pessimistic
-Sigma. Without an order and with every level pooled it is ``block_noise``'s
-V / R and df exactly (tests/analytics/test_variance.py).
+A level's se^2 = sum_j c_j^2 V[group of j], c the row of the fit that gives
+mu[l] (1/R on its own cells when no order is fitted), V[group] by the method
+of moments on the residuals (one group: its residual sum of squares over its
+residual count): a quadratic form whose df is Satterthwaite's. Without an
+order and with every level pooled it is ``block_noise``'s V / R and df
+exactly (tests/analytics/test_level_noise.py).
 
 Also here: Student's t (``t_quantile``, ``t_sf``), Fisher's F tail (``f_sf``) and Satterthwaite's df of a
 sum of independent variance estimates (``satterthwaite``).
@@ -396,6 +403,27 @@ class LevelNoise:
     order: float | None  # the series' order effect (log scale: speculative second minus first), None if not fitted
 
 
+def _fit(x: np.ndarray, y: np.ndarray, groups: list, weights: np.ndarray) -> tuple:
+    """Weighted least squares of y on x, and per variance group its V from the residuals: the
+    solution of E[e' D_G e] = sum_h V_h tr(M' D_G M D_h) (one group: its residual sum of squares
+    over its residual count, unbiased for the total variance of one block figure, repeat-shared
+    part included, as in ``block_noise``). Returns (P, beta, M, e, V per group, the groups'
+    forms M' D_G M, their matrix of traces)."""
+    n = len(y)
+    root = np.sqrt(weights)
+    p = np.linalg.pinv(x * root[:, None]) * root[None, :]
+    beta = p @ y
+    m = np.eye(n) - x @ p
+    e = m @ y
+    e[np.abs(e) < 1e-12 * max(1.0, float(np.abs(y).max()))] = 0.0  # rounding, not noise: figures that do not move
+    diag = [np.diag(g.astype(float)) for g in groups]
+    forms = [m.T @ d @ m for d in diag]
+    a_v = np.array([[float(np.trace(f @ d)) for d in diag] for f in forms])
+    q = np.array([float(e @ d @ e) for d in diag])
+    v = np.linalg.lstsq(a_v, q, rcond=None)[0] if a_v.size else np.zeros(0)
+    return p, beta, m, e, [max(float(x_), 0.0) for x_ in v], forms, a_v
+
+
 def _solve_components(a: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """theta >= 0 with a[:, act] theta[act] = q[act] on the active set: a component whose
     moment estimate is negative is set to 0 and the rest solved again. Returns (theta, active)."""
@@ -425,10 +453,13 @@ def level_noise(
     absent: unknown), a[r] ~ (0, s2_repeat) shared by the levels of a repeat and w[l, r] ~
     (0, s2_block[l]): one block variance for the pooled levels, one of its own for each level
     in ``own_levels`` (the levels the homogeneity check set apart). Fixed effects by least
-    squares; variance components by the method of moments on the residuals (one quadratic
-    form per component: the residuals of each variance group, and the repeat sums); the
-    level's se^2 = c' P Sigma P' c estimated from them, its df by Satterthwaite with
-    s2_repeat at the upper end of its one-sided 75% bound (``REPEAT_BOUND``, as in
+    squares, weighted by 1 / V of each cell's variance group where there are several (a second
+    pass: the order effect, common to the levels, must not carry a noisier level's noise into the
+    others); each group's V by the method of moments on the residuals (``_fit``); the level's
+    se^2 = sum_j c_j^2 V[group of j] (c: the row of the fit that gives mu[l]); its df by
+    Satterthwaite, Sigma split into the repeat-shared part and the groups' own by the method of
+    moments (the residuals' repeat sums), s2_repeat at the upper end of its one-sided 75% bound
+    (``REPEAT_BOUND``, as in
     ``block_noise``). Levels with fewer than 2 figures are left out. Empty when no residual
     degree of freedom is left."""
     cells = sorted(((lv, r), float(y)) for (lv, r), y in figures.items())
@@ -451,11 +482,6 @@ def level_noise(
         xo = np.column_stack([x, o])
         if np.linalg.matrix_rank(xo) == xo.shape[1] and n - xo.shape[1] >= 2:
             x, fitted_order = xo, True
-    p = np.linalg.pinv(x)
-    beta = p @ y
-    m = np.eye(n) - x @ p
-    e = m @ y
-    e[np.abs(e) < 1e-12 * max(1.0, float(np.abs(y).max()))] = 0.0  # rounding, not noise: figures that do not move
     if n - x.shape[1] < 1:
         return {}
     s = (rep[:, None] == rep[None, :]).astype(float)
@@ -464,34 +490,41 @@ def level_noise(
     rest = ~np.isin(lev, own)
     if rest.any():
         groups.append(rest)
-    comps = [np.diag(g.astype(float)) for g in groups]  # block variance components
-    n_rep = len(rep_keys)
-    with_repeat = n_rep >= 2 and len(levels) >= 2
-    if with_repeat:
-        comps = [s, *comps]
-    forms = [m @ c @ m for c in comps]  # e' C e = y' M C M y
-    # the split between shared and block noise, for the df only (as in ``block_noise``)
-    a = np.array([[float(np.trace(f @ g)) for g in comps] for f in forms])
-    q = np.array([float(e @ c @ e) for c in comps])
-    theta, active = _solve_components(a, q)
-    if with_repeat and repeat_bound is not None and active[0] and a[0, 0] > 0:
-        q_up = q[0] * (n_rep - 1) / chi2_quantile(1 - repeat_bound, n_rep - 1)
-        theta[0] = max(theta[0], (q_up - float(a[0, 1:] @ theta[1:])) / a[0, 0])
-    sigma_df = sum(t * c for t, c in zip(theta, comps))
-    # V of a variance group: its residual sum of squares over its residual count (unbiased for the
-    # total variance of one block figure, repeat-shared part included, as in ``block_noise``)
-    group_forms = forms[1:] if with_repeat else forms
-    counts_g = [float(np.trace(f)) for f in group_forms]
-    v_group = [float(e @ f @ e) / t if t > 0 else 0.0 for f, t in zip(group_forms, counts_g)]
     group_of = np.zeros(n, dtype=int)
     for gi, g in enumerate(groups):
         group_of[g] = gi
+    p, beta, m, e, v_group, group_forms, a_v = _fit(x, y, groups, np.ones(n))
+    if fitted_order and len(groups) > 1 and min(v_group) > 0:
+        # the order effect is common to the levels: weighted by 1 / V of each cell's group, so a noisier
+        # level does not carry its noise into the others' residuals through it
+        p, beta, m, e, v_group, group_forms, a_v = _fit(x, y, groups, 1.0 / np.array(v_group)[group_of])
+    # Sigma for the df: per variance group, its split between the repeat-shared part and its own
+    # (method of moments on the group's residuals and their repeat sums; the shared part at the upper
+    # end of its one-sided REPEAT_BOUND bound, as in ``block_noise``); each group on its own cells, so
+    # a noisier level does not move the others' df
+    sigma_df = np.zeros((n, n))
+    for g in groups:
+        comps = [np.diag(g.astype(float))]
+        g_reps = len(set(rep[g].tolist()))
+        with_repeat = g_reps >= 2 and len(set(lev[g].tolist())) >= 2
+        if with_repeat:
+            comps = [s * np.outer(g, g), *comps]
+        forms = [m.T @ c @ m for c in comps]  # e' C e = y' M' C M y
+        a = np.array([[float(np.trace(f @ c)) for c in comps] for f in forms])
+        q = np.array([float(e @ c @ e) for c in comps])
+        theta, active = _solve_components(a, q)
+        if with_repeat and repeat_bound is not None and active[0] and a[0, 0] > 0:
+            q_up = q[0] * (g_reps - 1) / chi2_quantile(1 - repeat_bound, g_reps - 1)
+            theta[0] = max(theta[0], (q_up - float(a[0, 1:] @ theta[1:])) / a[0, 0])
+        sigma_df += sum(t * c for t, c in zip(theta, comps))
+    a_inv = np.linalg.pinv(a_v)
     out = {}
     for i, lv in enumerate(levels):
         c2 = p[i] ** 2  # the level's effect is c' y: its variance sum_j c_j^2 V[group of j]
-        weights = [float(c2[group_of == gi].sum()) for gi in range(len(groups))]
-        var = sum(w * v for w, v in zip(weights, v_group))
-        wmat = sum(w / t * f for w, t, f in zip(weights, counts_g, group_forms) if w > 0 and t > 0)
+        weights = np.array([float(c2[group_of == gi].sum()) for gi in range(len(groups))])
+        var = float(weights @ np.array(v_group))
+        coef = np.maximum(weights @ a_inv, 0.0)  # var ~ sum_k coef_k e' F_k e (a negative leak left out)
+        wmat = sum(cf * f for cf, f in zip(coef, group_forms))
         ws = wmat @ sigma_df
         tr2 = float(np.trace(ws @ ws))
         df = float(np.trace(ws) ** 2 / tr2) if tr2 > 0 else float(n - x.shape[1])  # no spread: the residual count
@@ -520,9 +553,9 @@ def slow_blocks(figures: Mapping[Cell, float], k: float = SLOW_K) -> set:
     hide each other); the SD is the larger of the series' robust SD (1.4826 x the median absolute
     deviation from each level's median, the median cell of an odd level, 0 by construction, left
     out) and the SD of those other figures (a level noisier than the others keeps its own
-    spread). Only at levels with 4 figures or more, and a level keeps 3. ``intervals`` sets a
-    block aside where at least half of a family's series call it a candidate (a slow block slows
-    every category of it). Simulated on one series of 3 levels x 5 repeats of normal figures
+    spread). Only at levels with 4 figures or more, and at most all but 3 of a level. ``intervals``
+    takes a block for slow where at least half of a family's series call it a candidate (a slow
+    block slows every category of it). Simulated on one series of 3 levels x 5 repeats of normal figures
     (3,000 each, before the vote): a candidate in 2.0% of series, in 18.5% with one level 3x
     noisier, in 13.8% with t(3) figures; a figure 8.3 SDs off (a 2x slow block at the demo's
     noise) found in 87%, two of them at one level both in 58%."""

@@ -6,10 +6,13 @@ series; the rates are in test_calibration.py."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from specdec.analytics import intervals
+from specdec.analytics.calibration import MEASURED, Design, simulate
 from specdec.analytics.labels import judge
 from specdec.analytics.variance import block_noise, level_noise, slow_blocks
 
@@ -102,3 +105,35 @@ def test_equivalent_reads_the_90_interval_and_faster_the_family_one():
     # inside the margin but the family-wise interval clears 1: faster, never equivalent
     faster = judge(0.03, 0.004, 20, 0.996, 0.05, 5)
     assert faster.label == "faster" and faster.clears_margin is False
+
+
+def _rows(pairs, blocks, order, **kw):
+    out = {}
+    for row in intervals.compute(pairs, blocks, order=order, **kw):
+        out[row[4], row[1], row[2]] = row
+    return out
+
+
+def _width(row) -> float:
+    return math.log(row[6] / row[5])
+
+
+def test_a_slow_block_stays_at_its_level_and_the_check_reads_the_figures_without_it():
+    """A 2.5x slow speculative block at c4, repeat 2 (every category and the system figure): c4
+    gets a variance of its own and keeps the block (its interval widens, it does not narrow); c1
+    and c8 stay far narrower than one pooled variance would make them; the calibration check reads
+    the figures without the slow block, so c4 'fits'."""
+    design = Design()
+    pairs, blocks, *_ = simulate(design, replace(MEASURED, prompt={}), 1.0, np.random.default_rng(8))
+    slow = math.log(2.5)
+    pairs = [(*p[:5], p[5] - slow) if p[0] == "ab" and p[2] == 4 and p[4] == 2 else p for p in pairs]
+    blocks = [(*b[:3], b[3] - slow) if b[0] == "ab" and b[1] == 4 and b[2] == 2 else b for b in blocks]
+    order = design.order()
+    ours = _rows(pairs, blocks, order)
+    pooled = _rows(pairs, blocks, order, noise_model=lambda cells, _order, _own: level_noise(cells))
+    for cat in ("chat", "code", "structured", "(system)"):
+        assert "of its own" in ours["measurement", cat, 4][16]
+        assert _width(ours["measurement", cat, 4]) > 0.5  # wide: the block is kept
+        for lv in (1, 8):
+            assert _width(ours["measurement", cat, lv]) < 0.7 * _width(pooled["measurement", cat, lv])
+    assert ours["fit", "code", 4][11] == "fits"
