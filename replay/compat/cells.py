@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdec.engines.urls import Endpoint
-from specdec.replay.compat import checks, classify, timing
+from specdec.replay.compat import checks, classify, stall, timing
 from specdec.replay.compat.probes import Probe
 from specdec.replay.compat.send import Reply
 from specdec.schemas.compat import CompatCell
@@ -115,6 +115,10 @@ def _cell(
     )
     ev = classify.Evidence(probe.identity_expected, rb, rs, bv, sv, feature, plain, sp, plain_sp, rel)
     out = classify.classify(ev)
+    st = stall.judge(flat_b, flat_s) if probe.feature in stall.STALL_FEATURES else stall.Stall(None, None, None)
+    if out.outcome == "works" and st.why is not None:
+        head, sep, rest = out.detail.partition("; ") if out.detail.startswith("speedup ") else ("", "", out.detail)
+        out = classify.Classified("degrades", f"{head}{sep}{st.why}; {rest}", out.identical, out.first_divergence_char)
     hits = classify.counter(spec_counters, "prefix_cache_hits")
     queries = classify.counter(spec_counters, "prefix_cache_queries")
     name = probe.name if turn is None else f"{probe.name}.turn{turn}"
@@ -139,6 +143,8 @@ def _cell(
         repeats=repeats,
         **(_interval("plain_speedup", plain_sp) if plain_sp else {}),
         **(_interval("speedup_vs_plain", rel) if rel else {}),
+        baseline_stall_ratio=st.baseline_ratio,
+        speculative_stall_ratio=st.speculative_ratio,
         turn=turn,
         prefix_caching=probe.prefix_caching,
         outcome=out.outcome,

@@ -247,6 +247,18 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
         ),
         Probe(
             "structured_output",
+            "json_schema_stream",
+            "the streamed reply validates against CITY_SCHEMA (gaps between chunks: the stall rule)",
+            f"Copy this JSON exactly: {CITY_JSON}",
+            {
+                "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA}},
+                "stream": True,
+            },
+            checks.json_schema(CITY_SCHEMA),
+            max_tokens=64,
+        ),
+        Probe(
+            "structured_output",
             "regex",
             f"the reply matches {PHONE_REGEX} exactly",
             "Copy these phone numbers exactly: 555-1234, 555-1234, 555-1234",
@@ -271,6 +283,15 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             {"type": "function", "function": {"name": "get_weather"}},
             "get_weather",
             required=True,
+        ),
+        Probe(
+            "tools",
+            "tool_choice_named_stream",
+            "a streamed call of get_weather with valid arguments (gaps between chunks: the stall rule)",
+            WEATHER_PROMPT,
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "stream": True},
+            checks.tool_call(TOOLS, "get_weather", required=True),
+            max_tokens=64,
         ),
         Probe(
             "streaming",

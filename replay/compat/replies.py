@@ -65,6 +65,9 @@ class Reply:
     completion_tokens: int | None = None
     e2e_ms: float | None = None
     error_type: str | None = None  # a key of FAULTS; None: accepted, or refused with an HTTP status
+    #: streamed replies: ms from the request's start to each read that brought content or tool-call deltas
+    #: (one entry per arrival, however many deltas it held; ``stall``); None when not streamed
+    arrivals_ms: list[float] | None = None
 
     @property
     def accepted(self) -> bool:

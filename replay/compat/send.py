@@ -84,7 +84,7 @@ async def send(
                     text = (await resp.content.read(4 * MAX_ERROR_CHARS)).decode(errors="replace")
                     return Reply(resp.status, text[:MAX_ERROR_CHARS] or f"HTTP {resp.status} (empty body)")
                 if body.get("stream"):
-                    reply = await _read_stream(resp, body)
+                    reply = await _read_stream(resp, body, started)
                 else:
                     reply = read_plain(resp.status, (await _read_capped(resp)).decode(errors="replace"))
     except Malformed as exc:
@@ -126,15 +126,18 @@ async def _read_capped(resp: aiohttp.ClientResponse) -> bytes:
     return bytes(buf)
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, body: dict[str, Any]) -> Reply:
+async def _read_stream(resp: aiohttp.ClientResponse, body: dict[str, Any], started: float) -> Reply:
     """Assemble choices from SSE deltas as they arrive; a stream without ``[DONE]`` or with an
-    error event is an error; one past its length limit is ``overlong_reply``."""
+    error event is an error; one past its length limit is ``overlong_reply``. The reply keeps each
+    read's time that brought deltas (``Reply.arrivals_ms``, ``stall``)."""
     n, max_tokens = body.get("n"), body.get("max_tokens")
     n = n if isinstance(n, int) and n > 0 else 1
     limit = n * stream_limit(max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else NO_MAX_TOKENS)
     reader = StreamReader()
     size = 0
+    arrivals: list[float] = []
     async for block in resp.content.iter_any():
+        seen = reader.chunks
         size += len(block)
         if size > MAX_REPLY_BYTES:
             raise _Overlong(f"the stream ran past {MAX_REPLY_BYTES} bytes; the client stopped reading")
@@ -146,8 +149,12 @@ async def _read_stream(resp: aiohttp.ClientResponse, body: dict[str, Any]) -> Re
                 f"the stream went on past {limit} content chunks (max_tokens plus a margin, per choice); "
                 "the client stopped reading"
             )
+        if reader.chunks > seen:
+            arrivals.append(_ms(started))
         if reader.done:
-            return reader.reply(resp.status)
+            reply = reader.reply(resp.status)
+            reply.arrivals_ms = arrivals
+            return reply
     return Reply(resp.status, "stream ended without data: [DONE]", error_type="stream_truncated")
 
 

@@ -12,7 +12,10 @@ refuses any request with ``tools`` (HTTP 400, ``TOOLS_ERROR``);
 In either arm: ``refuse_key`` refuses (HTTP 400) any request holding that body key.
 ``slow_with`` (speculative arm): requests holding that body key take ``slow_s``
 longer (the gain falls with the feature while acceptance holds); ``base_s``:
-every request takes that long at least (both arms).
+every request takes that long at least (both arms). Streamed replies come in
+``pieces`` deltas ``chunk_s`` apart (tool calls streamed as deltas too); with
+``stall_with``, a streamed request holding that body key waits ``stall_end_s``
+before its last delta (a stall at the closing brace; either arm).
 
 Every request is logged (``requests``: its X-Request-Id, completion tokens and
 the speculation counts it added) so a test can write the capture rows an
@@ -50,11 +53,16 @@ class CompatFake:
         slow_with: str | None = None,
         slow_s: float = 0.15,
         base_s: float = 0.0,
+        pieces: int = 2,
+        chunk_s: float = 0.0,
+        stall_with: str | None = None,
+        stall_end_s: float = 0.0,
     ):
         self.speculative, self.invalid_json, self.refuse_tools = speculative, invalid_json, refuse_tools
         self.no_drafts_with, self.max_model_len = no_drafts_with, max_model_len
         self.refuse_key = refuse_key
         self.slow_with, self.slow_s, self.base_s = slow_with, slow_s, base_s
+        self.pieces, self.chunk_s, self.stall_with, self.stall_end_s = pieces, chunk_s, stall_with, stall_end_s
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation": 0, "queries": 0, "hits": 0}
         self.bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []  # request_id, tokens, drafts, draft_tokens, accepted
@@ -144,9 +152,13 @@ class CompatFake:
             return web.json_response({"choices": choices, "usage": usage})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        stall = self.stall_end_s if self.stall_with is not None and self.stall_with in body else 0.0
         for i in range(n):
-            for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
-                event = {"choices": [{"index": i, "delta": {"content": piece}, "finish_reason": None}]}
+            deltas = _deltas(text, tool_calls, self.pieces)
+            for j, delta in enumerate(deltas):
+                if j:
+                    await asyncio.sleep(stall if j == len(deltas) - 1 and stall else self.chunk_s)
+                event = {"choices": [{"index": i, "delta": delta, "finish_reason": None}]}
                 await resp.write(f"data: {json.dumps(event)}\n\n".encode())
             last = {"choices": [{"index": i, "delta": {}, "finish_reason": finish}]}
             await resp.write(f"data: {json.dumps(last)}\n\n".encode())
@@ -229,3 +241,20 @@ def threaded_pair(baseline: CompatFake, speculative: CompatFake) -> Iterator[tup
         asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
+
+
+def _deltas(text: str, tool_calls: list[dict[str, Any]], pieces: int) -> list[dict[str, Any]]:
+    """A streamed choice's deltas: the text in ``pieces`` parts, or each tool call's name and then its
+    arguments in ``pieces`` parts (the closing brace in the last)."""
+    if not tool_calls:
+        cut = [len(text) * k // pieces for k in range(pieces + 1)]
+        return [{"content": text[a:b]} for a, b in zip(cut, cut[1:])]
+    out: list[dict[str, Any]] = []
+    for ti, call in enumerate(tool_calls):
+        fn = call["function"]
+        head = {"index": ti, "id": call["id"], "type": "function", "function": {"name": fn["name"], "arguments": ""}}
+        out.append({"tool_calls": [head]})
+        args = fn["arguments"]
+        cut = [len(args) * k // pieces for k in range(pieces + 1)]
+        out += [{"tool_calls": [{"index": ti, "function": {"arguments": args[a:b]}}]} for a, b in zip(cut, cut[1:])]
+    return out
