@@ -1,9 +1,12 @@
-"""``PLAN_DIR/plan.html``: "What to deploy" first (the decision rule, the deployed policy's
-traffic-weighted gain and whether it is validated, the vLLM schedule, the llama.cpp flags, the
-routing, then the policies compared), then the cells (each one's decision and why, the k the
-deployed policy gives it, runner-up), the predicted speedup per k (a chart), the step-cost fits, the acceptance the
-model uses, and the assumptions. Self-contained, through the report's page shell; every
-string escaped (``report/html.py``).
+"""``PLAN_DIR/plan.html``, one story (issue 42, item 2): "What to deploy" first (the pools and
+the k per load band, the deployed policy's predicted traffic-weighted gain with its interval, whether
+it is validated and why not, the routing with each category's k per band, the vLLM schedule, the
+llama.cpp flags); then the per-cell table that explains it (each (category, band)'s deployed k,
+the cell's own decision by the rule and why they differ); then the decision rule and the policies
+compared, the predicted speedup per k (a chart), the checks, the step-cost fits, the acceptance
+the model uses, and the assumptions. Both the deployed settings and the table read the one
+``decide()`` (recommend.py): the policy's k per band and each cell's ``deployed_k``.
+Self-contained, through the report's page shell; every string escaped (``report/html.py``).
 """
 
 from __future__ import annotations
@@ -95,99 +98,147 @@ def _chart(plan: dict) -> dict:
     return chart_safe(chart.to_dict())
 
 
-def render(plan: dict) -> str:
-    levels = plan["levels"]
-    pols = plan["policies"]
+def _validation(plan: dict) -> str:
+    """Whether the plan is validated, and why not: a replay that passed, failed or could not
+    compare anything (an alarm), or none made (predicted only)."""
+    text = plan["validation"]
     if plan["validated"]:
-        notice = banner("warn", f"Validated by replay: {plan['validation']}.")
-    else:
-        notice = banner(
-            "warn",
-            "Predicted, not validated by replay: the figures below come from the model over one capture "
-            f"(k = {plan['captured_k']}); a plan is validated only by replaying its settings. Validation: "
-            f"{plan['validation']}.",
-        )
-    policy_rows = [
-        [p["name"], p["description"], _pm(p["overall"], "gain")]
-        + [f"{', '.join(f'{c}={k}' for c, k in b['k'].items())}: {_pm(b, 'gain')}" for b in p["bands"]]
-        for p in pols
-    ]
-    vllm = plan["exports"]["vllm"]
-    llama = plan["exports"]["llama_cpp"]
-    routing = plan["exports"]["routing"]["pools"]
-    rule = plan["decision_rule"]
-    deployed = next(p for p in pols if p["name"] == "k_per_band_with_fallback")
-    pool = plan["speculative_pool"]
-    deploy = (
-        "<h2>What to deploy</h2>"
-        + notice
+        return f"<p><b>Validated by replay:</b> {esc(text)}.</p>"
+    if text.startswith("failed"):
+        return banner("alarm", f"Not validated: the replay {text}.")
+    if text.startswith("not validated against"):
+        return banner("alarm", f"N{text[1:]}.")
+    return banner(
+        "warn",
+        f"Not validated by replay: predicted by the model over one capture (k = {plan['captured_k']}); a plan is "
+        f"validated only by replaying its settings {text.removeprefix('not validated by replay').strip()}.",
+    )
+
+
+def _k(k: int) -> str:
+    return "off" if k == 0 else str(k)
+
+
+def _deploy(plan: dict) -> str:
+    """What to deploy: the pools and the k per band, the traffic-weighted gain with its interval,
+    whether validated, then each engine's settings and the routing (one table)."""
+    deployed = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
+    pools = plan["exports"]["routing"]["pools"]
+    vllm, llama = plan["exports"]["vllm"], plan["exports"]["llama_cpp"]
+    spec = [c for c, pool in sorted(pools.items()) if pool == "speculative"]
+    plain = [c for c, pool in sorted(pools.items()) if pool != "speculative"]
+    per_band = ", ".join(f"c{b['level']}: {_k(max((b['k'][c] for c in spec), default=0))}" for b in deployed["bands"])
+    what = (
+        f"the speculative pool for {', '.join(spec)} (k per load band: {per_band})" if spec else "no speculation"
+    ) + (f"; the plain pool (speculation off) for {', '.join(plain)}" if plain and spec else "")
+    conf = int(plan["confidence"] * 100)
+    gains = "; ".join(f"c{b['level']} {_pm(b, 'gain')}" for b in deployed["bands"])
+    settings = table(
+        ["category", "pool"] + [f"k at band c{b['level']}" for b in deployed["bands"]],
+        [[cat, pools.get(cat, "plain")] + [_k(b["k"][cat]) for b in deployed["bands"]] for cat in sorted(pools)],
+        table_id="deploy-settings",
+    )
+    return (
+        '<h2 id="what-to-deploy">What to deploy</h2>'
+        + f"<p><b>Deploy</b> {esc(what)}.</p>"
+        + f'<p id="deploy-gain"><b>Predicted traffic-weighted gain</b> against speculation off: '
+        f"{_pm(deployed['overall'], 'gain')} ({conf}% bootstrap interval; categories weighed by output-token "
+        f"share, load bands equally). Per band: {esc(gains)}.</p>"
+        + _validation(plan)
         + "".join(banner("warn", f"The capture: {w}.") for w in plan.get("warnings", []))
-        + "<p><b>The decision rule.</b> "
-        + esc(rule["text"])
-        + "</p><p><b>Deploy:</b> k per load band with the plain pool (the per-cell table below says why each "
-        f"category gets its k). Predicted traffic-weighted gain against speculation off: {_pm(deployed['overall'], 'gain')}"
-        f" ({int(plan['confidence'] * 100)}% bootstrap interval); "
-        + esc("validated by replay" if plan["validated"] else "not validated by replay")
-        + ". Per band: "
-        + esc(
-            "; ".join(
-                f"c{b['level']}: "
-                + (", ".join(f"{c}={k}" for c, k in b["k"].items() if k > 0) or "off")
-                + f" ({_pm(b, 'gain')})"
-                for b in deployed["bands"]
-            )
+        + "<h3>Routing and k per category and load band</h3>"
+        + settings
+        + "<h3>vLLM (speculative pool)</h3>"
+        + table(
+            ["batch sizes", "k"],
+            [[f"{a}-{b}", _k(k)] for a, b, k in vllm["num_speculative_tokens_per_batch_size"]],
+            table_id="vllm-schedule",
         )
-        + ".</p><h3>vLLM (speculative pool)</h3><pre>--speculative-config "
-        + esc(json.dumps(vllm["speculative_config"]))
+        + '<pre id="vllm-config">'
+        + esc(
+            "--speculative-config " + json.dumps(vllm["speculative_config"])
+            if vllm["speculative_config"]
+            else "(no --speculative-config: speculation off)"
+        )
         + "</pre><p>"
         + esc(vllm["note"])
-        + "</p><h3>llama.cpp (speculative pool)</h3><pre>"
+        + '</p><h3>llama.cpp (speculative pool)</h3><pre id="llama-flags">'
         + esc(" ".join(llama["flags"]) or "(no speculation flags: speculation off)")
         + "</pre><p>"
-        + esc(pool["description"])
-        + "</p><h3>Routing</h3>"
-        + table(["category", "pool"], sorted(routing.items()))
-        + "<h3>The policies compared</h3><p>Traffic-weighted gain (tokens/s against speculation off) of each "
-        f"policy, overall and per load band, {int(plan['confidence'] * 100)}% bootstrap interval in brackets; each "
-        "policy's k chosen by the rule above on its own gain. The deployed one is k_per_band_with_fallback.</p>"
-        + table(["policy", "what", "overall gain"] + [f"band c{lv}" for lv in levels], policy_rows)
+        + esc(plan["speculative_pool"]["description"])
+        + "</p>"
     )
-    cells = table(
-        [
-            "category",
-            "band",
-            "decision k",
-            "predicted speedup",
-            "a replay's measurement: prediction interval",
-            "why",
-            "deployed k (predicted speedup)",
-            "eligible k",
-            "runner-up k",
-            "runner-up speedup",
-            "SLO excluded k > 0",
-        ],
-        [
+
+
+def _cells(plan: dict) -> str:
+    """The per-cell table: the setting deployed for each (category, band) and why."""
+    return (
+        '<h2 id="why">Why: per category and load band</h2><p>Each cell\'s deployed k (the table above), its '
+        "predicted speedup, and why: the cell's own decision by the rule below, and, where the deployed k differs, "
+        "the reason (the band's one k for the speculative pool, or the plain pool). The predicted speedup's interval "
+        "is the bootstrap's, for the expected speedup; the prediction interval is where a replay's measured speedup "
+        "(the planned run's repeats) should fall, with the run-to-run noise estimated from this run's repeats.</p>"
+        + table(
             [
-                c["category"],
-                f"c{c['level']}",
-                c["recommended_k"],
-                _pm(c),
-                "n/a (no noise estimate)"
-                if c["prediction_low"] is None
-                else f"[{c['prediction_low']:.3f}, {c['prediction_high']:.3f}]",
-                c["decision"],
-                f"{c['deployed_k']} ({c['deployed_speedup']:.3f} [{c['deployed_low']:.3f}, {c['deployed_high']:.3f}])"
-                + (f": {c['deployed_note']}" if c["deployed_note"] else ""),
-                ", ".join(map(str, c["eligible_ks"])) or "none",
-                c["runner_up_k"],
-                None
-                if c["runner_up_k"] is None
-                else f"{c['runner_up_speedup']:.3f} [{c['runner_up_low']:.3f}, {c['runner_up_high']:.3f}]",
-                c["slo_excluded_speculation"],
-            ]
-            for c in plan["cells"]
-        ],
+                "category",
+                "band",
+                "deployed k",
+                "deployed: predicted speedup",
+                "why deployed",
+                "the cell's own decision k",
+                "why (the rule)",
+                "its predicted speedup",
+                "a replay's measurement: prediction interval",
+                "eligible k",
+                "runner-up k (speedup)",
+                "SLO excluded k > 0",
+            ],
+            [
+                [
+                    c["category"],
+                    f"c{c['level']}",
+                    _k(c["deployed_k"]),
+                    f"{c['deployed_speedup']:.3f} [{c['deployed_low']:.3f}, {c['deployed_high']:.3f}]",
+                    c["deployed_note"] or "the cell's own decision",
+                    _k(c["recommended_k"]),
+                    c["decision"],
+                    _pm(c),
+                    "n/a (no noise estimate)"
+                    if c["prediction_low"] is None
+                    else f"[{c['prediction_low']:.3f}, {c['prediction_high']:.3f}]",
+                    ", ".join(map(str, c["eligible_ks"])) or "none",
+                    None
+                    if c["runner_up_k"] is None
+                    else f"{c['runner_up_k']} ({c['runner_up_speedup']:.3f} [{c['runner_up_low']:.3f}, "
+                    f"{c['runner_up_high']:.3f}])",
+                    c["slo_excluded_speculation"],
+                ]
+                for c in plan["cells"]
+            ],
+            table_id="cells",
+        )
     )
+
+
+def _policies(plan: dict) -> str:
+    """The decision rule, and the policies compared by it."""
+    conf = int(plan["confidence"] * 100)
+    rows = [
+        [p["name"], p["description"], _pm(p["overall"], "gain")]
+        + [f"{', '.join(f'{c}={k}' for c, k in b['k'].items())}: {_pm(b, 'gain')}" for b in p["bands"]]
+        for p in plan["policies"]
+    ]
+    return (
+        '<h2 id="rule">The decision rule</h2><p>'
+        + esc(plan["decision_rule"]["text"])
+        + "</p><h3>The policies compared</h3><p>Traffic-weighted gain (tokens/s against speculation off) of each "
+        f"policy, overall and per load band, {conf}% bootstrap interval in brackets; each policy's k chosen by the "
+        "rule above on its own gain. The deployed one is k_per_band_with_fallback.</p>"
+        + table(["policy", "what", "overall gain"] + [f"band c{lv}" for lv in plan["levels"]], rows)
+    )
+
+
+def render(plan: dict) -> str:
     charts = {"plan_speedup": _chart(plan)}
     fits = table(
         ["fit", "term", "coefficient [ms]", "std error", "fitted", "steps", "rmse [ms]", "relative rmse"],
@@ -208,12 +259,10 @@ def render(plan: dict) -> str:
         plan["cross_k_check"], "Across k: predicted from one capture, measured at another k"
     )
     body = (
-        deploy + "<h2>Per category and load band</h2><p>Each cell's decision by the rule above (why: the "
-        "rule's reason), and the k the deployed policy gives it: the band's one k for the speculative pool, or off "
-        "(the plain pool). The predicted speedup's interval is the bootstrap's, for the expected speedup; the "
-        "prediction interval is where a replay's measured speedup (the planned run's repeats) should fall, with the "
-        "run-to-run noise estimated from this run's repeats.</p>"
-        + cells
+        _deploy(plan)
+        + _cells(plan)
+        + _policies(plan)
+        + "<h2>Predicted speedup per k</h2>"
         + chart_divs(charts)
         + checks
         + "<h2>Step cost fits</h2>"

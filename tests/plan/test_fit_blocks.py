@@ -74,7 +74,7 @@ def test_the_plan_names_the_slow_block_and_keeps_its_fit(tmp_path):
     (note,) = [n for n in plan["notes"] if "verify fit of every step" in n]
     assert "speculative arm's steps at c2 (k = 4)" in note and plan["warnings"] == [note]
     page = render(plan)
-    assert page.index("c2 (k = 4) took") < page.index("Per category and load band")  # shown first
+    assert page.index("c2 (k = 4) took") < page.index("Why: per category and load band")  # shown first
     assert plan["model"]["verify_fit"]["rmse_ms"] > 1  # the fit itself still reads every step
 
 

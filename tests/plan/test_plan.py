@@ -133,7 +133,7 @@ def test_policies_and_exports(plan, tmp_path):
     names = {p.name for p in written}
     assert {"plan.json", "plan.html", "vllm_speculative_config.json", "llama_cpp_flags.txt", "routing.json"} <= names
     html = (tmp_path / "out" / "plan.html").read_text()
-    assert html.index("What to deploy") < html.index("Per category and load band")
+    assert html.index("What to deploy") < html.index("Why: per category and load band")
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["cells"] == plan["cells"]
 
 
