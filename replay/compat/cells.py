@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdec.engines.urls import Endpoint
-from specdec.replay.compat import checks, classify, stall, timing
+from specdec.replay.compat import checks, classify, prefix, stall, timing
 from specdec.replay.compat.probes import Probe
 from specdec.replay.compat.send import Reply
 from specdec.schemas.compat import CompatCell
@@ -54,9 +54,11 @@ class ArmLog:
     feature: list[list[Reply]] = field(default_factory=list)
     ids: dict[str, list[str]] = field(default_factory=dict)
     counters: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    diffs: dict[str, list[dict[str, Any] | None]] = field(default_factory=dict)  # per bucket, one per repeat
 
     def add(self, bucket: str, request_id: str, diff: dict[str, Any] | None) -> None:
         self.ids.setdefault(bucket, []).append(request_id)
+        self.diffs.setdefault(bucket, []).append(diff)
         if bucket in self.counters and self.counters[bucket] is None:
             return
         self.counters[bucket] = _sum(self.counters.get(bucket, {}), diff)
@@ -116,11 +118,15 @@ def _cell(
     ev = classify.Evidence(probe.identity_expected, rb, rs, bv, sv, feature, plain, sp, plain_sp, rel)
     out = classify.classify(ev)
     st = stall.judge(flat_b, flat_s) if probe.feature in stall.STALL_FEATURES else stall.Stall(None, None, None)
-    if out.outcome == "works" and st.why is not None:
+    if out.outcome in ("works", "degrades") and st.why is not None:
         head, sep, rest = out.detail.partition("; ") if out.detail.startswith("speedup ") else ("", "", out.detail)
         out = classify.Classified("degrades", f"{head}{sep}{st.why}; {rest}", out.identical, out.first_divergence_char)
-    hits = classify.counter(spec_counters, "prefix_cache_hits")
-    queries = classify.counter(spec_counters, "prefix_cache_queries")
+    hit = prefix.judge(b, s, buckets) if probe.session else prefix.Hits(None, None, None, None)
+    if hit.why is not None and out.outcome in ("works", "degrades"):
+        head, sep, rest = out.detail.partition("; ") if out.detail.startswith("speedup ") else ("", "", out.detail)
+        out = classify.Classified("degrades", f"{head}{sep}{hit.why}; {rest}", out.identical, out.first_divergence_char)
+    elif hit.said is not None:
+        out = classify.Classified(out.outcome, f"{out.detail}; {hit.said}", out.identical, out.first_divergence_char)
     name = probe.name if turn is None else f"{probe.name}.turn{turn}"
     cell = CompatCell(
         run_id=run_id,
@@ -137,7 +143,9 @@ def _cell(
         first_divergence_char=out.first_divergence_char,
         **_acceptance_fields("", feature),
         **_acceptance_fields("plain_", plain),
-        prefix_cache_hit_rate=hits / queries if probe.session and hits is not None and queries else None,
+        prefix_cache_hit_rate=hit.speculative,
+        baseline_prefix_cache_hit_rate=hit.baseline,
+        speculative_prefix_cache_hit_rate=hit.speculative,
         **_interval("speedup", sp),
         speedup_pairs=sp[3] or None,
         repeats=repeats,

@@ -14,7 +14,7 @@ is at least ``STALL_K`` and its tail gap is also at least ``STALL_K`` times the
 largest tail gap of the baseline arm's replies of the cell (the same bodies,
 the same repeats): a slow chunk near the end that the baseline shows too
 (host noise, the engine's own end-of-request work) is not speculation's.
-Only a cell otherwise ``works`` is read so (valid, lossless, drafted).
+Only a valid, lossless cell that drafted (``works`` or already ``degrades``) is read so.
 """
 
 from __future__ import annotations

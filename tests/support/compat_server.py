@@ -15,7 +15,9 @@ longer (the gain falls with the feature while acceptance holds); ``base_s``:
 every request takes that long at least (both arms). Streamed replies come in
 ``pieces`` deltas ``chunk_s`` apart (tool calls streamed as deltas too); with
 ``stall_with``, a streamed request holding that body key waits ``stall_end_s``
-before its last delta (a stall at the closing brace; either arm).
+before its last delta (a stall at the closing brace; either arm). ``drop_hits``:
+a request whose ``cache_salt`` was seen counts that many of its 10 prompt tokens
+as misses (the last block dropped from the prefix cache, as vLLM #53670).
 
 Every request is logged (``requests``: its X-Request-Id, completion tokens and
 the speculation counts it added) so a test can write the capture rows an
@@ -57,12 +59,14 @@ class CompatFake:
         chunk_s: float = 0.0,
         stall_with: str | None = None,
         stall_end_s: float = 0.0,
+        drop_hits: int = 0,
     ):
         self.speculative, self.invalid_json, self.refuse_tools = speculative, invalid_json, refuse_tools
         self.no_drafts_with, self.max_model_len = no_drafts_with, max_model_len
         self.refuse_key = refuse_key
         self.slow_with, self.slow_s, self.base_s = slow_with, slow_s, base_s
         self.pieces, self.chunk_s, self.stall_with, self.stall_end_s = pieces, chunk_s, stall_with, stall_end_s
+        self.drop_hits = drop_hits
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation": 0, "queries": 0, "hits": 0}
         self.bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []  # request_id, tokens, drafts, draft_tokens, accepted
@@ -113,7 +117,7 @@ class CompatFake:
         salt = body.get("cache_salt")
         if salt is not None:
             self.counters["queries"] += 10
-            self.counters["hits"] += 10 if salt in self.salts else 0
+            self.counters["hits"] += 10 - self.drop_hits if salt in self.salts else 0
             self.salts.add(salt)
         text, calls, tokens = self._text(body)
         n = int(body.get("n") or 1)
