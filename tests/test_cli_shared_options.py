@@ -1,6 +1,7 @@
-"""``specdec demo`` and ``specdec-replay`` turn the options they share (schedule and
-client: repeats, lossless pass, samples, restarts, prefix cache, margin, timeouts)
-into the same ReplayConfig fields, through one mapping (``cli.options.shared_config``)."""
+"""``specdec demo`` and ``specdec-replay`` turn the options they share (run, schedule and
+client: runs folder, requests per level, dtype, error budget, progress, repeats, lossless
+pass, samples, restarts, prefix cache, margin, timeouts) into the same ReplayConfig
+fields, through one mapping (``cli.options.shared_config``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from click.testing import CliRunner
 
 from specdec.cli import main as main_cli
 from specdec.cli import replay as replay_cli
-from specdec.cli.options import CLIENT_FIELDS, SCHEDULE_FIELDS
+from specdec.cli.options import CLIENT_FIELDS, RUN_FIELDS, SCHEDULE_FIELDS
 from specdec.replay import experiment
 from specdec.replay.traffic.io import BUNDLED
 
 SHARED = [
     "--repeats", "3", "--no-lossless-pass", "--samples", "2", "--restart-servers", "never",
     "--prefix-cache", "off", "--margin", "0.1", "--connect-timeout", "7", "--request-timeout", "11",
+    "--requests-per-level", "5", "--dtype", "float32", "--max-error-rate", "0.2", "--no-progress",
 ]  # fmt: skip
 WANT = {
     "repeats": 3,
@@ -26,6 +28,10 @@ WANT = {
     "margin": 0.1,
     "connect_timeout_s": 7.0,
     "request_timeout_s": 11.0,
+    "requests_per_level": 5,
+    "dtype": "float32",
+    "max_error_rate": 0.2,
+    "progress": False,
 }
 
 
@@ -47,7 +53,9 @@ def seen(monkeypatch):
 
 
 def test_every_shared_option_has_its_field():
-    assert set(WANT) == set(SCHEDULE_FIELDS) | set(CLIENT_FIELDS.values())
+    assert set(WANT) | {"runs_dir"} == set(SCHEDULE_FIELDS) | set(CLIENT_FIELDS.values()) | set(RUN_FIELDS) | {
+        "progress"
+    }
 
 
 def test_demo_and_replay_make_the_same_fields_of_the_shared_options(tmp_path, seen):
@@ -59,4 +67,5 @@ def test_demo_and_replay_make_the_same_fields_of_the_shared_options(tmp_path, se
     assert len(seen) == 2, "each command reaches run_replay"
     for cfg in seen:
         assert {k: getattr(cfg, k) for k in WANT} == WANT
+        assert cfg.runs_dir == tmp_path
     assert seen[1].api_key_env == "MY_KEY"

@@ -17,6 +17,7 @@ from specdec.arms import NGRAM
 from specdec.capture.plugin.selfcheck import run_selfcheck
 from specdec.capture.settings import SettingError, flush_seconds, usable_dir
 from specdec.cli.common import handle_errors
+from specdec.cli.options import recording_options
 from specdec.defaults import DTYPE
 from specdec.errors import InputFileError
 from specdec.listen import warn_if_exposed
@@ -26,7 +27,6 @@ from specdec.runfolder import (
     ENV_CAPTURE_FLUSH_S,
     ENV_CAPTURE_RUN_ID,
     ROUND_PART_GLOB,
-    TRAFFIC_PART_LAYOUT,
     files_of,
     record_file,
 )
@@ -187,27 +187,7 @@ def _listen(value: str) -> tuple[str, int]:
     show_default=True,
     help="HOST:PORT to listen on: loopback unless you say otherwise (port 0: any free port).",
 )
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help=f"Folder of the traffic part files ({TRAFFIC_PART_LAYOUT}).",
-)
-@click.option(
-    "--content",
-    type=click.Choice(["hash", "keep"]),
-    default="hash",
-    show_default=True,
-    help="hash: keep roles and structure, replace every text by sha256:<hex>:<tokens>; "
-    "keep: record the content as sent.",
-)
-@click.option(
-    "--rules",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="JSON category rules on route, model or message content (see specdec.capture.proxy.rules).",
-)
+@recording_options()
 @click.option(
     "--tokenizer",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -241,7 +221,7 @@ def _listen(value: str) -> tuple[str, int]:
     "sends nothing until it is complete: keep this above your longest generation.",
 )
 @handle_errors
-def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_timeout_s, upstream_idle_s) -> None:
+def proxy(upstream, listen, out, content, rules, tokenizer, flush_s, header_timeout_s, upstream_idle_s) -> None:
     """Forward an OpenAI-compatible API unchanged (streaming included) and
     record each chat/completions request as a traffic row.
 
@@ -258,7 +238,7 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_
 
     host, port = _listen(listen)
     try:
-        out_dir = usable_dir(out_dir, "--out")
+        out_dir = usable_dir(out, "--out")
     except SettingError as exc:
         raise click.ClickException(str(exc)) from None
     settings = ProxySettings(
@@ -329,25 +309,7 @@ def proxy(upstream, listen, out_dir, content, rules, tokenizer, flush_s, header_
     help="Also run the recording proxy (as `specdec-capture proxy`) in this process, in front of "
     "--server, listening here (loopback unless you say otherwise).",
 )
-@click.option(
-    "--proxy-out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help=f"Folder of the proxy's traffic part files ({TRAFFIC_PART_LAYOUT}); default: LAKE/traffic.",
-)
-@click.option(
-    "--proxy-content",
-    type=click.Choice(["hash", "keep"]),
-    default="hash",
-    show_default=True,
-    help="The proxy's --content: hash (texts replaced by sha256:<hex>:<tokens>) or keep.",
-)
-@click.option(
-    "--proxy-rules",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="The proxy's --rules: JSON category rules (see specdec.capture.proxy.rules).",
-)
+@recording_options("proxy-", out_default="LAKE/traffic")
 @handle_errors
 def sidecar(
     capture_dir,

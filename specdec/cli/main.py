@@ -28,13 +28,19 @@ from specdec.cli.common import (
     slo_options,
 )
 from specdec.cli.compat import compat_command
-from specdec.cli.options import PrefixCache, RestartServers, client_options, schedule_options, shared_config
-from specdec.cli.params import LevelList, MaxTokens, PositiveInt, UnitInterval
+from specdec.cli.options import (
+    PrefixCache,
+    RestartServers,
+    client_options,
+    run_options,
+    schedule_options,
+    shared_config,
+)
+from specdec.cli.params import LevelList, MaxTokens
 from specdec.cli.plan import plan_command
 from specdec.cli.stability import stability_command
 from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
-from specdec.defaults import RUNS_DIR
 from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
 from specdec.model import find_gguf, prepare_model
@@ -236,24 +242,11 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 
 @main.command()
 @click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=RUNS_DIR,
-    show_default=True,
-    help="Where run folders go.",
-)
-@click.option(
     "--levels",
     type=LevelList,
     default=",".join(map(str, DEMO_LEVELS)),
     show_default=True,
     help=f"Concurrency levels, comma-separated whole numbers 1..{MAX_LEVEL}, each once.",
-)
-@click.option(
-    "--requests-per-level",
-    type=PositiveInt,
-    default=None,
-    help="Requests per level, >= 1 (default: every prompt of the bundled mix once).",
 )
 @click.option(
     "--max-tokens",
@@ -264,19 +257,7 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
     f"128, the demo sends {DEMO_MAX_TOKENS} so that {DEMO_REPEATS} repeats fit in 15 minutes on 2 cores "
     "(specdec/demo_design.py).",
 )
-@click.option(
-    "--dtype",
-    default=default_of("dtype"),
-    show_default=True,
-    help="Model dtype for both arms (float32 makes greedy outputs bit-stable).",
-)
-@click.option(
-    "--max-error-rate",
-    type=UnitInterval,
-    default=default_of("max_error_rate"),
-    show_default=True,
-    help="A level whose share of failed requests exceeds this (0..1) is marked failed.",
-)
+@run_options
 @client_options(api_key=False)
 @schedule_options(repeats=DEMO_REPEATS)
 @click.option(
@@ -290,7 +271,6 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
     "llama-none, llama-ngram), each engine's ngram arm against its own none arm, and a report with "
     "the two comparisons side by side.",
 )
-@click.option("--no-progress", is_flag=True, help="Plain log lines instead of progress bars.")
 @handle_errors
 def demo(
     runs_dir: Path,
@@ -319,15 +299,10 @@ def demo(
     engines = {"engine": engine} if engine != "both" else {"named_arms": list(BOTH_ENGINES_ARMS)}
     cfg = ReplayConfig(
         traffic=BUNDLED,
-        runs_dir=runs_dir,
         levels=levels,
-        requests_per_level=requests_per_level,
         max_tokens=max_tokens,
-        dtype=dtype,
-        max_error_rate=max_error_rate,
         **shared_config(click.get_current_context().params),
         **engines,
-        progress=not no_progress,
     )
     load_traffic(cfg.traffic)
     update = {}

@@ -1,18 +1,22 @@
 """The click options that several commands share, each read from the config model
 that validates it (defaults and help from the pydantic fields, one definition):
-the client's timeouts and API key, the schedule, the load mode.
+the client's timeouts and API key, the schedule, the load mode, the frame of a
+run (``specdec demo`` and ``specdec-replay``), and the recording proxy's
+(``specdec-capture proxy`` and the proxy ``specdec-capture sidecar`` runs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import click
 
-from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt
+from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval
 from specdec.replay.config import ClientOptions, ReplayConfig
 from specdec.replay.load.levels import LOAD_MODES
+from specdec.runfolder import TRAFFIC_PART_LAYOUT
 
 #: the values click.Choice lets through for --restart-servers and --prefix-cache
 RestartServers = Literal["repeat", "never"]
@@ -22,14 +26,18 @@ PrefixCache = Literal["reset", "off", "keep"]
 SCHEDULE_FIELDS = ("repeats", "lossless_pass", "samples", "restart_servers", "prefix_cache", "margin")
 #: client_options' timeouts -> their ReplayConfig fields (--api-key-env, where declared, keeps its name)
 CLIENT_FIELDS = {"connect_timeout": "connect_timeout_s", "request_timeout": "request_timeout_s"}
+#: the parameters run_options declares: each is the ReplayConfig field of the same name (and
+#: --no-progress, which is progress negated)
+RUN_FIELDS = ("runs_dir", "requests_per_level", "dtype", "max_error_rate")
 
 
 def shared_config(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The ReplayConfig keywords of the shared schedule and client options, from a
+    """The ReplayConfig keywords of the shared run, schedule and client options, from a
     command's parsed parameters (``click.get_current_context().params``): one
     mapping for ``specdec demo`` and ``specdec-replay``."""
-    out = {name: params[name] for name in SCHEDULE_FIELDS}
+    out = {name: params[name] for name in (*SCHEDULE_FIELDS, *RUN_FIELDS)}
     out.update({field: params[name] for name, field in CLIENT_FIELDS.items()})
+    out["progress"] = not params["no_progress"]
     if "api_key_env" in params:
         out["api_key_env"] = params["api_key_env"]
     return out
@@ -156,3 +164,84 @@ def load_options(fn):
         help=fields["load"].description,
     )(fn)
     return fn
+
+
+def _stack(fn, options):
+    """Apply click options so that ``--help`` lists them in the order given."""
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _from_config(flag: str, field: str, help: str, **kw):
+    """A click option whose default (shown) is ReplayConfig's field ``field``."""
+    return click.option(flag, default=ReplayConfig.model_fields[field].default, show_default=True, help=help, **kw)
+
+
+def run_options(fn):
+    """The click options of a run's frame (--runs-dir, --requests-per-level, --dtype,
+    --max-error-rate, --no-progress), defaults from ReplayConfig; ``shared_config``
+    turns them into its fields."""
+    folder = click.Path(file_okay=False, path_type=Path)
+    return _stack(
+        fn,
+        [
+            _from_config(
+                "--runs-dir", "runs_dir", "Parent of run folders; runs/latest points at the newest.", type=folder
+            ),
+            click.option(
+                "--requests-per-level",
+                type=PositiveInt,
+                default=None,
+                help="Requests per level, >= 1 (default: every traffic row once).",
+            ),
+            _from_config(
+                "--dtype",
+                "dtype",
+                "Embedded engine: model dtype of both arms (float32 makes greedy outputs bit-stable).",
+            ),
+            _from_config(
+                "--max-error-rate",
+                "max_error_rate",
+                "A level whose share of failed requests exceeds this (0..1) is marked failed: no speedup or "
+                "lossless figure is computed from it and the command exits non-zero.",
+                type=UnitInterval,
+            ),
+            click.option(
+                "--no-progress", is_flag=True, help="Plain log lines (one per level and arm) instead of progress bars."
+            ),
+        ],
+    )
+
+
+def recording_options(prefix: str = "", out_default: str = ""):
+    """The recording proxy's --out, --content and --rules: bare for ``specdec-capture
+    proxy``, named ``--proxy-out``... (``prefix="proxy-"``) for the proxy that
+    ``specdec-capture sidecar`` runs in process. They arrive as ``<prefix>out``,
+    ``<prefix>content``, ``<prefix>rules`` (dashes as underscores); --out is required
+    unless ``out_default`` says what stands in for it."""
+    where = f"; default: {out_default}." if out_default else "."
+    options = [
+        # no default=None for --out: click 8.3+ takes an explicit one as given, and required would pass
+        click.option(
+            f"--{prefix}out",
+            type=click.Path(file_okay=False, path_type=Path),
+            required=not out_default,
+            help=f"Folder of the proxy's traffic part files ({TRAFFIC_PART_LAYOUT}){where}",
+        ),
+        click.option(
+            f"--{prefix}content",
+            type=click.Choice(["hash", "keep"]),
+            default="hash",
+            show_default=True,
+            help="hash: keep roles and structure, replace every text by sha256:<hex>:<tokens>; "
+            "keep: record the content as sent.",
+        ),
+        click.option(
+            f"--{prefix}rules",
+            type=click.Path(exists=True, dir_okay=False, path_type=Path),
+            default=None,
+            help="JSON category rules on route, model or message content (see specdec.capture.proxy.rules).",
+        ),
+    ]
+    return lambda fn: _stack(fn, options)

@@ -20,6 +20,7 @@ from specdec.cli.options import (
     RestartServers,
     client_options,
     load_options,
+    run_options,
     schedule_options,
     shared_config,
 )
@@ -29,9 +30,7 @@ from specdec.cli.params import (
     MaxTokens,
     MixParam,
     NonNegativeInt,
-    PositiveInt,
     RunName,
-    UnitInterval,
 )
 from specdec.cli.plan import KRange
 from specdec.cli.sweep import sweep_arms
@@ -83,9 +82,6 @@ def _d(name: str):
     f"{json.dumps(_d('speculative_config'))}). With external URLs it is recorded as "
     '"declared by the user", not verified. "null": an A/A run (both arms without speculation, one embedded server for both).',
 )
-@click.option(
-    "--requests-per-level", type=PositiveInt, default=None, help="Requests per level (default: every traffic row once)."
-)
 @click.option("--max-tokens", type=MaxTokens, default=None, help="Override every row's output length.")
 @click.option(
     "--warmup",
@@ -94,14 +90,6 @@ def _d(name: str):
     show_default=True,
     help="Unrecorded warm-up requests per arm (0 still sends one check request). "
     "A failed warm-up stops the run at once.",
-)
-@click.option(
-    "--max-error-rate",
-    type=UnitInterval,
-    default=_d("max_error_rate"),
-    show_default=True,
-    help="A level whose share of failed requests exceeds this is marked failed: no speedup or "
-    "lossless figure is computed from it and the command exits non-zero.",
 )
 @click.option(
     "--mix",
@@ -113,16 +101,10 @@ def _d(name: str):
     "file's own shares. It does not change what is sent: to send a re-weighted traffic, make one "
     "with `specdec traffic mix`.",
 )
+@run_options
 @client_options()
 @schedule_options
 @load_options
-@click.option(
-    "--runs-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=_d("runs_dir"),
-    show_default=True,
-    help="Parent of run folders; runs/latest points at the newest.",
-)
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
 @click.option(
     "--engine",
@@ -136,7 +118,6 @@ def _d(name: str):
     "engine, whose counters are read.",
 )
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")
-@click.option("--dtype", default=_d("dtype"), show_default=True, help="Embedded engine: dtype of both arms.")
 @click.option("--baseline-url", default=None, help="External server without speculation (skips the embedded engine).")
 @click.option("--speculative-url", default=None, help="External server with speculation.")
 @click.option(
@@ -152,7 +133,6 @@ def _d(name: str):
     help="External servers: the folder their capture plugin writes to (specdec-capture serve --dir). "
     "This run's rounds are copied from it; without it the report says no rounds were captured.",
 )
-@click.option("--no-progress", is_flag=True, help="Plain log lines (one per level and arm) instead of progress bars.")
 @handle_errors
 def main(
     traffic: Path,
@@ -247,25 +227,20 @@ def main(
         load_kw["levels"] = levels
     cfg = ReplayConfig(
         traffic=traffic,
-        runs_dir=runs_dir,
         run_id=run_id,
         **load_kw,
         arms=[a.strip() for a in arms.split(",") if a.strip()],
         speculative_config=spec,
         named_arms=list(named_arms) or None,
-        requests_per_level=requests_per_level,
         warmup_requests=warmup,
         max_tokens=max_tokens,
-        max_error_rate=max_error_rate,
         **shared_config(click.get_current_context().params),
         engine=engine,
         model=model,
-        dtype=dtype,
         baseline_url=baseline_url,
         speculative_url=speculative_url,
         served_model=served_model,
         capture_dir=capture_dir,
-        progress=not no_progress,
         mix=mix,
     )
     LEDGER.reset()
