@@ -114,7 +114,7 @@ def _external_config(plan: dict, manifest, runs_dir: Path, urls: Endpoints):
         traffic=traffic,
         runs_dir=runs_dir,
         levels=list(plan["levels"]),
-        engine=str((manifest.engine or {}).get("adapter") or "vllm"),
+        engine="llama.cpp" if (manifest.engine or {}).get("adapter") == "llama.cpp" else "vllm",
         speculative_config=dict(treatment.speculative_config) if treatment else None,
         baseline_url=urls[0],
         speculative_url=urls[1],

@@ -163,4 +163,4 @@ def test_the_command_exits_non_zero_when_every_request_failed(external, tmp_path
     assert "every one of its" in written["validation"]
     assert json.loads((out / "plan_validation.json").read_text())["outcome"] == "not validated"
     html = (out / "plan.html").read_text()
-    assert "not validated against" in html and "every one of its" in html
+    assert "Not validated against" in html and "every one of its" in html
