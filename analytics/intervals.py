@@ -128,8 +128,8 @@ METHOD = (
 _COLUMNS = """run_id varchar, comparison varchar, category varchar, concurrency integer, segment varchar,
     "interval" varchar, ci_low double, ci_high double, ci_level double, df double, p_value double,
     family_size integer, label varchar, clears_margin boolean, detectable_effect double, repeats_needed integer,
-    margin double, method varchar, noise_ratio double"""
-_WIDTH = 18  # columns of a compute() row (the table adds run_id)
+    margin double, method varchar, noise_ratio double, equivalence_low double, equivalence_high double"""
+_WIDTH = 20  # columns of a compute() row (the table adds run_id)
 
 GroupKey = tuple  # (comparison, category, concurrency)
 Summed = list  # [sum, count]
@@ -255,6 +255,8 @@ def _row(
         extra.get("margin"),
         method,
         extra.get("noise_ratio"),
+        extra.get("equivalence_low"),
+        extra.get("equivalence_high"),
     )
 
 
@@ -318,6 +320,8 @@ def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> lis
                 detectable_effect=j.detectable_effect,
                 repeats_needed=j.repeats_needed,
                 margin=margin,
+                equivalence_low=j.tost_low,
+                equivalence_high=j.tost_high,
             )
         )
     return out
@@ -406,7 +410,8 @@ def compute(
     order effect fitted); ``pool_alpha``: the pooling test's threshold. Returns (comparison, category, concurrency,
     segment, interval, ci_low, ci_high, ci_level, df, p_value, family_size,
     label, clears_margin, detectable_effect, repeats_needed, margin, method,
-    noise_ratio). 'aa' pairs and blocks are ignored (see the module docstring)."""
+    noise_ratio, equivalence_low, equivalence_high: the family rows' 1 - 2 alpha interval that
+    equivalence reads). 'aa' pairs and blocks are ignored (see the module docstring)."""
     pairs = list(pairs)
     by_prompt: dict[tuple, dict[str, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     for comparison, category, concurrency, prompt_id, _repeat, log_ratio in pairs:

@@ -2,8 +2,10 @@
 
 One row per (category, level) of the ``speedup`` mart ('(system)' last), on a
 log axis: the point is the speedup (the mart's
-``speedup``), the bar the family-wise interval (``ci_low`` to
-``ci_high``), the shaded band the run's margin ``[1 / (1 + margin), 1 + margin]``
+``speedup``), the thin bar the family-wise interval (``ci_low`` to
+``ci_high``: what faster and slower read), the thick bar the 90% interval of the
+two one-sided tests (``equivalence_low`` to ``equivalence_high``: what
+equivalent reads, so an equivalent row's thick bar lies inside the band), the shaded band the run's margin ``[1 / (1 + margin), 1 + margin]``
 (the mart's ``margin``, else the manifest's), the dashed rule 1x (no change);
 point and bar coloured (and the point shaped) by ``label``. A column of text
 beside the plot gives each row's figures and the repeats (and pairs) it used.
@@ -88,7 +90,12 @@ def _text(r: dict) -> str:
         return f"{NOT_MEASURED}: {reason}" if reason else NOT_MEASURED
     if r.get("ci_low") is None or r.get("ci_high") is None:
         return f"{_x(r['speedup'])}, interval {NOT_MEASURED} \u00b7 {used}"
-    return f"{_x(r['speedup'])} ({r['ci_low']:.2f}\u2013{r['ci_high']:.2f}) \u00b7 {used}"
+    equivalence = (
+        f"; 90%: {r['equivalence_low']:.2f}\u2013{r['equivalence_high']:.2f}"
+        if r.get("label") == "equivalent" and r.get("equivalence_low") is not None
+        else ""
+    )
+    return f"{_x(r['speedup'])} ({r['ci_low']:.2f}\u2013{r['ci_high']:.2f}{equivalence}) \u00b7 {used}"
 
 
 def forest_rows(
@@ -117,6 +124,8 @@ def forest_rows(
                 "ci_low": r.get("ci_low") if interval else None,
                 "ci_high": r.get("ci_high") if interval else None,
                 "ci_level": r.get("ci_level") if interval else None,
+                "equivalence_low": r.get("equivalence_low") if interval else None,
+                "equivalence_high": r.get("equivalence_high") if interval else None,
                 "label": r["label"] if measured else NOT_MEASURED,
                 "repeats": r.get("repeats"),
                 "pairs": r.get("pairs"),
@@ -157,10 +166,11 @@ def forest_text(margin: float) -> str:
     """The rule in one short paragraph (plain text; the page escapes it)."""
     return (
         "Each row is one category at one level. Point: the speedup, the geometric mean over paired prompts "
-        "of baseline / speculative end-to-end time; bar: the family-wise interval (Holm over the run's labels); shaded: "
+        "of baseline / speculative end-to-end time; thin bar: the family-wise interval (Holm over the run's "
+        "labels); thick bar: the 90% interval of two one-sided tests; shaded: "
         f"the run's margin of {margin:.0%}, {_x(1 / (1 + margin))} to {_x(1 + margin)}. Labels: faster = "
-        "the bar lies wholly right of 1x, slower = wholly left of 1x, equivalent = neither, with the effect "
-        "shown to lie inside the band (a bar inside it always is), inconclusive = anything else; "
+        "the thin bar lies wholly right of 1x, slower = wholly left of 1x, equivalent = neither, and the thick "
+        "bar lies inside the band, inconclusive = anything else; "
         f"{NOT_MEASURED} = no interval (one repeat) or no speedup (a failed level). "
         "The text beside each row gives its figures and the repeats and prompt pairs it used."
     )
@@ -210,6 +220,8 @@ def forest_chart(
         alt.Tooltip("ci_low:Q", format=".3f"),
         alt.Tooltip("ci_high:Q", format=".3f"),
         alt.Tooltip("ci_level:Q", format=".1%", title="interval level"),
+        alt.Tooltip("equivalence_low:Q", format=".3f", title="90% low (equivalence)"),
+        alt.Tooltip("equivalence_high:Q", format=".3f", title="90% high (equivalence)"),
         alt.Tooltip("label:N"),
         alt.Tooltip("repeats:Q"),
         alt.Tooltip("pairs:Q"),
@@ -234,6 +246,13 @@ def forest_chart(
             .mark_rule(strokeWidth=3)
             .encode(x=x("ci_low:Q"), x2="ci_high:Q", y=y, color=colour, tooltip=tooltip, href="href:N")
         )
+    thick = [r for r in rows if r["equivalence_low"] is not None and r["equivalence_high"] is not None]
+    if thick:  # the interval equivalent reads, inside the thin one
+        layers.append(
+            alt.Chart(alt.Data(values=thick))
+            .mark_rule(strokeWidth=8, opacity=0.45)
+            .encode(x=x("equivalence_low:Q"), x2="equivalence_high:Q", y=y, color=colour, tooltip=tooltip)
+        )
     points = [r for r in rows if r["speedup"] is not None]
     if points:
         layers.append(
@@ -249,8 +268,8 @@ def forest_chart(
         .properties(width=330, height=alt.Step(_STEP))
     )
     subtitle = (
-        f"point: speedup; bar: family-wise interval; shaded: the run's margin ({_x(1 / (1 + margin))} to "
-        f"{_x(1 + margin)}); dashed: 1x, no change"
+        f"point: speedup; thin bar: family-wise interval (faster, slower); thick bar: 90% interval (equivalent); "
+        f"shaded: the run's margin ({_x(1 / (1 + margin))} to {_x(1 + margin)}); dashed: 1x, no change"
     )
     return (
         alt.hconcat(plot, text, spacing=12)

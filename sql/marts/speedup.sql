@@ -69,10 +69,13 @@
 --                 'faster'        ci_low > 1
 --                 'slower'        ci_high < 1
 --                 'equivalent'    neither, and the row's 90% interval (two one-sided tests at
---                                 5%; int_speedup_intervals.method gives it) lies inside
+--                                 5%; equivalence_low/equivalence_high) lies inside
 --                                 [1 / (1 + margin), 1 + margin]
 --                 'inconclusive'  otherwise
 --                 NULL when there is no speedup or no interval
+--   equivalence_low, equivalence_high  the interval 'equivalent' reads: the 90% interval of
+--                 two one-sided tests at 5% each (not adjusted for the family: an
+--                 intersection-union test needs no Holm). NULL where ci_low is
 --   clears_margin  faster: ci_low > 1 + margin; slower: ci_high < 1 / (1 + margin); else NULL
 --   detectable_effect  the half-width of the interval as a share (exp(half) - 1): effects
 --                 smaller than about this cannot be told from none by this run
@@ -193,6 +196,8 @@ cis as (
         any_value(detectable_effect) filter (where comparison = 'ab' and "interval" = 'family')
             as detectable_effect,
         any_value(repeats_needed) filter (where comparison = 'ab' and "interval" = 'family') as repeats_needed,
+        any_value(equivalence_low) filter (where comparison = 'ab' and "interval" = 'family') as equivalence_low,
+        any_value(equivalence_high) filter (where comparison = 'ab' and "interval" = 'family') as equivalence_high,
         any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_low,
         any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_high,
         any_value(noise_ratio) filter (where comparison = 'ab' and "interval" = 'fit') as noise_ratio,
@@ -257,6 +262,8 @@ final as (
         case when excluded_reason is null then df end as df,
         case when excluded_reason is null then p_value end as p_value,
         case when excluded_reason is null then family_size end as family_size,
+        case when excluded_reason is null and ci_low is not null then equivalence_low end as equivalence_low,
+        case when excluded_reason is null and ci_low is not null then equivalence_high end as equivalence_high,
         case when excluded_reason is null then prompts_ci_low end as prompts_ci_low,
         case when excluded_reason is null then prompts_ci_high end as prompts_ci_high,
         margin,

@@ -29,7 +29,14 @@ from tests.support.synthetic_run import failed, make_requests, repeated_counters
 
 
 def row(category, level, speedup, low, high, label, repeats=5, pairs=40, margin=0.05, reason=None):
+    eq = (
+        (math.exp(0.7 * math.log(low / speedup)) * speedup, math.exp(0.7 * math.log(high / speedup)) * speedup)
+        if low
+        else (None, None)
+    )
     return {
+        "equivalence_low": eq[0],
+        "equivalence_high": eq[1],
         "category": category,
         "concurrency": level,
         "speedup": speedup,
@@ -103,6 +110,14 @@ def test_the_spec_draws_intervals_points_band_and_one_on_a_log_axis():
     bars = layer_with(spec, "x", "ci_low")
     assert bars["encoding"]["x2"]["field"] == "ci_high"
     assert {r["row"] for r in bars["data"]["values"]} == {r["row"] for r in rows if r["ci_low"] is not None}
+    # the thick bar: the interval equivalent reads, on the rows that have one, inside the thin bar
+    thick = layer_with(spec, "x", "equivalence_low")
+    assert thick["encoding"]["x2"]["field"] == "equivalence_high"
+    assert {r["row"] for r in thick["data"]["values"]} == {r["row"] for r in rows if r["ci_low"] is not None}
+    assert all(
+        r["ci_low"] < r["equivalence_low"] < r["equivalence_high"] < r["ci_high"] for r in thick["data"]["values"]
+    )
+    assert "90%: 0.98\u20131.03" in next(r["text"] for r in rows if r["row"] == "chat \u00b7 c1")
     points = layer_with(spec, "x", "speedup")
     assert "math \u00b7 c1" in {r["row"] for r in points["data"]["values"]}
     assert "math \u00b7 c4" not in {r["row"] for r in points["data"]["values"]}
@@ -184,16 +199,16 @@ def repeated(tmp_path_factory):
 
 
 def agrees(r: dict, margin: float) -> bool:
-    """The label agrees with the drawn bar as the paragraph under the plot says: faster / slower
-    exactly when the bar clears 1x; a bar inside the band is equivalent; an equivalent row's bar
-    holds 1x (the interval equivalence reads may be narrower than the bar: data dictionary)."""
+    """The label agrees with the drawn bars as the paragraph under the plot says: faster / slower
+    exactly when the thin bar clears 1x; otherwise equivalent exactly when the thick bar lies
+    inside the band."""
     if r["ci_low"] is None:
         return r["label"] == NOT_MEASURED
     side = "faster" if r["ci_low"] > 1 else "slower" if r["ci_high"] < 1 else None
     if side or r["label"] in ("faster", "slower"):
         return r["label"] == side
-    inside = 1 / (1 + margin) <= r["ci_low"] and r["ci_high"] <= 1 + margin
-    return r["label"] == "equivalent" if inside else r["label"] in ("equivalent", "inconclusive")
+    inside = 1 / (1 + margin) <= r["equivalence_low"] and r["equivalence_high"] <= 1 + margin
+    return r["label"] == ("equivalent" if inside else "inconclusive")
 
 
 def test_the_forest_opens_the_page_and_the_details_close_it(repeated):
