@@ -43,7 +43,9 @@ DEFINITIONS = (
     "works: valid in both arms, identical greedy outputs, and the speculative arm drafted in the cell (its "
     "counters moved); "
     "degrades: valid and identical, but no draft token with the feature while the plain twin had some, "
-    f"or acceptance per token below {DEGRADE_RATIO:.0%} of the plain twin's; "
+    f"or acceptance per token below {DEGRADE_RATIO:.0%} of the plain twin's, or the speculative arm stalls near "
+    "the end of a streamed JSON document or tool call (a tail gap at least 4x its median gap and 4x the baseline's "
+    "largest), or its prefix cache hit rate falls over 2 points below the baseline's in every repeat; "
     "broken: an output violates the feature's constraint, or the greedy outputs differ; "
     "refused: the speculative server refused what the baseline accepted (its error in detail); "
     "not tested: valid and identical, but nothing shows that speculation ran: no draft token with the feature nor "
@@ -52,8 +54,10 @@ DEFINITIONS = (
     "met within the probe's max_tokens). "
     "Acceptance is from the engine's counters around each cell's own requests. Each feature probe's requests "
     "are sent --repeats times per arm, the arms alternated request by request: the speedup is the geometric mean "
-    "of the paired e2e ratios with its 95% t interval (one pair of servers: request noise only; pointwise, not "
-    f"adjusted across cells), labelled by the report's rule at margin {DEFAULT_MARGIN}; 'vs plain' is the speedup "
+    "of the paired e2e ratios; its label is decided by the verdict's rule (Holm over the pair's feature cells, "
+    f"equivalence at margin {DEFAULT_MARGIN}) on the noise pooled over the pair's cells (the verdict's variance "
+    "model), shown with its family-wise interval, or 'not measured' (no interval: a cell's own, on 1 df at 2 "
+    "repeats, can span orders of magnitude); 'vs plain' is the speedup "
     "with the feature over the plain twin's, per repeat, and a valid, lossless cell whose 'vs plain' interval lies "
     f"wholly below 1 / {1 + DEGRADE_SPEED_MARGIN:.2f} (the twin's speedup at least {1 + DEGRADE_SPEED_MARGIN:.2f} "
     "times the feature's) is degrades. Capture: whether the capture's rows of the cell's requests reconcile with the "
@@ -65,7 +69,7 @@ SPEED_COLUMNS = (
     "probe",
     "outcome",
     "speedup",
-    "95% interval",
+    "interval",
     "label",
     "plain twin",
     "vs plain",
@@ -78,6 +82,14 @@ def _interval_text(lo: Any, hi: Any) -> str:
     return "" if lo is None or hi is None else f"{bound_text(lo)}-{bound_text(hi)}"
 
 
+def _speed_interval(d: dict[str, Any]) -> str:
+    """The family-wise interval of a decided speed; none for 'not measured' (a cell's own interval on
+    1 df can span orders of magnitude); a run before speed_label: the cell's own 95% interval."""
+    if d.get("speed_label"):
+        return _interval_text(d.get("speed_ci_low"), d.get("speed_ci_high"))
+    return _interval_text(d["speedup_ci_low"], d["speedup_ci_high"])
+
+
 def speed_table(t: Table) -> Table:
     """The feature probes' paired speedups (not the quantization cells: their own table)."""
     rows = [d for d in t.dicts() if d["feature"] != QUANT_FEATURE and d.get("speedup") is not None]
@@ -87,7 +99,7 @@ def speed_table(t: Table) -> Table:
             d["probe"],
             d["outcome"],
             _num(d["speedup"]),
-            _interval_text(d["speedup_ci_low"], d["speedup_ci_high"]),
+            _speed_interval(d),
             speedup_label(d),
             _num(d.get("plain_speedup")),
             _num(d.get("speedup_vs_plain")),
@@ -104,11 +116,12 @@ TURN_COLUMNS = (
     "prefix caching",
     "turn",
     "outcome",
-    "prefix cache hit rate",
+    "prefix cache hit rate, baseline",
+    "prefix cache hit rate, speculative",
     "acceptance per token",
     "mean acceptance length",
     "speedup",
-    "95% interval",
+    "interval",
     "label",
 )
 
@@ -123,11 +136,12 @@ def turn_table(t: Table) -> Table:
             d.get("prefix_caching") or "",
             d["turn"],
             d["outcome"],
-            _num(d.get("prefix_cache_hit_rate")),
+            _num(d.get("baseline_prefix_cache_hit_rate")),
+            _num(d.get("speculative_prefix_cache_hit_rate", d.get("prefix_cache_hit_rate"))),
             _num(d["acceptance_rate"]),
             _num(d["mean_acceptance_length"]),
             _num(d["speedup"]),
-            _interval_text(d["speedup_ci_low"], d["speedup_ci_high"]),
+            _speed_interval(d),
             speedup_label(d),
         )
         for d in rows
@@ -162,15 +176,16 @@ def matrix(t: Table) -> Table:
 QUANT_FEATURE = "quantization"
 
 SPEED_NOTE = (
-    "Feature probes' paired speedups: baseline e2e / speculative e2e per request pair, geometric mean with its "
-    "95% interval and label; 'plain twin' is the same on the same messages without the feature; 'vs plain' is "
-    "the ratio of the two, per repeat, with its interval."
+    "Feature probes' paired speedups: baseline e2e / speculative e2e per request pair, geometric mean and its "
+    "label (faster, slower, equivalent, with the family-wise interval on the pair's pooled noise; or not "
+    "measured, with no interval); 'plain twin' is the same on the same messages without the feature; 'vs plain' "
+    "is the ratio of the two, per repeat, with its 95% interval."
 )
 TURN_NOTE = (
     "The 3-turn session, one row per turn: prefix caching on (one cache_salt per session, so a turn may reuse "
     "the earlier turns' KV) and off (a fresh cache_salt per turn and cache_prompt false, on the same servers); "
-    "hit rate = prefix cache hits / queries of the speculative arm around the turn's requests (empty where the "
-    "engine does not export them); acceptance from the counters; speedup paired over the repeats."
+    "hit rate = prefix cache hits / queries of each arm around the turn's requests, side by side (empty where "
+    "the engine does not export them); acceptance from the counters; speedup paired over the repeats."
 )
 
 QUANT_NOTE = (
@@ -203,7 +218,11 @@ def _num(v: Any, digits: int = 2) -> str:
 
 
 def speedup_label(d: dict[str, Any]) -> str:
-    """The label of a cell's speedup interval (``labels.label_of``); '' without one."""
+    """A feature cell's ``speed_label`` (decided on the pair's pooled noise, ``replay.compat.speed``);
+    else (quantization cells, a run before it) the label of its own interval (``labels.label_of``);
+    '' without one."""
+    if d.get("speed_label"):
+        return str(d["speed_label"])
     lo, hi = d.get("speedup_ci_low"), d.get("speedup_ci_high")
     if lo is None or hi is None:
         return ""

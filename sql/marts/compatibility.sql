@@ -59,6 +59,14 @@
 --   prefix_cache_hit_rate multi-turn cells: prefix_cache_hits / prefix_cache_queries of the
 --                         speculative arm around the turn's requests (all repeats); NULL elsewhere
 --                         or when the engine does not export them
+--   baseline_prefix_cache_hit_rate, speculative_prefix_cache_hit_rate
+--                         each arm's hit rate around the turn's requests, side by side
+--   baseline_stall_ratio, speculative_stall_ratio
+--                         streamed structured-output and tool cells: the largest tail gap over the
+--                         median gap of a reply, per arm (replay/compat/stall.py); NULL elsewhere
+--   speed_label, speed_ci_low, speed_ci_high, speed_df
+--                         the cell's speed by the verdict's rule over the pair's pooled noise:
+--                         faster | slower | equivalent (with the family-wise interval) | 'not measured'
 --   baseline_capture_reconciles, speculative_capture_reconciles
 --                         the capture's rows of the cell's own requests against the counters around
 --                         them (speculative: verify rounds, drafted, accepted; baseline: nothing
@@ -114,6 +122,10 @@ final as (
         draft_tokens,
         baseline_e2e_ms / nullif(speculative_e2e_ms, 0) as e2e_ratio_one_request,
         prefix_cache_hit_rate,
+        baseline_prefix_cache_hit_rate,
+        speculative_prefix_cache_hit_rate,
+        baseline_stall_ratio,
+        speculative_stall_ratio,
         turn,
         prefix_caching,
         baseline_capture_reconciles,
@@ -134,6 +146,10 @@ final as (
         speedup_vs_plain,
         speedup_vs_plain_ci_low,
         speedup_vs_plain_ci_high,
+        speed_label,
+        speed_ci_low,
+        speed_ci_high,
+        speed_df,
         requests_sent as n
     from cells
 )

@@ -12,6 +12,11 @@
 --                  quantization cells only (feature 'quantization', llama.cpp); NULL elsewhere
 --   speedup, speedup_ci_*, speedup_pairs, repeats, plain_speedup*, speedup_vs_plain*
 --                  paired speedups (specdec.replay.compat.timing); NULL where not timed
+--   speed_label, speed_ci_*, speed_df
+--                  the cell's speed decided by the verdict's rule (specdec.replay.compat.speed):
+--                  faster | slower | equivalent | 'not measured'; NULL = not judged
+--   baseline_/speculative_prefix_cache_hit_rate  multi-turn cells: each arm's hit rate
+--   baseline_/speculative_stall_ratio  streamed structured-output and tool cells (replay/compat/stall.py)
 --   turn, prefix_caching   multi-turn cells only (one per turn, caching 'on' or 'off')
 --   *_capture_reconciles, capture_detail
 --                  the capture's rows against the counters per arm; NULL = not captured
@@ -55,6 +60,10 @@ final as (
         plain_accepted_tokens,
         plain_drafts,
         prefix_cache_hit_rate,
+        baseline_prefix_cache_hit_rate,
+        speculative_prefix_cache_hit_rate,
+        baseline_stall_ratio,
+        speculative_stall_ratio,
         target_quant,
         target_bits,
         draft_quant,
@@ -70,6 +79,10 @@ final as (
         speedup_vs_plain,
         speedup_vs_plain_ci_low,
         speedup_vs_plain_ci_high,
+        speed_label,
+        speed_ci_low,
+        speed_ci_high,
+        speed_df,
         turn,
         prefix_caching,
         baseline_capture_reconciles,
