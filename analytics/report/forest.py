@@ -210,7 +210,7 @@ def forest_chart(
         "label:N",
         title="label",
         scale=alt.Scale(domain=labels, range=[COLOURS[k] for k in labels]),
-        legend=alt.Legend(orient="top", direction="horizontal", labelFontSize=12, titleFontSize=12),
+        legend=alt.Legend(orient="top", direction="horizontal", labelFontSize=12, titleFontSize=12, symbolOpacity=1),
     )
     shape = alt.Shape("label:N", title="label", scale=alt.Scale(domain=labels, range=[SHAPES[k] for k in labels]))
     tooltip = [
