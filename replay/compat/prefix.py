@@ -58,7 +58,8 @@ def _per_repeat(log: Any, buckets: Sequence[str]) -> list[tuple[float, float] | 
     out: list[tuple[float, float] | None] = []
     for r in range(n):
         parts = [rate(log.diffs[b][r]) if r < len(log.diffs.get(b, [])) else None for b in buckets]
-        out.append(None if any(p is None for p in parts) else (sum(p[0] for p in parts), sum(p[1] for p in parts)))  # type: ignore[index]
+        got = [p for p in parts if p is not None]
+        out.append((sum(h for h, _q in got), sum(q for _h, q in got)) if len(got) == len(parts) else None)
     return out
 
 
