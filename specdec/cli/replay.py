@@ -10,14 +10,13 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from specdec.cli.common import finish_run, handle_errors, report_stopped_run
 from specdec.cli.options import (
-    PrefixCache,
-    RestartServers,
     client_options,
     load_options,
     run_options,
@@ -141,34 +140,21 @@ def main(
     named_arms: tuple,
     sweep_k: list[int] | None,
     spec_config: str | None,
-    requests_per_level,
     max_tokens,
     warmup: int,
-    max_error_rate: float,
-    connect_timeout: float,
-    request_timeout: float,
-    api_key_env: str,
-    repeats: int,
-    lossless_pass: bool,
-    samples: int,
-    restart_servers: RestartServers,
-    prefix_cache: PrefixCache,
-    margin: float,
     load: str,
     time_scales,
     rates,
     arrival_seed: int,
-    runs_dir: Path,
     run_id,
     engine,
     model,
-    dtype,
     baseline_url,
     speculative_url,
     served_model,
     capture_dir,
-    no_progress,
     mix=None,
+    **shared: Any,
 ) -> None:
     """Replay TRAFFIC (.parquet or .jsonl of prompt_id, category, prompt,
     max_tokens, temperature) in two arms that differ only in speculation, then
@@ -234,7 +220,7 @@ def main(
         named_arms=list(named_arms) or None,
         warmup_requests=warmup,
         max_tokens=max_tokens,
-        **shared_config(click.get_current_context().params),
+        **shared_config(shared),
         engine=engine,
         model=model,
         baseline_url=baseline_url,
@@ -258,4 +244,4 @@ def main(
     click.echo(f"run written to {run_dir}")
     if LEDGER.lost:  # never, unless a block lost rows without stopping the run
         raise click.ClickException(LEDGER.summary())
-    finish_run(run_dir, progress=not no_progress)
+    finish_run(run_dir, progress=cfg.progress)
