@@ -119,7 +119,9 @@ def judge_cells(
         if j.label in ("faster", "slower", "equivalent"):
             out.append(_with(cell, j.label, j.ci_low, j.ci_high, df, None))
         else:
-            more = f"; about {j.repeats_needed} repeats would resolve +-{m.margin:.0%}" if j.repeats_needed else ""
+            need = j.repeats_needed
+            many = f"more than {need - 1}" if need is not None and need > 100 else f"about {need}"
+            more = f"; {many} repeats would resolve +-{m.margin:.0%}" if need else ""
             why = f"neither faster, slower nor within +-{m.margin:.0%} at this noise{more}"
             out.append(_with(cell, NOT_MEASURED, None, None, df, why))
     return out

@@ -128,3 +128,29 @@ def test_a_pair_whose_speculative_arm_is_3x_faster_is_decided_faster_cell_by_cel
         assert c.speed_label == "faster" and 1.5 < c.speed_ci_low < c.speed_ci_high < 6, c.detail
         assert c.detail.startswith("speed faster: x") and c.outcome == "works"
     assert all(len(e["log_ratios"][e["probe"]]) == 2 * len(e["bodies"]) for e in sent)
+
+
+def test_a_cell_with_one_stalled_pair_on_fake_servers_says_not_measured_not_an_absurd_interval():
+    """The issue's case: one pair of a 2-repeat cell stalled, its own interval spans orders of magnitude."""
+    import asyncio
+
+    from specdec.engines.urls import ClientSettings, parse_endpoint
+    from specdec.replay.compat.probing import Pair, probe_pair
+    from tests.support.compat_server import CompatFake, fake_pair
+
+    only = {"json_schema", "json_object", "stream", "stop", "top_logprobs", "choice"}
+    spec = CompatFake(True, base_s=0.02, slow_once_with="structured_outputs", slow_once_s=1.0)
+
+    async def go():
+        async with fake_pair(CompatFake(False, base_s=0.02), spec) as (b, s):
+            pair = Pair("fake", "0", "ngram", parse_endpoint(b), parse_endpoint(s), settle_s=0.0)
+            settings = ClientSettings(connect_timeout_s=5, request_timeout_s=10)
+            return await probe_pair(pair, settings, "t1", echo=lambda _: None, only=only, repeats=2, machinery=VERDICT)
+
+    cells, _sent = asyncio.run(go())
+    by = {c.probe: c for c in cells}
+    choice = by["choice"]
+    assert choice.speedup_ci_high / choice.speedup_ci_low > 1000  # its own 1-df interval: absurd
+    assert choice.speed_label == NOT_MEASURED and choice.speed_ci_low is None, choice.detail
+    assert choice.detail.startswith("speed not measured (x") and "[" not in choice.detail.split(";")[0]
+    assert all(c.speed_label in ("faster", "slower", "equivalent", NOT_MEASURED) for c in cells)

@@ -18,6 +18,8 @@ every request takes that long at least (both arms). Streamed replies come in
 before its last delta (a stall at the closing brace; either arm). ``drop_hits``:
 a request whose ``cache_salt`` was seen counts that many of its 10 prompt tokens
 as misses (the last block dropped from the prefix cache, as vLLM #53670).
+``slow_once_with``: the first request holding that body key takes ``slow_once_s``
+longer (one stalled pair; either arm).
 
 Every request is logged (``requests``: its X-Request-Id, completion tokens and
 the speculation counts it added) so a test can write the capture rows an
@@ -60,6 +62,8 @@ class CompatFake:
         stall_with: str | None = None,
         stall_end_s: float = 0.0,
         drop_hits: int = 0,
+        slow_once_with: str | None = None,
+        slow_once_s: float = 0.0,
     ):
         self.speculative, self.invalid_json, self.refuse_tools = speculative, invalid_json, refuse_tools
         self.no_drafts_with, self.max_model_len = no_drafts_with, max_model_len
@@ -67,6 +71,7 @@ class CompatFake:
         self.slow_with, self.slow_s, self.base_s = slow_with, slow_s, base_s
         self.pieces, self.chunk_s, self.stall_with, self.stall_end_s = pieces, chunk_s, stall_with, stall_end_s
         self.drop_hits = drop_hits
+        self.slow_once_with, self.slow_once_s = slow_once_with, slow_once_s
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "generation": 0, "queries": 0, "hits": 0}
         self.bodies: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []  # request_id, tokens, drafts, draft_tokens, accepted
@@ -114,6 +119,9 @@ class CompatFake:
         await asyncio.sleep(self.base_s)  # a floor under every request: ratios near 1 instead of timer noise
         if self.speculative and self.slow_with and self.slow_with in body:
             await asyncio.sleep(self.slow_s)
+        if self.slow_once_with is not None and self.slow_once_with in body:
+            self.slow_once_with = None  # the first such request only: one pair of the cell stalls
+            await asyncio.sleep(self.slow_once_s)
         salt = body.get("cache_salt")
         if salt is not None:
             self.counters["queries"] += 10
