@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,34 @@ def pytest_collection_modifyitems(config, items):
     a draft-model check 63 s against 5), while vLLM's were within 10%. By the time they run here,
     the work beside them has ended."""
     items.sort(key=lambda item: item.get_closest_marker("llama_cpp") is not None)
+
+
+#: a file whose existence says the work beside the engine tests has ended (tools/make_test.sh sets it)
+WAIT_FOR = "SPECDEC_LLAMA_CPP_WAITS_FOR"
+_waited: list[float] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the first llama.cpp test (its fixtures included), wait until the file named by
+    ``SPECDEC_LLAMA_CPP_WAITS_FOR`` exists: `make test` runs the no-engine tests beside the engine
+    tests, and llama-server's threads beside that work spin at every step (2-13x slower,
+    pytest_collection_modifyitems); the no-engine tests, given both cores, end sooner. At most 30
+    minutes; the wait is printed with the durations."""
+    flag = os.environ.get(WAIT_FOR)
+    if not flag or _waited or item.get_closest_marker("llama_cpp") is None:
+        return
+    t0 = time.monotonic()
+    while not Path(flag).exists() and time.monotonic() - t0 < 1800:
+        time.sleep(0.5)
+    _waited.append(time.monotonic() - t0)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _waited:
+        terminalreporter.write_line(
+            f"waited {_waited[0]:.1f} s before the llama.cpp tests for the work beside them to end ({WAIT_FOR})"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,9 @@
 # - beside them, at nice 10 (they take the idle time and give way when the engine tests need
 #   the CPU): lint, types and the import contract, then the tests that start no engine on two
 #   xdist workers (CPU-bound, independent: temporary folders, free ports). Their output is kept
-#   and printed when the engine tests end, not interleaved with theirs.
+#   and printed when the engine tests end, not interleaved with theirs. The llama.cpp tests, last in
+#   the engine run, wait until that line has ended (its threads spin beside other work:
+#   tests/conftest.py), and the engine run prints how long they waited.
 # --durations prints the slowest tests of each run (the figures of BENCHMARKS.md's test-suite table).
 #
 # Called by the Makefile as `tools/make_test.sh MAKE PYTHON` (MAKE runs the set-up and check
@@ -118,7 +120,8 @@ bg=$!
 # this script is handled at once (bash runs a trap only between commands; `wait` is interruptible)
 echo "== make test: engine tests (one at a time)"
 t0=$(date +%s.%N)
-pytest_ -m engine --durations=40 > >(tee "$logs/engine.log") 2>&1 &
+# the llama.cpp tests (last) wait for the background line's end: $logs/no-engine.s (tests/conftest.py)
+SPECDEC_LLAMA_CPP_WAITS_FOR="$logs/no-engine.s" pytest_ -m engine --durations=40 > >(tee "$logs/engine.log") 2>&1 &
 fg=$!
 wait "$fg"
 engine_rc=$?
