@@ -135,10 +135,16 @@ def request_health(con) -> dict:
            from level_health order by run_id, arm, concurrency"""
     ).fetchall()
     failed = [r for r in rows if r[0] > r[1]]
+    counts: dict[str, int] = {}
+    for r in failed:  # each level's '<error_type>: <count>; ...', summed over the levels
+        for part in (r[2] or "").split("; "):
+            kind, _, n = part.rpartition(": ")
+            if kind and n.isdigit():
+                counts[kind] = counts.get(kind, 0) + int(n)
     return {
         "requests": int(sum(r[0] for r in rows)),
         "requests_ok": int(sum(r[1] for r in rows)),
-        "error_types": sorted({r[2] for r in failed if r[2]}),
+        "error_types": [f"{kind}: {n}" for kind, n in sorted(counts.items(), key=lambda t: (-t[1], t[0]))],
         "error_example": next((f"{r[4]} c{r[5]}: {r[3]}" for r in failed if r[3]), None),
     }
 

@@ -15,6 +15,7 @@ from specdec.analytics.plan.run import PlanConfig, make_plan
 from specdec.cli.plan import plan_command
 from specdec.cli.plan_validate import validate_against, validation_target
 from specdec.errors import SpecdecError
+from tests.support.fake_server import FakeVllm, threaded
 from tests.support.plan_run import (
     CATEGORY,
     CLASSIC,
@@ -36,7 +37,8 @@ def _external(run_dir, capture_dir):
     m["engine"] = {"name": "external", "version": None, "adapter": "vllm"}
     m["dtype"] = "unknown"
     m["capture"] = {"source": "directory", "path": str(capture_dir)}
-    m["schedule"] = {"repeats": 2, "restart_servers": "never (external servers)"}
+    m["schedule"] = {"repeats": 2, "restart_servers": "never (external servers)", "lossless_pass": False, "samples": 0}
+    m["timeouts"] = {"connect_s": 2.0, "request_s": 2.0}
     for arm, url in zip(m["arms"], ("http://gpu-a:8000", "http://gpu-b:8000")):
         arm.update(server_args=[], endpoint=url)
         arm["speculative_config_source"] = "declared" if arm["speculative_config"] else "none"
@@ -51,6 +53,7 @@ def external(tmp_path_factory):
     traffic.write_text('{"prompt_id": "code-0", "category": "code", "prompt": "x", "max_tokens": 4}\n')
     (root / "run").mkdir()
     run = write_plan_run(root / "run", e2e=_repeats_apart, traffic=traffic)
+    (root / "capture").mkdir()
     return _external(run, root / "capture")
 
 
@@ -145,7 +148,7 @@ def test_a_validation_whose_every_request_failed_is_not_validated(external, tmp_
     n = out["requests"]["requests"]
     assert n == len(make_requests(CLASSIC, lambda *a: 1000.0)) and out["requests"]["requests_ok"] == 0
     assert out["outcome"] == "not validated" and not out["passed"]
-    assert out["reason"].startswith(f"every one of its {n} requests failed (http_status: ")
+    assert out["reason"].startswith(f"every one of its {n} requests failed (http_status: {n}); first: ")
     assert "HTTP 500: upstream down" in out["reason"]
 
 
@@ -164,3 +167,40 @@ def test_the_command_exits_non_zero_when_every_request_failed(external, tmp_path
     assert json.loads((out / "plan_validation.json").read_text())["outcome"] == "not validated"
     html = (out / "plan.html").read_text()
     assert "Not validated against" in html and "every one of its" in html
+
+
+class _WarmThenDown(FakeVllm):
+    """Answers its first ``ok`` chat requests (the warm-up), then HTTP 500 to every one."""
+
+    def __init__(self, ok: int) -> None:
+        super().__init__()
+        self.ok = ok
+
+    async def chat(self, request):
+        self.status = 200 if len(self.request_ids) < self.ok else 500
+        return await super().chat(request)
+
+
+def test_a_replay_against_servers_that_fail_every_request_is_not_validated(external, tmp_path, monkeypatch):
+    """The whole path with the replay itself (no engine): the external servers given (fakes) serve
+    the warm-up and then fail every request; the plan is written, not validated, and the command
+    exits 1 naming why. The embedded engine is never prepared."""
+    for name in ("prepare_model", "find_gguf"):
+        monkeypatch.setattr(f"specdec.model.{name}", lambda *a, **k: pytest.fail("the embedded engine was prepared"))
+    baseline, speculative = _WarmThenDown(ok=1), _WarmThenDown(ok=1)
+    out = tmp_path / "plan"
+    with threaded(baseline, speculative) as (b, s):
+        res = CliRunner().invoke(
+            plan_command,
+            [str(external), "-o", str(out), "--replicates", "40", "--validate", "--runs-dir", str(tmp_path / "runs")]
+            + ["--baseline-url", b, "--speculative-url", s],
+        )
+    assert res.exit_code == 1, res.output
+    assert len(baseline.request_ids) > 1 and len(speculative.request_ids) > 1  # the servers given were replayed
+    result = json.loads((out / "plan_validation.json").read_text())
+    assert result["outcome"] == "not validated" and result["requests"]["requests_ok"] == 0
+    n = result["requests"]["requests"]
+    assert n == 2 * 3 * 2  # two arms, three levels, two repeats of the one traffic row
+    assert result["reason"].startswith(f"every one of its {n} requests failed (http_status: {n}); first: ")
+    assert "HTTP 500" in result["reason"] and "Error: not validated against" in res.output
+    assert json.loads((out / "plan.json").read_text())["validated"] is False
