@@ -162,7 +162,8 @@ class CompatCell(BaseModel):
         default=None,
         description="Feature probes: the speed decided by the verdict's rule (specdec.replay.compat.speed): faster, "
         "slower or equivalent (margin: the verdict's default), or 'not measured' where the pair's pooled noise "
-        "cannot decide it; None: not judged (quantization cells, or a run without the verdict's functions).",
+        "cannot decide it; None: not judged (quantization cells, a cell with no timed pair, or a run without the "
+        "verdict's functions).",
     )
     speed_ci_low: float | None = Field(
         default=None,

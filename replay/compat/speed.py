@@ -35,7 +35,7 @@ from typing import Any
 
 from specdec.schemas.compat import CompatCell
 
-#: What a cell's speed says when the verdict cannot decide it (or it has no timed pair).
+#: What a cell's speed says when the verdict cannot decide it (a cell with no timed pair is not judged: None).
 NOT_MEASURED = "not measured"
 #: A level (one body of one cell) whose spread over its repeats is over this many times the median level's is
 #: left out of the pooled noise: on 1 df (2 repeats) a normal level's spread passes 30x the median (chi2_1
@@ -98,19 +98,16 @@ def judge_cells(
         own = _var(xs) if n >= 2 else 0.0
         var = max(noise.repeat / max(reps, 1) + noise.block / n, own / n)
         stats[c] = (centre, math.sqrt(var), noise.df, n, reps)
-    p = {
-        c: (2.0 * m.t_sf(abs(centre) / se, df) if se > 0 else (0.0 if centre else 1.0))
-        for c, (centre, se, df, _n, _r) in stats.items()
-    }
+    p = {c: 2.0 * m.t_sf(abs(centre) / se, df) for c, (centre, se, df, _n, _r) in stats.items() if se > 0}
     levels = m.holm_levels(p, m.alpha) if p else {}
     out = []
     for cell in cells:
-        if cell.probe not in ratios:
+        if not ratios.get(cell.probe):  # no timed pair (a refusal, a failure) or no feature cell: not judged
             out.append(cell)
             continue
-        if cell.probe not in stats or stats[cell.probe][1] <= 0:
-            why = "no timed pair" if cell.probe not in stats else "no noise measured"
-            if noise is None:
+        if cell.probe not in p:
+            why = "no noise measured"
+            if noise is None or noise.df <= 0:
                 why = "no body was timed in two repeats: the pair's noise is not measured"
             out.append(_with(cell, NOT_MEASURED, None, None, None, why))
             continue

@@ -154,3 +154,12 @@ def test_a_cell_with_one_stalled_pair_on_fake_servers_says_not_measured_not_an_a
     assert choice.speed_label == NOT_MEASURED and choice.speed_ci_low is None, choice.detail
     assert choice.detail.startswith("speed not measured (x") and "[" not in choice.detail.split(";")[0]
     assert all(c.speed_label in ("faster", "slower", "equivalent", NOT_MEASURED) for c in cells)
+
+
+def test_a_cell_without_a_timed_pair_is_not_judged_and_leaves_the_family_alone():
+    rng = np.random.default_rng(2)
+    ratios = run_of(rng, 10, 1.5, np.full(10, 0.04))
+    ratios["refused"] = []
+    out = judged(ratios)
+    assert out["refused"].speed_label is None and not out["refused"].detail.startswith("speed ")
+    assert sum(c.speed_label == "faster" for c in out.values()) >= 9
