@@ -6,6 +6,13 @@ on each repeat (a cell is valid only if every repeat is), greedy identity
 compares every repeat's outputs, the acceptance and the prefix cache hit rate
 sum the counters' differences around the cell's own requests, and the
 speedups pair each body's two sends (``timing``).
+
+After ``classify``, two silent degradations measured in both arms turn a
+valid, lossless cell that drafted (``works`` or ``degrades``) into
+``degrades``: a stall near the end of a streamed structured-output or tool
+reply (``stall``) and a multi-turn cell's prefix-cache hit rate below the
+baseline's (``prefix``). The cell's speed label is decided later, once the
+pair's every cell is in (``speed``, from ``probing``).
 """
 
 from __future__ import annotations
