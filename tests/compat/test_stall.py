@@ -62,3 +62,31 @@ def test_a_slow_chunk_early_in_the_reply_is_no_tail_stall_and_short_streams_are_
     assert stall.tail(arrivals(10, 10)) is None and stall.tail(Reply(200, None)) is None
     assert stall.judge([arrivals(*[10] * 11)], [late]).why is not None
     assert stall.judge([arrivals(*[10] * 10, 60)], [late]).why is None  # baseline's tail gap 60: 200 < 4 x 60
+
+
+def streamed(rng, slow_share: float, end_stall_ms: float = 0.0) -> Reply:
+    """15 arrivals, gaps 10 ms x lognormal(0, 0.3), a share of them 5x slow; ``end_stall_ms`` added to the last."""
+    import numpy as np
+
+    g = 10 * np.exp(rng.normal(0, 0.3, 14))
+    g = np.where(rng.random(14) < slow_share, g * 5, g)
+    g[-1] += end_stall_ms
+    return Reply(200, None, arrivals_ms=[0.0, *np.cumsum(g).tolist()])
+
+
+def flagged_share(end_stall_ms: float, cells: int = 2000, seed: int = 1) -> float:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(cells):
+        base = [streamed(rng, 0.05) for _ in range(2)]
+        spec = [streamed(rng, 0.05, end_stall_ms) for _ in range(2)]
+        hits += stall.judge(base, spec).why is not None
+    return hits / cells
+
+
+def test_the_rule_rarely_flags_chance_slow_chunks_and_always_a_stall_at_every_end():
+    """Noise the rule does not assume: lognormal gaps and 5% of chunks 5x slow, in both arms alike."""
+    assert flagged_share(0.0) <= 0.01
+    assert flagged_share(1000.0) == 1.0
