@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -534,8 +535,15 @@ def test_one_sidecar_process_also_records_traffic_through_its_proxy(tmp_path):
         )
         with urllib.request.urlopen(req, timeout=10) as r:
             streamed = r.read()
-        with urllib.request.urlopen(sidecar_url + "/metrics", timeout=10) as r:
-            metrics = r.read().decode()
+        # the model label comes with the sidecar's first scrape of the server, made in the
+        # background after it starts listening: on a busy host /metrics can be read before it
+        deadline = time.monotonic() + 20
+        while True:
+            with urllib.request.urlopen(sidecar_url + "/metrics", timeout=10) as r:
+                metrics = r.read().decode()
+            if 'model="fake-model"' in metrics or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     out = result["out"]
     assert proc.returncode == 0, out
     assert b"data: [DONE]" in streamed and fake.bodies[0]["messages"][0]["content"] == "hello there"
