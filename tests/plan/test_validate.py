@@ -15,7 +15,7 @@ from specdec.analytics.plan.run import PlanConfig, make_plan, write_plan
 from specdec.analytics.plan.validate import validation_ks
 from specdec.cli.plan import plan_command
 from specdec.cli.plan_validate import replay_design, validate_against
-from tests.support.plan_run import CATEGORY, SWEEP, write_plan_run
+from tests.support.plan_run import CATEGORY, SWEEP, write_plan_run, write_validation_run
 from tests.support.synthetic_run import make_manifest
 
 
@@ -32,19 +32,8 @@ def _as_planned(plan):
 
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
-    root = tmp_path_factory.mktemp("validate")
-    traffic = root / "mix.jsonl"
-    traffic.write_text('{"prompt_id": "code-0", "category": "code", "prompt": "x", "max_tokens": 4}\n')
-    (root / "run").mkdir()
-    # the speculative arm 5% slower in repeat 1 than in repeat 0: a measurement noise above 0, so every
-    # prediction interval has a width (a replay that measures the point exactly, to the last bit of
-    # a float, is not what a zero-width interval could be held to)
-    run = write_plan_run(root / "run", e2e=_repeats_apart, traffic=traffic)
+    run = write_validation_run(tmp_path_factory.mktemp("validate"))
     return run, make_plan(run, PlanConfig(replicates=40))
-
-
-def _repeats_apart(arm, prompt, level, repeat):
-    return 1000.0 * (1 + 0.05 * repeat) if arm == "speculative" else 1000.0
 
 
 def test_a_replay_that_measures_what_was_predicted_passes(planned, tmp_path):

@@ -24,6 +24,7 @@ from tests.support.plan_run import (
     make_requests,
     make_rounds,
     write_plan_run,
+    write_validation_run,
 )
 from tests.support.synthetic_run import failed, write_run
 
@@ -49,16 +50,9 @@ def _external(run_dir, capture_dir):
 @pytest.fixture(scope="module")
 def external(tmp_path_factory):
     root = tmp_path_factory.mktemp("external")
-    traffic = root / "mix.jsonl"
-    traffic.write_text('{"prompt_id": "code-0", "category": "code", "prompt": "x", "max_tokens": 4}\n')
-    (root / "run").mkdir()
-    run = write_plan_run(root / "run", e2e=_repeats_apart, traffic=traffic)
+    run = write_validation_run(root)
     (root / "capture").mkdir()
     return _external(run, root / "capture")
-
-
-def _repeats_apart(arm, prompt, level, repeat):
-    return 1000.0 * (1 + 0.05 * repeat) if arm == "speculative" else 1000.0
 
 
 @pytest.fixture

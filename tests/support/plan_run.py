@@ -140,6 +140,22 @@ def write_plan_run(
     )
 
 
+def repeats_apart(arm, prompt, level, repeat):
+    """e2e: the speculative arm 5% slower in each repeat than in the one before: a measurement noise
+    above 0, so every prediction interval has a width (a replay that measures the point exactly, to
+    the last bit of a float, is not what a zero-width interval could be held to)."""
+    return 1000.0 * (1 + 0.05 * repeat) if arm == "speculative" else 1000.0
+
+
+def write_validation_run(root: Path) -> Path:
+    """A classic run under ``root``/run whose manifest names a one-row traffic file (``root``/mix.jsonl),
+    its repeats apart (``repeats_apart``): what a validation replays."""
+    traffic = root / "mix.jsonl"
+    traffic.write_text('{"prompt_id": "code-0", "category": "code", "prompt": "x", "max_tokens": 4}\n')
+    (root / "run").mkdir()
+    return write_plan_run(root / "run", e2e=repeats_apart, traffic=traffic)
+
+
 def _resegmented(category: str, k: int) -> tuple[int, int, int]:
     """The category's captured rows (at K) at k by hand: (tokens, rounds, drafts) with each row
     (k_r, a_r) making a_r + 1 tokens in a_r // (k + 1) + 1 rounds of min(k_r, k) drafts each."""
