@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -33,7 +34,15 @@ def _runs(tmp_path: Path) -> Path:
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    return pq.read_table(compat_file(run_dir)).to_pylist() if compat_file(run_dir).exists() else []
+    """The cells in compat.parquet now. The run replaces the file (atomically, by rename) after each
+    probe, and pyarrow opens a path more than once in one read (its footer, then its pages), so a read
+    by path can meet two versions; the bytes are read through one open file, one version."""
+    try:
+        with open(compat_file(run_dir), "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return []
+    return pq.read_table(pa.BufferReader(data)).to_pylist()
 
 
 def _wait_for(check, limit_s: float = 60.0) -> None:
