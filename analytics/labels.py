@@ -54,11 +54,11 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from specdec.analytics.variance import t_interval, t_quantile
+from specdec.schemas.records import DEFAULT_MARGIN  # the manifest's default margin, defined once
 
 __all__ = ["ALPHA", "DEFAULT_MARGIN", "LABELS", "RULE", "RULE_SHORT", "Judged", "holm_levels", "judge", "label_of"]
 
 ALPHA = 0.05
-DEFAULT_MARGIN = 0.05
 _MAX_REPEATS = 100  # repeats_needed says 101 for "more than this"
 LABELS = ("faster", "slower", "equivalent", "inconclusive")
 

@@ -25,12 +25,10 @@ from typing import Literal
 
 from specdec.runfolder import pass_counters_part
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
+from specdec.schemas.counters import SPEC_COUNTERS
 from specdec.schemas.records import PassCounters
 
 PassKind = Literal["lossless_pass", "sampling_pass"]
-
-#: The counters a PassCounters row keeps (keys of ``engine_metrics.COUNTERS``).
-PASS_COUNTERS = ("spec_num_drafts", "spec_num_draft_tokens", "spec_num_accepted_tokens", "generation_tokens")
 
 
 class PassCounterLog:
@@ -59,7 +57,7 @@ class PassCounterLog:
             pass_kind=pass_kind,
             position=position,
             wall_time_ns=time.time_ns() if wall_time_ns is None else wall_time_ns,
-            **{k: counters.get(k) for k in PASS_COUNTERS},
+            **{k: counters.get(k) for k in SPEC_COUNTERS},
         )
         rows = [
             r
