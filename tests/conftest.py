@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -12,41 +11,47 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def pytest_collection_modifyitems(config, items):
-    """The engine tests that serve with llama.cpp (marker ``llama_cpp``) run after the others, in
-    their collection order otherwise. `make test` runs the tests that start no engine beside the
-    engine tests (tools/make_test.sh); llama-server's threads wait for one another at every step,
-    so beside that work its tests ran 2-13x slower (2026-12-06: the whole replay 136 s against 54,
-    a draft-model check 63 s against 5), while vLLM's were within 10%. By the time they run here,
-    the work beside them has ended."""
-    items.sort(key=lambda item: item.get_closest_marker("llama_cpp") is not None)
+    """The engine tests that serve with llama.cpp (marker ``llama_cpp``) run first, the ones that
+    use the session's vLLM pair first among them (the two-engine run: it starts the pair, which then
+    idles at no CPU cost until the vLLM tests use it), in their collection order otherwise.
+    `make test` (tools/make_test.sh) starts the tests that start no engine beside the engine tests
+    only once the llama.cpp tests have ended (``LLAMA_CPP_DONE``): llama-server's threads wait for
+    one another at every step, so beside that work its tests ran 2-13x slower (2026-12-06: the whole
+    replay 136 s against 54, a draft-model check 63 s against 5), while vLLM's were within 10%."""
+
+    def order(item):
+        llama = item.get_closest_marker("llama_cpp") is not None
+        return (not llama, not (llama and "vllm_pair" in getattr(item, "fixturenames", ())))
+
+    items.sort(key=order)
+    llama = [item.nodeid for item in items if item.get_closest_marker("llama_cpp") is not None]
+    config.stash[_LAST_LLAMA] = llama[-1] if llama else None
+    if not llama:
+        _llama_cpp_done()
 
 
-#: a file whose existence says the work beside the engine tests has ended (tools/make_test.sh sets it)
-WAIT_FOR = "SPECDEC_LLAMA_CPP_WAITS_FOR"
-_waited: list[float] = []
+#: a file this session creates once its llama.cpp tests have ended, their fixtures torn down (none
+#: selected: at once; at the latest when the session ends): tools/make_test.sh starts the no-engine
+#: tests then
+LLAMA_CPP_DONE = "SPECDEC_LLAMA_CPP_DONE"
+_LAST_LLAMA = pytest.StashKey[str | None]()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """Before the first llama.cpp test (its fixtures included), wait until the file named by
-    ``SPECDEC_LLAMA_CPP_WAITS_FOR`` exists: `make test` runs the no-engine tests beside the engine
-    tests, and llama-server's threads beside that work spin at every step (2-13x slower,
-    pytest_collection_modifyitems); the no-engine tests, given both cores, end sooner. At most 30
-    minutes; the wait is printed with the durations."""
-    flag = os.environ.get(WAIT_FOR)
-    if not flag or _waited or item.get_closest_marker("llama_cpp") is None:
-        return
-    t0 = time.monotonic()
-    while not Path(flag).exists() and time.monotonic() - t0 < 1800:
-        time.sleep(0.5)
-    _waited.append(time.monotonic() - t0)
+def _llama_cpp_done() -> None:
+    flag = os.environ.get(LLAMA_CPP_DONE)
+    if flag and not Path(flag).exists():
+        Path(flag).write_text("done\n")
 
 
-def pytest_terminal_summary(terminalreporter):
-    if _waited:
-        terminalreporter.write_line(
-            f"waited {_waited[0]:.1f} s before the llama.cpp tests for the work beside them to end ({WAIT_FOR})"
-        )
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if item.nodeid == item.config.stash.get(_LAST_LLAMA, None):
+        _llama_cpp_done()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _llama_cpp_done()
 
 
 @pytest.fixture(scope="session")
