@@ -120,6 +120,24 @@ class ReplayConfig(ClientOptions):
         "repeats, not the levels: 3 is the fewest that can label a 20% effect at all, "
         "4-5 label it reliably (BENCHMARKS.md, Calibration).",
     )
+    max_repeats: int | None = Field(
+        default=None,
+        ge=2,
+        le=100,
+        description="A sequential design: after --repeats repeats (at least 2), and after every repeat from then on, "
+        "a look at the intervals closes the levels already decided, and only the open ones run "
+        "again, up to this many repeats in all (>= --repeats). The repeats run one after another, "
+        "all open levels each, for embedded and external servers alike; every look is recorded in "
+        "the manifest. Default: the fixed design, exactly --repeats repeats.",
+    )
+    budget_minutes: float | None = Field(
+        default=None,
+        gt=0,
+        description="With --max-repeats: minutes of timed blocks the run may spend. A look is the last "
+        "one when the time since the first timed block plus an estimate of the next repeat (the "
+        "last one's time, scaled to the levels still open) would exceed it. The passes after the "
+        "last repeat are not counted.",
+    )
     lossless_pass: bool = Field(
         default=True,
         description="After each level, a greedy lossless pass per arm with "
@@ -216,6 +234,13 @@ class ReplayConfig(ClientOptions):
                 _check_llama_speculation(arm, f"arm {arm.name}")
         return v
 
+    @field_validator("budget_minutes")
+    @classmethod
+    def _finite_budget(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("must be a finite number of minutes")
+        return v
+
     @field_validator("startup_timeout_s", "capture_wait_s")
     @classmethod
     def _finite(cls, v: float) -> float:
@@ -252,6 +277,28 @@ class ReplayConfig(ClientOptions):
                     "levels (--levels) are closed-loop concurrencies; open loop steps --time-scale or --rates"
                 )
             self.levels = keys
+        return self
+
+    @model_validator(mode="after")
+    def _sequential(self) -> ReplayConfig:
+        """A sequential design (max_repeats) looks first after ``repeats`` repeats, so it
+        needs at least the 2 an interval needs; a budget belongs to it alone."""
+        if self.max_repeats is None:
+            if self.budget_minutes is not None:
+                raise ValueError(
+                    "budget_minutes (--budget) needs max_repeats (--max-repeats): the fixed design has no looks"
+                )
+            return self
+        if self.repeats < 2:
+            raise ValueError(
+                f"repeats (--repeats) {self.repeats}: a sequential design (--max-repeats) needs at least 2 "
+                "repeats before its first look"
+            )
+        if self.max_repeats < self.repeats:
+            raise ValueError(
+                f"max_repeats (--max-repeats) {self.max_repeats} is below repeats (--repeats) {self.repeats}, "
+                "the repeats before the first look"
+            )
         return self
 
     @model_validator(mode="after")
@@ -294,6 +341,11 @@ class ReplayConfig(ClientOptions):
     @property
     def external(self) -> bool:
         return bool(self.baseline_url or self.speculative_url)
+
+    @property
+    def sequential(self) -> bool:
+        """A sequential design (max_repeats): looks after the first ``repeats`` repeats."""
+        return self.max_repeats is not None
 
     def arm_specs(self) -> list[ArmSpec]:
         """The run's arms (specdec.arms): the named arms, or the classic pair of ``arms`` on

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from specdec.engines import Arm
 from specdec.engines.server import ServerProcess, start_all
@@ -19,6 +21,7 @@ from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.embedded import EmbeddedEngine, draft_preflight, embedded_engines, model_error
 from specdec.replay.http import event_loop
 from specdec.replay.load.levels import plans as load_plans
+from specdec.replay.load.sequential_loop import Look
 from specdec.replay.manifest import arm_config, build_manifest
 from specdec.replay.progress import Progress
 from specdec.replay.recording import recording
@@ -31,9 +34,14 @@ from specdec.runfolder import (
     server_log,
     write_manifest,
 )
-from specdec.schemas.records import ArmConfig
+from specdec.schemas.records import ArmConfig, RunManifest
 
 log = logging.getLogger("specdec.replay")
+
+#: ``look_factory(run_dir, looks)``: a sequential run's look (``load/sequential_loop.Look``),
+#: made once the run folder exists; ``looks`` is the run's live list of looks taken so far
+#: (the runner appends to it; each entry as the manifest records it).
+LookFactory = Callable[[Path, list[dict[str, Any]]], Look]
 
 
 def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
@@ -62,7 +70,13 @@ def _check_inputs(cfg: ReplayConfig, max_model_len: int | None) -> None:
         raise SpecdecError(error)
 
 
-def run_replay(cfg: ReplayConfig) -> Path:
+def run_replay(cfg: ReplayConfig, look_factory: LookFactory | None = None) -> Path:
+    """Run one replay from config to files; the run folder. With ``cfg.max_repeats`` (a
+    sequential design) ``look_factory`` makes the look taken after each repeat from
+    ``cfg.repeats`` on (``runner.Replayer.run``): the replay layer does not know the
+    analytics, the command passes them in. Before each look the manifest on disk holds
+    every look before it, and each look is written to it as soon as it is taken.
+    Without a factory, or in the fixed design, no look is taken."""
     max_model_len = None if cfg.external else ServerSpec.max_model_len
     traffic = load_traffic(cfg.traffic, max_model_len=max_model_len)
     unknown = unknown_categories(cfg.mix, traffic.categories) if cfg.mix else None
@@ -96,8 +110,18 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 for arm in arms:
                     progress.message(f"{arm.name} arm: {arm.endpoint}")
             restart = servers.restart if servers.restarts else None
-            runner = Replayer(cfg, run_id, run_dir, traffic, progress, eos_token_ids=eos_ids, pid_of=servers.pid_of)
-            event_loop.run(runner.run(endpoints, restart=restart))
+            runner = Replayer(
+                cfg,
+                run_id,
+                run_dir,
+                traffic,
+                progress,
+                eos_token_ids=eos_ids,
+                pid_of=servers.pid_of,
+                save_looks=lambda looks: _save_looks(run_dir, manifest, looks),
+            )
+            look = look_factory(run_dir, runner.looks) if look_factory is not None and cfg.sequential else None
+            event_loop.run(runner.run(endpoints, restart=restart, look=look))
             if cfg.capture_dir is not None:
                 progress.message(f"importing this run's captured rounds from {cfg.capture_dir}")
                 manifest.capture = import_capture(
@@ -105,6 +129,12 @@ def run_replay(cfg: ReplayConfig) -> Path:
                 )
         manifest.finished = True
     return run_dir
+
+
+def _save_looks(run_dir: Path, manifest: RunManifest, looks: list[dict[str, Any]]) -> None:
+    """A sequential run's looks so far into the manifest on disk (an interrupted run keeps them)."""
+    manifest.looks = [dict(entry) for entry in looks]
+    write_manifest(run_dir, manifest)
 
 
 class EmbeddedServers:

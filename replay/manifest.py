@@ -74,6 +74,10 @@ def build_manifest(
         timeouts={"connect_s": cfg.connect_timeout_s, "request_s": cfg.request_timeout_s},
         schedule=_schedule(cfg),
         notes=_notes(cfg, arms),
+        design="sequential" if cfg.sequential else "fixed",
+        max_repeats=cfg.max_repeats,
+        budget_minutes=cfg.budget_minutes,
+        looks=[] if cfg.sequential else None,  # the run writes each look here as it is taken
     )
 
 
@@ -125,16 +129,29 @@ def _capture(
     return capture
 
 
+def _order(cfg: ReplayConfig) -> str:
+    """The block order in words (``replay/load/schedule.py``)."""
+    restarts = cfg.restart_servers == "repeat" and not cfg.external and cfg.repeats > 1
+    if cfg.sequential:
+        servers = "fresh embedded servers before every repeat after the first" if restarts else "all servers up"
+        return (
+            f"sequential, repeat-major ({servers}): every open level per repeat with the arms counterbalanced "
+            f"by repeat and level (A B, B A, ...); a look after repeat {cfg.repeats} and after every one "
+            f"after it, up to {cfg.max_repeats}, closes the decided levels (manifest looks)"
+        )
+    if restarts:
+        return (
+            "repeat-major: fresh embedded servers before every repeat after the first, then every "
+            "level with the arms counterbalanced by repeat and level (A B, B A, ...)"
+        )
+    return "per level, repeats with the arms counterbalanced (A B, B A, A B, ...), all servers up"
+
+
 def _schedule(cfg: ReplayConfig) -> dict[str, Any]:
     return {
         "repeats": cfg.repeats,
         "load": load_summary(cfg),
-        "order": (
-            "repeat-major: fresh embedded servers before every repeat after the first, then every "
-            "level with the arms counterbalanced by repeat and level (A B, B A, ...)"
-            if cfg.restart_servers == "repeat" and not cfg.external and cfg.repeats > 1
-            else "per level, repeats with the arms counterbalanced (A B, B A, A B, ...), all servers up"
-        ),
+        "order": _order(cfg),
         "restart_servers": cfg.restart_servers if not cfg.external else "never (external servers)",
         "lossless_pass": cfg.lossless_pass,
         "lossless_pass_note": "greedy lossless pass per arm after each level, with token ids and top-2 "

@@ -17,9 +17,10 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
+from contextlib import aclosing
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import aiohttp
 import pyarrow as pa
@@ -38,7 +39,8 @@ from specdec.replay.load.arrivals import session_predecessors
 from specdec.replay.load.closed_loop import closed_loop
 from specdec.replay.load.levels import LoadLevel, load_levels, plans
 from specdec.replay.load.open_loop import SendTime, run_open_level
-from specdec.replay.load.schedule import interleaved
+from specdec.replay.load.schedule import Block, interleaved
+from specdec.replay.load.sequential_loop import Design, Look, SequentialLoop
 from specdec.replay.passes.counters import PassCounterLog, PassKind
 from specdec.replay.passes.lossless import greedy_table, lossless_pass
 from specdec.replay.passes.rescore import instrument_arm, rescore_pass
@@ -225,9 +227,12 @@ class Replayer:
         progress: Progress,
         eos_token_ids: frozenset[int] | None = None,
         pid_of: Callable[[str], int | None] | None = None,
+        save_looks: Callable[[list[dict[str, Any]]], None] | None = None,
     ):
         """``pid_of(arm)``: the PID of the server process specdec started for
-        that arm (its memory is sampled during each block), None otherwise."""
+        that arm (its memory is sampled during each block), None otherwise.
+        ``save_looks(looks)``: a sequential run's looks so far, after each look
+        (the run writes them into the manifest)."""
         self.cfg, self.run_id, self.run_dir, self.traffic = cfg, run_id, run_dir, traffic
         self.pid_of = pid_of or (lambda arm: None)
         self.progress = progress
@@ -242,14 +247,24 @@ class Replayer:
         self.loads = {lv.key: lv for lv in load_levels(cfg)}  # level key -> LoadLevel
         self._plans: dict | None = None  # level key -> arrival plan (None: closed loop), same for every block
         self.streams: StreamPool | None = None  # the streaming transport, open while run() runs
+        self.looks: list[dict[str, Any]] = []  # a sequential run's looks, in order (sequential_loop.py)
+        self.save_looks = save_looks
 
     async def run(
-        self, endpoints: Mapping[str, str | Endpoint], restart: Callable[[int], dict[str, str]] | None = None
+        self,
+        endpoints: Mapping[str, str | Endpoint],
+        restart: Callable[[int], dict[str, str]] | None = None,
+        look: Look | None = None,
     ) -> None:
         """``restart(repeat)``, when given, stops the servers and starts fresh
         ones (blocking; run in a thread), returning their endpoints: the
         schedule is then repeat-major, with a restart before every repeat
-        after the first, and each fresh server is warmed up like the first."""
+        after the first, and each fresh server is warmed up like the first.
+        With ``cfg.max_repeats`` the design is sequential (``load/sequential_loop.py``):
+        repeat-major, with or without restarts, and ``look(repeats_done, open_levels,
+        final)`` (blocking; run in a thread) after each repeat from ``cfg.repeats`` on
+        says which levels run again; its records go to ``self.looks``. Without
+        ``look`` a sequential run runs ``max_repeats`` repeats (or fewer: the budget)."""
         cfg = self.cfg
         eps = {arm: as_endpoint(url) for arm, url in endpoints.items()}
         rows = level_rows(self.traffic, cfg)
@@ -264,29 +279,36 @@ class Replayer:
         async with aiohttp.ClientSession(connector=connector) as session, StreamPool() as self.streams:
             for arm, ep in eps.items():
                 await self._warmup(session, arm, ep, rows)
-            for block in interleaved(
-                cfg.levels,
-                cfg.repeats,
-                list(eps),
-                cfg.lossless_pass and bool(greedy),
-                bool(sampled),
-                restart=restart is not None,
-            ):
-                if block.kind == "restart":
-                    assert restart is not None  # interleaved yields restart blocks only for restart=True
-                    eps = {arm: as_endpoint(url) for arm, url in (await in_thread(restart, block.repeat)).items()}
-                    for arm, ep in eps.items():
-                        await self._warmup(session, arm, ep, rows)
-                    continue
-                ep = eps[block.arm]
-                if block.kind == "timed":
-                    await self._block(session, block.arm, ep, rows, block.level, block.repeat)
-                elif block.kind == "lossless_pass":
-                    if self.engines[block.arm].runs_lossless_pass:
-                        await self._lossless_pass(session, block.arm, ep, greedy, block.level)
-                else:
-                    ref = instrument_arm(block.arm, cfg.arm_specs())
-                    await self._sampling_pass(session, block.arm, ep, sampled, block.level, (ref, eps[ref]))
+            schedule = self._schedule(list(eps), cfg.lossless_pass and bool(greedy), bool(sampled), restart, look)
+            async with aclosing(schedule) as blocks:
+                async for block in blocks:
+                    if block.kind == "restart":
+                        assert restart is not None  # the schedules yield restart blocks only with restart
+                        eps = {arm: as_endpoint(url) for arm, url in (await in_thread(restart, block.repeat)).items()}
+                        for arm, ep in eps.items():
+                            await self._warmup(session, arm, ep, rows)
+                        continue
+                    ep = eps[block.arm]
+                    if block.kind == "timed":
+                        await self._block(session, block.arm, ep, rows, block.level, block.repeat)
+                    elif block.kind == "lossless_pass":
+                        if self.engines[block.arm].runs_lossless_pass:
+                            await self._lossless_pass(session, block.arm, ep, greedy, block.level)
+                    else:
+                        ref = instrument_arm(block.arm, cfg.arm_specs())
+                        await self._sampling_pass(session, block.arm, ep, sampled, block.level, (ref, eps[ref]))
+
+    def _schedule(
+        self, arms: list[str], lossless: bool, sample: bool, restart: Callable | None, look: Look | None
+    ) -> AsyncGenerator[Block, None]:
+        """The run's blocks: the fixed design's (``schedule.interleaved``), or a
+        sequential design's, made repeat by repeat as the looks answer."""
+        cfg = self.cfg
+        if cfg.max_repeats is None:
+            return _each(interleaved(cfg.levels, cfg.repeats, arms, lossless, sample, restart=restart is not None))
+        design = Design(cfg.levels, cfg.repeats, cfg.max_repeats, cfg.budget_minutes)
+        loop = SequentialLoop(design, arms, self.progress.message, look, self.looks, self.save_looks)
+        return loop.blocks(lossless, sample, restart is not None)
 
     def _streaming(self, session):
         """The transport of the streamed requests: run()'s StreamPool, or the
@@ -517,3 +539,9 @@ class Replayer:
         )
         self.snapshots[arm] = snaps
         write_parquet_atomic(table_from_records(MetricSnapshot, snaps), counters_part(self.run_dir, arm))
+
+
+async def _each(blocks: Iterable[Block]) -> AsyncGenerator[Block, None]:
+    """A fixed schedule as the async iterator a sequential one is."""
+    for block in blocks:
+        yield block

@@ -475,6 +475,22 @@ class RunManifest(_Record):
         default=None,
         description="Category shares given with specdec-replay --mix (summing to 1): the weights of the speedup_weighted mart. They do not change what was sent. None: the mart uses the traffic file's own shares (traffic.category_shares).",
     )
+    design: Literal["fixed", "sequential"] = Field(
+        default="fixed",
+        description="fixed: every level ran schedule.repeats times. sequential (--max-repeats): after schedule.repeats repeats and after every repeat from then on, a look closed the levels already decided and only the open ones ran again (looks). Manifests written before the field existed read as fixed.",
+    )
+    max_repeats: Annotated[StrictInt, Field(ge=2, le=100)] | None = Field(
+        default=None,
+        description="Sequential design: the most repeats a level could run (--max-repeats). None: the fixed design.",
+    )
+    budget_minutes: Annotated[FiniteFloat, Field(gt=0)] | None = Field(
+        default=None,
+        description="Sequential design: minutes of timed blocks the run could spend (--budget); a look was the last when the next repeat would have passed it. None: no budget.",
+    )
+    looks: list[FreeForm] | None = Field(
+        default=None,
+        description="Sequential design: its looks in order, written after each one (an interrupted run keeps them). Each holds what the look returned (at least open_levels, the levels still running) and repeat (repeats done), at (ISO-8601 UTC), elapsed_s (seconds since the first timed block), final, open_levels_before. None: the fixed design.",
+    )
 
 
 class StabilityResult(_Record):

@@ -31,6 +31,12 @@ arm stayed at 1000 ms, so a run on one pair of processes reports that pair's
 difference. Restarting between repeats puts that variation between repeats,
 where the intervals see it, at the cost of one server start per arm per repeat
 (repeat-major, so not one per level).
+
+A sequential run (``max_repeats``, ``replay/load/sequential_loop.py``) is
+repeat-major too, generated one repeat at a time by ``repeat_blocks``: after
+each look only the levels still open run again, each keeping the arm order it
+has in the fixed design (by its index among all the run's levels, not among
+the open ones), so closing a level changes no other level's order.
 """
 
 from __future__ import annotations
@@ -65,9 +71,22 @@ def _repeat_major(levels: list[int], repeats: int, arms: list[str], lossless: bo
     for repeat in range(repeats):
         if repeat:
             yield Block("restart", "", 0, repeat)
-        for i, level in enumerate(levels):
+        yield from repeat_blocks(levels, levels, repeat, arms)
+    yield from pass_blocks(levels, arms, lossless, sample)
+
+
+def repeat_blocks(levels_open: list[int], all_levels: list[int], repeat: int, arms: list[str]) -> Iterator[Block]:
+    """The timed blocks of one repeat of a repeat-major schedule, for the levels of
+    ``levels_open`` in the order of ``all_levels``: the arms counterbalanced by repeat
+    and by the level's index in ``all_levels`` (A B, B A, ...)."""
+    for i, level in enumerate(all_levels):
+        if level in levels_open:
             for arm in arms if (repeat + i) % 2 == 0 else arms[::-1]:
                 yield Block("timed", arm, level, repeat)
+
+
+def pass_blocks(levels: list[int], arms: list[str], lossless: bool, sample: bool) -> Iterator[Block]:
+    """Every level's untimed passes, level by level, after the last repeat of a repeat-major run."""
     for level in levels:
         yield from _passes(level, arms, lossless, sample)
 
