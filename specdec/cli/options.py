@@ -20,6 +20,9 @@ from specdec.runfolder import TRAFFIC_PART_LAYOUT
 
 #: the parameters schedule_options declares: each is the ReplayConfig field of the same name
 SCHEDULE_FIELDS = ("repeats", "lossless_pass", "samples", "restart_servers", "prefix_cache", "margin")
+#: the sequential design's parameters, declared by ``schedule_options(sequential=True)`` only
+#: (specdec-replay; the demo keeps its fixed design): each is the ReplayConfig field of the same name
+SEQUENTIAL_FIELDS = ("max_repeats", "budget_minutes")
 #: client_options' timeouts -> their ReplayConfig fields (--api-key-env, where declared, keeps its name)
 CLIENT_FIELDS = {"connect_timeout": "connect_timeout_s", "request_timeout": "request_timeout_s"}
 #: the parameters run_options declares: each is the ReplayConfig field of the same name (and
@@ -32,6 +35,7 @@ def shared_config(params: Mapping[str, Any]) -> dict[str, Any]:
     command's parsed parameters (``click.get_current_context().params``): one
     mapping for ``specdec demo`` and ``specdec-replay``."""
     out = {name: params[name] for name in (*SCHEDULE_FIELDS, *RUN_FIELDS)}
+    out.update({name: params[name] for name in SEQUENTIAL_FIELDS if params.get(name) is not None})
     out.update({field: params[name] for name, field in CLIENT_FIELDS.items()})
     out["progress"] = not params["no_progress"]
     if "api_key_env" in params:
@@ -39,16 +43,32 @@ def shared_config(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def schedule_options(fn=None, *, repeats: int | None = None):
+def schedule_options(fn=None, *, repeats: int | None = None, sequential: bool = False):
     """The click options of the schedule (--repeats, --lossless-pass/--no-lossless-pass,
     --samples, --restart-servers, --prefix-cache) and of its reading
     (--margin), defaults and meaning from ReplayConfig; ``repeats`` overrides
-    the default number of repeats (the demo's design). Used bare
+    the default number of repeats (the demo's design); ``sequential`` adds the
+    sequential design's --max-repeats and --budget. Used bare
     (``@schedule_options``) or called (``@schedule_options(repeats=4)``)."""
     if fn is None:
-        return lambda f: schedule_options(f, repeats=repeats)
+        return lambda f: schedule_options(f, repeats=repeats, sequential=sequential)
 
     fields = ReplayConfig.model_fields
+    if sequential:
+        fn = click.option(
+            "--budget",
+            "budget_minutes",
+            type=PositiveFloat,
+            default=None,
+            metavar="MINUTES",
+            help=fields["budget_minutes"].description,
+        )(fn)
+        fn = click.option(
+            "--max-repeats",
+            type=click.IntRange(2, 100),
+            default=None,
+            help=fields["max_repeats"].description,
+        )(fn)
     fn = click.option(
         "--margin",
         type=float,

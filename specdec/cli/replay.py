@@ -102,7 +102,7 @@ def _d(name: str):
 )
 @run_options
 @client_options()
-@schedule_options
+@schedule_options(sequential=True)
 @load_options
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
 @click.option(
@@ -181,6 +181,13 @@ def main(
     request_wall_timeout after --request-timeout plus 1 s per requested token.
 
     \b
+    Sequential design (--max-repeats N): after --repeats repeats, and after
+    every repeat from then on, a look at the intervals closes the levels
+    already decided; only the open ones run again, up to N repeats in all, or
+    fewer when the next repeat would pass --budget MINUTES. The repeats run
+    one after another (all open levels each); every look is in the manifest.
+
+    \b
     Exit status: 0 if every level stayed within --max-error-rate, 1 otherwise.
     Stopped by Ctrl-C or SIGTERM, the requests in flight are written as failed
     rows (error_type interrupted), the counts of rows written and lost are
@@ -230,8 +237,9 @@ def main(
         mix=mix,
     )
     LEDGER.reset()
+    factory = _look_factory(cfg) if cfg.sequential else None
     try:
-        run_dir = run_replay(cfg)
+        run_dir = run_replay(cfg) if factory is None else run_replay(cfg, look_factory=factory)
     except SpecdecError as exc:
         report_stopped_run(exc)
         if LEDGER.lost:
@@ -245,3 +253,22 @@ def main(
     if LEDGER.lost:  # never, unless a block lost rows without stopping the run
         raise click.ClickException(LEDGER.summary())
     finish_run(run_dir, progress=cfg.progress)
+
+
+def _look_factory(cfg: ReplayConfig):
+    """A sequential run's looks (``run_replay``'s ``look_factory``): the analytics' ``look_fn``
+    (``specdec.analytics.sequential``) with the run's --max-repeats and --margin; None, and the
+    run takes no look (it runs --max-repeats repeats, or fewer: --budget), where that function
+    does not exist yet."""
+    try:
+        from specdec.analytics.sequential import look_fn  # heavy (duckdb): only for a sequential run
+    except ImportError:
+        click.echo("no sequential analytics (specdec.analytics.sequential.look_fn): the run takes no look", err=True)
+        return None
+    max_repeats, margin = cfg.max_repeats, cfg.margin
+    assert max_repeats is not None  # called for a sequential design only
+
+    def factory(run_dir: Path, looks: list[dict]):
+        return look_fn(run_dir, max_repeats, margin, looks)
+
+    return factory
