@@ -74,6 +74,7 @@ margin from ``int_run_settings``). ``compute`` itself knows nothing of runs.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -83,6 +84,7 @@ import pyarrow as pa
 from specdec.analytics.fit import LevelFit, level_fit
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
+from specdec.analytics.sequential import apply_looks
 from specdec.analytics.variance import level_noise, satterthwaite, slow_blocks, t_interval, t_quantile, t_sf
 
 __all__ = [
@@ -545,6 +547,16 @@ def _by_run(rows: list[tuple]) -> dict[str, list[tuple]]:
     return out
 
 
+def sequential_looks(con) -> dict[str, list]:
+    """Per run, the looks of a sequential run (its manifest's ``looks``); absent for a fixed one."""
+    out = {}
+    for run_id, looks in con.execute("select run_id, json_extract(manifest, '$.looks') from raw_manifest").fetchall():
+        value = json.loads(looks) if isinstance(looks, str) else looks
+        if value:
+            out[run_id] = value
+    return out
+
+
 def fill(con) -> None:
     """Compute every interval from the paired views, one run at a time, and insert them."""
     repeats = _by_run(
@@ -609,19 +621,22 @@ def fill(con) -> None:
             run: {key: v for key, v in groups.items() if (run, key[2]) not in excluded}
             for run, groups in prompts.items()
         }
-    rows = [
-        (run_id, *row)
-        for run_id in sorted(set(repeats) | set(blocks) | set(segments) | set(times))
-        for row in compute_summed(
+    looks = sequential_looks(con)
+    rows = []
+    for run_id in sorted(set(repeats) | set(blocks) | set(segments) | set(times)):
+        margin = margins.get(run_id) or DEFAULT_MARGIN
+        found = compute_summed(
             repeats.get(run_id, ()),
             prompts.get(run_id, {}),
             blocks.get(run_id, ()),
             segments.get(run_id, ()),
             times.get(run_id, ()),
-            margins.get(run_id) or DEFAULT_MARGIN,
+            margin,
             order=order.get(run_id),
         )
-    ]
+        if looks.get(run_id):  # a sequential run: each label is its look's (sequential.apply_looks)
+            found = apply_looks(found, looks[run_id], margin)
+        rows += [(run_id, *row) for row in found]
     if rows:  # through Arrow: executemany inserts a row at a time (200 runs' 9,600 rows: about 30 s)
         table = pa.table({f"c{i}": pa.array(column) for i, column in enumerate(zip(*rows))})
         con.register("interval_rows", table)

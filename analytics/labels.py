@@ -151,16 +151,18 @@ def judge(
     margin: float,
     repeats: int,
     df_at: Callable[[int], float] | None = None,
+    tost_alpha: float = ALPHA,
 ) -> Judged:
     """Label one row from its log-scale centre, standard error and df at the
     family-wise ``level``. ``df_at(n)``: the df that n repeats would give
     (default: df grows in proportion to repeats - 1), for ``repeats_needed``:
     the fewest repeats (up to 100) whose interval would be no wider than
     ln(1 + margin) / 2 at this level, so that a true ratio of 1 would read
-    ``equivalent`` and one of 1 + margin ``faster`` about half the time or more."""
+    ``equivalent`` and one of 1 + margin ``faster`` about half the time or more. ``tost_alpha``: each
+    one-sided test's level for ``equivalent`` (5%; a sequential look spends less: ``sequential``)."""
     low, high, half = t_interval(centre, se, df, level)
     label, clears = label_of(low, high, margin)
-    tost_low, tost_high, _half = t_interval(centre, se, df, 1.0 - 2.0 * ALPHA)
+    tost_low, tost_high, _half = t_interval(centre, se, df, 1.0 - 2.0 * tost_alpha)
     if label not in ("faster", "slower"):
         inside = tost_low >= 1.0 / (1.0 + margin) and tost_high <= 1.0 + margin
         label = "equivalent" if inside else "inconclusive"
@@ -178,4 +180,4 @@ def judge(
                 mid = (lo + hi) // 2
                 lo, hi = (lo, mid) if width(mid) <= target else (mid + 1, hi)
             needed = lo
-    return Judged(low, high, level, label, clears, math.expm1(half), needed, tost_low, tost_high)
+    return Judged(low, high, level, label, clears, math.expm1(min(half, 700.0)), needed, tost_low, tost_high)

@@ -256,15 +256,10 @@ def main(
 
 
 def _look_factory(cfg: ReplayConfig):
-    """A sequential run's looks (``run_replay``'s ``look_factory``): the analytics' ``look_fn``
-    (``specdec.analytics.sequential``) with the run's --max-repeats and --margin; None, and the
-    run takes no look (it runs --max-repeats repeats, or fewer: --budget), where that function
-    does not exist yet."""
-    try:
-        from specdec.analytics.sequential import look_fn  # heavy (duckdb): only for a sequential run
-    except ImportError:
-        click.echo("no sequential analytics (specdec.analytics.sequential.look_fn): the run takes no look", err=True)
-        return None
+    """A sequential run's looks (``run_replay``'s ``look_factory``): the analytics' look at the run
+    folder (``specdec.analytics.sequential_look.look_fn``) with the run's --max-repeats and --margin."""
+    from specdec.analytics.sequential_look import look_fn  # heavy (duckdb): only for a sequential run
+
     max_repeats, margin = cfg.max_repeats, cfg.margin
     assert max_repeats is not None  # called for a sequential design only
 

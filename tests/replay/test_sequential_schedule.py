@@ -342,9 +342,9 @@ def _invoke(*extra: str):
 
 def test_the_command_passes_the_analytics_look_when_there_is_one(replay_calls, monkeypatch, tmp_path):
     seen = []
-    fake = types.ModuleType("specdec.analytics.sequential")
+    fake = types.ModuleType("specdec.analytics.sequential_look")
     fake.look_fn = lambda run_dir, max_repeats, margin, looks: seen.append((run_dir, max_repeats, margin, looks))
-    monkeypatch.setitem(sys.modules, "specdec.analytics.sequential", fake)
+    monkeypatch.setitem(sys.modules, "specdec.analytics.sequential_look", fake)
     _invoke("--repeats", "2", "--max-repeats", "7", "--budget", "12.5", "--margin", "0.1")
     cfg, kw = replay_calls[0]
     assert (cfg.repeats, cfg.max_repeats, cfg.budget_minutes) == (2, 7, 12.5)
@@ -353,13 +353,9 @@ def test_the_command_passes_the_analytics_look_when_there_is_one(replay_calls, m
     assert seen == [(tmp_path, 7, 0.1, looks)] and seen[0][3] is looks
 
 
-def test_the_command_runs_without_looks_when_the_analytics_have_none(replay_calls, monkeypatch):
-    monkeypatch.setitem(sys.modules, "specdec.analytics.sequential", types.ModuleType("specdec.analytics.sequential"))
-    r = _invoke("--max-repeats", "4")
-    assert replay_calls[0][1] == {} and replay_calls[0][0].max_repeats == 4
-    assert "takes no look" in r.output
-    _invoke()  # the fixed design asks for no look at all
-    assert replay_calls[1][1] == {} and replay_calls[1][0].max_repeats is None
+def test_the_fixed_design_asks_for_no_look(replay_calls):
+    _invoke()
+    assert replay_calls[0][1] == {} and replay_calls[0][0].max_repeats is None
 
 
 def test_help_lists_the_sequential_options_for_replay_only():

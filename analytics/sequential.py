@@ -1,0 +1,234 @@
+"""The sequential design (issue 41, item 3): look after every repeat, decide
+what is decided, send only what is still open, and keep the verdict's error
+rates under that stopping.
+
+**The rule.** A run may repeat its levels up to ``max_repeats`` times (R). It
+looks after repeat r = ``repeats`` (the first look, at least 2), r + 1, ...
+Look j has the information fraction t_j = r_j / R and spends
+
+    alpha_j = A(t_j) - A(t_{j-1}),   A(t) = alpha * t^RHO   (alpha = 5%, RHO = 1)
+
+of the family-wise error: Holm over the cells still open, at alpha_j, on
+each open cell's interval from the verdict's own variance model
+(``intervals.compute`` on the repeats so far), labelled by the verdict's
+own rule (``labels.judge``); ``equivalent`` by two one-sided tests at
+alpha_j each (each label at 5% over the run, as in the fixed design). The
+last look (R reached, or the budget cannot pay for another repeat) spends
+what is left: alpha - A(t_{j-1}). A cell labelled ``faster``, ``slower`` or
+``equivalent`` keeps that label and the interval of its look; a level leaves
+the schedule once every cell at it is decided (its categories were sent
+together; they leave together).
+
+**Why this holds.** The looks' levels sum to at most alpha, and a false
+``faster``/``slower`` at any look is a false rejection at that look's level;
+by the union bound (Bonferroni over the looks) the family-wise error over the
+whole run is at most the sum, alpha. The union bound needs no model of how
+the looks' statistics are correlated: the intervals are t intervals on a
+handful of degrees of freedom from a variance model fitted anew at each look,
+so the Gaussian boundaries of a Lan-DeMets design (which assume a known
+variance and independent increments) would not be exact here, and an
+anytime-valid confidence sequence is wider than a t interval at every look
+of a run this short. The price is conservatism where the looks' statistics
+are correlated (they share repeats): measured in BENCHMARKS.md.
+RHO = 1 (spending in proportion to the repeats): at the demo's noise, the first
+look (2 repeats) decides little whatever it spends (a t interval on 1-3 df);
+against quadratic spending, linear decided the demo's cells in 0.61 of a fixed
+8-repeat design's repeats instead of 0.66, with the same power at 1.20x
+(BENCHMARKS.md; 20-run exploration, then ``benchmarks/sequential.py``).
+
+**Futility.** An open cell that could not be decided even at R repeats (its
+standard error shrunk as the square root of R / r, its degrees of freedom
+grown in proportion, the level of all the alpha not yet spent, and its point
+estimate one standard error the favourable way) leaves as ``inconclusive``
+with the repeats that would resolve the margin (``repeats_needed``). Leaving
+for futility never rejects anything, so it cannot raise an error rate; it
+costs power only where the projection is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from specdec.analytics.labels import ALPHA, holm_levels, judge
+from specdec.analytics.variance import t_quantile, t_sf
+
+__all__ = [
+    "RHO",
+    "Cell",
+    "Decision",
+    "Look",
+    "apply_looks",
+    "cells_from_rows",
+    "decide",
+    "open_levels",
+    "spent",
+]
+
+#: The spending function's power: A(t) = alpha * t^RHO (module docstring).
+RHO = 1.0
+#: Futility's benefit of the doubt: the estimate moved this many standard errors the favourable way.
+FUTILITY_SE = 1.0
+
+Key = tuple  # (comparison, category, level)
+
+
+def spent(t: float, alpha: float = ALPHA, rho: float = RHO) -> float:
+    """The family-wise error spent by information fraction ``t`` (0-1)."""
+    return alpha * min(max(t, 0.0), 1.0) ** rho
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One open cell's measurement at a look: log-scale centre, standard error, df."""
+
+    centre: float
+    se: float
+    df: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    comparison: str
+    category: str
+    level: int
+    label: str  # faster, slower, equivalent; inconclusive when it left for futility or at the last look
+    ci_low: float
+    ci_high: float
+    ci_level: float
+    repeats: int  # the repeats it was decided on
+    repeats_needed: int | None = None  # inconclusive: the repeats that would resolve the margin
+    futile: bool = False
+
+
+@dataclass
+class Look:
+    repeat: int  # repeats done at this look
+    alpha_look: float
+    alpha_spent: float  # after this look
+    final: bool
+    decided: list[Decision] = field(default_factory=list)
+    open: list[Key] = field(default_factory=list)
+
+    def record(self) -> dict:
+        """The look as the manifest keeps it (JSON)."""
+        return {
+            "repeat": self.repeat,
+            "alpha_look": self.alpha_look,
+            "alpha_spent": self.alpha_spent,
+            "final": self.final,
+            "decided": [asdict(d) for d in self.decided],
+            "open_cells": [list(k) for k in self.open],
+        }
+
+
+def cells_from_rows(rows: Sequence[Sequence]) -> dict[Key, Cell]:
+    """The measurement rows of ``intervals.compute`` (segment None) as cells: centre and standard
+    error read back from the pointwise interval (exp(centre +- t(0.975, df) se)) and its df."""
+    out: dict[Key, Cell] = {}
+    for row in rows:
+        comparison, category, level, segment, kind, low, high, ci_level, df = row[:9]
+        if kind != "measurement" or segment is not None or low is None or high is None or not df or df <= 0:
+            continue
+        lo, hi = math.log(low), math.log(high)
+        q = t_quantile(1 - (1 - ci_level) / 2, df)
+        out[comparison, category, int(level)] = Cell((lo + hi) / 2, (hi - lo) / (2 * q) if q > 0 else math.inf, df)
+    return out
+
+
+def _futile(c: Cell, repeat: int, max_repeats: int, margin: float, alpha: float, rho: float) -> bool:
+    """Could the cell be decided at ``max_repeats``, at the level the last look would read it
+    (alpha - A((R - 1) / R), Holm aside: the favourable case) (module docstring)?"""
+    if repeat >= max_repeats or repeat < 2:
+        return False
+    left = alpha - spent((max_repeats - 1) / max_repeats, alpha, rho)
+    if left <= 0:  # nothing left for the last look (a spending that spends everything at once)
+        return False
+    se = c.se * math.sqrt(repeat / max_repeats)
+    df = c.df * (max_repeats - 1) / (repeat - 1)
+    far = abs(c.centre) + FUTILITY_SE * c.se  # the favourable way, for a difference
+    near = max(abs(c.centre) - FUTILITY_SE * c.se, 0.0)  # and for equivalence
+    can_differ = far > t_quantile(1 - left / 2, df) * se
+    can_be_equal = near + t_quantile(1 - left, df) * se <= math.log1p(margin)
+    return not (can_differ or can_be_equal)
+
+
+def decide(
+    cells: Mapping[Key, Cell],
+    repeat: int,
+    max_repeats: int,
+    spent_before: float,
+    final: bool,
+    margin: float,
+    alpha: float = ALPHA,
+    rho: float = RHO,
+) -> Look:
+    """One look at the open ``cells`` after ``repeat`` repeats (module docstring)."""
+    total = spent(repeat / max_repeats, alpha, rho)
+    alpha_look = max(alpha - spent_before, 0.0) if final else max(total - spent_before, 0.0)
+    look = Look(repeat, alpha_look, spent_before + alpha_look, final)
+    if not cells:
+        return look
+    p: dict[Hashable, float] = {
+        k: 2.0 * t_sf(abs(c.centre) / c.se, c.df) for k, c in cells.items() if c.se > 0 and math.isfinite(c.se)
+    }
+    levels = holm_levels(p, alpha_look) if alpha_look > 0 and p else dict.fromkeys(p, 1.0)
+    for key, c in cells.items():
+        if not (c.se > 0 and math.isfinite(c.se)):  # no spread measured: nothing to decide on, ever
+            if final:
+                look.decided.append(Decision(key[0], key[1], key[2], "inconclusive", 0.0, math.inf, 0.0, repeat))
+            else:
+                look.open.append(key)
+            continue
+        j = judge(c.centre, c.se, c.df, levels[key], margin, repeat, tost_alpha=max(alpha_look, 1e-12))
+        futile = j.label == "inconclusive" and not final and _futile(c, repeat, max_repeats, margin, alpha, rho)
+        if j.label != "inconclusive" or final or futile:
+            look.decided.append(
+                Decision(
+                    key[0], key[1], key[2], j.label, j.ci_low, j.ci_high, j.level, repeat, j.repeats_needed, futile
+                )
+            )
+        else:
+            look.open.append(key)
+    return look
+
+
+def open_levels(look: Look, levels: Sequence[int]) -> list[int]:
+    """The levels of ``levels`` with a cell still open after ``look``."""
+    still = {k[2] for k in look.open}
+    return [lv for lv in levels if lv in still]
+
+
+def apply_looks(rows: Sequence[tuple], looks: Sequence[Mapping], margin: float) -> list[tuple]:
+    """``intervals.compute`` rows of a sequential run with its family rows' labels and intervals
+    taken from the look that decided each cell (the manifest's ``looks``): read at the end at
+    the full 5% on every repeat, a run that stopped when its labels looked decided would not keep
+    its error rates (stopping without spending). A cell no look decided (the run was stopped
+    before its last look) is ``inconclusive``."""
+    from specdec.analytics.labels import label_of
+
+    decided: dict[Key, tuple[Mapping, int]] = {}
+    for look in looks:
+        for d in look.get("decided") or ():
+            decided[d["comparison"], d["category"], int(d["level"])] = (d, int(look["repeat"]))
+    out = []
+    for row in rows:
+        if row[4] != "family" or row[3] is not None:
+            out.append(row)
+            continue
+        r = list(row)
+        hit = decided.get((row[0], row[1], int(row[2])))
+        if hit is None:
+            r[11], r[12] = "inconclusive", None
+            r[16] = f"{row[16]}; sequential: open when the run stopped (no look decided it)"
+        else:
+            d, at = hit
+            r[5], r[6], r[7], r[11] = d["ci_low"], d["ci_high"], d["ci_level"], d["label"]
+            r[12] = label_of(d["ci_low"], d["ci_high"], margin)[1] if d["label"] in ("faster", "slower") else None
+            r[14] = d.get("repeats_needed")
+            why = "left for futility" if d.get("futile") else "decided"
+            r[16] = f"{row[16]}; sequential: {why} at the look after repeat {at} (level {d['ci_level']:.4f})"
+        out.append(tuple(r))
+    return out
+

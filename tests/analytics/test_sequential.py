@@ -1,0 +1,121 @@
+"""The sequential design's rule (analytics/sequential.py): what each look spends and decides,
+and the marts' labels of a sequential run taken from its looks; its error rates and savings on
+synthetic runs with noise the intervals do not assume (analytics/sequential_calibration.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specdec.analytics.calibration import MEASURED, Design
+from specdec.analytics.labels import ALPHA
+from specdec.analytics.sequential import Cell, apply_looks, cells_from_rows, decide, spent
+from specdec.analytics.sequential_calibration import compare
+from specdec.analytics.variance import t_quantile
+
+
+def test_the_looks_spend_at_most_alpha_and_the_last_spends_what_is_left():
+    assert spent(0.0) == 0.0 and spent(1.0) == pytest.approx(ALPHA)
+    assert all(spent(a / 10) < spent(b / 10) for a, b in zip(range(1, 10), range(2, 11)))
+    before, total = 0.0, 0.0
+    for r, final in ((2, False), (3, False), (4, True)):  # a budget that ends the run at 4 of 8
+        look = decide({}, r, 8, before, final, 0.05)
+        total += look.alpha_look
+        before = look.alpha_spent
+    assert total == pytest.approx(ALPHA)
+    assert decide({}, 2, 8, 0.0, False, 0.05).alpha_look == pytest.approx(spent(2 / 8))
+
+
+def test_a_large_effect_is_decided_at_the_first_look_and_a_null_is_not_labelled():
+    big = Cell(math.log(2.0), 0.02, 6.0)
+    null = Cell(0.001, 0.05, 6.0)
+    look = decide({("ab", "code", 1): big, ("ab", "chat", 1): null}, 2, 6, 0.0, False, 0.05)
+    labels = {(d.category, d.label) for d in look.decided}
+    assert ("code", "faster") in labels
+    assert ("ab", "chat", 1) in look.open or ("chat", "inconclusive") in labels  # open, or futile
+    assert all(d.label != "faster" for d in look.decided if d.category == "chat")
+
+
+def test_a_cell_that_could_not_be_decided_by_the_last_repeat_leaves_as_futile():
+    hopeless = Cell(math.log(1.03), 0.08, 3.0)  # 3% with a 8% standard error: neither way by repeat 4
+    look = decide({("ab", "chat", 4): hopeless}, 2, 4, 0.0, False, 0.05)
+    (d,) = look.decided
+    assert d.label == "inconclusive" and d.futile and d.repeats_needed and d.repeats_needed > 4
+    promising = Cell(math.log(1.25), 0.08, 3.0)  # could clear 1 by repeat 8: stays open
+    assert decide({("ab", "code", 4): promising}, 2, 8, 0.0, False, 0.05).open == [("ab", "code", 4)]
+
+
+def test_the_final_look_labels_every_open_cell():
+    cells = {("ab", "chat", lv): Cell(0.01, 0.05, 4.0) for lv in (1, 4)}
+    look = decide(cells, 5, 5, spent(4 / 5), True, 0.05)
+    assert not look.open and {d.label for d in look.decided} == {"inconclusive"}
+    assert look.alpha_spent == pytest.approx(ALPHA)
+
+
+def test_cells_are_read_back_from_the_pointwise_rows():
+    q = t_quantile(0.975, 5.0)
+    centre, se = math.log(1.3), 0.04
+    row = ("ab", "code", 4, None, "measurement", math.exp(centre - q * se), math.exp(centre + q * se), 0.95, 5.0)
+    ((key, cell),) = cells_from_rows([row, ("ab", "code", 4, "natural", "measurement", 1, 2, 0.95, 5.0)]).items()
+    assert key == ("ab", "code", 4)
+    assert cell.centre == pytest.approx(centre) and cell.se == pytest.approx(se) and cell.df == 5.0
+
+
+def _family(category: str, level: int, label: str) -> tuple:
+    return ("ab", category, level, None, "family", 0.9, 1.1, 0.99, 5.0, 0.5, 3, label, None, 0.1, None, 0.05, "m")
+
+
+def test_a_sequential_runs_labels_are_its_looks_and_an_undecided_cell_is_inconclusive():
+    rows = [_family("code", 1, "faster"), _family("chat", 1, "faster"), ("ab", "code", 1, None, "measurement")]
+    looks = [
+        {
+            "repeat": 2,
+            "decided": [
+                {
+                    "comparison": "ab",
+                    "category": "code",
+                    "level": 1,
+                    "label": "faster",
+                    "ci_low": 1.8,
+                    "ci_high": 2.4,
+                    "ci_level": 0.997,
+                    "repeats_needed": None,
+                    "futile": False,
+                }
+            ],
+        }
+    ]
+    out = {(r[1], r[4]): r for r in apply_looks(rows, looks, 0.05)}
+    code, chat = out["code", "family"], out["chat", "family"]
+    assert (code[5], code[6], code[7], code[11], code[12]) == (1.8, 2.4, 0.997, "faster", True)
+    assert "look after repeat 2" in code[16]
+    assert chat[11] == "inconclusive" and "open when the run stopped" in chat[16]
+    assert out["code", "measurement"] == rows[2]  # other rows untouched
+
+
+# noise the intervals do not assume: the order effect, drift, t(3) tails, slow blocks, shocks
+ALL = {"order": 0.04, "drift": 0.044, "tails": 3.0, "slow_share": 0.04, "shock": 0.03}
+
+
+def test_under_aa_with_misfits_the_sequential_design_keeps_its_error_rate_and_no_spending_does_not():
+    from dataclasses import replace
+
+    noise = replace(MEASURED, prompt={}, **ALL)
+    design = Design(repeats=5)
+    ours = compare(design, noise, 1.0, 120, 5, seed=11)
+    planted = compare(design, noise, 1.0, 120, 5, seed=11, spend=False)
+    # 120 runs: a true rate of 5% gives at most 12 false runs (10%) with probability > 99%
+    assert ours.sequential_false_runs <= 0.10, ours
+    assert planted.sequential_false_runs > ours.sequential_false_runs, (planted, ours)
+
+
+def test_large_effects_are_decided_in_fewer_repeats_than_the_fixed_design():
+    from dataclasses import replace
+
+    noise = replace(MEASURED, **ALL)
+    design = Design(repeats=8)  # the fixed design of the same most repeats
+    truth = {(c, lv): {"code": 2.2, "structured": 1.5}.get(c, 1.0) for c in design.categories for lv in design.levels}
+    r = compare(design, noise, truth, 20, 8, seed=3)
+    assert r.repeats_ratio < 0.75, r  # 0.61 measured (20 runs, seed 3)
+    assert r.fixed_decisions_reached >= 0.85, r
