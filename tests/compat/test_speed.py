@@ -110,7 +110,8 @@ def test_a_pair_whose_speculative_arm_is_3x_faster_is_decided_faster_cell_by_cel
     """Fake servers (tests/support/compat_server.py): 300 ms a request without speculation, 100 ms
     with. Wall-clock sleeps: at 60 and 20 ms, the scheduling jitter of the clean-clone make test's
     busy no-engine line (beside the engine tests) left a cell at x1.77 'not measured' (once in four
-    runs); at these sizes it is a few percent of a request."""
+    runs); at these sizes it is a few percent of a request, but a stall of one pair still happens
+    (below)."""
     import asyncio
 
     from specdec.engines.urls import ClientSettings, parse_endpoint
@@ -127,9 +128,17 @@ def test_a_pair_whose_speculative_arm_is_3x_faster_is_decided_faster_cell_by_cel
 
     cells, sent = asyncio.run(go())
     assert {c.probe for c in cells} == only
-    for c in cells:
-        assert c.speed_label == "faster" and 1.5 < c.speed_ci_low < c.speed_ci_high < 6, c.detail
+    # a stalled pair widens its own cell only (speed.py: the cell keeps its own spread where it is
+    # wider than the pool's): on the clean-clone make test's no-engine line, at nice 10 beside the
+    # engine tests, one pair of one cell in one run of five took 200 ms more (x2.00 over 2 pairs)
+    faster = [c for c in cells if c.speed_label == "faster"]
+    assert len(faster) >= len(only) - 2, [c.detail for c in cells]
+    for c in faster:
+        assert 1.5 < c.speed_ci_low < c.speed_ci_high < 6, c.detail
         assert c.detail.startswith("speed faster: x") and c.outcome == "works"
+    for c in cells:
+        assert c.speed_label in ("faster", NOT_MEASURED) and c.outcome == "works", c.detail
+        assert c.speedup is not None and c.speedup > 1.2, c.detail  # never read the other way
     assert all(len(e["log_ratios"][e["probe"]]) == 2 * len(e["bodies"]) for e in sent)
 
 
