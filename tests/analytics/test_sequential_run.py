@@ -1,0 +1,60 @@
+"""A sequential replay end to end on fake servers (no engine) with the analytics' own look
+(``analytics/sequential_look.py``): the looks decide from the marts of the repeats so far, the
+manifest keeps them, the run stops sending what they decided, and the built marts' labels are
+the looks' (``intervals.fill`` through ``sequential.apply_looks``), never a full-5% reading of
+the data at the end."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from specdec.analytics.build import build
+from specdec.analytics.sequential_look import look_fn
+from specdec.replay.config import ReplayConfig
+from specdec.replay.experiment import run_replay
+from tests.support.fake_server import FakeVllm, threaded
+
+
+def test_a_3x_faster_pair_is_decided_by_the_looks_and_the_marts_say_so(tmp_path, fixtures):
+    # 30 ms against 10 ms an event: every cell 3x faster; wall-clock sleeps, so noise is the host's
+    with threaded(FakeVllm(delay_s=0.03), FakeVllm(delay_s=0.01)) as (b, s):
+        cfg = ReplayConfig(
+            traffic=fixtures / "traffic_small.jsonl",
+            runs_dir=tmp_path / "runs",
+            run_id="seq",
+            levels=[1, 2],
+            warmup_requests=1,
+            progress=False,
+            capture_wait_s=0.0,
+            repeats=2,
+            max_repeats=6,
+            lossless_pass=False,
+            baseline_url=b,
+            speculative_url=s,
+        )
+        run_dir = run_replay(cfg, look_factory=lambda d, looks: look_fn(d, 6, cfg.margin, looks))
+    looks = json.loads((run_dir / "manifest.json").read_text())["looks"]
+    assert looks and all(0 < x["alpha_look"] <= 0.05 for x in looks)
+    assert sum(x["alpha_look"] for x in looks) <= 0.05 + 1e-12
+    decided = {(d["category"], d["level"]): d for x in looks for d in x["decided"]}
+    assert decided and all(d["label"] in ("faster", "inconclusive") for d in decided.values()), decided
+    assert any(d["label"] == "faster" for d in decided.values())
+    assert looks[-1]["open_levels"] == [] or looks[-1]["final"]
+    assert not list(run_dir.rglob("look.duckdb")) and not list(tmp_path.rglob("specdec-look-*"))
+    con = duckdb.connect(str(build(run_dir)), read_only=True)
+    try:
+        rows = con.execute(
+            "select category, concurrency, label, ci_low, ci_high, method from int_speedup_intervals "
+            "where interval = 'family' and segment is null"
+        ).fetchall()
+    finally:
+        con.close()
+    assert rows
+    for category, level, label, low, high, method in rows:
+        d = decided.get((category, level))
+        if d is None:
+            assert label == "inconclusive" and "open when the run stopped" in method
+        else:
+            assert (label, low, high) == (d["label"], d["ci_low"], d["ci_high"]) and "sequential:" in method
