@@ -11,7 +11,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def pytest_collection_modifyitems(config, items):
-    """The engine tests that serve with llama.cpp (marker ``llama_cpp``) run first, the ones that
+    """A test marked ``first_on_pair`` runs first (the sidecar's: it needs the session's vLLM pair
+    fresh, its counters and capture folder its own). Then the engine tests that serve with llama.cpp (marker ``llama_cpp``) run first, the ones that
     use the session's vLLM pair first among them (the two-engine run: it starts the pair, which then
     idles at no CPU cost until the vLLM tests use it), in their collection order otherwise.
     `make test` (tools/make_test.sh) starts the tests that start no engine beside the engine tests
@@ -20,8 +21,9 @@ def pytest_collection_modifyitems(config, items):
     replay 136 s against 54, a draft-model check 63 s against 5), while vLLM's were within 10%."""
 
     def order(item):
+        first = item.get_closest_marker("first_on_pair") is not None
         llama = item.get_closest_marker("llama_cpp") is not None
-        return (not llama, not (llama and "vllm_pair" in getattr(item, "fixturenames", ())))
+        return (not first, not llama, not (llama and "vllm_pair" in getattr(item, "fixturenames", ())))
 
     items.sort(key=order)
     llama = [item.nodeid for item in items if item.get_closest_marker("llama_cpp") is not None]

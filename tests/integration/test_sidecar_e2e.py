@@ -8,6 +8,11 @@ engine); nothing is left in the capture folder. The requests go through the
 sidecar's own proxy with category headers, so the per-category gauges split
 the same rounds by the requests' categories.
 
+It runs on the session's shared vLLM pair (``vllm_pair``: its ngram server), first of every
+engine test (tests/conftest.py orders it so): the pair is then fresh, so its counters since
+start-up and its capture folder hold this test's requests alone, as an own server's did
+(issue 40: its own vLLM server cost a start, about 25 s).
+
 Then `specdec analytics build LAKE` over two runs: a second run's part file
 (the first run's rows under another run id and engine process token, as a
 second server's plugin would write them; a second vLLM server would take
@@ -32,7 +37,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.analytics.build import build
-from specdec.engines.server import LocalServer, ServerSpec
 from specdec.runfolder import (
     LAKE_COUNTERS_GLOB,
     LAKE_ROUNDS_GLOB,
@@ -41,12 +45,13 @@ from specdec.runfolder import (
     round_part_name,
 )
 from specdec.schemas.arrow import write_parquet_atomic
+from tests.support.engine_servers import SHARED_RUN_ID
 
-pytestmark = pytest.mark.engine
+#: ``first_on_pair``: run before any other engine test touches the session's vLLM pair (module docstring)
+pytestmark = [pytest.mark.engine, pytest.mark.first_on_pair]
 
-RUN_ID = "sidecar-e2e"
+RUN_ID = SHARED_RUN_ID  # the pair's plugin writes its rounds under this run id
 SECOND_RUN = "sidecar-e2e/second"  # a '/' in a run id: its lake partition folder is percent-encoded
-NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
 PROMPTS = [
     "Repeat this list three times: red, green, blue, red, green, blue, red, green, blue.",
     "Count from one to twenty in words: one, two, three, four, five,",
@@ -129,79 +134,79 @@ def _until(check, timeout_s: float, what: str):
     return value
 
 
-def test_the_sidecar_beside_the_embedded_server(tmp_path, model_dir):
+def test_the_sidecar_beside_the_embedded_server(tmp_path, vllm_pair):
     t0 = time.monotonic()
-    cap, lake = tmp_path / "cap", tmp_path / "lake"
-    # its own server: the lake must equal vLLM's counters since start-up, and the sidecar empties the capture folder
-    spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="off")
-    with LocalServer(spec, NGRAM, cap, RUN_ID, tmp_path / "server.log") as server:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "specdec.cli.capture",
-                "sidecar",
-                "--capture-dir",
-                str(cap),
-                "--lake",
-                str(lake),
-                "--server",
-                server.base_url,
-                "--listen",
-                "127.0.0.1:0",
-                "--compact-s",
-                "0.5",
-                "--scrape-s",
-                "0.5",
-                "--window-s",
-                "600",
-                "--proxy-listen",
-                "127.0.0.1:0",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+    cap, lake = vllm_pair.capture_dir, tmp_path / "lake"
+    server = vllm_pair.speculative
+    # the pair fresh (first of the engine tests): the lake must equal vLLM's counters since start-up
+    assert not list(cap.glob(ROUND_PART_GLOB)), "the sidecar test must run before any other use of the vLLM pair"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specdec.cli.capture",
+            "sidecar",
+            "--capture-dir",
+            str(cap),
+            "--lake",
+            str(lake),
+            "--server",
+            server.base_url,
+            "--listen",
+            "127.0.0.1:0",
+            "--compact-s",
+            "0.5",
+            "--scrape-s",
+            "0.5",
+            "--window-s",
+            "600",
+            "--proxy-listen",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = proc.stdout.readline().split("listening on ")[1].split()[0]
+        proxy_url = proc.stdout.readline().split("listening on ")[1].split()[0]
+        before = _metrics(url)
+        asyncio.run(_chat(proxy_url))
+        during = _until(
+            lambda: (m := _metrics(url)) and not math.isnan(m["specdec_acceptance_rate"]) and m,
+            60,
+            "the acceptance gauge",
         )
-        try:
-            url = proc.stdout.readline().split("listening on ")[1].split()[0]
-            proxy_url = proc.stdout.readline().split("listening on ")[1].split()[0]
-            before = _metrics(url)
-            asyncio.run(_chat(proxy_url))
-            during = _until(
-                lambda: (m := _metrics(url)) and not math.isnan(m["specdec_acceptance_rate"]) and m,
-                60,
-                "the acceptance gauge",
+
+        def settled():  # every round compacted, in the live metrics, and counted by vLLM
+            m = _metrics(url)  # read first: its rows are in the lake before they are in the metrics
+            rows = _lake_rounds(lake)
+            verify = sum(1 for r in rows if r["tokens_proposed"] > 0)
+            return (
+                verify > 0
+                and m["specdec_sidecar_rows_written_total"] == len(rows)
+                and m.get("specdec_server_spec_num_drafts_total") == verify
+                and m
             )
 
-            def settled():  # every round compacted, in the live metrics, and counted by vLLM
-                m = _metrics(url)  # read first: its rows are in the lake before they are in the metrics
-                rows = _lake_rounds(lake)
-                verify = sum(1 for r in rows if r["tokens_proposed"] > 0)
-                return (
-                    verify > 0
-                    and m["specdec_sidecar_rows_written_total"] == len(rows)
-                    and m.get("specdec_server_spec_num_drafts_total") == verify
-                    and m
-                )
+        def stable():  # settled, and still the same 2 s later (4 compactions and scrapes): the plugin's
+            # last part and vLLM's last stats can arrive after a first agreement (a CI run saw 10, then 15)
+            first = settled()
+            if not first:
+                return False
+            time.sleep(2.0)
+            second = settled()
+            return second if second and _lake_count(lake) == first["specdec_sidecar_rows_written_total"] else False
 
-            def stable():  # settled, and still the same 2 s later (4 compactions and scrapes): the plugin's
-                # last part and vLLM's last stats can arrive after a first agreement (a CI run saw 10, then 15)
-                first = settled()
-                if not first:
-                    return False
-                time.sleep(2.0)
-                second = settled()
-                return second if second and _lake_count(lake) == first["specdec_sidecar_rows_written_total"] else False
-
-            live = _until(stable, 90, "the lake to hold every verify round vLLM counted, stably")
-            second = _second_run_part(lake, cap)  # moved into the lake by the last compaction at stop
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            out, _ = proc.communicate(timeout=60)
+        live = _until(stable, 90, "the lake to hold every verify round vLLM counted, stably")
+        second = _second_run_part(lake, cap)  # moved into the lake by the last compaction at stop
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     # the engine said once, at start-up, what the capture gives with its runner (capture.plugin.runner_line)
     lines = [
         line
-        for line in (tmp_path / "server.log").read_text(errors="replace").splitlines()
+        for line in server.log_path.read_text(errors="replace").splitlines()
         if "specdec-capture: counts exact" in line
     ]
     assert len(lines) == 1 and "timings from the host clock (V1 runner" in lines[0] and "on CPU" in lines[0], lines
