@@ -6,8 +6,8 @@ reconciling with its own engine's counters, and a report that puts them side
 by side. The vLLM arms are served by the session's shared pair (``vllm_pair``:
 none and ngram, float32, as the run's own servers would be); the two llama.cpp
 servers are started and stopped by the run's real start-up path, beside them
-(issue 40: fresh vLLM servers are started by test_aa_e2e's restart and by the
-sidecar's and stability's tests; here they added about 45 s of start-up)."""
+(issue 40: fresh vLLM servers are started by test_aa_e2e's restart and by
+stability's test; here they added about 45 s of start-up)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,8 @@ restart). At the end the run's rounds are copied from the pair's capture
 folder into the run folder, as ``--capture-dir`` does for external servers.
 Starting the embedded vLLM servers themselves is tested where it matters
 (test_aa_e2e: a fresh server for a repeat; test_stability_e2e: a kill and a
-restart; test_sidecar_e2e: the sidecar's own server).
+restart). test_sidecar_e2e needs counters since start-up and a capture folder
+of its own: it runs first (marker ``first_on_pair``), on the pair still fresh.
 """
 
 from __future__ import annotations
