@@ -19,6 +19,9 @@ from __future__ import annotations
 
 DEMO_LEVELS: tuple[int, ...] = (1, 4, 8)
 DEMO_REPEATS = 5
+#: the sequential demo's first look (``specdec demo``'s default design): after 2 repeats, then
+#: after each one, up to DEMO_REPEATS; ``--design fixed`` runs DEMO_REPEATS, as before
+DEMO_FIRST_LOOK = 2
 DEMO_MAX_TOKENS = 32
 #: the bundled mix (replay/data/demo_traffic.jsonl): prompts per category
 DEMO_PROMPTS_PER_CATEGORY = 8

@@ -43,8 +43,9 @@ class _Stop(Exception):
 def seen(monkeypatch):
     got = []
 
-    def fake_run(cfg):
+    def fake_run(cfg, look_factory=None):
         got.append(cfg)
+        assert (look_factory is not None) == cfg.sequential, "a sequential run gets its looks"
         raise _Stop
 
     monkeypatch.setattr(experiment, "run_replay", fake_run)
@@ -69,3 +70,5 @@ def test_demo_and_replay_make_the_same_fields_of_the_shared_options(tmp_path, se
         assert {k: getattr(cfg, k) for k in WANT} == WANT
         assert cfg.runs_dir == tmp_path
     assert seen[1].api_key_env == "MY_KEY"
+    # the design is not shared: sequential in both, up to the demo's 5 and to 2 x --repeats
+    assert (seen[0].max_repeats, seen[1].max_repeats) == (5, 6)

@@ -146,3 +146,18 @@ def finish_run(run_dir: Path, slo=None, progress: bool = True) -> None:
             + ", ".join(failed)
             + ". No speedup or lossless figure was computed from them; see the report."
         )
+
+
+def look_factory(cfg):
+    """A sequential run's looks (``run_replay``'s ``look_factory``): the analytics' look at
+    the run folder (``specdec.analytics.sequential_look.look_fn``) with the run's
+    ``max_repeats`` and ``margin``; ``specdec-replay`` and ``specdec demo`` pass it."""
+    from specdec.analytics.sequential_look import look_fn  # heavy (duckdb): only for a sequential run
+
+    max_repeats, margin = cfg.max_repeats, cfg.margin
+    assert max_repeats is not None  # called for a sequential design only
+
+    def factory(run_dir: Path, looks: list[dict]):
+        return look_fn(run_dir, max_repeats, margin, looks)
+
+    return factory

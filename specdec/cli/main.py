@@ -22,6 +22,7 @@ from specdec.cli.common import (
     build_bar,
     finish_run,
     handle_errors,
+    look_factory,
     report_stopped_run,
     run_dir_arg,
     slo_of,
@@ -30,6 +31,7 @@ from specdec.cli.common import (
 from specdec.cli.compat import compat_command
 from specdec.cli.options import (
     client_options,
+    design_config,
     run_options,
     schedule_options,
     shared_config,
@@ -39,7 +41,7 @@ from specdec.cli.plan import plan_command
 from specdec.cli.stability import stability_command
 from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
-from specdec.demo_design import DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
+from specdec.demo_design import DEMO_FIRST_LOOK, DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.errors import SpecdecError
 from specdec.model import find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig, default_of
@@ -256,7 +258,7 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 )
 @run_options
 @client_options(api_key=False)
-@schedule_options(repeats=DEMO_REPEATS)
+@schedule_options(repeats=DEMO_FIRST_LOOK, sequential=True, max_repeats_default=f"max({DEMO_REPEATS}, --repeats)")
 @click.option(
     "--engine",
     type=click.Choice(["vllm", "llama.cpp", "both"]),
@@ -272,16 +274,23 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 def demo(levels: list[int], max_tokens: int | None, engine: str, **shared: Any) -> None:
     """End to end on the embedded default: local vLLM CPU + SmolLM2 + the
     bundled traffic mix, ngram speculation k=4 vs none, then marts and report
-    (--engine llama.cpp: the same on llama-server, ngram-mod vs none)."""
+    (--engine llama.cpp: the same on llama-server, ngram-mod vs none).
+
+    \b
+    Design: sequential by default. A look after 2 repeats and after each one
+    from then on; the levels whose cells are all decided leave, the rest
+    repeat, up to 5 repeats (--max-repeats). --design fixed: 5 repeats, as the
+    demo ran before (docs/manual/sequential.md)."""
     from specdec.replay.experiment import run_replay  # heavy (aiohttp, pyarrow, numpy): only when the command runs
 
     # Validate settings and input before anything is prepared or written.
     engines = {"engine": engine} if engine != "both" else {"named_arms": list(BOTH_ENGINES_ARMS)}
+    design, design_line = design_config(shared, default_max=lambda r: DEMO_REPEATS, fixed_repeats=DEMO_REPEATS)
     cfg = ReplayConfig(
         traffic=BUNDLED,
         levels=levels,
         max_tokens=max_tokens,
-        **shared_config(shared),
+        **{**shared_config(shared), **design},
         **engines,
     )
     load_traffic(cfg.traffic)
@@ -294,8 +303,10 @@ def demo(levels: list[int], max_tokens: int | None, engine: str, **shared: Any) 
         click.echo(f"model: {prepare_model().path} (vLLM), {find_gguf()} (llama.cpp)")
     if update:
         click.echo(f"model: {update['model']}")
+    click.echo(design_line)
+    cfg = cfg.model_copy(update=update)
     try:
-        run_dir = run_replay(cfg.model_copy(update=update))
+        run_dir = run_replay(cfg) if not cfg.sequential else run_replay(cfg, look_factory=look_factory(cfg))
     except SpecdecError as exc:
         report_stopped_run(exc)
         raise

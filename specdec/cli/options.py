@@ -7,11 +7,12 @@ run (``specdec demo`` and ``specdec-replay``), and the recording proxy's
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args
 
 import click
+from click.core import ParameterSource
 
 from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval
 from specdec.replay.config import ClientOptions, ReplayConfig
@@ -23,6 +24,8 @@ SCHEDULE_FIELDS = ("repeats", "lossless_pass", "samples", "restart_servers", "pr
 #: the sequential design's parameters, declared by ``schedule_options(sequential=True)`` only
 #: (specdec-replay; the demo keeps its fixed design): each is the ReplayConfig field of the same name
 SEQUENTIAL_FIELDS = ("max_repeats", "budget_minutes")
+#: ``--design``'s choices; without it a run that can look is sequential (``design_config``)
+DESIGNS = ("sequential", "fixed")
 #: client_options' timeouts -> their ReplayConfig fields (--api-key-env, where declared, keeps its name)
 CLIENT_FIELDS = {"connect_timeout": "connect_timeout_s", "request_timeout": "request_timeout_s"}
 #: the parameters run_options declares: each is the ReplayConfig field of the same name (and
@@ -35,7 +38,6 @@ def shared_config(params: Mapping[str, Any]) -> dict[str, Any]:
     command's parsed parameters (``click.get_current_context().params``): one
     mapping for ``specdec demo`` and ``specdec-replay``."""
     out = {name: params[name] for name in (*SCHEDULE_FIELDS, *RUN_FIELDS)}
-    out.update({name: params[name] for name in SEQUENTIAL_FIELDS if params.get(name) is not None})
     out.update({field: params[name] for name, field in CLIENT_FIELDS.items()})
     out["progress"] = not params["no_progress"]
     if "api_key_env" in params:
@@ -43,18 +45,77 @@ def shared_config(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def schedule_options(fn=None, *, repeats: int | None = None, sequential: bool = False):
+def design_config(
+    params: Mapping[str, Any],
+    *,
+    default_max: Callable[[int], int],
+    fixed_repeats: int | None = None,
+    closed_loop: bool = True,
+) -> tuple[dict[str, Any], str]:
+    """The ReplayConfig keywords of ``--design``, ``--max-repeats`` and ``--budget`` (and of
+    ``--repeats`` where the design changes its default), with a line that says which design
+    the run uses and why.
+
+    Without ``--design`` a run that can look (closed loop, ``--repeats`` at least 2) is
+    sequential, up to ``--max-repeats`` or ``default_max(repeats)``; one that cannot is
+    fixed, and the line says why. ``--design sequential`` where the run cannot look, and
+    ``--max-repeats`` or ``--budget`` with ``--design fixed``, are refused by name.
+    ``fixed_repeats``: the fixed design's ``--repeats`` when the option was not given (the
+    demo's 5 against its sequential first look after 2)."""
+    design, max_repeats, budget = params.get("design"), params.get("max_repeats"), params.get("budget_minutes")
+    repeats = params["repeats"]
+    given = click.get_current_context().get_parameter_source("repeats") != ParameterSource.DEFAULT
+    if design == "fixed":
+        if max_repeats is not None or budget is not None:
+            raise click.UsageError("--max-repeats and --budget belong to the sequential design, not --design fixed")
+        if fixed_repeats is not None and not given:
+            return {"repeats": fixed_repeats}, f"design: fixed, {fixed_repeats} repeats"
+        return {}, f"design: fixed, {repeats} repeats"
+    why_not = None
+    if not closed_loop:
+        why_not = "open loop (--load) has no looks"
+    elif repeats < 2:
+        why_not = f"--repeats {repeats}: a look needs 2 repeats"
+    if why_not is not None:
+        if design == "sequential" or max_repeats is not None or budget is not None:
+            raise click.UsageError(f"the sequential design cannot run here: {why_not}; give --design fixed")
+        return {}, f"design: fixed, {repeats} repeats ({why_not})"
+    most = max_repeats if max_repeats is not None else max(default_max(repeats), repeats)
+    out: dict[str, Any] = {"max_repeats": most}
+    line = f"design: sequential, first look after repeat {repeats}, at most {most} repeats"
+    if budget is not None:
+        out["budget_minutes"] = budget
+        line += f" or {budget:g} minutes of timed blocks"
+    return out, line + " (--design fixed for exactly --repeats)"
+
+
+def schedule_options(
+    fn=None, *, repeats: int | None = None, sequential: bool = False, max_repeats_default: str = "2 x --repeats"
+):
     """The click options of the schedule (--repeats, --lossless-pass/--no-lossless-pass,
     --samples, --restart-servers, --prefix-cache) and of its reading
     (--margin), defaults and meaning from ReplayConfig; ``repeats`` overrides
-    the default number of repeats (the demo's design); ``sequential`` adds the
-    sequential design's --max-repeats and --budget. Used bare
+    the default number of repeats (the demo's design); ``sequential`` adds
+    --design and the sequential design's --max-repeats and --budget (their
+    values become ReplayConfig's through ``design_config``; ``max_repeats_default``
+    is the words of --max-repeats' default in its help). Used bare
     (``@schedule_options``) or called (``@schedule_options(repeats=4)``)."""
     if fn is None:
-        return lambda f: schedule_options(f, repeats=repeats, sequential=sequential)
+        return lambda f: schedule_options(
+            f, repeats=repeats, sequential=sequential, max_repeats_default=max_repeats_default
+        )
 
     fields = ReplayConfig.model_fields
     if sequential:
+        fn = click.option(
+            "--design",
+            type=click.Choice(DESIGNS),
+            default=None,
+            help="sequential (the default wherever the run can look: closed loop and --repeats 2 or "
+            "more): a look after --repeats repeats and after each one from then on, repeating only the "
+            "levels still undecided, up to --max-repeats or --budget; fixed: exactly --repeats "
+            "repeats, as before. docs/manual/sequential.md.",
+        )(fn)
         fn = click.option(
             "--budget",
             "budget_minutes",
@@ -67,7 +128,7 @@ def schedule_options(fn=None, *, repeats: int | None = None, sequential: bool = 
             "--max-repeats",
             type=click.IntRange(2, 100),
             default=None,
-            help=fields["max_repeats"].description,
+            help=f"{fields['max_repeats'].description} Default here: {max_repeats_default}.",
         )(fn)
     fn = click.option(
         "--margin",

@@ -15,9 +15,10 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from specdec.cli.common import finish_run, handle_errors, report_stopped_run
+from specdec.cli.common import finish_run, handle_errors, look_factory, report_stopped_run
 from specdec.cli.options import (
     client_options,
+    design_config,
     load_options,
     run_options,
     schedule_options,
@@ -181,11 +182,13 @@ def main(
     request_wall_timeout after --request-timeout plus 1 s per requested token.
 
     \b
-    Sequential design (--max-repeats N): after --repeats repeats, and after
-    every repeat from then on, a look at the intervals closes the levels
-    already decided; only the open ones run again, up to N repeats in all, or
-    fewer when the next repeat would pass --budget MINUTES. The repeats run
-    one after another (all open levels each); every look is in the manifest.
+    Design (--design): sequential by default in closed loop. After --repeats
+    repeats (default 3), and after every repeat from then on, a look at the
+    intervals closes the levels already decided; only the open ones run again,
+    up to --max-repeats (default 2 x --repeats) in all, or fewer when the next
+    repeat would pass --budget MINUTES. The looks spend 5% family-wise error
+    between them. The repeats run one after another (all open levels each);
+    every look is in the manifest. --design fixed: exactly --repeats repeats.
 
     \b
     Exit status: 0 if every level stayed within --max-error-rate, 1 otherwise.
@@ -218,6 +221,7 @@ def main(
     if load == "closed" or click.get_current_context().get_parameter_source("levels") != ParameterSource.DEFAULT:
         # open loop: levels are derived from --time-scale/--rates; an explicit --levels is refused
         load_kw["levels"] = levels
+    design, design_line = design_config(shared, default_max=lambda r: 2 * r, closed_loop=load == "closed")
     cfg = ReplayConfig(
         traffic=traffic,
         run_id=run_id,
@@ -227,7 +231,7 @@ def main(
         named_arms=list(named_arms) or None,
         warmup_requests=warmup,
         max_tokens=max_tokens,
-        **shared_config(shared),
+        **{**shared_config(shared), **design},
         engine=engine,
         model=model,
         baseline_url=baseline_url,
@@ -237,7 +241,9 @@ def main(
         mix=mix,
     )
     LEDGER.reset()
-    factory = _look_factory(cfg) if cfg.sequential else None
+    if cfg.progress:
+        click.echo(design_line, err=True)
+    factory = look_factory(cfg) if cfg.sequential else None
     try:
         run_dir = run_replay(cfg) if factory is None else run_replay(cfg, look_factory=factory)
     except SpecdecError as exc:
@@ -253,17 +259,3 @@ def main(
     if LEDGER.lost:  # never, unless a block lost rows without stopping the run
         raise click.ClickException(LEDGER.summary())
     finish_run(run_dir, progress=cfg.progress)
-
-
-def _look_factory(cfg: ReplayConfig):
-    """A sequential run's looks (``run_replay``'s ``look_factory``): the analytics' look at the run
-    folder (``specdec.analytics.sequential_look.look_fn``) with the run's --max-repeats and --margin."""
-    from specdec.analytics.sequential_look import look_fn  # heavy (duckdb): only for a sequential run
-
-    max_repeats, margin = cfg.max_repeats, cfg.margin
-    assert max_repeats is not None  # called for a sequential design only
-
-    def factory(run_dir: Path, looks: list[dict]):
-        return look_fn(run_dir, max_repeats, margin, looks)
-
-    return factory

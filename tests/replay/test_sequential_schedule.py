@@ -354,14 +354,64 @@ def test_the_command_passes_the_analytics_look_when_there_is_one(replay_calls, m
 
 
 def test_the_fixed_design_asks_for_no_look(replay_calls):
+    _invoke("--design", "fixed", "--repeats", "4")
+    cfg, kw = replay_calls[0]
+    assert kw == {} and (cfg.repeats, cfg.max_repeats) == (4, None)
+
+
+def test_the_default_design_is_sequential_up_to_twice_the_first_looks_repeats(replay_calls):
     _invoke()
-    assert replay_calls[0][1] == {} and replay_calls[0][0].max_repeats is None
+    cfg, kw = replay_calls[0]
+    assert (cfg.repeats, cfg.max_repeats, cfg.budget_minutes) == (3, 6, None) and "look_factory" in kw
+    _invoke("--repeats", "5", "--budget", "20")
+    cfg, kw = replay_calls[1]
+    assert (cfg.repeats, cfg.max_repeats, cfg.budget_minutes) == (5, 10, 20.0) and "look_factory" in kw
 
 
-def test_help_lists_the_sequential_options_for_replay_only():
+@pytest.mark.parametrize(
+    "extra",
+    [("--repeats", "1"), ("--load", "poisson", "--rates", "1")],
+    ids=["one repeat", "open loop"],
+)
+def test_a_run_that_cannot_look_is_fixed_by_default_and_refused_when_asked(replay_calls, extra):
+    _invoke(*extra)
+    cfg, kw = replay_calls[0]
+    assert kw == {} and cfg.max_repeats is None
+    for ask in (("--design", "sequential"), ("--max-repeats", "4"), ("--budget", "5")):
+        r = _invoke(*extra, *ask)
+        assert r.exit_code == 2 and "the sequential design cannot run here" in r.output and "--design fixed" in r.output
+    assert len(replay_calls) == 1
+
+
+def test_the_fixed_design_refuses_the_sequential_options_by_name(replay_calls):
+    for ask in (("--max-repeats", "4"), ("--budget", "5")):
+        r = _invoke("--design", "fixed", *ask)
+        assert r.exit_code == 2 and "--max-repeats and --budget belong to the sequential design" in r.output
+    assert replay_calls == []
+
+
+def test_the_demo_looks_after_two_repeats_up_to_five_and_its_fixed_design_is_five(monkeypatch):
+    from specdec.cli import main as main_cli
+    from specdec.replay import experiment
+
+    got = []
+
+    def fake_run(cfg, look_factory=None):
+        got.append((cfg, look_factory))
+        raise SpecdecError("stop here")
+
+    monkeypatch.setattr(experiment, "run_replay", fake_run)
+    monkeypatch.setattr(main_cli, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    for extra in ((), ("--design", "fixed"), ("--repeats", "3", "--max-repeats", "4")):
+        CliRunner().invoke(main_cli.main, ["demo", "--no-progress", *extra])
+    assert [(c.repeats, c.max_repeats, f is not None) for c, f in got] == [(2, 5, True), (5, None, False), (3, 4, True)]
+
+
+def test_help_lists_the_design_options_for_replay_and_demo():
     from specdec.cli.main import main as specdec_main
 
     text = _invoke("--help").output
-    assert "--max-repeats" in text and "--budget MINUTES" in text
+    assert "--design [sequential|fixed]" in text and "--max-repeats" in text and "--budget MINUTES" in text
+    assert "2 x --repeats" in text
     demo = CliRunner().invoke(specdec_main, ["demo", "--help"]).output
-    assert "--repeats" in demo and "--max-repeats" not in demo
+    assert "--design [sequential|fixed]" in demo and "max(5, --repeats)" in demo
