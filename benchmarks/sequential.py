@@ -5,7 +5,8 @@ Each synthetic run (``analytics/calibration.py``: the demo's 3 categories x leve
 4, 8, 8 prompts a category, the arm order of ``replay/load/schedule.py``, the measured
 noise sizes of ``benchmarks/calibration.py``'s SIZES) is drawn at ``--max-repeats``
 repeats. The fixed design reads its first ``--fixed`` repeats (the demo's 5); the
-sequential one (``analytics/sequential.py``) looks after repeat 2, 3, ... and a level
+sequential one (``analytics/sequential.py``) looks after repeat ``--first`` (2), then after
+each repeat, and a level
 leaves once every cell at it is decided (``analytics/sequential_calibration.py``).
 
 Scenarios (the departures of benchmarks/calibration.py):
@@ -22,6 +23,8 @@ planted method ``no spending`` (the full 5% at every look) must fail the family-
 Usage:
     nice -n 19 .venv/bin/python benchmarks/sequential.py              # 300 runs a scenario
     nice -n 19 .venv/bin/python benchmarks/sequential.py --runs 100   # quicker, coarser
+    # the defaults: the demo's (--fixed 5 --first 2 --max-repeats 5), specdec-replay's:
+    nice -n 19 .venv/bin/python benchmarks/sequential.py --fixed 3 --first 3 --max-repeats 6
 
 One JSON line per scenario, then a table.
 """
@@ -57,10 +60,12 @@ def _truth(design: Design, what: str):
 
 
 def _run(job: tuple) -> dict:
-    name, what, runs, seed, fixed, max_repeats, spend = job
+    name, what, runs, seed, fixed, max_repeats, spend, first = job
     design = Design(repeats=fixed)
     t0 = time.perf_counter()
-    r = compare(design, _noise(name, what != "aa"), _truth(design, what), runs, max_repeats, seed=seed, spend=spend)
+    r = compare(
+        design, _noise(name, what != "aa"), _truth(design, what), runs, max_repeats, seed=seed, spend=spend, first=first
+    )
     return {
         "scenario": name,
         "truth": what,
@@ -70,20 +75,20 @@ def _run(job: tuple) -> dict:
     }
 
 
-def _jobs(runs: int, seed: int, fixed: int, max_repeats: int) -> list[tuple]:
+def _jobs(runs: int, seed: int, fixed: int, max_repeats: int, first: int) -> list[tuple]:
     jobs = []
     for name in ("order", "t3", "slow", "all"):
         seed += 1
-        jobs.append((name, "aa", runs, seed, fixed, max_repeats, True))
+        jobs.append((name, "aa", runs, seed, fixed, max_repeats, True, first))
     for name in ("order", "all"):
         for what in ("1.1", "1.2", "1.5"):
             seed += 1
-            jobs.append((name, what, runs, seed, fixed, max_repeats, True))
+            jobs.append((name, what, runs, seed, fixed, max_repeats, True, first))
     seed += 1
-    jobs.append(("all", "demo", runs, seed, fixed, max_repeats, True))
+    jobs.append(("all", "demo", runs, seed, fixed, max_repeats, True, first))
     for name in ("order", "all"):
         seed += 1
-        jobs.append((name, "aa", runs, seed, fixed, max_repeats, False))
+        jobs.append((name, "aa", runs, seed, fixed, max_repeats, False, first))
     return jobs
 
 
@@ -108,11 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=4100)
     ap.add_argument("--fixed", type=int, default=5, help="the fixed design's repeats (the demo's)")
     ap.add_argument("--max-repeats", type=int, default=5, help="the sequential design's most repeats")
+    ap.add_argument("--first", type=int, default=2, help="the sequential design's first look (--repeats)")
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
     lines = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for line in pool.map(_run, _jobs(args.runs, args.seed, args.fixed, args.max_repeats)):
+        for line in pool.map(_run, _jobs(args.runs, args.seed, args.fixed, args.max_repeats, args.first)):
             print(json.dumps(line), flush=True)
             lines.append(line)
     _table(lines)
@@ -123,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     reached = min((x["fixed_decisions_reached"], x["scenario"], x["truth"]) for x in ours if x["truth"] != "aa")
     planted = max(x["sequential_false_runs"] for x in lines if x["method"] != "sequential")
     print(
-        f"\n{args.runs} runs a scenario, fixed {args.fixed} repeats, sequential up to {args.max_repeats}: "
+        f"\n{args.runs} runs a scenario, fixed {args.fixed} repeats, sequential from "
+        f"repeat {args.first} up to {args.max_repeats}: "
         f"family-wise false labels under A/A at most {fwer[0]:.1%} ({fwer[1]}) (goal <= 5%); expected repeats "
         f"at most {ratio[0]:.0%} of the fixed design's ({ratio[1]}, {ratio[2]}) (goal <= 60%); the fixed "
         f"design's decisions reached alike in at least {reached[0]:.1%} ({reached[1]}, {reached[2]}); "
