@@ -231,4 +231,3 @@ def apply_looks(rows: Sequence[tuple], looks: Sequence[Mapping], margin: float) 
             r[16] = f"{row[16]}; sequential: {why} at the look after repeat {at} (level {d['ci_level']:.4f})"
         out.append(tuple(r))
     return out
-

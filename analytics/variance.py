@@ -426,10 +426,7 @@ def _fit(x: np.ndarray, y: np.ndarray, groups: list, weights: np.ndarray) -> tup
     # leak into its equation through the shared order effect): its own residuals over its own count, which
     # keep that leak (wider, never 0). At 0 every interval of the group had no width: 6% of the cells, and
     # 19% of A/A runs with a false label, at 4 repeats with 4% of blocks slow (issue 41, 2026-12-06)
-    v = [
-        float(x_) if x_ > 0 or a_v[g, g] <= 0 else max(float(q[g] / a_v[g, g]), 0.0)
-        for g, x_ in enumerate(v)
-    ]
+    v = [float(x_) if x_ > 0 or a_v[g, g] <= 0 else max(float(q[g] / a_v[g, g]), 0.0) for g, x_ in enumerate(v)]
     return p, beta, m, e, v, forms, a_v
 
 
