@@ -86,7 +86,8 @@ def design_config(
     if budget is not None:
         out["budget_minutes"] = budget
         line += f" or {budget:g} minutes of timed blocks"
-    return out, line + " (--design fixed for exactly --repeats)"
+    fixed = fixed_repeats if fixed_repeats is not None and not given else repeats
+    return out, line + f" (--design fixed: exactly {fixed})"
 
 
 def schedule_options(

@@ -402,9 +402,13 @@ def test_the_demo_looks_after_two_repeats_up_to_five_and_its_fixed_design_is_fiv
 
     monkeypatch.setattr(experiment, "run_replay", fake_run)
     monkeypatch.setattr(main_cli, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    said = []
     for extra in ((), ("--design", "fixed"), ("--repeats", "3", "--max-repeats", "4")):
-        CliRunner().invoke(main_cli.main, ["demo", "--no-progress", *extra])
+        said.append(CliRunner().invoke(main_cli.main, ["demo", "--no-progress", *extra]).output)
     assert [(c.repeats, c.max_repeats, f is not None) for c, f in got] == [(2, 5, True), (5, None, False), (3, 4, True)]
+    assert "design: sequential, first look after repeat 2, at most 5 repeats (--design fixed: exactly 5)" in said[0]
+    assert "design: fixed, 5 repeats" in said[1]
+    assert "at most 4 repeats (--design fixed: exactly 3)" in said[2]
 
 
 def test_help_lists_the_design_options_for_replay_and_demo():
