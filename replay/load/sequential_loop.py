@@ -136,7 +136,7 @@ class SequentialLoop:
         self.looks.append(record)
         if self.save is not None:
             self.save(self.looks)
-        self.say(look_line(done, before, after, final, self._spent(elapsed)))
+        self.say(look_line(done, before, after, final, self._spent(elapsed), record))
         return after
 
     def _open_after(self, got: Any, before: list[int], done: int) -> list[int]:
@@ -161,10 +161,19 @@ class SequentialLoop:
         return f"{minutes:.1f} of {budget:g} min spent" if budget is not None else f"{minutes:.1f} min spent"
 
 
-def look_line(done: int, before: list[int], after: list[int], final: bool, spent: str) -> str:
+def look_line(
+    done: int, before: list[int], after: list[int], final: bool, spent: str, record: dict | None = None
+) -> str:
     """One progress line per look: e.g. ``look after repeat 3: levels 4, 8 open (level 1
-    decided); 6.2 of 20 min spent``."""
+    decided); 6.2 of 20 min spent``, then, where the look lists them (``decided``: entries
+    with a ``label``; ``open_cells``), what it decided: ``; this look: 5 faster, 1
+    inconclusive; 4 cells open``."""
     decided = [level for level in before if level not in after]
+    labels: dict[str, int] = {}
+    for entry in (record or {}).get("decided") or ():
+        if isinstance(entry, dict) and isinstance(entry.get("label"), str):
+            labels[entry["label"]] = labels.get(entry["label"], 0) + 1
+    cells = (record or {}).get("open_cells")
 
     def levels(values: list[int]) -> str:
         return ("level " if len(values) == 1 else "levels ") + ", ".join(map(str, values))
@@ -172,4 +181,10 @@ def look_line(done: int, before: list[int], after: list[int], final: bool, spent
     state = f"{levels(after)} open" if after else "no level open"
     if decided:
         state += f" ({levels(decided)} decided)"
-    return f"look after repeat {done}: {state}; {spent}" + ("; final look" if final else "")
+    line = f"look after repeat {done}: {state}; {spent}"
+    if labels or isinstance(cells, list):
+        said = ", ".join(f"{n} {label}" for label, n in sorted(labels.items())) or "nothing decided"
+        line += f"; this look: {said}"
+        if isinstance(cells, list):
+            line += f"; {len(cells)} cell{'' if len(cells) == 1 else 's'} open"
+    return line + ("; final look" if final else "")

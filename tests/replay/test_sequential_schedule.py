@@ -235,6 +235,17 @@ def test_budget_helpers():
     assert look_line(3, [1, 4, 8], [4, 8], False, "6.2 of 20 min spent") == (
         "look after repeat 3: levels 4, 8 open (level 1 decided); 6.2 of 20 min spent"
     )
+    record = {
+        "decided": [{"label": "faster"}, {"label": "faster"}, {"label": "inconclusive"}, {"no": "label"}],
+        "open_cells": [["ngram", "chat", 4]],
+    }
+    assert look_line(4, [4, 8], [4], True, "9.0 min spent", record) == (
+        "look after repeat 4: level 4 open (level 8 decided); 9.0 min spent; this look: 2 faster, "
+        "1 inconclusive; 1 cell open; final look"
+    )
+    assert look_line(3, [4], [4], False, "1 min spent", {"decided": [], "open_cells": []}).endswith(
+        "this look: nothing decided; 0 cells open"
+    )
 
 
 # --- the fixed design is unchanged ------------------------------------------------------
