@@ -162,8 +162,19 @@ def _domain(rows: list[dict], margin: float) -> tuple[float, float]:
     return min(values) / 1.08, max(values) * 1.08
 
 
-def forest_text(margin: float) -> str:
-    """The rule in one short paragraph (plain text; the page escapes it)."""
+#: the forest's words for a sequential run (manifest ``design``): where each row's interval comes from
+SEQUENTIAL_TEXT = (
+    " This run was sequential (docs/manual/sequential.md): a look after each repeat from the first look "
+    "on, each spending part of the 5% family-wise error. Every row's bars are the intervals of the look "
+    "that decided it, at that look's level, so a row decided early has a wider bar; its point and the "
+    "repeats beside it count every repeat its level ran, those after the decision included (a level runs "
+    "on while any of its cells is open)."
+)
+
+
+def forest_text(margin: float, sequential: bool = False) -> str:
+    """The rule in one short paragraph (plain text; the page escapes it); ``sequential``: the
+    run's design was (``SEQUENTIAL_TEXT`` ends it)."""
     return (
         "Each row is one category at one level. Point: the speedup, the geometric mean over paired prompts "
         "of baseline / speculative end-to-end time; thin bar: the family-wise interval (Holm over the run's "
@@ -173,15 +184,15 @@ def forest_text(margin: float) -> str:
         "bar lies inside the band, inconclusive = anything else; "
         f"{NOT_MEASURED} = no interval (one repeat) or no speedup (a failed level). "
         "The text beside each row gives its figures and the repeats and prompt pairs it used."
-    )
+    ) + (SEQUENTIAL_TEXT if sequential else "")
 
 
-def forest_html(drawn: bool, margin: float, after: str) -> str:
+def forest_html(drawn: bool, margin: float, after: str, sequential: bool = False) -> str:
     """The page's first screen: the plot's ``<div id="forest">`` (``drawn``: its spec is embedded)
     and the rule in one paragraph, ``after`` (HTML) ending it; without a plot, a line saying why."""
     if not drawn:
         return '<p id="forest">No speedup was measured in this run, so there is no verdict to plot.</p>'
-    return f'<div id="forest"></div><p>{esc(forest_text(margin))} {after}</p>'
+    return f'<div id="forest"></div><p>{esc(forest_text(margin, sequential))} {after}</p>'
 
 
 def forest_chart(

@@ -295,7 +295,9 @@ def _margin(data: ReportData) -> float:
 def _forest(data: ReportData, charts: dict[str, dict]) -> str:
     """The forest plot and the rule in one paragraph; the details in the data dictionary."""
     details = 'Details: <a href="#data-dictionary">data dictionary</a>.'
-    return forest_html("forest" in charts, _margin(data), details) if data.has_replay else ""
+    if not data.has_replay:
+        return ""
+    return forest_html("forest" in charts, _margin(data), details, data.manifest.design == "sequential")
 
 
 def _dictionary(data: ReportData) -> str:

@@ -17,6 +17,7 @@ from specdec.analytics.report.data import Table, load_report
 from specdec.analytics.report.forest import (
     COLOURS,
     NOT_MEASURED,
+    SEQUENTIAL_TEXT,
     axis_ticks,
     forest_chart,
     forest_rows,
@@ -169,6 +170,9 @@ def test_the_paragraph_states_the_margin_band():
     text = forest_text(0.05)
     assert "0.95x to 1.05x" in text and "5%" in text
     assert "1.10x" in forest_text(0.1) and "0.91x" in forest_text(0.1)
+    # a sequential run's rows are each its deciding look's interval: the paragraph says so, the fixed one's not
+    assert "sequential" not in forest_text(0.05)
+    assert forest_text(0.05, sequential=True).endswith(SEQUENTIAL_TEXT) and "look that decided it" in SEQUENTIAL_TEXT
 
 
 def _spec(page: str, name: str) -> dict:

@@ -58,3 +58,10 @@ def test_a_3x_faster_pair_is_decided_by_the_looks_and_the_marts_say_so(tmp_path,
             assert label == "inconclusive" and "open when the run stopped" in method
         else:
             assert (label, low, high) == (d["label"], d["ci_low"], d["ci_high"]) and "sequential:" in method
+    # the report's first screen says where a sequential run's intervals come from
+    from specdec.analytics.report.forest import SEQUENTIAL_TEXT
+    from specdec.analytics.report.html import esc
+    from specdec.analytics.report.write import write_report
+
+    report, _ = write_report(run_dir)
+    assert esc(SEQUENTIAL_TEXT.strip()) in report.read_text()
