@@ -118,7 +118,8 @@ class ReplayConfig(ClientOptions):
         "more; with fresh servers per repeat the shift of one server process is shared "
         "by every level of a repeat, so the intervals' degrees of freedom grow with the "
         "repeats, not the levels: 3 is the fewest that can label a 20% effect at all, "
-        "4-5 label it reliably (BENCHMARKS.md, Calibration).",
+        "4-5 label it reliably (BENCHMARKS.md, Calibration). With the sequential design (--design; "
+        "the default of specdec-replay and specdec demo): the repeats before the first look.",
     )
     max_repeats: int | None = Field(
         default=None,
@@ -128,7 +129,7 @@ class ReplayConfig(ClientOptions):
         "a look at the intervals closes the levels already decided, and only the open ones run "
         "again, up to this many repeats in all (>= --repeats). The repeats run one after another, "
         "all open levels each, for embedded and external servers alike; every look is recorded in "
-        "the manifest. Default: the fixed design, exactly --repeats repeats.",
+        "the manifest. Unset (--design fixed): the fixed design, exactly --repeats repeats.",
     )
     budget_minutes: float | None = Field(
         default=None,
