@@ -100,6 +100,10 @@ class Decision:
     repeats: int  # the repeats it was decided on
     repeats_needed: int | None = None  # inconclusive: the repeats that would resolve the margin
     futile: bool = False
+    # the 1 - 2 alpha_j interval of the two one-sided tests this look read ``equivalent`` from
+    # (None where it was not computed): the run's equivalence_low/high, so the bar drawn is the one read
+    tost_low: float | None = None
+    tost_high: float | None = None
 
 
 @dataclass
@@ -186,12 +190,28 @@ def decide(
         if j.label != "inconclusive" or final or futile:
             look.decided.append(
                 Decision(
-                    key[0], key[1], key[2], j.label, j.ci_low, j.ci_high, j.level, repeat, j.repeats_needed, futile
+                    key[0],
+                    key[1],
+                    key[2],
+                    j.label,
+                    j.ci_low,
+                    j.ci_high,
+                    j.level,
+                    repeat,
+                    j.repeats_needed,
+                    futile,
+                    _finite(j.tost_low),
+                    _finite(j.tost_high),
                 )
             )
         else:
             look.open.append(key)
     return look
+
+
+def _finite(x: float) -> float | None:
+    """``x``, or None where it is NaN or infinite (the manifest holds JSON)."""
+    return x if math.isfinite(x) else None
 
 
 def open_levels(look: Look, levels: Sequence[int]) -> list[int]:
@@ -227,6 +247,8 @@ def apply_looks(rows: Sequence[tuple], looks: Sequence[Mapping], margin: float) 
             r[5], r[6], r[7], r[11] = d["ci_low"], d["ci_high"], d["ci_level"], d["label"]
             r[12] = label_of(d["ci_low"], d["ci_high"], margin)[1] if d["label"] in ("faster", "slower") else None
             r[14] = d.get("repeats_needed")
+            if d.get("tost_low") is not None and d.get("tost_high") is not None:  # the look's equivalence bar
+                r[18], r[19] = d["tost_low"], d["tost_high"]
             why = "left for futility" if d.get("futile") else "decided"
             r[16] = f"{row[16]}; sequential: {why} at the look after repeat {at} (level {d['ci_level']:.4f})"
         out.append(tuple(r))

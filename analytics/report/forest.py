@@ -91,7 +91,7 @@ def _text(r: dict) -> str:
     if r.get("ci_low") is None or r.get("ci_high") is None:
         return f"{_x(r['speedup'])}, interval {NOT_MEASURED} \u00b7 {used}"
     equivalence = (
-        f"; 90%: {r['equivalence_low']:.2f}\u2013{r['equivalence_high']:.2f}"
+        f"; TOST {r['equivalence_low']:.2f}\u2013{r['equivalence_high']:.2f}"
         if r.get("label") == "equivalent" and r.get("equivalence_low") is not None
         else ""
     )

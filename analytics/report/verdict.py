@@ -92,11 +92,15 @@ def _ci(r: dict) -> str:
     return f"{100 * level:.3g}% CI {bounds_text(r['ci_low'], r['ci_high'])}"
 
 
-def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None) -> list[Part]:
-    """'2.40x (95% CI 2.20-2.60) at c1, ...', each figure linked to its row."""
+def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None, equivalence: bool = False) -> list[Part]:
+    """'2.40x (95% CI 2.20-2.60) at c1, ...', each figure linked to its row; ``equivalence``:
+    the interval the label ``equivalent`` was read from (two one-sided tests) leads, where the
+    row has it: '1.00x (TOST 0.97-1.02; 99% CI 0.95-1.05) at c1'."""
     out: list[Part] = []
     for i, r in enumerate(rows):
         ci = f" ({_ci(r)})" if with_ci and r.get("ci_low") is not None else ""
+        if ci and equivalence and r.get("equivalence_low") is not None and r.get("equivalence_high") is not None:
+            ci = f" (TOST {bounds_text(r['equivalence_low'], r['equivalence_high'])}; {_ci(r)})"
         out.append(
             Part(
                 f"{_x(r['speedup'])}{ci} at {name_of(r['concurrency'], names)}",
@@ -160,7 +164,7 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
     if equivalent:
         margin = _pct(equivalent[0].get("margin") or 0.05)
         head = "equivalent to off" + (" at every level" if equivalent == computed else "")
-        clauses.append([Part(f"{head} (within +-{margin}): ")] + _figures(equivalent, names=names))
+        clauses.append([Part(f"{head} (within +-{margin}): ")] + _figures(equivalent, names=names, equivalence=True))
     unsure = by_label["inconclusive"]
     if unsure:
         head = "inconclusive at every level" if unsure == computed else "inconclusive"

@@ -118,7 +118,7 @@ def test_the_spec_draws_intervals_points_band_and_one_on_a_log_axis():
     assert all(
         r["ci_low"] < r["equivalence_low"] < r["equivalence_high"] < r["ci_high"] for r in thick["data"]["values"]
     )
-    assert "90%: 0.98\u20131.03" in next(r["text"] for r in rows if r["row"] == "chat \u00b7 c1")
+    assert "TOST 0.98\u20131.03" in next(r["text"] for r in rows if r["row"] == "chat \u00b7 c1")
     points = layer_with(spec, "x", "speedup")
     assert "math \u00b7 c1" in {r["row"] for r in points["data"]["values"]}
     assert "math \u00b7 c4" not in {r["row"] for r in points["data"]["values"]}

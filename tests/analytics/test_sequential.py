@@ -119,3 +119,20 @@ def test_large_effects_are_decided_in_fewer_repeats_than_the_fixed_design():
     r = compare(design, noise, truth, 20, 8, seed=3)
     assert r.repeats_ratio < 0.75, r  # 0.61 measured (20 runs, seed 3)
     assert r.fixed_decisions_reached >= 0.85, r
+
+
+def test_an_equivalent_cell_keeps_the_tost_interval_its_look_read_and_the_marts_draw_it():
+    # 1 df, a tiny spread: the look's 1 - 2 alpha interval lies inside +-5% while its Holm
+    # interval is wide; the bar drawn for `equivalent` must be the one read (issue 41: a llama.cpp
+    # demo showed chat c1 `equivalent` with the end-of-run 90% bar outside the band)
+    cell = Cell(math.log(0.99), 0.0012, 1.0)
+    look = decide({("ab", "chat", 1): cell}, 2, 5, 0.0, False, 0.05)
+    (d,) = look.decided
+    assert d.label == "equivalent" and d.tost_low is not None and d.tost_high is not None
+    assert 1 / 1.05 <= d.tost_low < 0.99 < d.tost_high <= 1.05
+    assert d.ci_high - d.ci_low > d.tost_high - d.tost_low
+    from dataclasses import asdict
+
+    row = (*_family("chat", 1, "inconclusive"), 1.0, 0.5, 1.5)  # end-of-run TOST 0.5-1.5
+    (out,) = apply_looks([row], [{"repeat": 2, "decided": [asdict(d)]}], 0.05)
+    assert out[11] == "equivalent" and (out[18], out[19]) == (d.tost_low, d.tost_high)

@@ -84,6 +84,9 @@ def test_the_sentence_follows_the_labels():
         "; slower: 0.90x (99% CI 0.85-0.95) at c8 (the loss may be under the 5% margin) ["
         in category_sentence("code", slower).text
     )
+    tost = {**row(1, 0.99, 0.58, 1.75, "equivalent"), "equivalence_low": 0.96, "equivalence_high": 1.02}
+    # the interval `equivalent` was read from leads, the family-wise one follows
+    assert "(TOST 0.96-1.02; 99% CI 0.58-1.75) at c1" in category_sentence("code", [tost]).text
     same = [row(c, 1.0, 0.97, 1.03, "equivalent") for c in (1, 4, 8)]
     assert category_sentence("code", same).text.startswith(
         "code: equivalent to off at every level (within +-5%): 1.00x (99% CI 0.97-1.03) at c1"
