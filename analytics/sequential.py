@@ -43,18 +43,27 @@ estimate one standard error the favourable way) leaves as ``inconclusive``
 with the repeats that would resolve the margin (``repeats_needed``). Leaving
 for futility never rejects anything, so it cannot raise an error rate; it
 costs power only where the projection is wrong.
+
+**Equivalent needs 2 degrees of freedom.** A look reads ``equivalent`` only from a
+cell whose interval rests on at least ``EQUIVALENT_MIN_DF`` degrees of freedom.
+On 1 (two repeats, a level's own variance) a small spread met by chance makes a
+tight two-one-sided-tests interval beside a family-wise one wide enough to span
+0.6-1.8x (seen on llama.cpp, 2026-12-06): valid if the noise is Gaussian, and
+the first thing a heavy tail or a slow block breaks. ``faster`` and ``slower``
+on 1 df stand: their wide t interval has to clear 1 on its own.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from specdec.analytics.labels import ALPHA, holm_levels, judge
 from specdec.analytics.variance import t_quantile, t_sf
 
 __all__ = [
+    "EQUIVALENT_MIN_DF",
     "RHO",
     "Cell",
     "Decision",
@@ -70,6 +79,8 @@ __all__ = [
 RHO = 1.0
 #: Futility's benefit of the doubt: the estimate moved this many standard errors the favourable way.
 FUTILITY_SE = 1.0
+#: The fewest degrees of freedom a look reads ``equivalent`` from (module docstring).
+EQUIVALENT_MIN_DF = 2.0
 
 Key = tuple  # (comparison, category, level)
 
@@ -186,6 +197,8 @@ def decide(
                 look.open.append(key)
             continue
         j = judge(c.centre, c.se, c.df, levels[key], margin, repeat, tost_alpha=max(alpha_look, 1e-12))
+        if j.label == "equivalent" and c.df < EQUIVALENT_MIN_DF:
+            j = replace(j, label="inconclusive")
         futile = j.label == "inconclusive" and not final and _futile(c, repeat, max_repeats, margin, alpha, rho)
         if j.label != "inconclusive" or final or futile:
             look.decided.append(

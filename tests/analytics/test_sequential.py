@@ -122,10 +122,12 @@ def test_large_effects_are_decided_in_fewer_repeats_than_the_fixed_design():
 
 
 def test_an_equivalent_cell_keeps_the_tost_interval_its_look_read_and_the_marts_draw_it():
-    # 1 df, a tiny spread: the look's 1 - 2 alpha interval lies inside +-5% while its Holm
-    # interval is wide; the bar drawn for `equivalent` must be the one read (issue 41: a llama.cpp
-    # demo showed chat c1 `equivalent` with the end-of-run 90% bar outside the band)
-    cell = Cell(math.log(0.99), 0.0012, 1.0)
+    # a tiny spread: the look's 1 - 2 alpha interval lies inside +-5% while its Holm interval is
+    # wider; the bar drawn for `equivalent` must be the one read (issue 41: a llama.cpp demo showed
+    # chat c1 `equivalent` with the end-of-run 90% bar outside the band). On 1 df it is not read.
+    one_df = decide({("ab", "chat", 1): Cell(math.log(0.99), 0.0012, 1.0)}, 2, 5, 0.0, False, 0.05)
+    assert all(d.label != "equivalent" for d in one_df.decided)
+    cell = Cell(math.log(0.99), 0.004, 2.0)
     look = decide({("ab", "chat", 1): cell}, 2, 5, 0.0, False, 0.05)
     (d,) = look.decided
     assert d.label == "equivalent" and d.tost_low is not None and d.tost_high is not None
