@@ -21,9 +21,6 @@ from specdec.runfolder import TRAFFIC_PART_LAYOUT
 
 #: the parameters schedule_options declares: each is the ReplayConfig field of the same name
 SCHEDULE_FIELDS = ("repeats", "lossless_pass", "samples", "restart_servers", "prefix_cache", "margin")
-#: the sequential design's parameters, declared by ``schedule_options(sequential=True)`` only
-#: (specdec-replay; the demo keeps its fixed design): each is the ReplayConfig field of the same name
-SEQUENTIAL_FIELDS = ("max_repeats", "budget_minutes")
 #: ``--design``'s choices; without it a run that can look is sequential (``design_config``)
 DESIGNS = ("sequential", "fixed")
 #: client_options' timeouts -> their ReplayConfig fields (--api-key-env, where declared, keeps its name)

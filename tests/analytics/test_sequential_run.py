@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-
 from specdec.analytics.build import build
 from specdec.analytics.sequential_look import look_fn
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
+from tests.support.duck import rows
 from tests.support.fake_server import FakeVllm, threaded
 
 
@@ -43,16 +42,13 @@ def test_a_3x_faster_pair_is_decided_by_the_looks_and_the_marts_say_so(tmp_path,
     assert any(d["label"] == "faster" for d in decided.values())
     assert looks[-1]["open_levels"] == [] or looks[-1]["final"]
     assert not list(run_dir.rglob("look.duckdb")) and not list(tmp_path.rglob("specdec-look-*"))
-    con = duckdb.connect(str(build(run_dir)), read_only=True)
-    try:
-        rows = con.execute(
-            "select category, concurrency, label, ci_low, ci_high, method from int_speedup_intervals "
-            "where interval = 'family' and segment is null"
-        ).fetchall()
-    finally:
-        con.close()
-    assert rows
-    for category, level, label, low, high, method in rows:
+    found = rows(
+        build(run_dir),
+        "select category, concurrency, label, ci_low, ci_high, method from int_speedup_intervals "
+        "where interval = 'family' and segment is null",
+    )
+    assert found
+    for category, level, label, low, high, method in (tuple(r.values()) for r in found):
         d = decided.get((category, level))
         if d is None:
             assert label == "inconclusive" and "open when the run stopped" in method

@@ -12,36 +12,17 @@ import pytest
 from aiohttp import web
 
 from specdec.errors import EngineError, SpecdecError
-from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from specdec.replay.progress import Progress
 from specdec.replay.runner import request_id
 from specdec.schemas.arrow import table_from_columns, write_parquet_atomic
 from specdec.schemas.records import RoundTrace
-from tests.support.fake_server import FakeVllm, threaded
+from tests.support.fake_server import FakeVllm, stub_config, threaded
 
 SPEC_METRICS = (
     "vllm:spec_decode_num_drafts_total 0\nvllm:spec_decode_num_draft_tokens_total 0\n"
     "vllm:spec_decode_num_accepted_tokens_total 0\nvllm:generation_tokens_total 1\n"
 )
-
-
-def _cfg(tmp_path, fixtures, **kw) -> ReplayConfig:
-    base = dict(
-        traffic=fixtures / "traffic_small.jsonl",
-        runs_dir=tmp_path / "runs",
-        run_id="x",
-        levels=[1, 2],
-        warmup_requests=1,
-        progress=False,
-        capture_wait_s=0.0,
-        connect_timeout_s=2.0,
-        request_timeout_s=2.0,
-        repeats=1,
-        lossless_pass=False,
-    )
-    base.update(kw)
-    return ReplayConfig(**base)
 
 
 def _all_text(run_dir) -> str:
@@ -63,7 +44,7 @@ def _all_text(run_dir) -> str:
 def test_failed_warmup_stops_the_run_with_url_status_and_fix(tmp_path, fixtures, status, hint):
     with threaded(FakeVllm(status=status), FakeVllm(status=status)) as (b, s):
         with pytest.raises(EngineError) as e:
-            run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
+            run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s))
     msg = str(e.value)
     assert b in msg and f"HTTP {status}" in msg and hint in msg
     manifest = json.loads((tmp_path / "runs" / "x" / "manifest.json").read_text())
@@ -73,13 +54,13 @@ def test_failed_warmup_stops_the_run_with_url_status_and_fix(tmp_path, fixtures,
 def test_v1_suffix_is_named_as_the_likely_fix(tmp_path, fixtures):
     with threaded(FakeVllm(), FakeVllm()) as (b, s):
         with pytest.raises(EngineError, match="remove the /v1 suffix"):
-            run_replay(_cfg(tmp_path, fixtures, baseline_url=b + "/v1", speculative_url=s + "/v1"))
+            run_replay(stub_config(tmp_path, fixtures, baseline_url=b + "/v1", speculative_url=s + "/v1"))
 
 
 def test_hung_server_fails_fast_with_short_timeouts(tmp_path, fixtures):
     with threaded(FakeVllm(hang_s=5), FakeVllm(hang_s=5)) as (b, s):
         with pytest.raises(EngineError, match="(?s)request_timeout.*sent nothing for 0.5 s"):
-            run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s, request_timeout_s=0.5))
+            run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s, request_timeout_s=0.5))
 
 
 def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, monkeypatch):
@@ -93,7 +74,7 @@ def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, mon
     # a complete run: both servers want the key
     with threaded(FakeVllm(api_key=key), FakeVllm(api_key=key)) as (b, s):
         run_dir = run_replay(
-            _cfg(
+            stub_config(
                 tmp_path,
                 fixtures,
                 baseline_url=with_creds(b),
@@ -112,7 +93,7 @@ def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, mon
     with threaded(FakeVllm(api_key=key), FakeVllm(status=500)) as (b, s):
         with pytest.raises(EngineError) as e:  # the speculative server fails its warm-up
             run_replay(
-                _cfg(
+                stub_config(
                     tmp_path,
                     fixtures,
                     run_id="y",
@@ -129,7 +110,7 @@ def test_url_credentials_and_api_key_are_written_nowhere(tmp_path, fixtures, mon
 def test_missing_api_key_variable_is_refused_before_anything_is_created(tmp_path, fixtures):
     with pytest.raises(SpecdecError, match="NOPE_NOT_SET"):
         run_replay(
-            _cfg(
+            stub_config(
                 tmp_path,
                 fixtures,
                 baseline_url="http://127.0.0.1:9",
@@ -142,7 +123,7 @@ def test_missing_api_key_variable_is_refused_before_anything_is_created(tmp_path
 
 def test_bad_url_is_refused_before_anything_is_created(tmp_path, fixtures):
     with pytest.raises(SpecdecError, match="--baseline-url"):
-        run_replay(_cfg(tmp_path, fixtures, baseline_url="ftp://x", speculative_url="http://127.0.0.1:9"))
+        run_replay(stub_config(tmp_path, fixtures, baseline_url="ftp://x", speculative_url="http://127.0.0.1:9"))
     assert not (tmp_path / "runs").exists()
 
 
@@ -189,7 +170,7 @@ def test_external_capture_dir_and_one_counter_snapshot_per_arm_level_position(tm
     _fake_capture(cap, "x", "someone-else")
     base, spec = FakeVllm(), FakeVllm(metrics_text=SPEC_METRICS)
     with threaded(base, spec) as (b, s):
-        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s, capture_dir=cap))
+        run_dir = run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s, capture_dir=cap))
     rounds = pq.read_table(run_dir / "rounds.parquet")
     assert rounds.num_rows == 12  # this run's rows only
     assert set(rounds.column("run_id").to_pylist()) == {"x"}
@@ -208,7 +189,7 @@ def test_external_capture_dir_and_one_counter_snapshot_per_arm_level_position(tm
 def test_without_capture_dir_the_manifest_says_no_rounds(tmp_path, fixtures):
     fakes = FakeVllm(), FakeVllm()
     with threaded(*fakes) as (b, s):
-        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
+        run_dir = run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s))
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["capture"]["source"] == "none" and "no --capture-dir" in manifest["capture"]["reason"]
     # every streamed request went over specdec's own transport (replay/http/stream.py), not aiohttp
@@ -218,7 +199,7 @@ def test_without_capture_dir_the_manifest_says_no_rounds(tmp_path, fixtures):
 
 def test_no_progress_prints_one_line_per_level_and_arm(tmp_path, fixtures, capsys):
     with threaded(FakeVllm(), FakeVllm(status=200)) as (b, s):
-        run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
+        run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s))
     err = capsys.readouterr().err
     for arm in ("baseline", "speculative"):
         for level in (1, 2):
@@ -335,7 +316,7 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
     base, spec = FakeVllm(), FakeVllm(metrics_text=SPEC_METRICS)
     spec.serves_reset = False  # a server without the dev endpoint: the snapshot must say so
     with threaded(base, spec) as (b, s):
-        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s, repeats=2))
+        run_dir = run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s, repeats=2))
     reqs = pq.read_table(run_dir / "requests.parquet").to_pylist()
     assert sorted({(r["arm"], r["concurrency"], r["repeat"]) for r in reqs}) == [
         (a, c, r) for a in ("baseline", "speculative") for c in (1, 2) for r in (0, 1)
@@ -377,7 +358,7 @@ def test_rows_with_temperature_get_a_seeded_sampling_pass_in_every_arm(tmp_path,
     base, spec = FakeVllm(sse), FakeVllm(sse)
     with threaded(base, spec) as (b, s):
         run_dir = run_replay(
-            _cfg(tmp_path, fixtures, traffic=traffic, baseline_url=b, speculative_url=s, levels=[1], samples=3)
+            stub_config(tmp_path, fixtures, traffic=traffic, baseline_url=b, speculative_url=s, levels=[1], samples=3)
         )
     rows = pq.read_table(run_dir / "sample_checks.parquet").to_pylist()
     assert sorted((r["arm"], r["sample_index"]) for r in rows) == [
@@ -399,7 +380,7 @@ def test_every_block_gets_resource_samples_read_from_metrics(tmp_path, fixtures)
     gauges = 'vllm:kv_cache_usage_perc{engine="0"} 0.125\nvllm:num_requests_running{engine="0"} 2\n'
     base, spec = FakeVllm(metrics_text=gauges), FakeVllm(metrics_text=SPEC_METRICS)
     with threaded(base, spec) as (b, s):
-        run_dir = run_replay(_cfg(tmp_path, fixtures, baseline_url=b, speculative_url=s))
+        run_dir = run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s))
     rows = pq.read_table(run_dir / "resources.parquet").to_pylist()
     per_block = {}
     for r in rows:

@@ -22,27 +22,13 @@ from specdec.replay.experiment import run_replay
 from specdec.replay.load.schedule import Block, _passes, interleaved, repeat_blocks
 from specdec.replay.load.sequential_loop import Design, SequentialLoop, look_line, next_repeat_s, over_budget
 from specdec.replay.traffic.io import BUNDLED
-from tests.support.fake_server import FakeVllm, threaded
+from tests.support.fake_server import FakeVllm, stub_config, threaded
 
 ARMS = ["baseline", "speculative"]
 
 
 def _cfg(tmp_path, fixtures, **kw) -> ReplayConfig:
-    base = dict(
-        traffic=fixtures / "traffic_small.jsonl",
-        runs_dir=tmp_path / "runs",
-        run_id="x",
-        levels=[1, 2],
-        warmup_requests=1,
-        progress=False,
-        capture_wait_s=0.0,
-        connect_timeout_s=2.0,
-        request_timeout_s=2.0,
-        repeats=2,
-        lossless_pass=False,
-    )
-    base.update(kw)
-    return ReplayConfig(**base)
+    return stub_config(tmp_path, fixtures, **{"repeats": 2, **kw})
 
 
 class ScriptedLook:

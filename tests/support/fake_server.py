@@ -2,7 +2,8 @@
 and misbehaves on request: an HTTP status, a plain JSON reply, a stream cut
 off early, a server that never answers, or one that wants an API key; and
 one that ignores max_tokens (``EndlessVllm``). ``threaded`` serves fakes
-from a background thread, for a command run in the foreground or a subprocess."""
+from a background thread, for a command run in the foreground or a subprocess;
+``stub_config`` is the small replay run the tests point at them."""
 
 from __future__ import annotations
 
@@ -14,12 +15,34 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from specdec.replay.config import ReplayConfig
+
 GOOD_SSE = (
     b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
     b'data: {"choices":[{"delta":{"content":"b"}}]}\n\n'
     b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
     b"data: [DONE]\n\n"
 )
+
+
+def stub_config(tmp_path, fixtures, **kw) -> ReplayConfig:
+    """A replay of ``fixtures/traffic_small.jsonl`` at levels 1 and 2, one repeat, no lossless
+    pass, short timeouts, no progress, into ``tmp_path/runs/x``; ``kw`` overrides any field."""
+    base = dict(
+        traffic=fixtures / "traffic_small.jsonl",
+        runs_dir=tmp_path / "runs",
+        run_id="x",
+        levels=[1, 2],
+        warmup_requests=1,
+        progress=False,
+        capture_wait_s=0.0,
+        connect_timeout_s=2.0,
+        request_timeout_s=2.0,
+        repeats=1,
+        lossless_pass=False,
+    )
+    base.update(kw)
+    return ReplayConfig(**base)
 
 
 #: The streaming transport ``serving`` hands out: "aiohttp" (a ClientSession) or
