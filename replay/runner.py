@@ -149,6 +149,11 @@ def failure_hint(ep: Endpoint, res: StreamResult, settings: ClientSettings, mode
     }.get(res.error_type or "", "see the error message")
 
 
+#: Seconds between two reads of /metrics that must agree: an engine records a request's stats just
+#: after its last chunk (tests without engine set it to 0: a fake's counters are final with the reply).
+SETTLE_S = 0.2
+
+
 async def settled_counters(
     session, ep: Endpoint, settings: ClientSettings, tries: int = 20, counters: dict[str, str] | None = None, parse=None
 ) -> dict:
@@ -158,7 +163,7 @@ async def settled_counters(
     try:
         prev = await read_counters(session, ep, settings, counters, parse)
         for _ in range(tries):
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(SETTLE_S)
             cur = await read_counters(session, ep, settings, counters, parse)
             if cur == prev:
                 return cur

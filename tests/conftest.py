@@ -56,6 +56,16 @@ def pytest_sessionfinish(session, exitstatus):
     _llama_cpp_done()
 
 
+@pytest.fixture(autouse=True)
+def _no_settling_pause_against_fakes(request, monkeypatch):
+    """A fake server's counters are final when its reply ends: in a test without engine the replay
+    reads /metrics twice with no pause between (``runner.SETTLE_S``, 0.2 s against a real engine,
+    whose stats are recorded just after the last chunk); the two reads that must agree still happen.
+    Without it, each block's two snapshots slept 0.4 s: 5 of a sequential schedule test's 8 s."""
+    if request.node.get_closest_marker("engine") is None:
+        monkeypatch.setattr("specdec.replay.runner.SETTLE_S", 0.0)
+
+
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     return FIXTURES

@@ -101,9 +101,9 @@ def test_estimate_reads_components_back(tmp_path):
 
 
 #: The A/A engine test's design (tests/integration/test_aa_e2e.py): levels 1 and 2, two
-#: fresh-server repeats (three before issue 40), 2 prompts per category (4 before), both arms
-#: on one server (no process shift between the arms), so the request noise dominates.
-AA_ENGINE = Design(levels=(1, 2), repeats=2, prompts=2)
+#: repeats (three fresh-server ones before issue 40), 1 prompt per category (4, then 2, before),
+#: both arms on one server (no process shift between the arms), so the request noise dominates.
+AA_ENGINE = Design(levels=(1, 2), repeats=2, prompts=1)
 AA_NOISE = Noise(
     process=0.0,
     block=0.01,
@@ -127,7 +127,13 @@ def test_the_aa_engine_tests_promises_hold_on_its_own_design():
     issue 40 (2026-12-06, 2,000 runs, seed 11): a label in 1.10% of runs, two
     series in 0.05%, a label clearing the margin in none; with the request and
     block noise doubled (16 tokens a request: a larger share of it is TTFT
-    jitter), 1.20%, 0.05% and one run in 2,000 (0.05%). The engine test asserts no count of labels:
+    jitter), 1.20%, 0.05% and one run in 2,000 (0.05%). Re-simulated with
+    today's intervals (2026-12-06 afternoon, the same 2,000 runs): 1.85%, 0.05%
+    and none; doubled, 1.90%, 0.05% and 4 runs in 2,000 (0.2%). At 1 prompt per
+    category, the design since (2,000 runs, seed 11): 1.80%, 0.10% and none;
+    doubled, 2.00%, 0.05% and 0.30%. At one level only (a shorter engine test
+    still), 5.65% of runs show a label, over the 5% rate, and doubled noise
+    clears the margin in 0.9%: the test keeps two levels. The engine test asserts no count of labels:
     a count fails by chance in more runs than 1 in 1,000; this test holds it."""
     rng = np.random.default_rng(5)
     runs = 600

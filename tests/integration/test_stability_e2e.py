@@ -40,7 +40,7 @@ def run(tmp_path_factory, model_dir):
         run_id="stab",
         model=model_dir,
         concurrency=2,
-        soak_minutes=0.15,  # 9 s: two or more RSS samples at 2 s, the soak path (issue 40: was 18 s)
+        soak_minutes=0.1,  # 6 s: three RSS samples at 2 s, the soak path (issue 40: was 18 s, then 9)
         rss_interval_s=2.0,
         request_timeout_s=60.0,
         probe_timeout_s=240.0,
