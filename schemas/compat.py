@@ -137,7 +137,7 @@ class CompatCell(BaseModel):
     repeats: int | None = Field(
         default=None,
         description="Feature probes: times each of the probe's requests was sent per arm (--repeats); None for "
-        "quantization cells (QUANT_REPEATS, in speedup_pairs).",
+        "quantization cells (their prompts are sent --repeats times too: speedup_pairs says how many pairs).",
     )
     plain_speedup: float | None = Field(
         default=None,

@@ -2,7 +2,7 @@
 (target bit width, speculative configuration) on llama.cpp, measured against
 the same target without speculation.
 
-A cell sends ``QUANT_PROMPTS`` to both servers, ``QUANT_REPEATS`` times, one
+A cell sends ``QUANT_PROMPTS`` to both servers, ``--repeats`` times (2 by default, as every probe), one
 request at a time, the order of the two arms alternating from pair to pair
 (counterbalanced), each request greedy at a forced length
 (``QUANT_MAX_TOKENS``, ``ignore_eos``) so both arms emit the same number of
@@ -50,7 +50,7 @@ from specdec.replay.compat.cells import SETTLE_S
 from specdec.replay.compat.checks import ArmReplies
 from specdec.replay.compat.probing import settled
 from specdec.replay.compat.send import Reply, send
-from specdec.replay.compat.timing import speedup
+from specdec.replay.compat.timing import DEFAULT_REPEATS, speedup
 from specdec.schemas.compat import CompatCell, Outcome
 
 QUANT_FEATURE = "quantization"
@@ -64,7 +64,6 @@ QUANT_PROMPTS = (
 #: Not fewer: at 32 forced tokens ngram-mod proposed no draft token in any target's cell (2026-12-03; 56 drafted
 #: and accepted per cell at 48), so the cells would lose their acceptance.
 QUANT_MAX_TOKENS = 48
-QUANT_REPEATS = 2
 CONSTRAINT = f"none: greedy text at a forced length of {QUANT_MAX_TOKENS} tokens, compared between the arms"
 
 
@@ -124,7 +123,7 @@ async def measure(
     prefix: str,
     counters: Mapping[str, str] | None,
     settle_s: float = SETTLE_S,
-    repeats: int = QUANT_REPEATS,
+    repeats: int = DEFAULT_REPEATS,
 ) -> QuantMeasure:
     """Warm both servers up, then send the pairs (module docstring). ``speculative`` None (its
     server did not start): the baseline's requests only, the evidence that the target served."""

@@ -42,7 +42,7 @@ from specdec.replay.compat.quant import (
     probe_name,
     quant_cell,
 )
-from specdec.replay.compat.timing import LLAMA_THREADS
+from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
 from specdec.replay.compat.together import never
 from specdec.runfolder import server_log
 from specdec.schemas.compat import CompatCell
@@ -80,8 +80,10 @@ def run_quant(
     only: frozenset[str] | None = None,
     binary: Path | None = None,
     checkpoint: Callable[[], None] = never,
+    repeats: int = DEFAULT_REPEATS,
 ) -> QuantRun:
-    """Every wanted quantization cell (module docstring); ``checkpoint`` before each cell (``together``)."""
+    """Every wanted quantization cell (module docstring); ``checkpoint`` before each cell (``together``);
+    ``repeats``: times each cell's prompts are sent per arm (--repeats)."""
     files = quantized_ggufs()
     out = QuantRun(files={f.gguf_type: f.manifest() for f in files.values()})
     for f in files.values():
@@ -114,7 +116,7 @@ def run_quant(
                 out.sent.append({"probe": name, "feature": QUANT_FEATURE, "bodies": bodies(MODEL), "twin": None})
                 with contextlib.ExitStack() as inner:
                     spec_error = None if base_error else _start(inner, spec)
-                    m = _measure(run_id, name, base, spec, base_error, spec_error, settings, adapter)
+                    m = _measure(run_id, name, base, spec, base_error, spec_error, settings, adapter, repeats)
                 cell = quant_cell(
                     run_id, engine_version, (target.gguf_type, bits), arm, m, None if bits == 4 else refs.get(arm.label)
                 )
@@ -149,6 +151,7 @@ def _measure(
     spec_error: str | None,
     settings: ClientSettings,
     adapter: LlamaCpp,
+    repeats: int,
 ) -> QuantMeasure:
     if base_error is not None:
         return QuantMeasure(failed(base_error), failed("not started: the baseline did not start"), None, 0)
@@ -163,6 +166,7 @@ def _measure(
                 MODEL,
                 f"compat.{run_id}.llama_cpp.{name}",
                 adapter.counters,
+                repeats=repeats,
             )
 
     m = asyncio.run(go())

@@ -248,6 +248,7 @@ def _quantization(job: _Job, checkpoint: Checkpoint) -> None:
         job.echo,
         job.only,
         checkpoint=checkpoint,
+        repeats=job.cfg.repeats,
     )
 
     def record(m: RunManifest) -> None:

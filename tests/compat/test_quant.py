@@ -15,7 +15,6 @@ from specdec.replay.compat import classify
 from specdec.replay.compat.checks import ArmReplies
 from specdec.replay.compat.quant import (
     QUANT_PROMPTS,
-    QUANT_REPEATS,
     QuantArm,
     QuantMeasure,
     classify_quant,
@@ -26,6 +25,7 @@ from specdec.replay.compat.quant import (
     speedup,
 )
 from specdec.replay.compat.send import Choice, Reply
+from specdec.replay.compat.timing import DEFAULT_REPEATS
 from tests.support.compat_server import CompatFake, fake_pair
 
 SETTINGS = ClientSettings(connect_timeout_s=5, request_timeout_s=10)
@@ -49,7 +49,7 @@ def reply(text: str, ms: float) -> Reply:
 def test_a_cell_measured_on_an_honest_pair_works_with_its_acceptance_and_speedup():
     spec = CompatFake(True)
     m = measured(CompatFake(False), spec)
-    pairs = len(QUANT_PROMPTS) * QUANT_REPEATS
+    pairs = len(QUANT_PROMPTS) * DEFAULT_REPEATS
     # one warm-up per arm, not counted in the counters' difference
     assert m.requests == 2 + 2 * pairs
     assert len(spec.bodies) == 1 + pairs

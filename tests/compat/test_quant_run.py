@@ -62,3 +62,14 @@ def test_probe_names_pick_the_cells(tmp_path, fake_files):
         "server-quant-f16-baseline.log",
         "server-quant-f16-ngram-mod.log",
     ]
+
+
+def test_the_cells_send_their_prompts_repeats_times(tmp_path, fake_files):
+    # --repeats reaches the quantization cells as every probe: 3 prompts once each, 3 pairs
+    _, binary = fake_files
+    only = frozenset({"target-f16.ngram-mod"})
+    q = quant_run.run_quant(
+        tmp_path / "run", "r1", SETTINGS, "v", 30.0, echo=lambda _: None, only=only, binary=binary, repeats=1
+    )
+    (cell,) = q.cells
+    assert cell.speedup_pairs == 3 and cell.speedup is not None
