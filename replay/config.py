@@ -305,8 +305,7 @@ class ReplayConfig(ClientOptions):
     @model_validator(mode="after")
     def _engine_defaults(self) -> ReplayConfig:
         """llama.cpp: the speculative arm's default is prompt lookup (ngram-mod, the
-        counterpart of vLLM's ngram); the greedy lossless pass (token ids and
-        logprobs through vLLM's API) is not available for it, and it has no prefix
+        counterpart of vLLM's ngram), and it has no prefix
         cache reset endpoint, so 'reset' becomes 'off' (``--no-cache-prompt``: no block
         reuses an earlier one's prompts; measured without it, the first level of each
         server, cold, had 10x the TTFT of the later, warmed ones)."""
@@ -318,7 +317,6 @@ class ReplayConfig(ClientOptions):
             _check_llama_speculation(
                 ArmSpec("speculative", "llama.cpp", self.speculative_config), "--spec-config for --engine llama.cpp"
             )
-        self.lossless_pass = False
         if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
             self.prefix_cache = "off"
         return self

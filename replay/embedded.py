@@ -25,7 +25,7 @@ from specdec.errors import SpecdecError
 from specdec.model import GGUF_DIST, find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig
 from specdec.replay.host import engine_facts
-from specdec.replay.passes.lossless import eos_ids_for_model
+from specdec.replay.passes.lossless import eos_ids_for_gguf, eos_ids_for_model
 from specdec.runfolder import capture_dir
 
 #: llama.cpp: context per slot (-c is the slots' total), the same as vLLM's max_model_len
@@ -186,6 +186,9 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
     def dtype_text(self) -> str:
         return f"GGUF as shipped ({Path(self.model).name})"
 
+    def eos_ids(self) -> frozenset[int] | None:
+        return eos_ids_for_gguf(self.model)
+
     def facts(self) -> dict[str, Any]:
         return {
             "name": "llama.cpp",
@@ -206,7 +209,9 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
     def notes(cls, cfg: ReplayConfig) -> list[str]:
         cache = "off" if cfg.prefix_cache == "reset" else cfg.prefix_cache
         return [
-            "llama.cpp: no greedy lossless pass (its logprobs are not vLLM's); prefix cache "
+            'llama.cpp: the greedy lossless pass reads its token ids ("id") and top-2 logprobs; the tokens '
+            "its speculative path emits come without probabilities (llama-server leaves them unset), so "
+            "a divergence is classified by the baseline arm's margin, as for vLLM; prefix cache "
             f"'{cache}' ('off': --no-cache-prompt on its arms, as llama.cpp has no endpoint to empty "
             "the cache between blocks)."
         ]

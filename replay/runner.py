@@ -297,8 +297,7 @@ class Replayer:
                     if block.kind == "timed":
                         await self._block(session, block.arm, ep, rows, block.level, block.repeat)
                     elif block.kind == "lossless_pass":
-                        if self.engines[block.arm].runs_lossless_pass:
-                            await self._lossless_pass(session, block.arm, ep, greedy, block.level)
+                        await self._lossless_pass(session, block.arm, ep, greedy, block.level)
                     else:
                         ref = instrument_arm(block.arm, cfg.arm_specs())
                         await self._sampling_pass(session, block.arm, ep, sampled, block.level, (ref, eps[ref]))
@@ -455,8 +454,9 @@ class Replayer:
         await self._pass_counters(session, arm, ep, level, "lossless_pass", "before")
         results: list = []
         try:
+            protocol = self.engines[arm].lossless_protocol
             await lossless_pass(
-                self._streaming(session),
+                self._streaming(session) if protocol == "chat" else session,  # "completion": not streamed
                 ep,
                 self.cfg.served_model,
                 rows,
@@ -465,6 +465,7 @@ class Replayer:
                 self.settings,
                 self.eos_token_ids,
                 results=results,
+                protocol=protocol,
             )
         finally:  # keep the checks that finished, even on Ctrl-C
             if results:

@@ -235,7 +235,7 @@ async def stream_payload(
                 "had arrived",
             )
         else:
-            _classify(res, exc, settings)
+            classify_failure(res, exc, settings)
     finally:
         parser.finish()
         res.output_text = "".join(text_parts)
@@ -245,8 +245,8 @@ async def stream_payload(
     return res
 
 
-def _classify(res: StreamResult, exc: Exception, settings: ClientSettings) -> None:
-    """Type a transport's failure on the row."""
+def classify_failure(res: StreamResult, exc: Exception, settings: ClientSettings) -> None:
+    """Type a transport's failure on the row (also the passes' requests that are not streamed)."""
     if isinstance(exc, (aiohttp.ConnectionTimeoutError, ConnectTimedOut)):
         res.fail("connect_timeout", f"no connection within {settings.connect_timeout_s:g} s ({exc})")
     elif isinstance(exc, (aiohttp.SocketTimeoutError, asyncio.TimeoutError, ReadTimedOut)):

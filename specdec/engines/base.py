@@ -42,8 +42,9 @@ class Engine(ABC):
     resets_prefix_cache: ClassVar[bool] = True
     #: the server flag that turns its prefix (prompt) cache off (--prefix-cache off)
     prefix_cache_off_flag: ClassVar[str]
-    #: the greedy lossless pass (token ids and top-2 logprobs as vLLM's API gives them) applies
-    runs_lossless_pass: ClassVar[bool] = True
+    #: how the lossless pass asks for token ids and top-2 logprobs (``replay/passes/lossless.py``):
+    #: "chat", /v1/chat/completions streamed with logprobs; "completion", llama-server's own endpoint
+    lossless_protocol: ClassVar[str] = "chat"
 
     @abstractmethod
     def executable(self) -> list[str]:

@@ -58,7 +58,8 @@ class LlamaCpp(Engine):
         "position",
     )
     resets_prefix_cache: ClassVar[bool] = False  # no endpoint: --no-cache-prompt instead
-    runs_lossless_pass: ClassVar[bool] = False  # its logprobs are not vLLM's
+    #: its chat stream leaves the speculated tokens out of logprobs: /completion has them all
+    lossless_protocol: ClassVar[str] = "completion"
 
     def __init__(
         self,

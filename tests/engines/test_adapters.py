@@ -144,7 +144,7 @@ def test_servers_alive_together_get_a_core_each_unless_there_are_too_few(tmp_pat
 
 def test_the_llama_cpp_settings_of_a_replay_are_checked_before_anything_runs(tmp_path):
     """--engine llama.cpp: vLLM's default speculative config becomes ngram-mod, the
-    lossless pass is off and the prefix-cache reset becomes no prompt cache; a
+    lossless pass stays on (its own endpoint, issue 43) and the prefix-cache reset becomes no prompt cache; a
     speculative config llama.cpp cannot start, or a draft GGUF that is not there, is
     refused by the settings themselves, naming the option (before a run folder exists)."""
     from pydantic import ValidationError
@@ -152,7 +152,7 @@ def test_the_llama_cpp_settings_of_a_replay_are_checked_before_anything_runs(tmp
     from specdec.replay.config import ReplayConfig
 
     cfg = ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp")
-    assert (cfg.speculative_config, cfg.lossless_pass, cfg.prefix_cache) == ({"type": "ngram-mod"}, False, "off")
+    assert (cfg.speculative_config, cfg.lossless_pass, cfg.prefix_cache) == ({"type": "ngram-mod"}, True, "off")
     with pytest.raises(ValidationError, match="--spec-config for --engine llama.cpp: .*'eagle' is not one of"):
         ReplayConfig(traffic=tmp_path / "t.jsonl", engine="llama.cpp", speculative_config={"type": "eagle"})
     with pytest.raises(ValidationError, match="draft_model .*nope.gguf: no such GGUF file"):

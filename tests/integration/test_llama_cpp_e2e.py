@@ -147,19 +147,19 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
         run_id="llama",
         engine="llama.cpp",
         levels=[2],
-        requests_per_level=6,
+        requests_per_level=3,  # 1 prompt per category (6 before: issue 40)
         max_tokens=32,
         warmup_requests=1,
         repeats=2,  # the fewest with an interval and a restart (issue 40; the default 3 before)
         progress=False,
     )
-    assert cfg.speculative_config == {"type": "ngram-mod"} and not cfg.lossless_pass and cfg.prefix_cache == "off"
+    assert cfg.speculative_config == {"type": "ngram-mod"} and cfg.lossless_pass and cfg.prefix_cache == "off"
     run_dir = run_replay(cfg)
     manifest = read_manifest(run_dir)
     assert manifest.finished and manifest.engine["name"] == "llama.cpp"
     assert manifest.arm_difference == ["--spec-type ngram-mod"]  # the only difference between the arms
     assert manifest.capture["source"] == "none"
-    report, _summary = write_report(run_dir)
+    report, summary = write_report(run_dir)
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     failed = con.execute("select count(*) from stg_requests where not success").fetchone()[0]
     assert failed == 0
@@ -194,6 +194,19 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
         ).fetchone()[0]
         == 0
     )  # no rounds to check against; none on baseline
+    # the lossless pass on llama-server's own endpoint (issue 43): every check of both arms succeeded,
+    # natural ends looked up with the GGUF's end-of-sequence id, the speculative arm drafted during
+    # its pass (the pass is valid), every pair classified, and the verdict says so
+    checks = con.execute(
+        "select arm, count(*), bool_and(success), min(eos_token_ids) from stg_greedy_checks group by 1 order by 1"
+    ).fetchall()
+    assert checks == [("baseline", 3, True, [2]), ("speculative", 3, True, [2])], checks
+    lossless = con.execute(
+        "select sum(pairs), sum(identical + near_tie + suspect), bool_and(pass_valid), min(pass_draft_tokens) "
+        "from lossless"
+    ).fetchone()
+    assert lossless[:3] == (3, 3, True) and lossless[3] > 0, lossless
     html = report.read_text()
+    assert "greedy pairs" in summary and "lossless: not" not in summary
     assert "No per-round data for this engine" in html and "acceptance_requests" in html
     assert "from the engine&#x27;s counter" in html or "from the engine's counter" in html

@@ -7,9 +7,13 @@ import asyncio
 import json
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from specdec.replay.passes.lossless import (
     PASS_ERROR_TYPES,
+    completion_one,
+    eos_ids_for_gguf,
     eos_ids_for_model,
     greedy_table,
     lossless_one,
@@ -96,6 +100,136 @@ def test_top_logprobs_decide_top1_and_top2_whatever_their_order():
     assert res.token_ids == [5, 7]
     assert res.top1_logprobs == [-0.5, -0.1]
     assert res.top2_logprobs == [-0.5, None] and res.top2_token_ids == [5, None]
+
+
+def _llama_entry(tid: int, lp: float, top: list[tuple[int, float]]) -> dict:
+    """An entry as llama-server writes it: the text token, an integer id, bytes (no token_id: form)."""
+    return {
+        "id": tid,
+        "token": f"t{tid}",
+        "bytes": [116],
+        "logprob": lp,
+        "top_logprobs": [{"id": t, "token": f"t{t}", "bytes": [116], "logprob": v} for t, v in top],
+    }
+
+
+class FakeLlama:
+    """llama-server's two endpoints of the lossless pass, answering with a recorded /completion reply."""
+
+    def __init__(self, reply: dict | None = None, status: int = 200) -> None:
+        self.reply, self.status = reply, status
+        self.bodies: list[tuple[str, dict]] = []
+
+    async def apply_template(self, request):
+        self.bodies.append(("/apply-template", await request.json()))
+        return web.json_response({"prompt": "<|im_start|>user\nCount<|im_end|>\n<|im_start|>assistant\n"})
+
+    async def completion(self, request):
+        self.bodies.append(("/completion", await request.json()))
+        if self.status != 200:
+            return web.json_response({"error": {"message": "boom"}}, status=self.status)
+        return web.json_response(self.reply)
+
+    def server(self) -> TestServer:
+        app = web.Application()
+        app.router.add_post("/apply-template", self.apply_template)
+        app.router.add_post("/completion", self.completion)
+        return TestServer(app)
+
+
+def _native(fake: FakeLlama, eos=frozenset({2}), row: TrafficRow = ROW):
+    async def go():
+        async with serving(fake.server(), transport="aiohttp") as (s, base):
+            return await completion_one(s, base, "m", row, RID, eos_token_ids=eos)
+
+    return asyncio.run(go())
+
+
+def _recorded(fixtures, arm: str) -> dict:
+    return json.loads((fixtures / "llama_cpp" / f"completion_logprobs_{arm}.json").read_text())
+
+
+def test_llama_cpp_checks_read_every_position_of_its_own_endpoint_the_speculated_ones_without_top2(fixtures):
+    base, spec = (_native(FakeLlama(_recorded(fixtures, arm))) for arm in ("baseline", "ngram"))
+    for res in (base, spec):
+        assert res.stream.success and res.stream.output_tokens == 48 and len(res.token_ids) == 48
+    assert base.token_ids == spec.token_ids  # greedy: the same 48 ids with and without ngram-mod
+    assert all(t is not None for t in base.top2_token_ids)  # no speculation: every position ranked
+    # ngram-mod drafted 10 and all were accepted: positions 37-47 came from the speculative path
+    assert [i for i, t in enumerate(spec.top2_token_ids) if t is None] == list(range(37, 48))
+    assert spec.top1_logprobs[40] == 0.0 and spec.top2_logprobs[40] is None
+    assert base.top1_logprobs[10] == pytest.approx(-0.36803147196769714) and base.top2_token_ids[10] == 198
+    assert base.natural_end_position is None  # end-of-sequence never ranked first in 48 tokens
+    row = greedy_table("t", "speculative", 1, 0, [(ROW, spec)]).to_pylist()[0]
+    GreedyCheck.model_validate(row)
+
+
+def test_llama_cpp_checks_send_the_rows_messages_greedy_with_two_alternatives(fixtures):
+    fake = FakeLlama(_recorded(fixtures, "baseline"))
+    _native(fake, row=ROW.model_copy(update={"temperature": 0.7, "max_tokens": 48}))
+    (p1, template), (p2, body) = fake.bodies
+    assert (p1, p2) == ("/apply-template", "/completion") and template == {"messages": ROW.chat()}
+    assert body["prompt"].endswith("assistant\n") and body["n_predict"] == 48 and body["temperature"] == 0.0
+    assert body["n_probs"] == 2 and body["ignore_eos"] is True and body["stream"] is False
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        (lambda r: r.update(completion_probabilities=r["completion_probabilities"][:-1]), "47 probability entries"),
+        (lambda r: r.update(tokens=[*r["tokens"][:-1], 7]), "position 47: token 7"),
+        (lambda r: r.update(tokens_predicted=50), "50 completion token(s)"),
+        (lambda r: r.pop("tokens"), "KeyError"),
+    ],
+)
+def test_a_malformed_completion_reply_is_a_typed_failure(fixtures, change, problem):
+    reply = _recorded(fixtures, "baseline")
+    change(reply)
+    res = _native(FakeLlama(reply))
+    assert not res.stream.success and res.stream.error_type == "bad_logprobs", res.stream
+    assert problem in res.stream.error_message
+
+
+def test_a_llama_cpp_check_that_fails_is_a_row():
+    res = _native(FakeLlama(status=503))
+    assert not res.stream.success and res.stream.error_type == "http_status" and res.stream.http_status == 503
+    assert "HTTP 503 from /completion" in res.stream.error_message
+    row = greedy_table("t", "baseline", 1, 0, [(ROW, res)]).to_pylist()[0]
+    assert row["success"] is False and row["token_ids"] == []
+
+
+def test_the_natural_end_is_where_end_of_sequence_ranked_first_though_another_token_was_emitted():
+    # llama.cpp's ignore_eos bans end-of-sequence by a logit bias: at position 1 it still ranks first
+    # in the raw alternatives, and the emitted token is the runner-up
+    entries = [
+        _llama_entry(5, -0.2, [(5, -0.2), (6, -1.9)]),
+        _llama_entry(8, -1.4, [(2, -0.3), (8, -1.4)]),
+        _llama_entry(2, -0.5, [(2, -0.5), (3, -1.0)]),
+    ]
+    res = _verify(FakeVllm(_stream(*(_event([e]) for e in entries), completion_tokens=3)))
+    assert res.token_ids == [5, 8, 2] and res.natural_end_position == 1
+    # positions without alternatives (a speculated token) do not shift the position found
+    entries = [_llama_entry(5, 0.0, []), _llama_entry(6, 0.0, []), _llama_entry(8, -1.4, [(2, -0.3), (8, -1.4)])]
+    res = _verify(FakeVllm(_stream(*(_event([e]) for e in entries), completion_tokens=3)))
+    assert res.natural_end_position == 2
+    res = _verify(FakeVllm(_stream(*(_event([e]) for e in entries), completion_tokens=3)), eos=None)
+    assert res.natural_end_position is None
+
+
+def test_eos_ids_for_gguf_reads_the_end_tokens_of_its_metadata(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_eos_token_id(2)
+    w.add_eot_token_id(7)
+    w.add_bos_token_id(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert eos_ids_for_gguf(path) == frozenset({2, 7})
+    (tmp_path / "bad.gguf").write_bytes(b"not a gguf file")
+    assert eos_ids_for_gguf(tmp_path / "bad.gguf") is None and eos_ids_for_gguf(tmp_path / "absent.gguf") is None
 
 
 @pytest.mark.parametrize(
