@@ -214,12 +214,17 @@ def _margin_note(rows: Sequence[dict], what: str) -> list[Part]:
     return [Part(f" (at {', '.join(short)} the {what} may be under the {margin} margin)")]
 
 
+def _percent(share: float) -> str:
+    """A share as a whole percent from 10% up (210, not 2.1e+02), two figures below."""
+    return f"{100 * share:.0f}" if share >= 0.1 else f"{100 * share:.2g}"
+
+
 def _resolution(rows: Sequence[dict]) -> str:
     """'; this run cannot tell effects smaller than about 12% from none; --repeats 9 would resolve +-5%'."""
     detect = max((r.get("detectable_effect") or 0.0) for r in rows)
     needed = max((r.get("repeats_needed") or 0) for r in rows)
     margin = _pct(rows[0].get("margin") or 0.05)
-    text = f"; this run cannot tell effects smaller than about {100 * detect:.2g}% from none"
+    text = f"; this run cannot tell effects smaller than about {_percent(detect)}% from none"
     if needed > 100:
         return text + f" (more than 100 repeats would be needed to resolve +-{margin})"
     if needed:

@@ -94,6 +94,17 @@ def test_a_sequential_runs_labels_are_its_looks_and_an_undecided_cell_is_inconcl
     assert out["code", "measurement"] == rows[2]  # other rows untouched
 
 
+def test_a_cell_left_for_futility_keeps_the_runs_interval_not_its_looks():
+    # a look after repeat 2 reads on about 1 df at a spent level: its interval can span orders of
+    # magnitude (a llama.cpp demo printed 1.07x, 99.9% CI 0.00-3e18); the label says inconclusive
+    look = {"comparison": "ab", "category": "chat", "level": 1, "label": "inconclusive", "ci_low": 4e-19}
+    look |= {"ci_high": 3e18, "ci_level": 0.9987, "repeats_needed": 101, "futile": True}
+    (out,) = apply_looks([_family("chat", 1, "faster")], [{"repeat": 2, "decided": [look]}], 0.05)
+    assert (out[5], out[6], out[7]) == (0.9, 1.1, 0.99)  # the run's own, at its end
+    assert out[11] == "inconclusive" and out[12] is None and out[14] == 101
+    assert "left for futility at the look after repeat 2" in out[16]
+
+
 # noise the intervals do not assume: the order effect, drift, t(3) tails, slow blocks, shocks
 ALL = {"order": 0.04, "drift": 0.044, "tails": 3.0, "slow_share": 0.04, "shock": 0.03}
 

@@ -261,3 +261,11 @@ def test_row_anchor_is_inert_and_distinct():
     hostile = row_anchor("speedup", '"><script>', 1)
     assert re.fullmatch(r"[A-Za-z0-9_-]+", hostile)
     assert row_anchor("speedup", "a b", 1) != row_anchor("speedup", "a-b", 1)
+
+
+def test_a_large_detectable_effect_reads_as_a_plain_percent():
+    from specdec.analytics.report.verdict import _resolution
+
+    text = _resolution([{"detectable_effect": 2.1, "repeats_needed": 150, "margin": 0.05}])
+    assert "about 210% from none" in text and "e+" not in text
+    assert "about 1.2% from none" in _resolution([{"detectable_effect": 0.012, "repeats_needed": 0, "margin": 0.05}])
