@@ -165,10 +165,11 @@ def _domain(rows: list[dict], margin: float) -> tuple[float, float]:
 #: the forest's words for a sequential run (manifest ``design``): where each row's interval comes from
 SEQUENTIAL_TEXT = (
     " This run was sequential (docs/manual/sequential.md): a look after each repeat from the first look "
-    "on, each spending part of the 5% family-wise error. Every row's bars are the intervals of the look "
-    "that decided it, at that look's level, so a row decided early has a wider bar; its point and the "
-    "repeats beside it count every repeat its level ran, those after the decision included (a level runs "
-    "on while any of its cells is open)."
+    "on, each spending part of the 5% family-wise error. A decided row's bars are the intervals of the "
+    "look that decided it, at that look's level, so a row decided early has a wider bar; a row left for "
+    "futility (inconclusive) keeps the run's interval at its end. A row's point and the repeats beside it "
+    "count every repeat its level ran, those after the decision included (a level runs on while any of "
+    "its cells is open)."
 )
 
 
