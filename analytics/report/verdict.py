@@ -353,6 +353,8 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
             if source == {"aa_divergences"}
             else f": the {dtype} default, no A/A flip to calibrate from"
             if source == {"dtype_default"}
+            else f": the {dtype} default, which the run's {flips} A/A flip{'s' if flips != 1 else ''} stayed within"
+            if source == {"dtype_floor"}
             else ""
         )
         margin = f" (the baseline's runner-up, margin at most {thresholds[0]:g} nats{basis})"

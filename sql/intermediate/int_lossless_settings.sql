@@ -24,10 +24,17 @@
 --                       the baseline's greedy choice flipped with no speculation at all, on this
 --                       machine, dtype and model (NULL when aa_divergences = 0)
 --   near_tie_threshold  the baseline top-1 minus top-2 logprob margin up to which a greedy flip of
---                       the speculative arm is put down to numerics [nats]: aa_max_margin when the
---                       run has A/A flips (calibrated: the largest observed, no allowance added),
---                       else dtype_threshold
---   near_tie_threshold_source   'aa_divergences' (calibrated from aa_divergences flips) |
+--                       the speculative arm is put down to numerics [nats]: the larger of
+--                       dtype_threshold and aa_max_margin. The run's A/A flips can widen it (the
+--                       largest observed, no allowance added), never narrow it below the dtype's
+--                       value: a handful of flips is a low estimate of the largest one numerics
+--                       allow, and a margin of one rounding step can flip whatever the run saw
+--                       (2026-12-06, vLLM CPU bfloat16, 36 prompt-pool prompts at c1 and c4: 2 A/A
+--                       flips, largest 0.125, took the threshold to 0.125, and 4 of the 6 pairs it
+--                       called suspect took the baseline's runner-up at a margin of exactly 0.25,
+--                       one bfloat16 step). A wrongly accepted draft token shows whole nats
+--   near_tie_threshold_source   'aa_divergences' (A/A flips above dtype_threshold widened it) |
+--                       'dtype_floor' (the run's A/A flips were all within dtype_threshold) |
 --                       'dtype_default' (no A/A flip in the run: the reasoned dtype_threshold)
 --   max_error_rate      int_run_settings.max_error_rate, for the lossless pass's own failures
 with settings as (
@@ -47,9 +54,12 @@ final as (
              as double) as dtype_threshold,
         coalesce(aa.aa_divergences, 0) as aa_divergences,
         aa.aa_max_margin,
-        coalesce(aa.aa_max_margin, dtype_threshold) as near_tie_threshold,
-        case when aa.aa_max_margin is null then 'dtype_default' else 'aa_divergences' end
-            as near_tie_threshold_source,
+        greatest(coalesce(aa.aa_max_margin, dtype_threshold), dtype_threshold) as near_tie_threshold,
+        case
+            when aa.aa_max_margin is null then 'dtype_default'
+            when aa.aa_max_margin > dtype_threshold then 'aa_divergences'
+            else 'dtype_floor'
+        end as near_tie_threshold_source,
         settings.max_error_rate
     from settings
     left join aa on aa.run_id = settings.run_id

@@ -18,13 +18,16 @@
 --                    explain it (pairs = identical + near_tie + suspect); every one is listed
 --                    in lossless_divergences
 --   identity_share   identical / pairs (NULL when pairs = 0)
---   near_tie_threshold  int_lossless_settings.near_tie_threshold [nats]: the run's largest
---                    baseline-vs-baseline margin at a greedy flip of the lossless pass (A/A,
---                    across levels and passes), else the dtype's reasoned value; see its header
---   near_tie_threshold_source   'aa_divergences' (calibrated from the run's A/A flips) |
+--   near_tie_threshold  int_lossless_settings.near_tie_threshold [nats]: the dtype's reasoned
+--                    value, or the run's largest baseline-vs-baseline margin at a greedy flip of
+--                    the lossless pass (A/A, across levels and passes) where that is larger; see
+--                    its header
+--   near_tie_threshold_source   'aa_divergences' (the run's A/A flips widened it above the dtype's
+--                    value) | 'dtype_floor' (its A/A flips were all within the dtype's value) |
 --                    'dtype_default' (the run has none: the reasoned value for the dtype)
---   near_tie_threshold_divergences   A/A flips the threshold was taken from (the largest of
---                    their margins); 0 with 'dtype_default'
+--   near_tie_threshold_divergences   the run's A/A flips (int_lossless_settings.aa_divergences: the
+--                    threshold is the largest of their margins with 'aa_divergences'); 0 with
+--                    'dtype_default'
 --   pass_draft_tokens   draft tokens the speculative arm proposed during its lossless pass at this
 --                    level (int_passes_checked.draft_tokens: counter after - before); NULL when
 --                    the counters were not read around the pass or are not exported

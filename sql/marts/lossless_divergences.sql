@@ -13,8 +13,8 @@
 --                               NULL when unknown
 --   baseline_margin             baseline top1_logprob - top2_logprob there [nats]; NULL when
 --                               the baseline has no token or no second logprob there
---   near_tie_threshold          int_lossless_settings.near_tie_threshold [nats] (calibrated from the
---                               run's A/A flips, else the dtype's value: lossless.near_tie_threshold_source)
+--   near_tie_threshold          int_lossless_settings.near_tie_threshold [nats] (the dtype's value,
+--                               widened by the run's A/A flips: lossless.near_tie_threshold_source)
 --   class                       'near_tie' (speculative_took_runner_up AND baseline_margin <=
 --                               near_tie_threshold) | 'suspect' (anything else, the runner-up
 --                               unknown included)

@@ -20,15 +20,17 @@ Baseline checks of the lossless pass (the A/A flips; * = position 1 as listed):
     A/A flips (int_baseline_greedy_pairs, flipped): pA c1-c2 and pA c2-c4, each
     at position 1 with aa_margin = max(0.125, 0.0625) = 0.125; pA c1-c4 and pB
     c1-c2 identical; pB c1-c4 and c2-c4 not flips. -> 2 divergences, largest
-    margin 0.125: near_tie_threshold 0.125, source 'aa_divergences'.
+    margin 0.125, within bfloat16's 0.25: near_tie_threshold 0.25, source 'dtype_floor'
+    (flips widen the threshold, never narrow it); in float32 (0.001) the same flips
+    widen it to 0.125, source 'aa_divergences'.
 
 Speculative checks at level 1 (the baseline's as above; pC, pD, pE below):
 
     prompt  baseline ids  position 2 of the baseline: margin, runner-up   speculative ids   class
     pC      1 2 3 4       0.0625, runner-up 30                            1 2 31 4          suspect (31 not runner-up)
     pD      1 2 3 4       0.0625, runner-up 30                            1 2 30 4          near_tie (0.0625 <= 0.125)
-    pE      1 2 3 4       0.1875, runner-up 30                            1 2 30 4          suspect (0.1875 > 0.125;
-                                                                                            near_tie under 0.25)
+    pE      1 2 3 4       0.1875, runner-up 30                            1 2 30 4          near_tie under 0.25
+                                                                                            (suspect in float32: > 0.125)
 """
 
 from __future__ import annotations
@@ -115,9 +117,11 @@ def counters(arm: str, level: int, before: tuple, after: tuple, kind: str = "los
     ]
 
 
-def make_run(run_dir: Path, checks: list[GreedyCheck], passes: list[PassCounters] | None = None) -> Path:
+def make_run(
+    run_dir: Path, checks: list[GreedyCheck], passes: list[PassCounters] | None = None, dtype: str = "bfloat16"
+) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_run(run_dir, manifest=make_manifest(dtype="bfloat16", max_error_rate=0.5))
+    write_run(run_dir, manifest=make_manifest(dtype=dtype, max_error_rate=0.5))
     write_parquet_atomic(table_from_records(GreedyCheck, checks), run_dir / record_file("greedy_checks").consolidated)
     if passes is not None:
         write_parquet_atomic(
@@ -179,19 +183,30 @@ def test_planted_aa_flips_set_the_threshold(tmp_path):
     settings = rows(run_dir, "select * from int_lossless_settings")[0]
     assert (settings["dtype"], settings["dtype_threshold"]) == ("bfloat16", 0.25)
     assert (settings["aa_divergences"], settings["aa_max_margin"]) == (2, 0.125)
-    assert (settings["near_tie_threshold"], settings["near_tie_threshold_source"]) == (0.125, "aa_divergences")
+    # two flips within one bfloat16 step do not narrow the threshold below it
+    assert (settings["near_tie_threshold"], settings["near_tie_threshold_source"]) == (0.25, "dtype_floor")
 
     classes = {r["prompt_id"]: r["class"] for r in rows(run_dir, "select * from int_greedy_pairs")}
-    # pD's 0.0625 is within the calibrated 0.125; pE's 0.1875 is not (it was within the default 0.25)
-    assert (classes["pC"], classes["pD"], classes["pE"]) == ("suspect", "near_tie", "suspect")
+    # pD's 0.0625 and pE's 0.1875 are within 0.25; pC's token is not the runner-up
+    assert (classes["pC"], classes["pD"], classes["pE"]) == ("suspect", "near_tie", "near_tie")
 
     c1 = rows(run_dir, "select * from lossless where concurrency = 1 and category = 'code'")[0]
     assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == (
-        0.125,
-        "aa_divergences",
+        0.25,
+        "dtype_floor",
         2,
     )
-    assert (c1["near_tie"], c1["suspect"]) == (1, 2)
+    assert (c1["near_tie"], c1["suspect"]) == (2, 1)
+
+
+def test_aa_flips_above_the_dtypes_value_widen_the_threshold(tmp_path):
+    # float32's reasoned 0.001 is below the run's flips (largest 0.125): they set it
+    run_dir = make_run(tmp_path, AA_CHECKS + SPEC_CHECKS, dtype="float32")
+    settings = rows(run_dir, "select * from int_lossless_settings")[0]
+    assert (settings["dtype_threshold"], settings["near_tie_threshold"]) == (0.001, 0.125)
+    assert settings["near_tie_threshold_source"] == "aa_divergences"
+    classes = {r["prompt_id"]: r["class"] for r in rows(run_dir, "select * from int_greedy_pairs")}
+    assert (classes["pC"], classes["pD"], classes["pE"]) == ("suspect", "near_tie", "suspect")
 
 
 def test_without_aa_flips_the_dtype_default_is_used_and_said(tmp_path):

@@ -232,6 +232,8 @@ def test_lossless_sentence_and_its_change():
         for r in LOSSLESS
     ]
     assert "margin at most 0.05 nats: the largest of 6 A/A flips)" in lossless_sentence(calibrated, None).text
+    floor = [dict(r, near_tie_threshold_source="dtype_floor", near_tie_threshold_divergences=2) for r in LOSSLESS]
+    assert "the bfloat16 default, which the run's 2 A/A flips stayed within)" in lossless_sentence(floor, None).text
     half = [calibrated[0], dict(calibrated[1], pass_valid=False)]
     text = lossless_sentence(half, None).text
     assert text.startswith("lossless: 0 suspect divergences in 48 greedy pairs (bfloat16, c1;")
