@@ -209,8 +209,8 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
     def notes(cls, cfg: ReplayConfig) -> list[str]:
         cache = "off" if cfg.prefix_cache == "reset" else cfg.prefix_cache
         return [
-            'llama.cpp: the greedy lossless pass reads its token ids ("id") and top-2 logprobs; the tokens '
-            "its speculative path emits come without probabilities (llama-server leaves them unset), so "
+            "llama.cpp: the greedy lossless pass asks llama-server's own /completion for token ids and top-2 "
+            "logprobs; the tokens its speculative path emits come without probabilities, so "
             "a divergence is classified by the baseline arm's margin, as for vLLM; prefix cache "
             f"'{cache}' ('off': --no-cache-prompt on its arms, as llama.cpp has no endpoint to empty "
             "the cache between blocks)."

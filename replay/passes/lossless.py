@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,12 +106,8 @@ class PassResult:
         """Where end-of-sequence was emitted (vLLM's ignore_eos lets it through and carries on) or
         was the most likely token (llama.cpp's ignore_eos bans it by a logit bias, so another token
         is emitted there; its alternatives are the raw logits', where it still ranks first)."""
-        emitted = natural_end_position(self.token_ids, self.eos_token_ids)
-        ranked = natural_end_position([t for t in self.top1_token_ids if t is not None], self.eos_token_ids)
-        if ranked is not None:  # back to the position: the Nones were left out
-            ranked = [i for i, t in enumerate(self.top1_token_ids) if t is not None][ranked]
-        found = [p for p in (emitted, ranked) if p is not None]
-        return min(found) if found else None
+        ends = (natural_end_position(ids, self.eos_token_ids) for ids in (self.token_ids, self.top1_token_ids))
+        return min((p for p in ends if p is not None), default=None)
 
     @property
     def sent(self) -> StreamResult:
@@ -178,10 +175,10 @@ def token_id(entry: dict) -> int:
     return int(token[len(_TOKEN_ID_PREFIX) :])
 
 
-def natural_end_position(token_ids: list[int], eos_token_ids: frozenset[int] | None) -> int | None:
+def natural_end_position(token_ids: Sequence[int | None], eos_token_ids: frozenset[int] | None) -> int | None:
     """First position (0-based) whose greedy token is end-of-sequence: where the
     model would have stopped without ignore_eos. None if it never was, or if
-    the end-of-sequence ids are unknown."""
+    the end-of-sequence ids are unknown (a None id, not returned, never ends it)."""
     if not eos_token_ids:
         return None
     return next((i for i, t in enumerate(token_ids) if t in eos_token_ids), None)

@@ -10,29 +10,15 @@ import json
 
 from specdec.analytics.build import build
 from specdec.analytics.sequential_look import look_fn
-from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from tests.support.duck import rows
-from tests.support.fake_server import FakeVllm, threaded
+from tests.support.fake_server import FakeVllm, stub_config, threaded
 
 
 def test_a_3x_faster_pair_is_decided_by_the_looks_and_the_marts_say_so(tmp_path, fixtures):
     # 30 ms against 10 ms an event: every cell 3x faster; wall-clock sleeps, so noise is the host's
     with threaded(FakeVllm(delay_s=0.03), FakeVllm(delay_s=0.01)) as (b, s):
-        cfg = ReplayConfig(
-            traffic=fixtures / "traffic_small.jsonl",
-            runs_dir=tmp_path / "runs",
-            run_id="seq",
-            levels=[1, 2],
-            warmup_requests=1,
-            progress=False,
-            capture_wait_s=0.0,
-            repeats=2,
-            max_repeats=6,
-            lossless_pass=False,
-            baseline_url=b,
-            speculative_url=s,
-        )
+        cfg = stub_config(tmp_path, fixtures, run_id="seq", repeats=2, max_repeats=6, baseline_url=b, speculative_url=s)
         run_dir = run_replay(cfg, look_factory=lambda d, looks: look_fn(d, 6, cfg.margin, looks))
     looks = json.loads((run_dir / "manifest.json").read_text())["looks"]
     assert looks and all(0 < x["alpha_look"] <= 0.05 for x in looks)
