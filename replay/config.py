@@ -13,18 +13,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from specdec.arms import NGRAM, ArmSpec, check_arms
+from specdec.arms import ArmSpec, check_arms
 from specdec.defaults import DTYPE, RUNS_DIR, SERVED_MODEL, STARTUP_TIMEOUT_S
+from specdec.engines import DEFAULT_ENGINE, ENGINES, EngineName, Vllm
 from specdec.replay.load.levels import check_values
 from specdec.replay.traffic.mix import check_mix
 from specdec.schemas.records import DEFAULT_MARGIN, DEFAULT_MAX_ERROR_RATE, ERROR_RATE, MARGIN
 from specdec.schemas.strict import RunName
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
-#: The speculative arm's default per engine: draft-free prompt lookup (specdec.arms.NGRAM),
-#: vLLM's ngram proposer and llama.cpp's ngram-mod (specdec/engines/llama_cpp.py).
-LLAMA_CPP_SPEC_CONFIG: dict[str, Any] = NGRAM["llama.cpp"]
-DEFAULT_SPEC_CONFIG: dict[str, Any] = NGRAM["vllm"]
+#: The speculative arm's default: the default engine's draft-free prompt lookup (``Engine.ngram``,
+#: vLLM's ngram proposer); another engine's run takes that engine's own (llama.cpp's ngram-mod).
+DEFAULT_SPEC_CONFIG: dict[str, Any] = dict(Vllm.ngram)
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
@@ -55,7 +55,7 @@ class ClientOptions(BaseModel):
 
     def client_settings(self):
         # heavy: aiohttp (ClientSettings' module); `specdec --help` imports this module for the defaults
-        from specdec.engines.urls import ClientSettings
+        from specdec.http.urls import ClientSettings
 
         return ClientSettings(
             connect_timeout_s=self.connect_timeout_s, request_timeout_s=self.request_timeout_s, api_key=self.api_key()
@@ -185,8 +185,8 @@ class ReplayConfig(ClientOptions):
         "re-weighted traffic, make one with `specdec traffic mix`.",
     )
     # embedded engine
-    engine: Literal["vllm", "llama.cpp"] = Field(
-        default="vllm",
+    engine: EngineName = Field(
+        default=DEFAULT_ENGINE,
         description="The engine (specdec/engines): vllm (embedded vLLM CPU + the capture plugin), or "
         "llama.cpp (llama-server, built once from PyPI, serving the SmolLM2 Q4_1 GGUF as "
         "shipped; no per-round rows; speculative arm --spec-type ngram-mod unless "
@@ -231,8 +231,8 @@ class ReplayConfig(ClientOptions):
             return v
         v = check_arms(v)
         for arm in v:
-            if arm.engine == "llama.cpp" and arm.speculation is not None:
-                _check_llama_speculation(arm, f"arm {arm.name}")
+            if arm.speculation is not None:
+                _check_speculation(arm, f"arm {arm.name}")
         return v
 
     @field_validator("budget_minutes")
@@ -304,20 +304,21 @@ class ReplayConfig(ClientOptions):
 
     @model_validator(mode="after")
     def _engine_defaults(self) -> ReplayConfig:
-        """llama.cpp: the speculative arm's default is prompt lookup (ngram-mod, the
-        counterpart of vLLM's ngram), and it has no prefix
-        cache reset endpoint, so 'reset' becomes 'off' (``--no-cache-prompt``: no block
-        reuses an earlier one's prompts; measured without it, the first level of each
-        server, cold, had 10x the TTFT of the later, warmed ones)."""
-        if self.engine != "llama.cpp":
-            return self
-        if self.speculative_config == DEFAULT_SPEC_CONFIG:  # vLLM's default, not a llama.cpp setting
-            self.speculative_config = dict(LLAMA_CPP_SPEC_CONFIG)
-        if self.speculative_config is not None:  # refused here, before a run folder exists
-            _check_llama_speculation(
-                ArmSpec("speculative", "llama.cpp", self.speculative_config), "--spec-config for --engine llama.cpp"
+        """What the engine's adapter says: the speculative arm's default is the engine's own
+        prompt lookup (``Engine.ngram``; llama.cpp's ngram-mod, the counterpart of vLLM's
+        ngram), checked here, before a run folder exists; and an engine without a prefix
+        cache reset endpoint (llama.cpp) turns 'reset' into 'off' (``--no-cache-prompt``:
+        no block reuses an earlier one's prompts; measured without it, the first level of
+        each llama.cpp server, cold, had 10x the TTFT of the later, warmed ones)."""
+        adapter = ENGINES[self.engine]
+        if self.speculative_config == DEFAULT_SPEC_CONFIG:  # the default engine's, not necessarily this one's
+            self.speculative_config = dict(adapter.ngram)
+        if self.speculative_config is not None:
+            _check_speculation(
+                ArmSpec("speculative", self.engine, self.speculative_config),
+                f"--spec-config for --engine {self.engine}",
             )
-        if self.prefix_cache == "reset":  # vLLM's endpoint; llama.cpp: no prompt cache at all instead
+        if self.prefix_cache == "reset" and not adapter.resets_prefix_cache:
             self.prefix_cache = "off"
         return self
 
@@ -360,18 +361,13 @@ class ReplayConfig(ClientOptions):
         return {a.name: a.engine for a in self.arm_specs()}
 
 
-def _check_llama_speculation(arm: ArmSpec, what: str) -> None:
-    """llama.cpp speculation settings that its adapter takes, and a draft GGUF that exists."""
-    from specdec.engines import Arm, LlamaCpp  # heavy: aiohttp (the adapters read /metrics); as client_settings
-
+def _check_speculation(arm: ArmSpec, what: str) -> None:
+    """Speculation settings that the arm's engine takes (``Engine.check_speculation``)."""
+    assert arm.speculation is not None  # both callers check for speculation first
     try:
-        LlamaCpp(binary=Path("llama-server")).speculation_args(Arm(arm.name, arm.speculation))
+        ENGINES[arm.engine].check_speculation(arm.speculation)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
-    assert arm.speculation is not None  # both callers check for speculation first
-    draft = arm.speculation.get("draft_model")
-    if draft is not None and not Path(str(draft)).is_file():
-        raise ValueError(f"{what}: draft_model {draft}: no such GGUF file")
 
 
 def default_of(name: str, model: type[BaseModel] | None = None) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from specdec.engines import Arm, LlamaCpp, Vllm
+from specdec.engines import ENGINE_NAMES, Arm, Engine, LlamaCpp, Vllm
 from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server, cached_llama_server
 from specdec.engines.server import LlamaServer, LocalServer, ServerProcess
 from specdec.engines.vllm import ServerSpec
@@ -35,14 +35,24 @@ LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
 class EmbeddedEngine(ABC):
     """One engine of a run's embedded servers, prepared from the run's settings."""
 
+    #: the engine's adapter, whose facts the class takes: ``name``; ``label``, the program that
+    #: serves in the start-up messages ("starting vLLM for the baseline arm"); ``writes_rounds``,
+    #: per-round rows (vLLM's capture plugin; llama.cpp has none)
+    adapter_type: ClassVar[type[Engine]]
     name: ClassVar[str]
-    #: the program that serves, in the start-up messages ("starting vLLM for the baseline arm")
     label: ClassVar[str]
-    #: per-round rows: vLLM's capture plugin; llama.cpp has none
     writes_rounds: ClassVar[bool]
     #: what the manifest says of the model when this engine serves it
     model: str
     model_source: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.label, cls.writes_rounds = (
+            cls.adapter_type.name,
+            cls.adapter_type.label,
+            cls.adapter_type.writes_rounds,
+        )
 
     @abstractmethod
     def __init__(self, cfg: ReplayConfig) -> None:
@@ -90,7 +100,7 @@ class EmbeddedEngine(ABC):
 
 
 class EmbeddedVllm(EmbeddedEngine):
-    name, label, writes_rounds = "vllm", "vLLM", True
+    adapter_type = Vllm
 
     def __init__(self, cfg: ReplayConfig):
         self.model_source = {}
@@ -147,7 +157,7 @@ class EmbeddedVllm(EmbeddedEngine):
 
 
 class EmbeddedLlamaCpp(EmbeddedEngine):
-    name, label, writes_rounds = "llama.cpp", "llama-server", False
+    adapter_type = LlamaCpp
     #: why a llama.cpp arm has no per-round rows (the manifest's capture entry)
     NO_PLUGIN = (
         "llama.cpp has no capture plugin: no per-round rows; the per-request draft stats (timings) and "
@@ -191,7 +201,7 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
 
     def facts(self) -> dict[str, Any]:
         return {
-            "name": "llama.cpp",
+            "name": self.name,
             "version": f"llama-cpp-python {LLAMA_CPP_PYTHON} sdist (llama.cpp 0c1e570)",
             "binary": str(self.adapter.binary or cached_llama_server()),
             "threads": self.adapter.threads,
@@ -262,7 +272,7 @@ def draft_preflight(cfg: ReplayConfig) -> list[str]:
 
 def engine_names(cfg: ReplayConfig) -> list[str]:
     """The engines the run's arms use, vLLM first (the order of the manifest's facts and notes)."""
-    return sorted(set(cfg.arm_engines().values()), key=lambda name: (name != "vllm", name))
+    return sorted(set(cfg.arm_engines().values()), key=ENGINE_NAMES.index)
 
 
 def embedded_engines(cfg: ReplayConfig) -> dict[str, EmbeddedEngine]:

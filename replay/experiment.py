@@ -13,9 +13,9 @@ from typing import Any
 
 from specdec.engines import Arm
 from specdec.engines.server import ServerProcess, start_all
-from specdec.engines.urls import parse_endpoint
 from specdec.engines.vllm import ServerSpec
 from specdec.errors import SpecdecError
+from specdec.http.urls import parse_endpoint
 from specdec.replay.capture_import import import_capture
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.embedded import EmbeddedEngine, draft_preflight, embedded_engines, model_error

@@ -12,7 +12,7 @@ from typing import Any
 
 from specdec.arms import ArmSpec, comparisons, specs_of
 from specdec.engines import ENGINES, Arm
-from specdec.engines.urls import parse_endpoint
+from specdec.http.urls import parse_endpoint
 from specdec.replay.config import ReplayConfig
 from specdec.replay.embedded import EMBEDDED, EmbeddedEngine, EmbeddedLlamaCpp, engine_names
 from specdec.replay.host import host_facts, package_version

@@ -24,7 +24,8 @@ import time
 
 import aiohttp
 
-from specdec.engines.metrics import GAUGES, read_gauges
+from specdec.engines.metrics import GAUGES
+from specdec.replay.http.metrics import read_gauges
 
 __all__ = ["INTERVAL_S", "process_tree_rss", "watch_block"]
 

@@ -27,12 +27,13 @@ import pyarrow as pa
 
 from specdec.engines import engine
 from specdec.engines.lifecycle import in_thread
-from specdec.engines.metrics import read_counters, reset_prefix_cache
-from specdec.engines.urls import Endpoint
 from specdec.errors import EngineError
+from specdec.http.metrics import reset_prefix_cache
+from specdec.http.urls import Endpoint
 from specdec.replay.config import ReplayConfig
 from specdec.replay.http.client import ClientSettings, StreamResult, as_endpoint, send_recorded
 from specdec.replay.http.event_loop import quiet_gc
+from specdec.replay.http.metrics import read_counters
 from specdec.replay.http.stream import StreamPool
 from specdec.replay.ledger import LEDGER
 from specdec.replay.load.arrivals import session_predecessors

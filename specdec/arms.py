@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specdec.engines import ENGINE_NAMES, ENGINES
 from specdec.schemas.strict import ARM_NAME, check_arm_name
 
 __all__ = [
@@ -83,13 +84,9 @@ ROLES_COLUMNS = (
     "reference_arm varchar, treatment_arm varchar, engine varchar"
 )
 
-#: The speculation each engine runs when an arm asks for "ngram" (prompt lookup):
-#: vLLM's ngram proposer, llama.cpp's ngram-mod.
-NGRAM: dict[str, dict[str, Any]] = {
-    "vllm": {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4},
-    "llama.cpp": {"type": "ngram-mod"},
-}
-ENGINE_NAMES = tuple(NGRAM)
+#: The speculation each engine runs when an arm asks for "ngram" (prompt lookup): vLLM's ngram
+#: proposer, llama.cpp's ngram-mod, as each adapter states it (``Engine.ngram``, ``specdec/engines``).
+NGRAM: dict[str, dict[str, Any]] = {name: dict(e.ngram) for name, e in ENGINES.items()}
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,16 @@ def prepare_model(cache_dir: Path | None = None) -> PreparedModel:
     return PreparedModel(target, digest, True, time.monotonic() - start)
 
 
+def bundled_model(kind: str) -> Path:
+    """The bundled SmolLM2 in the form an engine serves (``Engine.model_kind``): "gguf", the
+    GGUF as shipped; "folder", the prepared model folder (converted once, then cached)."""
+    if kind == "gguf":
+        return find_gguf()
+    if kind == "folder":
+        return prepare_model().path
+    raise ValueError(f"unknown model kind {kind!r} (gguf or folder)")
+
+
 def _convert(gguf: Path, out: Path) -> None:
     """Dequantize the GGUF with transformers and save plain fp32 safetensors.
 

@@ -49,7 +49,7 @@ def seen(monkeypatch):
         raise _Stop
 
     monkeypatch.setattr(experiment, "run_replay", fake_run)
-    monkeypatch.setattr(main_cli, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    monkeypatch.setattr("specdec.model.prepare_model", lambda: type("P", (), {"path": "/m"})())  # bundled_model's
     return got
 
 

@@ -23,7 +23,8 @@ def no_side_effects(tmp_path, monkeypatch):
         calls.append(a)
         raise SpecdecError("stopped before the model was prepared")
 
-    monkeypatch.setattr("specdec.cli.main.prepare_model", prepare_model)
+    monkeypatch.setattr("specdec.cli.main.prepare_model", prepare_model)  # `specdec model prepare`
+    monkeypatch.setattr("specdec.model.prepare_model", prepare_model)  # the demo's (specdec.model.bundled_model)
     return tmp_path / "runs", calls
 
 

@@ -12,8 +12,9 @@
   ``k_per_band_with_fallback`` policy's k per load band for the speculative pool, and
   ``num_speculative_tokens`` its largest k.
 * llama.cpp: one k per server (no batch-size schedule): the speculative pool's flags
-  ``--spec-type ... --spec-draft-n-max K`` (the built llama-server's names; the old
-  ``--draft-max/--draft-min`` are gone: specdec/engines/llama_cpp.py), with the k that
+  ``--spec-type ngram-mod --spec-ngram-mod-n-max K --spec-ngram-mod-n-min 0``, or
+  ``-md D.gguf --spec-type draft-simple --spec-draft-n-max K --spec-draft-n-min 0`` (the built
+  llama-server's names, ``specdec.engines.llama_cpp.speculation_flags``), with the k that
   maximises the pool's gain over every band.
 * routing: category -> ``speculative`` or ``plain`` pool. Given the rules file that
   categorised the traffic (the recording proxy's format, capture/proxy/rules.py), the same
@@ -27,6 +28,7 @@ import copy
 from typing import Any
 
 from specdec.analytics.plan.recommend import band_ranges
+from specdec.engines.llama_cpp import speculation_flags
 
 __all__ = ["llama_cpp_flags", "routing", "vllm_schedule", "vllm_validate"]
 
@@ -97,12 +99,9 @@ def llama_cpp_flags(pool_k: int, captured_config: dict[str, Any] | None) -> dict
         return {"k": 0, "speculation": None, "flags": []}
     kind = (captured_config or {}).get("type", "ngram-mod")
     speculation: dict[str, Any] = {"type": kind, "n_max": pool_k, "n_min": 0}
-    flags = []
     if kind == "draft-simple" and (captured_config or {}).get("draft_model"):
         speculation["draft_model"] = captured_config["draft_model"]  # type: ignore[index]
-        flags += ["-md", str(speculation["draft_model"])]
-    flags += ["--spec-type", kind, "--spec-draft-n-max", str(pool_k), "--spec-draft-n-min", "0"]
-    return {"k": pool_k, "speculation": speculation, "flags": flags}
+    return {"k": pool_k, "speculation": speculation, "flags": speculation_flags(speculation)}
 
 
 def routing(categories: list[str], speculative: list[str], rules: dict | None = None) -> dict:

@@ -31,6 +31,7 @@ from specdec.analytics.report.forest import forest_chart, forest_html, forest_ro
 from specdec.analytics.report.html import banner, esc, table
 from specdec.analytics.report.page import chart_divs, page
 from specdec.analytics.report.summary import text_table
+from specdec.engines import ENGINES
 
 __all__ = ["Comparison", "comparisons_in", "side_by_side", "render_side_by_side", "summary_lines"]
 
@@ -193,7 +194,7 @@ def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table
             _cell(r["acceptance_length_rounds"])
             if r["acceptance_length_rounds"] is not None
             else "no per-round data for this engine"
-            if r["engine"] == "llama.cpp"
+            if r["engine"] in ENGINES and not ENGINES[r["engine"]].writes_rounds
             else "-"
             if r["category"] == "(system)"
             else "n/a",

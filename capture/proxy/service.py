@@ -54,8 +54,8 @@ from specdec.capture.proxy.record import Exchange, RowMaker, is_recorded_route, 
 from specdec.capture.proxy.redact import Redactor
 from specdec.capture.proxy.rules import CATEGORY_HEADER, SESSION_HEADER, CategoryRules, load_rules
 from specdec.capture.proxy.writer import DEFAULT_FLUSH_S, Recorder
-from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
+from specdec.http.urls import parse_endpoint
 
 log = logging.getLogger("specdec.capture.proxy.service")
 

@@ -57,8 +57,9 @@ from specdec.capture.categories import CategoryBook
 from specdec.capture.proxy.service import ProxySettings, RowsLost, exposure, start_proxy
 from specdec.capture.sidecar.lake import Compactor, CompactResult, CounterLake, read_capture_status
 from specdec.capture.sidecar.metrics import LiveMetrics
-from specdec.engines.metrics import COUNTERS, GAUGES, metrics_text, parse_metrics
+from specdec.engines.metrics import COUNTERS, GAUGES, parse_metrics
 from specdec.errors import SpecdecError
+from specdec.http.metrics import metrics_text
 from specdec.listen import warn_if_exposed
 from specdec.schemas.counters import CounterScrape
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.engines.urls import Endpoint
+from specdec.http.urls import Endpoint
 from specdec.replay.compat import checks, classify, prefix, stall, timing
 from specdec.replay.compat.probes import Probe
 from specdec.replay.compat.send import Reply

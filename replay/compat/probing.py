@@ -34,8 +34,9 @@ from typing import Any
 
 import aiohttp
 
-from specdec.engines.metrics import COUNTERS, metrics_text, parse_counters
-from specdec.engines.urls import ClientSettings, Endpoint
+from specdec.engines.metrics import COUNTERS, parse_counters
+from specdec.http.metrics import metrics_text
+from specdec.http.urls import ClientSettings, Endpoint
 from specdec.replay.compat import cells, speed
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set

@@ -44,7 +44,8 @@ from typing import Any
 
 import aiohttp
 
-from specdec.engines.urls import ClientSettings, Endpoint
+from specdec.engines import LlamaCpp
+from specdec.http.urls import ClientSettings, Endpoint
 from specdec.replay.compat import classify
 from specdec.replay.compat.cells import SETTLE_S
 from specdec.replay.compat.checks import ArmReplies
@@ -221,7 +222,7 @@ def quant_cell(
     ref = ref or classify.Acceptance()
     return CompatCell(
         run_id=run_id,
-        engine="llama.cpp",
+        engine=LlamaCpp.name,  # the quantization cells are llama.cpp's (llama-quantize)
         engine_version=engine_version,
         spec_method=arm.method,
         feature=QUANT_FEATURE,

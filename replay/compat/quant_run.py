@@ -29,8 +29,8 @@ from specdec.engines.base import Arm
 from specdec.engines.llama_cpp import LlamaCpp
 from specdec.engines.llama_cpp_quant import QuantFile, quantized_ggufs
 from specdec.engines.server import LlamaServer, start_all
-from specdec.engines.urls import ClientSettings, parse_endpoint
 from specdec.errors import SpecdecError
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat import classify
 from specdec.replay.compat.quant import (
     QUANT_FEATURE,

@@ -7,7 +7,7 @@ kind ``compat`` whose ``traffic.probes`` holds every probe's request bodies.
 Embedded pairs are started with the servers' own starters
 (``specdec.engines.server``: ``LocalServer`` for vLLM CPU, ``LlamaServer``
 for llama.cpp), the speculative arm with each engine's prompt lookup
-(``specdec.arms.NGRAM``), float32 for vLLM so that speculation changes no
+(``Engine.probe_speculation``: vLLM's ngram k=4, llama.cpp's ngram-mod with 4-token matches), float32 for vLLM so that speculation changes no
 greedy token. vLLM's capture plugin writes into ``compat-capture/``; once
 the pair has stopped, ``capture_check`` reconciles each cell's captured rows
 with the counters around its requests (llama.cpp and a user's pair: not
@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from specdec.arms import NGRAM
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
+from specdec.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, EngineName, LlamaCpp, Vllm
 from specdec.errors import SpecdecError
 from specdec.replay.compat.stopping import keeping
 from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
@@ -42,9 +42,9 @@ from specdec.schemas.strict import RunName
 
 #: where the embedded vLLM pair's capture plugin writes (``capture_check`` reads it after the pair stops)
 CAPTURE_FOLDER = "compat-capture"
-EngineChoice = Literal["vllm", "llama.cpp", "both"]
+EngineChoice = EngineName | Literal["both"]
 #: how each embedded pair's weights are served, as the manifest's dtype says it
-EMBEDDED_DTYPE = {"vllm": f"vLLM {STABLE_DTYPE}", "llama.cpp": "llama.cpp GGUF as shipped"}
+EMBEDDED_DTYPE = {Vllm.name: f"vLLM {STABLE_DTYPE}", LlamaCpp.name: "llama.cpp GGUF as shipped"}
 #: vLLM 0.32 refuses every tool_choice (auto, required, a named function) without a tool-call parser;
 #: the embedded pair gets one (both arms: the only difference between them stays speculation).
 VLLM_TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
@@ -102,8 +102,11 @@ class CompatConfig(ClientOptions):
         if self.baseline_url is not None and self.engine is not None:
             raise ValueError("--engine starts embedded servers; it does not go with --baseline-url/--speculative-url")
         if self.baseline_url is None and self.engine is None:
-            self.engine = "vllm"
-        if self.draft_model is not None and self.target_model is None and self.engine != "vllm":
+            self.engine = DEFAULT_ENGINE
+        # the default target is the prepared model folder: an engine that serves another file needs one named
+        engines = ENGINE_NAMES if self.engine == "both" else (self.engine,)
+        folders = all(ENGINES[e].model_kind == "folder" for e in engines if e is not None)
+        if self.draft_model is not None and self.target_model is None and not folders:
             raise ValueError("--draft-model needs --target-model (the folder whose tokenizer the target serves)")
         return self
 
@@ -116,7 +119,7 @@ def run_compat(
     ``machinery``: the verdict's functions (``speed.Machinery``, from the CLI) that decide each
     feature cell's speed; None: not judged."""
     # heavy: aiohttp (the probes, the servers' health checks), only when a run starts
-    from specdec.engines.urls import parse_endpoint
+    from specdec.http.urls import parse_endpoint
     from specdec.replay.compat.probing import Pair
 
     if cfg.draft_model is not None:
@@ -134,7 +137,7 @@ def run_compat(
         pairs.append(("external", Pair("external", None, "declared", b, s)))
     else:
         settings = dataclasses.replace(settings, api_key=None)  # the embedded servers want no key
-        engines = ["vllm", "llama.cpp"] if cfg.engine == "both" else [cfg.engine or "vllm"]
+        engines = list(ENGINE_NAMES) if cfg.engine == "both" else [cfg.engine or ENGINE_NAMES[0]]
         pairs += [(e, None) for e in engines]
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
     run_dir.mkdir(parents=True, exist_ok=True)  # runs/latest moves to it once it holds cells (``stopping``)
@@ -185,8 +188,9 @@ def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> 
 
     cfg, run_id, book, only, echo = job.cfg, job.run_id, job.book, job.only, job.echo
     run_dir = book.run_dir
-    if engine == "llama.cpp" and cfg.quantization and _quant_wanted(only):
-        _quantization(job, checkpoint)
+    adapter = ENGINES.get(engine)  # None: the user's pair ("external")
+    if adapter is not None and adapter.makes_quantized_targets and cfg.quantization and _quant_wanted(only):
+        _quantization(job, engine, checkpoint)
         if only is not None and only <= _quant_names():
             return  # only quantization cells were asked for: no feature pair
     with contextlib.ExitStack() as stack:
@@ -209,7 +213,8 @@ def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> 
             )
         )
     # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)
-    captured = read_capture(run_dir / CAPTURE_FOLDER, run_id) if engine == "vllm" else None
+    writes_rounds = adapter is not None and adapter.writes_rounds
+    captured = read_capture(run_dir / CAPTURE_FOLDER, run_id) if writes_rounds else None
     found = reconcile(found, sent, captured)
 
     def record(m: RunManifest) -> None:
@@ -230,8 +235,9 @@ def _quant_wanted(only: frozenset[str] | None) -> bool:
     return only is None or bool(only & _quant_names())
 
 
-def _quantization(job: _Job, checkpoint: Checkpoint) -> None:
-    """The quantization cells (``quant_run``), with their files' checksums and servers in the manifest."""
+def _quantization(job: _Job, engine: str, checkpoint: Checkpoint) -> None:
+    """The quantization cells (``quant_run``: llama.cpp's, the one engine whose adapter
+    ``makes_quantized_targets``), with their files' checksums and servers in the manifest."""
     # heavy: aiohttp and the GGUF making (torch, in a subprocess), only when a run starts
     from specdec.engines.llama_build import LLAMA_CPP_PYTHON
     from specdec.replay.compat.quant_run import run_quant
@@ -254,10 +260,10 @@ def _quantization(job: _Job, checkpoint: Checkpoint) -> None:
     def record(m: RunManifest) -> None:
         m.dtype += "; llama.cpp quantization cells: Q4_1 as shipped, Q8_0, F16 (model_source.quantization)"
         m.model_source["quantization"] = q.files
-        m.engines.setdefault("llama.cpp", {})["quantization_servers"] = q.servers
-        m.traffic.setdefault("probes", {}).setdefault("llama.cpp", []).extend(q.sent)
+        m.engines.setdefault(engine, {})["quantization_servers"] = q.servers
+        m.traffic.setdefault("probes", {}).setdefault(engine, []).extend(q.sent)
 
-    book.add("llama.cpp", q.cells, record)
+    book.add(engine, q.cells, record)
 
 
 def _vllm_model() -> tuple[str, dict[str, Any]]:
@@ -267,44 +273,51 @@ def _vllm_model() -> tuple[str, dict[str, Any]]:
     return str(prepared.path), prepared.source
 
 
+def _vllm_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: float) -> tuple[list[Any], list, Any]:
+    """The embedded vLLM pair (float32, the tool-call parser, the capture plugin into
+    ``compat-capture/``, each CPU worker on a core of its own): servers, cores, version."""
+    from specdec.engines.server import LocalServer, separate_cores
+    from specdec.engines.vllm import ServerSpec
+
+    spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
+    binds = separate_cores(2)  # each server's CPU worker on a core of its own (why: its docstring)
+    specs = (None, Vllm().probe_speculation())
+    servers = [
+        LocalServer(spec, c, run_dir / CAPTURE_FOLDER, run_id, log, timeout_s, cpu_bind=core)
+        for c, log, core in zip(specs, logs, binds)
+    ]
+    return servers, binds, engine_facts().get("version")
+
+
+def _llama_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: float) -> tuple[list[Any], list, Any]:
+    """The embedded llama.cpp pair (the shipped GGUF, one slot each): servers, cores, version."""
+    from specdec.engines.base import Arm
+    from specdec.engines.llama_build import LLAMA_CPP_PYTHON
+    from specdec.engines.server import LlamaServer
+    from specdec.model import find_gguf
+
+    adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)
+    arms = (Arm("baseline", None), Arm("speculative", LlamaCpp().probe_speculation()))
+    servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
+    return servers, [None, None], f"llama-cpp-python {LLAMA_CPP_PYTHON}"
+
+
+#: how each engine's embedded pair is started (its compat specifics: dtype, parsers, threads)
+EMBEDDED_PAIR = {Vllm.name: _vllm_servers, LlamaCpp.name: _llama_servers}
+
+
 def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo):
     """Start ``engine``'s baseline and ngram servers together; they stop when ``stack`` closes.
     Returns the pair and each arm's server arguments (for the manifest)."""
-    # heavy: aiohttp (the engines' counter reads, the probes), only when a run starts
-    from specdec.engines.base import Arm
-    from specdec.engines.server import LlamaServer, LocalServer, separate_cores, start_all
-    from specdec.engines.urls import parse_endpoint
-    from specdec.engines.vllm import ServerSpec
+    # heavy: aiohttp (the probes), only when a run starts
+    from specdec.engines.server import start_all
+    from specdec.http.urls import parse_endpoint
     from specdec.replay.compat.probing import Pair
 
+    adapter = ENGINES[engine]
     tag = engine.replace(".", "")
     logs = [server_log(run_dir, f"{tag}-baseline"), server_log(run_dir, f"{tag}-speculative")]
-    servers: list[Any]
-    binds: list[str | None] = [None, None]  # each arm's CPU worker core (vLLM only)
-    if engine == "vllm":
-        spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
-        cap = run_dir / CAPTURE_FOLDER
-        binds = separate_cores(2)  # each server's CPU worker on a core of its own (why: its docstring)
-        servers = [
-            LocalServer(spec, c, cap, run_id, log, timeout_s, cpu_bind=core)
-            for c, log, core in zip((None, dict(NGRAM["vllm"])), logs, binds)
-        ]
-        version = engine_facts().get("version")
-        method = str(NGRAM["vllm"]["method"])
-        counters = None
-    else:
-        from specdec.engines.llama_build import LLAMA_CPP_PYTHON
-        from specdec.engines.llama_cpp import LlamaCpp
-        from specdec.model import find_gguf
-
-        adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)
-        arms = (Arm("baseline", None), Arm("speculative", NGRAM["llama.cpp"]))
-        servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
-        version, method, counters = (
-            f"llama-cpp-python {LLAMA_CPP_PYTHON}",
-            str(NGRAM["llama.cpp"]["type"]),
-            adapter.counters,
-        )
+    servers, binds, version = EMBEDDED_PAIR[engine](run_dir, run_id, logs, timeout_s)
     echo(f"starting {engine} (logs: {logs[0].name}, {logs[1].name})")
     start_all(stack, servers)
     b, s = (parse_endpoint(x.base_url) for x in servers)
@@ -313,7 +326,8 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
         args[f"{arm}_server_args"] = list(x.cmd[1:])
         if core is not None:  # the core its CPU worker computes on
             args[f"{arm}_cpu_bind"] = core
-    return Pair(engine, version, method, b, s, counters), args
+    method = str(adapter.method_of(adapter.probe_speculation()))
+    return Pair(engine, version, method, b, s, dict(adapter.counters)), args
 
 
 def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> RunManifest:
@@ -326,7 +340,7 @@ def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> R
     ] + [
         ArmConfig(
             name="speculative",
-            speculative_config=None if external else {e: dict(NGRAM[e]) for e, _ in pairs},
+            speculative_config=None if external else {e: ENGINES[e].probe_speculation() for e, _ in pairs},
             server_args=[],
             endpoint=p.speculative.display if p else "embedded",
             speculative_config_source="declared" if external else "launched",
@@ -341,7 +355,7 @@ def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> R
         engine={"name": "external", "version": None}
         if external
         # vLLM's package facts only where a vLLM pair ran (each engine's own version: manifest.engines)
-        else {"engines": [e for e, _ in pairs], **(engine_facts() if any(e == "vllm" for e, _ in pairs) else {})},
+        else {"engines": [e for e, _ in pairs], **(engine_facts() if any(e == Vllm.name for e, _ in pairs) else {})},
         model="(first of GET /v1/models)" if external else "bundled SmolLM2-135M-Instruct",
         dtype="unknown" if external else "; ".join(EMBEDDED_DTYPE[e] for e, _ in pairs),
         arms=arms,

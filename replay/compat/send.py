@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from specdec.engines.urls import ClientSettings, Endpoint, request_headers
+from specdec.http.urls import ClientSettings, Endpoint, request_headers
 from specdec.replay.compat.replies import (
     MAX_ERROR_CHARS,
     MAX_REPLY_BYTES,

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specdec.engines.urls import Endpoint
 from specdec.errors import SpecdecError
+from specdec.http.urls import Endpoint
 from specdec.replay.compat.replies import Reply
 
 #: Requests in a row that stop the run (module docstring).

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from specdec.engines.urls import ClientSettings, Endpoint, as_endpoint, redact_text, request_headers
+from specdec.http.urls import ClientSettings, Endpoint, as_endpoint, redact_text, request_headers
 from specdec.replay.http.sse import SseParser
 from specdec.replay.http.stream import ConnectFailed, ConnectTimedOut, ReadTimedOut, StreamBroken, StreamPool
 from specdec.schemas.records import TrafficRow

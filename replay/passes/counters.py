@@ -48,7 +48,7 @@ class PassCounterLog:
         wall_time_ns: int | None = None,
     ) -> PassCounters:
         """Keep one read (a later read of the same arm, level, pass and position replaces it) and
-        rewrite the arm's file. ``counters``: a counter read (``engine_metrics.read_counters``);
+        rewrite the arm's file. ``counters``: a counter read (``replay/http/metrics.py``'s ``read_counters``);
         a key it lacks is None (the engine does not export it)."""
         row = PassCounters(
             run_id=self.run_id,

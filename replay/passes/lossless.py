@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from specdec.engines.urls import Endpoint, request_headers
+from specdec.http.urls import Endpoint, request_headers
 from specdec.replay.http.client import (
     ERROR_TYPES,
     ClientSettings,

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import aiohttp
 
 from specdec.arms import BASELINE, ArmSpec, classic, reference_of
-from specdec.engines.urls import Endpoint, redact_text
+from specdec.http.urls import Endpoint, redact_text
 from specdec.replay.http.client import ClientSettings, as_endpoint, request_headers
 from specdec.replay.load.closed_loop import closed_loop
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from specdec.engines.urls import Endpoint
+from specdec.http.urls import Endpoint
 from specdec.replay.http.client import ClientSettings, as_endpoint, stream_payload
 from specdec.replay.load.closed_loop import closed_loop
 from specdec.replay.passes.lossless import PassResult, pass_payload

@@ -25,6 +25,7 @@ from pathlib import Path
 from pydantic import Field
 
 from specdec.defaults import MAX_MODEL_LEN, RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
+from specdec.engines.vllm import ServerSpec
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.runfolder import claim_run_dir, open_run_dir, server_log, stability_part, write_manifest
@@ -93,8 +94,6 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     model_source: dict = {}
     server: EmbeddedServer | EndpointServer
     if endpoint is None:
-        from specdec.engines.vllm import ServerSpec  # heavy: aiohttp (as above)
-
         model = cfg.model
         if model is None:
             from specdec.model import prepare_model  # deferred with the rest of the run (as above)

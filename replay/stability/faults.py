@@ -31,7 +31,7 @@ from typing import Literal, Protocol
 
 import aiohttp
 
-from specdec.engines.urls import redact_text
+from specdec.http.urls import redact_text
 from specdec.replay.http.client import ClientSettings, StreamResult, request_headers, stream_payload
 
 Verdict = Literal["ok", "degraded", "failed", "skipped"]

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 
 from specdec.engines.lifecycle import REAP_S, in_thread
 from specdec.engines.server import LocalServer
-from specdec.engines.urls import Endpoint, parse_endpoint
 from specdec.engines.vllm import speculative_args
 from specdec.errors import EngineError, SpecdecError
+from specdec.http.urls import Endpoint, parse_endpoint
 from specdec.runfolder import capture_dir, server_log
 
 

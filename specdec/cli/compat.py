@@ -9,6 +9,7 @@ import click
 
 from specdec.cli.common import handle_errors
 from specdec.cli.options import client_options
+from specdec.engines import ENGINE_NAMES
 from specdec.errors import SpecdecError
 from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
 from specdec.replay.compat.stopping import CompatStopped
@@ -21,10 +22,11 @@ from specdec.schemas.strict import check_run_name
 @click.option("--speculative-url", default=None, help="Your server with speculation, serving the same model.")
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llama.cpp", "both"]),
+    type=click.Choice([*ENGINE_NAMES, "both"]),
     default=None,
     help="Without URLs: start the embedded pair(s): vLLM CPU (float32, ngram k=4 vs none) and/or "
-    "llama-server (ngram-mod vs none), both on the bundled SmolLM2. Default: vllm.",
+    "llama-server (ngram-mod with 4-token matches and drafts of 1-4 vs none: at its defaults it drafts nothing "
+    "in a 32-token probe), both on the bundled SmolLM2. Default: vllm.",
 )
 @click.option(
     "-o",

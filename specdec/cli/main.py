@@ -42,8 +42,10 @@ from specdec.cli.stability import stability_command
 from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
 from specdec.demo_design import DEMO_FIRST_LOOK, DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
+from specdec.engines import ENGINE_NAMES, ENGINES
+from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_quantize, build_llama_server
 from specdec.errors import SpecdecError
-from specdec.model import find_gguf, prepare_model
+from specdec.model import bundled_model, find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig, default_of
 from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
@@ -91,16 +93,13 @@ def engine() -> None:
 
 
 @engine.command("build")
-@click.argument("name", type=click.Choice(["llama.cpp"]))
+@click.argument("name", type=click.Choice([e.name for e in ENGINES.values() if e.built_here]))
 @cache_dir_option
 @handle_errors
 def engine_build(name: str, cache_dir: Path | None) -> None:
     """Build llama.cpp's llama-server and llama-quantize from the llama-cpp-python
     sdist on PyPI (minutes on 2 cores), once per machine; later calls print the
     cached binaries and the time their builds took."""
-    # heavy: aiohttp (specdec.engines reads /metrics), only for this command
-    from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_quantize, build_llama_server
-
     logging.getLogger("specdec.engines.llama_build").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s")
@@ -261,12 +260,12 @@ def report(run_dir: Path, slo_ttft_p95_ms: float | None, slo_tpot_p95_ms: float 
 @schedule_options(repeats=DEMO_FIRST_LOOK, sequential=True, max_repeats_default=f"max({DEMO_REPEATS}, --repeats)")
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llama.cpp", "both"]),
+    type=click.Choice([*ENGINE_NAMES, "both"]),
     default=default_of("engine"),
     show_default=True,
     help="vllm: vLLM CPU + the capture plugin, ngram k=4 vs none. llama.cpp: "
     "llama-server (built once from PyPI) on the SmolLM2 Q4_1 GGUF, --spec-type ngram-mod vs none; no "
-    "per-round rows, no lossless pass. both: one run of four named arms (vllm-none, vllm-ngram, "
+    "per-round rows; the lossless pass asks its /completion for token ids and top-2 probabilities. both: one run of four named arms (vllm-none, vllm-ngram, "
     "llama-none, llama-ngram), each engine's ngram arm against its own none arm, and a report with "
     "the two comparisons side by side.",
 )
@@ -295,10 +294,8 @@ def demo(levels: list[int], max_tokens: int | None, engine: str, **shared: Any) 
     )
     load_traffic(cfg.traffic)
     update = {}
-    if engine == "llama.cpp":
-        update["model"] = str(find_gguf())  # served as shipped: no conversion
-    elif engine == "vllm":
-        update["model"] = str(prepare_model().path)
+    if engine in ENGINES:  # a GGUF is served as shipped, a model folder is prepared once
+        update["model"] = str(bundled_model(ENGINES[engine].model_kind))
     else:  # each engine serves its own file: the run prepares both
         click.echo(f"model: {prepare_model().path} (vLLM), {find_gguf()} (llama.cpp)")
     if update:

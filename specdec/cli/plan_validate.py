@@ -23,9 +23,11 @@ both.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 from specdec.analytics.plan.validate import measured_speedups, outcome, request_health, validation, validation_ks
 from specdec.cli.sweep import sweep_arms
+from specdec.engines import DEFAULT_ENGINE, ENGINES, EngineName
 from specdec.errors import SpecdecError
 from specdec.runfolder import read_manifest
 
@@ -40,6 +42,12 @@ __all__ = [
 
 #: --baseline-url and --speculative-url of a validation against external servers (None, None: embedded)
 Endpoints = tuple[str | None, str | None]
+
+
+def _engine_named(name: object) -> EngineName:
+    """The engine a plan or manifest names; the default engine where it names none that specdec
+    runs (an older plan, an external server of unknown kind)."""
+    return next((n for n in get_args(EngineName) if n == name), DEFAULT_ENGINE)
 
 
 def _recorded_external(manifest) -> bool:
@@ -81,9 +89,7 @@ def validation_config(plan: dict, run_dir: Path, runs_dir: Path, urls: Endpoints
     if not ks:
         raise SpecdecError("the plan turns speculation off everywhere and has no other k: nothing to replay")
     treatment = next((a for a in manifest.arms if a.speculative_config is not None), None)
-    engine = (treatment.engine if treatment and treatment.engine else None) or (
-        "llama.cpp" if "llama" in str(plan["engine"]) else "vllm"
-    )
+    engine = (treatment.engine if treatment and treatment.engine else None) or _engine_named(plan["engine"])
     spec = dict(treatment.speculative_config) if treatment and treatment.speculative_config else None
     traffic = Path(str(manifest.traffic.get("path", "")))
     if not traffic.is_file():
@@ -114,7 +120,7 @@ def _external_config(plan: dict, manifest, runs_dir: Path, urls: Endpoints):
         traffic=traffic,
         runs_dir=runs_dir,
         levels=list(plan["levels"]),
-        engine="llama.cpp" if (manifest.engine or {}).get("adapter") == "llama.cpp" else "vllm",
+        engine=_engine_named((manifest.engine or {}).get("adapter")),
         speculative_config=dict(treatment.speculative_config) if treatment else None,
         baseline_url=urls[0],
         speculative_url=urls[1],
@@ -147,14 +153,15 @@ def replay_design(manifest) -> dict:
 
 def replay_validation(plan: dict, run_dir: Path, runs_dir: Path, urls: Endpoints = (None, None)) -> Path:
     """Run the validation replay (the external servers given, else the embedded engine); its run folder."""
-    from specdec.model import find_gguf, prepare_model  # heavy: model preparation
+    from specdec.model import bundled_model  # heavy: model preparation
     from specdec.replay.experiment import run_replay  # heavy: aiohttp, the engines
 
     cfg = validation_config(plan, run_dir, runs_dir, urls)
     if cfg.external:
         return run_replay(cfg)
-    engines = {a.engine for a in cfg.arm_specs()}
-    model = str(find_gguf()) if engines == {"llama.cpp"} else str(prepare_model().path)
+    kinds = {ENGINES[a.engine].model_kind for a in cfg.arm_specs()}
+    # one engine, or engines that serve one kind of file: that file; else the model folder
+    model = str(bundled_model(kinds.pop() if len(kinds) == 1 else "folder"))
     return run_replay(cfg.model_copy(update={"model": model}))
 
 

@@ -34,6 +34,7 @@ from specdec.cli.params import (
 )
 from specdec.cli.plan import KRange
 from specdec.cli.sweep import sweep_arms
+from specdec.engines import ENGINE_NAMES
 from specdec.errors import SpecdecError
 from specdec.replay.config import ReplayConfig, default_of
 from specdec.replay.ledger import LEDGER
@@ -108,13 +109,14 @@ def _d(name: str):
 @click.option("--run-id", type=RunName, default=None, help="Run folder name, a plain name (default: UTC timestamp).")
 @click.option(
     "--engine",
-    type=click.Choice(["vllm", "llama.cpp"]),
+    type=click.Choice(list(ENGINE_NAMES)),
     default=_d("engine"),
     show_default=True,
     help="vllm: embedded vLLM CPU with the capture plugin. llama.cpp: llama-server (built once from "
     "PyPI, cached) serving the SmolLM2 Q4_1 GGUF as shipped, speculative arm --spec-type ngram-mod "
     '(--spec-config \'{"type": "draft-simple", "draft_model": "D.gguf"}\' for a draft); '
-    "no per-round rows, no lossless pass, no prompt cache (--no-cache-prompt). With external URLs: the servers' "
+    "no per-round rows, no prompt cache (--no-cache-prompt); the lossless pass asks its /completion for token ids and "
+    "top-2 probabilities. With external URLs: the servers' "
     "engine, whose counters are read.",
 )
 @click.option("--model", default=None, help="Embedded engine: model folder (default: prepared SmolLM2).")

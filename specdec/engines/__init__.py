@@ -30,15 +30,33 @@ one run can hold both (see ``docs/engines.md``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from specdec.engines.base import Arm, Engine, RequestStats
 from specdec.engines.llama_cpp import LlamaCpp
 from specdec.engines.vllm import Vllm
 
-__all__ = ["ENGINES", "Arm", "Engine", "LlamaCpp", "RequestStats", "Vllm", "engine", "request_stats_of"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_NAMES",
+    "DEFAULT_ENGINE",
+    "Arm",
+    "Engine",
+    "EngineName",
+    "LlamaCpp",
+    "RequestStats",
+    "Vllm",
+    "engine",
+    "request_stats_of",
+]
 
 ENGINES: Mapping[str, Engine] = {e.name: e for e in (Vllm(), LlamaCpp())}
+#: the engines' names, the default (vLLM) first: what --engine and an arm's ENGINE accept
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
+#: the same names as a type, for the configs' fields (a test checks it against ENGINE_NAMES)
+EngineName = Literal["vllm", "llama.cpp"]
+#: the engine a run starts when none is named
+DEFAULT_ENGINE: EngineName = "vllm"
 
 
 def engine(name: str) -> Engine:

@@ -31,7 +31,29 @@ class Arm:
 
 
 class Engine(ABC):
+    """What generic code asks of an engine; it never branches on the engine's name."""
+
     name: ClassVar[str]
+    #: how the engine's server is named in texts ("vLLM", "llama-server")
+    label: ClassVar[str]
+    #: the speculation an arm written "ngram" runs: the engine's draft-free prompt lookup
+    ngram: ClassVar[Mapping[str, Any]]
+    #: prompt lookup set to draft on short replies (compat's feature probes, 32 tokens each): where
+    #: ``ngram`` would propose nothing there, a probe's cell could not say whether the feature
+    #: works with speculation; default: ``ngram`` itself
+    eager_ngram: ClassVar[Mapping[str, Any] | None] = None
+    #: the key of the draft length (k) in the engine's speculation settings
+    draft_length_key: ClassVar[str]
+    #: the key that names the speculation method in the settings
+    method_key: ClassVar[str]
+    #: specdec's capture plugin writes per-round rows for this engine's servers
+    writes_rounds: ClassVar[bool] = False
+    #: the file the engine serves: "folder" (a Hugging Face model folder) or "gguf"
+    model_kind: ClassVar[str]
+    #: specdec can make quantized copies of the model for it (compat's quantization cells)
+    makes_quantized_targets: ClassVar[bool] = False
+    #: specdec builds the server from source itself (``specdec engine build NAME``); else it is installed
+    built_here: ClassVar[bool] = False
     #: specdec's counter key (a MetricSnapshot field) -> the engine's Prometheus metric name
     #: (summed over label sets); a key the engine lacks stays NULL in the snapshots
     counters: ClassVar[Mapping[str, str]]
@@ -66,6 +88,23 @@ class Engine(ABC):
     @abstractmethod
     def speculation_args(self, arm: Arm) -> list[str]:
         """The arguments that differ between arms: the only allowed difference."""
+
+    def check_speculation(self, speculation: Mapping[str, Any]) -> None:
+        """Raise ValueError, saying why, if this engine cannot run ``speculation`` (checked
+        before a run folder exists); the default takes what the engine's own checks take."""
+        self.speculation_args(Arm("check", speculation))
+
+    def with_draft_length(self, speculation: Mapping[str, Any], k: int) -> dict[str, Any]:
+        """``speculation`` with its draft length set to ``k`` (a sweep's arm)."""
+        return {**speculation, self.draft_length_key: int(k)}
+
+    def probe_speculation(self) -> dict[str, Any]:
+        """The speculative arm of a compat probe pair (``eager_ngram``, else ``ngram``)."""
+        return dict(self.eager_ngram if self.eager_ngram is not None else self.ngram)
+
+    def method_of(self, speculation: Mapping[str, Any] | None) -> str | None:
+        """The speculation method's name in ``speculation`` (None: no speculation)."""
+        return None if speculation is None else str(speculation.get(self.method_key))
 
     @abstractmethod
     def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:

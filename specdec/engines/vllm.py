@@ -68,6 +68,17 @@ def speculative_args(spec_config: dict[str, Any] | None) -> list[str]:
 
 class Vllm(Engine):
     name: ClassVar[str] = "vllm"
+    label: ClassVar[str] = "vLLM"
+    ngram: ClassVar[Mapping[str, Any]] = {
+        "method": "ngram",
+        "num_speculative_tokens": 4,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 4,
+    }
+    draft_length_key: ClassVar[str] = "num_speculative_tokens"
+    method_key: ClassVar[str] = "method"
+    writes_rounds: ClassVar[bool] = True  # the capture plugin (capture/)
+    model_kind: ClassVar[str] = "folder"
     prefix_cache_off_flag: ClassVar[str] = "--no-enable-prefix-caching"
     counters: ClassVar[Mapping[str, str]] = engine_metrics.COUNTERS
     position_counter: ClassVar[tuple[str, str] | None] = (

@@ -26,7 +26,7 @@ import os
 
 import pytest
 
-from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat.capture_check import read_capture, reconcile
 from specdec.replay.compat.probes import ProbeContext, probe_set
 from specdec.replay.compat.probing import Pair, probe_pair

@@ -16,7 +16,7 @@ import time
 import pytest
 from aiohttp import web
 
-from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat import probing
 from specdec.replay.compat.probing import LONG_INPUT_CAP, Pair, probe_pair
 from specdec.replay.compat.watch import FAILURE_STREAK, ServerFailed

@@ -9,7 +9,7 @@ import asyncio
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat.cells import ArmLog
 from specdec.replay.compat.prefix import judge
 from specdec.replay.compat.probing import Pair, probe_pair

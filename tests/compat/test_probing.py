@@ -11,7 +11,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat import probing
 from specdec.replay.compat.capture_check import read_capture, reconcile
 from specdec.replay.compat.probes import ProbeContext, probe_set

@@ -10,7 +10,7 @@ import math
 import aiohttp
 import pytest
 
-from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat import classify
 from specdec.replay.compat.checks import ArmReplies
 from specdec.replay.compat.quant import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.engines.llama_cpp_quant import QuantFile, sha256_of
-from specdec.engines.urls import ClientSettings
+from specdec.http.urls import ClientSettings
 from specdec.replay.compat import quant_run
 
 FAKE = Path(__file__).parents[1] / "support" / "fake_quant_llama.py"

@@ -24,6 +24,9 @@ def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkey
     assert "ngram-mod" in " ".join(args["speculative_server_args"])
     assert "ngram-mod" not in " ".join(args["baseline_server_args"])
     assert pair.engine == "llama.cpp" and pair.counters == LlamaCpp.counters
+    # ngram-mod set to draft on a 32-token probe, with its own flags (its defaults draft nothing there)
+    spec = " ".join(args["speculative_server_args"])
+    assert "--spec-ngram-mod-n-match 4" in spec and "--spec-ngram-mod-n-max 4" in spec and "--spec-draft" not in spec
 
 
 def test_the_embedded_vllm_pair_puts_each_servers_worker_on_its_own_core(tmp_path, monkeypatch):

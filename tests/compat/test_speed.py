@@ -114,7 +114,7 @@ def test_a_pair_whose_speculative_arm_is_3x_faster_is_decided_faster_cell_by_cel
     (below)."""
     import asyncio
 
-    from specdec.engines.urls import ClientSettings, parse_endpoint
+    from specdec.http.urls import ClientSettings, parse_endpoint
     from specdec.replay.compat.probing import Pair, probe_pair
     from tests.support.compat_server import CompatFake, fake_pair
 
@@ -146,7 +146,7 @@ def test_a_cell_with_one_stalled_pair_on_fake_servers_says_not_measured_not_an_a
     """The issue's case: one pair of a 2-repeat cell stalled, its own interval spans orders of magnitude."""
     import asyncio
 
-    from specdec.engines.urls import ClientSettings, parse_endpoint
+    from specdec.http.urls import ClientSettings, parse_endpoint
     from specdec.replay.compat.probing import Pair, probe_pair
     from tests.support.compat_server import CompatFake, fake_pair
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from specdec.engines.urls import ClientSettings, parse_endpoint
+from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat import stall
 from specdec.replay.compat.probing import Pair, probe_pair
 from specdec.replay.compat.send import Reply

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pyarrow.parquet as pq
 import pytest
 
-from specdec.engines.urls import parse_endpoint
+from specdec.http.urls import parse_endpoint
 from specdec.replay.compat import run, together
 from specdec.replay.compat.cells import Pair
 from specdec.runfolder import read_manifest

@@ -86,8 +86,22 @@ def test_llama_cpp_speculation_flags_are_the_only_difference_between_arms(tmp_pa
     base = e.server_command(Arm("baseline", None), model="m.gguf", port=1)
     ngram = e.server_command(Arm("ngram", {"type": "ngram-mod", "n_max": 16}), model="m.gguf", port=1)
     draft = e.server_command(Arm("draft", {"type": "draft-simple", "draft_model": "d.gguf"}), model="m.gguf", port=1)
-    assert ngram[: len(base)] == base and ngram[len(base) :] == ["--spec-type", "ngram-mod", "--spec-draft-n-max", "16"]
+    # ngram-mod's lengths have flags of their own: the draft-model flags would leave it at 64 (issue 43)
+    assert ngram[: len(base)] == base and ngram[len(base) :] == [
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-max",
+        "16",
+    ]
     assert draft[len(base) :] == ["-md", "d.gguf", "--spec-type", "draft-simple"]
+    sized = {"type": "draft-simple", "draft_model": "d.gguf", "n_max": 3, "n_min": 1}
+    assert e.speculation_args(Arm("d", sized))[-4:] == ["--spec-draft-n-max", "3", "--spec-draft-n-min", "1"]
+    mod = {"type": "ngram-mod", "n_match": 8, "n_min": 0}
+    assert e.speculation_args(Arm("m", mod))[2:] == ["--spec-ngram-mod-n-min", "0", "--spec-ngram-mod-n-match", "8"]
+    with pytest.raises(ValueError, match="unknown setting.*n_match"):  # not dropped unseen
+        e.speculation_args(Arm("bad", {**sized, "n_match": 8}))
+    with pytest.raises(ValueError, match="n_max must be a whole number"):
+        e.speculation_args(Arm("bad", {"type": "ngram-mod", "n_max": -1}))
     assert "--metrics" in base
     with pytest.raises(ValueError, match="draft-simple needs draft_model"):
         e.speculation_args(Arm("bad", {"type": "draft-simple"}))
@@ -185,3 +199,26 @@ def test_snapshots_carry_the_per_position_counter_of_either_engine(fixtures):
     from specdec.engines.base import positions_list
 
     assert positions_list({0: 2.0, 2: 1.0}) == [2.0, 0.0, 1.0]  # a gap is a position not yet counted
+
+
+def test_every_adapter_answers_what_generic_code_asks():
+    """Generic code asks the adapter (issue 44, item 3); the config's type names every engine."""
+    import typing
+
+    from specdec.engines import ENGINE_NAMES, ENGINES, EngineName
+
+    assert set(typing.get_args(EngineName)) == set(ENGINE_NAMES) and ENGINE_NAMES[0] == "vllm"
+    for e in ENGINES.values():
+        assert e.label and e.model_kind in ("folder", "gguf"), e.name
+        assert e.method_of(e.ngram) and e.method_of(None) is None, e.name
+        swept = e.with_draft_length(e.ngram, 3)
+        assert swept[e.draft_length_key] == 3 and e.ngram.get(e.draft_length_key) != 3, e.name
+        e.check_speculation(e.ngram)  # the engine's own default passes its own check
+    assert [e.name for e in ENGINES.values() if e.writes_rounds] == ["vllm"]  # the capture plugin's engine
+    with pytest.raises(ValueError, match="not one of"):
+        ENGINES["llama.cpp"].check_speculation({"type": "eagle"})
+    assert ENGINES["llama.cpp"].with_draft_length({"type": "ngram-mod", "n_min": 2}, 4) == {
+        "type": "ngram-mod",
+        "n_min": 2,
+        "n_max": 4,
+    }

@@ -3,7 +3,8 @@ import asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from specdec.engines.metrics import parse_counters, read_counters
+from specdec.engines.metrics import parse_counters
+from specdec.replay.http.metrics import read_counters
 from tests.support.fake_server import serving
 
 

@@ -398,7 +398,7 @@ def test_the_demo_looks_after_two_repeats_up_to_five_and_its_fixed_design_is_fiv
         raise SpecdecError("stop here")
 
     monkeypatch.setattr(experiment, "run_replay", fake_run)
-    monkeypatch.setattr(main_cli, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    monkeypatch.setattr("specdec.model.prepare_model", lambda: type("P", (), {"path": "/m"})())  # bundled_model's
     said = []
     for extra in ((), ("--design", "fixed"), ("--repeats", "3", "--max-repeats", "4")):
         said.append(CliRunner().invoke(main_cli.main, ["demo", "--no-progress", *extra]).output)

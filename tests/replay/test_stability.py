@@ -23,8 +23,8 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner
 
-from specdec.engines.urls import parse_endpoint
 from specdec.errors import SpecdecError
+from specdec.http.urls import parse_endpoint
 from specdec.replay.http.client import ClientSettings, stream_payload
 from specdec.replay.stability import StabilityConfig, fault_table, faults, load_faults, run_stability, table_text
 from specdec.replay.stability.faults import Finding, Probe, Target, clean, gauge_sum
