@@ -9,8 +9,7 @@ from click.testing import CliRunner
 from specdec.cli.traffic import traffic
 from specdec.replay import importers
 from specdec.replay.traffic.io import load_traffic
-
-from .conftest import FakeCounter
+from tests.support.fake_counter import FakeCounter
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,7 @@ from specdec.cli.traffic import traffic
 from specdec.errors import InputFileError
 from specdec.replay import importers
 from specdec.replay.importers import ImportOptions, import_trace
-
-from .conftest import FakeCounter
+from tests.support.fake_counter import FakeCounter
 
 HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 GOOD = "2023-11-16 18:17:03.9799600,40,10\n"
