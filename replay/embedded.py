@@ -42,6 +42,8 @@ class EmbeddedEngine(ABC):
     name: ClassVar[str]
     label: ClassVar[str]
     writes_rounds: ClassVar[bool]
+    #: tokens of context one request may use (prompt and reply): vLLM's max_model_len, a llama.cpp slot's
+    context_per_request: ClassVar[int]
     #: what the manifest says of the model when this engine serves it
     model: str
     model_source: dict[str, Any]
@@ -101,6 +103,7 @@ class EmbeddedEngine(ABC):
 
 class EmbeddedVllm(EmbeddedEngine):
     adapter_type = Vllm
+    context_per_request = ServerSpec.max_model_len
 
     def __init__(self, cfg: ReplayConfig):
         self.model_source = {}
@@ -158,6 +161,7 @@ class EmbeddedVllm(EmbeddedEngine):
 
 class EmbeddedLlamaCpp(EmbeddedEngine):
     adapter_type = LlamaCpp
+    context_per_request = LLAMA_SLOT_CONTEXT
     #: why a llama.cpp arm has no per-round rows (the manifest's capture entry)
     NO_PLUGIN = (
         "llama.cpp has no capture plugin: no per-round rows; the per-request draft stats (timings) and "
@@ -268,6 +272,14 @@ def draft_preflight(cfg: ReplayConfig) -> list[str]:
             f"({report.target_vocab_size} tokens; no difference found)."
         )
     return notes
+
+
+def context_per_request(cfg: ReplayConfig) -> int | None:
+    """The context a request may use on every engine of the run (None: external servers, whose
+    limit is not known here)."""
+    if cfg.external:
+        return None
+    return min(EMBEDDED[name].context_per_request for name in engine_names(cfg))
 
 
 def engine_names(cfg: ReplayConfig) -> list[str]:

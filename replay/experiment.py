@@ -13,12 +13,17 @@ from typing import Any
 
 from specdec.engines import Arm
 from specdec.engines.server import ServerProcess, start_all
-from specdec.engines.vllm import ServerSpec
 from specdec.errors import SpecdecError
 from specdec.http.urls import parse_endpoint
 from specdec.replay.capture_import import import_capture
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
-from specdec.replay.embedded import EmbeddedEngine, draft_preflight, embedded_engines, model_error
+from specdec.replay.embedded import (
+    EmbeddedEngine,
+    context_per_request,
+    draft_preflight,
+    embedded_engines,
+    model_error,
+)
 from specdec.replay.http import event_loop
 from specdec.replay.load.levels import plans as load_plans
 from specdec.replay.load.sequential_loop import Look
@@ -77,7 +82,7 @@ def run_replay(cfg: ReplayConfig, look_factory: LookFactory | None = None) -> Pa
     analytics, the command passes them in. Before each look the manifest on disk holds
     every look before it, and each look is written to it as soon as it is taken.
     Without a factory, or in the fixed design, no look is taken."""
-    max_model_len = None if cfg.external else ServerSpec.max_model_len
+    max_model_len = context_per_request(cfg)  # the smallest of the run's engines
     traffic = load_traffic(cfg.traffic, max_model_len=max_model_len)
     unknown = unknown_categories(cfg.mix, traffic.categories) if cfg.mix else None
     if unknown:
