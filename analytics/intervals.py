@@ -634,8 +634,11 @@ def fill(con) -> None:
             margin,
             order=order.get(run_id),
         )
-        if looks.get(run_id):  # a sequential run: each label is its look's (sequential.apply_looks)
-            found = apply_looks(found, looks[run_id], margin)
+        # a sequential run: each label is its look's (sequential.apply_looks); one comparison of
+        # named arms (<run>/<treatment>) reads its run's looks
+        run_looks = looks.get(run_id) or (looks.get(run_id.rsplit("/", 1)[0]) if "/" in run_id else None)
+        if run_looks:
+            found = apply_looks(found, run_looks, margin, run_id)
         rows += [(run_id, *row) for row in found]
     if rows:  # through Arrow: executemany inserts a row at a time (200 runs' 9,600 rows: about 30 s)
         table = pa.table({f"c{i}": pa.array(column) for i, column in enumerate(zip(*rows))})

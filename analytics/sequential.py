@@ -36,6 +36,12 @@ against quadratic spending, linear decided the demo's cells in 0.61 of a fixed
 8-repeat design's repeats instead of 0.66, with the same power at 1.20x
 (BENCHMARKS.md; 20-run exploration, then ``benchmarks/sequential.py``).
 
+**Arms leave.** In a run of named arms each comparison's cells are its own (keyed by
+the analysis run, ``<run>/<treatment>``). A comparison decided below another of the same
+reference by more than the margin at every cell it has leaves: its open cells close as
+``inconclusive`` (``leave_dominated``), and the replay stops sending to an arm with no open
+cell (``sequential_look``'s ``open_arms``). It rejects nothing, so no error rate rises.
+
 **Futility.** An open cell that could not be decided even at R repeats (its
 standard error shrunk as the square root of R / r, its degrees of freedom
 grown in proportion, the level of all the alpha not yet spent, and its point
@@ -71,6 +77,7 @@ __all__ = [
     "apply_looks",
     "cells_from_rows",
     "decide",
+    "leave_dominated",
     "open_levels",
     "spent",
 ]
@@ -115,6 +122,9 @@ class Decision:
     # (None where it was not computed): the run's equivalence_low/high, so the bar drawn is the one read
     tost_low: float | None = None
     tost_high: float | None = None
+    # left with its arm: the comparison (same reference) whose interval clears this one's by more
+    # than the margin at every cell this one has (``leave_dominated``)
+    dominated_by: str | None = None
 
 
 @dataclass
@@ -222,6 +232,76 @@ def decide(
     return look
 
 
+def leave_dominated(
+    look: Look,
+    cells: Mapping[Key, Cell],
+    past: Sequence[Mapping],
+    references: Mapping[str, str],
+    margin: float,
+) -> dict[str, str]:
+    """Close the open cells of every comparison that is decided below another by more than the
+    margin at every cell it has (an arm of a sweep that cannot be the best k), as ``inconclusive``
+    with ``dominated_by``; returns comparison -> the comparison that beats it.
+
+    Comparison X is beaten by Y (same reference arm, ``references``: comparison -> its reference)
+    when at each (category, level) of X, Y's interval lies above X's by more than the margin:
+    low_Y > high_X * (1 + margin). The intervals are those the looks read: a decided cell's, from
+    the look that decided it (``past`` and ``look``); an open cell's, a t interval at this look's
+    level split evenly over the open cells (Bonferroni: jointly at least as wide as Holm's). Where
+    every interval holds, so does every such ordering; leaving rejects nothing, so no label's error
+    rate rises: what an arm that left would have measured further is what it gives up."""
+    bounds: dict[Key, tuple[float, float]] = {}
+    for old in past:
+        for d in old.get("decided") or ():
+            bounds[d["comparison"], d["category"], int(d["level"])] = (float(d["ci_low"]), float(d["ci_high"]))
+    for d in look.decided:
+        bounds[d.comparison, d.category, d.level] = (d.ci_low, d.ci_high)
+    share = look.alpha_look / max(len(look.open), 1)
+    for key in look.open:
+        c = cells.get(key)
+        if c is None or share <= 0 or not (c.se > 0 and math.isfinite(c.se)):
+            bounds[key] = (0.0, math.inf)
+            continue
+        half = t_quantile(1 - share / 2, c.df) * c.se
+        bounds[key] = (math.exp(c.centre - half), math.exp(c.centre + half))
+    by_comparison: dict[str, dict[tuple[str, int], tuple[float, float]]] = {}
+    for (comparison, category, level), b in bounds.items():
+        by_comparison.setdefault(comparison, {})[category, int(level)] = b
+    beaten: dict[str, str] = {}
+    for x, own in by_comparison.items():
+        if not any(k[0] == x for k in look.open):
+            continue  # nothing of it left to close
+        rivals = [y for y in by_comparison if y != x and references.get(y) == references.get(x) is not None]
+        for y in rivals:
+            theirs = by_comparison[y]
+            if all(cell in theirs and theirs[cell][0] > high * (1 + margin) for cell, (_low, high) in own.items()):
+                beaten[x] = y
+                break
+    if beaten:
+        still = []
+        for key in look.open:
+            if key[0] in beaten:
+                low, high = bounds[key]
+                level = 1 - share if share > 0 else 0.0
+                look.decided.append(
+                    Decision(
+                        key[0],
+                        key[1],
+                        key[2],
+                        "inconclusive",
+                        low,
+                        high,
+                        level,
+                        look.repeat,
+                        dominated_by=beaten[key[0]],
+                    )
+                )
+            else:
+                still.append(key)
+        look.open = still
+    return beaten
+
+
 def _finite(x: float) -> float | None:
     """``x``, or None where it is NaN or infinite (the manifest holds JSON)."""
     return x if math.isfinite(x) else None
@@ -233,19 +313,32 @@ def open_levels(look: Look, levels: Sequence[int]) -> list[int]:
     return [lv for lv in levels if lv in still]
 
 
-def apply_looks(rows: Sequence[tuple], looks: Sequence[Mapping], margin: float) -> list[tuple]:
+def apply_looks(
+    rows: Sequence[tuple], looks: Sequence[Mapping], margin: float, run_id: str | None = None
+) -> list[tuple]:
     """``intervals.compute`` rows of a sequential run with its family rows' labels and intervals
     taken from the look that decided each cell (the manifest's ``looks``): read at the end at
     the full 5% on every repeat, a run that stopped when its labels looked decided would not keep
     its error rates (stopping without spending). A cell no look decided (the run was stopped
     before its last look) is ``inconclusive``; so is one a look left for futility, with the run's
-    interval at its end (the look's says nothing the label does not)."""
+    interval at its end (the look's says nothing the label does not).
+
+    ``run_id``: the analysis run the rows are of. A look names a cell's comparison by its
+    analysis run (the run, or ``<run>/<treatment>`` for one comparison of named arms); the rows
+    name it 'ab'. Looks written before that (2026-12-06) named it 'ab': read so for the run
+    itself, never for one comparison of several (they collided there)."""
     from specdec.analytics.labels import label_of
 
+    analysis = run_id is not None and "/" in run_id
     decided: dict[Key, tuple[Mapping, int]] = {}
     for look in looks:
         for d in look.get("decided") or ():
-            decided[d["comparison"], d["category"], int(d["level"])] = (d, int(look["repeat"]))
+            comparison = d["comparison"]
+            if run_id is not None and comparison == run_id:
+                comparison = "ab"
+            elif analysis:
+                continue  # another comparison's cell, or an old look's 'ab'
+            decided[comparison, d["category"], int(d["level"])] = (d, int(look["repeat"]))
     out = []
     for row in rows:
         if row[4] != "family" or row[3] is not None:
@@ -259,7 +352,7 @@ def apply_looks(rows: Sequence[tuple], looks: Sequence[Mapping], margin: float) 
         else:
             d, at = hit
             r[11] = d["label"]
-            if not d.get("futile"):  # a decided cell: the interval its look read
+            if not d.get("futile") and not d.get("dominated_by"):  # a decided cell: the interval its look read
                 r[5], r[6], r[7] = d["ci_low"], d["ci_high"], d["ci_level"]
             # a cell left for futility is inconclusive whatever its interval: it keeps the run's own
             # at the end (its look's, read at the spent level on as few as 1 df, spanned up to 18
@@ -268,7 +361,13 @@ def apply_looks(rows: Sequence[tuple], looks: Sequence[Mapping], margin: float) 
             r[14] = d.get("repeats_needed")
             if d.get("tost_low") is not None and d.get("tost_high") is not None:  # the look's equivalence bar
                 r[18], r[19] = d["tost_low"], d["tost_high"]
-            why = "left for futility" if d.get("futile") else "decided"
+            why = (
+                f"left with its arm, below {d['dominated_by']} by more than the margin wherever measured"
+                if d.get("dominated_by")
+                else "left for futility"
+                if d.get("futile")
+                else "decided"
+            )
             r[16] = f"{row[16]}; sequential: {why} at the look after repeat {at} (level {d['ci_level']:.4f})"
         out.append(tuple(r))
     return out

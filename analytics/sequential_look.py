@@ -15,7 +15,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from specdec.analytics.sequential import Cell, Key, cells_from_rows, decide, open_levels
+from specdec.analytics.sequential import Cell, Key, cells_from_rows, decide, leave_dominated, open_levels
+from specdec.arms import analysis_run_id, classic, comparisons, specs_of
+from specdec.runfolder import read_manifest
 
 __all__ = ["look_fn"]
 
@@ -32,9 +34,12 @@ def _cells(run_dir: Path) -> dict[Key, Cell]:
         db = build(run_dir, db_path=tmp / "look.duckdb")
         con = duckdb.connect(str(db), read_only=True)
         try:
+            # keyed by the analysis run (the run itself, or <run>/<treatment> for each comparison of
+            # named arms): the A/B rows of several comparisons share comparison = 'ab'
             rows = con.execute(
-                "select comparison, category, concurrency, segment, interval, ci_low, ci_high, ci_level, df "
-                "from int_speedup_intervals where interval = 'measurement' and segment is null"
+                "select run_id, category, concurrency, segment, interval, ci_low, ci_high, ci_level, df "
+                "from int_speedup_intervals where interval = 'measurement' and segment is null "
+                "and comparison = 'ab'"
             ).fetchall()
         finally:
             con.close()
@@ -43,10 +48,25 @@ def _cells(run_dir: Path) -> dict[Key, Cell]:
     return cells_from_rows(rows)
 
 
+def _comparisons(run_dir: Path) -> tuple[list[str], dict[str, tuple[str, str]]]:
+    """The run's arms in order, and each comparison id (as the intervals name it) -> (treatment,
+    reference)."""
+    manifest = read_manifest(run_dir)
+    specs = specs_of(manifest.arms)
+    pairs = comparisons(specs)
+    if classic(specs):
+        return [a.name for a in specs], ({manifest.run_id: (pairs[0].treatment, pairs[0].reference)} if pairs else {})
+    return [a.name for a in specs], {
+        analysis_run_id(manifest.run_id, c.treatment): (c.treatment, c.reference) for c in pairs
+    }
+
+
 def look_fn(run_dir: Path, max_repeats: int, margin: float, looks_so_far: Sequence[dict]) -> Look:
     """The look of a sequential run in ``run_dir`` (module docstring); ``looks_so_far``: the
     run's looks, read at each call (cells they decided stay decided; the alpha they spent is
-    spent)."""
+    spent). A comparison beaten by another of the same reference by more than the margin at
+    every cell leaves (``sequential.leave_dominated``), and ``open_arms`` names the arms the next
+    repeat still needs: each treatment with a cell open, and its reference."""
 
     def look(repeat: int, levels_open: list[int], final: bool) -> dict:
         decided = {
@@ -55,8 +75,16 @@ def look_fn(run_dir: Path, max_repeats: int, margin: float, looks_so_far: Sequen
         spent_before = max((float(past.get("alpha_spent", 0.0)) for past in looks_so_far), default=0.0)
         cells = {k: c for k, c in _cells(run_dir).items() if k not in decided and k[2] in levels_open}
         found = decide(cells, repeat, max_repeats, spent_before, final, margin)
+        arms, pairs = _comparisons(run_dir)
+        if not final:
+            leave_dominated(found, cells, looks_so_far, {c: ref for c, (_t, ref) in pairs.items()}, margin)
         out = found.record()
         out["open_levels"] = open_levels(found, levels_open)
+        open_comparisons = {c for c, _cat, _lv in found.open}
+        if open_comparisons <= set(pairs):  # else a cell the arms cannot place: every arm stays
+            needed = {arm for c in open_comparisons for arm in pairs[c]}
+            arms = [a for a in arms if a in needed]
+        out["open_arms"] = arms
         return out
 
     return look

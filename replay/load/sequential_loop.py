@@ -16,6 +16,11 @@ timed block plus the next repeat's estimate (``next_repeat_s``) would exceed
 the budget. The look is told whether it is final before it is taken. Each
 look's answer is recorded with when it was taken (``SequentialLoop.looks``)
 and handed to ``save`` at once, so an interrupted run keeps its looks.
+
+A look may also name ``open_arms``: the arms the next repeats still need (in a
+sweep, an arm decided below the best k by more than the margin everywhere
+leaves: ``analytics.sequential.leave_dominated``). Like levels, arms only
+leave; the passes after the last repeat still run every arm.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ class SequentialLoop:
     ):
         self.design, self.arms, self.say, self.look, self.save, self.clock = design, arms, say, look, save, clock
         self.looks: list[dict[str, Any]] = looks if looks is not None else []
+        self.open_arms: list[str] = list(arms)  # the arms the next repeat runs (a look may let some leave)
 
     async def blocks(self, lossless: bool, sample: bool, restart: bool) -> AsyncGenerator[Block, None]:
         """The run's blocks in order; the next repeat's are made only once the
@@ -87,12 +93,13 @@ class SequentialLoop:
         d = self.design
         levels = list(d.levels)
         open_levels = list(levels)
+        self.open_arms = list(self.arms)
         first: float | None = None  # when the first timed block started
         for repeat in range(d.max_repeats):
             start = self.clock()
             if repeat and restart:
                 yield Block("restart", "", 0, repeat)
-            for block in repeat_blocks(open_levels, levels, repeat, self.arms):
+            for block in repeat_blocks(open_levels, levels, repeat, self.open_arms):
                 first = self.clock() if first is None else first
                 yield block
             done = repeat + 1
@@ -118,9 +125,13 @@ class SequentialLoop:
         assert self.look is not None
         got = await in_thread(self.look, done, list(before), final)
         after = self._open_after(got, before, done)
+        arms_before = list(self.open_arms)
+        self.open_arms = self._arms_after(got, done, bool(after))
         record = {
             **got,
             "open_levels": after,
+            "open_arms": list(self.open_arms),
+            "open_arms_before": arms_before,
             "repeat": done,
             "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "elapsed_s": round(elapsed, 3),
@@ -155,6 +166,27 @@ class SequentialLoop:
             )
         return [level for level in before if level in listed]
 
+    def _arms_after(self, got: dict, done: int, levels_open: bool) -> list[str]:
+        """The look's open_arms, in the run's arm order (every open arm where it names none); a
+        look can let arms leave, not bring them back, and cannot leave open levels with no arm."""
+        listed = got.get("open_arms")
+        if listed is None:
+            return list(self.open_arms)
+        if not isinstance(listed, list | tuple) or not all(isinstance(a, str) for a in listed):
+            raise SpecdecError(
+                f"the look after repeat {done} returned open_arms that are not arm names: {listed!r:.200}"
+            )
+        back = sorted(set(listed) - set(self.open_arms))
+        if back:
+            raise SpecdecError(
+                f"the look after repeat {done} named arm(s) {back} open that were not open before it "
+                f"(open: {self.open_arms}): a look lets arms leave, it does not bring them back"
+            )
+        after = [a for a in self.open_arms if a in listed]
+        if levels_open and not after:
+            raise SpecdecError(f"the look after repeat {done} left levels open but no arm to run them")
+        return after
+
     def _spent(self, elapsed: float) -> str:
         minutes = elapsed / 60
         budget = self.design.budget_minutes
@@ -187,4 +219,7 @@ def look_line(
         line += f"; this look: {said}"
         if isinstance(cells, list):
             line += f"; {len(cells)} cell{'' if len(cells) == 1 else 's'} open"
+    left = [a for a in (record or {}).get("open_arms_before") or () if a not in ((record or {}).get("open_arms") or ())]
+    if left and after:
+        line += f"; arm{'' if len(left) == 1 else 's'} {', '.join(left)} left (none of its cells open)"
     return line + ("; final look" if final else "")

@@ -149,3 +149,110 @@ def test_an_equivalent_cell_keeps_the_tost_interval_its_look_read_and_the_marts_
     row = (*_family("chat", 1, "inconclusive"), 1.0, 0.5, 1.5)  # end-of-run TOST 0.5-1.5
     (out,) = apply_looks([row], [{"repeat": 2, "decided": [asdict(d)]}], 0.05)
     assert out[11] == "equivalent" and (out[18], out[19]) == (d.tost_low, d.tost_high)
+
+
+def test_an_arm_below_another_by_more_than_the_margin_everywhere_leaves_and_the_rest_stay():
+    """A sweep's k2 is measured at 1.10x where k8 is decided at 2.0x at both levels: k2 leaves
+    (inconclusive, ``dominated_by`` k8); k4, whose interval at c4 reaches k8's, stays; a
+    comparison against another reference is never compared."""
+    from specdec.analytics.sequential import Look, leave_dominated
+
+    noisy = Cell(math.log(1.10), 0.02, 8.0)
+    close = Cell(math.log(1.95), 0.02, 8.0)
+    cells = {
+        ("r/k2", "code", 1): noisy,
+        ("r/k2", "code", 4): noisy,
+        ("r/k4", "code", 1): Cell(math.log(1.5), 0.02, 8.0),
+        ("r/k4", "code", 4): close,
+        ("r/x", "code", 1): noisy,
+        ("r/x", "code", 4): noisy,
+    }
+    look = decide(cells, 3, 6, spent(2 / 6), False, 0.05)
+    # force k2, k4 and x open, as if undecided, and k8 decided earlier at 2.0x everywhere
+    look.decided = [d for d in look.decided if d.comparison not in ("r/k2", "r/k4", "r/x")]
+    look.open = list(cells)
+    past = [
+        {
+            "decided": [
+                {"comparison": "r/k8", "category": "code", "level": lv, "ci_low": 1.9, "ci_high": 2.1} for lv in (1, 4)
+            ]
+        }
+    ]
+    refs = {"r/k2": "k0", "r/k4": "k0", "r/k8": "k0", "r/x": "other"}
+    beaten = leave_dominated(look, cells, past, refs, 0.05)
+    assert beaten == {"r/k2": "r/k8"}
+    left = [d for d in look.decided if d.comparison == "r/k2"]
+    assert {d.level for d in left} == {1, 4} and all(
+        d.label == "inconclusive" and d.dominated_by == "r/k8" for d in left
+    )
+    assert all(d.ci_high * 1.05 < 1.9 for d in left)  # the interval it was read from clears k8's low by the margin
+    assert set(look.open) == {("r/k4", "code", 1), ("r/k4", "code", 4), ("r/x", "code", 1), ("r/x", "code", 4)}
+    # a rival missing one of the arm's cells does not beat it there
+    look2 = decide(cells, 3, 6, spent(2 / 6), False, 0.05)
+    look2.decided, look2.open = [], [("r/k2", "code", 1), ("r/k2", "code", 4)]
+    assert leave_dominated(look2, cells, [{"decided": past[0]["decided"][:1]}], refs, 0.05) == {}
+    # and at a look that spends nothing, no open interval is finite: nothing leaves
+    look3 = Look(3, 0.0, ALPHA, False, [], [("r/k2", "code", 1), ("r/k2", "code", 4)])
+    assert leave_dominated(look3, cells, past, refs, 0.05) == {}
+
+
+def test_a_cell_that_left_with_its_arm_keeps_the_runs_interval_and_says_why():
+    row = ("ab", "code", 1, None, "family", 0.9, 1.3, 0.95, 1.1, 4.0, None, "inconclusive", None, None, None,
+           None, "t interval", None, None, None)  # fmt: skip
+    d = {"comparison": "r/k2", "category": "code", "level": 1, "label": "inconclusive", "ci_low": 1.0,
+         "ci_high": 1.2, "ci_level": 0.99, "dominated_by": "r/k8"}  # fmt: skip
+    (out,) = apply_looks([row], [{"repeat": 3, "decided": [d]}], 0.05, "r/k2")
+    assert out[11] == "inconclusive" and (out[5], out[6]) == (0.9, 1.3)  # the run's, not the look's
+    assert "left with its arm, below r/k8" in out[16]
+
+
+def test_the_look_names_the_arms_its_open_cells_need(tmp_path):
+    """``look_fn`` on a run of named arms (plain; ngram and ngram2 against it): its comparisons
+    are the ids the intervals carry, and ``open_arms`` holds each open cell's treatment and its
+    reference, in the run's order."""
+    from specdec.analytics import sequential_look
+    from tests.support.named_run import write_named_run
+
+    run_dir = write_named_run(tmp_path / "run")
+    arms, pairs = sequential_look._comparisons(run_dir)
+    assert arms == ["plain", "ngram", "ngram2"]
+    assert {t: r for t, r in pairs.values()} == {"ngram": "plain", "ngram2": "plain"}
+    import duckdb
+
+    from specdec.analytics.build import build
+
+    con = duckdb.connect(str(build(run_dir, db_path=tmp_path / "x.duckdb")), read_only=True)
+    ids = {r[0] for r in con.execute("select distinct run_id from int_requests_paired").fetchall()}
+    con.close()
+    assert ids == set(pairs)  # the analysis runs of the paired rows (and the intervals) are the look's keys
+    # one repeat: no interval yet, so no open cell and no arm needed; the look says so
+    out = sequential_look.look_fn(run_dir, 8, 0.05, [])(2, [1, 2], False)
+    assert out["open_cells"] == [] and out["open_arms"] == [] and out["open_levels"] == []
+
+
+def test_each_comparison_of_named_arms_reads_its_own_decisions_from_the_runs_looks():
+    """The looks of a sweep name each cell by its analysis run (t/k2, t/k4); the interval rows of
+    each name it 'ab'. Before 2026-12-06 the look keyed cells by 'ab' alone, so the comparisons'
+    cells collided, and the labels of a sequential run of named arms were never its looks'."""
+
+    def row(label="faster"):
+        # comparison, category, level, segment, interval, ci_low, ci_high, ci_level, df, p_value, family_size,
+        # label, clears_margin, detectable_effect, repeats_needed, margin, method, noise_ratio, equivalence
+        return ("ab", "code", 1, None, "family", 1.1, 1.5, 0.95, 4.0, 0.01, 1, label, None, None, None, 0.05,
+                "t interval", None, None, None)  # fmt: skip
+
+    def d(comparison, label, low):
+        return {"comparison": comparison, "category": "code", "level": 1, "label": label, "ci_low": low,
+                "ci_high": low + 0.2, "ci_level": 0.99}  # fmt: skip
+
+    looks = [
+        {"repeat": 2, "decided": [d("t/k2", "faster", 1.2), d("t/k4", "equivalent", 0.97), d("ab", "slower", 0.5)]}
+    ]
+    (k2,) = apply_looks([row()], looks, 0.05, "t/k2")
+    (k4,) = apply_looks([row()], looks, 0.05, "t/k4")
+    (k8,) = apply_looks([row()], looks, 0.05, "t/k8")
+    assert (k2[11], k2[5]) == ("faster", 1.2) and (k4[11], k4[5]) == ("equivalent", 0.97)
+    assert k8[11] == "inconclusive" and "no look decided it" in k8[16]  # an old look's 'ab' is not k8's
+    # a classic run reads its own id and, from older manifests, 'ab'
+    (classic,) = apply_looks([row()], [{"repeat": 2, "decided": [d("ab", "slower", 0.5)]}], 0.05, "run1")
+    assert (classic[11], classic[5]) == ("slower", 0.5)

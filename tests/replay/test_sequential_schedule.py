@@ -200,9 +200,35 @@ def test_the_repeat_time_counts_the_restart_and_no_look_means_no_record():
     assert lines == ["after repeat 2: 1.2 of 1.5 min spent; the next repeat would not fit"]
 
 
+def test_arms_a_look_lets_leave_stop_running_and_the_passes_still_run_every_arm():
+    """A sweep k0, k2, k4, k8: the look after repeat 2 lets k2 leave (decided below k8), the
+    one after repeat 3 k4; the repeats after each run only the arms left, the passes all four."""
+    clock = [0.0]
+    lines: list[str] = []
+    arms = ["k0", "k2", "k4", "k8"]
+    answers = {2: ["k0", "k4", "k8"], 3: ["k0", "k8"], 4: ["k0", "k8"]}
+
+    def scripted(repeat, open_levels, final):
+        return {"open_levels": open_levels, "open_arms": answers[repeat]}
+
+    loop = SequentialLoop(Design([1, 4], 2, 4), arms, lines.append, look=scripted, clock=lambda: clock[0])
+    blocks = _drive(loop, clock, 1.0)
+    timed = [b for b in blocks if b.kind == "timed"]
+    assert {b.arm for b in timed if b.repeat < 2} == set(arms)
+    assert {b.arm for b in timed if b.repeat == 2} == {"k0", "k4", "k8"}
+    assert {b.arm for b in timed if b.repeat == 3} == {"k0", "k8"}
+    assert [b.arm for b in blocks if b.kind == "lossless_pass" and b.level == 1] == arms
+    assert [x["open_arms"] for x in loop.looks] == [["k0", "k4", "k8"], ["k0", "k8"], ["k0", "k8"]]
+    assert loop.looks[1]["open_arms_before"] == ["k0", "k4", "k8"]
+    assert "arm k2 left (none of its cells open)" in lines[0] and "arm k4 left" in lines[1]
+
+
 @pytest.mark.parametrize(
     "answer, match",
     [
+        ({"open_levels": [1], "open_arms": ["baseline", "other"]}, r"arm\(s\) \['other'\] open that were not open"),
+        ({"open_levels": [1], "open_arms": []}, "left levels open but no arm to run them"),
+        ({"open_levels": [1], "open_arms": "baseline"}, "open_arms that are not arm names"),
         ({"open_levels": [1, 8]}, r"level\(s\) \[8\] open that were not open"),
         ({"levels": [1]}, "without a list of integer open_levels"),
         ({"open_levels": [1], "p": float("nan")}, "the manifest cannot hold"),
