@@ -6,8 +6,8 @@ writes besides the rounds: one scrape of a vLLM server's ``/metrics``
 record that carries them (``CounterScrape`` here, ``MetricSnapshot`` and
 ``PassCounters`` in ``records.py``) takes its columns from it through
 ``with_counters``, at the place in its column order where they stand. The
-keys are those of ``specdec.engines.metrics`` (``COUNTERS``, ``GAUGES``),
-combined over label sets the same way; a test keeps the two lists equal. A
+reader of ``/metrics`` (``specdec.engines.metrics``: ``COUNTERS``, ``GAUGES``)
+takes its metric names from the same table. A
 failed scrape is a row too (``scrape_ok`` false, ``error`` set, every value
 None): failures are data.
 """

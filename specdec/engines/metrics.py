@@ -12,20 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-COUNTERS = {
-    "spec_num_drafts": "vllm:spec_decode_num_drafts_total",
-    "spec_num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "spec_num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-    "generation_tokens": "vllm:generation_tokens_total",
-    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
-    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
-}
+from specdec.schemas.counters import COUNTER_FIELDS, ENGINE_COUNTERS
 
-
+#: specdec's key -> vLLM's counter, from the one table of the counter columns (``schemas.counters``)
+COUNTERS: dict[str, str] = {k: COUNTER_FIELDS[k][0] for k in ENGINE_COUNTERS}
+#: how the values of a gauge's label sets combine (the KV-cache usage: the largest over engines;
+#: the running requests: their sum)
+_COMBINE: dict[str, Callable[[list[float]], float]] = {"kv_cache_usage": max, "requests_running": sum}
 #: specdec's key -> (vLLM's gauge, how the values of its label sets combine)
 GAUGES: dict[str, tuple[str, Callable[[list[float]], float]]] = {
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", max),
-    "requests_running": ("vllm:num_requests_running", sum),
+    k: (COUNTER_FIELDS[k][0], how) for k, how in _COMBINE.items()
 }
 
 
