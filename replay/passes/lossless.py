@@ -50,7 +50,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from specdec.http.urls import Endpoint, request_headers
+from specdec.http.urls import Endpoint, redact_text, request_headers
 from specdec.replay.http.client import (
     ERROR_TYPES,
     ClientSettings,
@@ -247,6 +247,8 @@ async def completion_one(
             res.fail("request_wall_timeout", f"the check took longer than its wall limit of {wall_s:g} s")
         else:
             classify_failure(res, exc, settings)
+    # as the stream's: no URL secret or key in what is written
+    res.error_message = redact_text(res.error_message, ep.secrets + ((settings.api_key,) if settings.api_key else ()))
     if res.error_type is None:
         res.e2e_ms = (time.perf_counter_ns() - t0) / 1e6
         res.success = True

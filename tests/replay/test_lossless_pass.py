@@ -336,3 +336,22 @@ def test_eos_ids_for_model_single_int_and_unknowns(tmp_path):
     assert eos_ids_for_model(empty) is None
     assert eos_ids_for_model(str(tmp_path / "no-such-folder")) is None
     assert eos_ids_for_model("specdec-target") is None  # an external server's model name
+
+
+def test_a_llama_cpp_checks_failure_text_holds_no_secret_of_the_url():
+    """A server that echoes the request's URL (its api_key query) into its error: the row's text
+    is redacted as the stream's is (``redact_text`` with the endpoint's secrets)."""
+    from specdec.http.urls import parse_endpoint
+
+    class Echo(FakeLlama):
+        async def completion(self, request):
+            return web.json_response({"error": {"message": f"bad request to {request.url}"}}, status=400)
+
+    async def go():
+        async with serving(Echo().server(), transport="aiohttp") as (s, base):
+            ep = parse_endpoint(base + "?api_key=s3cr3t-value")
+            return await completion_one(s, ep, "m", ROW, RID)
+
+    res = asyncio.run(go())
+    assert res.stream.error_type == "http_status" and "s3cr3t-value" not in res.stream.error_message
+    assert "***" in res.stream.error_message  # the echo was there, masked
