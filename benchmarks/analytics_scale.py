@@ -24,7 +24,7 @@ rounds. The shapes:
 
 The run folders of ``real-512-one-file``, ``large-run`` and ``lake-200-runs``
 are as a replay leaves a run when it exits (done, stopped or failed): their part
-files merged by the product's own ``specdec.replay.recording.consolidate`` into
+files merged by the product's own ``specdec.replay.writing.consolidate`` into
 one ``requests.parquet`` and one ``engine_counters.parquet`` (and one
 ``rounds.parquet`` when the rounds are in the folder). Those of ``light`` and
 ``real-128-parts`` keep the part files a run writes while it runs (one

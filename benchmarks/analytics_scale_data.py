@@ -47,7 +47,7 @@ class Shape:
     text: str = "short"  # 'short': "out N"; 'kb': 1-5 KB of words
     part_rows: int | None = PART_ROWS  # rounds per part file; None: one file per run
     # True: each run folder as a replay leaves a finished (or interrupted) run, its part files
-    # merged by the product's own ``specdec.replay.recording.consolidate`` into one Parquet per
+    # merged by the product's own ``specdec.replay.writing.consolidate`` into one Parquet per
     # record (requests.parquet, engine_counters.parquet; rounds.parquet when its rounds are in
     # the folder). False: the part files as written during the run (a run killed before its
     # exit could merge them), one requests file per arm, level and repeat
@@ -342,7 +342,7 @@ def prompts_per_block(shape: Shape, rounds_target: int) -> int:
 
 def generate(root: Path, rounds_target: int, shape: Shape, seed: int = 0) -> dict:
     """Write the runs; return what was written."""
-    from specdec.replay.recording import consolidate
+    from specdec.replay.writing import consolidate
     from specdec.runfolder import counters_part, requests_part, write_manifest
     from specdec.schemas.arrow import arrow_schema, table_from_records, write_parquet_atomic
     from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace

@@ -29,10 +29,10 @@ from specdec.replay.load.levels import plans as load_plans
 from specdec.replay.load.sequential_loop import Look
 from specdec.replay.manifest import arm_config, build_manifest
 from specdec.replay.progress import Progress
-from specdec.replay.recording import recording
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
 from specdec.replay.traffic.io import load_traffic
 from specdec.replay.traffic.mix import unknown_categories
+from specdec.replay.writing import writing_run
 from specdec.runfolder import (
     claim_run_dir,
     open_run_dir,
@@ -103,7 +103,7 @@ def run_replay(cfg: ReplayConfig, look_factory: LookFactory | None = None) -> Pa
     open_run_dir(cfg.runs_dir, run_dir)
     write_manifest(run_dir, manifest)
 
-    with recording(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
+    with writing_run(run_dir, manifest):  # SIGTERM = Ctrl-C; parts merged, manifest written, however it ends
         with (
             Progress(cfg.progress) as progress,
             EmbeddedServers(cfg, engines, arms, run_dir, run_id, progress) as servers,

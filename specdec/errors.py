@@ -13,7 +13,7 @@ class SpecdecError(Exception):
     """A problem the user can act on; the message says what and where."""
 
     #: The run folder that was being recorded when it was raised, set by
-    #: ``replay.recording`` so that the CLI can still say what was recorded.
+    #: ``replay.writing`` so that the CLI can still say what was recorded.
     run_dir: Path | None = None
 
 

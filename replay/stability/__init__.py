@@ -80,9 +80,9 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
     before anything is created on disk."""
     # heavy: aiohttp and pyarrow (the server, the probes, the Parquet writers), only when a run starts;
     # `specdec --help` imports this module for StabilityConfig's defaults
-    from specdec.replay.recording import recording
     from specdec.replay.stability.runner import probe_all
     from specdec.replay.stability.server import EmbeddedServer, EndpointServer, require_loopback
+    from specdec.replay.writing import writing_run
     from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 
     endpoint = require_loopback(cfg.url) if cfg.url is not None else None
@@ -124,7 +124,7 @@ def run_stability(cfg: StabilityConfig, echo: Callable[[str], None] = print) -> 
         write_manifest(run_dir, manifest)
 
     rows: list = []
-    with recording(run_dir, manifest):  # a `kill` cleans up like Ctrl-C: no orphaned vLLM
+    with writing_run(run_dir, manifest):  # a `kill` cleans up like Ctrl-C: no orphaned vLLM
         try:
             if isinstance(server, EmbeddedServer):  # endpoint is None
                 echo(f"starting vLLM (log: {server_log(run_dir, 'baseline')})")

@@ -118,7 +118,7 @@ def test_a_failing_status_write_is_counted_and_never_touches_rows(tmp_path, monk
 def test_consolidation_merges_the_status_files_into_the_run_folder(tmp_path):
     import json
 
-    from specdec.replay.recording import consolidate
+    from specdec.replay.writing import consolidate
     from specdec.runfolder import CAPTURE_STATUS, capture_dir, capture_status_name
 
     cap = capture_dir(tmp_path)

@@ -1,6 +1,8 @@
-"""The life of a run folder while something records into it.
+"""The life of a run folder while a command writes into it.
 
-``recording(run_dir, manifest)`` is shared by every command that writes a
+(``replay/recording.py`` until 2026-12-06: "recording" is the proxy's rows, docs/glossary.md.)
+
+``writing_run(run_dir, manifest)`` is shared by every command that writes a
 run (replay, demo, stability): a ``kill`` (SIGTERM) or a closed terminal
 (SIGHUP) gets the same clean-up as Ctrl-C (``engines.lifecycle.interrupt_on_signals``
 calls whatever handles Ctrl-C at that moment: inside the event loop,
@@ -29,7 +31,7 @@ log = logging.getLogger("specdec.replay")
 
 
 @contextmanager
-def recording(run_dir: Path, manifest):
+def writing_run(run_dir: Path, manifest):
     with interrupt_on_signals(_note):  # SIGTERM, SIGHUP: what Ctrl-C does now (main thread only)
         try:
             yield
