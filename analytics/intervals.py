@@ -86,6 +86,7 @@ from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
 from specdec.analytics.models import has_view
 from specdec.analytics.sequential import apply_looks
 from specdec.analytics.variance import level_noise, satterthwaite, slow_blocks, t_interval, t_quantile, t_sf
+from specdec.arms import ROLES_TABLE
 
 __all__ = [
     "LEVEL",
@@ -547,13 +548,19 @@ def _by_run(rows: list[tuple]) -> dict[str, list[tuple]]:
     return out
 
 
-def sequential_looks(con) -> dict[str, list]:
-    """Per run, the looks of a sequential run (its manifest's ``looks``); absent for a fixed one."""
-    out = {}
+def sequential_looks(con) -> dict[str, tuple[list, bool]]:
+    """Per analysis run of a sequential run, the run's looks (its manifest's ``looks``) and
+    whether the analysis run is one comparison of a run of named arms (``<run>/<treatment>``,
+    from the roles table ``arms.ROLES_TABLE``) rather than the run itself; absent for a fixed run."""
+    by_run = {}
     for run_id, looks in con.execute("select run_id, json_extract(manifest, '$.looks') from raw_manifest").fetchall():
         value = json.loads(looks) if isinstance(looks, str) else looks
         if value:
-            out[run_id] = value
+            by_run[run_id] = value
+    out = {run_id: (looks, False) for run_id, looks in by_run.items()}
+    for run_id, analysis in con.execute(f"select distinct run_id, analysis_run_id from {ROLES_TABLE}").fetchall():
+        if run_id in by_run and analysis != run_id:
+            out[analysis] = (by_run[run_id], True)
     return out
 
 
@@ -634,11 +641,9 @@ def fill(con) -> None:
             margin,
             order=order.get(run_id),
         )
-        # a sequential run: each label is its look's (sequential.apply_looks); one comparison of
-        # named arms (<run>/<treatment>) reads its run's looks
-        run_looks = looks.get(run_id) or (looks.get(run_id.rsplit("/", 1)[0]) if "/" in run_id else None)
-        if run_looks:
-            found = apply_looks(found, run_looks, margin, run_id)
+        if run_id in looks:  # a sequential run: each label is its look's (sequential.apply_looks)
+            run_looks, one_of_several = looks[run_id]
+            found = apply_looks(found, run_looks, margin, run_id, one_of_several)
         rows += [(run_id, *row) for row in found]
     if rows:  # through Arrow: executemany inserts a row at a time (200 runs' 9,600 rows: about 30 s)
         table = pa.table({f"c{i}": pa.array(column) for i, column in enumerate(zip(*rows))})

@@ -314,7 +314,11 @@ def open_levels(look: Look, levels: Sequence[int]) -> list[int]:
 
 
 def apply_looks(
-    rows: Sequence[tuple], looks: Sequence[Mapping], margin: float, run_id: str | None = None
+    rows: Sequence[tuple],
+    looks: Sequence[Mapping],
+    margin: float,
+    run_id: str | None = None,
+    one_of_several: bool = False,
 ) -> list[tuple]:
     """``intervals.compute`` rows of a sequential run with its family rows' labels and intervals
     taken from the look that decided each cell (the manifest's ``looks``): read at the end at
@@ -324,19 +328,18 @@ def apply_looks(
     interval at its end (the look's says nothing the label does not).
 
     ``run_id``: the analysis run the rows are of. A look names a cell's comparison by its
-    analysis run (the run, or ``<run>/<treatment>`` for one comparison of named arms); the rows
-    name it 'ab'. Looks written before that (2026-12-06) named it 'ab': read so for the run
-    itself, never for one comparison of several (they collided there)."""
+    analysis run (the run, or ``<run>/<treatment>`` for one comparison of named arms:
+    ``one_of_several``); the rows name it 'ab'. Looks written before that (2026-12-06) named it
+    'ab': read so for the run itself, never for one comparison of several (they collided there)."""
     from specdec.analytics.labels import label_of
 
-    analysis = run_id is not None and "/" in run_id
     decided: dict[Key, tuple[Mapping, int]] = {}
     for look in looks:
         for d in look.get("decided") or ():
             comparison = d["comparison"]
             if run_id is not None and comparison == run_id:
                 comparison = "ab"
-            elif analysis:
+            elif one_of_several:
                 continue  # another comparison's cell, or an old look's 'ab'
             decided[comparison, d["category"], int(d["level"])] = (d, int(look["repeat"]))
     out = []

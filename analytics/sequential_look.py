@@ -68,6 +68,8 @@ def look_fn(run_dir: Path, max_repeats: int, margin: float, looks_so_far: Sequen
     every cell leaves (``sequential.leave_dominated``), and ``open_arms`` names the arms the next
     repeat still needs: each treatment with a cell open, and its reference."""
 
+    run_arms: list[tuple[list[str], dict[str, tuple[str, str]]]] = []  # read at the first look, once
+
     def look(repeat: int, levels_open: list[int], final: bool) -> dict:
         decided = {
             (d["comparison"], d["category"], int(d["level"])) for past in looks_so_far for d in past.get("decided", ())
@@ -75,7 +77,9 @@ def look_fn(run_dir: Path, max_repeats: int, margin: float, looks_so_far: Sequen
         spent_before = max((float(past.get("alpha_spent", 0.0)) for past in looks_so_far), default=0.0)
         cells = {k: c for k, c in _cells(run_dir).items() if k not in decided and k[2] in levels_open}
         found = decide(cells, repeat, max_repeats, spent_before, final, margin)
-        arms, pairs = _comparisons(run_dir)
+        if not run_arms:  # the arms do not change during a run
+            run_arms.append(_comparisons(run_dir))
+        arms, pairs = run_arms[0]
         if not final:
             leave_dominated(found, cells, looks_so_far, {c: ref for c, (_t, ref) in pairs.items()}, margin)
         out = found.record()

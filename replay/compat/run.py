@@ -104,11 +104,16 @@ class CompatConfig(ClientOptions):
         if self.baseline_url is None and self.engine is None:
             self.engine = DEFAULT_ENGINE
         # the default target is the prepared model folder: an engine that serves another file needs one named
-        engines = ENGINE_NAMES if self.engine == "both" else (self.engine,)
-        folders = all(ENGINES[e].model_kind == "folder" for e in engines if e is not None)
+        folders = all(ENGINES[e].model_kind == "folder" for e in self.embedded_engines())
         if self.draft_model is not None and self.target_model is None and not folders:
             raise ValueError("--draft-model needs --target-model (the folder whose tokenizer the target serves)")
         return self
+
+    def embedded_engines(self) -> list[str]:
+        """The engines whose embedded pairs the run starts (none with the user's URLs)."""
+        if self.baseline_url is not None or self.engine is None:
+            return []
+        return list(ENGINE_NAMES) if self.engine == "both" else [self.engine]
 
 
 def run_compat(
@@ -137,8 +142,7 @@ def run_compat(
         pairs.append(("external", Pair("external", None, "declared", b, s)))
     else:
         settings = dataclasses.replace(settings, api_key=None)  # the embedded servers want no key
-        engines = list(ENGINE_NAMES) if cfg.engine == "both" else [cfg.engine or ENGINE_NAMES[0]]
-        pairs += [(e, None) for e in engines]
+        pairs += [(e, None) for e in cfg.embedded_engines()]
     run_id, run_dir = claim_run_dir(cfg.runs_dir, cfg.run_id)
     run_dir.mkdir(parents=True, exist_ok=True)  # runs/latest moves to it once it holds cells (``stopping``)
     manifest = _manifest(cfg, run_id, pairs)
@@ -297,7 +301,7 @@ def _llama_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: floa
     from specdec.model import find_gguf
 
     adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)
-    arms = (Arm("baseline", None), Arm("speculative", LlamaCpp().probe_speculation()))
+    arms = (Arm("baseline", None), Arm("speculative", adapter.probe_speculation()))
     servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
     return servers, [None, None], f"llama-cpp-python {LLAMA_CPP_PYTHON}"
 

@@ -201,7 +201,7 @@ def test_a_cell_that_left_with_its_arm_keeps_the_runs_interval_and_says_why():
            None, "t interval", None, None, None)  # fmt: skip
     d = {"comparison": "r/k2", "category": "code", "level": 1, "label": "inconclusive", "ci_low": 1.0,
          "ci_high": 1.2, "ci_level": 0.99, "dominated_by": "r/k8"}  # fmt: skip
-    (out,) = apply_looks([row], [{"repeat": 3, "decided": [d]}], 0.05, "r/k2")
+    (out,) = apply_looks([row], [{"repeat": 3, "decided": [d]}], 0.05, "r/k2", True)
     assert out[11] == "inconclusive" and (out[5], out[6]) == (0.9, 1.3)  # the run's, not the look's
     assert "left with its arm, below r/k8" in out[16]
 
@@ -248,11 +248,34 @@ def test_each_comparison_of_named_arms_reads_its_own_decisions_from_the_runs_loo
     looks = [
         {"repeat": 2, "decided": [d("t/k2", "faster", 1.2), d("t/k4", "equivalent", 0.97), d("ab", "slower", 0.5)]}
     ]
-    (k2,) = apply_looks([row()], looks, 0.05, "t/k2")
-    (k4,) = apply_looks([row()], looks, 0.05, "t/k4")
-    (k8,) = apply_looks([row()], looks, 0.05, "t/k8")
+    (k2,) = apply_looks([row()], looks, 0.05, "t/k2", True)
+    (k4,) = apply_looks([row()], looks, 0.05, "t/k4", True)
+    (k8,) = apply_looks([row()], looks, 0.05, "t/k8", True)
     assert (k2[11], k2[5]) == ("faster", 1.2) and (k4[11], k4[5]) == ("equivalent", 0.97)
     assert k8[11] == "inconclusive" and "no look decided it" in k8[16]  # an old look's 'ab' is not k8's
     # a classic run reads its own id and, from older manifests, 'ab'
     (classic,) = apply_looks([row()], [{"repeat": 2, "decided": [d("ab", "slower", 0.5)]}], 0.05, "run1")
     assert (classic[11], classic[5]) == ("slower", 0.5)
+
+
+def test_each_analysis_run_of_a_sequential_run_of_named_arms_finds_the_runs_looks(tmp_path):
+    """The looks live in the run's manifest; each comparison (``<run>/<treatment>``) finds them
+    through the roles table, marked as one comparison of several; the run itself, unmarked."""
+    import json
+
+    import duckdb
+
+    from specdec.analytics.build import build
+    from specdec.analytics.intervals import sequential_looks
+    from tests.support.named_run import write_named_run
+
+    run_dir = write_named_run(tmp_path / "run")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    looks = [{"repeat": 2, "decided": [], "open_cells": []}]
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "looks": looks}))
+    con = duckdb.connect(str(build(run_dir, db_path=tmp_path / "x.duckdb")), read_only=True)
+    try:
+        found = sequential_looks(con)
+    finally:
+        con.close()
+    assert found == {"t": (looks, False), "t/ngram": (looks, True), "t/ngram2": (looks, True)}
