@@ -12,7 +12,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def pytest_collection_modifyitems(config, items):
     """A test marked ``first_on_pair`` runs first (the sidecar's: it needs the session's vLLM pair
-    fresh, its counters and capture folder its own). Then the engine tests that serve with llama.cpp (marker ``llama_cpp``) run first, the ones that
+    fresh, its counters and capture folder its own); a test marked ``last_on_pair`` runs last (the
+    stability test's kill ends the pair's baseline server). Then the engine tests that serve with llama.cpp (marker ``llama_cpp``) run first, the ones that
     use the session's vLLM pair first among them (the two-engine run: it starts the pair, which then
     idles at no CPU cost until the vLLM tests use it), in their collection order otherwise.
     `make test` (tools/make_test.sh) starts the tests that start no engine beside the engine tests
@@ -22,8 +23,9 @@ def pytest_collection_modifyitems(config, items):
 
     def order(item):
         first = item.get_closest_marker("first_on_pair") is not None
+        last = item.get_closest_marker("last_on_pair") is not None
         llama = item.get_closest_marker("llama_cpp") is not None
-        return (not first, not llama, not (llama and "vllm_pair" in getattr(item, "fixturenames", ())))
+        return (last, not first, not llama, not (llama and "vllm_pair" in getattr(item, "fixturenames", ())))
 
     items.sort(key=order)
     llama = [item.nodeid for item in items if item.get_closest_marker("llama_cpp") is not None]

@@ -13,8 +13,9 @@ import pytest
 
 from specdec.analytics.report.write import write_report
 from specdec.replay.stability import StabilityConfig, fault_table, run_stability, table_text
+from tests.support.engine_servers import stability_on
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.last_on_pair]
 
 FAULTS = [
     "empty_prompt",
@@ -32,8 +33,11 @@ FAULTS = [
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, model_dir):
-    # its own server: the kill_restart fault kills it and starts another
+def run(tmp_path_factory, model_dir, vllm_pair):
+    # the first server is the session pair's baseline (issue 40: a start saved; the start-up path is
+    # the restart's, which starts a fresh vLLM for real after the kill_restart fault kills the
+    # pair's baseline): hence last on the pair. The pair serves 32 sequences, the run's setting 2:
+    # the burst's 8 requests are served at once rather than queued, before the kill and after it.
     runs = tmp_path_factory.mktemp("runs")
     cfg = StabilityConfig(
         runs_dir=runs,
@@ -46,7 +50,8 @@ def run(tmp_path_factory, model_dir):
         probe_timeout_s=240.0,
     )
     log: list[str] = []
-    run_dir, rows = run_stability(cfg, echo=log.append)
+    with stability_on(vllm_pair):
+        run_dir, rows = run_stability(cfg, echo=log.append)
     report, summary = write_report(run_dir)
     return run_dir, rows, report, summary, "\n".join(log) + "\n" + table_text(rows)
 
@@ -123,5 +128,5 @@ def test_run_folder_is_a_stability_run(run):
     assert manifest["kind"] == "stability" and manifest["finished"] is True
     assert manifest["arms"][0]["endpoint"] == "embedded" and "--max-num-seqs" in manifest["arms"][0]["server_args"]
     assert (run_dir / "stability.parquet").is_file() and not list(run_dir.glob("stability-*.parquet"))
-    assert (run_dir / "server-baseline.log").is_file()
+    assert (run_dir / "server-baseline.log").is_file()  # the restart's: a fresh vLLM started by the run
     assert (run_dir.parent / "latest").resolve() == run_dir.resolve()

@@ -33,6 +33,7 @@ of its own: it runs first (marker ``first_on_pair``), on the pair still fresh.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import urllib.request
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ from pathlib import Path
 
 from specdec.arms import NGRAM
 from specdec.engines.server import LocalServer, ServerSpec, start_all
+from specdec.http.urls import parse_endpoint
 from specdec.replay import experiment
 from specdec.replay.capture_import import import_capture
 from specdec.replay.runner import request_id_prefix
@@ -165,3 +167,41 @@ def embedded_as(pair: ServerPair, fresh_restart: bool = False) -> Iterator[None]
         yield
     finally:
         experiment.EmbeddedServers = original
+
+
+@contextlib.contextmanager
+def stability_on(pair: ServerPair) -> Iterator[None]:
+    """Within the block, ``run_stability``'s embedded server starts as ``pair``'s baseline server,
+    already serving (the start-up path is the one its kill-and-restart then runs for real: the
+    same ``EmbeddedServer.start_blocking``, a fresh vLLM process). The run's server settings must
+    be the pair's but for ``max_num_seqs``: the pair's (32) replaces the run's, in its manifest too,
+    and the restart starts the pair's settings afresh. The kill is real: the pair's baseline is
+    gone afterwards, so a test that uses this runs last on the pair (marker ``last_on_pair``)."""
+    from specdec.replay.stability import server as stability_server
+
+    original = stability_server.EmbeddedServer
+
+    class PairBaselineFirst(original):  # type: ignore[misc, valid-type]
+        def __init__(self, spec, run_dir: Path, run_id: str, startup_timeout_s: float):
+            mine = dataclasses.replace(spec, max_num_seqs=pair.spec.max_num_seqs)
+            assert mine == pair.spec, f"the run's server settings {spec} are not the pair's {pair.spec}"
+            super().__init__(pair.spec, run_dir, run_id, startup_timeout_s)
+
+        def start_blocking(self) -> None:
+            if self.starts:  # the restart: the real path, a fresh process
+                super().start_blocking()
+                return
+            assert pair.baseline.proc is not None and pair.baseline.proc.poll() is None, "the pair's baseline is gone"
+            self._srv, self.starts = pair.baseline, 1
+            self.endpoint = parse_endpoint(pair.baseline.base_url)
+
+        def stop(self) -> None:
+            if self._srv is pair.baseline:  # never killed (the run ended early): the pair's to stop
+                self._srv = None
+            super().stop()
+
+    stability_server.EmbeddedServer = PairBaselineFirst
+    try:
+        yield
+    finally:
+        stability_server.EmbeddedServer = original
