@@ -193,6 +193,31 @@ class CompatCell(BaseModel):
     speculative_stall_ratio: float | None = Field(
         default=None, description="The same in the speculative arm (docs/compat.md: the stall rule)."
     )
+    sampling_level: int | None = Field(
+        default=None,
+        description="Sampling-distribution cells (feature 'sampling', probe sampling_distribution.c<level>): the "
+        "requests in flight while each arm sampled; None elsewhere.",
+    )
+    sampling_pairs: int | None = Field(
+        default=None,
+        description="Sampling-distribution cells: the (prompt, seed) samples re-scored in both arms, compared "
+        "pairwise by prompt (replay/compat/sampling_cells.py).",
+    )
+    sampling_p_value: float | None = Field(
+        default=None,
+        description="Sampling-distribution cells: the stratified permutation test's two-sided p on the re-scored "
+        "log-probability (speculative against baseline); None when not tested.",
+    )
+    sampling_mean_difference: float | None = Field(
+        default=None,
+        description="Sampling-distribution cells: the mean over prompts of the speculative minus the baseline mean "
+        "re-scored log-probability, nats.",
+    )
+    sampling_min_detectable_shift: float | None = Field(
+        default=None,
+        description="Sampling-distribution cells: the shift of that mean the test finds with 80% power at its "
+        "alpha, nats (what 'not rejected' can promise at this sample size).",
+    )
     turn: int | None = Field(
         default=None,
         description="Multi-turn cells: the session's turn (1-based) the cell's requests, counters and pairs are of; "

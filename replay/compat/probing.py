@@ -37,7 +37,7 @@ import aiohttp
 from specdec.engines.metrics import COUNTERS, parse_counters
 from specdec.http.metrics import metrics_text
 from specdec.http.urls import ClientSettings, Endpoint
-from specdec.replay.compat import cells, speed
+from specdec.replay.compat import cells, sampling_cells, speed
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
 from specdec.replay.compat.send import NoReply, Reply, answers, get_json, post_json, send
@@ -131,6 +131,9 @@ async def probe_pair(
     checkpoint: Callable[[], None] = never,
     keep: Callable[[list[CompatCell]], None] = lambda _cells: None,
     machinery: speed.Machinery | None = None,
+    sampling: sampling_cells.Test | None = None,
+    sampling_levels: tuple[int, ...] = (),
+    eos_token_ids: frozenset[int] | None = None,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
     each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
@@ -138,7 +141,9 @@ async def probe_pair(
     each probe (``together``: it raises when the run ends early); ``keep`` gets the cells so far after
     each probe (the run writes them as they are measured). A server that does not serve ends the
     run with ``watch.ServerFailed`` (its cells so far already kept). Once every probe is in, each
-    feature cell's speed is decided with the verdict's ``machinery`` (``speed``; None: not judged)."""
+    feature cell's speed is decided with the verdict's ``machinery`` (``speed``; None: not judged).
+    Then the sampling-distribution cells at ``sampling_levels`` (``sampling_cells``; judged by the
+    ``sampling`` test handed in, None: not judged; ``()``: none sent)."""
     seq = itertools.count()
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
@@ -169,6 +174,39 @@ async def probe_pair(
                     "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
                     # per cell, [body, repeat, ln(baseline e2e / speculative e2e)] of each timed pair (``speed``)
                     "log_ratios": {c.probe: ev["log_ratios"] for c, ev in made},
+                }
+            )
+            for cell, _ in made:
+                found.append(cell)
+                echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
+            keep(list(found))
+        levels = sampling_cells.wanted(only, sampling_levels)
+        if levels:
+            checkpoint()
+            prefix = f"compat.{run_id}.{_slug(pair.engine)}"
+            eps = {"baseline": pair.baseline, "speculative": pair.speculative}
+
+            async def read(arm: str) -> dict[str, Any] | None:
+                return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
+
+            made = await sampling_cells.sampling_cells(
+                session, pair, model, settings, run_id, prefix, read, _diff, sampling, levels, eos_token_ids=eos_token_ids
+            )
+            sent.append(
+                {
+                    "probe": sampling_cells.NAME,
+                    "feature": sampling_cells.FEATURE,
+                    "repeats": 1,
+                    "design": {
+                        "prompts": list(sampling_cells.PROMPTS),
+                        "seeds_per_prompt": sampling_cells.SEEDS,
+                        "max_tokens": sampling_cells.MAX_TOKENS,
+                        "temperature": sampling_cells.TEMPERATURE,
+                        "levels": list(levels),
+                    },
+                    "twin_sent_by": None,
+                    "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
+                    "log_ratios": {},  # no timed pair: the speed is not judged
                 }
             )
             for cell, _ in made:

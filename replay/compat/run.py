@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, EngineName, LlamaCpp, Vllm
 from specdec.errors import SpecdecError
+from specdec.replay.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
 from specdec.replay.compat.stopping import keeping
 from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
 from specdec.replay.compat.together import Book, Checkpoint, never, side_by_side
@@ -38,7 +39,7 @@ from specdec.replay.host import engine_facts, host_facts, package_version
 from specdec.runfolder import claim_run_dir, point_latest, server_log, write_manifest
 from specdec.schemas.compat import OUTCOMES, CompatCell
 from specdec.schemas.records import ArmConfig, RunManifest
-from specdec.schemas.strict import RunName
+from specdec.schemas.strict import MAX_LEVEL, RunName
 
 #: where the embedded vLLM pair's capture plugin writes (``capture_check`` reads it after the pair stops)
 CAPTURE_FOLDER = "compat-capture"
@@ -86,6 +87,12 @@ class CompatConfig(ClientOptions):
         "speedup intervals widen 2-7x and a 2-pair cell can be labelled by the other engine's noise; False (the "
         "default): one engine after the other.",
     )
+    sampling_levels: list[int] = Field(
+        default_factory=lambda: list(SAMPLING_LEVELS),
+        description="Levels (requests in flight) of the sampling-distribution cells, each arm sampling the same "
+        "seeded prompts, re-scored on the baseline and compared by the permutation test "
+        "(specdec.replay.compat.sampling_cells); empty: none.",
+    )
     repeats: int = Field(
         default=DEFAULT_REPEATS,
         ge=1,
@@ -93,6 +100,15 @@ class CompatConfig(ClientOptions):
         description="Times each feature probe's requests are sent per arm, paired and interleaved (2 or more: a "
         "speedup interval per cell).",
     )
+
+    @model_validator(mode="after")
+    def _sampling_levels(self) -> CompatConfig:
+        bad = [x for x in self.sampling_levels if not 1 <= x <= MAX_LEVEL]
+        if bad or len(set(self.sampling_levels)) != len(self.sampling_levels):
+            raise ValueError(
+                f"sampling levels must be distinct, each 1 to {MAX_LEVEL} requests in flight; got {self.sampling_levels}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_target(self) -> CompatConfig:
@@ -117,7 +133,7 @@ class CompatConfig(ClientOptions):
 
 
 def run_compat(
-    cfg: CompatConfig, echo: Callable[[str], None] = print, machinery: Any = None
+    cfg: CompatConfig, echo: Callable[[str], None] = print, machinery: Any = None, sampling: Any = None
 ) -> tuple[Path, list[CompatCell]]:
     """Probe every pair and write the run folder; returns (run folder, cells). The tokenizer
     preflight runs first, before any folder is created, server started or request sent.
@@ -149,7 +165,7 @@ def run_compat(
     write_manifest(run_dir, manifest)
     only = frozenset(cfg.probes) if cfg.probes else None
     book = Book(run_dir, manifest, [e for e, _ in pairs])
-    job = _Job(cfg, run_id, settings, book, only, echo, machinery)
+    job = _Job(cfg, run_id, settings, book, only, echo, machinery, sampling)
     work = [functools.partial(_probe_engine, job, engine, pair) for engine, pair in pairs]
     with keeping(cfg.runs_dir, book):  # a signal or an error: the cells so far kept (stopping.py)
         if cfg.engine == "both" and cfg.baseline_url is None and cfg.together:  # side by side (together.py)
@@ -181,6 +197,7 @@ class _Job:
     only: frozenset[str] | None  # probe names asked for; None: all
     echo: Callable[[str], None]
     machinery: Any = None  # speed.Machinery, or None: speeds not judged
+    sampling: Any = None  # sampling_cells.Test, or None: the sampling cells not judged
 
 
 def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> None:
@@ -214,6 +231,8 @@ def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> 
                 checkpoint,
                 keep=functools.partial(book.partial, engine),
                 machinery=job.machinery,
+                sampling=job.sampling,
+                sampling_levels=tuple(cfg.sampling_levels),
             )
         )
     # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)

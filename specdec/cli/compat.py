@@ -9,9 +9,11 @@ import click
 
 from specdec.cli.common import handle_errors
 from specdec.cli.options import client_options
+from specdec.cli.params import LevelList
 from specdec.engines import ENGINE_NAMES
 from specdec.errors import SpecdecError
 from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
+from specdec.replay.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
 from specdec.replay.compat.stopping import CompatStopped
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.schemas.strict import check_run_name
@@ -64,6 +66,18 @@ from specdec.schemas.strict import check_run_name
     "with a 95% interval needs 2 or more. 2 gives it on 1 df (wide: a speed loss is rarely called 'degrades'); "
     "3 narrows it about 3x for half as much time again.",
 )
+@click.option(
+    "--sampling-levels",
+    type=LevelList,
+    default=",".join(map(str, SAMPLING_LEVELS)),
+    show_default=True,
+    help="Levels (requests in flight) of the sampling-distribution cells: per level, each arm samples 4 open-ended "
+    "prompts x 6 seeds at temperature 1, every sample is re-scored on the baseline (teacher forcing) and the arms "
+    "are compared by the sampling pass's permutation test. 'works' needs drafting and no rejection; 'broken': "
+    "the speculative arm samples another distribution (a defect that may show only with several requests in "
+    "flight).",
+)
+@click.option("--no-sampling", is_flag=True, help="Skip the sampling-distribution cells.")
 @click.option(
     "--no-quantization",
     is_flag=True,
@@ -151,6 +165,8 @@ def _compat(
     no_report,
     probes,
     repeats,
+    sampling_levels,
+    no_sampling,
     no_quantization,
     engines_together,
     connect_timeout,
@@ -174,13 +190,14 @@ def _compat(
         quantization=not no_quantization,
         together=engines_together,
         repeats=repeats,
+        sampling_levels=[] if no_sampling else sampling_levels,
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         api_key_env=api_key_env,
         **({"runs_dir": runs_dir} if runs_dir is not None else {}),
     )
     try:
-        out, cells = run_compat(cfg, echo=click.echo, machinery=_verdict())
+        out, cells = run_compat(cfg, echo=click.echo, machinery=_verdict(), sampling=_sampling_test())
     except CompatStopped as exc:  # a signal: the cells so far are kept; one line, then 130 or 143
         click.echo(f"Error: {exc}", err=True)
         click.get_current_context().exit(exc.exit_code)
@@ -201,3 +218,12 @@ def _verdict():
     from specdec.replay.compat.speed import Machinery
 
     return Machinery(block_noise, judge, holm_levels, t_sf, DEFAULT_MARGIN, ALPHA)
+
+
+def _sampling_test():
+    """The sampling pass's test that judges the sampling-distribution cells (``replay.compat.sampling_cells``)."""
+    # heavy: numpy (the permutation test), only when the command runs
+    from specdec.analytics.sampling_check import DIFFERS, compare
+    from specdec.replay.compat.sampling_cells import Test
+
+    return Test(compare, DIFFERS)

@@ -64,6 +64,12 @@
 --   baseline_stall_ratio, speculative_stall_ratio
 --                         streamed structured-output and tool cells: the largest tail gap over the
 --                         median gap of a reply, per arm (replay/compat/stall.py); NULL elsewhere
+--   sampling_level, sampling_pairs, sampling_p_value, sampling_mean_difference,
+--   sampling_min_detectable_shift
+--                         sampling-distribution cells (probe sampling_distribution.c<level>): the
+--                         level sampled at, the pairs of re-scored samples, the permutation test's
+--                         p, the mean re-scored log-probability difference and the shift it finds
+--                         with 80% power (replay/compat/sampling_cells.py); NULL elsewhere
 --   speed_label, speed_ci_low, speed_ci_high, speed_df
 --                         the cell's speed by the verdict's rule over the pair's pooled noise:
 --                         faster | slower | equivalent (with the family-wise interval) | 'not measured'
@@ -126,6 +132,11 @@ final as (
         speculative_prefix_cache_hit_rate,
         baseline_stall_ratio,
         speculative_stall_ratio,
+        sampling_level,
+        sampling_pairs,
+        sampling_p_value,
+        sampling_mean_difference,
+        sampling_min_detectable_shift,
         turn,
         prefix_caching,
         baseline_capture_reconciles,

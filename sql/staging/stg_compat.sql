@@ -18,6 +18,7 @@
 --   baseline_/speculative_prefix_cache_hit_rate  multi-turn cells: each arm's hit rate
 --   baseline_/speculative_stall_ratio  streamed structured-output and tool cells (replay/compat/stall.py)
 --   turn, prefix_caching   multi-turn cells only (one per turn, caching 'on' or 'off')
+--   sampling_*     sampling-distribution cells only (replay/compat/sampling_cells.py)
 --   *_capture_reconciles, capture_detail
 --                  the capture's rows against the counters per arm; NULL = not captured
 with source as (
@@ -64,6 +65,11 @@ final as (
         speculative_prefix_cache_hit_rate,
         baseline_stall_ratio,
         speculative_stall_ratio,
+        sampling_level,
+        sampling_pairs,
+        sampling_p_value,
+        sampling_mean_difference,
+        sampling_min_detectable_shift,
         target_quant,
         target_bits,
         draft_quant,

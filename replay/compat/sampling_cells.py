@@ -1,0 +1,316 @@
+"""The sampling cells of the matrix (issue 43, item 2): does speculation leave the output
+distribution unchanged at temperature > 0, one request at a time and with several in flight?
+
+A report from the field (1Cat-vLLM #656): output silently corrupted above 2 concurrent sequences
+at T > 0 while acceptance looked normal. The feature probes send one request at a time and judge
+a sampled reply only by its own validity, so they cannot see it. Here, per level (``LEVELS``:
+1 and 4 by default), each arm samples the same prompts with the same seeds (the replay's sampling
+pass, ``replay/passes/sampling.py``: seeded, logprobs on, ``level`` requests in flight), every
+sample of both arms is then scored again by teacher forcing on the baseline server
+(``replay/passes/rescore.py``: one instrument for both arms), and the two arms' re-scored
+log-probabilities are compared by the sampling pass's stratified permutation test (prompts as
+strata; the CLI hands in ``specdec.analytics.sampling_check.compare``: ``replay`` does not import
+``analytics``).
+
+One cell per level, ``sampling_distribution.c<level>`` (feature ``sampling``):
+- ``works``: the speculative arm drafted during its samples (its counters moved) and the test
+  does not reject the same distribution; the detail gives p and the smallest shift the test
+  detects with 80% power (what "not rejected" can promise at this size);
+- ``broken``: the test rejects it (p below its alpha): the speculative arm samples from another
+  distribution than the target's;
+- ``not tested``: nothing was drafted (or the server exports no speculation counter), the
+  samples could not be re-scored (a server that reports no prompt token ids or prompt logprobs:
+  vLLM's ``return_token_ids`` and ``prompt_logprobs``), too few pairs for the test, or no test
+  was handed in;
+- ``refused`` / ``not offered``: the speculative arm failed every sample while the baseline
+  answered / the baseline failed every sample too.
+
+The requests carry the probes' id scheme (``compat.<run>.<engine>.<probe>.<arm>.<n>``), and each
+arm's counter differences around its own samples (before the re-scoring, which runs on the
+baseline) are the cell's evidence, which ``capture_check`` reconciles with the capture as for any
+probe. Cost at the default design (4 prompts x 6 seeds x 24 tokens per arm and level; the engine
+test of the sampling pass showed a 0.7-temperature arm detected at z of about 7 with this many
+samples): 96 sampled requests and 96 re-scorings per engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from specdec.schemas.compat import CompatCell, Outcome
+from specdec.schemas.records import TrafficRow
+
+if TYPE_CHECKING:  # heavy (aiohttp): the passes are imported when a run samples; the CLI reads LEVELS
+    import aiohttp
+
+    from specdec.http.urls import ClientSettings
+    from specdec.replay.compat.cells import Pair
+
+FEATURE = "sampling"
+NAME = "sampling_distribution"
+#: Open-ended prompts: many continuations are likely, so a sampler's distribution shows in the samples.
+PROMPTS = (
+    "Write a short story about a dragon.",
+    "Describe your favourite food.",
+    "Tell me something about the ocean.",
+    "Write a poem about autumn.",
+)
+SEEDS = 6
+MAX_TOKENS = 24
+TEMPERATURE = 1.0
+#: One request at a time, and a level of at least 4 (the field report's corruption began above 2).
+LEVELS = (1, 4)
+#: The seed list's base (``derive_seeds``): one list per level, the same in both arms.
+SEED_BASE = 4300
+
+
+def probe_name(level: int) -> str:
+    return f"{NAME}.c{level}"
+
+
+def probe_names(levels: tuple[int, ...] = LEVELS) -> frozenset[str]:
+    return frozenset(probe_name(level) for level in levels)
+
+
+def wanted(only: frozenset[str] | None, levels: tuple[int, ...]) -> tuple[int, ...]:
+    """The levels to sample: all of ``levels`` unless ``only`` names probes, then those it names
+    (``sampling_distribution`` names every level)."""
+    if only is None or NAME in only:
+        return levels
+    return tuple(level for level in levels if probe_name(level) in only)
+
+
+@dataclass(frozen=True)
+class Test:
+    """The sampling pass's test, handed in by the CLI (``replay`` does not import ``analytics``):
+    ``compare(strata)`` with strata ``[(baseline values, speculative values)]`` per prompt returns
+    a dict with ``p_value``, ``alpha``, ``mean_difference``, ``min_detectable_shift``, ``verdict``
+    (``differs``/``same`` or None) and ``excluded_reason``; ``differs`` is the verdict that rejects."""
+
+    compare: Callable[[list[tuple[list[float], list[float]]]], dict[str, Any]]
+    differs: str
+
+
+Read = Callable[[str], Awaitable[dict[str, Any] | None]]
+Diff = Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None]
+
+
+async def sampling_cells(
+    session: aiohttp.ClientSession,
+    pair: Pair,
+    model: str,
+    settings: ClientSettings,
+    run_id: str,
+    prefix: str,
+    read: Read,
+    diff: Diff,
+    test: Test | None,
+    levels: tuple[int, ...] = LEVELS,
+    seeds: int = SEEDS,
+    eos_token_ids: frozenset[int] | None = None,
+) -> list[tuple[CompatCell, dict[str, Any]]]:
+    """One cell per level with its evidence (per arm: request ids and counter differences), in
+    ``levels`` order. ``read(arm)``: the arm's counters now (settled); ``diff``: their difference.
+    ``prefix``: ``compat.<run>.<engine>`` (the probes' request-id scheme)."""
+    from specdec.replay.passes.rescore import rescore_pass
+    from specdec.replay.passes.sampling import derive_seeds, sample_pass
+
+    rows = [
+        TrafficRow(prompt_id=f"s{i}", category="chat", prompt=p, max_tokens=MAX_TOKENS, temperature=TEMPERATURE)
+        for i, p in enumerate(PROMPTS)
+    ]
+    eps = {"baseline": pair.baseline, "speculative": pair.speculative}
+    out = []
+    unscorable: str | None = None  # why no sample can be re-scored here: then nothing more is sent
+    for level in levels:
+        name = probe_name(level)
+        seed_list = derive_seeds(SEED_BASE + level, seeds)
+        results: dict[str, list] = {arm: [] for arm in eps}
+        evidence: dict[str, dict[str, Any]] = {arm: {"request_ids": [], "counters": None} for arm in eps}
+        if unscorable is not None:
+            out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
+            continue
+        for arm, ep in eps.items():
+            before = await read(arm)
+            got = await sample_pass(
+                session,
+                ep,
+                model,
+                rows,
+                level,
+                lambda i, arm=arm: f"{prefix}.{name}.{arm}.{i}",
+                settings,
+                seed_list,
+                eos_token_ids,
+            )
+            results[arm] = got
+            evidence[arm] = {
+                "request_ids": [res.sent.request_id for _row, res in got],
+                "counters": diff(before, await read(arm)),
+            }
+            answered = [res for _row, res in got if res.stream is not None and res.stream.success]
+            if arm == "baseline" and answered and not any(res.prompt_token_ids for res in answered):
+                unscorable = (
+                    "the baseline reports no prompt token ids (vLLM's return_token_ids), so no sample can be "
+                    "re-scored by teacher forcing on it"
+                )
+                break
+        if unscorable is not None:
+            out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
+            continue
+        for arm in eps:  # one instrument for both arms: the baseline scores every sample
+            await rescore_pass(session, pair.baseline, model, results[arm], level, settings, by="baseline")
+        cell = _cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], test)
+        out.append((cell, evidence))
+    return out
+
+
+def _cell(
+    pair: Pair,
+    run_id: str,
+    name: str,
+    level: int,
+    results: Mapping[str, list],
+    counters: Mapping[str, Any] | None,
+    test: Test | None,
+    unscorable: str | None = None,
+) -> CompatCell:
+    ok = {arm: [res for _row, res in got if res.stream is not None and res.stream.success] for arm, got in results.items()}
+    sent = sum(len(got) for got in results.values())
+    first_error = {
+        arm: next((_error(res) for _row, res in got if res.stream is None or not res.stream.success), None)
+        for arm, got in results.items()
+    }
+    drafted = _count(counters, "spec_num_draft_tokens")
+    accepted = _count(counters, "spec_num_accepted_tokens")
+    rounds = _count(counters, "spec_num_drafts")
+    figures: dict[str, Any] = {}
+    outcome: Outcome
+    if unscorable is not None:
+        outcome, detail = "not tested", f"the sampling distribution is not tested here: {unscorable}"
+    elif not ok["baseline"]:
+        outcome, detail = "not offered", f"the baseline failed every seeded sample: {first_error['baseline']}"
+    elif not ok["speculative"]:
+        outcome, detail = "refused", f"the speculative server failed every sample the baseline gave: {first_error['speculative']}"
+    else:
+        outcome, detail, figures = _judge(results, level, drafted, test)
+    return CompatCell(
+        run_id=run_id,
+        engine=pair.engine,
+        engine_version=pair.engine_version,
+        spec_method=pair.spec_method,
+        feature=FEATURE,
+        probe=name,
+        output_constraint=(
+            f"the same output distribution as the baseline at temperature {TEMPERATURE:g} with {level} request(s) "
+            "in flight (the re-scored log-probability, permutation test)"
+        ),
+        identity_expected=False,
+        baseline_accepted=bool(ok["baseline"]),
+        speculative_accepted=bool(ok["speculative"]),
+        baseline_http_status=_status(results["baseline"]),
+        speculative_http_status=_status(results["speculative"]),
+        baseline_error=None if ok["baseline"] else first_error["baseline"],
+        speculative_error=None if ok["speculative"] else first_error["speculative"],
+        baseline_valid=None,
+        speculative_valid=None,
+        baseline_validity_detail="sampled: judged by the distribution test",
+        speculative_validity_detail="sampled: judged by the distribution test",
+        identical=None,
+        first_divergence_char=None,
+        baseline_output_sha256=None,
+        speculative_output_sha256=None,
+        baseline_completion_tokens=_tokens(ok["baseline"]),
+        speculative_completion_tokens=_tokens(ok["speculative"]),
+        baseline_e2e_ms=None,
+        speculative_e2e_ms=None,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        drafts=rounds,
+        plain_draft_tokens=None,
+        plain_accepted_tokens=None,
+        plain_drafts=None,
+        prefix_cache_hit_rate=None,
+        repeats=1,
+        sampling_level=level,
+        sampling_pairs=figures.get("pairs"),
+        sampling_p_value=figures.get("p_value"),
+        sampling_mean_difference=figures.get("mean_difference"),
+        sampling_min_detectable_shift=figures.get("min_detectable_shift"),
+        outcome=outcome,
+        detail=detail,
+        requests_sent=sent,
+    )
+
+
+def _judge(
+    results: Mapping[str, list], level: int, drafted: int | None, test: Test | None
+) -> tuple[Outcome, str, dict[str, Any]]:
+    """(outcome, detail, figures) of a level where both arms gave samples."""
+    scored = {
+        arm: {(row.prompt_id, res.sample_index): res.rescored_logprob_sum for row, res in got}
+        for arm, got in results.items()
+    }
+    both = sorted(
+        k for k, v in scored["baseline"].items() if v is not None and scored["speculative"].get(k) is not None
+    )
+    if not both:
+        reason = next(
+            (res.not_rescored_reason for got in results.values() for _row, res in got if res.not_rescored_reason),
+            "no sample was re-scored",
+        )
+        return "not tested", f"the samples could not be re-scored by teacher forcing on the baseline: {reason}", {}
+    strata: dict[str, tuple[list[float], list[float]]] = {}
+    for prompt, index in both:
+        b, s = strata.setdefault(prompt, ([], []))
+        b.append(float(scored["baseline"][prompt, index]))
+        s.append(float(scored["speculative"][prompt, index]))
+    figures: dict[str, Any] = {"pairs": len(both)}
+    if test is None:
+        return "not tested", f"{len(both)} pairs of samples; no distribution test was run (not judged)", figures
+    res = test.compare(list(strata.values()))
+    figures |= {k: res.get(k) for k in ("p_value", "mean_difference", "min_detectable_shift")}
+    at = f"{len(both)} pairs over {len(strata)} prompts at {level} in flight"
+    if res.get("verdict") is None:
+        return "not tested", f"{at}: {res.get('excluded_reason') or 'the test gave no verdict'}", figures
+    p, alpha, shift = res["p_value"], res["alpha"], res["mean_difference"]
+    if res["verdict"] == test.differs:
+        return (
+            "broken",
+            f"samples off the target's distribution with speculation ({at}): the re-scored log-probability "
+            f"differs by {shift:+.2f} nats, p = {p:.3g} < {alpha:g}",
+            figures,
+        )
+    if not drafted:
+        why = "the server exports no speculation counter" if drafted is None else "nothing was drafted"
+        return "not tested", f"same distribution not rejected ({at}, p = {p:.3g}), but {why} while sampling", figures
+    mds = res.get("min_detectable_shift")
+    power = f"; a shift of {mds:.2f} nats would be found 80% of the time" if mds is not None else ""
+    return (
+        "works",
+        f"same distribution not rejected with speculation drafting ({at}): re-scored log-probability "
+        f"{shift:+.2f} nats, p = {p:.3g}{power}",
+        figures,
+    )
+
+
+def _count(counters: Mapping[str, Any] | None, key: str) -> int | None:
+    v = None if counters is None else counters.get(key)
+    return int(v) if isinstance(v, int | float) else None
+
+
+def _status(got: list) -> int | None:
+    return next((res.stream.http_status for _row, res in got if res.stream is not None and res.stream.http_status), None)
+
+
+def _tokens(ok: list) -> int | None:
+    return sum(len(res.token_ids or ()) for res in ok) if ok else None
+
+
+def _error(res: Any) -> str:
+    s = res.stream
+    if s is None:
+        return "no reply"
+    return f"{s.error_type or 'failed'}: {(s.error_message or '')[:200]}".rstrip(": ")
