@@ -36,7 +36,9 @@ from specdec.runfolder import ROUND_PART_GLOB
 from specdec.schemas.compat import CompatCell
 
 #: A probe request's id inside an engine request id (vLLM adds 'chatcmpl-' before it and '-<8 hex>' after it).
-REQUEST_ID = re.compile(r"(compat\..+?\.(?:baseline|speculative)\.\d+)(?!\d)")
+#: Not an id that goes on after it ('<id>.rescore': a sampling cell's re-scoring of that sample, on the
+#: baseline, is not the sample's own request).
+REQUEST_ID = re.compile(r"(compat\..+?\.(?:baseline|speculative)\.\d+)(?![\d.])")
 ARMS = ("baseline", "speculative")
 
 

@@ -35,6 +35,7 @@ samples): 96 sampled requests and 96 re-scorings per engine.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -132,15 +133,15 @@ async def sampling_cells(
         if unscorable is not None:
             out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
             continue
-        for arm, ep in eps.items():
+        async def one_arm(arm: str) -> None:
             before = await read(arm)
             got = await sample_pass(
                 session,
-                ep,
+                eps[arm],
                 model,
                 rows,
                 level,
-                lambda i, arm=arm: f"{prefix}.{name}.{arm}.{i}",
+                lambda i: f"{prefix}.{name}.{arm}.{i}",
                 settings,
                 seed_list,
                 eos_token_ids,
@@ -150,18 +151,23 @@ async def sampling_cells(
                 "request_ids": [res.sent.request_id for _row, res in got],
                 "counters": diff(before, await read(arm)),
             }
-            answered = [res for _row, res in got if res.stream is not None and res.stream.success]
-            if arm == "baseline" and answered and not any(res.prompt_token_ids for res in answered):
-                unscorable = (
-                    "the baseline reports no prompt token ids (vLLM's return_token_ids), so no sample can be "
-                    "re-scored by teacher forcing on it"
-                )
-                break
+
+        # both arms at once: each server is its own and a sample's distribution does not depend on the
+        # time it took (no pair is timed here); each arm's counters are read around its own samples
+        await asyncio.gather(*(one_arm(arm) for arm in eps))
+        answered = [res for _row, res in results["baseline"] if res.stream is not None and res.stream.success]
+        if answered and not any(res.prompt_token_ids for res in answered):
+            unscorable = (
+                "the baseline reports no prompt token ids (vLLM's return_token_ids), so no sample can be "
+                "re-scored by teacher forcing on it"
+            )
         if unscorable is not None:
             out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
             continue
-        for arm in eps:  # one instrument for both arms: the baseline scores every sample
-            await rescore_pass(session, pair.baseline, model, results[arm], level, settings, by="baseline")
+        # one instrument for both arms: the baseline scores every sample (the arms' samples in one closed loop)
+        await rescore_pass(
+            session, pair.baseline, model, results["baseline"] + results["speculative"], level, settings, by="baseline"
+        )
         cell = _cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], test)
         out.append((cell, evidence))
     return out

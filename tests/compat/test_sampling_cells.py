@@ -16,6 +16,7 @@ from aiohttp import web
 from specdec.analytics.sampling_check import DIFFERS, compare
 from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.replay.compat import sampling_cells
+from specdec.replay.compat.capture_check import REQUEST_ID
 from specdec.replay.compat.probing import Pair, probe_pair
 from specdec.replay.compat.run import CompatConfig
 from tests.support.fake_sampler import FakeSampler
@@ -120,12 +121,13 @@ def test_no_draft_is_not_tested_even_when_the_distributions_agree():
     assert c.outcome == "not tested" and "nothing was drafted" in c.detail, c.detail
 
 
-def test_a_baseline_without_prompt_token_ids_sends_nothing_more_and_says_why():
+def test_a_baseline_without_prompt_token_ids_sends_no_later_level_and_says_why():
     spec = Speculative()
     cells, _ = cells_of(FakeSampler(prompt_ids=False), spec)
     for c in cells.values():
         assert c.outcome == "not tested" and "no prompt token ids" in c.detail, c.detail
-    assert spec.requests == 0  # found on the baseline's first pass: the speculative arm never sampled
+    # found on the first level's pass (both arms sample at once): no later level is sent
+    assert spec.requests == len(sampling_cells.PROMPTS) * sampling_cells.SEEDS
 
 
 def test_a_speculative_server_that_fails_every_sample_refused_it():
@@ -152,3 +154,12 @@ def test_the_levels_to_sample_follow_the_probe_names_and_the_config():
             assert "sampling levels" in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_a_samples_rescoring_is_not_counted_as_the_samples_own_request():
+    """vLLM names a request 'chatcmpl-<id>-<hex>' (or 'cmpl-'): the re-scoring of sample <id> is
+    '<id>.rescore', a request of its own on the baseline (its token would break the reconciliation)."""
+    rid = "compat.t1.vllm.sampling_distribution.c4.baseline.7"
+    assert REQUEST_ID.search(f"chatcmpl-{rid}-0a1b2c3d").group(1) == rid
+    assert REQUEST_ID.search(f"cmpl-{rid}.rescore-0a1b2c3d") is None
+    assert REQUEST_ID.search(f"chatcmpl-{rid}7-0a1b2c3d").group(1) == rid + "7"

@@ -12,7 +12,10 @@ from specdec.replay.compat.send import Reply
 from tests.support.compat_server import CompatFake, fake_pair
 
 ONLY = {"json_schema", "json_schema_stream", "tool_choice_named_stream"}
-PACED = {"pieces": 12, "chunk_s": 0.01}  # 12 deltas 10 ms apart
+PACED = {
+    "pieces": 12,
+    "chunk_s": 0.02,
+}  # 12 deltas 20 ms apart (10 ms: a 25 ms scheduling hiccup on a loaded host read as a baseline stall)
 
 
 def run_pair(baseline: CompatFake, speculative: CompatFake) -> dict:
@@ -27,7 +30,7 @@ def run_pair(baseline: CompatFake, speculative: CompatFake) -> dict:
 
 
 def test_a_stall_at_the_closing_brace_under_speculation_degrades_the_streamed_cells():
-    cells = run_pair(CompatFake(False, **PACED), CompatFake(True, stall_with="stream", stall_end_s=0.15, **PACED))
+    cells = run_pair(CompatFake(False, **PACED), CompatFake(True, stall_with="stream", stall_end_s=0.3, **PACED))
     for name in ("json_schema_stream", "tool_choice_named_stream"):
         c = cells[name]
         assert c.outcome == "degrades", (name, c.detail)
@@ -39,7 +42,7 @@ def test_a_stall_at_the_closing_brace_under_speculation_degrades_the_streamed_ce
 
 
 def test_the_same_stall_in_both_arms_is_not_flagged():
-    slow = {"stall_with": "stream", "stall_end_s": 0.15, **PACED}
+    slow = {"stall_with": "stream", "stall_end_s": 0.3, **PACED}
     cells = run_pair(CompatFake(False, **slow), CompatFake(True, **slow))
     for name in ("json_schema_stream", "tool_choice_named_stream"):
         c = cells[name]
