@@ -40,7 +40,7 @@ from specdec.http.urls import ClientSettings, Endpoint
 from specdec.replay.compat import cells, sampling_cells, speed
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
-from specdec.replay.compat.send import NoReply, Reply, answers, get_json, post_json, send
+from specdec.replay.compat.send import fresh_connections, NoReply, Reply, answers, get_json, post_json, send
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.replay.compat.together import never
 from specdec.replay.compat.watch import ServerFailed, Watch
@@ -133,6 +133,7 @@ async def probe_pair(
     machinery: speed.Machinery | None = None,
     sampling: sampling_cells.Test | None = None,
     sampling_levels: tuple[int, ...] = (),
+    sampling_seeds: int = sampling_cells.SEEDS,
     eos_token_ids: frozenset[int] | None = None,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
@@ -149,7 +150,7 @@ async def probe_pair(
     sent: list[dict[str, Any]] = []
     twins = Twins()
     watch = Watch()
-    async with aiohttp.ClientSession() as session:
+    async with aiohttp.ClientSession(connector=fresh_connections()) as session:
         for arm, ep in (("baseline", pair.baseline), ("speculative", pair.speculative)):
             await reachable(session, arm, ep, settings)
         model, ctx = await probe_context(session, pair.baseline, settings)
@@ -190,7 +191,18 @@ async def probe_pair(
                 return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
 
             made = await sampling_cells.sampling_cells(
-                session, pair, model, settings, run_id, prefix, read, _diff, sampling, levels, eos_token_ids=eos_token_ids
+                session,
+                pair,
+                model,
+                settings,
+                run_id,
+                prefix,
+                read,
+                _diff,
+                sampling,
+                levels,
+                sampling_seeds,
+                eos_token_ids=eos_token_ids,
             )
             sent.append(
                 {
@@ -199,7 +211,7 @@ async def probe_pair(
                     "repeats": 1,
                     "design": {
                         "prompts": list(sampling_cells.PROMPTS),
-                        "seeds_per_prompt": sampling_cells.SEEDS,
+                        "seeds_per_prompt": sampling_seeds,
                         "max_tokens": sampling_cells.MAX_TOKENS,
                         "temperature": sampling_cells.TEMPERATURE,
                         "levels": list(levels),

@@ -25,6 +25,8 @@ from typing import Any
 
 import aiohttp
 
+from specdec.replay.compat.send import fresh_connections
+
 from specdec.engines.base import Arm
 from specdec.engines.llama_cpp import LlamaCpp
 from specdec.engines.llama_cpp_quant import QuantFile, quantized_ggufs
@@ -157,7 +159,7 @@ def _measure(
         return QuantMeasure(failed(base_error), failed("not started: the baseline did not start"), None, 0)
 
     async def go() -> QuantMeasure:
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(connector=fresh_connections()) as session:
             return await measure(
                 session,
                 parse_endpoint(base.base_url),

@@ -13,12 +13,12 @@ strata; the CLI hands in ``specdec.analytics.sampling_check.compare``: ``replay`
 ``analytics``).
 
 One cell per level, ``sampling_distribution.c<level>`` (feature ``sampling``):
-- ``works``: the speculative arm drafted during its samples (its counters moved) and the test
-  does not reject the same distribution; the detail gives p and the smallest shift the test
+- ``works``: the speculative arm drafted during its samples and some drafts were accepted (its
+  counters moved) and the test does not reject the same distribution; the detail gives p and the smallest shift the test
   detects with 80% power (what "not rejected" can promise at this size);
 - ``broken``: the test rejects it (p below its alpha): the speculative arm samples from another
   distribution than the target's;
-- ``not tested``: nothing was drafted (or the server exports no speculation counter), the
+- ``not tested``: nothing was drafted or accepted (or the server exports no speculation counter), the
   samples could not be re-scored (a server that reports no prompt token ids or prompt logprobs:
   vLLM's ``return_token_ids`` and ``prompt_logprobs``), too few pairs for the test, or no test
   was handed in;
@@ -51,12 +51,18 @@ if TYPE_CHECKING:  # heavy (aiohttp): the passes are imported when a run samples
 
 FEATURE = "sampling"
 NAME = "sampling_distribution"
-#: Open-ended prompts: many continuations are likely, so a sampler's distribution shows in the samples.
+#: Two open-ended prompts (many continuations are likely: a sampler's distribution shows in the samples)
+#: and two that ask for a copy (at temperature 1 the model still copies much of the text, so prompt lookup
+#: drafts and some drafts are accepted: the acceptance path of speculative sampling runs, not only the
+#: rejection path). On vLLM CPU with the open-ended four alone, ngram proposed 20-24 tokens per level and
+#: none was accepted (2026-12-06).
 PROMPTS = (
     "Write a short story about a dragon.",
-    "Describe your favourite food.",
     "Tell me something about the ocean.",
-    "Write a poem about autumn.",
+    "Repeat this Python code exactly, with nothing else:\n\n"
+    "def sum_of_squares(numbers):\n    total = 0\n    for n in numbers:\n        total += n * n\n    return total\n",
+    "Repeat this list exactly, with nothing else:\n\n"
+    "1. apples\n2. oranges\n3. pears\n4. plums\n5. cherries\n6. grapes\n7. lemons\n8. limes\n",
 )
 SEEDS = 6
 MAX_TOKENS = 24
@@ -201,7 +207,7 @@ def _cell(
     elif not ok["speculative"]:
         outcome, detail = "refused", f"the speculative server failed every sample the baseline gave: {first_error['speculative']}"
     else:
-        outcome, detail, figures = _judge(results, level, drafted, test)
+        outcome, detail, figures = _judge(results, level, drafted, accepted, test)
     return CompatCell(
         run_id=run_id,
         engine=pair.engine,
@@ -252,7 +258,7 @@ def _cell(
 
 
 def _judge(
-    results: Mapping[str, list], level: int, drafted: int | None, test: Test | None
+    results: Mapping[str, list], level: int, drafted: int | None, accepted: int | None, test: Test | None
 ) -> tuple[Outcome, str, dict[str, Any]]:
     """(outcome, detail, figures) of a level where both arms gave samples."""
     scored = {
@@ -292,6 +298,13 @@ def _judge(
     if not drafted:
         why = "the server exports no speculation counter" if drafted is None else "nothing was drafted"
         return "not tested", f"same distribution not rejected ({at}, p = {p:.3g}), but {why} while sampling", figures
+    if not accepted:
+        return (
+            "not tested",
+            f"same distribution not rejected ({at}, p = {p:.3g}), but none of the {drafted} drafted tokens was "
+            "accepted: the acceptance path of speculative sampling did not run",
+            figures,
+        )
     mds = res.get("min_detectable_shift")
     power = f"; a shift of {mds:.2f} nats would be found 80% of the time" if mds is not None else ""
     return (

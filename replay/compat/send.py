@@ -215,3 +215,13 @@ async def _json_reply(
                 return loads((await _read_capped(resp)).decode(errors="replace"), path)
     except (aiohttp.ClientError, OSError, TimeoutError, ValueError, _Overlong):
         return None
+
+
+def fresh_connections() -> aiohttp.TCPConnector:
+    """A connection per request, closed after it (no keep-alive). aiohttp keeps an idle connection 15 s,
+    uvicorn (vLLM's API server) 5 s: a probe that reuses a connection its arm left idle while the
+    other arm served can meet the server closing it at that moment, a ``ServerDisconnectedError``
+    that is the client's timing, not the server's (seen once on the embedded vLLM pair,
+    2026-12-06: a multi-turn cell 'broken' by it). A new loopback connection costs well under a
+    millisecond, in both arms alike."""
+    return aiohttp.TCPConnector(force_close=True)

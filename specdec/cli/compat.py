@@ -71,11 +71,11 @@ from specdec.schemas.strict import check_run_name
     type=LevelList,
     default=",".join(map(str, SAMPLING_LEVELS)),
     show_default=True,
-    help="Levels (requests in flight) of the sampling-distribution cells: per level, each arm samples 4 open-ended "
-    "prompts x 6 seeds at temperature 1, every sample is re-scored on the baseline (teacher forcing) and the arms "
-    "are compared by the sampling pass's permutation test. 'works' needs drafting and no rejection; 'broken': "
-    "the speculative arm samples another distribution (a defect that may show only with several requests in "
-    "flight).",
+    help="Levels (requests in flight) of the sampling-distribution cells: per level, each arm samples 4 prompts "
+    "(2 open-ended, 2 copies) x 6 seeds at temperature 1, every sample is re-scored on the baseline (teacher "
+    "forcing) and the arms are compared by the sampling pass's permutation test. 'works' needs drafts accepted "
+    "and no rejection; 'broken': the speculative arm samples another distribution (a defect that may show only "
+    "with several requests in flight).",
 )
 @click.option("--no-sampling", is_flag=True, help="Skip the sampling-distribution cells.")
 @click.option(

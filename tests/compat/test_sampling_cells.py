@@ -30,10 +30,11 @@ class Speculative(FakeSampler):
     ``corrupt_above``, it samples at ``temperature_factor`` only while more than that many requests
     are in flight (the defect a level-1 check cannot see)."""
 
-    def __init__(self, draft: int = 4, corrupt_above: int | None = None, fail: bool = False, **kw):
+    def __init__(self, draft: int = 4, corrupt_above: int | None = None, fail: bool = False, accept=True, **kw):
         factor = kw.pop("temperature_factor", 1.0)
         super().__init__(**kw)
         self.draft, self.corrupt_above, self.fail, self.factor = draft, corrupt_above, fail, factor
+        self.accept = accept
         self.requests = self.in_flight = self.most_in_flight = 0
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -56,7 +57,7 @@ class Speculative(FakeSampler):
             text=(
                 f"vllm:spec_decode_num_drafts_total {n * (d > 0)}\n"
                 f"vllm:spec_decode_num_draft_tokens_total {n * d}\n"
-                f"vllm:spec_decode_num_accepted_tokens_total {n * d // 2}\n"
+                f"vllm:spec_decode_num_accepted_tokens_total {n * d // 2 if self.accept else 0}\n"
                 f"vllm:generation_tokens_total {n * 24}\n"
             )
         )
@@ -119,6 +120,12 @@ def test_no_draft_is_not_tested_even_when_the_distributions_agree():
     cells, _ = cells_of(FakeSampler(), Speculative(draft=0), levels=(4,))
     c = cells["sampling_distribution.c4"]
     assert c.outcome == "not tested" and "nothing was drafted" in c.detail, c.detail
+
+
+def test_drafts_that_are_never_accepted_leave_the_acceptance_path_not_tested():
+    cells, _ = cells_of(FakeSampler(), Speculative(accept=False), levels=(1,))
+    c = cells["sampling_distribution.c1"]
+    assert c.outcome == "not tested" and "none of the 96 drafted tokens was accepted" in c.detail, c.detail
 
 
 def test_a_baseline_without_prompt_token_ids_sends_no_later_level_and_says_why():
