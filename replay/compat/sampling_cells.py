@@ -130,7 +130,7 @@ async def sampling_cells(
     ]
     eps = {"baseline": pair.baseline, "speculative": pair.speculative}
     out = []
-    unscorable: str | None = None  # why no sample can be re-scored here: then nothing more is sent
+    unscorable: tuple[Outcome, str] | None = None  # why no level can be tested here: then nothing more is sent
     for level in levels:
         name = probe_name(level)
         seed_list = derive_seeds(SEED_BASE + level, seeds)
@@ -164,9 +164,15 @@ async def sampling_cells(
         answered = [res for _row, res in results["baseline"] if res.stream is not None and res.stream.success]
         if answered and not any(res.prompt_token_ids for res in answered):
             unscorable = (
-                "the baseline reports no prompt token ids (vLLM's return_token_ids), so no sample can be "
-                "re-scored by teacher forcing on it"
+                "not tested",
+                "the sampling distribution is not tested here: the baseline reports no prompt token ids "
+                "(vLLM's return_token_ids), so no sample can be re-scored by teacher forcing on it",
             )
+        elif results["baseline"] and not answered:  # it cannot serve the pass: the later levels would fail alike
+            first = next((_error(res) for _row, res in results["baseline"]), "no reply")
+            unscorable = ("not offered", f"the baseline failed every seeded sample with logprobs at level {level}: {first}")
+            out.append((_cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], test), evidence))
+            continue
         if unscorable is not None:
             out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
             continue
@@ -187,7 +193,7 @@ def _cell(
     results: Mapping[str, list],
     counters: Mapping[str, Any] | None,
     test: Test | None,
-    unscorable: str | None = None,
+    unscorable: tuple[Outcome, str] | None = None,
 ) -> CompatCell:
     ok = {arm: [res for _row, res in got if res.stream is not None and res.stream.success] for arm, got in results.items()}
     sent = sum(len(got) for got in results.values())
@@ -201,7 +207,7 @@ def _cell(
     figures: dict[str, Any] = {}
     outcome: Outcome
     if unscorable is not None:
-        outcome, detail = "not tested", f"the sampling distribution is not tested here: {unscorable}"
+        outcome, detail = unscorable
     elif not ok["baseline"]:
         outcome, detail = "not offered", f"the baseline failed every seeded sample: {first_error['baseline']}"
     elif not ok["speculative"]:

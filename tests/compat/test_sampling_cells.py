@@ -170,3 +170,17 @@ def test_a_samples_rescoring_is_not_counted_as_the_samples_own_request():
     assert REQUEST_ID.search(f"chatcmpl-{rid}-0a1b2c3d").group(1) == rid
     assert REQUEST_ID.search(f"cmpl-{rid}.rescore-0a1b2c3d") is None
     assert REQUEST_ID.search(f"chatcmpl-{rid}7-0a1b2c3d").group(1) == rid + "7"
+
+
+def test_a_baseline_that_fails_every_sample_is_not_asked_again_at_the_next_level():
+    class NoLogprobs(FakeSampler):
+        async def chat(self, request: web.Request) -> web.StreamResponse:
+            self.bodies.append(await request.json())
+            return web.json_response({"error": {"message": "logprobs are not supported"}}, status=400)
+
+    base = NoLogprobs()
+    cells, _ = cells_of(base, Speculative())
+    c1, c4 = cells["sampling_distribution.c1"], cells["sampling_distribution.c4"]
+    assert c1.outcome == "not offered" and "logprobs are not supported" in c1.detail, c1.detail
+    assert c4.outcome == "not offered" and "failed every seeded sample with logprobs at level 1" in c4.detail, c4.detail
+    assert len(base.bodies) == len(sampling_cells.PROMPTS) * sampling_cells.SEEDS  # level 1's only
