@@ -40,7 +40,7 @@ from specdec.http.urls import ClientSettings, Endpoint
 from specdec.replay.compat import cells, sampling_cells, speed
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
-from specdec.replay.compat.send import fresh_connections, NoReply, Reply, answers, get_json, post_json, send
+from specdec.replay.compat.send import NoReply, Reply, answers, fresh_connections, get_json, post_json, send
 from specdec.replay.compat.timing import DEFAULT_REPEATS
 from specdec.replay.compat.together import never
 from specdec.replay.compat.watch import ServerFailed, Watch

@@ -25,8 +25,6 @@ from typing import Any
 
 import aiohttp
 
-from specdec.replay.compat.send import fresh_connections
-
 from specdec.engines.base import Arm
 from specdec.engines.llama_cpp import LlamaCpp
 from specdec.engines.llama_cpp_quant import QuantFile, quantized_ggufs
@@ -44,6 +42,7 @@ from specdec.replay.compat.quant import (
     probe_name,
     quant_cell,
 )
+from specdec.replay.compat.send import fresh_connections
 from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
 from specdec.replay.compat.together import never
 from specdec.runfolder import server_log

@@ -139,28 +139,20 @@ async def sampling_cells(
         if unscorable is not None:
             out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
             continue
-        async def one_arm(arm: str) -> None:
+
+        async def one_arm(arm: str, level: int, tag: str, seed_list: list[int]) -> tuple[list, dict[str, Any]]:
             before = await read(arm)
             got = await sample_pass(
-                session,
-                eps[arm],
-                model,
-                rows,
-                level,
-                lambda i: f"{prefix}.{name}.{arm}.{i}",
-                settings,
-                seed_list,
-                eos_token_ids,
+                session, eps[arm], model, rows, level, lambda i: f"{tag}.{i}", settings, seed_list, eos_token_ids
             )
-            results[arm] = got
-            evidence[arm] = {
-                "request_ids": [res.sent.request_id for _row, res in got],
-                "counters": diff(before, await read(arm)),
-            }
+            ids = [res.sent.request_id for _row, res in got]
+            return got, {"request_ids": ids, "counters": diff(before, await read(arm))}
 
         # both arms at once: each server is its own and a sample's distribution does not depend on the
         # time it took (no pair is timed here); each arm's counters are read around its own samples
-        await asyncio.gather(*(one_arm(arm) for arm in eps))
+        done = await asyncio.gather(*(one_arm(arm, level, f"{prefix}.{name}.{arm}", seed_list) for arm in eps))
+        for arm, (got, ev) in zip(eps, done):
+            results[arm], evidence[arm] = got, ev
         answered = [res for _row, res in results["baseline"] if res.stream is not None and res.stream.success]
         if answered and not any(res.prompt_token_ids for res in answered):
             unscorable = (
@@ -170,7 +162,10 @@ async def sampling_cells(
             )
         elif results["baseline"] and not answered:  # it cannot serve the pass: the later levels would fail alike
             first = next((_error(res) for _row, res in results["baseline"]), "no reply")
-            unscorable = ("not offered", f"the baseline failed every seeded sample with logprobs at level {level}: {first}")
+            unscorable = (
+                "not offered",
+                f"the baseline failed every seeded sample with logprobs at level {level}: {first}",
+            )
             out.append((_cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], test), evidence))
             continue
         if unscorable is not None:
@@ -195,7 +190,9 @@ def _cell(
     test: Test | None,
     unscorable: tuple[Outcome, str] | None = None,
 ) -> CompatCell:
-    ok = {arm: [res for _row, res in got if res.stream is not None and res.stream.success] for arm, got in results.items()}
+    ok = {
+        arm: [res for _row, res in got if res.stream is not None and res.stream.success] for arm, got in results.items()
+    }
     sent = sum(len(got) for got in results.values())
     first_error = {
         arm: next((_error(res) for _row, res in got if res.stream is None or not res.stream.success), None)
@@ -211,7 +208,10 @@ def _cell(
     elif not ok["baseline"]:
         outcome, detail = "not offered", f"the baseline failed every seeded sample: {first_error['baseline']}"
     elif not ok["speculative"]:
-        outcome, detail = "refused", f"the speculative server failed every sample the baseline gave: {first_error['speculative']}"
+        outcome, detail = (
+            "refused",
+            f"the speculative server failed every sample the baseline gave: {first_error['speculative']}",
+        )
     else:
         outcome, detail, figures = _judge(results, level, drafted, accepted, test)
     return CompatCell(
@@ -327,7 +327,9 @@ def _count(counters: Mapping[str, Any] | None, key: str) -> int | None:
 
 
 def _status(got: list) -> int | None:
-    return next((res.stream.http_status for _row, res in got if res.stream is not None and res.stream.http_status), None)
+    return next(
+        (res.stream.http_status for _row, res in got if res.stream is not None and res.stream.http_status), None
+    )
 
 
 def _tokens(ok: list) -> int | None:
