@@ -28,7 +28,7 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,7 +134,6 @@ async def probe_pair(
     sampling: sampling_cells.Test | None = None,
     sampling_levels: tuple[int, ...] = (),
     sampling_seeds: int = sampling_cells.SEEDS,
-    eos_token_ids: frozenset[int] | None = None,
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
     each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
@@ -150,6 +149,14 @@ async def probe_pair(
     sent: list[dict[str, Any]] = []
     twins = Twins()
     watch = Watch()
+
+    def took(made: list[tuple[CompatCell, Any]]) -> None:
+        """A probe's cells: kept, and said."""
+        for cell, _ in made:
+            found.append(cell)
+            echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
+        keep(list(found))
+
     async with aiohttp.ClientSession(connector=fresh_connections()) as session:
         for arm, ep in (("baseline", pair.baseline), ("speculative", pair.speculative)):
             await reachable(session, arm, ep, settings)
@@ -177,32 +184,14 @@ async def probe_pair(
                     "log_ratios": {c.probe: ev["log_ratios"] for c, ev in made},
                 }
             )
-            for cell, _ in made:
-                found.append(cell)
-                echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
-            keep(list(found))
+            took(made)
         levels = sampling_cells.wanted(only, sampling_levels)
         if levels:
             checkpoint()
             prefix = f"compat.{run_id}.{_slug(pair.engine)}"
-            eps = {"baseline": pair.baseline, "speculative": pair.speculative}
-
-            async def read(arm: str) -> dict[str, Any] | None:
-                return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
-
+            read = _counter_reader(session, pair, settings)
             made = await sampling_cells.sampling_cells(
-                session,
-                pair,
-                model,
-                settings,
-                run_id,
-                prefix,
-                read,
-                _diff,
-                sampling,
-                levels,
-                sampling_seeds,
-                eos_token_ids=eos_token_ids,
+                session, pair, model, settings, run_id, prefix, read, _diff, sampling, levels, sampling_seeds
             )
             sent.append(
                 {
@@ -221,10 +210,7 @@ async def probe_pair(
                     "log_ratios": {},  # no timed pair: the speed is not judged
                 }
             )
-            for cell, _ in made:
-                found.append(cell)
-                echo(f"  {pair.engine} {cell.probe:<24} {cell.outcome:<11} {cell.detail[:100]}")
-            keep(list(found))
+            took(made)
     ratios = {name: rows for entry in sent for name, rows in entry["log_ratios"].items()}
     found = speed.judge_cells(found, ratios, machinery)
     if machinery is not None:
@@ -265,9 +251,7 @@ async def _send_probe(
     eps = {"baseline": pair.baseline, "speculative": pair.speculative}
     logs = {arm: cells.ArmLog() for arm in eps}
     reused: str | None = None
-
-    async def read(arm: str) -> dict[str, Any] | None:
-        return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
+    read = _counter_reader(session, pair, settings)
 
     last = {arm: await read(arm) for arm in eps}
     twin_body = probe.twin_body(model)
@@ -301,6 +285,18 @@ async def _send_probe(
             if key is not None:
                 twins.sent[key] = (probe.name, done)
     return logs, reused
+
+
+def _counter_reader(
+    session: aiohttp.ClientSession, pair: Pair, settings: ClientSettings
+) -> Callable[[str], Awaitable[dict[str, Any] | None]]:
+    """``read(arm)``: that arm's counters now, once settled (``settled``)."""
+    eps = {"baseline": pair.baseline, "speculative": pair.speculative}
+
+    async def read(arm: str) -> dict[str, Any] | None:
+        return await settled(session, eps[arm], settings, pair.counters, pair.settle_s)
+
+    return read
 
 
 async def settled(

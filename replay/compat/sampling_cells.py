@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specdec.replay.compat.classify import counter
 from specdec.schemas.compat import CompatCell, Outcome
 from specdec.schemas.records import TrafficRow
 
@@ -77,10 +78,6 @@ def probe_name(level: int) -> str:
     return f"{NAME}.c{level}"
 
 
-def probe_names(levels: tuple[int, ...] = LEVELS) -> frozenset[str]:
-    return frozenset(probe_name(level) for level in levels)
-
-
 def wanted(only: frozenset[str] | None, levels: tuple[int, ...]) -> tuple[int, ...]:
     """The levels to sample: all of ``levels`` unless ``only`` names probes, then those it names
     (``sampling_distribution`` names every level)."""
@@ -116,7 +113,6 @@ async def sampling_cells(
     test: Test | None,
     levels: tuple[int, ...] = LEVELS,
     seeds: int = SEEDS,
-    eos_token_ids: frozenset[int] | None = None,
 ) -> list[tuple[CompatCell, dict[str, Any]]]:
     """One cell per level with its evidence (per arm: request ids and counter differences), in
     ``levels`` order. ``read(arm)``: the arm's counters now (settled); ``diff``: their difference.
@@ -129,55 +125,62 @@ async def sampling_cells(
         for i, p in enumerate(PROMPTS)
     ]
     eps = {"baseline": pair.baseline, "speculative": pair.speculative}
+
+    async def one_arm(arm: str, level: int, tag: str, seed_list: list[int]) -> tuple[list, dict[str, Any]]:
+        before = await read(arm)
+        got = await sample_pass(session, eps[arm], model, rows, level, lambda i: f"{tag}.{i}", settings, seed_list)
+        ids = [res.sent.request_id for _row, res in got]
+        return got, {"request_ids": ids, "counters": diff(before, await read(arm))}
+
     out = []
-    unscorable: tuple[Outcome, str] | None = None  # why no level can be tested here: then nothing more is sent
+    untestable: tuple[Outcome, str] | None = None  # found at a level: no later level is sent
     for level in levels:
         name = probe_name(level)
-        seed_list = derive_seeds(SEED_BASE + level, seeds)
         results: dict[str, list] = {arm: [] for arm in eps}
         evidence: dict[str, dict[str, Any]] = {arm: {"request_ids": [], "counters": None} for arm in eps}
-        if unscorable is not None:
-            out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
-            continue
-
-        async def one_arm(arm: str, level: int, tag: str, seed_list: list[int]) -> tuple[list, dict[str, Any]]:
-            before = await read(arm)
-            got = await sample_pass(
-                session, eps[arm], model, rows, level, lambda i: f"{tag}.{i}", settings, seed_list, eos_token_ids
-            )
-            ids = [res.sent.request_id for _row, res in got]
-            return got, {"request_ids": ids, "counters": diff(before, await read(arm))}
-
-        # both arms at once: each server is its own and a sample's distribution does not depend on the
-        # time it took (no pair is timed here); each arm's counters are read around its own samples
-        done = await asyncio.gather(*(one_arm(arm, level, f"{prefix}.{name}.{arm}", seed_list) for arm in eps))
-        for arm, (got, ev) in zip(eps, done):
-            results[arm], evidence[arm] = got, ev
-        answered = [res for _row, res in results["baseline"] if res.stream is not None and res.stream.success]
-        if answered and not any(res.prompt_token_ids for res in answered):
-            unscorable = (
-                "not tested",
-                "the sampling distribution is not tested here: the baseline reports no prompt token ids "
-                "(vLLM's return_token_ids), so no sample can be re-scored by teacher forcing on it",
-            )
-        elif results["baseline"] and not answered:  # it cannot serve the pass: the later levels would fail alike
-            first = next((_error(res) for _row, res in results["baseline"]), "no reply")
-            unscorable = (
-                "not offered",
-                f"the baseline failed every seeded sample with logprobs at level {level}: {first}",
-            )
-            out.append((_cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], test), evidence))
-            continue
-        if unscorable is not None:
-            out.append((_cell(pair, run_id, name, level, results, None, test, unscorable), evidence))
-            continue
-        # one instrument for both arms: the baseline scores every sample (the arms' samples in one closed loop)
-        await rescore_pass(
-            session, pair.baseline, model, results["baseline"] + results["speculative"], level, settings, by="baseline"
-        )
-        cell = _cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], test)
-        out.append((cell, evidence))
+        counters = None  # the speculative arm's around its samples, where they are the cell's evidence
+        said = untestable  # the cell's outcome when it is not judged from its own samples
+        if untestable is None:
+            seed_list = derive_seeds(SEED_BASE + level, seeds)
+            # both arms at once: each server is its own and a sample's distribution does not depend
+            # on the time it took (no pair is timed here); each arm's counters around its own samples
+            done = await asyncio.gather(*(one_arm(arm, level, f"{prefix}.{name}.{arm}", seed_list) for arm in eps))
+            for arm, (got, ev) in zip(eps, done):
+                results[arm], evidence[arm] = got, ev
+            untestable = _untestable(results["baseline"], level)
+            # a baseline that failed every sample says so in its own cell ('not offered'); a level
+            # that cannot be re-scored says why ('not tested')
+            said = untestable if untestable is not None and untestable[0] == "not tested" else None
+            if said is None:
+                counters = evidence["speculative"]["counters"]
+            if untestable is None:  # one instrument for both arms: the baseline scores every sample
+                await rescore_pass(
+                    session,
+                    pair.baseline,
+                    model,
+                    results["baseline"] + results["speculative"],
+                    level,
+                    settings,
+                    by="baseline",
+                )
+        out.append((_cell(pair, run_id, name, level, results, counters, test, said), evidence))
     return out
+
+
+def _untestable(baseline: list, level: int) -> tuple[Outcome, str] | None:
+    """Why no level can be tested on this baseline, from its samples at ``level``: it reports no
+    prompt token ids (nothing can be re-scored), or it failed every sample; None: it can."""
+    answered = [res for _row, res in baseline if _ok(res)]
+    if answered and not any(res.prompt_token_ids for res in answered):
+        return (
+            "not tested",
+            "the sampling distribution is not tested here: the baseline reports no prompt token ids "
+            "(vLLM's return_token_ids), so no sample can be re-scored by teacher forcing on it",
+        )
+    if baseline and not answered:
+        first = next((_error(res) for _row, res in baseline), "no reply")
+        return "not offered", f"the baseline failed every seeded sample with logprobs at level {level}: {first}"
+    return None
 
 
 def _cell(
@@ -188,23 +191,18 @@ def _cell(
     results: Mapping[str, list],
     counters: Mapping[str, Any] | None,
     test: Test | None,
-    unscorable: tuple[Outcome, str] | None = None,
+    said: tuple[Outcome, str] | None = None,
 ) -> CompatCell:
-    ok = {
-        arm: [res for _row, res in got if res.stream is not None and res.stream.success] for arm, got in results.items()
-    }
+    ok = {arm: [res for _row, res in got if _ok(res)] for arm, got in results.items()}
     sent = sum(len(got) for got in results.values())
-    first_error = {
-        arm: next((_error(res) for _row, res in got if res.stream is None or not res.stream.success), None)
-        for arm, got in results.items()
-    }
-    drafted = _count(counters, "spec_num_draft_tokens")
-    accepted = _count(counters, "spec_num_accepted_tokens")
-    rounds = _count(counters, "spec_num_drafts")
+    first_error = {arm: next((_error(res) for _row, res in got if not _ok(res)), None) for arm, got in results.items()}
+    drafted = counter(counters, "spec_num_draft_tokens")
+    accepted = counter(counters, "spec_num_accepted_tokens")
+    rounds = counter(counters, "spec_num_drafts")
     figures: dict[str, Any] = {}
     outcome: Outcome
-    if unscorable is not None:
-        outcome, detail = unscorable
+    if said is not None:  # not judged from this level's own samples (``_untestable``)
+        outcome, detail = said
     elif not ok["baseline"]:
         outcome, detail = "not offered", f"the baseline failed every seeded sample: {first_error['baseline']}"
     elif not ok["speculative"]:
@@ -321,9 +319,9 @@ def _judge(
     )
 
 
-def _count(counters: Mapping[str, Any] | None, key: str) -> int | None:
-    v = None if counters is None else counters.get(key)
-    return int(v) if isinstance(v, int | float) else None
+def _ok(res: Any) -> bool:
+    """A sample whose request succeeded."""
+    return res.stream is not None and res.stream.success
 
 
 def _status(got: list) -> int | None:

@@ -39,6 +39,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 from specdec.arms import NGRAM
 from specdec.engines.server import LocalServer, ServerSpec, start_all
@@ -161,12 +162,8 @@ def embedded_as(pair: ServerPair, fresh_restart: bool = False) -> Iterator[None]
     """Within the block, ``run_replay``'s embedded servers are ``pair`` wherever it can serve an
     arm (``_PairAsEmbedded``); ``fresh_restart``: a repeat's restart starts fresh servers."""
     stand_in = type("PairAsEmbedded", (_PairAsEmbedded,), {"pair": pair, "fresh_restart": fresh_restart})
-    original = experiment.EmbeddedServers
-    experiment.EmbeddedServers = stand_in
-    try:
+    with mock.patch.object(experiment, "EmbeddedServers", stand_in):
         yield
-    finally:
-        experiment.EmbeddedServers = original
 
 
 @contextlib.contextmanager
@@ -200,8 +197,5 @@ def stability_on(pair: ServerPair) -> Iterator[None]:
                 self._srv = None
             super().stop()
 
-    stability_server.EmbeddedServer = PairBaselineFirst
-    try:
+    with mock.patch.object(stability_server, "EmbeddedServer", PairBaselineFirst):
         yield
-    finally:
-        stability_server.EmbeddedServer = original
