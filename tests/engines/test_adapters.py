@@ -222,20 +222,3 @@ def test_every_adapter_answers_what_generic_code_asks():
         "n_min": 2,
         "n_max": 4,
     }
-
-
-def test_llama_server_threads_come_from_the_caller_then_the_environment(tmp_path, monkeypatch):
-    """SPECDEC_LLAMA_THREADS sets the threads of a llama-server started without a count (the
-    replay's embedded arms; `make test` runs its engine tests at 1); a count given wins; a bad
-    value stops the start with the variable's name, not the import."""
-    monkeypatch.delenv("SPECDEC_LLAMA_THREADS", raising=False)
-    plain = Arm("baseline", None)
-    assert LlamaCpp().server_args(plain, model="m.gguf")[2:4] == ["-t", "2"]
-    monkeypatch.setenv("SPECDEC_LLAMA_THREADS", "1")
-    assert LlamaCpp().server_args(plain, model="m.gguf")[2:4] == ["-t", "1"]
-    assert LlamaCpp(threads=3).server_args(plain, model="m.gguf")[2:4] == ["-t", "3"]
-    for bad in ("0", "two", "-1"):
-        monkeypatch.setenv("SPECDEC_LLAMA_THREADS", bad)
-        engine = LlamaCpp()  # constructing reads nothing yet
-        with pytest.raises(ValueError, match="SPECDEC_LLAMA_THREADS"):
-            engine.server_args(plain, model="m.gguf")
