@@ -45,7 +45,7 @@ llama-server: $(STAMP)
 	$(BIN)/specdec engine build llama.cpp
 
 # make test: the set-up (venv, model, browser, llama-server), then the engine tests (one at a time)
-# with lint/types/imports and the tests that start no engine (two workers, nice 10) beside them;
+# with lint/types/imports and the tests that start no engine (three workers, nice 10) beside them;
 # at the end the wall time of each part and the tests' counts (tools/make_test.sh says why).
 test:
 	@bash tools/make_test.sh "$(MAKE)" $(BIN)/python

@@ -10,7 +10,10 @@
 # - beside them, at nice 10 (they take the idle time and give way when the engine tests need
 #   the CPU): lint, types and the import contract at once, then, once the llama.cpp tests have
 #   ended (the engine run creates $logs/llama-done: SPECDEC_LLAMA_CPP_DONE), the tests that start
-#   no engine on two xdist workers (CPU-bound, independent: temporary folders, free ports).
+#   no engine on three xdist workers (independent: temporary folders, free ports). Three, not two:
+#   they wait on fake servers, subprocesses and timeouts part of the time, so two workers leave a
+#   core idle (2026-12-07, alone on this 2-core host: 512 s on 2 workers at 1.54 cores busy, 421 s
+#   on 3 at 1.88).
 #   llama-server's threads spin beside that much work (2-13x slower); the checks are one process.
 #   Their output is kept and printed when the engine tests end, not interleaved with theirs; the
 #   summary says how long the line waited.
@@ -127,7 +130,7 @@ bg_part checks "$MAKE_CMD" --no-print-directory lint types imports
 t0=$(date +%s.%N)
 while [ ! -e "$logs/llama-done" ] && kill -0 "$fg" 2>/dev/null; do sleep 0.5; done
 span "$t0" "$(date +%s.%N)" >"$logs/waited.s"
-bg_part no-engine bash -c "pytest_ -m \"not engine\" -n 2 --durations=15"' &
+bg_part no-engine bash -c "pytest_ -m \"not engine\" -n 3 --durations=15"' &
 bg=$!
 wait "$fg"
 engine_rc=$?
@@ -138,7 +141,7 @@ sleep 1  # the engine output's tee (a process substitution) finishes its last wr
 wait "$bg"
 bg=
 rc=0
-for part in "checks:lint, types, imports (beside)" "no-engine:tests without engine, 2 workers (beside)"; do
+for part in "checks:lint, types, imports (beside)" "no-engine:tests without engine, 3 workers (beside)"; do
     name=${part%%:*} title=${part#*:}
     echo "== make test: $title: its output"
     cat "$logs/$name.log" 2>/dev/null
