@@ -53,7 +53,9 @@ bg_part() {
     span "$t0" "$(date +%s.%N)" >"$logs/$name.s"
 }
 export -f pytest_ bg_part span
-export PY MAKE_CMD logs
+#: xdist workers of the tests without engine (the header says why three)
+WORKERS=3
+export PY MAKE_CMD logs WORKERS
 
 # Both lines are stopped with this script (a failure, Ctrl-C, SIGTERM): each gets SIGINT and up
 # to 60 s for its teardown, then SIGTERM (the background line: its whole process group).
@@ -130,7 +132,7 @@ bg_part checks "$MAKE_CMD" --no-print-directory lint types imports
 t0=$(date +%s.%N)
 while [ ! -e "$logs/llama-done" ] && kill -0 "$fg" 2>/dev/null; do sleep 0.5; done
 span "$t0" "$(date +%s.%N)" >"$logs/waited.s"
-bg_part no-engine bash -c "pytest_ -m \"not engine\" -n 3 --durations=15"' &
+bg_part no-engine bash -c "pytest_ -m \"not engine\" -n $WORKERS --durations=15"' &
 bg=$!
 wait "$fg"
 engine_rc=$?
@@ -141,7 +143,7 @@ sleep 1  # the engine output's tee (a process substitution) finishes its last wr
 wait "$bg"
 bg=
 rc=0
-for part in "checks:lint, types, imports (beside)" "no-engine:tests without engine, 3 workers (beside)"; do
+for part in "checks:lint, types, imports (beside)" "no-engine:tests without engine, $WORKERS workers (beside)"; do
     name=${part%%:*} title=${part#*:}
     echo "== make test: $title: its output"
     cat "$logs/$name.log" 2>/dev/null
