@@ -43,13 +43,17 @@ follow). Routing sends a category to one pool for every band, and the speculativ
 engine runs one k per band (vLLM's batch-size schedule), so the deployed policy is a pool of
 categories with one k per band: the pool starts as the categories whose own decision is a
 k > 0 in some band; each band's k is chosen by the rule on the band's gain with the pool at
-that k and the others off; a category for which some band's k > 0 is not eligible in its own
-cell leaves the pool (the plain pool: off everywhere), and the bands' k are chosen again
-without it, until every pooled category is eligible at its band's k wherever that k is
-above 0. The per-cell table shows each cell's own decision beside the k the deployed policy
-gives it. The llama.cpp pool's one k (no batch-size schedule): the rule on the pool's gain
-over every band, among the k eligible for each of the pool's categories in every band (none:
-off).
+that k and the others off. Routing is per category, so a category's place in the pool is
+decided over the bands, as a cell's k is: it stays when its own gain at the bands' k (equal
+time per band, its replicates paired) is above 1 with its interval's lower bound above 1, and
+no band's k > 0 is predicted below 1 for it (or ruled out there by the SLO or thin evidence);
+otherwise it leaves the pool (the plain pool: off everywhere), and the bands' k are chosen
+again without it, until every pooled category stays. (Asking each band's k to clear 1 on its
+own, the first rule, sent a category predicted 1.32x at c1 and 1.05-1.08x at c4/c8 to the
+plain pool on a held-out sweep; the replay measured off 19% slower than k = 4 at c1.) The
+per-cell table shows each cell's own decision beside the k the deployed policy gives it. The
+llama.cpp pool's one k (no batch-size schedule): the rule on the pool's gain over every band,
+among the k at which every pooled category stays by the same test (none: off).
 
 **Intervals.** ``low``/``high``: the bootstrap's confidence interval of the expected speedup
 (the rule reads it); ``prediction_low``/``prediction_high``: the prediction interval of a
@@ -99,9 +103,10 @@ def rule_text(margin: float, confidence: float) -> str:
         f"the run's margin ({m}) of the best with that confidence. No eligible k: off. Every policy below "
         f"chooses its k by the same rule on its traffic-weighted gain. The deployed one routes each category to "
         f"one pool: the speculative pool, with one k per load band chosen by the rule on the pool's gain in the "
-        f"band, holds the categories whose own decision is a k > 0 in some band, less any for which a band's "
-        f"k > 0 is not eligible in its own cell (those go to the plain pool, off, and the bands' k are chosen "
-        f"again without them)."
+        f"band, holds the categories whose own decision is a k > 0 in some band, less any whose own gain at "
+        f"the bands' k (equal time per band, replicates paired) does not clear 1 as above, or for which a band's "
+        f"k > 0 is predicted below 1 (those go to the plain pool, off, and the bands' k are chosen again "
+        f"without them)."
     )
 
 
@@ -274,6 +279,40 @@ def _deployed_note(own: int, dep: int, plain: str | None, ks: list[int], pooled:
     return f"the speculative pool's one k in this band ({ks[dep]})"
 
 
+def _leaves_pool(pred: Predictions, c: int, band_k: np.ndarray, allowed: np.ndarray) -> str | None:
+    """Why category index ``c`` cannot be routed to the speculative pool whose bands run ``band_k``
+    (k indices per level), or None when it can. Routing is per category, so the decision is the
+    category's over the bands, read as a cell's is: its own gain at the pool's k, equal time per band
+    (``policy_gain`` with the category alone), must be above 1 with its interval's lower bound above 1,
+    its replicates paired. And in no band may the pool's k > 0 be predicted below 1 for it, or be a k
+    the SLO or thin evidence rules out there. (The first deployed rule asked every band's k to clear 1
+    on its own: on a held-out sweep, 2026-12-07, it sent a category predicted 1.32x at c1 and 1.05-1.08x
+    at c4/c8 to the plain pool, and the replay measured off 19% slower than k = 4 at c1.)"""
+    sp, bs = pred.point["speedup"], pred.boot["speedup"]
+    ks, levels = pred.ks, pred.levels
+    for li, k in enumerate(band_k):
+        if k == 0:
+            continue
+        if not allowed[k, li, c]:
+            return (
+                f"the speculative pool's k at c{levels[li]} ({ks[k]}) is ruled out for it there (SLO or thin evidence)"
+            )
+        if sp[k, li, c] < 1.0:
+            return f"the speculative pool's k at c{levels[li]} ({ks[k]}) is predicted below 1 for it there ({sp[k, li, c]:.3f})"
+    w = np.zeros(sp.shape[-1])
+    w[c] = 1.0
+    assign = np.zeros((len(levels), sp.shape[-1]), dtype=int)
+    assign[:, c] = band_k
+    gain = float(policy_gain(sp, assign, w))
+    low, high = _interval(pred, policy_gain(bs, assign, w))
+    if gain > 1.0 and low > 1.0:
+        return None
+    return (
+        f"its own gain at the speculative pool's k, over the bands, does not clear 1 "
+        f"({gain:.3f} [{low:.3f}, {high:.3f}])"
+    )
+
+
 def decide(
     pred: Predictions,
     inputs: PlanInputs,
@@ -321,11 +360,13 @@ def decide(
         for li in range(n_l):
             if pool.any():
                 band_k[li] = _pick(pred, _on((n_l, n_c), pool.copy()), w, margin, [li]).chosen
-        bad = {c: li for c in np.flatnonzero(pool) for li in range(n_l) if band_k[li] > 0 and not ok[li, c, band_k[li]]}
+        if not (band_k > 0).any():
+            break
+        bad = {c: why for c in np.flatnonzero(pool) if (why := _leaves_pool(pred, c, band_k, allowed)) is not None}
         if not bad:
             break
-        for c, li in bad.items():
-            to_plain[c] = f"the speculative pool's k at c{levels[li]} ({ks[band_k[li]]}) is not eligible for it there"
+        for c, why in bad.items():
+            to_plain[c] = why
             pool[c] = False
     if not (band_k > 0).any():
         for c in np.flatnonzero(pool):
@@ -361,8 +402,13 @@ def decide(
         )
     pool_k = 0
     if pool.any():
-        # one k for every band (no batch-size schedule): only a k eligible for the pool in every band
-        pool_ok = np.array([bool(ok[:, pool, i].all()) for i in range(n_k)])
+        # one k for every band (no batch-size schedule): only a k every pooled category may run in every band
+        pool_ok = np.array(
+            [
+                i > 0 and all(_leaves_pool(pred, c, np.full(n_l, i), allowed) is None for c in np.flatnonzero(pool))
+                for i in range(n_k)
+            ]
+        )
         pool_k = ks[_pick(pred, _on((n_l, n_c), pool), w, margin, None, pool_ok).chosen]
     speculative_pool = {
         "categories": [cat for c, cat in enumerate(cats) if pool[c]],

@@ -180,10 +180,38 @@ def test_a_category_a_bands_k_slows_goes_to_the_plain_pool_in_every_band():
         c_code, c_chat = _cell(plan, "code", level), _cell(plan, "chat", level)
         assert (c_code["recommended_k"], c_code["deployed_k"]) == (4, 4)
         assert (c_chat["recommended_k"], c_chat["deployed_k"]) == (1, 0)
-        assert c_chat["deployed_note"] == "plain pool: the speculative pool's k at c4 (4) is not eligible for it there"
+        assert c_chat["deployed_note"].startswith("plain pool: the speculative pool's k at c4 (4) is predicted below 1 for it there (")
     fb = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
     assert [b["k"] for b in fb["bands"]] == [{"code": 4, "chat": 0}] * 2
     assert plan["speculative_pool"]["categories"] == ["code"] and plan["speculative_pool"]["one_k"] == 4
+
+
+def test_a_category_stays_in_the_pool_when_its_own_gain_over_the_bands_clears_1():
+    """Routing is per category, so the pool's test for a category is over the bands, as a cell's is
+    over its replicates: its gain at the bands' k must clear 1, not each band's k on its own. Here
+    (truth) the pool's k = 4 at c1 gains 1.28x for rw and its k = 2 at c4 1.10x; the step-cost
+    uncertainty at c4 puts the c4 cell's interval below 1. The first rule sent rw to the plain pool
+    (off at both levels, 28% and 10% lost); a held-out sweep (2026-12-07) showed it on the engine: off
+    measured 19% slower than k = 4 at c1. With twice the uncertainty of the c4 verify cost the gain's
+    own interval reaches 1, and rw is off."""
+    code, rw = [[4] * 5], [[1, 1, 0, 1, 0]]
+    t1, t4 = _truth(rw, 20.0, 1.0, 1.0, 1), _truth(rw, 20.0, 1.0, 1.0, 4)
+    assert t1[4] > 1.25 and 1.05 < t4[2] < 1.15
+    weights = {"code": 0.5, "rw": 0.5}
+    plan = _decide(_world({"code": code, "rw": rw}, 20.0, 1.0, 1.0, v_se=(0.5, 0.3), levels=(1, 4)), weights)
+    c1, c4 = _cell(plan, "rw", 1), _cell(plan, "rw", 4)
+    assert (c1["deployed_k"], c4["deployed_k"]) == (4, 2)
+    assert 2 not in c4["eligible_ks"] and c4["deployed_low"] < 1 < c4["deployed_speedup"]  # the first rule: plain
+    assert c4["deployed_speedup"] == pytest.approx(t4[2]) and c1["deployed_speedup"] == pytest.approx(t1[4])
+    assert plan["speculative_pool"]["categories"] == ["code", "rw"]
+    wide = _decide(_world({"code": code, "rw": rw}, 20.0, 1.0, 1.0, v_se=(0.5, 0.45), levels=(1, 4)), weights)
+    for level in (1, 4):
+        cell = _cell(wide, "rw", level)
+        assert cell["deployed_k"] == 0 and cell["recommended_k"] == 1  # its own cells still say k = 1
+        assert cell["deployed_note"].startswith(
+            "plain pool: its own gain at the speculative pool's k, over the bands, does not clear 1 ("
+        )
+    assert wide["speculative_pool"]["categories"] == ["code"]
 
 
 def test_choose_reads_the_paired_ratio_not_the_marginal_intervals():
