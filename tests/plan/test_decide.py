@@ -180,7 +180,9 @@ def test_a_category_a_bands_k_slows_goes_to_the_plain_pool_in_every_band():
         c_code, c_chat = _cell(plan, "code", level), _cell(plan, "chat", level)
         assert (c_code["recommended_k"], c_code["deployed_k"]) == (4, 4)
         assert (c_chat["recommended_k"], c_chat["deployed_k"]) == (1, 0)
-        assert c_chat["deployed_note"].startswith("plain pool: the speculative pool's k at c4 (4) is predicted below 1 for it there (")
+        assert c_chat["deployed_note"].startswith(
+            "plain pool: the speculative pool's k at c4 (4) is predicted below 1 for it there ("
+        )
     fb = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
     assert [b["k"] for b in fb["bands"]] == [{"code": 4, "chat": 0}] * 2
     assert plan["speculative_pool"]["categories"] == ["code"] and plan["speculative_pool"]["one_k"] == 4
