@@ -121,7 +121,11 @@ def test_a_finished_run_moves_latest(tmp_path):
         args = ["compat", "--baseline-url", b, "--speculative-url", s, "-o", str(run_dir), "--no-report"]
         result = CliRunner().invoke(main, [*args, "--probe", "json_object"])
     assert result.exit_code == 0, result.output
-    assert read_manifest(run_dir).finished and [r["outcome"] for r in _rows(run_dir)] == ["works"]
+    # one cell measured; works or degrades: the speed rule reads the fakes' e2e times of a millisecond or
+    # two, where a scheduling hiccup beside other tests is a large ratio (2026-12-07, a clean clone:
+    # 'degrades' once). What is tested is that a finished run moves latest.
+    rows = _rows(run_dir)
+    assert read_manifest(run_dir).finished and [r["outcome"] in ("works", "degrades") for r in rows] == [True], rows
     assert (runs / "latest").resolve() == run_dir.resolve()
 
 
