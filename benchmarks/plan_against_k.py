@@ -22,7 +22,8 @@ import math
 from pathlib import Path
 
 import duckdb
-from scipy import stats
+
+from specdec.analytics.variance import t_quantile
 
 
 def _interval(values: list[float]) -> tuple[float, float, float]:
@@ -31,7 +32,7 @@ def _interval(values: list[float]) -> tuple[float, float, float]:
     if n < 2:
         return math.exp(m), math.nan, math.nan
     sd = (sum((v - m) ** 2 for v in values) / (n - 1)) ** 0.5
-    h = float(stats.t.ppf(0.975, n - 1)) * sd / n**0.5
+    h = t_quantile(0.975, n - 1) * sd / n**0.5
     return math.exp(m), math.exp(m - h), math.exp(m + h)
 
 

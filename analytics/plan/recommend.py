@@ -281,13 +281,9 @@ def _deployed_note(own: int, dep: int, plain: str | None, ks: list[int], pooled:
 
 def _leaves_pool(pred: Predictions, c: int, band_k: np.ndarray, allowed: np.ndarray) -> str | None:
     """Why category index ``c`` cannot be routed to the speculative pool whose bands run ``band_k``
-    (k indices per level), or None when it can. Routing is per category, so the decision is the
-    category's over the bands, read as a cell's is: its own gain at the pool's k, equal time per band
-    (``policy_gain`` with the category alone), must be above 1 with its interval's lower bound above 1,
-    its replicates paired. And in no band may the pool's k > 0 be predicted below 1 for it, or be a k
-    the SLO or thin evidence rules out there. (The first deployed rule asked every band's k to clear 1
-    on its own: on a held-out sweep, 2026-12-07, it sent a category predicted 1.32x at c1 and 1.05-1.08x
-    at c4/c8 to the plain pool, and the replay measured off 19% slower than k = 4 at c1.)"""
+    (k indices per level), or None when it can: the module docstring's test of a category over the
+    bands (its own gain, ``policy_gain`` with the category alone, read as a cell's is; ``allowed``:
+    decide's (k, level, category) mask of what the SLO and thin evidence leave)."""
     sp, bs = pred.point["speedup"], pred.boot["speedup"]
     ks, levels = pred.ks, pred.levels
     for li, k in enumerate(band_k):
