@@ -111,6 +111,7 @@ from statistics import NormalDist
 import numpy as np
 
 __all__ = [
+    "MAD_SD",
     "REPEAT_BOUND",
     "SLOW_K",
     "BlockNoise",
@@ -547,7 +548,7 @@ def level_noise(
 
 #: A block figure this many SDs from the mean of its level's other figures is a slow block candidate.
 SLOW_K = 5.0
-_MAD_SD = 1.4826  # the MAD of a normal sample, in SDs
+MAD_SD = 1.4826  # the MAD of a normal sample, in SDs
 
 
 def slow_blocks(figures: Mapping[Cell, float], k: float = SLOW_K) -> set:
@@ -570,7 +571,7 @@ def slow_blocks(figures: Mapping[Cell, float], k: float = SLOW_K) -> set:
         by_level[lv][r] = float(y)
     devs = [y - float(np.median(list(reps.values()))) for reps in by_level.values() for y in reps.values()]
     nonzero = [abs(v) for v in devs if v != 0.0]
-    pooled = _MAD_SD * float(np.median(nonzero)) if nonzero else 0.0
+    pooled = MAD_SD * float(np.median(nonzero)) if nonzero else 0.0
     out: set = set()
     for lv, reps in by_level.items():
         if len(reps) < 4:

@@ -53,15 +53,16 @@ from specdec.analytics.calibration import MEASURED, PLANTED, Design, Noise, esti
 
 #: Where each size of the simulated noise comes from.
 SIZES = {
-    "process, block, request, prompt": "calibration.MEASURED: three demo-design runs, 2026-12-02 (issue 19)",
-    "order 0.04": "the demo run of 2026-12-06 (runs/20261206T063828Z), the order effect fitted per series by "
-    "variance.level_noise: 2.8% chat, 6.3% code, 4.3% structured, 4.4% (system), median 4.35%; the issue's 2-5%",
+    "process, block, request, prompt": "calibration.MEASURED: three demo-design runs on a quiet host, 2026-12-07, "
+    "estimated robustly (stalls and slow blocks set aside, the arm order fitted, medians across runs)",
+    "order 0.04": "the second arm of a block pair 4% slower: the issue's 2-5%; the three runs of 2026-12-07 "
+    "(estimate: the second arm's slowdown per series) -2.9% to +4.7%, median +1.2%, so 4% is the harsher case",
     "drift 0.044 a repeat": "the demo's baseline drift (analytics/fit.py, issue 41 item 1)",
     "t(3)": "the issue (heavy tails), block and request noise at the same SD",
     "slow 4% of blocks, 2-3x": "the issue's 2-5% of blocks 2-3x slow (not measured here)",
-    "shock 0.03": "assumed: the size of MEASURED's block SD (0.036), category by category (not measured here)",
+    "shock 0.03": "assumed: about MEASURED's block SD (0.047), category by category (not measured here)",
     "level 3x / 4x": "the issue: the within-level SD at c4 2.5-4x c8's in the demo's four series",
-    "process 10%": "3.4x MEASURED's 0.029: the case where counting the df per level under-covers",
+    "process 10%": "3.8x MEASURED's 0.026: the case where counting the df per level under-covers",
 }
 
 ORDER, DRIFT, SHOCK = 0.04, 0.044, 0.03
@@ -179,7 +180,18 @@ def main(argv: list[str] | None = None) -> int:
             for cat, comp in run.items():
                 print(json.dumps({"run": path, "category": cat, **{k: round(v, 4) for k, v in comp.items()}}))
         n = noise_from(found)
-        print(json.dumps({"pooled": True, "process": round(n.process, 4), "block": round(n.block, 4)}))
+        print(
+            json.dumps(
+                {
+                    "pooled": "medians across runs (and categories, for process, block and order)",
+                    "process": round(n.process, 4),
+                    "block": round(n.block, 4),
+                    "order": round(n.order, 4),
+                    "request": {c: round(v, 4) for c, v in n.request.items()},
+                    "prompt": {c: round(v, 4) for c, v in n.prompt.items()},
+                }
+            )
+        )
         return 0
 
     print(json.dumps({"sizes": SIZES, "measured": {"process": MEASURED.process, "block": MEASURED.block}}))

@@ -89,15 +89,60 @@ def test_estimate_reads_components_back(tmp_path):
     pairs, _blocks, _ps, _cat = simulate(
         Design(categories=("code",), prompts=16, repeats=5), noise, 1.2, np.random.default_rng(1), centred=False
     )
+    got = estimate(_built(pairs))["r"]["code"]
+    assert 0.01 < got["request_sd"] < 0.04 and 0.15 < got["prompt_sd"] < 0.5
+    assert 0.03 < got["block_sd"] < 0.08 and got["process_sd"] < 0.04
+
+
+def _built(pairs, design: Design | None = None):
+    """A database with the two views ``estimate`` reads: the pairs, and (given the design) each
+    block's first request per arm, in the design's arm order."""
     con = duckdb.connect()
     con.execute(
         "create table int_requests_paired (run_id varchar, comparison varchar, category varchar, "
         "concurrency integer, prompt_id varchar, repeat integer, log_ratio double)"
     )
     con.executemany("insert into int_requests_paired values ('r', ?, ?, ?, ?, ?, ?)", pairs)
-    got = estimate(con)["r"]["code"]
-    assert 0.01 < got["request_sd"] < 0.04 and 0.15 < got["prompt_sd"] < 0.5
-    assert 0.03 < got["block_sd"] < 0.08 and got["process_sd"] < 0.04
+    if design is not None:
+        con.execute(
+            "create table int_requests_measured (run_id varchar, concurrency integer, repeat integer, "
+            "arm varchar, wall_send_ns bigint)"
+        )
+        for lv in design.levels:
+            for r in range(design.repeats):
+                first = "baseline" if design.first_arm(lv, r) == "b" else "speculative"
+                second = "speculative" if first == "baseline" else "baseline"
+                con.execute(
+                    "insert into int_requests_measured values ('r', ?, ?, ?, 1), ('r', ?, ?, ?, 2)",
+                    [lv, r, first, lv, r, second],
+                )
+    return con
+
+
+def test_estimate_is_robust_to_stalled_requests_and_slow_blocks_and_reads_the_order():
+    """Issue 41, item 4: the sizes come from real runs 'estimated robustly'. A few requests stalled
+    3x and one block 2.5x slow must not set the request and block sizes; the arm order planted is
+    read back. The plain mean squares (what ``estimate`` read before) move by several times."""
+    design = Design(categories=("code",), prompts=16, repeats=5)
+    noise = Noise(process=0.01, block=0.01, request={"code": 0.02}, prompt={"code": 0.3}, order=0.05)
+    pairs, _blocks, _ps, _cat = simulate(design, noise, 1.2, np.random.default_rng(5), centred=False)
+    clean = estimate(_built(pairs, design))["r"]["code"]
+    rng = np.random.default_rng(6)
+    hurt = []
+    for row in pairs:
+        y = row[5]
+        if row[0] == "ab" and rng.random() < 0.03:  # a stalled request: 3x its time in one arm
+            y += math.log(3.0) * (1 if rng.random() < 0.5 else -1)
+        if row[0] == "ab" and row[2] == 4 and row[4] == 2:  # one block of the baseline 2.5x slow
+            y += math.log(2.5)
+        hurt.append((*row[:5], y))
+    got = estimate(_built(hurt, design))["r"]["code"]
+    assert 0.01 < clean["request_sd"] < 0.03 and 0.01 < got["request_sd"] < 0.035, (clean, got)
+    assert 0.03 < clean["order"] < 0.07 and 0.02 < got["order"] < 0.08, (clean, got)
+    assert got["slow_blocks"] == 1.0 and got["block_sd"] < 0.025, got
+    # what the mean squares would have said of the same residuals: the stalls dominate
+    grid_sd = float(np.std([r[5] for r in hurt if r[0] == "ab" and r[2] == 1], ddof=1))
+    assert grid_sd > 3 * got["request_sd"]
 
 
 #: The A/A engine test's design (tests/integration/test_aa_e2e.py): levels 1 and 2, two
