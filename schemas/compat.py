@@ -218,6 +218,21 @@ class CompatCell(BaseModel):
         description="Sampling-distribution cells: the shift of that mean the test finds with 80% power at its "
         "alpha, nats (what 'not rejected' can promise at this sample size).",
     )
+    lossless_identical: int | None = Field(
+        default=None,
+        description="Lossless cells (feature 'lossless', probe lossless_greedy.c<level>): greedy pairs whose token "
+        "ids were identical in both arms (replay/compat/lossless_cells.py); None elsewhere.",
+    )
+    lossless_near_ties: int | None = Field(
+        default=None,
+        description="Lossless cells: pairs whose first divergence took the baseline's runner-up within the dtype's "
+        "near-tie margin (numerics, as the replay's lossless mart classifies it).",
+    )
+    lossless_suspect: int | None = Field(
+        default=None,
+        description="Lossless cells: pairs whose divergence nothing explains (another token, a wider margin, or one "
+        "output a prefix of the other): the cell is broken.",
+    )
     turn: int | None = Field(
         default=None,
         description="Multi-turn cells: the session's turn (1-based) the cell's requests, counters and pairs are of; "

@@ -49,6 +49,9 @@ class Pair:
     speculative: Endpoint
     counters: Mapping[str, str] | None = None  # the engine's counter names (None: vLLM's)
     settle_s: float = SETTLE_S  # seconds between two counter reads that must agree
+    #: how the lossless cell asks for token ids (an engine's ``lossless_protocol``; None: found on the baseline)
+    lossless_protocol: str | None = None
+    dtype: str | None = None  # the servers' model dtype where known (the lossless cell's near-tie margin)
 
 
 @dataclass

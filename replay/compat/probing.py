@@ -37,7 +37,7 @@ import aiohttp
 from specdec.engines.metrics import COUNTERS, parse_counters
 from specdec.http.metrics import metrics_text
 from specdec.http.urls import ClientSettings, Endpoint
-from specdec.replay.compat import cells, sampling_cells, speed
+from specdec.replay.compat import cells, lossless_cells, sampling_cells, speed
 from specdec.replay.compat.cells import Pair
 from specdec.replay.compat.probes import Probe, ProbeContext, probe_set
 from specdec.replay.compat.send import NoReply, Reply, answers, fresh_connections, get_json, post_json, send
@@ -134,6 +134,7 @@ async def probe_pair(
     sampling: sampling_cells.Test | None = None,
     sampling_levels: tuple[int, ...] = (),
     sampling_seeds: int = sampling_cells.SEEDS,
+    lossless_levels: tuple[int, ...] = (),
 ) -> tuple[list[CompatCell], list[dict[str, Any]]]:
     """Every probe on ``pair``: (cells, one manifest entry per probe: its request bodies, and per cell
     each arm's request ids and counter differences, which ``capture_check`` reconciles). ``only``:
@@ -143,7 +144,8 @@ async def probe_pair(
     run with ``watch.ServerFailed`` (its cells so far already kept). Once every probe is in, each
     feature cell's speed is decided with the verdict's ``machinery`` (``speed``; None: not judged).
     Then the sampling-distribution cells at ``sampling_levels`` (``sampling_cells``; judged by the
-    ``sampling`` test handed in, None: not judged; ``()``: none sent)."""
+    ``sampling`` test handed in, None: not judged; ``()``: none sent), and the lossless cells at
+    ``lossless_levels`` (``lossless_cells``: greedy token ids and top-2 logprobs; ``()``: none sent)."""
     seq = itertools.count()
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
@@ -204,6 +206,31 @@ async def probe_pair(
                         "max_tokens": sampling_cells.MAX_TOKENS,
                         "temperature": sampling_cells.TEMPERATURE,
                         "levels": list(levels),
+                    },
+                    "twin_sent_by": None,
+                    "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
+                    "log_ratios": {},  # no timed pair: the speed is not judged
+                }
+            )
+            took(made)
+        levels = lossless_cells.wanted(only, lossless_levels)
+        if levels:
+            checkpoint()
+            prefix = f"compat.{run_id}.{_slug(pair.engine)}"
+            read = _counter_reader(session, pair, settings)
+            made = await lossless_cells.lossless_cells(
+                session, pair, model, settings, run_id, prefix, read, _diff, levels
+            )
+            sent.append(
+                {
+                    "probe": lossless_cells.NAME,
+                    "feature": lossless_cells.FEATURE,
+                    "repeats": 1,
+                    "design": {
+                        "prompts": list(lossless_cells.PROMPTS),
+                        "max_tokens": lossless_cells.MAX_TOKENS,
+                        "levels": list(levels),
+                        "near_tie_threshold": lossless_cells.near_tie_threshold(pair.dtype),
                     },
                     "twin_sent_by": None,
                     "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},

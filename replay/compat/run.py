@@ -30,6 +30,7 @@ from pydantic import Field, model_validator
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, EngineName, LlamaCpp, Vllm
 from specdec.errors import SpecdecError
+from specdec.replay.compat.lossless_cells import LEVELS as LOSSLESS_LEVELS
 from specdec.replay.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
 from specdec.replay.compat.stopping import keeping
 from specdec.replay.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
@@ -93,6 +94,11 @@ class CompatConfig(ClientOptions):
         "seeded prompts, re-scored on the baseline and compared by the permutation test "
         "(specdec.replay.compat.sampling_cells); empty: none.",
     )
+    lossless_levels: list[int] = Field(
+        default_factory=lambda: list(LOSSLESS_LEVELS),
+        description="Levels (requests in flight) of the lossless cells: greedy token ids and top-2 logprobs per "
+        "arm, each pair identical, a near-tie or suspect (specdec.replay.compat.lossless_cells); empty: none.",
+    )
     repeats: int = Field(
         default=DEFAULT_REPEATS,
         ge=1,
@@ -103,11 +109,12 @@ class CompatConfig(ClientOptions):
 
     @model_validator(mode="after")
     def _sampling_levels(self) -> CompatConfig:
-        bad = [x for x in self.sampling_levels if not 1 <= x <= MAX_LEVEL]
-        if bad or len(set(self.sampling_levels)) != len(self.sampling_levels):
-            raise ValueError(
-                f"sampling levels must be distinct, each 1 to {MAX_LEVEL} requests in flight; got {self.sampling_levels}"
-            )
+        for what, levels in (("sampling", self.sampling_levels), ("lossless", self.lossless_levels)):
+            bad = [x for x in levels if not 1 <= x <= MAX_LEVEL]
+            if bad or len(set(levels)) != len(levels):
+                raise ValueError(
+                    f"{what} levels must be distinct, each 1 to {MAX_LEVEL} requests in flight; got {levels}"
+                )
         return self
 
     @model_validator(mode="after")
@@ -233,6 +240,7 @@ def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> 
                 machinery=job.machinery,
                 sampling=job.sampling,
                 sampling_levels=tuple(cfg.sampling_levels),
+                lossless_levels=tuple(cfg.lossless_levels),
             )
         )
     # the servers have stopped: their capture parts are whole (only the embedded vLLM pair captures)
@@ -327,6 +335,9 @@ def _llama_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: floa
 
 #: how each engine's embedded pair is started (its compat specifics: dtype, parsers, threads)
 EMBEDDED_PAIR = {Vllm.name: _vllm_servers, LlamaCpp.name: _llama_servers}
+#: the model dtype each embedded pair computes in, where one is set (the lossless cell's near-tie margin;
+#: llama.cpp's quantized GGUF has none: the margin of an unknown dtype)
+COMPUTE_DTYPE = {Vllm.name: STABLE_DTYPE}
 
 
 def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo):
@@ -350,7 +361,8 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
         if core is not None:  # the core its CPU worker computes on
             args[f"{arm}_cpu_bind"] = core
     method = str(adapter.method_of(adapter.probe_speculation()))
-    return Pair(engine, version, method, b, s, dict(adapter.counters)), args
+    pair = Pair(engine, version, method, b, s, dict(adapter.counters), lossless_protocol=adapter.lossless_protocol)
+    return dataclasses.replace(pair, dtype=COMPUTE_DTYPE.get(engine)), args
 
 
 def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> RunManifest:

@@ -12,6 +12,7 @@ from specdec.cli.options import client_options
 from specdec.cli.params import LevelList
 from specdec.engines import ENGINE_NAMES
 from specdec.errors import SpecdecError
+from specdec.replay.compat.lossless_cells import LEVELS as LOSSLESS_LEVELS
 from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
 from specdec.replay.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
 from specdec.replay.compat.stopping import CompatStopped
@@ -78,6 +79,17 @@ from specdec.schemas.strict import check_run_name
     "with several requests in flight).",
 )
 @click.option("--no-sampling", is_flag=True, help="Skip the sampling-distribution cells.")
+@click.option(
+    "--lossless-levels",
+    type=LevelList,
+    default=",".join(map(str, LOSSLESS_LEVELS)),
+    show_default=True,
+    help="Levels (requests in flight) of the lossless cells: per level, each arm answers 4 prompts (3 copies, 1 "
+    "open) greedily with token ids and top-2 log-probabilities (vLLM: the chat stream's logprobs; llama-server: "
+    "/completion with n_probs), and each pair is identical, a near-tie (the baseline's runner-up taken within "
+    "the dtype's margin) or suspect. 'broken': a suspect pair; 'works' needs drafts accepted.",
+)
+@click.option("--no-lossless", is_flag=True, help="Skip the lossless cells.")
 @click.option(
     "--no-quantization",
     is_flag=True,
@@ -167,6 +179,8 @@ def _compat(
     repeats,
     sampling_levels,
     no_sampling,
+    lossless_levels,
+    no_lossless,
     no_quantization,
     engines_together,
     connect_timeout,
@@ -191,6 +205,7 @@ def _compat(
         together=engines_together,
         repeats=repeats,
         sampling_levels=[] if no_sampling else sampling_levels,
+        lossless_levels=[] if no_lossless else lossless_levels,
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         api_key_env=api_key_env,

@@ -70,6 +70,10 @@
 --                         level sampled at, the pairs of re-scored samples, the permutation test's
 --                         p, the mean re-scored log-probability difference and the shift it finds
 --                         with 80% power (replay/compat/sampling_cells.py); NULL elsewhere
+--   lossless_identical, lossless_near_ties, lossless_suspect
+--                         lossless cells (probe lossless_greedy.c<level>): greedy pairs (token ids and
+--                         top-2 logprobs, each engine's protocol) identical, near-ties (the baseline's
+--                         runner-up within the dtype's margin) and suspect (replay/compat/lossless_cells.py)
 --   speed_label, speed_ci_low, speed_ci_high, speed_df
 --                         the cell's speed by the verdict's rule over the pair's pooled noise:
 --                         faster | slower | equivalent (with the family-wise interval) | 'not measured'
@@ -137,6 +141,9 @@ final as (
         sampling_p_value,
         sampling_mean_difference,
         sampling_min_detectable_shift,
+        lossless_identical,
+        lossless_near_ties,
+        lossless_suspect,
         turn,
         prefix_caching,
         baseline_capture_reconciles,

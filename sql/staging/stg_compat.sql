@@ -19,6 +19,8 @@
 --   baseline_/speculative_stall_ratio  streamed structured-output and tool cells (replay/compat/stall.py)
 --   turn, prefix_caching   multi-turn cells only (one per turn, caching 'on' or 'off')
 --   sampling_*     sampling-distribution cells only (replay/compat/sampling_cells.py)
+--   lossless_*     lossless cells only: greedy pairs identical / near-ties / suspect
+--                  (replay/compat/lossless_cells.py)
 --   *_capture_reconciles, capture_detail
 --                  the capture's rows against the counters per arm; NULL = not captured
 with source as (
@@ -70,6 +72,9 @@ final as (
         sampling_p_value,
         sampling_mean_difference,
         sampling_min_detectable_shift,
+        lossless_identical,
+        lossless_near_ties,
+        lossless_suspect,
         target_quant,
         target_bits,
         draft_quant,

@@ -1,0 +1,318 @@
+"""The lossless cell of the matrix (issue 43, item 3): are speculation's greedy outputs the
+baseline's, token for token, on either engine, and where they are not, is the first divergence a
+near-tie that numerics can flip or something speculation did?
+
+The feature probes compare greedy texts and ask for no logprobs (a logprob request changes the
+request under test), so a divergence there is ``broken`` without a second look (``classify``,
+rule 5). Here each arm sends ``PROMPTS`` greedily with the replay's lossless pass
+(``replay/passes/lossless.py``): token ids and the top-2 log-probabilities of every position, by
+the engine's own protocol: vLLM's chat stream with ``logprobs`` and token ids, llama-server's
+``/completion`` with ``n_probs`` (its chat stream leaves speculated tokens out of ``logprobs``).
+Each prompt's pair is classified as the replay's mart classifies it
+(``sql/intermediate/int_greedy_pairs.sql``):
+
+- ``identical``: the same token ids;
+- ``near-tie``: at the first divergence the speculative arm took the baseline's runner-up and the
+  baseline's top-1 minus top-2 margin is at most the dtype's near-tie threshold
+  (``NEAR_TIE``: ``int_lossless_settings``' reasoned values; an unknown dtype, as an external
+  server's or llama.cpp's quantized one, reads bfloat16's 0.25 nats);
+- ``suspect``: anything else (another token, a wider margin, or one output a prefix of the other).
+
+One cell per level, ``lossless_greedy.c<level>`` (feature ``lossless``):
+- ``broken``: a suspect pair (the detail names the prompt, the position, both tokens and the margin);
+- ``works``: no suspect pair and the speculative arm drafted during the cell (its counters moved);
+- ``not tested``: nothing was drafted (or the server exports no speculation counter), or no pair
+  of both arms had token ids (the detail says which);
+- ``refused`` / ``not offered``: the speculative arm failed every request while the baseline
+  answered / the baseline failed every request too.
+
+The prompts ask for copies (prompt lookup drafts them, so the accepted path runs) and one open
+answer. Both arms send at once: each server is its own, and no pair is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from specdec.replay.compat.classify import counter
+from specdec.schemas.compat import CompatCell, Outcome
+from specdec.schemas.records import TrafficRow
+
+if TYPE_CHECKING:  # heavy (aiohttp): the pass is imported when a run sends it
+    import aiohttp
+
+    from specdec.http.urls import ClientSettings
+    from specdec.replay.compat.cells import Pair
+
+FEATURE = "lossless"
+NAME = "lossless_greedy"
+PROMPTS = (
+    "Repeat this Python code exactly, with nothing else:\n\n"
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n",
+    "Repeat this list exactly, with nothing else:\n\n"
+    "1. red\n2. green\n3. blue\n4. yellow\n5. purple\n6. orange\n7. black\n8. white\n",
+    "Copy this sentence twice: The quick brown fox jumps over the lazy dog.",
+    "Name three uses of a paper clip.",
+)
+MAX_TOKENS = 48
+#: One request at a time: the check is of the tokens, not of a batch (the replay's pass runs at
+#: every level of a run).
+LEVELS = (1,)
+#: The reasoned near-tie margin per dtype [nats], ``int_lossless_settings``' ``dtype_threshold``
+#: (its comment says why); any other dtype (unknown, auto, a quantized GGUF) reads bfloat16's.
+NEAR_TIE = {"float32": 0.001, "float16": 0.03, "bfloat16": 0.25}
+#: float32 rounding of the logprobs allowed over the threshold (as the mart: 1e-6 relative)
+_ROUNDING = 1e-6
+
+PairClass = Literal["identical", "near-tie", "suspect"]
+
+
+def probe_name(level: int) -> str:
+    return f"{NAME}.c{level}"
+
+
+def wanted(only: frozenset[str] | None, levels: tuple[int, ...]) -> tuple[int, ...]:
+    """The levels to send: all of ``levels`` unless ``only`` names probes, then those it names
+    (``lossless_greedy`` names every level)."""
+    if only is None or NAME in only:
+        return levels
+    return tuple(level for level in levels if probe_name(level) in only)
+
+
+def near_tie_threshold(dtype: str | None) -> float:
+    return NEAR_TIE.get(dtype or "unknown", NEAR_TIE["bfloat16"])
+
+
+@dataclass(frozen=True)
+class Classified:
+    kind: PairClass
+    position: int | None = None  # the first divergence (token index)
+    baseline_token: int | None = None
+    speculative_token: int | None = None
+    margin: float | None = None  # the baseline's top-1 minus top-2 log-probability there [nats]
+
+
+def classify_pair(baseline: Any, speculative: Any, threshold: float) -> Classified:
+    """One prompt's pair (``PassResult``s) as ``int_greedy_pairs`` classifies it."""
+    b, s = list(baseline.token_ids), list(speculative.token_ids)
+    if b == s:
+        return Classified("identical")
+    pos = next((i for i, (x, y) in enumerate(zip(b, s)) if x != y), min(len(b), len(s)))
+    if pos >= min(len(b), len(s)):  # one is a prefix of the other: nothing explains it
+        return Classified("suspect", pos)
+    runner_up = baseline.top2_token_ids[pos] if pos < len(baseline.top2_token_ids) else None
+    top1 = baseline.top1_logprobs[pos] if pos < len(baseline.top1_logprobs) else None
+    top2 = baseline.top2_logprobs[pos] if pos < len(baseline.top2_logprobs) else None
+    margin = top1 - top2 if top1 is not None and top2 is not None else None
+    near = (
+        runner_up is not None
+        and s[pos] == runner_up
+        and margin is not None
+        and math.isfinite(margin)
+        and margin <= threshold * (1 + _ROUNDING)
+    )
+    return Classified("near-tie" if near else "suspect", pos, b[pos], s[pos], margin)
+
+
+Read = Callable[[str], Awaitable[dict[str, Any] | None]]
+Diff = Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None]
+
+
+async def lossless_cells(
+    session: aiohttp.ClientSession,
+    pair: Pair,
+    model: str,
+    settings: ClientSettings,
+    run_id: str,
+    prefix: str,
+    read: Read,
+    diff: Diff,
+    levels: tuple[int, ...] = LEVELS,
+) -> list[tuple[CompatCell, dict[str, Any]]]:
+    """One cell per level with its evidence (per arm: request ids and counter differences), in
+    ``levels`` order. ``read(arm)``: the arm's counters now (settled); ``diff``: their difference.
+    ``prefix``: ``compat.<run>.<engine>`` (the probes' request-id scheme). The engine's protocol is
+    ``pair.lossless_protocol``; None (an external pair): vLLM's chat stream, and llama-server's
+    ``/completion`` where the baseline's stream carried no usable logprobs."""
+    from specdec.replay.passes.lossless import lossless_pass
+
+    rows = [
+        TrafficRow(prompt_id=f"g{i}", category="lossless", prompt=p, max_tokens=MAX_TOKENS, temperature=0.0)
+        for i, p in enumerate(PROMPTS)
+    ]
+    eps = {"baseline": pair.baseline, "speculative": pair.speculative}
+    protocol = pair.lossless_protocol
+
+    async def one_arm(arm: str, level: int, tag: str, how: str) -> tuple[list, dict[str, Any]]:
+        before = await read(arm)
+        got = await lossless_pass(session, eps[arm], model, rows, level, lambda i: f"{tag}.{i}", settings, protocol=how)
+        return got, {
+            "request_ids": [res.sent.request_id for _row, res in got],
+            "counters": diff(before, await read(arm)),
+        }
+
+    out = []
+    for level in levels:
+        name = probe_name(level)
+        tag = {arm: f"{prefix}.{name}.{arm}" for arm in eps}
+        if protocol is None:  # an external pair: find the protocol on the baseline, then send both
+            protocol = await _protocol_of(session, pair, model, rows[0], settings, f"{tag['baseline']}.probe")
+        done = await asyncio.gather(*(one_arm(arm, level, tag[arm], protocol) for arm in eps))
+        results = {arm: got for arm, (got, _ev) in zip(eps, done)}
+        evidence = {arm: ev for arm, (_got, ev) in zip(eps, done)}
+        cell = _cell(pair, run_id, name, level, results, evidence["speculative"]["counters"], protocol)
+        out.append((cell, evidence))
+    return out
+
+
+async def _protocol_of(session, pair: Pair, model: str, row: TrafficRow, settings, request_id: str) -> str:
+    """'chat' when the baseline's chat stream carries token ids and logprobs for every token; else
+    'completion' when its ``/completion`` does (llama-server); else 'chat' (its failure is the cell's)."""
+    from specdec.replay.passes.lossless import completion_one, lossless_one
+
+    chat = await lossless_one(session, pair.baseline, model, row, f"{request_id}.chat", settings)
+    if chat.sent.success or chat.sent.error_type != "bad_logprobs":
+        return "chat"
+    native = await completion_one(session, pair.baseline, model, row, f"{request_id}.completion", settings)
+    return "completion" if native.sent.success else "chat"
+
+
+def _cell(
+    pair: Pair,
+    run_id: str,
+    name: str,
+    level: int,
+    results: Mapping[str, list],
+    counters: Mapping[str, Any] | None,
+    protocol: str,
+) -> CompatCell:
+    ok = {arm: {row.prompt_id: res for row, res in got if res.sent.success} for arm, got in results.items()}
+    sent = sum(len(got) for got in results.values())
+    first_error = {
+        arm: next((_error(res) for _row, res in got if not res.sent.success), None) for arm, got in results.items()
+    }
+    drafted = counter(counters, "spec_num_draft_tokens")
+    accepted = counter(counters, "spec_num_accepted_tokens")
+    threshold = near_tie_threshold(pair.dtype)
+    pairs = {
+        p: classify_pair(ok["baseline"][p], ok["speculative"][p], threshold)
+        for p in sorted(ok["baseline"])
+        if p in ok["speculative"]
+    }
+    kinds = [c.kind for c in pairs.values()]
+    outcome: Outcome
+    if not ok["baseline"]:
+        outcome, detail = (
+            "not offered",
+            f"the baseline failed every greedy check with token ids: {first_error['baseline']}",
+        )
+    elif not ok["speculative"]:
+        outcome, detail = (
+            "refused",
+            f"the speculative server failed every greedy check the baseline answered: {first_error['speculative']}",
+        )
+    else:
+        outcome, detail = _judge(pairs, drafted, accepted, threshold, protocol, level)
+    return CompatCell(
+        run_id=run_id,
+        engine=pair.engine,
+        engine_version=pair.engine_version,
+        spec_method=pair.spec_method,
+        feature=FEATURE,
+        probe=name,
+        output_constraint=(
+            f"greedy token ids equal to the baseline's at {level} request(s) in flight, or a first divergence that "
+            f"took the baseline's runner-up within {threshold:g} nats (a near-tie)"
+        ),
+        identity_expected=True,
+        baseline_accepted=bool(ok["baseline"]),
+        speculative_accepted=bool(ok["speculative"]),
+        baseline_http_status=_status(results["baseline"]),
+        speculative_http_status=_status(results["speculative"]),
+        baseline_error=None if ok["baseline"] else first_error["baseline"],
+        speculative_error=None if ok["speculative"] else first_error["speculative"],
+        baseline_valid=None,
+        speculative_valid=None,
+        baseline_validity_detail="greedy: judged by the token ids",
+        speculative_validity_detail="greedy: judged by the token ids",
+        identical=(all(k == "identical" for k in kinds) if kinds else None),
+        first_divergence_char=None,
+        baseline_output_sha256=None,
+        speculative_output_sha256=None,
+        baseline_completion_tokens=_tokens(ok["baseline"].values()),
+        speculative_completion_tokens=_tokens(ok["speculative"].values()),
+        baseline_e2e_ms=None,
+        speculative_e2e_ms=None,
+        draft_tokens=drafted,
+        accepted_tokens=accepted,
+        drafts=counter(counters, "spec_num_drafts"),
+        plain_draft_tokens=None,
+        plain_accepted_tokens=None,
+        plain_drafts=None,
+        prefix_cache_hit_rate=None,
+        repeats=1,
+        lossless_identical=kinds.count("identical") if kinds else None,
+        lossless_near_ties=kinds.count("near-tie") if kinds else None,
+        lossless_suspect=kinds.count("suspect") if kinds else None,
+        outcome=outcome,
+        detail=detail,
+        requests_sent=sent,
+    )
+
+
+def _judge(
+    pairs: Mapping[str, Classified],
+    drafted: int | None,
+    accepted: int | None,
+    threshold: float,
+    protocol: str,
+    level: int,
+) -> tuple[Outcome, str]:
+    n = len(pairs)
+    how = "llama-server's /completion with n_probs" if protocol == "completion" else "the chat stream with logprobs"
+    if not n:
+        return "not tested", "no prompt was answered by both arms: no pair to compare"
+    suspect = {p: c for p, c in pairs.items() if c.kind == "suspect"}
+    near = sum(c.kind == "near-tie" for c in pairs.values())
+    same = n - len(suspect) - near
+    counts = (
+        f"{same} of {n} greedy pairs identical, {near} near-tie(s), {len(suspect)} suspect ({how}, {level} in flight)"
+    )
+    if suspect:
+        p, c = next(iter(sorted(suspect.items())))
+        margin = "no top-2 margin" if c.margin is None else f"baseline margin {c.margin:.3g} nats"
+        what = (
+            "one output is a prefix of the other"
+            if c.baseline_token is None
+            else f"token {c.speculative_token} for the baseline's {c.baseline_token}, {margin} (near-tie threshold {threshold:g})"
+        )
+        return "broken", f"speculation changed a greedy output: {counts}; first: {p} at token {c.position}: {what}"
+    if not drafted:
+        why = "the server exports no speculation counter" if drafted is None else "nothing was drafted"
+        return "not tested", f"{counts}, but {why} during the checks: speculation's own tokens were not checked"
+    if not accepted:
+        why = (
+            "the server exports no acceptance counter"
+            if accepted is None
+            else f"none of the {drafted} drafted tokens was accepted"
+        )
+        return "not tested", f"{counts}, but {why}: no token of speculation's own was checked"
+    return "works", f"{counts}; {drafted} tokens drafted, {accepted} accepted"
+
+
+def _status(got: list) -> int | None:
+    return next((res.sent.http_status for _row, res in got if res.sent.http_status), None)
+
+
+def _tokens(ok: Any) -> int | None:
+    ok = list(ok)
+    return sum(len(res.token_ids) for res in ok) if ok else None
+
+
+def _error(res: Any) -> str:
+    s = res.sent
+    return f"{s.error_type or 'failed'}: {(s.error_message or '')[:200]}".rstrip(": ")
