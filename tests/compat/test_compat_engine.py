@@ -13,7 +13,8 @@ sent twice within its repeat (two pairs: the interval's path); logit_bias (the
 /tokenize context); a penalty whose plain twin is the stream's (a twin's sends
 reused); both multi-turn sessions (the prefix cache by turn, on and off); the
 long input (max_model_len from /v1/models); and the sampling cell at one level of 4 with 3
-seeds (both arms sampling at once, re-scored on the baseline, the permutation test). Every probe's outcome and check is
+seeds (both arms sampling at once, re-scored on the baseline, the permutation test); the lossless cell at
+one level (token ids and top-2 logprobs from the chat stream). Every probe's outcome and check is
 unit-tested on recorded replies (tests/compat/test_probing.py,
 test_classify.py and beside them); the full matrix at its default repeats is a
 command (``specdec compat``), not a test. The statistical properties of the
@@ -29,7 +30,7 @@ import pytest
 
 from specdec.analytics.sampling_check import DIFFERS, compare
 from specdec.http.urls import ClientSettings, parse_endpoint
-from specdec.replay.compat import sampling_cells
+from specdec.replay.compat import lossless_cells, sampling_cells
 from specdec.replay.compat.capture_check import read_capture, reconcile
 from specdec.replay.compat.probes import ProbeContext, probe_set
 from specdec.replay.compat.probing import Pair, probe_pair
@@ -76,11 +77,12 @@ def cells(vllm_pair):
             settings,
             "compat-engine",
             echo=print,
-            only=ENGINE_PROBES | {sampling_cells.NAME},
+            only=ENGINE_PROBES | {sampling_cells.NAME, lossless_cells.NAME},
             repeats=REPEATS,
             sampling=sampling_cells.Test(compare, DIFFERS),
             sampling_levels=(SAMPLING_LEVEL,),
             sampling_seeds=SAMPLING_SEEDS,
+            lossless_levels=(1,),
         )
     )
     found = reconcile(found, sent, read_capture(vllm_pair.capture_dir, "compat-engine", wait_s=15.0))
@@ -97,10 +99,10 @@ def test_every_probe_gets_a_cell_with_an_outcome(cells):
     # the server reports max_model_len and has /tokenize: the long-input and logit_bias probes are built
     every = {p.name for p in probe_set(ProbeContext(2048, "x", 1))}
     assert ENGINE_PROBES <= every  # every name chosen is a probe of the set
-    assert {e["probe"] for e in sent} == ENGINE_PROBES | {sampling_cells.NAME}
+    assert {e["probe"] for e in sent} == ENGINE_PROBES | {sampling_cells.NAME, lossless_cells.NAME}
     sessions = {p.name for p in probe_set(ProbeContext(2048, "x", 1)) if p.session} & ENGINE_PROBES
     turns = {f"{name}.turn{t}" for name in sessions for t in (1, 2, 3)}
-    sampled = {sampling_cells.probe_name(SAMPLING_LEVEL)}
+    sampled = {sampling_cells.probe_name(SAMPLING_LEVEL), lossless_cells.probe_name(1)}
     assert {c.probe for c in found} == (ENGINE_PROBES - sessions) | turns | sampled
     assert all(c.outcome in OUTCOMES and c.detail for c in found)
 
@@ -112,7 +114,7 @@ def test_every_cell_has_its_evidence(cells):
             assert c.baseline_accepted and not c.speculative_accepted and c.speculative_error
         elif c.outcome in ("works", "degrades", "broken", "not tested"):
             assert c.baseline_accepted and c.speculative_accepted, c.probe
-            if c.sampling_level is None:  # a sampling cell has many outputs: its evidence is its test's figures
+            if c.sampling_level is None and c.feature != "lossless":  # many outputs: the cell's figures say
                 assert c.baseline_output_sha256 and c.speculative_output_sha256
             # the engine's counters were read around the cell's own requests
             assert c.draft_tokens is not None and c.accepted_tokens is not None, c.probe
@@ -123,8 +125,17 @@ def test_every_cell_has_its_evidence(cells):
             assert c.identical is True
         if c.outcome == "works":  # issue 43: the speculative arm drafted in a works cell
             assert c.draft_tokens, (c.probe, c.detail)
-        if c.outcome == "not tested" and c.sampling_level is None:  # nothing drafted with the feature, nor twin
+        if c.outcome == "not tested" and c.sampling_level is None and c.feature != "lossless":  # no draft, nor twin
             assert c.draft_tokens == 0 and not c.plain_draft_tokens, (c.probe, c.detail)
+
+
+def test_the_lossless_cell_reads_token_ids_and_top2_on_the_engine(cells):
+    """The chat stream's logprobs path on the real engine (issue 43, item 3): the copy prompts draft, the
+    pairs are classified, and on the float32 pair nothing is suspect."""
+    (c,) = [c for c in cells[0] if c.feature == "lossless"]
+    n = len(lossless_cells.PROMPTS)
+    assert c.outcome == "works" and c.draft_tokens and c.accepted_tokens, c.detail
+    assert c.lossless_identical + c.lossless_near_ties == n and c.lossless_suspect == 0, c.detail
 
 
 def test_speculation_ran_on_the_plain_code_prompt(cells):
@@ -138,7 +149,7 @@ def test_every_timed_cell_has_a_paired_speedup_from_its_own_pairs(cells):
     twin_sent_by = {e["probe"]: e["twin_sent_by"] for e in sent}
     for c in found:
         timed = ("works", "degrades", "broken", "not tested")
-        if c.sampling_level is not None:  # not timed pairs: no speed (test_the_sampling_cell_...)
+        if c.sampling_level is not None or c.feature == "lossless":  # not timed pairs: no speed
             assert c.speedup is None and c.speed_label is None, c.probe
         elif c.outcome in timed and c.baseline_accepted and c.speculative_accepted:
             # one pair per feature request sent: 1 per repeat, the seeded probe's 2 (sent twice in its repeat)
