@@ -229,3 +229,79 @@ def _acceptance_fields(prefix: str, acceptance: classify.Acceptance) -> dict[str
         f"{prefix}accepted_tokens": acceptance.accepted_tokens,
         f"{prefix}drafts": acceptance.drafts,
     }
+
+
+def untimed_cell(
+    pair: Pair,
+    run_id: str,
+    results: Mapping[str, list],
+    counters: Mapping[str, Any] | None,
+    judged_by: str,
+    **fields: Any,
+) -> CompatCell:
+    """A cell of a pass the matrix runs beside the probes (the sampling and lossless cells): many
+    untimed requests per arm (``results``: per arm, (row, result) with the result's ``stream``), no
+    single output, no twin, no speed. ``judged_by``: what judges the outputs (each arm's validity
+    detail); ``fields``: the cell's own (feature, probe, outcome, detail, ...)."""
+    ok = {arm: [res for _row, res in got if passed(res)] for arm, got in results.items()}
+    return CompatCell(
+        run_id=run_id,
+        engine=pair.engine,
+        engine_version=pair.engine_version,
+        spec_method=pair.spec_method,
+        baseline_accepted=bool(ok["baseline"]),
+        speculative_accepted=bool(ok["speculative"]),
+        baseline_http_status=first_status(results["baseline"]),
+        speculative_http_status=first_status(results["speculative"]),
+        baseline_error=None if ok["baseline"] else first_failure(results["baseline"]),
+        speculative_error=None if ok["speculative"] else first_failure(results["speculative"]),
+        baseline_valid=None,
+        speculative_valid=None,
+        baseline_validity_detail=judged_by,
+        speculative_validity_detail=judged_by,
+        first_divergence_char=None,
+        baseline_output_sha256=None,
+        speculative_output_sha256=None,
+        baseline_completion_tokens=_token_count(ok["baseline"]),
+        speculative_completion_tokens=_token_count(ok["speculative"]),
+        baseline_e2e_ms=None,
+        speculative_e2e_ms=None,
+        draft_tokens=classify.counter(counters, "spec_num_draft_tokens"),
+        accepted_tokens=classify.counter(counters, "spec_num_accepted_tokens"),
+        drafts=classify.counter(counters, "spec_num_drafts"),
+        plain_draft_tokens=None,
+        plain_accepted_tokens=None,
+        plain_drafts=None,
+        prefix_cache_hit_rate=None,
+        repeats=1,
+        requests_sent=sum(len(got) for got in results.values()),
+        **fields,
+    )
+
+
+def passed(res: Any) -> bool:
+    """An untimed pass's request that succeeded."""
+    return res.stream is not None and res.stream.success
+
+
+def first_status(got: list) -> int | None:
+    """The first HTTP status among an arm's (row, result) pairs."""
+    return next(
+        (res.stream.http_status for _row, res in got if res.stream is not None and res.stream.http_status), None
+    )
+
+
+def first_failure(got: list) -> str | None:
+    """The first failed request's type and message among an arm's (row, result) pairs."""
+    return next((failure_text(res) for _row, res in got if not passed(res)), None)
+
+
+def failure_text(res: Any) -> str:
+    s = res.stream
+    if s is None:
+        return "no reply"
+    return f"{s.error_type or 'failed'}: {(s.error_message or '')[:200]}".rstrip(": ")
+
+
+def _token_count(ok: list) -> int | None:
+    return sum(len(res.token_ids or ()) for res in ok) if ok else None

@@ -190,13 +190,9 @@ def _cell(
     counters: Mapping[str, Any] | None,
     protocol: str,
 ) -> CompatCell:
+    from specdec.replay.compat.cells import first_failure, untimed_cell
+
     ok = {arm: {row.prompt_id: res for row, res in got if res.sent.success} for arm, got in results.items()}
-    sent = sum(len(got) for got in results.values())
-    first_error = {
-        arm: next((_error(res) for _row, res in got if not res.sent.success), None) for arm, got in results.items()
-    }
-    drafted = counter(counters, "spec_num_draft_tokens")
-    accepted = counter(counters, "spec_num_accepted_tokens")
     threshold = near_tie_threshold(pair.dtype)
     pairs = {
         p: classify_pair(ok["baseline"][p], ok["speculative"][p], threshold)
@@ -206,22 +202,22 @@ def _cell(
     kinds = [c.kind for c in pairs.values()]
     outcome: Outcome
     if not ok["baseline"]:
-        outcome, detail = (
-            "not offered",
-            f"the baseline failed every greedy check with token ids: {first_error['baseline']}",
-        )
+        failed = first_failure(results["baseline"])
+        outcome, detail = "not offered", f"the baseline failed every greedy check with token ids: {failed}"
     elif not ok["speculative"]:
-        outcome, detail = (
-            "refused",
-            f"the speculative server failed every greedy check the baseline answered: {first_error['speculative']}",
-        )
+        failed = first_failure(results["speculative"])
+        outcome, detail = "refused", f"the speculative server failed every greedy check the baseline answered: {failed}"
     else:
-        outcome, detail = _judge(pairs, drafted, accepted, threshold, protocol, level)
-    return CompatCell(
-        run_id=run_id,
-        engine=pair.engine,
-        engine_version=pair.engine_version,
-        spec_method=pair.spec_method,
+        drafted = counter(counters, "spec_num_draft_tokens")
+        outcome, detail = _judge(
+            pairs, drafted, counter(counters, "spec_num_accepted_tokens"), threshold, protocol, level
+        )
+    return untimed_cell(
+        pair,
+        run_id,
+        results,
+        counters,
+        "greedy: judged by the token ids",
         feature=FEATURE,
         probe=name,
         output_constraint=(
@@ -229,38 +225,12 @@ def _cell(
             f"took the baseline's runner-up within {threshold:g} nats (a near-tie)"
         ),
         identity_expected=True,
-        baseline_accepted=bool(ok["baseline"]),
-        speculative_accepted=bool(ok["speculative"]),
-        baseline_http_status=_status(results["baseline"]),
-        speculative_http_status=_status(results["speculative"]),
-        baseline_error=None if ok["baseline"] else first_error["baseline"],
-        speculative_error=None if ok["speculative"] else first_error["speculative"],
-        baseline_valid=None,
-        speculative_valid=None,
-        baseline_validity_detail="greedy: judged by the token ids",
-        speculative_validity_detail="greedy: judged by the token ids",
         identical=(all(k == "identical" for k in kinds) if kinds else None),
-        first_divergence_char=None,
-        baseline_output_sha256=None,
-        speculative_output_sha256=None,
-        baseline_completion_tokens=_tokens(ok["baseline"].values()),
-        speculative_completion_tokens=_tokens(ok["speculative"].values()),
-        baseline_e2e_ms=None,
-        speculative_e2e_ms=None,
-        draft_tokens=drafted,
-        accepted_tokens=accepted,
-        drafts=counter(counters, "spec_num_drafts"),
-        plain_draft_tokens=None,
-        plain_accepted_tokens=None,
-        plain_drafts=None,
-        prefix_cache_hit_rate=None,
-        repeats=1,
         lossless_identical=kinds.count("identical") if kinds else None,
         lossless_near_ties=kinds.count("near-tie") if kinds else None,
         lossless_suspect=kinds.count("suspect") if kinds else None,
         outcome=outcome,
         detail=detail,
-        requests_sent=sent,
     )
 
 
@@ -302,17 +272,3 @@ def _judge(
         )
         return "not tested", f"{counts}, but {why}: no token of speculation's own was checked"
     return "works", f"{counts}; {drafted} tokens drafted, {accepted} accepted"
-
-
-def _status(got: list) -> int | None:
-    return next((res.sent.http_status for _row, res in got if res.sent.http_status), None)
-
-
-def _tokens(ok: Any) -> int | None:
-    ok = list(ok)
-    return sum(len(res.token_ids) for res in ok) if ok else None
-
-
-def _error(res: Any) -> str:
-    s = res.sent
-    return f"{s.error_type or 'failed'}: {(s.error_message or '')[:200]}".rstrip(": ")

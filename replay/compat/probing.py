@@ -195,23 +195,14 @@ async def probe_pair(
             made = await sampling_cells.sampling_cells(
                 session, pair, model, settings, run_id, prefix, read, _diff, sampling, levels, sampling_seeds
             )
-            sent.append(
-                {
-                    "probe": sampling_cells.NAME,
-                    "feature": sampling_cells.FEATURE,
-                    "repeats": 1,
-                    "design": {
-                        "prompts": list(sampling_cells.PROMPTS),
-                        "seeds_per_prompt": sampling_seeds,
-                        "max_tokens": sampling_cells.MAX_TOKENS,
-                        "temperature": sampling_cells.TEMPERATURE,
-                        "levels": list(levels),
-                    },
-                    "twin_sent_by": None,
-                    "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
-                    "log_ratios": {},  # no timed pair: the speed is not judged
-                }
-            )
+            design = {
+                "prompts": list(sampling_cells.PROMPTS),
+                "seeds_per_prompt": sampling_seeds,
+                "max_tokens": sampling_cells.MAX_TOKENS,
+                "temperature": sampling_cells.TEMPERATURE,
+                "levels": list(levels),
+            }
+            sent.append(_pass_entry(sampling_cells.NAME, sampling_cells.FEATURE, design, made))
             took(made)
         levels = lossless_cells.wanted(only, lossless_levels)
         if levels:
@@ -221,28 +212,33 @@ async def probe_pair(
             made = await lossless_cells.lossless_cells(
                 session, pair, model, settings, run_id, prefix, read, _diff, levels
             )
-            sent.append(
-                {
-                    "probe": lossless_cells.NAME,
-                    "feature": lossless_cells.FEATURE,
-                    "repeats": 1,
-                    "design": {
-                        "prompts": list(lossless_cells.PROMPTS),
-                        "max_tokens": lossless_cells.MAX_TOKENS,
-                        "levels": list(levels),
-                        "near_tie_threshold": lossless_cells.near_tie_threshold(pair.dtype),
-                    },
-                    "twin_sent_by": None,
-                    "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
-                    "log_ratios": {},  # no timed pair: the speed is not judged
-                }
-            )
+            design = {
+                "prompts": list(lossless_cells.PROMPTS),
+                "max_tokens": lossless_cells.MAX_TOKENS,
+                "levels": list(levels),
+                "near_tie_threshold": lossless_cells.near_tie_threshold(pair.dtype),
+            }
+            sent.append(_pass_entry(lossless_cells.NAME, lossless_cells.FEATURE, design, made))
             took(made)
     ratios = {name: rows for entry in sent for name, rows in entry["log_ratios"].items()}
     found = speed.judge_cells(found, ratios, machinery)
     if machinery is not None:
         keep(list(found))
     return found, sent
+
+
+def _pass_entry(probe: str, feature: str, design: dict[str, Any], made: list[tuple[CompatCell, Any]]) -> dict[str, Any]:
+    """The manifest entry of a pass the matrix runs beside the probes (sampling, lossless): its design,
+    and per cell each arm's request ids and counter differences; no twin, no timed pair (no speed)."""
+    return {
+        "probe": probe,
+        "feature": feature,
+        "repeats": 1,
+        "design": design,
+        "twin_sent_by": None,
+        "cells": {c.probe: {a: ev[a] for a in ("baseline", "speculative")} for c, ev in made},
+        "log_ratios": {},
+    }
 
 
 async def reachable(session: aiohttp.ClientSession, arm: str, ep: Endpoint, settings: ClientSettings) -> None:

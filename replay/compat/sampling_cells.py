@@ -170,7 +170,9 @@ async def sampling_cells(
 def _untestable(baseline: list, level: int) -> tuple[Outcome, str] | None:
     """Why no level can be tested on this baseline, from its samples at ``level``: it reports no
     prompt token ids (nothing can be re-scored), or it failed every sample; None: it can."""
-    answered = [res for _row, res in baseline if _ok(res)]
+    from specdec.replay.compat.cells import failure_text, passed
+
+    answered = [res for _row, res in baseline if passed(res)]
     if answered and not any(res.prompt_token_ids for res in answered):
         return (
             "not tested",
@@ -178,7 +180,7 @@ def _untestable(baseline: list, level: int) -> tuple[Outcome, str] | None:
             "(vLLM's return_token_ids), so no sample can be re-scored by teacher forcing on it",
         )
     if baseline and not answered:
-        first = next((_error(res) for _row, res in baseline), "no reply")
+        first = next((failure_text(res) for _row, res in baseline), "no reply")
         return "not offered", f"the baseline failed every seeded sample with logprobs at level {level}: {first}"
     return None
 
@@ -193,30 +195,33 @@ def _cell(
     test: Test | None,
     said: tuple[Outcome, str] | None = None,
 ) -> CompatCell:
-    ok = {arm: [res for _row, res in got if _ok(res)] for arm, got in results.items()}
-    sent = sum(len(got) for got in results.values())
-    first_error = {arm: next((_error(res) for _row, res in got if not _ok(res)), None) for arm, got in results.items()}
+    from specdec.replay.compat.cells import first_failure, passed, untimed_cell
+
+    ok = {arm: [res for _row, res in got if passed(res)] for arm, got in results.items()}
     drafted = counter(counters, "spec_num_draft_tokens")
     accepted = counter(counters, "spec_num_accepted_tokens")
-    rounds = counter(counters, "spec_num_drafts")
     figures: dict[str, Any] = {}
     outcome: Outcome
     if said is not None:  # not judged from this level's own samples (``_untestable``)
         outcome, detail = said
     elif not ok["baseline"]:
-        outcome, detail = "not offered", f"the baseline failed every seeded sample: {first_error['baseline']}"
+        outcome, detail = (
+            "not offered",
+            f"the baseline failed every seeded sample: {first_failure(results['baseline'])}",
+        )
     elif not ok["speculative"]:
         outcome, detail = (
             "refused",
-            f"the speculative server failed every sample the baseline gave: {first_error['speculative']}",
+            f"the speculative server failed every sample the baseline gave: {first_failure(results['speculative'])}",
         )
     else:
         outcome, detail, figures = _judge(results, level, drafted, accepted, test)
-    return CompatCell(
-        run_id=run_id,
-        engine=pair.engine,
-        engine_version=pair.engine_version,
-        spec_method=pair.spec_method,
+    return untimed_cell(
+        pair,
+        run_id,
+        results,
+        counters,
+        "sampled: judged by the distribution test",
         feature=FEATURE,
         probe=name,
         output_constraint=(
@@ -224,32 +229,7 @@ def _cell(
             "in flight (the re-scored log-probability, permutation test)"
         ),
         identity_expected=False,
-        baseline_accepted=bool(ok["baseline"]),
-        speculative_accepted=bool(ok["speculative"]),
-        baseline_http_status=_status(results["baseline"]),
-        speculative_http_status=_status(results["speculative"]),
-        baseline_error=None if ok["baseline"] else first_error["baseline"],
-        speculative_error=None if ok["speculative"] else first_error["speculative"],
-        baseline_valid=None,
-        speculative_valid=None,
-        baseline_validity_detail="sampled: judged by the distribution test",
-        speculative_validity_detail="sampled: judged by the distribution test",
         identical=None,
-        first_divergence_char=None,
-        baseline_output_sha256=None,
-        speculative_output_sha256=None,
-        baseline_completion_tokens=_tokens(ok["baseline"]),
-        speculative_completion_tokens=_tokens(ok["speculative"]),
-        baseline_e2e_ms=None,
-        speculative_e2e_ms=None,
-        draft_tokens=drafted,
-        accepted_tokens=accepted,
-        drafts=rounds,
-        plain_draft_tokens=None,
-        plain_accepted_tokens=None,
-        plain_drafts=None,
-        prefix_cache_hit_rate=None,
-        repeats=1,
         sampling_level=level,
         sampling_pairs=figures.get("pairs"),
         sampling_p_value=figures.get("p_value"),
@@ -257,7 +237,6 @@ def _cell(
         sampling_min_detectable_shift=figures.get("min_detectable_shift"),
         outcome=outcome,
         detail=detail,
-        requests_sent=sent,
     )
 
 
@@ -317,25 +296,3 @@ def _judge(
         f"{shift:+.2f} nats, p = {p:.3g}{power}",
         figures,
     )
-
-
-def _ok(res: Any) -> bool:
-    """A sample whose request succeeded."""
-    return res.stream is not None and res.stream.success
-
-
-def _status(got: list) -> int | None:
-    return next(
-        (res.stream.http_status for _row, res in got if res.stream is not None and res.stream.http_status), None
-    )
-
-
-def _tokens(ok: list) -> int | None:
-    return sum(len(res.token_ids or ()) for res in ok) if ok else None
-
-
-def _error(res: Any) -> str:
-    s = res.stream
-    if s is None:
-        return "no reply"
-    return f"{s.error_type or 'failed'}: {(s.error_message or '')[:200]}".rstrip(": ")
