@@ -83,6 +83,13 @@ def wanted(only: frozenset[str] | None, levels: tuple[int, ...]) -> tuple[int, .
     return tuple(level for level in levels if probe_name(level) in only)
 
 
+def _rows() -> list[TrafficRow]:
+    return [
+        TrafficRow(prompt_id=f"g{i}", category="lossless", prompt=p, max_tokens=MAX_TOKENS, temperature=0.0)
+        for i, p in enumerate(PROMPTS)
+    ]
+
+
 def near_tie_threshold(dtype: str | None) -> float:
     return NEAR_TIE.get(dtype or "unknown", NEAR_TIE["bfloat16"])
 
@@ -140,10 +147,7 @@ async def lossless_cells(
     ``/completion`` where the baseline's stream carried no usable logprobs."""
     from specdec.replay.passes.lossless import lossless_pass
 
-    rows = [
-        TrafficRow(prompt_id=f"g{i}", category="lossless", prompt=p, max_tokens=MAX_TOKENS, temperature=0.0)
-        for i, p in enumerate(PROMPTS)
-    ]
+    rows = _rows()
     eps = {"baseline": pair.baseline, "speculative": pair.speculative}
     protocol = pair.lossless_protocol
 
@@ -272,3 +276,60 @@ def _judge(
         )
         return "not tested", f"{counts}, but {why}: no token of speculation's own was checked"
     return "works", f"{counts}; {drafted} tokens drafted, {accepted} accepted"
+
+
+async def greedy_pairs(
+    session: aiohttp.ClientSession,
+    baseline: Any,
+    speculative: Any,
+    model: str,
+    settings: ClientSettings,
+    prefix: str,
+    protocol: str,
+    threshold: float,
+) -> dict[str, Classified] | str:
+    """The lossless check on one pair of endpoints (both at once, one request at a time each): per
+    prompt answered by both arms its class, or why there is none (an arm failed every check)."""
+    from specdec.replay.compat.cells import first_failure
+    from specdec.replay.passes.lossless import lossless_pass
+
+    rows = _rows()
+    got = await asyncio.gather(
+        *(
+            lossless_pass(
+                session, ep, model, rows, 1, lambda i, a=arm: f"{prefix}.{a}.{i}", settings, protocol=protocol
+            )
+            for arm, ep in (("baseline", baseline), ("speculative", speculative))
+        )
+    )
+    ok = [{row.prompt_id: res for row, res in arm if res.sent.success} for arm in got]
+    for arm, answered, results in zip(("baseline", "speculative"), ok, got):
+        if not answered:
+            return f"the {arm} arm failed every greedy check: {first_failure(results)}"
+    return {p: classify_pair(ok[0][p], ok[1][p], threshold) for p in sorted(ok[0]) if p in ok[1]}
+
+
+def with_lossless(cell: CompatCell, pairs: Mapping[str, Classified] | str) -> CompatCell:
+    """A timed cell with the lossless check of its own pair of servers beside it (the quantization
+    cells): the counts, and ``broken`` where a pair is suspect; a check that could not run is said in
+    the detail and changes nothing else."""
+    if isinstance(pairs, str):
+        return cell.model_copy(update={"detail": f"{cell.detail}; lossless not checked: {pairs}"})
+    kinds = [c.kind for c in pairs.values()]
+    counts = f"lossless: {kinds.count('identical')} of {len(kinds)} greedy pairs identical, {kinds.count('near-tie')} near-tie(s)"
+    update: dict[str, Any] = {
+        "lossless_identical": kinds.count("identical"),
+        "lossless_near_ties": kinds.count("near-tie"),
+        "lossless_suspect": kinds.count("suspect"),
+        "detail": f"{cell.detail}; {counts}",
+    }
+    suspect = [(p, c) for p, c in sorted(pairs.items()) if c.kind == "suspect"]
+    if suspect and cell.outcome in ("works", "degrades", "not tested"):
+        p, c = suspect[0]
+        margin = "no top-2 margin" if c.margin is None else f"baseline margin {c.margin:.3g} nats"
+        update |= {
+            "outcome": "broken",
+            "detail": f"speculation changed a greedy output ({len(suspect)} suspect of {len(kinds)}; first: {p} at token "
+            f"{c.position}, {margin}); {cell.detail}",
+        }
+    return cell.model_copy(update=update)

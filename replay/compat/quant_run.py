@@ -3,7 +3,10 @@ classifies one cell): the target at 4 bits (Q4_1 as shipped), 8 (Q8_0) and 16
 (F16), each against the draft at 4 and 8 bits (``--spec-type draft-simple``)
 and against the draft-free prompt lookup that the feature probes use
 (``ngram-mod``), with llama.cpp's default draft lengths, one thread per server
-(``timing.LLAMA_THREADS``).
+(``timing.LLAMA_THREADS``). After each cell's timed requests, the lossless check of the
+lossless cells (``lossless_cells.greedy_pairs``: token ids and top-2 probabilities from
+``/completion``) runs on the same pair: a quantized target with a quantized draft gets the same
+lossless statement as the feature pairs, and a suspect pair makes the cell ``broken``.
 
 Per target, one ``llama-server`` without speculation stays up while the
 speculative servers of its cells start, are measured and stop, one after the
@@ -31,7 +34,7 @@ from specdec.engines.llama_cpp_quant import QuantFile, quantized_ggufs
 from specdec.engines.server import LlamaServer, start_all
 from specdec.errors import SpecdecError
 from specdec.http.urls import ClientSettings, parse_endpoint
-from specdec.replay.compat import classify
+from specdec.replay.compat import classify, lossless_cells
 from specdec.replay.compat.quant import (
     QUANT_FEATURE,
     QuantArm,
@@ -118,9 +121,12 @@ def run_quant(
                 with contextlib.ExitStack() as inner:
                     spec_error = None if base_error else _start(inner, spec)
                     m = _measure(run_id, name, base, spec, base_error, spec_error, settings, adapter, repeats)
+                    checked = None if base_error or spec_error else _lossless(run_id, name, base, spec, settings)
                 cell = quant_cell(
                     run_id, engine_version, (target.gguf_type, bits), arm, m, None if bits == 4 else refs.get(arm.label)
                 )
+                if checked is not None:  # after the speed's counters: the checks' drafts are not the cell's
+                    cell = lossless_cells.with_lossless(cell, checked)
                 if bits == 4 and cell.draft_tokens is not None:
                     refs[arm.label] = classify.Acceptance(cell.draft_tokens, cell.accepted_tokens, cell.drafts)
                 out.cells.append(cell)
@@ -141,6 +147,28 @@ def _start(stack: contextlib.ExitStack, server: LlamaServer) -> str | None:
     except SpecdecError as exc:
         return str(exc)
     return None
+
+
+def _lossless(
+    run_id: str, name: str, base: LlamaServer, spec: LlamaServer, settings: ClientSettings
+) -> dict[str, lossless_cells.Classified] | str:
+    """The lossless check on the cell's pair (``lossless_cells``: llama-server's /completion with
+    n_probs; a quantized target's dtype is unknown: bfloat16's near-tie margin)."""
+
+    async def go() -> dict[str, lossless_cells.Classified] | str:
+        async with aiohttp.ClientSession(connector=fresh_connections()) as session:
+            return await lossless_cells.greedy_pairs(
+                session,
+                parse_endpoint(base.base_url),
+                parse_endpoint(spec.base_url),
+                MODEL,
+                settings,
+                f"compat.{run_id}.llama_cpp.{name}.lossless",
+                "completion",
+                lossless_cells.near_tie_threshold(None),
+            )
+
+    return asyncio.run(go())
 
 
 def _measure(

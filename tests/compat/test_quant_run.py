@@ -12,7 +12,7 @@ import pytest
 
 from specdec.engines.llama_cpp_quant import QuantFile, sha256_of
 from specdec.http.urls import ClientSettings
-from specdec.replay.compat import quant_run
+from specdec.replay.compat import lossless_cells, quant_run
 
 FAKE = Path(__file__).parents[1] / "support" / "fake_quant_llama.py"
 SETTINGS = ClientSettings(connect_timeout_s=5, request_timeout_s=10)
@@ -45,12 +45,28 @@ def test_every_target_and_configuration_gets_a_cell(tmp_path, fake_files, monkey
             c = cells[f"target-{target}.{arm}"]
             assert c.outcome == "works", c.detail
             assert c.speedup_pairs == 6 and c.speedup is not None and (c.draft_tokens, c.accepted_tokens) == (48, 36)
+            # the lossless check on the cell's own pair, after its timed requests (their counters untouched)
+            assert (c.lossless_identical, c.lossless_suspect) == (len(lossless_cells.PROMPTS), 0), c.detail
     # the reference of the 8- and 16-bit targets' cells is the shipped target's cell of the same configuration
     assert cells["target-f16.draft-q4_1"].plain_draft_tokens == 48
     assert cells["target-q4_1.draft-q4_1"].plain_draft_tokens is None
     assert {k: v["sha256"] for k, v in q.files.items()} == {f.gguf_type: f.sha256 for f in files.values()}
     args = q.servers["target-f16.draft-q4_1"]["speculative_server_args"]
     assert args[args.index("-md") + 1] == files[4].path and args[args.index("-m") + 1] == files[16].path
+
+
+def test_a_draft_that_changes_a_greedy_token_breaks_its_cell(tmp_path, fake_files, monkeypatch):
+    """Issue 43, item 3: a quantized target with a draft gets the lossless statement of the feature
+    pairs; a divergence nothing explains (not the runner-up) makes the cell broken, and names it."""
+    _, binary = fake_files
+    monkeypatch.setenv("FAKE_QUANT_FLIP", "Q4_1")  # the 4-bit draft's server emits another token
+    only = frozenset({"target-q8_0.draft-q4_1", "target-q8_0.ngram-mod"})
+    q = quant_run.run_quant(tmp_path / "run", "r1", SETTINGS, "v", 30.0, echo=lambda _: None, only=only, binary=binary)
+    cells = {c.probe: c for c in q.cells}
+    flipped = cells["target-q8_0.draft-q4_1"]
+    assert flipped.outcome == "broken" and "speculation changed a greedy output" in flipped.detail, flipped.detail
+    assert flipped.lossless_suspect == len(lossless_cells.PROMPTS) and "at token 2" in flipped.detail
+    assert cells["target-q8_0.ngram-mod"].outcome == "works" and cells["target-q8_0.ngram-mod"].lossless_suspect == 0
 
 
 def test_probe_names_pick_the_cells(tmp_path, fake_files):
