@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from specdec.replay.compat.classify import counter
+from specdec.replay.compat.sampling_cells import Diff, Read  # the same counter reader and difference
 from specdec.schemas.compat import CompatCell, Outcome
 from specdec.schemas.records import TrafficRow
 
@@ -123,10 +124,6 @@ def classify_pair(baseline: Any, speculative: Any, threshold: float) -> Classifi
         and margin <= threshold * (1 + _ROUNDING)
     )
     return Classified("near-tie" if near else "suspect", pos, b[pos], s[pos], margin)
-
-
-Read = Callable[[str], Awaitable[dict[str, Any] | None]]
-Diff = Callable[[dict[str, Any] | None, dict[str, Any] | None], dict[str, Any] | None]
 
 
 async def lossless_cells(
