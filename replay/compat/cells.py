@@ -52,6 +52,8 @@ class Pair:
     #: how the lossless cell asks for token ids (an engine's ``lossless_protocol``; None: found on the baseline)
     lossless_protocol: str | None = None
     dtype: str | None = None  # the servers' model dtype where known (the lossless cell's near-tie margin)
+    #: the engine's name in request ids (None: ``engine``); a further pair of one engine has its own
+    id_tag: str | None = None
 
 
 @dataclass

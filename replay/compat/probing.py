@@ -167,7 +167,7 @@ async def probe_pair(
             if only is not None and probe.name not in only:
                 continue
             checkpoint()
-            prefix = f"compat.{run_id}.{_slug(pair.engine)}.{probe.name}"
+            prefix = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}.{probe.name}"
             logs, twin_from = await _send_probe(
                 session, pair, probe, model, settings, prefix, seq, repeats, twins, watch
             )
@@ -190,7 +190,7 @@ async def probe_pair(
         levels = sampling_cells.wanted(only, sampling_levels)
         if levels:
             checkpoint()
-            prefix = f"compat.{run_id}.{_slug(pair.engine)}"
+            prefix = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}"
             read = _counter_reader(session, pair, settings)
             made = await sampling_cells.sampling_cells(
                 session, pair, model, settings, run_id, prefix, read, _diff, sampling, levels, sampling_seeds
@@ -207,7 +207,7 @@ async def probe_pair(
         levels = lossless_cells.wanted(only, lossless_levels)
         if levels:
             checkpoint()
-            prefix = f"compat.{run_id}.{_slug(pair.engine)}"
+            prefix = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}"
             read = _counter_reader(session, pair, settings)
             made = await lossless_cells.lossless_cells(
                 session, pair, model, settings, run_id, prefix, read, _diff, levels

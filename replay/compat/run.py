@@ -99,6 +99,12 @@ class CompatConfig(ClientOptions):
         description="Levels (requests in flight) of the lossless cells: greedy token ids and top-2 logprobs per "
         "arm, each pair identical, a near-tie or suspect (specdec.replay.compat.lossless_cells); empty: none.",
     )
+    draft_pair: bool = Field(
+        default=False,
+        description="Embedded engines that can draft with the target's own file (llama.cpp): also probe every "
+        "feature on a draft-model pair (--draft-pair; off by default: about as long again as the engine's ngram "
+        "pair, the draft being as large as the target).",
+    )
     repeats: int = Field(
         default=DEFAULT_REPEATS,
         ge=1,
@@ -209,24 +215,46 @@ class _Job:
 
 def _probe_engine(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint) -> None:
     """One engine's work: on the embedded llama.cpp its quantization cells first, then its feature
-    pair (started here unless given); ``checkpoint`` before each probe or cell."""
-    # heavy: aiohttp (the probes, the servers' health checks), only when a run starts
-    from specdec.replay.compat.capture_check import read_capture, reconcile
-    from specdec.replay.compat.probing import probe_pair
-
-    cfg, run_id, book, only, echo = job.cfg, job.run_id, job.book, job.only, job.echo
-    run_dir = book.run_dir
+    pair (started here unless given), and with ``--draft-pair`` a draft-model pair after it on an
+    engine that has one; ``checkpoint`` before each probe or cell."""
+    cfg, only = job.cfg, job.only
     adapter = ENGINES.get(engine)  # None: the user's pair ("external")
     if adapter is not None and adapter.makes_quantized_targets and cfg.quantization and _quant_wanted(only):
         _quantization(job, engine, checkpoint)
         if only is not None and only <= _quant_names():
             return  # only quantization cells were asked for: no feature pair
+    speculations: list[Any] = [None]  # None: the engine's probe speculation (or the user's pair as it is)
+    if pair is None and cfg.draft_pair and adapter is not None:
+        from specdec.model import find_gguf  # the target's own file: only an engine that serves one drafts so
+
+        own = adapter.self_draft_speculation(find_gguf()) if adapter.model_kind == "gguf" else None
+        speculations += [own] if own is not None else []
+    for speculation in speculations:
+        _probe_one_pair(job, engine, pair, checkpoint, speculation)
+
+
+def _probe_one_pair(job: _Job, engine: str, pair: Any, checkpoint: Checkpoint, speculation: Any) -> None:
+    """One pair's feature probes (started here unless given; ``speculation``: its speculative arm,
+    None for the engine's probe speculation), reconciled with the capture, added to the book."""
+    from specdec.replay.compat.capture_check import read_capture, reconcile
+    from specdec.replay.compat.probing import probe_pair
+
+    cfg, run_id, book, only, echo = job.cfg, job.run_id, job.book, job.only, job.echo
+    run_dir = book.run_dir
+    adapter = ENGINES.get(engine)
     with contextlib.ExitStack() as stack:
         if pair is None:
-            pair, args = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo)
+            pair, args = _start_embedded(engine, run_dir, run_id, cfg.startup_timeout_s, stack, echo, speculation)
             facts = {"version": pair.engine_version, "spec_method": pair.spec_method, **args}
-            book.add(engine, [], lambda m: m.engines.setdefault(engine, {}).update(facts))
-        echo(f"probing {engine}: baseline {pair.baseline.display}, speculative {pair.speculative.display}")
+            if speculation is None:
+                book.add(engine, [], lambda m: m.engines.setdefault(engine, {}).update(facts))
+            else:  # a further pair of the engine: its facts beside the first pair's
+                book.add(
+                    engine, [], lambda m: m.engines.setdefault(engine, {}).setdefault("more_pairs", []).append(facts)
+                )
+        echo(
+            f"probing {engine} ({pair.spec_method}): baseline {pair.baseline.display}, speculative {pair.speculative.display}"
+        )
         found, sent = asyncio.run(
             probe_pair(
                 pair,
@@ -304,7 +332,9 @@ def _vllm_model() -> tuple[str, dict[str, Any]]:
     return str(prepared.path), prepared.source
 
 
-def _vllm_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: float) -> tuple[list[Any], list, Any]:
+def _vllm_servers(
+    run_dir: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: dict[str, Any]
+) -> tuple[list[Any], list, Any]:
     """The embedded vLLM pair (float32, the tool-call parser, the capture plugin into
     ``compat-capture/``, each CPU worker on a core of its own): servers, cores, version."""
     from specdec.engines.server import LocalServer, separate_cores
@@ -312,7 +342,7 @@ def _vllm_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: float
 
     spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
     binds = separate_cores(2)  # each server's CPU worker on a core of its own (why: its docstring)
-    specs = (None, Vllm().probe_speculation())
+    specs = (None, speculation)
     servers = [
         LocalServer(spec, c, run_dir / CAPTURE_FOLDER, run_id, log, timeout_s, cpu_bind=core)
         for c, log, core in zip(specs, logs, binds)
@@ -320,7 +350,9 @@ def _vllm_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: float
     return servers, binds, engine_facts().get("version")
 
 
-def _llama_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: float) -> tuple[list[Any], list, Any]:
+def _llama_servers(
+    run_dir: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: dict[str, Any]
+) -> tuple[list[Any], list, Any]:
     """The embedded llama.cpp pair (the shipped GGUF, one slot each): servers, cores, version."""
     from specdec.engines.base import Arm
     from specdec.engines.llama_build import LLAMA_CPP_PYTHON
@@ -328,7 +360,7 @@ def _llama_servers(run_dir: Path, run_id: str, logs: list[Path], timeout_s: floa
     from specdec.model import find_gguf
 
     adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)
-    arms = (Arm("baseline", None), Arm("speculative", adapter.probe_speculation()))
+    arms = (Arm("baseline", None), Arm("speculative", speculation))
     servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
     return servers, [None, None], f"llama-cpp-python {LLAMA_CPP_PYTHON}"
 
@@ -340,8 +372,11 @@ EMBEDDED_PAIR = {Vllm.name: _vllm_servers, LlamaCpp.name: _llama_servers}
 COMPUTE_DTYPE = {Vllm.name: STABLE_DTYPE}
 
 
-def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo):
-    """Start ``engine``'s baseline and ngram servers together; they stop when ``stack`` closes.
+def _start_embedded(
+    engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo, speculation=None
+):
+    """Start ``engine``'s baseline and speculative servers together (``speculation``: the speculative
+    arm's, None: the engine's probe speculation, ngram); they stop when ``stack`` closes.
     Returns the pair and each arm's server arguments (for the manifest)."""
     # heavy: aiohttp (the probes), only when a run starts
     from specdec.engines.server import start_all
@@ -349,9 +384,11 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
     from specdec.replay.compat.probing import Pair
 
     adapter = ENGINES[engine]
-    tag = engine.replace(".", "")
+    spec = speculation if speculation is not None else adapter.probe_speculation()
+    method = str(adapter.method_of(spec))
+    tag = engine.replace(".", "") + ("" if speculation is None else f"-{method}")
     logs = [server_log(run_dir, f"{tag}-baseline"), server_log(run_dir, f"{tag}-speculative")]
-    servers, binds, version = EMBEDDED_PAIR[engine](run_dir, run_id, logs, timeout_s)
+    servers, binds, version = EMBEDDED_PAIR[engine](run_dir, run_id, logs, timeout_s, spec)
     echo(f"starting {engine} (logs: {logs[0].name}, {logs[1].name})")
     start_all(stack, servers)
     b, s = (parse_endpoint(x.base_url) for x in servers)
@@ -360,8 +397,9 @@ def _start_embedded(engine: str, run_dir: Path, run_id: str, timeout_s: float, s
         args[f"{arm}_server_args"] = list(x.cmd[1:])
         if core is not None:  # the core its CPU worker computes on
             args[f"{arm}_cpu_bind"] = core
-    method = str(adapter.method_of(adapter.probe_speculation()))
     pair = Pair(engine, version, method, b, s, dict(adapter.counters), lossless_protocol=adapter.lossless_protocol)
+    if speculation is not None:  # a further pair of the engine: its requests' ids say which
+        pair = dataclasses.replace(pair, id_tag=f"{engine}-{method}")
     return dataclasses.replace(pair, dtype=COMPUTE_DTYPE.get(engine)), args
 
 

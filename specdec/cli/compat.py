@@ -91,6 +91,14 @@ from specdec.schemas.strict import check_run_name
 )
 @click.option("--no-lossless", is_flag=True, help="Skip the lossless cells.")
 @click.option(
+    "--draft-pair",
+    is_flag=True,
+    help="On an embedded engine that can draft with the target's own file (llama.cpp: -md on the shipped GGUF, "
+    "--spec-type draft-simple), probe every feature again on a draft-model pair after the ngram pair: the "
+    "matrix's column for a local target with a draft. Off by default: the draft is as large as the target, so "
+    "the pair takes about as long again as the engine's ngram pair.",
+)
+@click.option(
     "--no-quantization",
     is_flag=True,
     help="Embedded llama.cpp: skip the quantization cells (target Q4_1, Q8_0, F16 x draft Q4_1, Q8_0, ngram-mod).",
@@ -181,6 +189,7 @@ def _compat(
     no_sampling,
     lossless_levels,
     no_lossless,
+    draft_pair,
     no_quantization,
     engines_together,
     connect_timeout,
@@ -206,6 +215,7 @@ def _compat(
         repeats=repeats,
         sampling_levels=[] if no_sampling else sampling_levels,
         lossless_levels=[] if no_lossless else lossless_levels,
+        draft_pair=draft_pair,
         connect_timeout_s=connect_timeout,
         request_timeout_s=request_timeout,
         api_key_env=api_key_env,

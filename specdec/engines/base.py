@@ -102,6 +102,12 @@ class Engine(ABC):
         """The speculative arm of a compat probe pair (``eager_ngram``, else ``ngram``)."""
         return dict(self.eager_ngram if self.eager_ngram is not None else self.ngram)
 
+    def self_draft_speculation(self, model: Any) -> dict[str, Any] | None:
+        """A speculative arm that drafts with ``model``, the target's own file (compat's draft-model
+        pair, ``--draft-pair``); None: the engine has none (vLLM's draft models need a model of
+        their own, ``--draft-model``)."""
+        return None
+
     def method_of(self, speculation: Mapping[str, Any] | None) -> str | None:
         """The speculation method's name in ``speculation`` (None: no speculation)."""
         return None if speculation is None else str(speculation.get(self.method_key))

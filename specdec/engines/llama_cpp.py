@@ -146,6 +146,11 @@ class LlamaCpp(Engine):
             *self.speculation_args(arm),
         ]
 
+    def self_draft_speculation(self, model: Any) -> dict[str, Any] | None:
+        """``-md MODEL --spec-type draft-simple`` at llama.cpp's default draft lengths: the target's
+        own GGUF drafting for it (seed 001's local target with a draft)."""
+        return {"type": "draft-simple", "draft_model": str(model)}
+
     def speculation_args(self, arm: Arm) -> list[str]:
         """``arm.speculation``: None (no speculation), or a mapping with ``type``
         ('ngram-mod' or 'draft-simple'), ``draft_model`` (a GGUF path, for

@@ -29,6 +29,29 @@ def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkey
     assert "--spec-ngram-mod-n-match 4" in spec and "--spec-ngram-mod-n-max 4" in spec and "--spec-draft" not in spec
 
 
+def test_the_llama_cpp_draft_pair_drafts_with_the_targets_own_gguf(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(server, "start_all", lambda stack, servers: started.extend(servers))
+    monkeypatch.setattr(LlamaCpp, "executable", lambda self: ["/opt/llama-server"])
+    draft = LlamaCpp().self_draft_speculation("/m/target.gguf")
+    with contextlib.ExitStack() as stack:
+        pair, args = run._start_embedded("llama.cpp", tmp_path, "r1", 10.0, stack, lambda _: None, draft)
+    spec = args["speculative_server_args"]
+    assert (
+        spec[spec.index("-md") + 1] == "/m/target.gguf"
+        and "draft-simple" in spec
+        and "-md" not in args["baseline_server_args"]
+    )
+    assert pair.spec_method == "draft-simple" and pair.id_tag == "llama.cpp-draft-simple"
+    assert [s.log_path.name for s in started] == [
+        "server-llamacpp-draft-simple-baseline.log",
+        "server-llamacpp-draft-simple-speculative.log",
+    ]
+    from specdec.engines.vllm import Vllm
+
+    assert Vllm().self_draft_speculation("/m") is None  # vLLM drafts with a model of its own (--draft-model)
+
+
 def test_the_embedded_vllm_pair_puts_each_servers_worker_on_its_own_core(tmp_path, monkeypatch):
     """vLLM's 'auto' binding would put both workers on one core (engines/server.separate_cores):
     the compat pair binds the baseline's to the first allowed core, the ngram arm's to the second,

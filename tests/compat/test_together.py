@@ -24,6 +24,7 @@ from tests.support.compat_server import CompatFake, threaded_pair
 class Starts:
     threads: dict[str, str] = field(default_factory=dict)  # engine -> the thread its pair started in
     meet: bool = True  # the starts wait for each other (only possible side by side)
+    further: list = field(default_factory=list)  # (engine, speculation) of each further pair started
 
 
 @pytest.fixture
@@ -38,11 +39,19 @@ def embedded(monkeypatch):
             e: fakes.enter_context(threaded_pair(CompatFake(False), CompatFake(True))) for e in ("vllm", "llama.cpp")
         }
 
-        def start(engine, run_dir, run_id, timeout_s, stack, echo):
+        def start(engine, run_dir, run_id, timeout_s, stack, echo, speculation=None):
             starts.threads[engine] = threading.current_thread().name
-            if starts.meet:
+            if starts.meet and speculation is None:
                 barrier.wait()
             b, s = (parse_endpoint(u) for u in urls[engine])
+            if speculation is not None:  # a further pair (--draft-pair): as _start_embedded names it
+                method = speculation["type"]
+                starts.further.append((engine, speculation))
+                pair = Pair(engine, "fake", method, b, s, id_tag=f"{engine}-{method}")
+                return pair, {
+                    "baseline_server_args": [],
+                    "speculative_server_args": ["-md", speculation["draft_model"]],
+                }
             return Pair(engine, "fake", "ngram", b, s), {"baseline_server_args": [], "speculative_server_args": []}
 
         monkeypatch.setattr(run, "_start_embedded", start)
@@ -69,6 +78,34 @@ def test_the_llama_cpp_engine_runs_beside_vllm(tmp_path, embedded):
     assert manifest.engines["vllm"]["probed_beside"] == "llama.cpp"
     assert manifest.engines["llama.cpp"]["probed_beside"] == "vllm"
     assert [e["probe"] for e in manifest.traffic["probes"]["llama.cpp"]] == ["stream"]
+
+
+def test_the_draft_pair_probes_llama_cpps_features_with_its_own_gguf_as_draft(tmp_path, embedded):
+    """--draft-pair (issue 43, item 3): an engine that can draft with the target's own file (llama.cpp)
+    gets a second pair after its ngram pair, with every probe; vLLM has none and gets one pair. The
+    further pair's cells say their method, its requests have ids of their own, and the manifest keeps
+    its servers beside the first pair's."""
+    embedded.meet = False
+    run_dir, cells = run.run_compat(_cfg(tmp_path, draft_pair=True), echo=lambda _: None)
+    assert [(c.engine, c.spec_method, c.probe) for c in cells] == [
+        ("vllm", "ngram", "stream"),
+        ("llama.cpp", "ngram", "stream"),
+        ("llama.cpp", "draft-simple", "stream"),
+    ]
+    ((engine, speculation),) = embedded.further
+    assert engine == "llama.cpp" and speculation["draft_model"].endswith(".gguf")
+    manifest = read_manifest(run_dir)
+    (more,) = manifest.engines["llama.cpp"]["more_pairs"]
+    assert more["spec_method"] == "draft-simple" and more["speculative_server_args"][0] == "-md"
+    ids = [
+        i
+        for entry in manifest.traffic["probes"]["llama.cpp"]
+        for cell in entry["cells"].values()
+        for i in cell["speculative"]["request_ids"]
+    ]
+    assert any(".llama_cpp-draft-simple.stream." in i for i in ids) and any(".llama_cpp.stream." in i for i in ids)
+    assert len(ids) == len(set(ids))
+    assert run.CompatConfig().draft_pair is False  # off by default: the run's time
 
 
 def test_one_engine_after_the_other_is_the_default(tmp_path, embedded):
