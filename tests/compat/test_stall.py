@@ -14,8 +14,9 @@ from tests.support.compat_server import CompatFake, fake_pair
 ONLY = {"json_schema", "json_schema_stream", "tool_choice_named_stream"}
 PACED = {
     "pieces": 12,
-    "chunk_s": 0.02,
-}  # 12 deltas 20 ms apart (10 ms: a 25 ms scheduling hiccup on a loaded host read as a baseline stall)
+    "chunk_s": 0.04,
+}  # 12 deltas 40 ms apart (10 ms: a 25 ms scheduling hiccup on a loaded host read as a baseline stall;
+# 20 ms failed once in a run of the tests on 2 workers beside other work, 2026-12-07)
 
 
 def run_pair(baseline: CompatFake, speculative: CompatFake) -> dict:
@@ -35,7 +36,7 @@ def test_a_stall_at_the_closing_brace_under_speculation_degrades_the_streamed_ce
         c = cells[name]
         assert c.outcome == "degrades", (name, c.detail)
         assert "the speculative arm stalls near the end of its stream" in c.detail
-        assert c.speculative_stall_ratio >= stall.STALL_K and c.baseline_stall_ratio < 2.5, c
+        assert c.speculative_stall_ratio >= stall.STALL_K and c.baseline_stall_ratio < stall.STALL_K, c
         assert c.speculative_valid and c.identical  # the document and the call are whole: a silent degradation
     assert cells["json_schema"].outcome == "works"  # not streamed: no gaps to read
     assert cells["json_schema"].speculative_stall_ratio is None
