@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from specdec.replay.compat import sampling_cells
 from specdec.replay.compat.classify import counter
 from specdec.replay.compat.sampling_cells import Diff, Read  # the same counter reader and difference
 from specdec.schemas.compat import CompatCell, Outcome
@@ -73,15 +74,12 @@ PairClass = Literal["identical", "near-tie", "suspect"]
 
 
 def probe_name(level: int) -> str:
-    return f"{NAME}.c{level}"
+    return sampling_cells.probe_name(level, NAME)
 
 
 def wanted(only: frozenset[str] | None, levels: tuple[int, ...]) -> tuple[int, ...]:
-    """The levels to send: all of ``levels`` unless ``only`` names probes, then those it names
-    (``lossless_greedy`` names every level)."""
-    if only is None or NAME in only:
-        return levels
-    return tuple(level for level in levels if probe_name(level) in only)
+    """The levels to send (``lossless_greedy`` names every level): ``sampling_cells.wanted``'s rule."""
+    return sampling_cells.wanted(only, levels, NAME)
 
 
 def _rows() -> list[TrafficRow]:

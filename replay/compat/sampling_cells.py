@@ -74,16 +74,17 @@ LEVELS = (1, 4)
 SEED_BASE = 4300
 
 
-def probe_name(level: int) -> str:
-    return f"{NAME}.c{level}"
+def probe_name(level: int, name: str = NAME) -> str:
+    """A cell's probe name: ``<name>.c<level>``."""
+    return f"{name}.c{level}"
 
 
-def wanted(only: frozenset[str] | None, levels: tuple[int, ...]) -> tuple[int, ...]:
-    """The levels to sample: all of ``levels`` unless ``only`` names probes, then those it names
-    (``sampling_distribution`` names every level)."""
-    if only is None or NAME in only:
+def wanted(only: frozenset[str] | None, levels: tuple[int, ...], name: str = NAME) -> tuple[int, ...]:
+    """The levels to send of the cells called ``name``: all of ``levels`` unless ``only`` names
+    probes, then those it names (``name`` itself names every level)."""
+    if only is None or name in only:
         return levels
-    return tuple(level for level in levels if probe_name(level) in only)
+    return tuple(level for level in levels if probe_name(level, name) in only)
 
 
 @dataclass(frozen=True)
