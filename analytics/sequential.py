@@ -362,8 +362,11 @@ def apply_looks(
             # orders of magnitude on a llama.cpp demo: 99.9% CI 0.00-3e18 for 1.07x)
             r[12] = label_of(d["ci_low"], d["ci_high"], margin)[1] if d["label"] in ("faster", "slower") else None
             r[14] = d.get("repeats_needed")
-            if d.get("tost_low") is not None and d.get("tost_high") is not None:  # the look's equivalence bar
-                r[18], r[19] = d["tost_low"], d["tost_high"]
+            decided_here = not d.get("futile") and not d.get("dominated_by")
+            if decided_here and d.get("tost_low") is not None and d.get("tost_high") is not None:
+                r[18], r[19] = d["tost_low"], d["tost_high"]  # the look's equivalence bar, beside its interval
+            # (a cell left for futility keeps the run's 90% interval too: its look's, at the spent level
+            # on 1-2 df, drew 0.33-3.0x beside a family-wise 0.89-1.13x in a demo of 2026-12-07)
             why = (
                 f"left with its arm, below {d['dominated_by']} by more than the margin wherever measured"
                 if d.get("dominated_by")

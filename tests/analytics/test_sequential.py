@@ -99,8 +99,11 @@ def test_a_cell_left_for_futility_keeps_the_runs_interval_not_its_looks():
     # magnitude (a llama.cpp demo printed 1.07x, 99.9% CI 0.00-3e18); the label says inconclusive
     look = {"comparison": "ab", "category": "chat", "level": 1, "label": "inconclusive", "ci_low": 4e-19}
     look |= {"ci_high": 3e18, "ci_level": 0.9987, "repeats_needed": 101, "futile": True}
-    (out,) = apply_looks([_family("chat", 1, "faster")], [{"repeat": 2, "decided": [look]}], 0.05)
+    look |= {"tost_low": 0.33, "tost_high": 3.0}  # the look's 90% bar: not drawn beside the run's interval
+    row = _family("chat", 1, "faster") + (None, 0.95, 1.05)  # ... equivalence_low, equivalence_high
+    (out,) = apply_looks([row], [{"repeat": 2, "decided": [look]}], 0.05)
     assert (out[5], out[6], out[7]) == (0.9, 1.1, 0.99)  # the run's own, at its end
+    assert (out[18], out[19]) == (0.95, 1.05)  # and its own 90% interval
     assert out[11] == "inconclusive" and out[12] is None and out[14] == 101
     assert "left for futility at the look after repeat 2" in out[16]
 
