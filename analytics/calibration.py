@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from specdec.analytics import intervals
@@ -312,18 +313,13 @@ def evaluate(
     )
 
 
-def _order_of(con, where: str) -> dict[tuple, float]:
-    """Per (run, level, repeat), +1/2 where the speculative arm's block started second, -1/2 where
-    it started first (``intervals.fill``'s reading); empty where the run's requests are not there."""
+def _order_of(con) -> dict[str, dict[tuple[int, int], float]]:
+    """``intervals.arm_order``, or nothing where the database has no measured requests (a
+    synthetic table of pairs only)."""
     try:
-        rows = con.execute(f"""
-            select run_id, concurrency, repeat,
-                   min(wall_send_ns) filter (where arm = 'speculative')
-                   > min(wall_send_ns) filter (where arm = 'baseline')
-            from int_requests_measured {where.replace("comparison = 'ab'", "true")} group by all""").fetchall()
-    except Exception:  # noqa: BLE001 - a database without the measured view (a synthetic table)
+        return intervals.arm_order(con)
+    except duckdb.CatalogException:
         return {}
-    return {(run, lv, r): (0.5 if second else -0.5) for run, lv, r, second in rows if second is not None}
 
 
 def _without_order(figures: dict[tuple, float], order: Mapping[tuple, float]) -> tuple[dict, float | None]:
@@ -379,7 +375,7 @@ def estimate(con, run_id: str | None = None) -> dict:
         f"select run_id, category, concurrency, prompt_id, repeat, avg(log_ratio) "
         f"from int_requests_paired {where} group by all"
     ).fetchall()
-    order_of = _order_of(con, where)
+    order_of = _order_of(con)
     cells: dict[tuple, dict[tuple, float]] = {}
     for run, cat, lv, prompt, rep, y in rows:
         cells.setdefault((run, cat), {})[lv, prompt, rep] = y
@@ -410,7 +406,7 @@ def estimate(con, run_id: str | None = None) -> dict:
         slow = slow_blocks(figures)  # found first: a 2-3x block would pull the order's fit
         figures, order_effect = _without_order(
             {k: v for k, v in figures.items() if k not in slow},
-            {(lv, r): o for (ru, lv, r), o in order_of.items() if ru == run},
+            order_of.get(run, {}),
         )
         noise = block_noise(figures) if figures else None
         if noise is None or not req:

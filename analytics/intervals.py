@@ -95,6 +95,7 @@ __all__ = [
     "SYSTEM",
     "TABLE",
     "WEIGHTED",
+    "arm_order",
     "compute",
     "compute_summed",
     "create_table",
@@ -564,6 +565,20 @@ def sequential_looks(con) -> dict[str, tuple[list, bool]]:
     return out
 
 
+def arm_order(con) -> dict[str, dict[tuple[int, int], float]]:
+    """Per run, per (concurrency, repeat): +1/2 where the speculative arm's block started second,
+    -1/2 where it started first (the arm-order fixed effect), from the requests' send times."""
+    order: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+    for run_id, concurrency, repeat, second in con.execute("""
+            select run_id, concurrency, repeat,
+                   min(wall_send_ns) filter (where arm = 'speculative')
+                   > min(wall_send_ns) filter (where arm = 'baseline')
+            from int_requests_measured group by all""").fetchall():
+        if second is not None:
+            order[run_id][concurrency, repeat] = 0.5 if second else -0.5
+    return order
+
+
 def fill(con) -> None:
     """Compute every interval from the paired views, one run at a time, and insert them."""
     repeats = _by_run(
@@ -606,14 +621,7 @@ def fill(con) -> None:
             group by all order by all""").fetchall()
         )
     margins = dict(con.execute("select run_id, margin from int_run_settings").fetchall())
-    order: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
-    for run_id, concurrency, repeat, second in con.execute("""
-            select run_id, concurrency, repeat,
-                   min(wall_send_ns) filter (where arm = 'speculative')
-                   > min(wall_send_ns) filter (where arm = 'baseline')
-            from int_requests_measured group by all""").fetchall():
-        if second is not None:  # which arm's block started second: the arm-order fixed effect
-            order[run_id][concurrency, repeat] = 0.5 if second else -0.5
+    order = arm_order(con)
     # a failed level gives no speedup (the marts say why): it neither joins a family nor informs the noise
     excluded = set(
         con.execute("select run_id, concurrency from int_levels_compared where excluded_reason is not null").fetchall()
