@@ -124,6 +124,32 @@ def classify_pair(baseline: Any, speculative: Any, threshold: float) -> Classifi
     return Classified("near-tie" if near else "suspect", pos, b[pos], s[pos], margin)
 
 
+def answered(results: list) -> dict[str, Any]:
+    """An arm's (row, result) pairs that succeeded, by prompt id."""
+    return {row.prompt_id: res for row, res in results if res.sent.success}
+
+
+def classify_arms(
+    baseline: Mapping[str, Any], speculative: Mapping[str, Any], threshold: float
+) -> dict[str, Classified]:
+    """Each prompt answered by both arms (``answered``), classified (``classify_pair``), by prompt id."""
+    return {p: classify_pair(baseline[p], speculative[p], threshold) for p in sorted(baseline) if p in speculative}
+
+
+def first_suspect(pairs: Mapping[str, Classified], threshold: float) -> str | None:
+    """'<prompt> at token <n>: <what>' of the first suspect pair, or None."""
+    p, c = next(((p, c) for p, c in sorted(pairs.items()) if c.kind == "suspect"), (None, None))
+    if c is None:
+        return None
+    margin = "no top-2 margin" if c.margin is None else f"baseline margin {c.margin:.3g} nats"
+    what = (
+        "one output is a prefix of the other"
+        if c.baseline_token is None
+        else f"token {c.speculative_token} for the baseline's {c.baseline_token}, {margin} (near-tie threshold {threshold:g})"
+    )
+    return f"{p} at token {c.position}: {what}"
+
+
 async def lossless_cells(
     session: aiohttp.ClientSession,
     pair: Pair,
@@ -191,13 +217,9 @@ def _cell(
 ) -> CompatCell:
     from specdec.replay.compat.cells import first_failure, untimed_cell
 
-    ok = {arm: {row.prompt_id: res for row, res in got if res.sent.success} for arm, got in results.items()}
+    ok = {arm: answered(got) for arm, got in results.items()}
     threshold = near_tie_threshold(pair.dtype)
-    pairs = {
-        p: classify_pair(ok["baseline"][p], ok["speculative"][p], threshold)
-        for p in sorted(ok["baseline"])
-        if p in ok["speculative"]
-    }
+    pairs = classify_arms(ok["baseline"], ok["speculative"], threshold)
     kinds = [c.kind for c in pairs.values()]
     outcome: Outcome
     if not ok["baseline"]:
@@ -252,14 +274,7 @@ def _judge(
         f"{same} of {n} greedy pairs identical, {near} near-tie(s), {len(suspect)} suspect ({how}, {level} in flight)"
     )
     if suspect:
-        p, c = next(iter(sorted(suspect.items())))
-        margin = "no top-2 margin" if c.margin is None else f"baseline margin {c.margin:.3g} nats"
-        what = (
-            "one output is a prefix of the other"
-            if c.baseline_token is None
-            else f"token {c.speculative_token} for the baseline's {c.baseline_token}, {margin} (near-tie threshold {threshold:g})"
-        )
-        return "broken", f"speculation changed a greedy output: {counts}; first: {p} at token {c.position}: {what}"
+        return "broken", f"speculation changed a greedy output: {counts}; first: {first_suspect(pairs, threshold)}"
     if not drafted:
         why = "the server exports no speculation counter" if drafted is None else "nothing was drafted"
         return "not tested", f"{counts}, but {why} during the checks: speculation's own tokens were not checked"
@@ -297,14 +312,14 @@ async def greedy_pairs(
             for arm, ep in (("baseline", baseline), ("speculative", speculative))
         )
     )
-    ok = [{row.prompt_id: res for row, res in arm if res.sent.success} for arm in got]
-    for arm, answered, results in zip(("baseline", "speculative"), ok, got):
-        if not answered:
+    ok = [answered(results) for results in got]
+    for arm, some, results in zip(("baseline", "speculative"), ok, got):
+        if not some:
             return f"the {arm} arm failed every greedy check: {first_failure(results)}"
-    return {p: classify_pair(ok[0][p], ok[1][p], threshold) for p in sorted(ok[0]) if p in ok[1]}
+    return classify_arms(ok[0], ok[1], threshold)
 
 
-def with_lossless(cell: CompatCell, pairs: Mapping[str, Classified] | str) -> CompatCell:
+def with_lossless(cell: CompatCell, pairs: Mapping[str, Classified] | str, threshold: float) -> CompatCell:
     """A timed cell with the lossless check of its own pair of servers beside it (the quantization
     cells): the counts, and ``broken`` where a pair is suspect; a check that could not run is said in
     the detail and changes nothing else."""
@@ -318,13 +333,11 @@ def with_lossless(cell: CompatCell, pairs: Mapping[str, Classified] | str) -> Co
         "lossless_suspect": kinds.count("suspect"),
         "detail": f"{cell.detail}; {counts}",
     }
-    suspect = [(p, c) for p, c in sorted(pairs.items()) if c.kind == "suspect"]
-    if suspect and cell.outcome in ("works", "degrades", "not tested"):
-        p, c = suspect[0]
-        margin = "no top-2 margin" if c.margin is None else f"baseline margin {c.margin:.3g} nats"
+    first = first_suspect(pairs, threshold)
+    if first is not None and cell.outcome in ("works", "degrades", "not tested"):
         update |= {
             "outcome": "broken",
-            "detail": f"speculation changed a greedy output ({len(suspect)} suspect of {len(kinds)}; first: {p} at token "
-            f"{c.position}, {margin}); {cell.detail}",
+            "detail": f"speculation changed a greedy output ({kinds.count('suspect')} suspect of {len(kinds)}; "
+            f"first: {first}); {cell.detail}",
         }
     return cell.model_copy(update=update)

@@ -147,6 +147,7 @@ async def probe_pair(
     ``sampling`` test handed in, None: not judged; ``()``: none sent), and the lossless cells at
     ``lossless_levels`` (``lossless_cells``: greedy token ids and top-2 logprobs; ``()``: none sent)."""
     seq = itertools.count()
+    ids = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}"  # the requests' id prefix
     found: list[CompatCell] = []
     sent: list[dict[str, Any]] = []
     twins = Twins()
@@ -163,11 +164,12 @@ async def probe_pair(
         for arm, ep in (("baseline", pair.baseline), ("speculative", pair.speculative)):
             await reachable(session, arm, ep, settings)
         model, ctx = await probe_context(session, pair.baseline, settings)
+        read = _counter_reader(session, pair, settings)  # the passes' counters, read around each arm's requests
         for probe in probe_set(ctx):
             if only is not None and probe.name not in only:
                 continue
             checkpoint()
-            prefix = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}.{probe.name}"
+            prefix = f"{ids}.{probe.name}"
             logs, twin_from = await _send_probe(
                 session, pair, probe, model, settings, prefix, seq, repeats, twins, watch
             )
@@ -190,10 +192,8 @@ async def probe_pair(
         levels = sampling_cells.wanted(only, sampling_levels)
         if levels:
             checkpoint()
-            prefix = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}"
-            read = _counter_reader(session, pair, settings)
             made = await sampling_cells.sampling_cells(
-                session, pair, model, settings, run_id, prefix, read, _diff, sampling, levels, sampling_seeds
+                session, pair, model, settings, run_id, ids, read, _diff, sampling, levels, sampling_seeds
             )
             design = {
                 "prompts": list(sampling_cells.PROMPTS),
@@ -207,11 +207,7 @@ async def probe_pair(
         levels = lossless_cells.wanted(only, lossless_levels)
         if levels:
             checkpoint()
-            prefix = f"compat.{run_id}.{_slug(pair.id_tag or pair.engine)}"
-            read = _counter_reader(session, pair, settings)
-            made = await lossless_cells.lossless_cells(
-                session, pair, model, settings, run_id, prefix, read, _diff, levels
-            )
+            made = await lossless_cells.lossless_cells(session, pair, model, settings, run_id, ids, read, _diff, levels)
             design = {
                 "prompts": list(lossless_cells.PROMPTS),
                 "max_tokens": lossless_cells.MAX_TOKENS,

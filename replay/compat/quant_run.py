@@ -121,12 +121,14 @@ def run_quant(
                 with contextlib.ExitStack() as inner:
                     spec_error = None if base_error else _start(inner, spec)
                     m = _measure(run_id, name, base, spec, base_error, spec_error, settings, adapter, repeats)
-                    checked = None if base_error or spec_error else _lossless(run_id, name, base, spec, settings)
+                    checked = (
+                        None if base_error or spec_error else _lossless(run_id, name, base, spec, settings, adapter)
+                    )
                 cell = quant_cell(
                     run_id, engine_version, (target.gguf_type, bits), arm, m, None if bits == 4 else refs.get(arm.label)
                 )
                 if checked is not None:  # after the speed's counters: the checks' drafts are not the cell's
-                    cell = lossless_cells.with_lossless(cell, checked)
+                    cell = lossless_cells.with_lossless(cell, checked, NEAR_TIE)
                 if bits == 4 and cell.draft_tokens is not None:
                     refs[arm.label] = classify.Acceptance(cell.draft_tokens, cell.accepted_tokens, cell.drafts)
                 out.cells.append(cell)
@@ -149,11 +151,15 @@ def _start(stack: contextlib.ExitStack, server: LlamaServer) -> str | None:
     return None
 
 
+#: The lossless check's near-tie margin: a quantized GGUF has no dtype of its own (bfloat16's margin).
+NEAR_TIE = lossless_cells.near_tie_threshold(None)
+
+
 def _lossless(
-    run_id: str, name: str, base: LlamaServer, spec: LlamaServer, settings: ClientSettings
+    run_id: str, name: str, base: LlamaServer, spec: LlamaServer, settings: ClientSettings, adapter: LlamaCpp
 ) -> dict[str, lossless_cells.Classified] | str:
-    """The lossless check on the cell's pair (``lossless_cells``: llama-server's /completion with
-    n_probs; a quantized target's dtype is unknown: bfloat16's near-tie margin)."""
+    """The lossless check on the cell's pair (``lossless_cells``, by the engine's own protocol:
+    llama-server's /completion with n_probs)."""
 
     async def go() -> dict[str, lossless_cells.Classified] | str:
         async with aiohttp.ClientSession(connector=fresh_connections()) as session:
@@ -164,8 +170,8 @@ def _lossless(
                 MODEL,
                 settings,
                 f"compat.{run_id}.llama_cpp.{name}.lossless",
-                "completion",
-                lossless_cells.near_tie_threshold(None),
+                adapter.lossless_protocol,
+                NEAR_TIE,
             )
 
     return asyncio.run(go())
