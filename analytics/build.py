@@ -43,7 +43,7 @@ back, so the database file holds the marts and views, and an analyst who
 reads ``int_*`` computes it from its inputs. The computed tables below are filled, in a second
 connection on a worker thread, while the marts that do not read them are
 materialized; the marts that do come last. The table ``sql_models`` holds
-every model's SQL (name, layer, materialized, path, sql), since
+every model's SQL and header (name, layer, materialized, path, sql, domain, kind, grain), since
 ``duckdb_views()`` shows a materialized model's view only.
 
 A few tables are computed in Python rather than SQL (``COMPUTED``), one run
@@ -518,11 +518,15 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
             working.done(m.name, fill_running=False)
     working.close()  # the marts are stored: the working tables go, the views compute again
     con.execute(
-        "create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, sql varchar)"
+        "create table sql_models (name varchar, layer varchar, materialized boolean, path varchar, sql varchar, "
+        "domain varchar, kind varchar, grain varchar[])"
     )
     con.executemany(
-        "insert into sql_models values (?, ?, ?, ?, ?)",
-        [(m.name, m.layer, m.materialized, str(m.path), m.sql) for m in models],
+        "insert into sql_models values (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (m.name, m.layer, m.materialized, str(m.path), m.sql, m.domain, m.header.kind, list(m.header.grain))
+            for m in models
+        ],
     )
 
 

@@ -5,9 +5,10 @@ places the definitions live, so it cannot drift from them:
   record file of a run folder (``runfolder.RECORD_FILES``) and of the sidecar's
   lake (``runfolder.LAKE_RECORDS``), of the traffic file and of the manifest,
   with its type, whether it may be null, and its description;
-* the SQL models (``sql/``): each model's header comment (grain, purpose,
-  formulas, units, pooling), layer by layer, and the tables computed in Python
-  at build time.
+* the SQL models (``sql/``): each model's parsed header (``MODEL (name, kind,
+  grain)``: its domain folder, kind and grain, printed as fields) and the comment
+  under it (purpose, formulas, units, pooling), layer by layer and domain by
+  domain, and the tables computed in Python at build time.
 
 The committed copy is ``docs/data-dictionary.md``; a test regenerates it and
 fails when the copy is stale (run ``specdec analytics docs`` to refresh it).
@@ -146,17 +147,30 @@ def render() -> str:
     lines += ["## SQL macros (`sql/macros.sql`)", "", "```text", sql_header(macros_sql()), "```", ""]
     models = discover()
     lines += [
-        "Staging models are views over the raw relations. Every mart is computed once at build into a table "
-        "(`stored.<name>`, read through a view of its name). An intermediate model whose header says "
-        "`Materialized: table` is computed once during the build, in memory, for the marts that read it; "
+        "Every model starts with a parsed header, `MODEL (name ..., kind ..., grain (...));` "
+        "(`analytics/sql_header.py`): its kind and grain are printed as fields below, and a test checks "
+        "that no two rows of a model share its grain. Staging models are views over the raw relations. "
+        "Every mart (kind `TABLE`) is computed once at build into a table "
+        "(`stored.<name>`, read through a view of its name). An intermediate or staging model of kind "
+        "`TABLE` is computed once during the build, in memory, for the models that read it; "
         "in the database it is a view, computed when read, like the rest. Table `sql_models` holds "
-        "every model's SQL.",
+        "every model's SQL and header.",
         "",
     ]
     for layer in LAYERS:
         lines += [f"## SQL models: {layer}", ""]
-        for m in (m for m in models if m.layer == layer):
-            lines += [f"### `{m.name}`", "", "```text", sql_header(m.sql), "```", ""]
+        for m in sorted((m for m in models if m.layer == layer), key=lambda m: (m.domain, m.name)):
+            where = f"`sql/{layer}/{m.domain + '/' if m.domain else ''}{m.name}.sql`"
+            lines += [
+                f"### `{m.name}`",
+                "",
+                f"{where} · kind `{m.header.kind}` · grain `({', '.join(m.header.grain)})`",
+                "",
+                "```text",
+                sql_header(m.sql),
+                "```",
+                "",
+            ]
     return "\n".join(lines).rstrip() + "\n"
 
 

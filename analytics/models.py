@@ -20,11 +20,16 @@ sqlglot version and ``PARSE_VERSION``), so a process parses only the models it h
 not seen: a build no longer imports sqlglot nor parses the 63 models (0.17 s + 0.23 s
 of CPU before its first query, measured with ``discover()`` alone at load 9-10).
 
-A model is **materialized** (computed once at build into a table, see
-``build.py``) when it is a mart, or when its header has a line starting
-``-- Materialized: table``; every other model stays a view, computed when read.
-A materialized intermediate model's table lives only during the build (the
-marts read it); in the finished database it is a view again.
+Every file starts with its parsed header (``MODEL (name ..., kind ..., grain (...));``,
+``analytics/sql_header.py``). A model is **materialized** (computed once at build into a
+table, see ``build.py``) when its kind is ``TABLE``: every mart is (a mart of kind VIEW is
+an error), and a few intermediate and staging models that many others read. A
+materialized intermediate model's table lives only during the build (the marts read
+it); in the finished database it is a view again.
+
+Staging models sit in ``sql/staging/``, one per source. Intermediate models and marts
+sit in a folder per domain (``sql/marts/speedup/speedup.sql``): ``DOMAINS`` names them,
+and a model in another folder is an error naming the file.
 ``sql/macros.sql`` holds the macros the models share (``macros_sql``).
 """
 
@@ -40,7 +45,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specdec import arms
-from specdec.analytics import settings
+from specdec.analytics import settings, sql_header
+from specdec.analytics.sql_header import ModelHeader
 from specdec.atomic import atomic_write_text
 from specdec.errors import SpecdecError
 from specdec.model import cache_root
@@ -52,11 +58,12 @@ if TYPE_CHECKING:  # sqlglot is imported only to parse a SQL text the cache does
 log = logging.getLogger("specdec.analytics.models")
 
 LAYERS = ("staging", "intermediate", "marts")
+#: The folders of the intermediate models and marts, one per question the marts answer.
+DOMAINS = ("acceptance", "speedup", "lossless", "latency", "capacity", "health", "compat", "plan", "run")
 #: Bump when ``_relations`` reads a parse differently (the cache's entries then no longer apply).
 PARSE_VERSION = 1
 #: SQL texts the cache keeps (the latest written): the models of a few versions of the package
 CACHE_ENTRIES = 1000
-MATERIALIZED = "-- Materialized: table"
 
 #: The tables computed in Python that models read (``build.COMPUTED``'s ``TABLE``s and
 #: ``settings.TABLE``); ``intervals`` imports this module, so its name is written here
@@ -80,15 +87,20 @@ class SqlModel:
     name: str
     layer: str
     path: Path
+    #: the SQL after the header block: its prose comments, then the query
     sql: str
     depends_on: frozenset[str]
     #: The relations it reads that are not models (``SOURCES``).
     sources: frozenset[str] = field(default=frozenset())
+    #: the parsed ``MODEL (...)`` block
+    header: ModelHeader = field(default=ModelHeader("", "VIEW", ("run_id",)))
+    #: the folder under its layer ('' for staging)
+    domain: str = ""
 
     @property
     def materialized(self) -> bool:
-        """Computed once at build into a table: every mart, and a model whose header says so."""
-        return self.layer == "marts" or any(line.startswith(MATERIALIZED) for line in self.sql.splitlines())
+        """Computed once at build into a table: the header's kind is TABLE (every mart)."""
+        return self.header.kind == "TABLE"
 
 
 def sql_root() -> Path:
@@ -103,14 +115,18 @@ def macros_sql(root: Path | None = None) -> str:
 def discover(root: Path | None = None) -> list[SqlModel]:
     """Every model under ``root`` (``specdec.sql``), with its parsed dependencies, in build order."""
     root = root or sql_root()
-    raw: dict[str, tuple[str, Path, str]] = {}
+    raw: dict[str, tuple[str, Path, str, ModelHeader, str]] = {}
     for layer in LAYERS:
-        for path in sorted((root / layer).glob("*.sql")):
+        for path in sorted((root / layer).rglob("*.sql")):
             if path.stem in raw:
                 raise SpecdecError(f"{path}: model name {path.stem!r} is defined twice")
-            raw[path.stem] = (layer, path, path.read_text())
+            domain = _domain(root / layer, path)
+            header, sql = sql_header.parse(path.read_text(), path)
+            if layer == "marts" and header.kind != "TABLE":
+                raise SpecdecError(f"{path}: a mart is computed into a table at build: kind TABLE")
+            raw[path.stem] = (layer, path, sql, header, domain)
     models = []
-    for name, (layer, path, sql) in raw.items():
+    for name, (layer, path, sql, header, domain) in raw.items():
         reads = relations_read(sql, path)
         unknown = sorted(reads - raw.keys() - SOURCES)
         if unknown:
@@ -120,10 +136,34 @@ def discover(root: Path | None = None) -> list[SqlModel]:
                 f"models (a raw_* relation or a table computed in Python)"
             )
         models.append(
-            SqlModel(name, layer, path, sql, frozenset(reads & raw.keys() - {name}), frozenset(reads & SOURCES))
+            SqlModel(
+                name,
+                layer,
+                path,
+                sql,
+                frozenset(reads & raw.keys() - {name}),
+                frozenset(reads & SOURCES),
+                header,
+                domain,
+            )
         )
     _save_cache()
     return order(models)
+
+
+def _domain(layer_dir: Path, path: Path) -> str:
+    """The domain folder of a model file: none in staging, one of ``DOMAINS`` elsewhere."""
+    parts = path.relative_to(layer_dir).parts[:-1]
+    if layer_dir.name == "staging":
+        if parts:
+            raise SpecdecError(f"{path}: a staging model sits in sql/staging/ itself, one per source")
+        return ""
+    if len(parts) != 1 or parts[0] not in DOMAINS:
+        raise SpecdecError(
+            f"{path}: a {layer_dir.name} model sits in sql/{layer_dir.name}/<domain>/, a domain one of "
+            f"{', '.join(DOMAINS)}"
+        )
+    return parts[0]
 
 
 def relations_read(sql: str, path: Path | str = "<sql>") -> frozenset[str]:

@@ -25,6 +25,10 @@
 --                     treatment); arm_name keeps the arm's own name and source_run_id the
 --                     run folder's id. A row of a reference arm that two comparisons share
 --                     is in both. Rows of runs raw_arm_roles does not name are unchanged.
+--   role_keys()      the four key columns by_role puts first (run_id, arm, arm_name,
+--                     source_run_id), as a list: every staging model over by_role selects
+--                     them as columns(role_keys()), in by_role's order, instead of writing
+--                     them out (specdec/arms.py's STAGING_ADDED is tested against it)
 --   The acceptance formulas. A verify round is an engine step that checked drafted
 --   tokens (k = tokens_proposed > 0); a = tokens_accepted of it. Each ratio is NULL (not
 --   applicable) when its denominator is 0, never 0 or infinity.
@@ -59,6 +63,9 @@ create or replace macro by_role(raw_table) as table
            source.* exclude (run_id, arm)
     from query_table(raw_table) source
     left join raw_arm_roles roles on roles.run_id = source.run_id and roles.arm = source.arm;
+
+create or replace macro role_keys() as
+    ['run_id', 'arm', 'arm_name', 'source_run_id'];
 
 create or replace macro mean_acceptance_length(tokens_accepted, verify_rounds) as
     1 + tokens_accepted / nullif(verify_rounds, 0);

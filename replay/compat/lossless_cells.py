@@ -9,7 +9,7 @@ rule 5). Here each arm sends ``PROMPTS`` greedily with the replay's lossless pas
 the engine's own protocol: vLLM's chat stream with ``logprobs`` and token ids, llama-server's
 ``/completion`` with ``n_probs`` (its chat stream leaves speculated tokens out of ``logprobs``).
 Each prompt's pair is classified as the replay's mart classifies it
-(``sql/intermediate/int_greedy_pairs.sql``):
+(``sql/intermediate/lossless/int_greedy_pairs.sql``):
 
 - ``identical``: the same token ids;
 - ``near-tie``: at the first divergence the speculative arm took the baseline's runner-up and the

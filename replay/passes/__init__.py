@@ -3,7 +3,7 @@ requests so that nothing it asks for (logprobs, samples) slows a timed one:
 
 - ``lossless``: the lossless pass, greedy requests with token ids and top-2
   logprobs per position, which classifies a speculative output that differs from
-  the baseline's (``sql/intermediate/int_greedy_pairs.sql``).
+  the baseline's (``sql/intermediate/lossless/int_greedy_pairs.sql``).
 - ``sampling``: the sampling pass, repeated samples per prompt at the row's
   temperature for the sampling check (``analytics/sampling_check.py``), and
   ``rescore``, which scores every sample again on one server (teacher forcing).

@@ -1,6 +1,6 @@
 """The engine's speculation counters around each untimed pass (the lossless
 pass and the sampling pass), so the analysis can tell whether the speculative
-arm speculated at all while the pass ran (``sql/intermediate/int_passes_checked.sql``).
+arm speculated at all while the pass ran (``sql/intermediate/health/int_passes_checked.sql``).
 
 Why: both passes compare a speculative arm's outputs with the baseline's. A
 speculative server that proposed no draft while a pass ran (speculation

@@ -1,6 +1,6 @@
 """The lossless pass: greedy requests that return, per generated
 position, the token id and the top-2 logprobs, so a speculative output that
-differs from the baseline's can be classified (``sql/intermediate/int_greedy_pairs.sql``).
+differs from the baseline's can be classified (``sql/intermediate/lossless/int_greedy_pairs.sql``).
 
 Why a separate pass: asking vLLM for logprobs adds work per token (a
 log-softmax over the vocabulary, a top-k, a larger stream), so the timed

@@ -1,4 +1,8 @@
--- stg_counter_scrapes
+MODEL (
+    name stg_counter_scrapes,
+    kind VIEW,
+    grain (server, wall_time_ns)
+);
 -- Grain: one row per read of a server's /metrics by the sidecar (CounterScrape, the
 --   lake's counters/ folder): per server and wall time, NOT per run: the sidecar reads a
 --   server, which can serve several runs (and traffic that is no run), so these rows

@@ -1,4 +1,8 @@
--- stg_engine_counters
+MODEL (
+    name stg_engine_counters,
+    kind VIEW,
+    grain (run_id, arm, concurrency, repeat, position)
+);
 -- Grain: one row per run_id, arm, concurrency level, repeat and position (before/after).
 -- Purpose: vLLM's cumulative /metrics counters (MetricSnapshot), typed.
 --   NULL = the server does not export that counter (no speculation).
@@ -12,10 +16,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        arm_name,
-        source_run_id,
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
         concurrency,
         repeat,
         position,

@@ -1,4 +1,8 @@
--- stg_greedy_checks
+MODEL (
+    name stg_greedy_checks,
+    kind VIEW,
+    grain (run_id, request_id)
+);
 -- Grain: one row per run_id and request of the lossless pass (GreedyCheck):
 --   greedy requests sent apart from the timed ones, asking for token ids and
 --   the top-2 logprobs at every position (specdec.replay.passes.lossless).
@@ -12,10 +16,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        arm_name,
-        source_run_id,
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
         concurrency,
         repeat,
         request_id,

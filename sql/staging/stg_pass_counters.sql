@@ -1,4 +1,8 @@
--- stg_pass_counters
+MODEL (
+    name stg_pass_counters,
+    kind VIEW,
+    grain (run_id, arm, concurrency, pass_kind, position)
+);
 -- Grain: one row per run_id, arm, concurrency level, untimed pass and position (PassCounters):
 --   the engine's cumulative speculation counters read just before (position 'before') and
 --   just after ('after') one arm's lossless pass or sampling pass at one level
@@ -16,10 +20,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        arm_name,
-        source_run_id,
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
         concurrency,
         pass_kind,
         position,

@@ -1,4 +1,8 @@
--- stg_request_streams
+MODEL (
+    name stg_request_streams,
+    kind VIEW,
+    grain (run_id, request_id)
+);
 -- Grain: one row per run_id and replayed request (RequestResult), as stg_requests.
 -- Purpose: what a request streamed, kept apart from stg_requests because it is the bulk of
 --   a run (a chunk per engine step: tens of bytes per token; texts of kilobytes), so the
@@ -15,10 +19,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        arm_name,
-        source_run_id,
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
         concurrency,
         repeat,
         request_id,

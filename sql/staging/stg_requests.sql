@@ -1,6 +1,10 @@
--- stg_requests
+MODEL (
+    name stg_requests,
+    kind TABLE,
+    grain (run_id, request_id)
+);
 -- Grain: one row per run_id and replayed request (RequestResult).
--- Materialized: table, during the build only: the Parquet is read once for the many models
+-- Kind TABLE: during the build only: the Parquet is read once for the many models
 --   over the requests (a lake of 200 runs has 2,400 requests files), not once per model.
 -- Purpose: the client-side record, typed, but for the streamed content (chunk_offsets_ms,
 --   chunk_tokens, output_text: stg_request_streams, tens of bytes per chunk, kilobytes per
@@ -24,10 +28,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        arm_name,
-        source_run_id,
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
         concurrency,
         repeat,
         request_id,

@@ -1,4 +1,8 @@
--- stg_resources
+MODEL (
+    name stg_resources,
+    kind VIEW,
+    grain (run_id, arm, concurrency, repeat, wall_time_ns)
+);
 -- Grain: one row per resource sample: run_id, arm, concurrency level, repeat and time.
 -- Purpose: what a server held while a block ran (ResourceReading, replay/resources.py),
 --   sampled about once a second from the block's start to its end.
@@ -12,7 +16,9 @@ with source as (
     select * from by_role('raw_resources')
 ),
 final as (
-    select run_id, arm, arm_name, source_run_id, concurrency, repeat, t_ms, wall_time_ns, rss_bytes, kv_cache_usage, requests_running
+    select
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
+        concurrency, repeat, t_ms, wall_time_ns, rss_bytes, kv_cache_usage, requests_running
     from source
 )
 select * from final

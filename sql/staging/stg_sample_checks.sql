@@ -1,4 +1,8 @@
--- stg_sample_checks
+MODEL (
+    name stg_sample_checks,
+    kind VIEW,
+    grain (run_id, request_id)
+);
 -- Grain: one row per run_id and request of the sampling-mode check (SampleCheck): a prompt
 --   with temperature > 0 sent once per seed of a fixed seed list, per arm and
 --   level, logprobs on, apart from the timed requests (specdec.replay.passes.sampling).
@@ -26,10 +30,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        arm_name,
-        source_run_id,
+        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
         concurrency,
         request_id,
         prompt_id,

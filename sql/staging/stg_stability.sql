@@ -1,4 +1,8 @@
--- stg_stability
+MODEL (
+    name stg_stability,
+    kind VIEW,
+    grain (run_id, fault, probe_index)
+);
 -- Grain: one row per run_id and fault probe of a `specdec stability` run (StabilityResult).
 -- Purpose: the probe record, typed. Nothing is derived here.
 --   outcome  ok | degraded | failed | skipped (see StabilityResult.outcome)

@@ -84,9 +84,14 @@ def test_sources_are_what_the_build_creates_before_the_models(query):
 
 
 def _write(root: Path, layer: str, name: str, sql: str) -> Path:
-    (root / layer).mkdir(parents=True, exist_ok=True)
-    path = root / layer / f"{name}.sql"
-    path.write_text(f"-- {name}\n-- Grain: test.\n{sql}\n")
+    """A model file in ``layer`` (a mart or intermediate model in the ``health`` domain)."""
+    for each in LAYERS:
+        (root / each).mkdir(parents=True, exist_ok=True)
+    folder = root / layer / ("" if layer == "staging" else "health")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.sql"
+    kind = "TABLE" if layer == "marts" else "VIEW"
+    path.write_text(f"MODEL (name {name}, kind {kind}, grain (x));\n-- Grain: test.\n{sql}\n")
     return path
 
 

@@ -196,10 +196,10 @@ def test_an_external_pairs_protocol_is_found_on_its_baseline():
 
 
 def test_the_near_tie_margins_are_the_marts():
-    """The cell reads the same reasoned margins as sql/intermediate/int_lossless_settings.sql."""
+    """The cell reads the same reasoned margins as sql/intermediate/lossless/int_lossless_settings.sql."""
     from pathlib import Path
 
-    sql = (Path(__file__).parents[2] / "sql/intermediate/int_lossless_settings.sql").read_text()
+    sql = (Path(__file__).parents[2] / "sql/intermediate/lossless/int_lossless_settings.sql").read_text()
     assert "when 'float32' then 0.001 when 'float16' then 0.03 else 0.25" in sql
     assert lossless_cells.NEAR_TIE == {"float32": 0.001, "float16": 0.03, "bfloat16": 0.25}
     assert lossless_cells.near_tie_threshold(None) == lossless_cells.near_tie_threshold("auto") == 0.25
