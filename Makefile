@@ -69,7 +69,7 @@ imports: $(STAMP)
 # The quick tests: no engine, no model, no browser, and not the folders of end-to-end runs
 # against stub servers or of whole-database builds (tests/analytics, tests/replay), which
 # `make test` runs. `make check QUICK_TESTS=tests QUICK_SKIP=`: every non-engine test.
-QUICK_TESTS ?= tests/schemas tests/engines tests/tools tests/capture tests/importers tests/test_strict_inputs.py \
+QUICK_TESTS ?= tests/schemas tests/engines tests/tools tests/capture tests/traffic tests/test_strict_inputs.py \
 	tests/test_listen.py tests/test_cli.py
 # the slowest here: two import vLLM in a fresh process (~50 s each), two build a run's database and report (~15 s)
 QUICK_SKIP ?= --deselect tests/capture/test_plugin_v2.py::test_the_worker_hook_installs_v2_timing_and_says_so \

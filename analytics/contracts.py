@@ -22,7 +22,7 @@ the manifest through ``runfolder.read_manifest``. Suites:
   every file       run_id equals the manifest's run_id (one run per folder)
 
 A traffic file (.jsonl/.ndjson/.parquet) is parsed with the traffic loader's
-own readers (``replay.traffic``), but its rows are *not* refused one by one as
+own readers (``specdec.traffic``), but its rows are *not* refused one by one as
 ``load_traffic`` does: the suite lists every offending row instead. It checks
 max_tokens present and > 0, temperature within 0..2, category present and
 non-empty, prompt_id unique, and ``row_schema``: the row validates as a
@@ -58,13 +58,13 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from specdec import trafficfile
 from specdec.analytics.build import load_record_file, run_kind
 from specdec.engines.metrics import COUNTERS as ENGINE_COUNTERS
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import RECORD_FILES, files_of, read_manifest
 from specdec.schemas.records import TrafficRow
 from specdec.schemas.strict import Label
+from specdec.traffic import raw
 
 MAX_EXAMPLES = 5
 TRAFFIC_SUFFIXES = (".jsonl", ".ndjson", ".parquet")
@@ -347,7 +347,7 @@ def traffic_frame(path: Path) -> Frame:
     import pandas as pd  # heavy: pandas, imported only when used
 
     path = Path(path)
-    records = trafficfile.read_traffic_records(path)  # names the file when it is missing or unreadable
+    records = raw.read_traffic_records(path)  # names the file when it is missing or unreadable
     if not records:
         raise InputFileError(path, "the file holds no rows")
 
@@ -361,7 +361,7 @@ def traffic_frame(path: Path) -> Frame:
             problems.append(None)
         except ValidationError as exc:
             err = exc.errors()[0]
-            problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {trafficfile.describe_error(err)}")
+            problems.append(f"{'.'.join(str(p) for p in err['loc'])}: {raw.describe_error(err)}")
     df = pd.DataFrame(
         {
             "prompt_id": pd.Series(

@@ -3,7 +3,7 @@
 For the Azure conversation trace (19,366 rows, ../shared/data/azure-llm-2023:
 Microsoft's AzurePublicDataset, CC-BY 4.0; see its README) and a generated
 file of ``--rows`` rows (default 1,000,000) in each format (azure, burstgpt,
-burstgpt-sessions, mooncake), runs ``specdec.replay.importers.import_to_file`` in a fresh
+burstgpt-sessions, mooncake), runs ``specdec.traffic.importers.import_to_file`` in a fresh
 process each (so every figure includes the start-up: imports, the pool, the
 tokenizer) and prints wall seconds, CPU seconds, rows/s and the process's
 peak RSS. With ``--old COMMIT`` the same import of the first ``--old-rows``
@@ -19,7 +19,7 @@ of 4-turn sessions, four interleaved, each turn's input its history plus the
 Azure row's context (``gen_burstgpt_sessions``); Mooncake rows take lengths and prefix
 blocks from ../shared/data/mooncake-fast25 (cycled, block ids shifted per
 cycle so later cycles do not share the first cycle's blocks). Mooncake rows
-are composed from cached prefix blocks (``replay.importers.blocks``) and
+are composed from cached prefix blocks (``traffic.importers.blocks``) and
 written as traffic format version 3 (each row its block ids and its own
 tail, each block once in the file), so the composition, not the output,
 bounds that run: ``--mooncake-rows`` (default: ``--rows``).
@@ -53,7 +53,7 @@ old = sys.argv[4] != "-"
 if old:  # the old commit's tree instead of the editable install
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f)]
     sys.path.insert(0, sys.argv[4])
-from specdec.replay import importers
+from specdec.traffic import importers
 opts = importers.ImportOptions() if sys.argv[1] == "azure" else importers.ImportOptions(category="chat")
 if old and sys.argv[5] == "memory":  # a commit before import_to_file
     report = importers.import_trace(sys.argv[1], sys.argv[2], opts)

@@ -30,7 +30,7 @@ from specdec.replay.config import DEFAULT_SPEC_CONFIG, ReplayConfig
 from specdec.replay.http.client import build_payload, stream_payload
 from specdec.replay.passes.lossless import pass_payload
 from specdec.replay.runner import level_rows
-from specdec.replay.traffic.io import BUNDLED, load_traffic
+from specdec.traffic import BUNDLED, load_traffic
 
 MODEL = "specdec-target"
 

@@ -17,9 +17,9 @@ from specdec.arms import ArmSpec, check_arms
 from specdec.defaults import DTYPE, RUNS_DIR, SERVED_MODEL, STARTUP_TIMEOUT_S
 from specdec.engines import DEFAULT_ENGINE, ENGINES, EngineName, Vllm
 from specdec.replay.load.levels import check_values
-from specdec.replay.traffic.mix import check_mix
 from specdec.schemas.records import DEFAULT_MARGIN, DEFAULT_MAX_ERROR_RATE, ERROR_RATE, MARGIN
 from specdec.schemas.strict import RunName
+from specdec.traffic.mix import check_mix
 
 DEFAULT_LEVELS = (1, 2, 4, 8)
 #: The speculative arm's default: the default engine's draft-free prompt lookup (``Engine.ngram``,

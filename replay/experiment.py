@@ -30,8 +30,6 @@ from specdec.replay.load.sequential_loop import Look
 from specdec.replay.manifest import arm_config, build_manifest
 from specdec.replay.progress import Progress
 from specdec.replay.runner import Replayer, level_rows, request_id_prefix
-from specdec.replay.traffic.io import load_traffic
-from specdec.replay.traffic.mix import unknown_categories
 from specdec.replay.writing import writing_run
 from specdec.runfolder import (
     claim_run_dir,
@@ -40,6 +38,8 @@ from specdec.runfolder import (
     write_manifest,
 )
 from specdec.schemas.records import ArmConfig, RunManifest
+from specdec.traffic import load_traffic
+from specdec.traffic.mix import unknown_categories
 
 log = logging.getLogger("specdec.replay")
 

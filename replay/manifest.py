@@ -18,10 +18,10 @@ from specdec.replay.embedded import EMBEDDED, EmbeddedEngine, EmbeddedLlamaCpp, 
 from specdec.replay.host import host_facts, package_version
 from specdec.replay.http.client import CHAT_PATH
 from specdec.replay.load.levels import summary as load_summary
-from specdec.replay.traffic.io import Traffic
-from specdec.replay.traffic.profile import manifest_traffic
 from specdec.runfolder import capture_dir
 from specdec.schemas.records import ArmConfig, RunManifest, TrafficRow
+from specdec.traffic import Traffic
+from specdec.traffic.profile import manifest_traffic
 
 
 def build_manifest(

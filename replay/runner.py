@@ -48,10 +48,10 @@ from specdec.replay.passes.rescore import instrument_arm, rescore_pass
 from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table, sampled_rows
 from specdec.replay.progress import Progress
 from specdec.replay.resources import watch_block
-from specdec.replay.traffic.io import Traffic
 from specdec.runfolder import counters_part, greedy_part, requests_part, resources_part, samples_part
 from specdec.schemas.arrow import table_from_columns, table_from_records, write_parquet_atomic
 from specdec.schemas.records import MetricSnapshot, RequestResult, ResourceReading, TrafficRow
+from specdec.traffic import Traffic
 
 log = logging.getLogger("specdec.replay")
 

@@ -106,7 +106,7 @@ class TrafficRow(_Record):
     ``"12"`` -> 12, no ``true`` -> 1, no ``1.0`` -> 1, finite floats only,
     labels without surrounding whitespace or control characters, prompts that
     are not whitespace only. ``max_tokens`` is also checked against the model's
-    context length when it is known (``specdec.replay.traffic.io.load_traffic``).
+    context length when it is known (``specdec.traffic.io.load_traffic``).
 
     The content is either ``prompt`` (one user message) or ``messages`` (the
     chat messages as sent, earlier turns of a session included), never both.

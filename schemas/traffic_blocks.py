@@ -3,7 +3,7 @@ shared text blocks, so a file of rows whose prompts share long prefixes (a
 Mooncake trace: ~30 blocks of 512 tokens a row) holds each block once.
 
 The stored form, and how a reader turns it back into ``TrafficRow.prompt``
-(``specdec.trafficfile``):
+(``specdec.traffic.raw``):
 
 * The file's key-value metadata ``traffic_blocks`` (``BLOCKS_KEY``) holds the
   block table: JSON text, an array of ``TrafficBlock`` objects, each

@@ -23,6 +23,6 @@ DEMO_REPEATS = 5
 #: after each one, up to DEMO_REPEATS; ``--design fixed`` runs DEMO_REPEATS, as before
 DEMO_FIRST_LOOK = 2
 DEMO_MAX_TOKENS = 32
-#: the bundled mix (replay/data/demo_traffic.jsonl): prompts per category
+#: the bundled mix (specdec/traffic/data/demo_traffic.jsonl): prompts per category
 DEMO_PROMPTS_PER_CATEGORY = 8
 DEMO_CATEGORIES: tuple[str, ...] = ("chat", "code", "structured")

@@ -12,7 +12,7 @@ from specdec.cli import main as main_cli
 from specdec.cli import replay as replay_cli
 from specdec.cli.options import CLIENT_FIELDS, RUN_FIELDS, SCHEDULE_FIELDS
 from specdec.replay import experiment
-from specdec.replay.traffic.io import BUNDLED
+from specdec.traffic.io import BUNDLED
 
 SHARED = [
     "--repeats", "3", "--no-lossless-pass", "--samples", "2", "--restart-servers", "never",

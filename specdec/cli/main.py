@@ -47,8 +47,8 @@ from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_quantize, 
 from specdec.errors import SpecdecError
 from specdec.model import bundled_model, find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig, default_of
-from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING
+from specdec.traffic import BUNDLED, load_traffic
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -29,8 +29,8 @@ import re
 import click
 
 from specdec.arms import ArmSpec, parse_arm
-from specdec.replay.traffic.mix import MixError, parse_mix
 from specdec.schemas.strict import MAX_LEVEL, MAX_TOKENS_CEILING, check_run_name
+from specdec.traffic.mix import MixError, parse_mix
 
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")

@@ -19,7 +19,7 @@ import click
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam, PositiveInt, StrictFloatType, StrictIntType
 from specdec.cli.traffic_tools import draw_cmd, inspect_cmd, mix_cmd
-from specdec.replay.traffic.prompt_pool import load_pool
+from specdec.traffic.prompt_pool import load_pool
 
 
 @click.group()
@@ -161,8 +161,8 @@ def _import(
     whole_prompts: bool = False,
 ) -> None:
     # heavy (pyarrow, numpy): only when the command runs
-    from specdec.replay.importers import ImportOptions, import_to_file
-    from specdec.replay.importers.tokens import counter_for  # heavy (pyarrow, numpy): only when the command runs
+    from specdec.traffic.importers import ImportOptions, import_to_file
+    from specdec.traffic.importers.tokens import counter_for  # heavy (pyarrow, numpy): only when the command runs
 
     opts = ImportOptions(
         start_s=start_s,

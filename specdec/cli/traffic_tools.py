@@ -18,9 +18,9 @@ import click
 
 from specdec.cli.common import handle_errors
 from specdec.cli.params import MixParam, NonNegativeInt, PositiveInt
-from specdec.replay.traffic.io import load_traffic
-from specdec.replay.traffic.mix import MixError, draw_rows, mix_rows, write_rows
-from specdec.replay.traffic.profile import profile, render
+from specdec.traffic import load_traffic
+from specdec.traffic.mix import MixError, draw_rows, mix_rows, write_rows
+from specdec.traffic.profile import profile, render
 
 _FILE = click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 _OUT = click.option(

@@ -12,8 +12,8 @@ import aiohttp
 import pyarrow.parquet as pq
 
 from specdec.capture.proxy.export import export_traffic
-from specdec.replay.traffic.io import load_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
+from specdec.traffic.io import load_traffic
 from tests.support.fake_server import GOOD_SSE, FakeVllm
 from tests.support.proxy_stub import EchoUpstream, proxied, recorder, until
 

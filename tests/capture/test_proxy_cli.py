@@ -17,8 +17,8 @@ import specdec.capture.proxy.service as proxy_mod
 from specdec.capture.proxy.record import Exchange, RowMaker
 from specdec.capture.proxy.writer import Recorder
 from specdec.cli.capture import main
-from specdec.replay.traffic.io import load_traffic
 from specdec.runfolder import TRAFFIC_PART_GLOB as PART_GLOB
+from specdec.traffic.io import load_traffic
 from tests.support.fake_server import FakeVllm
 
 

@@ -35,7 +35,7 @@ import pytest
 from specdec.analytics.build import build
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
-from specdec.replay.traffic.io import BUNDLED
+from specdec.traffic.io import BUNDLED
 from tests.support.engine_servers import embedded_as
 
 pytestmark = pytest.mark.engine

@@ -138,8 +138,8 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     from specdec.analytics.report.write import write_report
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
-    from specdec.replay.traffic.io import BUNDLED
     from specdec.runfolder import read_manifest
+    from specdec.traffic.io import BUNDLED
 
     cfg = ReplayConfig(
         traffic=BUNDLED,

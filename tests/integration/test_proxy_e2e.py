@@ -23,7 +23,7 @@ from specdec.analytics.report.write import write_report
 from specdec.capture.proxy.export import export_traffic
 from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
-from specdec.replay.traffic.io import load_traffic
+from specdec.traffic.io import load_traffic
 from tests.support.engine_servers import embedded_as
 
 pytestmark = pytest.mark.engine

@@ -24,7 +24,7 @@ def run(tmp_path_factory, model_dir, llama_server_binary, vllm_pair):
     from specdec.cli.main import BOTH_ENGINES_ARMS
     from specdec.replay.config import ReplayConfig
     from specdec.replay.experiment import run_replay
-    from specdec.replay.traffic.io import BUNDLED
+    from specdec.traffic.io import BUNDLED
     from tests.support.engine_servers import embedded_as
 
     cfg = ReplayConfig(

@@ -15,7 +15,7 @@ from specdec.replay import experiment
 from specdec.replay.compat.vocab import VocabMismatch
 from specdec.replay.config import ReplayConfig
 from specdec.replay.embedded import draft_preflight
-from specdec.replay.traffic.io import BUNDLED
+from specdec.traffic.io import BUNDLED
 from tests.support.gguf_files import TOKENS, write_gguf
 
 

@@ -9,7 +9,7 @@ from specdec.arms import parse_arm
 from specdec.errors import SpecdecError
 from specdec.replay import embedded, experiment
 from specdec.replay.config import ReplayConfig
-from specdec.replay.traffic.io import BUNDLED
+from specdec.traffic.io import BUNDLED
 
 
 def test_each_engine_says_its_own_context_and_a_run_takes_the_smallest(monkeypatch):

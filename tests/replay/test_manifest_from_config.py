@@ -12,8 +12,8 @@ import pytest
 
 from specdec.replay.config import ReplayConfig
 from specdec.replay.manifest import arm_config, build_manifest
-from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.schemas.records import RunManifest
+from specdec.traffic.io import BUNDLED, load_traffic
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "replay" / "manifest_from_config.json"
 CASES = json.loads(FIXTURE.read_text(encoding="utf-8"))

@@ -11,7 +11,7 @@ from specdec.engines import Arm, LlamaCpp, Vllm
 from specdec.engines.vllm import ServerSpec
 from specdec.replay.config import ReplayConfig
 from specdec.replay.manifest import _schedule
-from specdec.replay.traffic.io import BUNDLED
+from specdec.traffic.io import BUNDLED
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from specdec.arms import parse_arm
 from specdec.cli.replay import main as replay_main
 from specdec.replay.config import ReplayConfig
 from specdec.replay.manifest import arm_difference, comparison_note
-from specdec.replay.traffic.io import BUNDLED
 from specdec.schemas.records import ArmConfig
+from specdec.traffic.io import BUNDLED
 
 ARMS = [
     parse_arm(a)

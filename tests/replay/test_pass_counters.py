@@ -14,9 +14,9 @@ from specdec.replay.config import ReplayConfig
 from specdec.replay.http.client import as_endpoint
 from specdec.replay.progress import Progress
 from specdec.replay.runner import Replayer, level_rows
-from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.runfolder import pass_counters_part
 from specdec.schemas.records import PassCounters
+from specdec.traffic.io import BUNDLED, load_traffic
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 

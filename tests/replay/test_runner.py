@@ -5,9 +5,9 @@ import pytest
 from specdec.replay.config import ReplayConfig
 from specdec.replay.http.client import as_endpoint
 from specdec.replay.runner import level_rows, request_id, results_table, run_level
-from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import RequestResult
+from specdec.traffic.io import BUNDLED, load_traffic
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 SSE = GOOD_SSE

@@ -21,7 +21,7 @@ from specdec.replay.config import ReplayConfig
 from specdec.replay.experiment import run_replay
 from specdec.replay.load.schedule import Block, _passes, interleaved, repeat_blocks
 from specdec.replay.load.sequential_loop import Design, SequentialLoop, look_line, next_repeat_s, over_budget
-from specdec.replay.traffic.io import BUNDLED
+from specdec.traffic.io import BUNDLED
 from tests.support.fake_server import FakeVllm, stub_config, threaded
 
 ARMS = ["baseline", "speculative"]

@@ -9,10 +9,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from specdec.errors import InputFileError
 from specdec.replay.host import engine_facts, host_facts
-from specdec.replay.traffic.io import BUNDLED, load_traffic
 from specdec.runfolder import MANIFEST, read_manifest, write_manifest
 from specdec.schemas.arrow import arrow_schema
 from specdec.schemas.records import ArmConfig, RunManifest, TrafficRow
+from specdec.traffic.io import BUNDLED, load_traffic
 
 
 def manifest(**overrides) -> RunManifest:

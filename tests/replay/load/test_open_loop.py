@@ -26,9 +26,9 @@ from specdec.replay.load.levels import load_levels, plans
 from specdec.replay.load.open_loop import MonotonicClock, SendTime, open_loop, run_open_level
 from specdec.replay.progress import Progress
 from specdec.replay.runner import Replayer, level_rows, request_id, results_table, run_level
-from specdec.replay.traffic.io import BUNDLED, Traffic, load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import TrafficRow
+from specdec.traffic.io import BUNDLED, Traffic, load_traffic
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving
 
 

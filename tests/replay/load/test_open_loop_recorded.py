@@ -19,9 +19,9 @@ from specdec.replay.experiment import run_replay
 from specdec.replay.http.client import as_endpoint
 from specdec.replay.progress import Progress
 from specdec.replay.runner import Replayer, level_rows
-from specdec.replay.traffic.io import load_traffic
 from specdec.runfolder import requests_part
 from specdec.schemas.records import TrafficRow
+from specdec.traffic.io import load_traffic
 from tests.support.fake_server import GOOD_SSE, FakeVllm, serving, threaded
 
 

@@ -1,1 +1,0 @@
-"""Traffic: reading and writing traffic files, drawing mixes from them, their profile, and the prompt pool."""
