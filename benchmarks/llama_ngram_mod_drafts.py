@@ -23,8 +23,8 @@ from pathlib import Path
 from specdec.engines import Arm, LlamaCpp
 from specdec.engines.llama_build import build_llama_server
 from specdec.engines.server import LlamaServer
+from specdec.experiments.compat.probes import CODE_PROMPT
 from specdec.model import find_gguf
-from specdec.replay.compat.probes import CODE_PROMPT
 
 #: the settings compared: the defaults, the draft model's flag that specdec sent before
 #: 2026-12-06 (ngram-mod ignores it), and ngram-mod's own lengths

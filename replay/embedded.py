@@ -248,14 +248,14 @@ def model_error(cfg: ReplayConfig) -> str | None:
 
 
 def draft_preflight(cfg: ReplayConfig) -> list[str]:
-    """The tokenizer preflight (``replay/compat/vocab.py``) of every embedded arm that
+    """The tokenizer preflight (``specdec/vocab.py``) of every embedded arm that
     speculates with a separate draft model, against the model its engine serves; run
     before any folder is created, server started or request sent. Returns one manifest
     note per arm checked; raises ``VocabMismatch`` naming every difference. External
     servers: nothing (their models are not known here)."""
     if cfg.external:
         return []
-    from specdec.replay.compat.vocab import preflight  # heavy: tokenizers / gguf, only for a draft model
+    from specdec.vocab import preflight  # heavy: tokenizers / gguf, only for a draft model
 
     notes = []
     for arm in cfg.arm_specs():

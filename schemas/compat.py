@@ -1,5 +1,5 @@
 """The record of ``specdec compat``: one row per matrix cell, a feature probed in
-both arms of one engine pair (``specdec.replay.compat``).
+both arms of one engine pair (``specdec.experiments.compat``).
 
 A cell's evidence is in its own columns, per arm (``baseline_*``,
 ``speculative_*``): whether the server accepted the request and its error
@@ -21,7 +21,7 @@ Outcome = Literal["works", "degrades", "broken", "refused", "not tested", "not o
 #: ``not offered`` say nothing about speculation, the first because it did not draft in the cell, the
 #: second because the feature is not there without it).
 OUTCOMES: tuple[str, ...] = ("works", "degrades", "broken", "refused", "not tested", "not offered")
-#: ``degrades`` (replay/compat/classify.py): acceptance per token with the feature below this share of the
+#: ``degrades`` (specdec/experiments/compat/classify.py): acceptance per token with the feature below this share of the
 #: plain twin's: the gain falls.
 DEGRADE_RATIO = 0.5
 #: ``degrades``: the speedup with the feature must fall by at least this share (95% interval wholly below
@@ -160,7 +160,7 @@ class CompatCell(BaseModel):
     speedup_vs_plain_ci_high: float | None = Field(default=None, description="Upper end of that interval.")
     speed_label: str | None = Field(
         default=None,
-        description="Feature probes: the speed decided by the verdict's rule (specdec.replay.compat.speed): faster, "
+        description="Feature probes: the speed decided by the verdict's rule (specdec.experiments.compat.speed): faster, "
         "slower or equivalent (margin: the verdict's default), or 'not measured' where the pair's pooled noise "
         "cannot decide it; None: not judged (quantization cells, a cell with no timed pair, or a run without the "
         "verdict's functions).",
@@ -201,7 +201,7 @@ class CompatCell(BaseModel):
     sampling_pairs: int | None = Field(
         default=None,
         description="Sampling-distribution cells: the (prompt, seed) samples re-scored in both arms, compared "
-        "pairwise by prompt (replay/compat/sampling_cells.py).",
+        "pairwise by prompt (specdec/experiments/compat/sampling_cells.py).",
     )
     sampling_p_value: float | None = Field(
         default=None,
@@ -221,7 +221,7 @@ class CompatCell(BaseModel):
     lossless_identical: int | None = Field(
         default=None,
         description="Lossless cells (feature 'lossless', probe lossless_greedy.c<level>): greedy pairs whose token "
-        "ids were identical in both arms (replay/compat/lossless_cells.py); None elsewhere.",
+        "ids were identical in both arms (specdec/experiments/compat/lossless_cells.py); None elsewhere.",
     )
     lossless_near_ties: int | None = Field(
         default=None,

@@ -1,4 +1,4 @@
-"""``specdec compat``: the command over ``specdec.replay.compat.run`` (the probes,
+"""``specdec compat``: the command over ``specdec.experiments.compat.run`` (the probes,
 the run folder), then the matrix on the terminal."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from specdec.cli.options import client_options
 from specdec.cli.params import LevelList
 from specdec.engines import ENGINE_NAMES
 from specdec.errors import SpecdecError
-from specdec.replay.compat.lossless_cells import LEVELS as LOSSLESS_LEVELS
-from specdec.replay.compat.run import CompatConfig, matrix_text, run_compat
-from specdec.replay.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
-from specdec.replay.compat.stopping import CompatStopped
-from specdec.replay.compat.timing import DEFAULT_REPEATS
+from specdec.experiments.compat.lossless_cells import LEVELS as LOSSLESS_LEVELS
+from specdec.experiments.compat.run import CompatConfig, matrix_text, run_compat
+from specdec.experiments.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
+from specdec.experiments.compat.stopping import CompatStopped
+from specdec.experiments.compat.timing import DEFAULT_REPEATS
 from specdec.schemas.strict import check_run_name
 
 
@@ -240,7 +240,7 @@ def _verdict():
     # heavy: numpy (the variance model), only when the command runs
     from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
     from specdec.analytics.variance import block_noise, t_sf
-    from specdec.replay.compat.speed import Machinery
+    from specdec.experiments.compat.speed import Machinery
 
     return Machinery(block_noise, judge, holm_levels, t_sf, DEFAULT_MARGIN, ALPHA)
 
@@ -249,6 +249,6 @@ def _sampling_test():
     """The sampling pass's test that judges the sampling-distribution cells (``replay.compat.sampling_cells``)."""
     # heavy: numpy (the permutation test), only when the command runs
     from specdec.analytics.sampling_check import DIFFERS, compare
-    from specdec.replay.compat.sampling_cells import Test
+    from specdec.experiments.compat.sampling_cells import Test
 
     return Test(compare, DIFFERS)

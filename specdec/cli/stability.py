@@ -1,4 +1,4 @@
-"""``specdec stability``: the command over ``specdec.replay.stability`` (the probes,
+"""``specdec stability``: the command over ``specdec.experiments.stability`` (the probes,
 the run folder), then the marts and the report of the run it wrote."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from specdec.cli.common import handle_errors
 from specdec.cli.options import client_options
 from specdec.cli.params import PositiveFloat, StrictFloatType, StrictIntType
 from specdec.cli.params import RunName as RunNameParam
+from specdec.experiments.stability import StabilityConfig, fault_table, run_stability, table_text
 from specdec.replay.config import default_of as config_default_of
-from specdec.replay.stability import StabilityConfig, fault_table, run_stability, table_text
 
 
 def default_of(name: str):

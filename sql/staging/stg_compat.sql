@@ -15,16 +15,16 @@ MODEL (
 --   target_quant, target_bits, draft_quant, draft_bits
 --                  quantization cells only (feature 'quantization', llama.cpp); NULL elsewhere
 --   speedup, speedup_ci_*, speedup_pairs, repeats, plain_speedup*, speedup_vs_plain*
---                  paired speedups (specdec.replay.compat.timing); NULL where not timed
+--                  paired speedups (specdec.experiments.compat.timing); NULL where not timed
 --   speed_label, speed_ci_*, speed_df
---                  the cell's speed decided by the verdict's rule (specdec.replay.compat.speed):
+--                  the cell's speed decided by the verdict's rule (specdec.experiments.compat.speed):
 --                  faster | slower | equivalent | 'not measured'; NULL = not judged
 --   baseline_/speculative_prefix_cache_hit_rate  multi-turn cells: each arm's hit rate
---   baseline_/speculative_stall_ratio  streamed structured-output and tool cells (replay/compat/stall.py)
+--   baseline_/speculative_stall_ratio  streamed structured-output and tool cells (specdec/experiments/compat/stall.py)
 --   turn, prefix_caching   multi-turn cells only (one per turn, caching 'on' or 'off')
---   sampling_*     sampling-distribution cells only (replay/compat/sampling_cells.py)
+--   sampling_*     sampling-distribution cells only (specdec/experiments/compat/sampling_cells.py)
 --   lossless_*     lossless cells only: greedy pairs identical / near-ties / suspect
---                  (replay/compat/lossless_cells.py)
+--                  (specdec/experiments/compat/lossless_cells.py)
 --   *_capture_reconciles, capture_detail
 --                  the capture's rows against the counters per arm; NULL = not captured
 with source as (

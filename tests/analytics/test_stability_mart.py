@@ -20,7 +20,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
-from specdec.replay.stability import fault_table
+from specdec.experiments.stability import fault_table
 from specdec.runfolder import write_manifest
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic
 from specdec.schemas.records import ArmConfig, RunManifest, StabilityResult

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.report.write import write_report
-from specdec.replay.stability import StabilityConfig, fault_table, run_stability, table_text
+from specdec.experiments.stability import StabilityConfig, fault_table, run_stability, table_text
 from tests.support.engine_servers import stability_on
 
 pytestmark = [pytest.mark.engine, pytest.mark.last_on_pair]

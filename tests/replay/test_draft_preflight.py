@@ -12,10 +12,10 @@ import pytest
 
 from specdec.arms import ArmSpec, parse_arm
 from specdec.replay import experiment
-from specdec.replay.compat.vocab import VocabMismatch
 from specdec.replay.config import ReplayConfig
 from specdec.replay.embedded import draft_preflight
 from specdec.traffic.io import BUNDLED
+from specdec.vocab import VocabMismatch
 from tests.support.gguf_files import TOKENS, write_gguf
 
 

@@ -174,7 +174,7 @@ def stability_on(pair: ServerPair) -> Iterator[None]:
     be the pair's but for ``max_num_seqs``: the pair's (32) replaces the run's, in its manifest too,
     and the restart starts the pair's settings afresh. The kill is real: the pair's baseline is
     gone afterwards, so a test that uses this runs last on the pair (marker ``last_on_pair``)."""
-    from specdec.replay.stability import server as stability_server
+    from specdec.experiments.stability import server as stability_server
 
     original = stability_server.EmbeddedServer
 

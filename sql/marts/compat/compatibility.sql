@@ -10,7 +10,7 @@ MODEL (
 --                         spec_method 'declared')
 --   feature, probe        the feature family and the probe within it
 --   outcome               works | degrades | broken | refused | not tested | not offered; the rules are
---                         specdec.replay.compat.classify's (CompatCell.outcome):
+--                         specdec.experiments.compat.classify's (CompatCell.outcome):
 --                         not offered  the baseline refused it, or neither arm gave a valid output
 --                                      (the field ignored, or not met within max_tokens)
 --                         refused      the speculative server refused what the baseline accepted
@@ -67,17 +67,17 @@ MODEL (
 --                         each arm's hit rate around the turn's requests, side by side
 --   baseline_stall_ratio, speculative_stall_ratio
 --                         streamed structured-output and tool cells: the largest tail gap over the
---                         median gap of a reply, per arm (replay/compat/stall.py); NULL elsewhere
+--                         median gap of a reply, per arm (specdec/experiments/compat/stall.py); NULL elsewhere
 --   sampling_level, sampling_pairs, sampling_p_value, sampling_mean_difference,
 --   sampling_min_detectable_shift
 --                         sampling-distribution cells (probe sampling_distribution.c<level>): the
 --                         level sampled at, the pairs of re-scored samples, the permutation test's
 --                         p, the mean re-scored log-probability difference and the shift it finds
---                         with 80% power (replay/compat/sampling_cells.py); NULL elsewhere
+--                         with 80% power (specdec/experiments/compat/sampling_cells.py); NULL elsewhere
 --   lossless_identical, lossless_near_ties, lossless_suspect
 --                         lossless cells (probe lossless_greedy.c<level>): greedy pairs (token ids and
 --                         top-2 logprobs, each engine's protocol) identical, near-ties (the baseline's
---                         runner-up within the dtype's margin) and suspect (replay/compat/lossless_cells.py)
+--                         runner-up within the dtype's margin) and suspect (specdec/experiments/compat/lossless_cells.py)
 --   speed_label, speed_ci_low, speed_ci_high, speed_df
 --                         the cell's speed by the verdict's rule over the pair's pooled noise:
 --                         faster | slower | equivalent (with the family-wise interval) | 'not measured'
