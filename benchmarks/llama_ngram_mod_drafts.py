@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 
 from specdec.engines import Arm, LlamaCpp
-from specdec.engines.llama_build import build_llama_server
-from specdec.engines.server import LlamaServer
+from specdec.engines.llama_cpp import LlamaServer
+from specdec.engines.llama_cpp.build import build_llama_server
 from specdec.experiments.compat.probes import CODE_PROMPT
 from specdec.model import find_gguf
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
-from specdec.engines.server import LocalServer, ServerSpec
+from specdec.engines.vllm import ServerSpec, VllmServer
 from specdec.replay.config import DEFAULT_SPEC_CONFIG, ReplayConfig
 from specdec.replay.http.client import build_payload, stream_payload
 from specdec.replay.passes.lossless import pass_payload
@@ -55,7 +55,7 @@ def geo(ratios: list[float]) -> float:
 def measure(spec: ServerSpec, spec_config: dict | None, rows, pairs: int, arm: str) -> dict[str, list[list[float]]]:
     blocks: dict[str, list[list[float]]] = {"plain": [], "logprobs": []}
     with tempfile.TemporaryDirectory() as tmp:
-        with LocalServer(spec, spec_config, Path(tmp) / "capture", "bench", Path(tmp) / "server.log") as srv:
+        with VllmServer(spec, spec_config, Path(tmp) / "capture", "bench", Path(tmp) / "server.log") as srv:
             asyncio.run(block(srv.base_url, rows[:2], False, "warm"))
             for p in range(pairs):
                 order = ("plain", "logprobs") if p % 2 == 0 else ("logprobs", "plain")

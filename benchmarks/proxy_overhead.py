@@ -241,11 +241,11 @@ def main() -> None:
             stub.terminate()
             stub.wait(10)
         if args.engine:
-            from specdec.engines.server import LocalServer, ServerSpec
+            from specdec.engines.vllm import ServerSpec, VllmServer
             from specdec.model import prepare_model
 
             spec = ServerSpec(model=str(prepare_model().path), dtype="bfloat16", prefix_cache="off")
-            with LocalServer(spec, None, tmp / "capture", "bench", tmp / "server.log") as srv:
+            with VllmServer(spec, None, tmp / "capture", "bench", tmp / "server.log") as srv:
                 body = {
                     "model": "specdec-target",
                     "stream": True,

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from specdec.engines import ENGINE_NAMES, Arm, Engine, LlamaCpp, Vllm
-from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_server, cached_llama_server
-from specdec.engines.server import LlamaServer, LocalServer, ServerProcess
-from specdec.engines.vllm import ServerSpec
+from specdec.engines.llama_cpp import LlamaServer
+from specdec.engines.llama_cpp.build import LLAMA_CPP_PYTHON, build_llama_server, cached_llama_server
+from specdec.engines.server import ServerProcess
+from specdec.engines.vllm import ServerSpec, VllmServer
 from specdec.errors import SpecdecError
 from specdec.model import GGUF_DIST, find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig
@@ -147,7 +148,7 @@ class EmbeddedVllm(EmbeddedEngine):
 
     def server(self, arm: Arm, log: Path, run_dir: Path, run_id: str, startup_timeout_s: float) -> ServerProcess:
         spec_cfg = None if arm.speculation is None else dict(arm.speculation)
-        return LocalServer(self.spec, spec_cfg, capture_dir(run_dir), run_id, log, startup_timeout_s)
+        return VllmServer(self.spec, spec_cfg, capture_dir(run_dir), run_id, log, startup_timeout_s)
 
     def eos_ids(self) -> frozenset[int] | None:
         return eos_ids_for_model(self.spec.model)

@@ -88,7 +88,7 @@ def vllm_pair(tmp_path_factory, model_dir):
     emptied by the replay before every block, the replay's max_num_seqs; started
     by the first test that asks, stopped at the end of the session."""
     # deferred, as in model_dir: a run without engine tests never imports the engine code
-    from specdec.engines.server import ServerSpec
+    from specdec.engines.vllm import ServerSpec
     from tests.support.engine_servers import start_vllm_pair
 
     spec = ServerSpec(model=model_dir, dtype="float32", prefix_cache="reset")

@@ -11,8 +11,6 @@ Self-contained, through the report's page shell; every string escaped (``report/
 
 from __future__ import annotations
 
-import json
-
 from specdec.analytics.report.chart_text import chart_safe
 from specdec.analytics.report.html import banner, esc, table
 from specdec.analytics.report.page import chart_divs, page
@@ -124,7 +122,6 @@ def _deploy(plan: dict) -> str:
     whether validated, then each engine's settings and the routing (one table)."""
     deployed = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
     pools = plan["exports"]["routing"]["pools"]
-    vllm, llama = plan["exports"]["vllm"], plan["exports"]["llama_cpp"]
     spec = [c for c, pool in sorted(pools.items()) if pool == "speculative"]
     plain = [c for c, pool in sorted(pools.items()) if pool != "speculative"]
     per_band = ", ".join(f"c{b['level']}: {_k(max((b['k'][c] for c in spec), default=0))}" for b in deployed["bands"])
@@ -148,25 +145,29 @@ def _deploy(plan: dict) -> str:
         + "".join(banner("warn", f"The capture: {w}.") for w in plan.get("warnings", []))
         + "<h3>Routing and k per category and load band</h3>"
         + settings
-        + "<h3>vLLM (speculative pool)</h3>"
-        + table(
+        + "".join(_engine_settings(e) for e in plan["exports"]["engines"].values())
+    )
+
+
+def _engine_settings(export: dict) -> str:
+    """One engine's form of the plan (``Engine.deployment``): its k per batch-size range where the
+    engine takes a schedule, the command-line settings to serve the speculative pool with, a note."""
+    anchor = export["engine"].replace(".", "-")
+    schedule = (
+        table(
             ["batch sizes", "k"],
-            [[f"{a}-{b}", _k(k)] for a, b, k in vllm["num_speculative_tokens_per_batch_size"]],
-            table_id="vllm-schedule",
+            [[f"{a}-{b}", _k(k)] for a, b, k in export["schedule"]],
+            table_id=f"{anchor}-schedule",
         )
-        + '<pre id="vllm-config">'
-        + esc(
-            "--speculative-config " + json.dumps(vllm["speculative_config"])
-            if vllm["speculative_config"]
-            else "(no --speculative-config: speculation off)"
-        )
-        + "</pre><p>"
-        + esc(vllm["note"])
-        + '</p><h3>llama.cpp (speculative pool)</h3><pre id="llama-flags">'
-        + esc(" ".join(llama["flags"]) or "(no speculation flags: speculation off)")
-        + "</pre><p>"
-        + esc(plan["speculative_pool"]["description"])
-        + "</p>"
+        if export["schedule"] is not None
+        else ""
+    )
+    return (
+        f"<h3>{esc(export['label'])} (speculative pool)</h3>"
+        + schedule
+        + f'<pre id="{anchor}-settings">'
+        + esc(export["command"] or "(no speculation settings: speculation off)")
+        + f"</pre><p>{esc(export['note'])}</p>"
     )
 
 

@@ -1,7 +1,7 @@
 """``specdec plan RUN -o PLAN_DIR``: build the run's database, read what the model needs,
 predict every (k', level, category) with intervals, decide, and write ``plan.json``,
 ``plan.html`` and the engine exports (``vllm_speculative_config.json``,
-``llama_cpp_flags.txt``, ``routing.json``, and ``routing_rules.json`` given a rules file).
+``llama_cpp_flags.txt`` (each engine's file, ``Engine.deployment``), ``routing.json``, and ``routing_rules.json`` given a rules file).
 """
 
 from __future__ import annotations
@@ -101,8 +101,13 @@ def plan_from_db(con, config: PlanConfig) -> dict:
     decided = decide(pred, inputs, weights, config.slo_ttft_p95_ms, thin)
     spec_cats = export.speculative_categories(decided["policies"])
     exports = {
-        "vllm": export.vllm_schedule(decided["policies"], inputs.levels, inputs.speculative_config),
-        "llama_cpp": export.llama_cpp_flags(decided["speculative_pool"]["one_k"], inputs.speculative_config),
+        "engines": export.engine_exports(
+            decided["policies"],
+            inputs.levels,
+            decided["speculative_pool"]["one_k"],
+            inputs.speculative_config,
+            decided["speculative_pool"]["description"],
+        ),
         "routing": export.routing(inputs.categories, spec_cats, config.rules),
     }
     in_sample = _in_sample(pred, inputs)
@@ -288,8 +293,7 @@ def write_plan(plan: dict, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         "plan.json": json.dumps(plan, indent=2, allow_nan=False),
-        "vllm_speculative_config.json": json.dumps(plan["exports"]["vllm"]["speculative_config"], indent=2),
-        "llama_cpp_flags.txt": " ".join(plan["exports"]["llama_cpp"]["flags"]) + "\n",
+        **{e["file_name"]: e["file_text"] for e in plan["exports"]["engines"].values()},
         "routing.json": json.dumps(plan["exports"]["routing"]["pools"], indent=2),
         "plan.html": render(plan),
     }

@@ -43,7 +43,7 @@ from specdec.cli.traffic import traffic
 from specdec.cli.validate import validate_command
 from specdec.demo_design import DEMO_FIRST_LOOK, DEMO_LEVELS, DEMO_MAX_TOKENS, DEMO_REPEATS
 from specdec.engines import ENGINE_NAMES, ENGINES
-from specdec.engines.llama_build import LLAMA_CPP_PYTHON, build_llama_quantize, build_llama_server
+from specdec.engines.llama_cpp.build import LLAMA_CPP_PYTHON, build_llama_quantize, build_llama_server
 from specdec.errors import SpecdecError
 from specdec.model import bundled_model, find_gguf, prepare_model
 from specdec.replay.config import ReplayConfig, default_of
@@ -100,7 +100,7 @@ def engine_build(name: str, cache_dir: Path | None) -> None:
     """Build llama.cpp's llama-server and llama-quantize from the llama-cpp-python
     sdist on PyPI (minutes on 2 cores), once per machine; later calls print the
     cached binaries and the time their builds took."""
-    logging.getLogger("specdec.engines.llama_build").setLevel(logging.INFO)
+    logging.getLogger("specdec.engines.llama_cpp.build").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(format="%(message)s")
     for label, build in (("llama-server", build_llama_server), ("llama-quantize", build_llama_quantize)):

@@ -188,9 +188,8 @@ def plan_command(
         bands = "; ".join(f"c{b['level']}: " + ",".join(f"{c}={k}" for c, k in b["k"].items()) for b in p["bands"])
         tag = "deploy" if p is deployed else "compare"
         click.echo(f"  {tag} {p['name']}: gain {o['gain']:.3f} [{o['low']:.3f}, {o['high']:.3f}]  ({bands})")
-    vllm = plan["exports"]["vllm"]["num_speculative_tokens_per_batch_size"]
-    click.echo(f"  vLLM num_speculative_tokens_per_batch_size: {json.dumps(vllm)}")
-    click.echo(f"  llama.cpp: {' '.join(plan['exports']['llama_cpp']['flags']) or '(speculation off)'}")
+    for export in plan["exports"]["engines"].values():
+        click.echo(f"  {export['label']}: {export['command'] or '(speculation off)'}")
     rule = plan["decision_rule"]
     click.echo(
         f"  rule: off unless a k's predicted speedup and its {rule['confidence']:.0%} interval clear 1; the best "

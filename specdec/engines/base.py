@@ -22,6 +22,25 @@ class RequestStats:
 
 
 @dataclass(frozen=True)
+class Deployment:
+    """A planned speculative setting in one engine's own form (``Engine.deployment``): what to
+    add to the speculative pool's server command (``command``: '' when the plan turns
+    speculation off), the engine's own settings behind it (``settings``, JSON), a file that
+    holds them (``file_name``, ``file_text``), and what the reader should know (``note``).
+    ``schedule`` is the k per batch-size range, ``[[start, end, k], ...]``, where the engine
+    takes one; None where a server runs one k."""
+
+    engine: str
+    label: str
+    command: str
+    settings: dict[str, Any]
+    file_name: str
+    file_text: str
+    note: str
+    schedule: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
 class Arm:
     """One server configuration of an engine: a name, and the engine's speculation
     settings (None: no speculation)."""
@@ -111,6 +130,17 @@ class Engine(ABC):
     def method_of(self, speculation: Mapping[str, Any] | None) -> str | None:
         """The speculation method's name in ``speculation`` (None: no speculation)."""
         return None if speculation is None else str(speculation.get(self.method_key))
+
+    @abstractmethod
+    def deployment(
+        self, schedule: list[list[int]], one_k: int, captured: Mapping[str, Any] | None, pool_note: str
+    ) -> Deployment:
+        """A plan's setting for the speculative pool in this engine's form. ``schedule``: the
+        planner's k per batch-size range, ``[[start, end, k], ...]`` (ranges from 1, sorted,
+        the last open-ended); ``one_k``: the one k that serves the pool best over every band,
+        for an engine that takes one k per server; ``captured``: the speculation the planned
+        run captured (this engine's settings, or another engine's); ``pool_note``: the
+        planner's words on how ``one_k`` was chosen."""
 
     @abstractmethod
     def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:

@@ -1,11 +1,11 @@
-"""Start and stop a local engine server for one arm: vLLM's OpenAI server (the
-embedded default, ``LocalServer``) or llama.cpp's ``llama-server``
-(``LlamaServer``), both on the shared ``ServerProcess``.
+"""Start and stop a local engine server for one arm, whatever the engine: the shared
+``ServerProcess`` (launch in its own process group, wait for health, stop), free ports, CPU
+cores for servers side by side, and ``start_all``. Each engine's own server is in its
+package: ``engines/vllm/server.py`` (``VllmServer``), ``engines/llama_cpp/server.py``
+(``LlamaServer``).
 
-Both arms get the same argument list; only the speculative settings differ
-(``--speculative-config`` and ``--per-request-spec-decode-metrics``, which
-vLLM accepts only with speculation). The capture plugin is switched on through
-the server's environment.
+Both arms get the same argument list; only the speculative settings differ. The capture
+plugin is switched on through a vLLM server's environment.
 """
 
 from __future__ import annotations
@@ -19,14 +19,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from specdec.defaults import STARTUP_TIMEOUT_S
-from specdec.engines.base import Arm
-from specdec.engines.lifecycle import GRACE_S, OwnedGroup, group_members, interrupt_on_signals, spawn, wait_group
-from specdec.engines.llama_cpp import LlamaCpp
-from specdec.engines.vllm import ServerSpec, Vllm
-from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
+from specdec.engines.lifecycle import GRACE_S, OwnedGroup, interrupt_on_signals, spawn
 
 #: ports handed out lately: servers launched together have not bound theirs yet
 _GIVEN: collections.deque[int] = collections.deque(maxlen=64)
@@ -50,7 +45,7 @@ class ServerProcess:
     interruptible start-up wait, SIGTERM then SIGKILL to the group on every
     exit path), logged to ``log_path``, healthy when ``GET health_path``
     answers 200. The engine-specific part is the command and environment
-    (``LocalServer`` for vLLM, ``LlamaServer``)."""
+    (``VllmServer`` for vLLM, ``LlamaServer``)."""
 
     label = "server"
     #: seconds between SIGTERM and SIGKILL when the server is stopped (``lifecycle.GRACE_S``)
@@ -205,59 +200,6 @@ def separate_cores(n: int) -> list[str | None]:
     return [str(c) for c in cores[:n]]
 
 
-class LocalServer(ServerProcess):
-    """A vLLM API server subprocess with the capture plugin on."""
-
-    label = "vLLM server"
-    stop_note = (
-        " vLLM's shutdown messages below ('force killing', 'leaked', resource_tracker warnings) "
-        "are its normal exit, not failures"
-    )
-
-    def __init__(
-        self,
-        spec: ServerSpec,
-        spec_config: dict[str, Any] | None,
-        capture_dir: Path,
-        run_id: str,
-        log_path: Path,
-        startup_timeout_s: float = STARTUP_TIMEOUT_S,
-        cpu_bind: str | None = None,
-    ):
-        """``cpu_bind``: vLLM's VLLM_CPU_OMP_THREADS_BIND for this server (its CPU worker's cores, or
-        'nobind'); None: vLLM's 'auto' (one core per NUMA node, the last left to the API server)."""
-        port = free_port()
-        self.capture_dir, self.run_id = capture_dir, run_id
-        env = {
-            ENV_CAPTURE_DIR: str(capture_dir),
-            ENV_CAPTURE_RUN_ID: run_id,
-            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-            "PYTHONUNBUFFERED": "1",
-            **spec.env(),
-            **({"VLLM_CPU_OMP_THREADS_BIND": cpu_bind} if cpu_bind is not None else {}),
-        }
-        engine = Vllm(spec)
-        cmd = engine.server_command(
-            Arm("speculative" if spec_config else "baseline", spec_config), model=spec.model, port=port
-        )
-        super().__init__(cmd, env, log_path, port, engine.health_path, startup_timeout_s)
-
-
-class LlamaServer(ServerProcess):
-    """A llama.cpp ``llama-server`` subprocess for one arm (``specdec/engines/llama_cpp.py``
-    builds the command; the binary is built once and cached by ``llama_build.py``)."""
-
-    label = "llama-server"
-
-    def __init__(
-        self, arm: Arm, model: Path, log_path: Path, engine: LlamaCpp | None = None, startup_timeout_s: float = 120.0
-    ) -> None:
-        self.engine = engine or LlamaCpp()
-        port = free_port()
-        cmd = self.engine.server_command(arm, model=str(model), port=port)
-        super().__init__(cmd, self.engine.server_env(arm), log_path, port, self.engine.health_path, startup_timeout_s)
-
-
 def start_all(stack: contextlib.ExitStack, servers: list[ServerProcess]) -> None:
     """Start ``servers`` at once and wait until every one is healthy: each is
     launched, pushed on ``stack`` (which stops it however the run ends), and
@@ -286,7 +228,3 @@ def start_all(stack: contextlib.ExitStack, servers: list[ServerProcess]) -> None
                     "the server's process group was killed"
                 )
         raise
-
-
-#: the process-group helpers, for the tests and callers that had them here
-_group_members, _wait_group = group_members, wait_group

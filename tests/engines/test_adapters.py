@@ -110,16 +110,15 @@ def test_llama_cpp_speculation_flags_are_the_only_difference_between_arms(tmp_pa
 
 
 def test_the_vllm_server_command_is_the_one_it_always_was(tmp_path):
-    """LocalServer builds its command through the adapter: the same arguments as
+    """VllmServer builds its command through the adapter: the same arguments as
     before the adapter (common arguments, then the speculative ones)."""
     import sys
 
-    from specdec.engines.server import LocalServer
-    from specdec.engines.vllm import ServerSpec, speculative_args
+    from specdec.engines.vllm import ServerSpec, VllmServer, speculative_args
 
     cfg = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
     spec = ServerSpec(model="/m", max_num_seqs=8)
-    srv = LocalServer(spec, cfg, tmp_path / "capture", "run", tmp_path / "server.log")
+    srv = VllmServer(spec, cfg, tmp_path / "capture", "run", tmp_path / "server.log")
     assert srv.cmd == [
         sys.executable,
         "-m",
@@ -141,7 +140,7 @@ def test_servers_alive_together_get_a_core_each_unless_there_are_too_few(tmp_pat
     import os
 
     from specdec.engines import server
-    from specdec.engines.vllm import ServerSpec
+    from specdec.engines.vllm import ServerSpec, VllmServer
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {3, 1, 7})
@@ -150,8 +149,8 @@ def test_servers_alive_together_get_a_core_each_unless_there_are_too_few(tmp_pat
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     assert server.separate_cores(2) == [None, None]
     spec = ServerSpec(model="/m")
-    bound = server.LocalServer(spec, None, tmp_path / "c", "run", tmp_path / "a.log", cpu_bind="3")
-    auto = server.LocalServer(spec, None, tmp_path / "c", "run", tmp_path / "b.log")
+    bound = VllmServer(spec, None, tmp_path / "c", "run", tmp_path / "a.log", cpu_bind="3")
+    auto = VllmServer(spec, None, tmp_path / "c", "run", tmp_path / "b.log")
     assert bound.extra_env["VLLM_CPU_OMP_THREADS_BIND"] == "3"
     assert "VLLM_CPU_OMP_THREADS_BIND" not in auto.extra_env
 

@@ -11,7 +11,7 @@ import pytest
 def llama_server_binary():
     """llama-server, built once per machine (``make llama-server``; built here when
     missing); a failure to build fails under CI=true and skips elsewhere."""
-    from specdec.engines.llama_build import build_llama_server
+    from specdec.engines.llama_cpp.build import build_llama_server
     from specdec.errors import EngineError
 
     try:

@@ -22,7 +22,7 @@ import urllib.request
 import pytest
 
 from specdec.engines import Arm, LlamaCpp
-from specdec.engines.server import LlamaServer
+from specdec.engines.llama_cpp import LlamaServer
 from specdec.model import find_gguf
 from specdec.replay.http.client import build_payload, stream_payload
 from specdec.replay.http.stream import StreamPool

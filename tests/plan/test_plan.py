@@ -126,12 +126,12 @@ def test_policies_and_exports(plan, tmp_path):
         assert p["overall"]["low"] <= p["overall"]["gain"] <= p["overall"]["high"]
         assert len(p["bands"]) == len(LEVELS)
     fb = plan["policies"][2]
-    sched = plan["exports"]["vllm"]["num_speculative_tokens_per_batch_size"]
+    sched = plan["exports"]["engines"]["vllm"]["schedule"]
     assert [s[:2] for s in sched] == [[1, 1], [2, 2], [3, 4]]
     assert [s[2] for s in sched] == [max(b["k"].values()) for b in fb["bands"]]
-    from specdec.analytics.plan.export import vllm_validate
+    from specdec.engines.vllm.deploy import validate_schedule
 
-    assert vllm_validate(sched) == [tuple(s) for s in sched]
+    assert validate_schedule(sched) == [tuple(s) for s in sched]
     written = write_plan(plan, tmp_path / "out")
     names = {p.name for p in written}
     assert {"plan.json", "plan.html", "vllm_speculative_config.json", "llama_cpp_flags.txt", "routing.json"} <= names

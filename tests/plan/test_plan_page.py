@@ -100,7 +100,8 @@ def test_the_page_leads_with_what_to_deploy_then_the_table_that_explains_it(writ
         "Not validated by replay",
         'id="deploy-settings"',
         'id="vllm-schedule"',
-        'id="llama-flags"',
+        'id="vllm-settings"',
+        'id="llama-cpp-settings"',
         'id="why"',
         'id="cells"',
         'id="rule"',
@@ -143,8 +144,10 @@ def test_what_to_deploy_and_the_per_cell_table_agree(written):
     assert len(schedule) == len(bands)
     for (_, k), level in zip(schedule, bands):
         assert _k(k) == max((deploy[(cat, level)] for cat in pools if pools[cat] == "speculative"), default=0)
-    flags = html[html.index('id="llama-flags"') : html.index("</pre>", html.index('id="llama-flags"'))]
-    assert " ".join(plan["exports"]["llama_cpp"]["flags"]) in flags or "speculation off" in flags
+    for engine, export in plan["exports"]["engines"].items():
+        at = html.index(f'id="{engine.replace(".", "-")}-settings"')
+        shown = html[at : html.index("</pre>", at)]
+        assert (export["command"] or "speculation off") in shown.replace("&quot;", '"')
 
 
 def test_the_both_pools_plan_has_both_pools(written, request):

@@ -42,7 +42,8 @@ from pathlib import Path
 from unittest import mock
 
 from specdec.arms import NGRAM
-from specdec.engines.server import LocalServer, ServerSpec, start_all
+from specdec.engines.server import start_all
+from specdec.engines.vllm import ServerSpec, VllmServer
 from specdec.http.urls import parse_endpoint
 from specdec.replay import experiment
 from specdec.replay.capture_import import import_capture
@@ -57,11 +58,11 @@ class ServerPair:
     """Two running vLLM servers of one configuration: no speculation, and ngram."""
 
     spec: ServerSpec
-    baseline: LocalServer
-    speculative: LocalServer
+    baseline: VllmServer
+    speculative: VllmServer
     capture_dir: Path
 
-    def server(self, arm: str) -> LocalServer:
+    def server(self, arm: str) -> VllmServer:
         return {"baseline": self.baseline, "speculative": self.speculative}[arm]
 
     def reset_prefix_cache(self, arm: str) -> None:
@@ -79,8 +80,8 @@ def start_vllm_pair(spec: ServerSpec, root: Path) -> Iterator[ServerPair]:
     cap = root / "capture"
     with contextlib.ExitStack() as stack:
         servers = [
-            LocalServer(spec, None, cap, SHARED_RUN_ID, root / "server-baseline.log"),
-            LocalServer(spec, dict(NGRAM["vllm"]), cap, SHARED_RUN_ID, root / "server-speculative.log"),
+            VllmServer(spec, None, cap, SHARED_RUN_ID, root / "server-baseline.log"),
+            VllmServer(spec, dict(NGRAM["vllm"]), cap, SHARED_RUN_ID, root / "server-speculative.log"),
         ]
         start_all(stack, servers)
         yield ServerPair(spec, servers[0], servers[1], cap)

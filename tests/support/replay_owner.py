@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from specdec.engines import llama_build
+from specdec.engines.llama_cpp import build as llama_build
 
 llama_build.build_llama_server = lambda *a, **k: SimpleNamespace(path=Path(os.environ["FAKE_LLAMA_BINARY"]))
 

@@ -13,7 +13,7 @@ speculative servers of its cells start, are measured and stop, one after the
 other (two servers at a time on two cores; one request at a time). The shipped
 target's cells go first: they are the reference of the other targets' cells.
 A server that does not start is data (the cell's error), not the end of the
-run. The files (``specdec.engines.llama_cpp_quant``) are made and cached
+run. The files (``specdec.engines.llama_cpp.quant``) are made and cached
 before any server starts; their sha256 go to the manifest.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 import aiohttp
 
 from specdec.engines.base import Arm
-from specdec.engines.llama_cpp import LlamaCpp
-from specdec.engines.llama_cpp_quant import QuantFile, quantized_ggufs
-from specdec.engines.server import LlamaServer, start_all
+from specdec.engines.llama_cpp import LlamaCpp, LlamaServer
+from specdec.engines.llama_cpp.quant import QuantFile, quantized_ggufs
+from specdec.engines.server import start_all
 from specdec.errors import SpecdecError
 from specdec.experiments.compat import classify, lossless_cells
 from specdec.experiments.compat.quant import (

@@ -5,7 +5,7 @@ folder: ``compat.parquet`` (one ``CompatCell`` per cell) and a manifest of
 kind ``compat`` whose ``traffic.probes`` holds every probe's request bodies.
 
 Embedded pairs are started with the servers' own starters
-(``specdec.engines.server``: ``LocalServer`` for vLLM CPU, ``LlamaServer``
+(``specdec.engines.vllm.VllmServer`` for vLLM CPU, ``specdec.engines.llama_cpp.LlamaServer``
 for llama.cpp), the speculative arm with each engine's prompt lookup
 (``Engine.probe_speculation``: vLLM's ngram k=4, llama.cpp's ngram-mod with 4-token matches), float32 for vLLM so that speculation changes no
 greedy token. vLLM's capture plugin writes into ``compat-capture/``; once
@@ -298,7 +298,7 @@ def _quantization(job: _Job, engine: str, checkpoint: Checkpoint) -> None:
     """The quantization cells (``quant_run``: llama.cpp's, the one engine whose adapter
     ``makes_quantized_targets``), with their files' checksums and servers in the manifest."""
     # heavy: aiohttp and the GGUF making (torch, in a subprocess), only when a run starts
-    from specdec.engines.llama_build import LLAMA_CPP_PYTHON
+    from specdec.engines.llama_cpp.build import LLAMA_CPP_PYTHON
     from specdec.experiments.compat.quant_run import run_quant
 
     book = job.book
@@ -337,14 +337,14 @@ def _vllm_servers(
 ) -> tuple[list[Any], list, Any]:
     """The embedded vLLM pair (float32, the tool-call parser, the capture plugin into
     ``compat-capture/``, each CPU worker on a core of its own): servers, cores, version."""
-    from specdec.engines.server import LocalServer, separate_cores
-    from specdec.engines.vllm import ServerSpec
+    from specdec.engines.server import separate_cores
+    from specdec.engines.vllm import ServerSpec, VllmServer
 
     spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
     binds = separate_cores(2)  # each server's CPU worker on a core of its own (why: its docstring)
     specs = (None, speculation)
     servers = [
-        LocalServer(spec, c, run_dir / CAPTURE_FOLDER, run_id, log, timeout_s, cpu_bind=core)
+        VllmServer(spec, c, run_dir / CAPTURE_FOLDER, run_id, log, timeout_s, cpu_bind=core)
         for c, log, core in zip(specs, logs, binds)
     ]
     return servers, binds, engine_facts().get("version")
@@ -355,8 +355,8 @@ def _llama_servers(
 ) -> tuple[list[Any], list, Any]:
     """The embedded llama.cpp pair (the shipped GGUF, one slot each): servers, cores, version."""
     from specdec.engines.base import Arm
-    from specdec.engines.llama_build import LLAMA_CPP_PYTHON
-    from specdec.engines.server import LlamaServer
+    from specdec.engines.llama_cpp import LlamaServer
+    from specdec.engines.llama_cpp.build import LLAMA_CPP_PYTHON
     from specdec.model import find_gguf
 
     adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)

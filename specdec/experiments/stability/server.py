@@ -12,8 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from specdec.engines.lifecycle import REAP_S, in_thread
-from specdec.engines.server import LocalServer
-from specdec.engines.vllm import speculative_args
+from specdec.engines.vllm import VllmServer, speculative_args
 from specdec.errors import EngineError, SpecdecError
 from specdec.http.urls import Endpoint, parse_endpoint
 from specdec.runfolder import capture_dir, server_log
@@ -83,7 +82,7 @@ class EndpointServer:
 
 
 class EmbeddedServer:
-    """A local vLLM (``specdec.engines.server.LocalServer``, owned as
+    """A local vLLM (``specdec.engines.vllm.VllmServer``, owned as
     ``specdec/engines/lifecycle.py`` says) that can be killed with SIGKILL to
     its process group and started again (on a new free port;
     ``endpoint`` follows). Use ``stop()`` at the end."""
@@ -93,7 +92,7 @@ class EmbeddedServer:
     def __init__(self, spec, run_dir: Path, run_id: str, startup_timeout_s: float):
         self.spec, self.run_dir, self.run_id = spec, Path(run_dir), run_id
         self.startup_timeout_s = startup_timeout_s
-        self._srv: LocalServer | None = None
+        self._srv: VllmServer | None = None
         self.endpoint: Endpoint | None = None
         self.starts = 0
 
@@ -102,7 +101,7 @@ class EmbeddedServer:
         return [*self.spec.common_args(), *speculative_args(None)]
 
     def start_blocking(self) -> None:
-        srv = LocalServer(
+        srv = VllmServer(
             self.spec,
             None,
             capture_dir(self.run_dir),

@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from specdec.cli.main import main
-from specdec.engines.llama_cpp_quant import sha256_of
+from specdec.engines.llama_cpp.quant import sha256_of
 from specdec.runfolder import read_manifest
 from specdec.schemas.compat import OUTCOMES
 
@@ -39,7 +39,7 @@ NAMES = {4: "q4_1", 8: "q8_0", 16: "f16"}
 
 @pytest.fixture(scope="module")
 def quant_run(tmp_path_factory):
-    from specdec.engines.llama_build import build_llama_quantize
+    from specdec.engines.llama_cpp.build import build_llama_quantize
     from specdec.errors import EngineError
 
     try:

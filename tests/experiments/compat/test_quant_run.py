@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.engines.llama_cpp_quant import QuantFile, sha256_of
+from specdec.engines.llama_cpp.quant import QuantFile, sha256_of
 from specdec.experiments.compat import lossless_cells, quant_run
 from specdec.http.urls import ClientSettings
 

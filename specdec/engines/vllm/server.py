@@ -1,0 +1,51 @@
+"""vLLM's OpenAI API server for one arm, with the capture plugin on (``VllmServer``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from specdec.defaults import STARTUP_TIMEOUT_S
+from specdec.engines.base import Arm
+from specdec.engines.server import ServerProcess, free_port
+from specdec.engines.vllm.adapter import ServerSpec, Vllm
+from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
+
+
+class VllmServer(ServerProcess):
+    """A vLLM API server subprocess with the capture plugin on."""
+
+    label = "vLLM server"
+    stop_note = (
+        " vLLM's shutdown messages below ('force killing', 'leaked', resource_tracker warnings) "
+        "are its normal exit, not failures"
+    )
+
+    def __init__(
+        self,
+        spec: ServerSpec,
+        spec_config: dict[str, Any] | None,
+        capture_dir: Path,
+        run_id: str,
+        log_path: Path,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        cpu_bind: str | None = None,
+    ):
+        """``cpu_bind``: vLLM's VLLM_CPU_OMP_THREADS_BIND for this server (its CPU worker's cores, or
+        'nobind'); None: vLLM's 'auto' (one core per NUMA node, the last left to the API server)."""
+        port = free_port()
+        self.capture_dir, self.run_id = capture_dir, run_id
+        env = {
+            ENV_CAPTURE_DIR: str(capture_dir),
+            ENV_CAPTURE_RUN_ID: run_id,
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+            "PYTHONUNBUFFERED": "1",
+            **spec.env(),
+            **({"VLLM_CPU_OMP_THREADS_BIND": cpu_bind} if cpu_bind is not None else {}),
+        }
+        engine = Vllm(spec)
+        cmd = engine.server_command(
+            Arm("speculative" if spec_config else "baseline", spec_config), model=spec.model, port=port
+        )
+        super().__init__(cmd, env, log_path, port, engine.health_path, startup_timeout_s)
