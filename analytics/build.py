@@ -23,7 +23,7 @@ instead: a self-contained database, as large as the data, slower to build.
 
 **Models.** The macros of ``sql/macros.sql`` are created first, then every
 model as a view, in dependency order. Then the *materialized* models
-(``models.SqlModel.materialized``: every mart, and the few intermediate
+(``sql_models.SqlModel.materialized``: every mart, and the few intermediate
 models over the rounds that say so in their header) are computed once each,
 in dependency order, into a table ``stored.<name>``, and their view becomes
 ``select * from stored.<name>``: a mart is computed at build, not at every
@@ -100,8 +100,8 @@ from specdec.analytics import intervals, sampling_check
 from specdec.analytics import settings as analysis_settings
 from specdec.analytics.arrow_tables import create_empty_table, duckdb_columns
 from specdec.analytics.checks import read_parquet_checked
-from specdec.analytics.models import discover, macros_sql
 from specdec.analytics.sources import DERIVED, Check, Inputs, RawInput, find_inputs, run_kind
+from specdec.analytics.sql_models import discover, macros_sql
 from specdec.atomic import atomic_write_with
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RecordFile, files_of

@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from specdec.analytics import intervals, sampling_check, settings
-from specdec.analytics.models import LAYERS, discover, macros_sql
+from specdec.analytics.sql_models import LAYERS, discover, macros_sql
 from specdec.atomic import atomic_write_text
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
 from specdec.schemas.records import RunManifest, TrafficRow

@@ -83,8 +83,8 @@ import pyarrow as pa
 
 from specdec.analytics.fit import LevelFit, level_fit
 from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
-from specdec.analytics.models import has_view
 from specdec.analytics.sequential import apply_looks
+from specdec.analytics.sql_models import has_view
 from specdec.analytics.variance import level_noise, satterthwaite, slow_blocks, t_interval, t_quantile, t_sf
 from specdec.arms import ROLES_TABLE
 

@@ -106,7 +106,7 @@ def child_build(root: Path) -> dict:
     import duckdb
 
     from specdec.analytics.build import build
-    from specdec.analytics.models import discover
+    from specdec.analytics.sql_models import discover
 
     steps: list[str] = []
 

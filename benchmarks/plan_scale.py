@@ -46,7 +46,7 @@ from specdec.analytics.plan import inputs as plan_inputs
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
 from specdec.analytics.plan.fit import fit_grouped
-from specdec.analytics.plan.model import round_sums
+from specdec.analytics.plan.predict import round_sums
 
 
 def inputs(requests: int, rng: np.random.Generator) -> tuple[PlanInputs, float]:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from specdec.arms import ArmSpec, check_arms
 from specdec.defaults import DTYPE, RUNS_DIR, SERVED_MODEL, STARTUP_TIMEOUT_S
 from specdec.engines import DEFAULT_ENGINE, ENGINES, EngineName, Vllm
-from specdec.replay.load.levels import check_values
+from specdec.replay.load.modes import check_values
 from specdec.schemas.records import DEFAULT_MARGIN, DEFAULT_MAX_ERROR_RATE, ERROR_RATE, MARGIN
 from specdec.schemas.strict import RunName
 from specdec.traffic.mix import check_mix
@@ -76,7 +76,7 @@ class ReplayConfig(ClientOptions):
         description="closed: stepped concurrency (--levels); recorded: open loop on the rows' "
         "recorded arrival_ms, once per --time-scale; poisson: open-loop Poisson arrivals, "
         "once per --rates. Open-loop levels are keyed 1..N in the concurrency column "
-        "(specdec.replay.load.levels).",
+        "(specdec.replay.load.modes).",
     )
     time_scales: list[float] = Field(
         default=[1.0],
@@ -262,7 +262,7 @@ class ReplayConfig(ClientOptions):
     @model_validator(mode="after")
     def _load_levels(self) -> ReplayConfig:
         """Open loop: the options of the other modes are refused, and levels
-        become the level keys 1..N (specdec.replay.load.levels)."""
+        become the level keys 1..N (specdec.replay.load.modes)."""
         if self.load != "recorded" and self.time_scales != [1.0]:
             raise ValueError("time_scales (--time-scale) is for --load recorded")
         if self.load != "poisson" and self.rates is not None:

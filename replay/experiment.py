@@ -25,7 +25,7 @@ from specdec.replay.embedded import (
     model_error,
 )
 from specdec.replay.http import event_loop
-from specdec.replay.load.levels import plans as load_plans
+from specdec.replay.load.modes import plans as load_plans
 from specdec.replay.load.sequential_loop import Look
 from specdec.replay.manifest import arm_config, build_manifest
 from specdec.replay.progress import Progress

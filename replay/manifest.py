@@ -17,7 +17,7 @@ from specdec.replay.config import ReplayConfig
 from specdec.replay.embedded import EMBEDDED, EmbeddedEngine, EmbeddedLlamaCpp, engine_names
 from specdec.replay.host import host_facts, package_version
 from specdec.replay.http.client import CHAT_PATH
-from specdec.replay.load.levels import summary as load_summary
+from specdec.replay.load.modes import summary as load_summary
 from specdec.runfolder import capture_dir
 from specdec.schemas.records import ArmConfig, RunManifest, TrafficRow
 from specdec.traffic import Traffic

@@ -4,7 +4,7 @@ For each arm: reach the server, send warm-up requests (any failure there stops
 the run at once with a message that names the URL, the status and the likely
 fix), then for each concurrency level C keep exactly C requests in flight
 until the level's requests are done (or, in open loop, send each request at
-its planned time: ``specdec.replay.load.levels``), bracketed by two reads of the
+its planned time: ``specdec.replay.load.modes``), bracketed by two reads of the
 engine's counters. Results are written per level as soon as the level ends, so an
 interrupted run keeps every finished level, the in-flight level's completed
 requests, and its requests still in flight as failed rows (``interrupted``);
@@ -38,7 +38,7 @@ from specdec.replay.http.stream import StreamPool
 from specdec.replay.ledger import LEDGER
 from specdec.replay.load.arrivals import session_predecessors
 from specdec.replay.load.closed_loop import closed_loop
-from specdec.replay.load.levels import LoadLevel, load_levels, plans
+from specdec.replay.load.modes import LoadLevel, load_levels, plans
 from specdec.replay.load.open_loop import SendTime, run_open_level
 from specdec.replay.load.schedule import Block, interleaved
 from specdec.replay.load.sequential_loop import Design, Look, SequentialLoop

@@ -300,7 +300,7 @@ class RequestResult(_Record):
     )
     load_mode: Literal["closed", "recorded", "poisson"] = Field(
         default="closed",
-        description="How the level sent requests (specdec.replay.load.levels): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.",
+        description="How the level sent requests (specdec.replay.load.modes): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count.",
     )
     level_value: float | None = Field(
         default=None,

@@ -2,7 +2,7 @@
 report, the verdict and the terminal summary.
 
 A level's key is the ``concurrency`` column of every record (see
-``specdec.replay.load.levels``): the concurrency in closed loop, the position from 1
+``specdec.replay.load.modes``): the concurrency in closed loop, the position from 1
 in open loop. A reader needs the setting, not the key: ``c4`` in closed loop,
 ``0.5 req/s`` for Poisson arrivals, ``time x0.25`` for the recorded clock
 played at a quarter of its gaps. The run's manifest carries the key to setting

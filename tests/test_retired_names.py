@@ -14,6 +14,15 @@ RETIRED = {
     # "recording" is the proxy's rows; the run folder being written is replay/writing.py
     r"specdec\.replay\.recording\b|replay/recording\.py|\bfrom specdec\.replay import recording\b": "replay/writing.py",
     r"\bdef recording\(|\bwith recording\(": "writing_run",
+    # "model" is the engine's weights (docs/glossary.md): the SQL models and the planner's predictions
+    r"specdec\.analytics\.models\b|analytics/models\.py|\bfrom specdec\.analytics import models\b": "analytics/sql_models.py",
+    r"specdec\.analytics\.plan\.model\b|analytics/plan/model\.py": "analytics/plan/predict.py",
+    # "level" is one level; how levels are sent is the load mode
+    r"specdec\.replay\.load\.levels\b|replay/load/levels\.py": "replay/load/modes.py",
+    # "check": compat's output validity under a constraint
+    r"compat\.checks\b|compat/checks\.py": "specdec/experiments/compat/validity.py",
+    # the rooms of issue 44: traffic and experiments moved out of replay/
+    r"specdec\.replay\.(traffic|importers|compat|stability)\b|specdec\.trafficfile\b": "specdec.traffic / specdec.experiments",
 }
 
 

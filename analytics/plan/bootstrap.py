@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdec.analytics.plan.data import PlanInputs
-from specdec.analytics.plan.model import StepCost, StepsMet, met_at, met_step_ms, predict, predict_met
+from specdec.analytics.plan.predict import StepCost, StepsMet, met_at, met_step_ms, predict, predict_met
 
 __all__ = ["Predictions", "predictions", "replicate_weights"]
 
@@ -110,10 +110,10 @@ def predictions(
 ):
     """Point predictions and ``replicates`` bootstrap replicates for ``ks`` (each <= captured k).
     With ``met`` (a cell's baseline and at least one speculative arm measured), a cell is predicted
-    from what its category's rounds met (``model.predict_met``): its speedup is the geometric mean
+    from what its category's rounds met (``predict.predict_met``): its speedup is the geometric mean
     of the requests' e2e ratios, and a replicate's is the point's times the replicate's ratio of
     pooled rates over the point's (the requests' spread around the pooled rate taken as known, so
-    a replicate costs no pass over the requests); without it, ``model.predict``."""
+    a replicate costs no pass over the requests); without it, ``predict.predict``."""
     rng = np.random.default_rng(seed)
     cats, levels = inputs.categories, inputs.levels
     kk = np.array(ks)
@@ -182,7 +182,7 @@ def predictions(
 
 
 def _predict_cell_met(point, boot, cell, rs, tau, tau_b, by_k, kk, cost, vdraw, ddraw, dbar_grid) -> None:
-    """One (level, category) cell from what its rounds met: the point by ``model.predict_met``, the
+    """One (level, category) cell from what its rounds met: the point by ``predict.predict_met``, the
     replicates by the shift of the pooled rates' log ratio (``predictions``)."""
     li, c = cell
     mets = [by_k[0] if k == 0 else met_at(by_k, int(k), dbar_grid)[0] for k in kk]

@@ -17,8 +17,8 @@ from specdec.analytics.labels import DEFAULT_MARGIN
 from specdec.analytics.plan.fit import LinearFit, fit_grouped, outlying_blocks
 from specdec.analytics.plan.guards import bad_step_times, missing_reference
 from specdec.analytics.plan.inputs import MET_TABLE, ROUNDS_TABLE, STEPS_TABLE, stage
-from specdec.analytics.plan.model import RoundSums, StepsMet, round_sums
 from specdec.analytics.plan.noise import MeasurementNoise, pooled_noise
+from specdec.analytics.plan.predict import RoundSums, StepsMet, round_sums
 from specdec.errors import SpecdecError
 
 __all__ = ["DRAFT_TERMS", "VERIFY_TERMS", "PlanInputs", "analysis_runs", "captured_ks", "read_inputs", "rounds_met"]

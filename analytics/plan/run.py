@@ -17,9 +17,9 @@ from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import PlanInputs, read_inputs
 from specdec.analytics.plan.guards import thin_evidence
 from specdec.analytics.plan.inputs import stage
-from specdec.analytics.plan.model import __doc__ as MODEL_DOC
 from specdec.analytics.plan.noise import __doc__ as NOISE_DOC
 from specdec.analytics.plan.noise import half_width, prediction_interval
+from specdec.analytics.plan.predict import __doc__ as MODEL_DOC
 from specdec.analytics.plan.recommend import band_ranges, decide, token_weights
 from specdec.atomic import atomic_write_text
 from specdec.errors import SpecdecError
@@ -62,7 +62,7 @@ class PlanConfig:
     run_id: str | None = None
     rules: dict | None = None
     #: predict a cell from what its category's decode rounds met where both arms measured them
-    #: (``model.predict_met``); False: the pooled model (``model.predict``) for every cell
+    #: (``predict.predict_met``); False: the pooled model (``predict.predict``) for every cell
     met: bool = True
     #: leave out step times that are NaN, infinite or negative, counted in a note (``--skip-bad``);
     #: False: such a run is refused, the first bad value named by file, row and column

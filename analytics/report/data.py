@@ -24,8 +24,8 @@ from functools import cached_property
 from typing import Literal
 
 from specdec.analytics.build import manifest_of, runs_of
-from specdec.analytics.models import has_view
 from specdec.analytics.report.verdict import Sentence, verdict
+from specdec.analytics.sql_models import has_view
 from specdec.errors import SpecdecError
 from specdec.levels import name_of, names_from_load
 from specdec.schemas.records import RunManifest

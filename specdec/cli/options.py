@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval
 from specdec.replay.config import ClientOptions, ReplayConfig
-from specdec.replay.load.levels import LOAD_MODES
+from specdec.replay.load.modes import LOAD_MODES
 from specdec.runfolder import TRAFFIC_PART_LAYOUT
 
 #: the parameters schedule_options declares: each is the ReplayConfig field of the same name

@@ -14,7 +14,7 @@ import pytest
 
 from specdec.analytics import build as build_mod
 from specdec.analytics.build import build
-from specdec.analytics.models import SqlModel
+from specdec.analytics.sql_models import SqlModel
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import DB_NAME, RECORD_FILES
 from specdec.schemas.arrow import table_from_records, write_parquet_atomic

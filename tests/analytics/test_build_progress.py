@@ -9,7 +9,7 @@ import io
 from click.testing import CliRunner
 
 from specdec.analytics.build import COMPUTED, build, build_steps
-from specdec.analytics.models import discover
+from specdec.analytics.sql_models import discover
 from specdec.cli.common import build_bar
 from specdec.cli.main import main
 from tests.support.synthetic_run import write_run

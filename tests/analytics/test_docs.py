@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specdec.analytics.docs import render, sql_header
-from specdec.analytics.models import discover
+from specdec.analytics.sql_models import discover
 from specdec.cli.main import main
 from specdec.runfolder import RECORD_FILES
 from specdec.schemas.records import RunManifest, TrafficRow

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.models import discover
+from specdec.analytics.sql_models import discover
 from specdec.capture.sidecar.lake import Compactor, CounterLake
 from specdec.errors import InputFileError
 from specdec.runfolder import LAKE_ROUNDS_GLOB, lake_rounds_part, round_part_name

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 
 from specdec.analytics.docs import render, sql_header
-from specdec.analytics.models import discover, macros_sql
+from specdec.analytics.sql_models import discover, macros_sql
 from specdec.arms import create_roles_table
 
 #: name(arguments) of every macro sql/macros.sql creates.

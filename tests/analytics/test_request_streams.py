@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.models import discover
+from specdec.analytics.sql_models import discover
 from tests.support.synthetic_run import PROMPTS, repeated_requests, write_run
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from specdec.analytics import sampling_check as st
-from specdec.analytics.models import discover
 from specdec.analytics.permutation import relabellings, stratified_min_detectable_shift, stratified_permutation_test
 from specdec.analytics.sample_distinct import distinctness
+from specdec.analytics.sql_models import discover
 from specdec.arms import by_role_columns
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import SampleCheck

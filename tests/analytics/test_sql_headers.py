@@ -11,8 +11,8 @@ import duckdb
 import pytest
 
 from specdec.analytics.build import build
-from specdec.analytics.models import DOMAINS, discover, sql_root
 from specdec.analytics.sql_header import ModelHeader, parse
+from specdec.analytics.sql_models import DOMAINS, discover, sql_root
 from specdec.errors import SpecdecError
 from tests.support.lossless_run import make_run
 from tests.support.named_run import write_named_run

@@ -21,7 +21,7 @@ import pytest
 from specdec.analytics.plan.bootstrap import predictions
 from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
 from specdec.analytics.plan.fit import LinearFit
-from specdec.analytics.plan.model import round_sums
+from specdec.analytics.plan.predict import round_sums
 from specdec.analytics.plan.recommend import choose, decide
 
 K = 4

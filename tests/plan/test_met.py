@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from specdec.analytics.plan.bootstrap import predictions
-from specdec.analytics.plan.model import StepCost, StepsMet, met_at, predict_met
 from specdec.analytics.plan.noise import MeasurementNoise
+from specdec.analytics.plan.predict import StepCost, StepsMet, met_at, predict_met
 from tests.support.plan_world import plan_inputs
 
 COST = StepCost((10.0, 2.0, 0.5, 0.1), (1.0, 0.25, 0.0))

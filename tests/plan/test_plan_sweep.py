@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from specdec.analytics.plan.bootstrap import _cost, predictions
-from specdec.analytics.plan.model import predict
 from specdec.analytics.plan.noise import MeasurementNoise
+from specdec.analytics.plan.predict import predict
 from specdec.analytics.plan.run import PlanConfig, make_plan
 from tests.support import plan_run
 from tests.support.plan_run import CATEGORY, D2, SWEEP, expected_speedup, write_plan_run

@@ -8,8 +8,8 @@ import numpy as np
 
 from specdec.analytics.plan.data import DRAFT_TERMS, VERIFY_TERMS, PlanInputs
 from specdec.analytics.plan.fit import LinearFit
-from specdec.analytics.plan.model import StepCost, predict, round_sums
 from specdec.analytics.plan.noise import MeasurementNoise
+from specdec.analytics.plan.predict import StepCost, predict, round_sums
 
 P_ACCEPT = 0.6  # each draft position accepted with this probability, given the ones before it
 K = 4

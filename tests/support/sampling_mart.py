@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 
 from specdec.analytics import sampling_check as st
-from specdec.analytics.models import discover, macros_sql
+from specdec.analytics.sql_models import discover, macros_sql
 from specdec.arms import create_roles_table
 from specdec.schemas.arrow import table_from_records
 from specdec.schemas.records import SampleCheck

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.experiments.compat import checks, classify, prefix, stall, timing
+from specdec.experiments.compat import classify, prefix, stall, timing, validity
 from specdec.experiments.compat.probes import Probe
 from specdec.experiments.compat.send import Reply
 from specdec.http.urls import Endpoint
@@ -183,17 +183,17 @@ def _interval(name: str, iv: timing.Interval) -> dict[str, Any]:
     return {name: iv[0], f"{name}_ci_low": iv[1], f"{name}_ci_high": iv[2]}
 
 
-def _replies(per_repeat: list[list[Reply]], twins: list[Reply]) -> checks.ArmReplies:
+def _replies(per_repeat: list[list[Reply]], twins: list[Reply]) -> validity.ArmReplies:
     """Every repeat's replies in sending order, with the first twin."""
-    return checks.ArmReplies([r for rep in per_repeat for r in rep], twins[0] if twins else None)
+    return validity.ArmReplies([r for rep in per_repeat for r in rep], twins[0] if twins else None)
 
 
-def _verdict(probe: Probe, per_repeat: list[list[Reply]], twins: list[Reply]) -> checks.Verdict:
+def _verdict(probe: Probe, per_repeat: list[list[Reply]], twins: list[Reply]) -> validity.Verdict:
     """The probe's check on each repeat: (None, "refused") when a request was refused; else the first
     invalid repeat's verdict, or the first repeat's (all valid or not assessed)."""
     verdicts = []
     for r, replies in enumerate(per_repeat):
-        arm = checks.ArmReplies(replies, twins[r] if r < len(twins) else None)
+        arm = validity.ArmReplies(replies, twins[r] if r < len(twins) else None)
         if classify.refusal(arm) is not None:
             return None, "refused"
         if classify.failure(arm) is not None:
@@ -206,7 +206,7 @@ def _verdict(probe: Probe, per_repeat: list[list[Reply]], twins: list[Reply]) ->
     return verdicts[0]
 
 
-def _arm_fields(arm: str, replies: checks.ArmReplies, verdict: checks.Verdict) -> dict[str, Any]:
+def _arm_fields(arm: str, replies: validity.ArmReplies, verdict: validity.Verdict) -> dict[str, Any]:
     """The cell's ``<arm>_*`` columns: what the arm's (first) feature reply was, and its output
     (digest and head; None when a feature request was refused)."""
     first, accepted = replies.first, all(r.accepted for r in replies.feature)

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.experiments.compat import timing
-from specdec.experiments.compat.checks import ArmReplies, Verdict
+from specdec.experiments.compat.validity import ArmReplies, Verdict
 from specdec.schemas.compat import DEGRADE_RATIO, DEGRADE_SPEED_MARGIN, CompatCell, Outcome
 
 #: Characters of an error body quoted in a cell's detail (the full body is in its own column).

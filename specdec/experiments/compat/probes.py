@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.experiments.compat import checks
-from specdec.experiments.compat.checks import Check
+from specdec.experiments.compat import validity
+from specdec.experiments.compat.validity import Check
 
 #: Most prompts ask to copy text they hold: prompt lookup (ngram) can then propose tokens, so "no draft
 #: with the feature" is evidence about the feature and not about a prompt with nothing to look up.
@@ -200,14 +200,14 @@ class Probe:
 
 
 def _tool_probe(choice: str, constraint: str, tool_choice: Any, named: str | None, *, required: bool) -> Probe:
-    """``tool_choice_<choice>``: WEATHER_PROMPT with TOOLS declared, the calls checked by ``checks.tool_call``."""
+    """``tool_choice_<choice>``: WEATHER_PROMPT with TOOLS declared, the calls checked by ``validity.tool_call``."""
     return Probe(
         "tools",
         f"tool_choice_{choice}",
         constraint,
         WEATHER_PROMPT,
         {"tools": TOOLS, "tool_choice": tool_choice},
-        checks.tool_call(TOOLS, named, required=required),
+        validity.tool_call(TOOLS, named, required=required),
         max_tokens=64,
     )
 
@@ -220,7 +220,7 @@ def _penalty_probe(penalty: str, value: float) -> Probe:
         "none (greedy identity)",
         CODE_PROMPT,
         {penalty: value},
-        checks.no_constraint(f"{penalty} {value}"),
+        validity.no_constraint(f"{penalty} {value}"),
     )
 
 
@@ -233,7 +233,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "the reply parses as a JSON object",
             f"Copy this JSON object exactly: {CITY_JSON}",
             {"response_format": {"type": "json_object"}},
-            checks.json_object(),
+            validity.json_object(),
             max_tokens=64,
         ),
         Probe(
@@ -242,7 +242,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "the reply validates against CITY_SCHEMA",
             f"Copy this JSON exactly: {CITY_JSON}",
             {"response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA}}},
-            checks.json_schema(CITY_SCHEMA),
+            validity.json_schema(CITY_SCHEMA),
             max_tokens=64,
         ),
         Probe(
@@ -254,7 +254,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
                 "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": CITY_SCHEMA}},
                 "stream": True,
             },
-            checks.json_schema(CITY_SCHEMA),
+            validity.json_schema(CITY_SCHEMA),
             max_tokens=64,
         ),
         Probe(
@@ -263,7 +263,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             f"the reply matches {PHONE_REGEX} exactly",
             "Copy these phone numbers exactly: 555-1234, 555-1234, 555-1234",
             {"structured_outputs": {"regex": PHONE_REGEX}},
-            checks.regex(PHONE_REGEX),
+            validity.regex(PHONE_REGEX),
             max_tokens=40,
         ),
         Probe(
@@ -272,7 +272,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             f"the reply is one of {COLOURS}",
             "What colour is the sky? One word.",
             {"structured_outputs": {"choice": COLOURS}},
-            checks.choice(COLOURS),
+            validity.choice(COLOURS),
             max_tokens=8,
         ),
         _tool_probe("auto", "any tool call names a declared tool with valid arguments", "auto", None, required=False),
@@ -290,7 +290,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "a streamed call of get_weather with valid arguments (gaps between chunks: the stall rule)",
             WEATHER_PROMPT,
             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "stream": True},
-            checks.tool_call(TOOLS, "get_weather", required=True),
+            validity.tool_call(TOOLS, "get_weather", required=True),
             max_tokens=64,
         ),
         Probe(
@@ -299,7 +299,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "streamed output equals the same arm's non-streamed twin",
             CODE_PROMPT,
             {"stream": True, "stream_options": {"include_usage": True}},
-            checks.stream_matches_twin(),
+            validity.stream_matches_twin(),
         ),
         Probe(
             "logprobs",
@@ -307,7 +307,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "one logprobs entry per token with 2 alternatives",
             CODE_PROMPT,
             {"logprobs": True, "top_logprobs": 2},
-            checks.logprobs(2),
+            validity.logprobs(2),
             max_tokens=16,  # the check is per token; vLLM CPU's logprobs are its slowest probe per token
         ),
         # sampled: vLLM refuses n > 1 under greedy sampling ("n must be 1 when using greedy sampling")
@@ -317,7 +317,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "two choices",
             CODE_PROMPT,
             {"n": 2, "temperature": 0.8, "seed": 7},
-            checks.n_choices(2),
+            validity.n_choices(2),
             identity_expected=False,
             twin_extra={"temperature": 0.8, "seed": 7},
         ),
@@ -329,7 +329,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             # the model rewrites the code rather than copying it, but every version of it loops: ' for ' comes
             # after a line or two, which leaves room to draft before it
             {"stop": [" for "]},
-            checks.stop_string(" for "),
+            validity.stop_string(" for "),
         ),
         Probe(
             "sampling",
@@ -337,7 +337,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "the same seeded sampled request twice gives the same output in an arm",
             "Write a short poem about the sea.",
             {"temperature": 0.9, "seed": 1234},
-            checks.same_twice(),
+            validity.same_twice(),
             identity_expected=False,
             repeat=2,
             twin_extra={"temperature": 0.9},
@@ -351,7 +351,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
             "at least 24 completion tokens",
             "What is the capital of France? Answer with one word.",
             {"min_tokens": 24},
-            checks.at_least_tokens(24),
+            validity.at_least_tokens(24),
             max_tokens=32,
         ),
         *(
@@ -361,7 +361,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
                 "none (greedy identity per turn)",
                 SESSION[0][0],
                 {},
-                checks.no_constraint(f"a 3-turn session, prefix caching {mode}"),
+                validity.no_constraint(f"a 3-turn session, prefix caching {mode}"),
                 max_tokens=SESSION_MAX_TOKENS,
                 session=SESSION,
                 twin=False,  # by turn: each turn is its own cell, 'on' and 'off' side by side
@@ -378,7 +378,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
                 f"{ctx.bias_token_text!r} makes up at least half the output",
                 CODE_PROMPT,
                 {"logit_bias": {str(ctx.bias_token_id): 100}},
-                checks.dominated_by(ctx.bias_token_text.strip()),
+                validity.dominated_by(ctx.bias_token_text.strip()),
                 max_tokens=16,
             )
         )
@@ -390,7 +390,7 @@ def probe_set(ctx: ProbeContext) -> list[Probe]:
                 f"none (greedy identity); input near max_model_len {ctx.max_model_len}",
                 ctx.long_prompt,
                 {},
-                checks.no_constraint("a long input"),
+                validity.no_constraint("a long input"),
                 max_tokens=16,
             )
         )

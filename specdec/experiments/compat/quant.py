@@ -47,10 +47,10 @@ import aiohttp
 from specdec.engines import LlamaCpp
 from specdec.experiments.compat import classify
 from specdec.experiments.compat.cells import SETTLE_S
-from specdec.experiments.compat.checks import ArmReplies
 from specdec.experiments.compat.probing import settled
 from specdec.experiments.compat.send import Reply, send
 from specdec.experiments.compat.timing import DEFAULT_REPEATS, speedup
+from specdec.experiments.compat.validity import ArmReplies
 from specdec.http.urls import ClientSettings, Endpoint
 from specdec.schemas.compat import CompatCell, Outcome
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from specdec.experiments.compat.checks import ArmReplies
 from specdec.experiments.compat.classify import Acceptance, Evidence, classify, divergence, escape, with_capture
 from specdec.experiments.compat.quant import QuantArm, QuantMeasure, quant_cell
 from specdec.experiments.compat.send import Choice, Reply
+from specdec.experiments.compat.validity import ArmReplies
 
 
 def arm(text: str = "ok", *, error: str | None = None, status: int = 200) -> ArmReplies:

@@ -11,7 +11,6 @@ import aiohttp
 import pytest
 
 from specdec.experiments.compat import classify
-from specdec.experiments.compat.checks import ArmReplies
 from specdec.experiments.compat.quant import (
     QUANT_PROMPTS,
     QuantArm,
@@ -25,6 +24,7 @@ from specdec.experiments.compat.quant import (
 )
 from specdec.experiments.compat.send import Choice, Reply
 from specdec.experiments.compat.timing import DEFAULT_REPEATS
+from specdec.experiments.compat.validity import ArmReplies
 from specdec.http.urls import ClientSettings, parse_endpoint
 from tests.support.compat_server import CompatFake, fake_pair
 

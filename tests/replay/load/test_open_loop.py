@@ -22,7 +22,7 @@ from specdec.replay.load.arrivals import (
     recorded_plan,
     session_predecessors,
 )
-from specdec.replay.load.levels import load_levels, plans
+from specdec.replay.load.modes import load_levels, plans
 from specdec.replay.load.open_loop import MonotonicClock, SendTime, open_loop, run_open_level
 from specdec.replay.progress import Progress
 from specdec.replay.runner import Replayer, level_rows, request_id, results_table, run_level

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specdec.analytics.plan.fit import fit_grouped
-from specdec.analytics.plan.model import StepCost, predict, round_sums
+from specdec.analytics.plan.predict import StepCost, predict, round_sums
 
 
 def test_resegmentation_gives_tau_and_dbar_per_k():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdec.analytics import build, settings
-from specdec.analytics.models import COMPUTED_TABLES, LAYERS, SOURCES, SqlModel, discover, order, relations_read
+from specdec.analytics.sql_models import COMPUTED_TABLES, LAYERS, SOURCES, SqlModel, discover, order, relations_read
 from specdec.arms import by_role_columns
 from specdec.errors import SpecdecError
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
