@@ -72,3 +72,17 @@ def test_demo_and_replay_make_the_same_fields_of_the_shared_options(tmp_path, se
     assert seen[1].api_key_env == "MY_KEY"
     # the design is not shared: sequential in both, up to the demo's 5 and to 2 x --repeats
     assert (seen[0].max_repeats, seen[1].max_repeats) == (5, 6)
+
+
+def test_the_old_name_of_the_lossless_pass_is_deprecated_with_a_message(tmp_path, seen):
+    """--verify/--no-verify (until 2026-12-02) still sets the lossless pass for one release, in both
+    commands, says it is deprecated and what to use, and is not listed in --help."""
+    for old, want in (("--no-verify", False), ("--verify", True)):
+        for command, args in ((main_cli.main, ["demo"]), (replay_cli.main, [str(BUNDLED)])):
+            res = CliRunner().invoke(command, [*args, "--runs-dir", str(tmp_path), "--no-progress", old])
+            assert "deprecated" in res.output and "--lossless-pass/--no-lossless-pass" in res.output
+            assert seen[-1].lossless_pass is want
+    assert len(seen) == 4
+    for command, args in ((main_cli.main, ["demo", "--help"]), (replay_cli.main, ["--help"])):
+        shown = CliRunner().invoke(command, args).output
+        assert "--lossless-pass" in shown and "--verify" not in shown

@@ -7,6 +7,7 @@ run (``specdec demo`` and ``specdec-replay``), and the recording proxy's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args
@@ -87,6 +88,25 @@ def design_config(
     return out, line + f" (--design fixed: exactly {fixed})"
 
 
+def _old_verify(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--verify/--no-verify``, the lossless pass's name until 2026-12-02: hidden, and deprecated
+    for this release (click prints the message on use); its value stands for --lossless-pass."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, verify: bool | None = None, **kwargs: Any) -> Any:
+        if verify is not None:
+            kwargs["lossless_pass"] = verify
+        return fn(*args, **kwargs)
+
+    return click.option(
+        "--verify/--no-verify",
+        "verify",
+        default=None,
+        hidden=True,
+        deprecated="use --lossless-pass/--no-lossless-pass; the old name goes in the next release",
+    )(command)
+
+
 def schedule_options(
     fn=None, *, repeats: int | None = None, sequential: bool = False, max_repeats_default: str = "2 x --repeats"
 ):
@@ -158,12 +178,11 @@ def schedule_options(
     )(fn)
     fn = click.option(
         "--lossless-pass/--no-lossless-pass",
-        "--verify/--no-verify",  # the old name, kept so that scripts keep working
         "lossless_pass",
         default=fields["lossless_pass"].default,
         show_default=True,
-        help=f"{fields['lossless_pass'].description} (Old name: --verify/--no-verify.)",
-    )(fn)
+        help=fields["lossless_pass"].description,
+    )(_old_verify(fn))
     fn = click.option(
         "--repeats",
         type=PositiveInt,
