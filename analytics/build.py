@@ -60,7 +60,7 @@ missing required file, a file that is not readable Parquet, a wrong schema
 version, a missing or mistyped column, a null in a column the record declares
 required, a row of another run, a malformed manifest. Footers are checked for
 every file; every page is read (checksums, values) when the inputs are small
-or ``check='full'`` (``checks.py`` says exactly what each depth covers).
+or ``validate='full'`` (``input_validation.py`` says exactly what each depth covers).
 
 The database is written under a unique temporary name beside its final name
 and renamed (``specdec.atomic.atomic_write_with``), so two builds of the same folder
@@ -99,8 +99,8 @@ from specdec import arms
 from specdec.analytics import intervals, sampling_check
 from specdec.analytics import settings as analysis_settings
 from specdec.analytics.arrow_tables import create_empty_table, duckdb_columns
-from specdec.analytics.checks import read_parquet_checked
-from specdec.analytics.sources import DERIVED, Check, Inputs, RawInput, find_inputs, run_kind
+from specdec.analytics.input_validation import read_parquet_checked
+from specdec.analytics.sources import DERIVED, Depth, Inputs, RawInput, find_inputs, run_kind
 from specdec.analytics.sql_models import discover, macros_sql
 from specdec.atomic import atomic_write_with
 from specdec.errors import InputFileError, SpecdecError
@@ -536,7 +536,7 @@ def build(
     slo: analysis_settings.Slo | None = None,
     *,
     copy: bool = False,
-    check: Check = "auto",
+    validate: Depth = "auto",
     progress: Callable[[int, int, str], None] | None = None,
     memory_limit: str | None = MEMORY_LIMIT,
 ) -> Path:
@@ -545,13 +545,13 @@ def build(
     model, each computed table; ``build_steps``), from the build's threads.
     ``slo``: the latency SLO of the capacity_under_slo mart (``analytics/settings.py``;
     its defaults when None). ``copy``: copy the rows into the database (self-contained)
-    instead of views over the files. ``check``: 'auto', 'full' or 'footer' (``sources.py``).
+    instead of views over the files. ``validate``: 'auto', 'full' or 'footer' (``sources.py``).
     ``memory_limit``: DuckDB's, during the build (``MEMORY_LIMIT``; None: DuckDB's default)."""
     import duckdb  # heavy: duckdb, imported only when used
 
     with interruptible():  # SIGTERM, SIGINT: Interrupted, no temporary file left, the previous database kept
         started = time.perf_counter()
-        inputs = find_inputs(Path(path), check)
+        inputs = find_inputs(Path(path), validate)
         log.debug(
             "found and checked %s (%s, %s check) in %.3f s",
             inputs.root,

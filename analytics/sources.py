@@ -19,12 +19,12 @@ PATH is one of (``find_inputs``):
 
 Every run has exactly one ``run_id``: two run folders with the same one are
 refused, and every row of a run folder's files, or of a lake partition, must
-hold its run's id (``checks.check_file``; from footer statistics, cheap).
+hold its run's id (``input_validation.check_file``; from footer statistics, cheap).
 
 Files are listed once, here, with absolute paths; the raw views of the
 database read exactly these files (``build``). Each is checked by
-``checks.check_file``: the footer checks always, and a full read of every
-page when ``check`` is 'full', or 'auto' and the inputs together are at most
+``input_validation.check_file``: the footer checks always, and a full read of every
+page when ``validate`` is 'full', or 'auto' and the inputs together are at most
 ``checks.FULL_CHECK_BYTES`` (one run's files usually are; a lake of millions
 of rounds is not, and its pages are then first read by the queries).
 """
@@ -40,7 +40,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from specdec.analytics.checks import FULL_CHECK_BYTES, check_file
+from specdec.analytics.input_validation import FULL_CHECK_BYTES, check_file
 from specdec.errors import InputFileError, SpecdecError
 from specdec.runfolder import (
     LAKE_RECORDS,
@@ -55,9 +55,9 @@ from specdec.runfolder import (
 from specdec.schemas.arrow import arrow_schema
 from specdec.schemas.records import RunManifest
 
-__all__ = ["Check", "Inputs", "RawInput", "Run", "find_inputs", "run_kind"]
+__all__ = ["Depth", "Inputs", "RawInput", "Run", "find_inputs", "run_kind"]
 
-Check = Literal["auto", "full", "footer"]
+Depth = Literal["auto", "full", "footer"]
 log = logging.getLogger("specdec.analytics")
 
 
@@ -154,7 +154,7 @@ def _unfinished_compat(run_dir: Path, manifest) -> bool:
     return True
 
 
-def find_inputs(path: Path, check: Check = "auto") -> Inputs:
+def find_inputs(path: Path, validate: Depth = "auto") -> Inputs:
     """Find and check everything PATH holds (module docstring)."""
     root = Path(path).absolute()
     if not root.is_dir():
@@ -201,7 +201,7 @@ def find_inputs(path: Path, check: Check = "auto") -> Inputs:
                     )
                 runs.setdefault(run_id, Run(run_id, root.resolve(), None))
     every = [f for listed in files.values() for f, _, _ in listed]
-    full = check == "full" or (check == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)
+    full = validate == "full" or (validate == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)
     absent: dict[str, Counter] = {t: Counter() for t in schemas}
     partial: dict[str, Counter] = {t: Counter() for t in schemas}
     for table, listed in files.items():

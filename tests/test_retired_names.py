@@ -19,7 +19,8 @@ RETIRED = {
     r"specdec\.analytics\.plan\.model\b|analytics/plan/model\.py": "analytics/plan/predict.py",
     # "level" is one level; how levels are sent is the load mode
     r"specdec\.replay\.load\.levels\b|replay/load/levels\.py": "replay/load/modes.py",
-    # "check": compat's output validity under a constraint
+    # "check": an input file is validated (analytics build --validate); compat's replies have validity
+    r"specdec\.analytics\.checks\b|analytics/checks\.py|from specdec\.analytics import checks\b": "analytics/input_validation.py",
     r"compat\.checks\b|compat/checks\.py": "specdec/experiments/compat/validity.py",
     # the rooms of issue 44: traffic and experiments moved out of replay/
     r"specdec\.replay\.(traffic|importers|compat|stability)\b|specdec\.trafficfile\b": "specdec.traffic / specdec.experiments",

@@ -128,12 +128,19 @@ def analytics() -> None:
     "views that read the Parquet files in place.",
 )
 @click.option(
-    "--check",
+    "--validate",
     type=click.Choice(["auto", "full", "footer"]),
     default="auto",
     show_default=True,
-    help="How deeply each input file is checked first: footer (metadata: schema, nulls, run ids), "
+    help="How deeply each input file is validated first: footer (metadata: schema, nulls, run ids), "
     "full (every page read too), auto (full when the inputs are at most 256 MiB).",
+)
+@click.option(
+    "--check",
+    type=click.Choice(["auto", "full", "footer"]),
+    default=None,
+    hidden=True,
+    deprecated="use --validate; the old name goes in the next release",
 )
 @click.option(
     "--no-progress",
@@ -146,7 +153,8 @@ def analytics_build(
     slo_ttft_p95_ms: float | None,
     slo_tpot_p95_ms: float | None,
     copy: bool,
-    check: Literal["auto", "full", "footer"],
+    validate: Literal["auto", "full", "footer"],
+    check: Literal["auto", "full", "footer"] | None,
     no_progress: bool,
 ) -> None:
     """Run the SQL models (staging -> intermediate -> marts) over the Parquet
@@ -160,7 +168,13 @@ def analytics_build(
 
     started = time.perf_counter()
     with build_bar(not no_progress) as progress:
-        db = build(run_dir, slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms), copy=copy, check=check, progress=progress)
+        db = build(
+            run_dir,
+            slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms),
+            copy=copy,
+            validate=check or validate,
+            progress=progress,
+        )
     click.echo(f"built {db} in {time.perf_counter() - started:.1f} s")
 
 

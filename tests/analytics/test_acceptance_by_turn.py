@@ -10,7 +10,7 @@ import pytest
 from pytest import approx
 
 from specdec.analytics.build import build
-from specdec.analytics.checks import check_file, read_parquet_checked
+from specdec.analytics.input_validation import check_file, read_parquet_checked
 from specdec.errors import InputFileError
 from specdec.schemas.arrow import arrow_schema, table_from_records
 from specdec.schemas.records import RequestResult

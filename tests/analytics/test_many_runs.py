@@ -305,9 +305,9 @@ def test_footer_checks_name_a_null_as_the_full_read_does(tmp_path):
     table = table.set_column(i, pa.field("prompt_id", pa.string(), nullable=True), pa.array(values, pa.string()))
     pq.write_table(table, path, row_group_size=4)  # the null in row group 1
     with pytest.raises(InputFileError) as full:
-        build(run_dir, check="full")
+        build(run_dir, validate="full")
     with pytest.raises(InputFileError) as footer:
-        build(run_dir, check="footer")
+        build(run_dir, validate="footer")
     assert str(full.value) == str(footer.value)
     footer = footer.value
 
@@ -319,8 +319,10 @@ def test_the_commands_on_a_folder_of_runs(runs):
 
     from specdec.cli.main import main
 
-    built = CliRunner().invoke(main, ["analytics", "build", str(runs), "--check", "footer"])
+    built = CliRunner().invoke(main, ["analytics", "build", str(runs), "--validate", "footer"])
     assert built.exit_code == 0 and f"built {runs / 'specdec.duckdb'}" in built.output
+    old = CliRunner().invoke(main, ["analytics", "build", str(runs), "--check", "footer"])  # the name until 2026-12-07
+    assert old.exit_code == 0 and "deprecated" in old.output and "use --validate" in old.output
     report = CliRunner().invoke(main, ["report", str(runs)])
     assert report.exit_code == 1 and "holds 3 runs (a, b, c)" in report.output
     assert not (runs / "report.html").exists()
@@ -346,7 +348,7 @@ def test_a_dictionary_typed_column_reads_as_its_values(tmp_path):
     )
     pq.write_table(table, path)
     for check in ("full", "footer"):
-        assert rows(build(run_dir, check=check), "select * from speedup order by all") == want
+        assert rows(build(run_dir, validate=check), "select * from speedup order by all") == want
 
 
 def test_a_build_through_the_latest_link_names_the_run_folder_itself(tmp_path):

@@ -21,7 +21,7 @@ Two depths (``check_file``):
   with page checksums verified, one row group at a time (memory: one row
   group), so a corrupted page is named at build time, and every value is
   cast to the record's type. ``build`` asks for it when the inputs are small
-  (``FULL_CHECK_BYTES``) or when told to (``--check full``).
+  (``FULL_CHECK_BYTES``) or when told to (``--validate full``).
 
 ``read_parquet_checked`` reads one whole file into a table, with the same
 problems named the same way (the data contracts, ``contracts.py``, read their
@@ -43,7 +43,7 @@ from specdec.schemas.records import SCHEMA_VERSION
 
 __all__ = ["FULL_CHECK_BYTES", "FileCheck", "check_file", "read_parquet_checked"]
 
-#: Inputs up to this many bytes in all are read in full by default (``--check auto``).
+#: Inputs up to this many bytes in all are read in full by default (``--validate auto``).
 FULL_CHECK_BYTES = 256 * 2**20
 
 
