@@ -11,14 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specdec.engines import Arm
+from specdec.engines import Arm, EmbeddedEngine
 from specdec.engines.server import ServerProcess, start_all
 from specdec.errors import SpecdecError
 from specdec.http.urls import parse_endpoint
 from specdec.replay.capture_import import import_capture
 from specdec.replay.config import DEFAULT_API_KEY_ENV, ReplayConfig
 from specdec.replay.embedded import (
-    EmbeddedEngine,
     context_per_request,
     draft_preflight,
     embedded_engines,

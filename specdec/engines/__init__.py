@@ -32,15 +32,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from specdec.engines.base import Arm, Engine, RequestStats
+from specdec.engines.base import Arm, EmbeddedEngine, EmbeddedSettings, Engine, RequestStats
 from specdec.engines.llama_cpp import LlamaCpp
+from specdec.engines.llama_cpp.embedded import EmbeddedLlamaCpp
 from specdec.engines.vllm import Vllm
+from specdec.engines.vllm.embedded import EmbeddedVllm
 
 __all__ = [
     "ENGINES",
     "ENGINE_NAMES",
     "DEFAULT_ENGINE",
+    "EMBEDDED",
     "Arm",
+    "EmbeddedEngine",
+    "EmbeddedSettings",
     "Engine",
     "EngineName",
     "LlamaCpp",
@@ -55,6 +60,8 @@ ENGINES: Mapping[str, Engine] = {e.name: e for e in (Vllm(), LlamaCpp())}
 ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 #: the same names as a type, for the configs' fields (a test checks it against ENGINE_NAMES)
 EngineName = Literal["vllm", "llama.cpp"]
+#: each engine's class as a run's embedded engine (model, settings, facts, the server of one arm), by name
+EMBEDDED: Mapping[str, type[EmbeddedEngine]] = {e.name: e for e in (EmbeddedVllm, EmbeddedLlamaCpp)}
 #: the engine a run starts when none is named
 DEFAULT_ENGINE: EngineName = "vllm"
 

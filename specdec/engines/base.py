@@ -5,9 +5,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from specdec.engines.metrics import parse_counters
+
+if TYPE_CHECKING:  # the servers' module imports nothing of this one: only for the type
+    from specdec.engines.server import ServerProcess
 
 
 @dataclass(frozen=True)
@@ -197,3 +201,94 @@ def _label_pairs(labels: str) -> Iterator[tuple[str, str]]:
 def count(value: object) -> int | None:
     """A token count as the server sent it, if it is a non-negative integer."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class EmbeddedSettings:
+    """What an embedded engine takes from a run's settings (the replay's ``ReplayConfig``,
+    compat's and stability's own)."""
+
+    #: ``--model``: a model folder or GGUF file; None: the bundled SmolLM2 in the engine's form
+    model: str | None
+    dtype: str
+    #: requests one server may batch (vLLM's max_num_seqs), at least ``max_in_flight``
+    max_num_seqs: int
+    #: the most requests in flight at once: the largest level
+    max_in_flight: int
+    #: ``--prefix-cache``: keep, reset or off
+    prefix_cache: str
+
+
+class EmbeddedEngine(ABC):
+    """One engine of a run's embedded servers (the replay's and the experiments'), prepared from
+    the run's settings (``EmbeddedSettings``). Each engine's class is in its package
+    (``engines/vllm/embedded.py``, ``engines/llama_cpp/embedded.py``); ``engines.EMBEDDED`` maps
+    an engine's name to it."""
+
+    #: the engine's adapter, whose facts the class takes: ``name``; ``label``, the program that
+    #: serves in the start-up messages ("starting vLLM for the baseline arm"); ``writes_rounds``,
+    #: per-round rows (vLLM's capture plugin; llama.cpp has none)
+    adapter_type: ClassVar[type[Engine]]
+    name: ClassVar[str]
+    label: ClassVar[str]
+    writes_rounds: ClassVar[bool]
+    #: why an engine that writes no per-round rows has none (the manifest's capture entry)
+    no_rounds_reason: ClassVar[str] = ""
+    #: tokens of context one request may use (prompt and reply): vLLM's max_model_len, a llama.cpp slot's
+    context_per_request: ClassVar[int]
+    #: what the manifest says of the model when this engine serves it
+    model: str
+    model_source: dict[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.name, cls.label, cls.writes_rounds = (
+            cls.adapter_type.name,
+            cls.adapter_type.label,
+            cls.adapter_type.writes_rounds,
+        )
+
+    @abstractmethod
+    def __init__(self, settings: EmbeddedSettings) -> None:
+        """Prepare what the engine's servers need (model, binary) for a run of ``settings``."""
+
+    @staticmethod
+    @abstractmethod
+    def model_error(path: str) -> str | None:
+        """Why ``--model path`` cannot be served by this engine (None: it can)."""
+
+    @abstractmethod
+    def dtype_text(self) -> str:
+        """The manifest's ``dtype`` for this engine's servers."""
+
+    @abstractmethod
+    def facts(self) -> dict[str, Any]:
+        """The manifest's ``engine`` facts (name, version, ...)."""
+
+    @abstractmethod
+    def server_args(self, arm: Arm) -> list[str]:
+        """The settings a server for ``arm`` starts with (the manifest's ``server_args``)."""
+
+    @abstractmethod
+    def server(self, arm: Arm, log: Path, run_dir: Path, run_id: str, startup_timeout_s: float) -> ServerProcess:
+        """A server for ``arm``, not yet launched (``server.start_all`` launches it)."""
+
+    def eos_ids(self) -> frozenset[int] | None:
+        """The model's end-of-sequence token ids, where the passes can look them up."""
+        return None
+
+    @staticmethod
+    def draft_model(speculation: Mapping[str, Any]) -> str | None:
+        """The separate draft model an arm's speculation loads (None: the method has none)."""
+        return None
+
+    @staticmethod
+    def target_model(model: str | None) -> Path:
+        """The target model the engine serves for ``--model`` (None: the bundled one)."""
+        raise NotImplementedError
+
+    @classmethod
+    def notes(cls, prefix_cache: str) -> list[str]:
+        """What the manifest's notes say about this engine in a run with ``--prefix-cache
+        prefix_cache`` (external servers too)."""
+        return []

@@ -124,7 +124,7 @@ def test_report_is_self_contained(run):
 
 
 def test_lossless_pass_has_complete_logprobs(run, model_dir):
-    from specdec.replay.passes.lossless import eos_ids_for_model
+    from specdec.model import eos_ids_for_model
 
     run_dir, _, _ = run
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)

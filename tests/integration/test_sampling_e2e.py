@@ -40,7 +40,7 @@ import pyarrow as pa
 import pytest
 
 from specdec.analytics import sampling_check as st
-from specdec.replay.passes.lossless import eos_ids_for_model
+from specdec.model import eos_ids_for_model
 from specdec.replay.passes.rescore import rescore_pass
 from specdec.replay.passes.sampling import derive_seeds, sample_pass, sample_table
 from specdec.schemas.records import TrafficRow

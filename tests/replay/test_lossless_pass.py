@@ -10,11 +10,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from specdec.model import eos_ids_for_gguf, eos_ids_for_model
 from specdec.replay.passes.lossless import (
     PASS_ERROR_TYPES,
     completion_one,
-    eos_ids_for_gguf,
-    eos_ids_for_model,
     greedy_table,
     lossless_one,
     lossless_pass,

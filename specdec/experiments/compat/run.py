@@ -29,6 +29,7 @@ from pydantic import Field, model_validator
 
 from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
 from specdec.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, EngineName, LlamaCpp, Vllm
+from specdec.engines.vllm import installed_facts
 from specdec.errors import SpecdecError
 from specdec.experiments.compat.lossless_cells import LEVELS as LOSSLESS_LEVELS
 from specdec.experiments.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
@@ -36,7 +37,7 @@ from specdec.experiments.compat.stopping import keeping
 from specdec.experiments.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
 from specdec.experiments.compat.together import Book, Checkpoint, never, side_by_side
 from specdec.replay.config import ClientOptions
-from specdec.replay.host import engine_facts, host_facts, package_version
+from specdec.replay.host import host_facts, package_version
 from specdec.runfolder import claim_run_dir, point_latest, server_log, write_manifest
 from specdec.schemas.compat import OUTCOMES, CompatCell
 from specdec.schemas.records import ArmConfig, RunManifest
@@ -347,7 +348,7 @@ def _vllm_servers(
         VllmServer(spec, c, run_dir / CAPTURE_FOLDER, run_id, log, timeout_s, cpu_bind=core)
         for c, log, core in zip(specs, logs, binds)
     ]
-    return servers, binds, engine_facts().get("version")
+    return servers, binds, installed_facts().get("version")
 
 
 def _llama_servers(
@@ -428,7 +429,7 @@ def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> R
         engine={"name": "external", "version": None}
         if external
         # vLLM's package facts only where a vLLM pair ran (each engine's own version: manifest.engines)
-        else {"engines": [e for e, _ in pairs], **(engine_facts() if any(e == Vllm.name for e, _ in pairs) else {})},
+        else {"engines": [e for e, _ in pairs], **(installed_facts() if any(e == Vllm.name for e, _ in pairs) else {})},
         model="(first of GET /v1/models)" if external else "bundled SmolLM2-135M-Instruct",
         dtype="unknown" if external else "; ".join(EMBEDDED_DTYPE[e] for e, _ in pairs),
         arms=arms,

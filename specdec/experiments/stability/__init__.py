@@ -25,9 +25,9 @@ from pathlib import Path
 from pydantic import Field
 
 from specdec.defaults import MAX_MODEL_LEN, RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
-from specdec.engines.vllm import ServerSpec
+from specdec.engines.vllm import ServerSpec, installed_facts
 from specdec.replay.config import ClientOptions
-from specdec.replay.host import engine_facts, host_facts, package_version
+from specdec.replay.host import host_facts, package_version
 from specdec.runfolder import claim_run_dir, open_run_dir, server_log, stability_part, write_manifest
 from specdec.schemas.records import ArmConfig, RunManifest, StabilityResult
 from specdec.schemas.strict import RunName
@@ -153,7 +153,7 @@ def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict,
         run_id=run_id,
         created_wall=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         specdec_version=package_version(),
-        engine=engine_facts() if embedded else {"name": "external", "version": None},
+        engine=installed_facts() if embedded else {"name": "external", "version": None},
         model=model,
         model_source=model_source,
         dtype=cfg.dtype if embedded else "unknown",

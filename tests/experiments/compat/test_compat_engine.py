@@ -29,13 +29,13 @@ import os
 import pytest
 
 from specdec.analytics.sampling_check import DIFFERS, compare
+from specdec.engines.vllm import installed_facts
 from specdec.experiments.compat import lossless_cells, sampling_cells
 from specdec.experiments.compat.capture_check import read_capture, reconcile
 from specdec.experiments.compat.probes import ProbeContext, probe_set
 from specdec.experiments.compat.probing import Pair, probe_pair
 from specdec.experiments.compat.run import matrix_text
 from specdec.http.urls import ClientSettings, parse_endpoint
-from specdec.replay.host import engine_facts
 from specdec.schemas.compat import OUTCOMES
 
 pytestmark = pytest.mark.engine
@@ -65,7 +65,7 @@ SAMPLING_LEVEL, SAMPLING_SEEDS = 4, 3
 def cells(vllm_pair):
     pair = Pair(
         "vllm",
-        engine_facts().get("version"),
+        installed_facts().get("version"),
         "ngram",
         parse_endpoint(vllm_pair.baseline.base_url),
         parse_endpoint(vllm_pair.speculative.base_url),

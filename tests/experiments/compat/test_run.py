@@ -61,7 +61,7 @@ def test_the_embedded_vllm_pair_puts_each_servers_worker_on_its_own_core(tmp_pat
     started = []
     monkeypatch.setattr(server, "start_all", lambda stack, servers: started.extend(servers))
     monkeypatch.setattr(run, "_vllm_model", lambda: ("/m", {}))
-    monkeypatch.setattr(run, "engine_facts", lambda: {"version": "0.32.0"})
+    monkeypatch.setattr(run, "installed_facts", lambda: {"version": "0.32.0"})
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
     with contextlib.ExitStack() as stack:
