@@ -234,6 +234,11 @@ class EmbeddedEngine(ABC):
     writes_rounds: ClassVar[bool]
     #: why an engine that writes no per-round rows has none (the manifest's capture entry)
     no_rounds_reason: ClassVar[str] = ""
+    #: the dtype a compat probe pair computes in, where one is set (the lossless cell's near-tie
+    #: margin; None: as the model file is, e.g. a quantized GGUF)
+    probe_dtype: ClassVar[str | None] = None
+    #: the manifest's words for a compat probe pair's dtype
+    probe_dtype_text: ClassVar[str] = ""
     #: tokens of context one request may use (prompt and reply): vLLM's max_model_len, a llama.cpp slot's
     context_per_request: ClassVar[int]
     #: what the manifest says of the model when this engine serves it
@@ -283,7 +288,7 @@ class EmbeddedEngine(ABC):
         return None
 
     @staticmethod
-    def target_model(model: str | None) -> Path:
+    def target_model(model: str | Path | None) -> Path:
         """The target model the engine serves for ``--model`` (None: the bundled one)."""
         raise NotImplementedError
 
@@ -292,3 +297,19 @@ class EmbeddedEngine(ABC):
         """What the manifest's notes say about this engine in a run with ``--prefix-cache
         prefix_cache`` (external servers too)."""
         return []
+
+    @classmethod
+    def package_facts(cls) -> dict[str, Any]:
+        """What the manifest says of the installed engine package (vLLM's distribution and version);
+        {} where the engine says it per server instead."""
+        return {}
+
+    @classmethod
+    def probe_servers(
+        cls, capture: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: Mapping[str, Any]
+    ) -> tuple[list[ServerProcess], list[str | None], str | None]:
+        """A compat probe pair of this engine, not yet launched: the baseline's and the speculative
+        arm's (``speculation``) servers on the bundled model, the CPU core each computes on (None:
+        not bound), and the engine's version (``specdec compat``; ``capture``: where a capture
+        plugin writes its rounds)."""
+        raise NotImplementedError(f"{cls.name} has no compat probe pair")

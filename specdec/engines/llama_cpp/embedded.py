@@ -19,11 +19,20 @@ from specdec.model import GGUF_DIST, eos_ids_for_gguf, find_gguf
 
 #: context per slot (-c is the slots' total), the same as vLLM's max_model_len
 LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
+#: Threads of one compat probe llama-server (the feature pair and the quantization cells alike). One, not two:
+#: on a host whose cores other processes share, two threads wait for each other at every step of the
+#: graph and a step stalls whenever either is descheduled. Seen with -t 2 on this project's 2-core host:
+#: the F16 target at 2,980-3,010 ms per token at load 12-13 where the same server had done 17 ms per
+#: token earlier in that run; the feature pair at 300-970 ms per token at load 3-7 (2026-12-03), its 86
+#: requests of one repeat in 267 s at -t 2 and 113 s at -t 1 (load 1-4). Both arms use the same count,
+#: so each ratio is like for like.
+PROBE_THREADS = 1
 
 
 class EmbeddedLlamaCpp(EmbeddedEngine):
     adapter_type = LlamaCpp
     context_per_request = LLAMA_SLOT_CONTEXT
+    probe_dtype_text = "llama.cpp GGUF as shipped"
     no_rounds_reason = (
         "llama.cpp has no capture plugin: no per-round rows; the per-request draft stats (timings) and "
         "the engine's counters are recorded"
@@ -55,7 +64,7 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
         return str(draft) if draft and speculation.get("type") == "draft-simple" else None
 
     @staticmethod
-    def target_model(model: str | None) -> Path:
+    def target_model(model: str | Path | None) -> Path:
         return Path(model) if model is not None else find_gguf()
 
     def dtype_text(self) -> str:
@@ -90,3 +99,15 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
             f"'{cache}' ('off': --no-cache-prompt on its arms, as llama.cpp has no endpoint to empty "
             "the cache between blocks)."
         ]
+
+    @classmethod
+    def probe_servers(
+        cls, capture: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: Mapping[str, Any]
+    ) -> tuple[list[ServerProcess], list[str | None], str | None]:
+        """The shipped GGUF, one slot and ``PROBE_THREADS`` threads each (no capture plugin)."""
+        adapter = LlamaCpp(threads=PROBE_THREADS, context=2048, slots=1)
+        arms = (Arm("baseline", None), Arm("speculative", speculation))
+        servers: list[ServerProcess] = [
+            LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)
+        ]
+        return servers, [None, None], f"llama-cpp-python {LLAMA_CPP_PYTHON}"

@@ -7,17 +7,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specdec.defaults import STABLE_DTYPE
 from specdec.engines.base import Arm, EmbeddedEngine, EmbeddedSettings
-from specdec.engines.server import ServerProcess
+from specdec.engines.server import ServerProcess, separate_cores
 from specdec.engines.vllm.adapter import ServerSpec, Vllm, installed_facts
 from specdec.engines.vllm.server import VllmServer
 from specdec.model import eos_ids_for_model, prepare_model
 from specdec.runfolder import capture_dir
 
+#: vLLM 0.32 refuses every tool_choice (auto, required, a named function) without a tool-call parser:
+#: a compat probe pair gets one (both arms: the only difference between them stays speculation)
+PROBE_TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+
 
 class EmbeddedVllm(EmbeddedEngine):
     adapter_type = Vllm
     context_per_request = ServerSpec.max_model_len
+    probe_dtype = STABLE_DTYPE
+    probe_dtype_text = f"vLLM {STABLE_DTYPE}"
 
     def __init__(self, settings: EmbeddedSettings):
         self.model_source = {}
@@ -47,7 +54,7 @@ class EmbeddedVllm(EmbeddedEngine):
         return str(model) if model and speculation.get("method") in (None, "draft_model") else None
 
     @staticmethod
-    def target_model(model: str | None) -> Path:
+    def target_model(model: str | Path | None) -> Path:
         return Path(model) if model is not None else prepare_model().path
 
     def dtype_text(self) -> str:
@@ -71,3 +78,24 @@ class EmbeddedVllm(EmbeddedEngine):
         return [
             "--per-request-spec-decode-metrics is part of the speculative setting: vLLM rejects it without speculation."
         ]
+
+    @classmethod
+    def package_facts(cls) -> dict[str, Any]:
+        return installed_facts()
+
+    @classmethod
+    def probe_servers(
+        cls, capture: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: Mapping[str, Any]
+    ) -> tuple[list[ServerProcess], list[str | None], str | None]:
+        """float32 (so that speculation changes no greedy token), the tool-call parser, the capture
+        plugin into ``capture``, and each CPU worker on a core of its own (``separate_cores``: vLLM's
+        'auto' would put both on one)."""
+        spec = ServerSpec(
+            model=str(cls.target_model(None)), dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=PROBE_TOOL_ARGS
+        )
+        binds = separate_cores(2)
+        servers: list[ServerProcess] = [
+            VllmServer(spec, c, capture, run_id, log, timeout_s, cpu_bind=core)
+            for c, log, core in zip((None, dict(speculation)), logs, binds)
+        ]
+        return servers, binds, installed_facts().get("version")

@@ -3,7 +3,7 @@ classifies one cell): the target at 4 bits (Q4_1 as shipped), 8 (Q8_0) and 16
 (F16), each against the draft at 4 and 8 bits (``--spec-type draft-simple``)
 and against the draft-free prompt lookup that the feature probes use
 (``ngram-mod``), with llama.cpp's default draft lengths, one thread per server
-(``timing.LLAMA_THREADS``). After each cell's timed requests, the lossless check of the
+(``engines.llama_cpp.embedded.PROBE_THREADS``). After each cell's timed requests, the lossless check of the
 lossless cells (``lossless_cells.greedy_pairs``: token ids and top-2 probabilities from
 ``/completion``) runs on the same pair: a quantized target with a quantized draft gets the same
 lossless statement as the feature pairs, and a suspect pair makes the cell ``broken``.
@@ -30,6 +30,7 @@ import aiohttp
 
 from specdec.engines.base import Arm
 from specdec.engines.llama_cpp import LlamaCpp, LlamaServer
+from specdec.engines.llama_cpp.embedded import PROBE_THREADS
 from specdec.engines.llama_cpp.quant import QuantFile, quantized_ggufs
 from specdec.engines.server import start_all
 from specdec.errors import SpecdecError
@@ -45,7 +46,7 @@ from specdec.experiments.compat.quant import (
     quant_cell,
 )
 from specdec.experiments.compat.send import fresh_connections
-from specdec.experiments.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
+from specdec.experiments.compat.timing import DEFAULT_REPEATS
 from specdec.experiments.compat.together import never
 from specdec.http.urls import ClientSettings, parse_endpoint
 from specdec.runfolder import server_log
@@ -93,7 +94,7 @@ def run_quant(
     for f in files.values():
         made = "made now" if f.made_now else "cached"
         echo(f"  quantization: {f.gguf_type} {f.sha256[:12]} ({f.made_by}, {made}): {f.path}")
-    adapter = LlamaCpp(binary=binary, threads=LLAMA_THREADS, context=2048, slots=1)
+    adapter = LlamaCpp(binary=binary, threads=PROBE_THREADS, context=2048, slots=1)
     refs: dict[str, classify.Acceptance] = {}
     for bits in TARGET_BITS:
         target = files[bits]

@@ -27,14 +27,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from specdec.defaults import RUNS_DIR, STABLE_DTYPE, STARTUP_TIMEOUT_S
-from specdec.engines import DEFAULT_ENGINE, ENGINE_NAMES, ENGINES, EngineName, LlamaCpp, Vllm
-from specdec.engines.vllm import installed_facts
+from specdec.defaults import RUNS_DIR, STARTUP_TIMEOUT_S
+from specdec.engines import DEFAULT_ENGINE, EMBEDDED, ENGINE_NAMES, ENGINES, EngineName
 from specdec.errors import SpecdecError
 from specdec.experiments.compat.lossless_cells import LEVELS as LOSSLESS_LEVELS
 from specdec.experiments.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
 from specdec.experiments.compat.stopping import keeping
-from specdec.experiments.compat.timing import DEFAULT_REPEATS, LLAMA_THREADS
+from specdec.experiments.compat.timing import DEFAULT_REPEATS
 from specdec.experiments.compat.together import Book, Checkpoint, never, side_by_side
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import host_facts, package_version
@@ -46,11 +45,6 @@ from specdec.schemas.strict import MAX_LEVEL, RunName
 #: where the embedded vLLM pair's capture plugin writes (``capture_check`` reads it after the pair stops)
 CAPTURE_FOLDER = "compat-capture"
 EngineChoice = EngineName | Literal["both"]
-#: how each embedded pair's weights are served, as the manifest's dtype says it
-EMBEDDED_DTYPE = {Vllm.name: f"vLLM {STABLE_DTYPE}", LlamaCpp.name: "llama.cpp GGUF as shipped"}
-#: vLLM 0.32 refuses every tool_choice (auto, required, a named function) without a tool-call parser;
-#: the embedded pair gets one (both arms: the only difference between them stays speculation).
-VLLM_TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 #: The manifest's note when the two embedded engines were probed at the same time (``together``).
 TOGETHER_NOTE = (
     "vLLM and llama.cpp probed at the same time (specdec.experiments.compat.together): each engine one request "
@@ -160,7 +154,7 @@ def run_compat(
     if cfg.draft_model is not None:
         from specdec.vocab import preflight  # heavy: tokenizers (as above)
 
-        target = cfg.target_model if cfg.target_model is not None else _vllm_model()[0]
+        target = EMBEDDED[DEFAULT_ENGINE].target_model(cfg.target_model)  # --draft-model drafts on vLLM
         report = preflight(cfg.draft_model, Path(target))
         echo(f"tokenizer preflight: draft and target agree ({report.target_vocab_size} tokens)")
     settings = cfg.client_settings()
@@ -326,53 +320,6 @@ def _quantization(job: _Job, engine: str, checkpoint: Checkpoint) -> None:
     book.add(engine, q.cells, record)
 
 
-def _vllm_model() -> tuple[str, dict[str, Any]]:
-    from specdec.model import prepare_model  # heavy: converts the GGUF once (transformers), only when needed
-
-    prepared = prepare_model()
-    return str(prepared.path), prepared.source
-
-
-def _vllm_servers(
-    run_dir: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: dict[str, Any]
-) -> tuple[list[Any], list, Any]:
-    """The embedded vLLM pair (float32, the tool-call parser, the capture plugin into
-    ``compat-capture/``, each CPU worker on a core of its own): servers, cores, version."""
-    from specdec.engines.server import separate_cores
-    from specdec.engines.vllm import ServerSpec, VllmServer
-
-    spec = ServerSpec(model=_vllm_model()[0], dtype=STABLE_DTYPE, prefix_cache="reset", extra_args=VLLM_TOOL_ARGS)
-    binds = separate_cores(2)  # each server's CPU worker on a core of its own (why: its docstring)
-    specs = (None, speculation)
-    servers = [
-        VllmServer(spec, c, run_dir / CAPTURE_FOLDER, run_id, log, timeout_s, cpu_bind=core)
-        for c, log, core in zip(specs, logs, binds)
-    ]
-    return servers, binds, installed_facts().get("version")
-
-
-def _llama_servers(
-    run_dir: Path, run_id: str, logs: list[Path], timeout_s: float, speculation: dict[str, Any]
-) -> tuple[list[Any], list, Any]:
-    """The embedded llama.cpp pair (the shipped GGUF, one slot each): servers, cores, version."""
-    from specdec.engines.base import Arm
-    from specdec.engines.llama_cpp import LlamaServer
-    from specdec.engines.llama_cpp.build import LLAMA_CPP_PYTHON
-    from specdec.model import find_gguf
-
-    adapter = LlamaCpp(threads=LLAMA_THREADS, context=2048, slots=1)
-    arms = (Arm("baseline", None), Arm("speculative", speculation))
-    servers = [LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)]
-    return servers, [None, None], f"llama-cpp-python {LLAMA_CPP_PYTHON}"
-
-
-#: how each engine's embedded pair is started (its compat specifics: dtype, parsers, threads)
-EMBEDDED_PAIR = {Vllm.name: _vllm_servers, LlamaCpp.name: _llama_servers}
-#: the model dtype each embedded pair computes in, where one is set (the lossless cell's near-tie margin;
-#: llama.cpp's quantized GGUF has none: the margin of an unknown dtype)
-COMPUTE_DTYPE = {Vllm.name: STABLE_DTYPE}
-
-
 def _start_embedded(
     engine: str, run_dir: Path, run_id: str, timeout_s: float, stack: contextlib.ExitStack, echo, speculation=None
 ):
@@ -389,7 +336,7 @@ def _start_embedded(
     method = str(adapter.method_of(spec))
     tag = engine.replace(".", "") + ("" if speculation is None else f"-{method}")
     logs = [server_log(run_dir, f"{tag}-baseline"), server_log(run_dir, f"{tag}-speculative")]
-    servers, binds, version = EMBEDDED_PAIR[engine](run_dir, run_id, logs, timeout_s, spec)
+    servers, binds, version = EMBEDDED[engine].probe_servers(run_dir / CAPTURE_FOLDER, run_id, logs, timeout_s, spec)
     echo(f"starting {engine} (logs: {logs[0].name}, {logs[1].name})")
     start_all(stack, servers)
     b, s = (parse_endpoint(x.base_url) for x in servers)
@@ -401,7 +348,7 @@ def _start_embedded(
     pair = Pair(engine, version, method, b, s, dict(adapter.counters), lossless_protocol=adapter.lossless_protocol)
     if speculation is not None:  # a further pair of the engine: its requests' ids say which
         pair = dataclasses.replace(pair, id_tag=f"{engine}-{method}")
-    return dataclasses.replace(pair, dtype=COMPUTE_DTYPE.get(engine)), args
+    return dataclasses.replace(pair, dtype=EMBEDDED[engine].probe_dtype), args
 
 
 def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> RunManifest:
@@ -429,9 +376,12 @@ def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> R
         engine={"name": "external", "version": None}
         if external
         # vLLM's package facts only where a vLLM pair ran (each engine's own version: manifest.engines)
-        else {"engines": [e for e, _ in pairs], **(installed_facts() if any(e == Vllm.name for e, _ in pairs) else {})},
+        else {
+            "engines": [e for e, _ in pairs],
+            **{k: v for e, _ in pairs for k, v in EMBEDDED[e].package_facts().items()},
+        },
         model="(first of GET /v1/models)" if external else "bundled SmolLM2-135M-Instruct",
-        dtype="unknown" if external else "; ".join(EMBEDDED_DTYPE[e] for e, _ in pairs),
+        dtype="unknown" if external else "; ".join(EMBEDDED[e].probe_dtype_text for e, _ in pairs),
         arms=arms,
         arm_difference=["the speculative setting"],
         sampling={"note": "each probe sets its own request body; see traffic.probes"},

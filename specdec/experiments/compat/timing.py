@@ -30,15 +30,6 @@ if TYPE_CHECKING:  # light at import: ``run`` reads DEFAULT_REPEATS before any r
 #: near its time goal on a 2-core host (docs/compat.md); ask for 3 or more where the speed rule matters.
 DEFAULT_REPEATS = 2
 
-#: Threads per embedded llama-server (the feature pair and the quantization cells alike). One, not two:
-#: on a host whose cores other processes share, two threads wait for each other at every step of the
-#: graph and a step stalls whenever either is descheduled. Seen with -t 2 on this project's 2-core host:
-#: the F16 target at 2,980-3,010 ms per token at load 12-13 where the same server had done 17 ms per
-#: token earlier in that run; the feature pair at 300-970 ms per token at load 3-7 (2026-12-03), its 86
-#: requests of one repeat in 267 s at -t 2 and 113 s at -t 1 (load 1-4). Both arms use the same count,
-#: so each ratio is like for like.
-LLAMA_THREADS = 1
-
 #: (geometric mean, 95% interval low, high, n); low/high None with n < 2, all None with n = 0.
 Interval = tuple[float | None, float | None, float | None, int]
 

@@ -10,7 +10,7 @@ counters, the capture and the greedy outputs are each server's own, so the
 acceptance, validity, identity and reconciliation of a cell cannot see the
 other engine at all. Why it saves time: alone, each engine keeps about one
 of a 2-core host's cores busy (vLLM CPU's worker, which vLLM binds to one core;
-one llama-server of one thread at a time, ``timing.LLAMA_THREADS``): side by
+one llama-server of one thread at a time, ``engines.llama_cpp.embedded.PROBE_THREADS``): side by
 side, ``--engine both`` took 8 min 7 s and 8 min 37 s where one engine after
 the other took 12 min 49 s (2026-12-03; 9 min 24 s since the vLLM pair's
 workers compute on a core each, ``engines.server.separate_cores``, which

@@ -7,8 +7,8 @@ import contextlib
 
 from specdec.engines import server
 from specdec.engines.llama_cpp import LlamaCpp
+from specdec.engines.llama_cpp.embedded import PROBE_THREADS
 from specdec.experiments.compat import run
-from specdec.experiments.compat.timing import LLAMA_THREADS
 
 
 def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkeypatch):
@@ -17,7 +17,7 @@ def test_the_embedded_llama_cpp_pair_runs_one_thread_per_server(tmp_path, monkey
     monkeypatch.setattr(LlamaCpp, "executable", lambda self: ["/opt/llama-server"])
     with contextlib.ExitStack() as stack:
         pair, args = run._start_embedded("llama.cpp", tmp_path, "r1", 10.0, stack, lambda _: None)
-    assert LLAMA_THREADS == 1
+    assert PROBE_THREADS == 1
     assert [s.cmd[s.cmd.index("-t") + 1] for s in started] == ["1", "1"]
     # the manifest's record of each arm says the same, and only the speculative arm speculates
     assert args["baseline_server_args"][args["baseline_server_args"].index("-t") + 1] == "1"
@@ -60,8 +60,10 @@ def test_the_embedded_vllm_pair_puts_each_servers_worker_on_its_own_core(tmp_pat
 
     started = []
     monkeypatch.setattr(server, "start_all", lambda stack, servers: started.extend(servers))
-    monkeypatch.setattr(run, "_vllm_model", lambda: ("/m", {}))
-    monkeypatch.setattr(run, "installed_facts", lambda: {"version": "0.32.0"})
+    from specdec.engines.vllm import embedded as vllm_embedded
+
+    monkeypatch.setattr(vllm_embedded, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    monkeypatch.setattr(vllm_embedded, "installed_facts", lambda: {"version": "0.32.0"})
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
     with contextlib.ExitStack() as stack:
