@@ -71,9 +71,11 @@ imports: $(STAMP)
 # `make test` runs. `make check QUICK_TESTS=tests QUICK_SKIP=`: every non-engine test.
 QUICK_TESTS ?= tests/schemas tests/engines tests/tools tests/capture tests/traffic tests/test_strict_inputs.py \
 	tests/test_listen.py tests/test_cli.py
-# the slowest here: two import vLLM in a fresh process (~50 s each), two build a run's database and report (~15 s)
+# the slowest here: two import vLLM in a fresh process (~50 s each), one imports vLLM's schedule validator (~3-6 s),
+# two build a run's database and report (~15 s)
 QUICK_SKIP ?= --deselect tests/capture/test_plugin_v2.py::test_the_worker_hook_installs_v2_timing_and_says_so \
 	--deselect tests/capture/test_plugin_v2.py::test_an_unsupported_vllm_is_refused_and_nothing_is_patched \
+	--deselect tests/engines/test_vllm_deploy.py::test_vllms_own_validator_and_lookup_accept_the_export \
 	--deselect tests/test_cli.py::test_report_of_an_all_failed_run_says_so_first \
 	--deselect tests/test_cli.py::test_report_prints_the_verdict_after_the_failures
 quick-tests: $(STAMP)
