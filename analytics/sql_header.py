@@ -1,11 +1,7 @@
 """The parsed header of a SQL model: the ``MODEL (...)`` block that starts every file
 under ``sql/``, as SQLMesh writes it, read here instead of from prose.
 
-    MODEL (
-        name speedup,
-        kind TABLE,
-        grain (run_id, category, concurrency)
-    );
+    MODEL (name speedup, kind TABLE, grain (run_id, category, concurrency));
     -- Grain: one row per run_id, category and concurrency level ...   (prose: what the
     -- Purpose: ...                                                      columns mean)
     with ...
@@ -47,7 +43,7 @@ class ModelHeader:
 
     def render(self) -> str:
         """The block as the files write it."""
-        return f"MODEL (\n    name {self.name},\n    kind {self.kind},\n    grain ({', '.join(self.grain)})\n);\n"
+        return f"MODEL (name {self.name}, kind {self.kind}, grain ({', '.join(self.grain)}));\n"
 
 
 def _tokens(text: str, path: Path | str):

@@ -26,9 +26,10 @@
 --                     run folder's id. A row of a reference arm that two comparisons share
 --                     is in both. Rows of runs raw_arm_roles does not name are unchanged.
 --   role_keys()      the four key columns by_role puts first (run_id, arm, arm_name,
---                     source_run_id), as a list: every staging model over by_role selects
---                     them as columns(role_keys()), in by_role's order, instead of writing
---                     them out (specdec/arms.py's STAGING_ADDED is tested against it)
+--                     source_run_id), as a list: a staging model over by_role that picks
+--                     its columns selects them as columns(role_keys()), in by_role's order,
+--                     instead of writing them out (specdec/arms.py's STAGING_ADDED is tested
+--                     against it); the others take by_role's columns as they come (select *)
 --   The acceptance formulas. A verify round is an engine step that checked drafted
 --   tokens (k = tokens_proposed > 0); a = tokens_accepted of it. Each ratio is NULL (not
 --   applicable) when its denominator is 0, never 0 or infinity.

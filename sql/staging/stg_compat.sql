@@ -1,8 +1,4 @@
-MODEL (
-    name stg_compat,
-    kind VIEW,
-    grain (run_id, engine, spec_method, probe)
-);
+MODEL (name stg_compat, kind VIEW, grain (run_id, engine, spec_method, probe));
 -- Grain: one row per run_id and cell of a `specdec compat` run (CompatCell): one
 --   (engine, speculative method, feature probe).
 -- Purpose: the cell record, typed. Nothing is derived here.

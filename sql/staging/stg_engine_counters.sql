@@ -1,8 +1,4 @@
-MODEL (
-    name stg_engine_counters,
-    kind VIEW,
-    grain (run_id, arm, concurrency, repeat, position)
-);
+MODEL (name stg_engine_counters, kind VIEW, grain (run_id, arm, concurrency, repeat, position));
 -- Grain: one row per run_id, arm, concurrency level, repeat and position (before/after).
 -- Purpose: vLLM's cumulative /metrics counters (MetricSnapshot), typed.
 --   NULL = the server does not export that counter (no speculation).
@@ -15,20 +11,9 @@ with source as (
     select * from by_role('raw_engine_counters')
 ),
 final as (
-    select
-        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
-        concurrency,
-        repeat,
-        position,
-        wall_time_ns,
-        spec_num_drafts,
-        spec_num_draft_tokens,
-        spec_num_accepted_tokens,
-        generation_tokens,
-        prefix_cache_queries,
-        prefix_cache_hits,
-        accepted_per_position,
-        prefix_cache_reset
+    -- every field of the record, in its order: the raw view casts each to the record's type, and
+    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
+    select *
     from source
 )
 select * from final

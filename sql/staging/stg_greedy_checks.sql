@@ -1,8 +1,4 @@
-MODEL (
-    name stg_greedy_checks,
-    kind VIEW,
-    grain (run_id, request_id)
-);
+MODEL (name stg_greedy_checks, kind VIEW, grain (run_id, request_id));
 -- Grain: one row per run_id and request of the lossless pass (GreedyCheck):
 --   greedy requests sent apart from the timed ones, asking for token ids and
 --   the top-2 logprobs at every position (specdec.replay.passes.lossless).
@@ -15,21 +11,9 @@ with source as (
     select * from by_role('raw_greedy_checks')
 ),
 final as (
-    select
-        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
-        concurrency,
-        repeat,
-        request_id,
-        prompt_id,
-        category,
-        success,
-        error_type,
-        token_ids,
-        top1_logprobs,
-        top2_logprobs,
-        natural_end_position,
-        top2_token_ids,
-        eos_token_ids
+    -- every field of the record, in its order: the raw view casts each to the record's type, and
+    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
+    select *
     from source
 )
 select * from final

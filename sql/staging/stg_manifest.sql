@@ -1,8 +1,4 @@
-MODEL (
-    name stg_manifest,
-    kind VIEW,
-    grain (run_id)
-);
+MODEL (name stg_manifest, kind VIEW, grain (run_id));
 -- Grain: one row per analysis run (specdec/arms.py): a classic run's own run_id, or one
 --   <run_id>/<arm> per comparison of a run of named arms (raw_arm_roles); every run of
 --   raw_manifest, and a run only the sidecar's lake holds (manifest NULL).

@@ -1,8 +1,4 @@
-MODEL (
-    name stg_request_streams,
-    kind VIEW,
-    grain (run_id, request_id)
-);
+MODEL (name stg_request_streams, kind VIEW, grain (run_id, request_id));
 -- Grain: one row per run_id and replayed request (RequestResult), as stg_requests.
 -- Purpose: what a request streamed, kept apart from stg_requests because it is the bulk of
 --   a run (a chunk per engine step: tens of bytes per token; texts of kilobytes), so the

@@ -1,8 +1,4 @@
-MODEL (
-    name stg_requests,
-    kind TABLE,
-    grain (run_id, request_id)
-);
+MODEL (name stg_requests, kind TABLE, grain (run_id, request_id));
 -- Grain: one row per run_id and replayed request (RequestResult).
 -- Kind TABLE: during the build only: the Parquet is read once for the many models
 --   over the requests (a lake of 200 runs has 2,400 requests files), not once per model.
@@ -27,37 +23,9 @@ with source as (
     select * from by_role('raw_requests')
 ),
 final as (
-    select
-        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
-        concurrency,
-        repeat,
-        request_id,
-        prompt_id,
-        category,
-        max_tokens,
-        temperature,
-        success,
-        error_type,
-        http_status,
-        error_message,
-        wall_send_ns,
-        ttft_ms,
-        e2e_ms,
-        prompt_tokens,
-        output_tokens,
-        finish_reason,
-        spec_num_steps,
-        spec_num_draft_tokens,
-        spec_num_accepted_tokens,
-        load_mode,
-        level_value,
-        intended_send_ms,
-        actual_send_ms,
-        schedule_lag_ms,
-        session_wait_ms,
-        session_id,
-        turn_index,
-        output_text_sha256
+    -- every field of the record but the streamed content (stg_request_streams), in the record's
+    -- order: the raw view casts each to the record's type (tests/analytics/test_sql_models.py)
+    select * exclude (chunk_offsets_ms, chunk_tokens, output_text)
     from source
 )
 select * from final

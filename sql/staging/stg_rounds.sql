@@ -1,8 +1,4 @@
-MODEL (
-    name stg_rounds,
-    kind VIEW,
-    grain (run_id, engine_request_id, process_token, step_index)
-);
+MODEL (name stg_rounds, kind VIEW, grain (run_id, engine_request_id, process_token, step_index));
 -- Grain: one row per run_id, request and engine step that emitted tokens (RoundTrace).
 -- Purpose: the captured engine trace, typed, with the client request id
 --   recovered from vLLM's engine request id ("chatcmpl-<X-Request-Id>-<8 hex>").

@@ -1,8 +1,4 @@
-MODEL (
-    name stg_sample_checks,
-    kind VIEW,
-    grain (run_id, request_id)
-);
+MODEL (name stg_sample_checks, kind VIEW, grain (run_id, request_id));
 -- Grain: one row per run_id and request of the sampling-mode check (SampleCheck): a prompt
 --   with temperature > 0 sent once per seed of a fixed seed list, per arm and
 --   level, logprobs on, apart from the timed requests (specdec.replay.passes.sampling).
@@ -29,27 +25,9 @@ with source as (
     select * from by_role('raw_sample_checks')
 ),
 final as (
-    select
-        columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
-        concurrency,
-        request_id,
-        prompt_id,
-        category,
-        sample_index,
-        seed,
-        temperature,
-        top_p,
-        max_tokens,
-        success,
-        error_type,
-        output_tokens,
-        sequence_logprob,
-        natural_end_position,
-        eos_token_ids,
-        token_ids,
-        rescored_logprob_sum,
-        rescored_by,
-        not_rescored_reason
+    -- every field of the record, in its order: the raw view casts each to the record's type, and
+    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
+    select *
     from source
 )
 select * from final

@@ -1,8 +1,4 @@
-MODEL (
-    name stg_stability,
-    kind VIEW,
-    grain (run_id, fault, probe_index)
-);
+MODEL (name stg_stability, kind VIEW, grain (run_id, fault, probe_index));
 -- Grain: one row per run_id and fault probe of a `specdec stability` run (StabilityResult).
 -- Purpose: the probe record, typed. Nothing is derived here.
 --   outcome  ok | degraded | failed | skipped (see StabilityResult.outcome)
@@ -12,25 +8,9 @@ with source as (
     select * from raw_stability
 ),
 final as (
-    select
-        run_id,
-        fault,
-        probe_index,
-        wall_start_ns,
-        duration_ms,
-        requests_sent,
-        requests_failed,
-        error_types,
-        expected,
-        outcome,
-        server_healthy_after,
-        detail,
-        rss_mb,
-        rss_samples,
-        rss_first_mb,
-        rss_last_mb,
-        rss_max_mb,
-        rss_slope_mb_per_min
+    -- every field of the record, in its order: the raw view casts each to the record's type, and
+    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
+    select *
     from source
 )
 select * from final

@@ -12,7 +12,17 @@ from specdec.analytics.sql_models import COMPUTED_TABLES, LAYERS, SOURCES, SqlMo
 from specdec.arms import by_role_columns
 from specdec.errors import SpecdecError
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
-from specdec.schemas.records import MetricSnapshot, RequestResult, RoundTrace, StabilityResult
+from specdec.schemas.counters import CounterScrape
+from specdec.schemas.records import (
+    GreedyCheck,
+    MetricSnapshot,
+    PassCounters,
+    RequestResult,
+    ResourceReading,
+    RoundTrace,
+    SampleCheck,
+    StabilityResult,
+)
 
 
 def test_discover_orders_layers_then_dependencies():
@@ -139,12 +149,18 @@ def test_sql_that_does_not_parse_names_the_file(tmp_path):
         ("stg_requests", RequestResult),
         ("stg_engine_counters", MetricSnapshot),
         ("stg_stability", StabilityResult),
+        ("stg_pass_counters", PassCounters),
+        ("stg_resources", ResourceReading),
+        ("stg_greedy_checks", GreedyCheck),
+        ("stg_sample_checks", SampleCheck),
+        ("stg_counter_scrapes", CounterScrape),
     ],
 )
 def test_staging_columns_are_record_fields(query, view, model):
-    """The record's fields; a record with an arm gets the arm's own name and the run
-    folder's id beside the role and the analysis run (by_role, specdec/arms.py). The
-    requests' streamed content is in stg_request_streams instead (STREAMED)."""
+    """The record's fields, in its order (the staging models that select * from the raw view are
+    held to it here); a record with an arm gets the arm's own name and the run folder's id beside
+    the role and the analysis run (by_role, specdec/arms.py). The requests' streamed content is
+    in stg_request_streams instead (STREAMED)."""
     cols = [r["column_name"] for r in query(f"describe {view}")]
     fields = [f for f in model.model_fields if not (view == "stg_requests" and f in STREAMED)]
     assert cols == (by_role_columns(fields) if "arm" in fields else fields)

@@ -1,8 +1,4 @@
-MODEL (
-    name int_engine_requests,
-    kind TABLE,
-    grain (run_id, engine_request_id)
-);
+MODEL (name int_engine_requests, kind TABLE, grain (run_id, engine_request_id));
 -- Grain: one row per run_id and engine request id of the captured rounds (stg_rounds):
 --   run_id is the analysis run of the replayed request (stg_requests: a request of a
 --   reference arm that two comparisons share has a row in each), the rounds' own run id

@@ -1,8 +1,4 @@
-MODEL (
-    name int_round_counts,
-    kind TABLE,
-    grain (run_id, engine_key, phase, tokens_proposed, tokens_accepted, context_low)
-);
+MODEL (name int_round_counts, kind TABLE, grain (run_id, engine_key, phase, tokens_proposed, tokens_accepted, context_low));
 -- Grain: one row per run_id, engine request of a replayed request, phase,
 --   tokens_proposed, tokens_accepted and context bucket that has captured rounds: the rows
 --   of int_rounds_attributed, counted (int_round_groups of replayed requests).

@@ -1,8 +1,4 @@
-MODEL (
-    name int_round_groups,
-    kind TABLE,
-    grain (run_id, engine_key, phase, tokens_proposed, tokens_accepted, context_low)
-);
+MODEL (name int_round_groups, kind TABLE, grain (run_id, engine_key, phase, tokens_proposed, tokens_accepted, context_low));
 -- Grain: one row per run_id, engine request (engine_key), phase, tokens_proposed, tokens_accepted
 --   and context bucket that has captured rounds (stg_rounds): every captured row,
 --   replayed request or not, counted.

@@ -1,8 +1,4 @@
-MODEL (
-    name int_rounds_attributed,
-    kind VIEW,
-    grain (run_id, engine_request_id, process_token, step_index)
-);
+MODEL (name int_rounds_attributed, kind VIEW, grain (run_id, engine_request_id, process_token, step_index));
 -- Grain: one row per run_id, request and engine step, for replayed requests only.
 -- Purpose: attach arm, concurrency, repeat, category and prompt to each captured row
 --   by joining on the run and the client request id (a round of one run never

@@ -1,8 +1,4 @@
-MODEL (
-    name int_counter_deltas,
-    kind VIEW,
-    grain (run_id, arm, concurrency, repeat)
-);
+MODEL (name int_counter_deltas, kind VIEW, grain (run_id, arm, concurrency, repeat));
 -- Grain: one row per run_id, arm, concurrency level and repeat with both a before and an
 --   after snapshot of the engine's counters (stg_engine_counters): one timed block.
 -- Purpose: what the engine counted during the block, the one place the before/after

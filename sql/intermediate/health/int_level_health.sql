@@ -1,8 +1,4 @@
-MODEL (
-    name int_level_health,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name int_level_health, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and concurrency level that has requests.
 -- Kind TABLE: computed once at build (five marts read it).
 -- Purpose: did the level work? Failures are data: counted, typed and judged

@@ -1,8 +1,4 @@
-MODEL (
-    name int_passes_checked,
-    kind VIEW,
-    grain (run_id, arm, concurrency, pass_kind)
-);
+MODEL (name int_passes_checked, kind VIEW, grain (run_id, arm, concurrency, pass_kind));
 -- Grain: one row per run_id, arm, concurrency level and untimed pass (pass_kind) with a
 --   counter read before or after it (stg_pass_counters).
 -- Purpose: did the arm speculate while the pass ran? A speculative server that proposed no

@@ -1,8 +1,4 @@
-MODEL (
-    name int_chunk_gaps,
-    kind VIEW,
-    grain (run_id, request_id, gap_index)
-);
+MODEL (name int_chunk_gaps, kind VIEW, grain (run_id, request_id, gap_index));
 -- Grain: one row per run_id and gap between consecutive streamed content chunks of a request.
 -- Purpose: inter-chunk latency of the successful requests (those of int_requests_measured).
 --   With speculation one chunk can carry several tokens, so a chunk gap is not a per-token

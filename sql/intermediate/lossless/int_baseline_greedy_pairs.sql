@@ -1,8 +1,4 @@
-MODEL (
-    name int_baseline_greedy_pairs,
-    kind VIEW,
-    grain (run_id, prompt_id, pair_index, concurrency, repeat, other_concurrency, other_repeat)
-);
+MODEL (name int_baseline_greedy_pairs, kind VIEW, grain (run_id, prompt_id, pair_index, concurrency, repeat, other_concurrency, other_repeat));
 -- Grain: one row per run_id and two successful baseline checks of the lossless pass
 --   (stg_greedy_checks, arm = 'baseline') for the same prompt occurrence at two different
 --   (concurrency, repeat): every such pair, the lower (concurrency, repeat) first. The pass runs

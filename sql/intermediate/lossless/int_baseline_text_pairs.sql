@@ -1,8 +1,4 @@
-MODEL (
-    name int_baseline_text_pairs,
-    kind VIEW,
-    grain (run_id, comparison, prompt_id, pair_index, concurrency, repeat, other_concurrency, other_repeat)
-);
+MODEL (name int_baseline_text_pairs, kind VIEW, grain (run_id, comparison, prompt_id, pair_index, concurrency, repeat, other_concurrency, other_repeat));
 -- Grain: one row per run_id and comparison of two successful greedy (temperature = 0)
 --   TIMED baseline requests of that run for the same prompt occurrence (stg_requests):
 --   comparison = 'repeat'       repeat r vs repeat r + 1 at the same level

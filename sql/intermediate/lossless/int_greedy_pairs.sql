@@ -1,8 +1,4 @@
-MODEL (
-    name int_greedy_pairs,
-    kind VIEW,
-    grain (run_id, concurrency, prompt_id, pair_index)
-);
+MODEL (name int_greedy_pairs, kind VIEW, grain (run_id, concurrency, prompt_id, pair_index));
 -- Grain: one row per run_id, prompt occurrence and concurrency level with a successful
 --   lossless-pass request in both arms: the speculative arm's greedy output
 --   against the baseline's, same prompt, same level (same batch shape), repeat 0

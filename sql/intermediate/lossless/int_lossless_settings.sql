@@ -1,8 +1,4 @@
-MODEL (
-    name int_lossless_settings,
-    kind VIEW,
-    grain (run_id)
-);
+MODEL (name int_lossless_settings, kind VIEW, grain (run_id));
 -- Grain: one row per run_id (as int_run_settings).
 -- Purpose: the constants of the lossless check, defined once.
 --   dtype               manifest.dtype ('unknown' if absent; external servers record 'unknown')

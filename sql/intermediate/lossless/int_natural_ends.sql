@@ -1,8 +1,4 @@
-MODEL (
-    name int_natural_ends,
-    kind VIEW,
-    grain (run_id, concurrency, prompt_id)
-);
+MODEL (name int_natural_ends, kind VIEW, grain (run_id, concurrency, prompt_id));
 -- Grain: one row per run_id, concurrency level and prompt that has a successful baseline
 --   lossless-pass request at repeat 0 (stg_greedy_checks).
 -- Purpose: where the model would have stopped without ignore_eos, looked up once

@@ -1,8 +1,4 @@
-MODEL (
-    name int_engine_steps,
-    kind VIEW,
-    grain (run_id, source_run_id, arm, concurrency, has_prefill, has_decode, batch_size, drafts_verified)
-);
+MODEL (name int_engine_steps, kind VIEW, grain (run_id, source_run_id, arm, concurrency, has_prefill, has_decode, batch_size, drafts_verified));
 -- Grain: one row per run_id, arm, concurrency level (and source_run_id, the run folder's id),
 --   has_prefill, has_decode, batch_size and drafts_verified of the engine steps of replayed
 --   requests: the steps, counted by what the models over engine steps describe them by.

@@ -1,8 +1,4 @@
-MODEL (
-    name int_plan_steps,
-    kind VIEW,
-    grain (run_id, source_run_id, arm, concurrency, batch_size, drafts_verified)
-);
+MODEL (name int_plan_steps, kind VIEW, grain (run_id, source_run_id, arm, concurrency, batch_size, drafts_verified));
 -- Grain: one row per run_id, arm, concurrency level, batch_size and drafts_verified of the
 --   decode-only engine steps of replayed requests (steps grouped by their regressors);
 --   source_run_id (the run folder's id) beside run_id, so the arms of one run of named arms

@@ -1,8 +1,4 @@
-MODEL (
-    name int_run_settings,
-    kind VIEW,
-    grain (run_id)
-);
+MODEL (name int_run_settings, kind VIEW, grain (run_id));
 -- Grain: one row per run_id (every analysis run of stg_manifest: one per run folder, or
 --   one per comparison of a run of named arms, and one per run that only the sidecar's
 --   lake holds, whose manifest is NULL).

@@ -1,8 +1,4 @@
-MODEL (
-    name int_blocks_measured,
-    kind VIEW,
-    grain (run_id, arm, concurrency, repeat)
-);
+MODEL (name int_blocks_measured, kind VIEW, grain (run_id, arm, concurrency, repeat));
 -- Grain: one row per run_id, arm, concurrency level and repeat that has requests: one
 --   block, the requests of one level sent to one server in one repeat (a run
 --   with R repeats sends, per level, baseline r0, speculative r0, baseline r1, ...).

@@ -1,8 +1,4 @@
-MODEL (
-    name int_blocks_paired,
-    kind VIEW,
-    grain (run_id, comparison, concurrency, repeat)
-);
+MODEL (name int_blocks_paired, kind VIEW, grain (run_id, comparison, concurrency, repeat));
 -- Grain: one row per run_id and pair of blocks at the same level (see int_blocks_measured),
 --   both with a throughput, in one of two comparisons:
 --   comparison = 'ab'       reference = baseline block of repeat r, treatment = the

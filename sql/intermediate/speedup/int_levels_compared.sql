@@ -1,8 +1,4 @@
-MODEL (
-    name int_levels_compared,
-    kind VIEW,
-    grain (run_id, concurrency)
-);
+MODEL (name int_levels_compared, kind VIEW, grain (run_id, concurrency));
 -- Grain: one row per run_id and concurrency level that has requests in either arm.
 -- Purpose: may the two arms be compared at this level? Speedup and output
 --   equality take their exclusion rule from here, so it is defined once.

@@ -1,8 +1,4 @@
-MODEL (
-    name int_natural_end_pairs,
-    kind TABLE,
-    grain (run_id, comparison, concurrency, repeat, prompt_id, pair_index, segment)
-);
+MODEL (name int_natural_end_pairs, kind TABLE, grain (run_id, comparison, concurrency, repeat, prompt_id, pair_index, segment));
 -- Grain: one row per run_id, greedy A/B pair and segment. A pair is a row of int_requests_paired
 --   with comparison 'ab' (baseline and speculative request for the same prompt, level,
 --   repeat and pair_index, both successful, e2e > 0) whose two requests ran at

@@ -1,8 +1,4 @@
-MODEL (
-    name int_requests_measured,
-    kind VIEW,
-    grain (run_id, request_id)
-);
+MODEL (name int_requests_measured, kind VIEW, grain (run_id, request_id));
 -- Grain: one row per run_id and successful replayed request.
 -- Purpose: per-request latency and speed, each defined once:
 --   output_tokens_per_s = output_tokens / (e2e_ms / 1000)          [tokens/s, includes TTFT]

@@ -1,8 +1,4 @@
-MODEL (
-    name int_requests_paired,
-    kind TABLE,
-    grain (run_id, comparison, reference_request_id, treatment_request_id)
-);
+MODEL (name int_requests_paired, kind TABLE, grain (run_id, comparison, reference_request_id, treatment_request_id));
 -- Grain: one row per run_id and pair of successful requests for the same prompt at
 --   the same level of that run, in one of two comparisons:
 --   comparison = 'ab'       (A/B) reference = baseline, treatment = speculative, same

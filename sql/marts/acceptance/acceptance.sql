@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance,
-    kind TABLE,
-    grain (run_id, arm, category)
-);
+MODEL (name acceptance, kind TABLE, grain (run_id, arm, category));
 -- Grain: one row per run_id, arm and category (pooled over the run's concurrency levels
 --   and repeats; never over runs).
 -- Purpose: draft acceptance under two explicit definitions, from the captured rounds.

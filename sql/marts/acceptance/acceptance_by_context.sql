@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_by_context,
-    kind TABLE,
-    grain (run_id, arm, category, context_bucket)
-);
+MODEL (name acceptance_by_context, kind TABLE, grain (run_id, arm, category, context_bucket));
 -- Grain: one row per run_id, arm, category and context-length bucket that has verify
 --   rounds, pooled over the run's concurrency levels and repeats.
 -- Purpose: does acceptance hold up as the context grows (long prompts, long outputs)?

@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_by_turn,
-    kind TABLE,
-    grain (run_id, arm, concurrency, category, turn_index)
-);
+MODEL (name acceptance_by_turn, kind TABLE, grain (run_id, arm, concurrency, category, turn_index));
 -- Grain: one row per run_id, arm, concurrency, category and session turn that has
 --   successful requests, pooled over the level's repeats (never over runs or levels);
 --   turn_index NULL is the row of the standalone requests (no session).

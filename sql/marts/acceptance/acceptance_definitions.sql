@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_definitions,
-    kind TABLE,
-    grain (run_id, arm, category)
-);
+MODEL (name acceptance_definitions, kind TABLE, grain (run_id, arm, category));
 -- Grain: one row per run_id, arm and category, plus category '(all)' per run_id and arm,
 --   over the captured rounds of the run's replayed requests (int_rounds_attributed), all
 --   levels and repeats.

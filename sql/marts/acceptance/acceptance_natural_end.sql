@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_natural_end,
-    kind TABLE,
-    grain (run_id, category, concurrency, segment)
-);
+MODEL (name acceptance_natural_end, kind TABLE, grain (run_id, category, concurrency, segment));
 -- Grain: one row per run_id, category, concurrency level and segment (before / after
 --   the natural end) of the speculative arm's greedy (temperature = 0) timed requests,
 --   pooled over repeats.

@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_positions,
-    kind TABLE,
-    grain (run_id, arm, category, position)
-);
+MODEL (name acceptance_positions, kind TABLE, grain (run_id, arm, category, position));
 -- Grain: one row per run_id, arm, category and draft position (1 .. the largest k
 --   proposed), pooled over the run's concurrency levels and repeats, as the acceptance mart.
 -- Purpose: where in a draft the target stops agreeing. From the accepted count per

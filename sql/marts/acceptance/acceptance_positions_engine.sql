@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_positions_engine,
-    kind TABLE,
-    grain (run_id, arm, concurrency, position)
-);
+MODEL (name acceptance_positions_engine, kind TABLE, grain (run_id, arm, concurrency, position));
 -- Grain: one row per run_id, arm, concurrency level and draft position whose engine
 --   exported a per-position accepted-token counter (vLLM and llama.cpp both do),
 --   pooled over the level's repeats (never over runs or levels).

@@ -1,8 +1,4 @@
-MODEL (
-    name acceptance_requests,
-    kind TABLE,
-    grain (run_id, arm, concurrency, category)
-);
+MODEL (name acceptance_requests, kind TABLE, grain (run_id, arm, concurrency, category));
 -- Grain: one row per run_id, arm, concurrency and category, plus a row per run_id, arm
 --   and concurrency with category '(all)' (pooled over the level's repeats; never over
 --   runs or levels).

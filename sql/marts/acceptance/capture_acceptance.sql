@@ -1,8 +1,4 @@
-MODEL (
-    name capture_acceptance,
-    kind TABLE,
-    grain (run_id)
-);
+MODEL (name capture_acceptance, kind TABLE, grain (run_id));
 -- Grain: one row per run_id of the captured rounds (stg_rounds): every captured row of
 --   the run, whether or not it belongs to a replayed request (warm-up requests, and any
 --   other traffic the engine served under that run id, count too).

@@ -1,8 +1,4 @@
-MODEL (
-    name capacity_under_slo,
-    kind TABLE,
-    grain (run_id, arm)
-);
+MODEL (name capacity_under_slo, kind TABLE, grain (run_id, arm));
 -- Grain: one row per run_id and arm.
 -- Purpose: the number capacity planning needs: the highest measured concurrency each
 --   arm sustains under a latency SLO, before (baseline) and after (speculative).

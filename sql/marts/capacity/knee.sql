@@ -1,8 +1,4 @@
-MODEL (
-    name knee,
-    kind TABLE,
-    grain (run_id, category)
-);
+MODEL (name knee, kind TABLE, grain (run_id, category));
 -- Grain: one row per run_id and category of the speedup mart ('(system)' included).
 -- Purpose: where the speculative gain ends as concurrency rises, from the speedup
 --   mart's rows that have a speedup (failed or unpaired levels are left out).

@@ -1,8 +1,4 @@
-MODEL (
-    name resource_cost,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name resource_cost, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and concurrency level with resource samples (repeats pooled).
 -- Purpose: what each arm costs in memory and KV cache at each level: speculation adds a
 --   drafter (and, for a draft model, its weights and KV cache) to the same server.

@@ -1,8 +1,4 @@
-MODEL (
-    name compatibility,
-    kind TABLE,
-    grain (run_id, engine, spec_method, probe)
-);
+MODEL (name compatibility, kind TABLE, grain (run_id, engine, spec_method, probe));
 -- Grain: one row per run_id, engine, spec_method and probe of a `specdec compat` run:
 --   one cell of the compatibility matrix (a feature probed in both arms of one engine pair).
 -- Purpose: which features still work with speculation on, with each cell's evidence.

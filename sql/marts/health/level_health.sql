@@ -1,8 +1,4 @@
-MODEL (
-    name level_health,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name level_health, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and concurrency level that has requests (repeats pooled).
 -- Purpose: failures per level, shown first in the report and the terminal summary.
 --   repeats          repeats of the level (blocks with requests)

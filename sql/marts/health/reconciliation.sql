@@ -1,8 +1,4 @@
-MODEL (
-    name reconciliation,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name reconciliation, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and concurrency level (all repeats together).
 -- Purpose: prove the captured rows agree with vLLM's own counters. Each repeat's
 --   block is compared on its own (before/after snapshots joined on arm, level and

@@ -1,8 +1,4 @@
-MODEL (
-    name stability,
-    kind TABLE,
-    grain (run_id, fault)
-);
+MODEL (name stability, kind TABLE, grain (run_id, fault));
 -- Grain: one row per run_id and fault type probed by `specdec stability`, in the order run.
 -- Purpose: the fault -> outcome table of a stability run.
 --   probes                probes of this fault type

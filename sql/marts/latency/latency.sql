@@ -1,8 +1,4 @@
-MODEL (
-    name latency,
-    kind TABLE,
-    grain (run_id, arm, category, concurrency)
-);
+MODEL (name latency, kind TABLE, grain (run_id, arm, category, concurrency));
 -- Grain: one row per run_id, arm, category and concurrency level that has requests
 --   (repeats pooled).
 -- Purpose: client-side latency percentiles and speed (successful requests only;

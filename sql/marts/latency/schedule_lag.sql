@@ -1,8 +1,4 @@
-MODEL (
-    name schedule_lag,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name schedule_lag, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and level (the concurrency column: the concurrency in
 --   closed loop, the level key 1..N in open loop) that has requests.
 -- Purpose: did the client keep the schedule? In open loop (load_mode recorded or

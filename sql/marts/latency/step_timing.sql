@@ -1,8 +1,4 @@
-MODEL (
-    name step_timing,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name step_timing, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and concurrency level.
 -- Purpose: where engine time goes, per engine step (a step's timings are the
 --   whole batch's and repeat on every row of that step, so steps are

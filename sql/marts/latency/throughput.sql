@@ -1,8 +1,4 @@
-MODEL (
-    name throughput,
-    kind TABLE,
-    grain (run_id, arm, concurrency)
-);
+MODEL (name throughput, kind TABLE, grain (run_id, arm, concurrency));
 -- Grain: one row per run_id, arm and concurrency level that has requests (all
 --   categories and repeats of the run together).
 -- Purpose: system throughput of a level (capacity), from the client's clock,

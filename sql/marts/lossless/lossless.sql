@@ -1,8 +1,4 @@
-MODEL (
-    name lossless,
-    kind TABLE,
-    grain (run_id, category, concurrency)
-);
+MODEL (name lossless, kind TABLE, grain (run_id, category, concurrency));
 -- Grain: one row per run_id, category and concurrency level that has lossless-pass
 --   checks or greedy (temperature = 0) timed baseline requests.
 -- Purpose: is speculation lossless for greedy decoding, judged against the noise

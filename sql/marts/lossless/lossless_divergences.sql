@@ -1,8 +1,4 @@
-MODEL (
-    name lossless_divergences,
-    kind TABLE,
-    grain (run_id, concurrency, prompt_id, pair_index)
-);
+MODEL (name lossless_divergences, kind TABLE, grain (run_id, concurrency, prompt_id, pair_index));
 -- Grain: one row per run_id and non-identical speculative-vs-baseline greedy pair of the
 --   lossless pass (int_greedy_pairs where not identical): every divergence
 --   behind lossless.near_tie and lossless.suspect, with where and why.

@@ -1,8 +1,4 @@
-MODEL (
-    name output_equality,
-    kind TABLE,
-    grain (run_id, category, concurrency)
-);
+MODEL (name output_equality, kind TABLE, grain (run_id, category, concurrency));
 -- Grain: one row per run_id, category and concurrency level with greedy (temperature = 0)
 --   requests in either arm.
 -- Purpose: timed-pass text identity (no margins): is the output text of the timed

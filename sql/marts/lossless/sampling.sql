@@ -1,8 +1,4 @@
-MODEL (
-    name sampling,
-    kind TABLE,
-    grain (run_id, category, concurrency, statistic)
-);
+MODEL (name sampling, kind TABLE, grain (run_id, category, concurrency, statistic));
 -- Grain: one row per run_id, category, concurrency level and statistic (natural_length,
 --   rescored_logprob, sequence_logprob) with sampling-mode checks (stg_sample_checks) in
 --   either arm.

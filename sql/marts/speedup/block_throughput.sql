@@ -1,8 +1,4 @@
-MODEL (
-    name block_throughput,
-    kind TABLE,
-    grain (run_id, arm, concurrency, repeat)
-);
+MODEL (name block_throughput, kind TABLE, grain (run_id, arm, concurrency, repeat));
 -- Grain: one row per run_id, arm, concurrency level and repeat that has requests: one
 --   block of requests sent to one server (a run with R repeats sends, per level,
 --   baseline r0, speculative r0, baseline r1, speculative r1, ...).

@@ -1,8 +1,4 @@
-MODEL (
-    name speedup,
-    kind TABLE,
-    grain (run_id, category, concurrency)
-);
+MODEL (name speedup, kind TABLE, grain (run_id, category, concurrency));
 -- Grain: one row per run_id, category and concurrency level, plus category '(system)',
 --   for every group that has requests in either arm (a run is compared with itself only:
 --   its two arms, its repeats, its own noise pool).

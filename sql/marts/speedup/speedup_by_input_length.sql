@@ -1,8 +1,4 @@
-MODEL (
-    name speedup_by_input_length,
-    kind TABLE,
-    grain (run_id, input_bucket, concurrency)
-);
+MODEL (name speedup_by_input_length, kind TABLE, grain (run_id, input_bucket, concurrency));
 -- Grain: one row per run_id, input-length bucket and concurrency level that has
 --   successful requests, every category of the run pooled.
 -- Purpose: do long prompts change the answer? Speculation only speeds up decoding, so

@@ -1,8 +1,4 @@
-MODEL (
-    name speedup_natural_end,
-    kind TABLE,
-    grain (run_id, category, concurrency, segment, unknown_reason)
-);
+MODEL (name speedup_natural_end, kind TABLE, grain (run_id, category, concurrency, segment, unknown_reason));
 -- Grain: one row per run_id, category, concurrency level and segment of the greedy
 --   (temperature 0) A/B pairs, pooled over repeats; the 'unknown' segment has one row per
 --   unknown_reason.

@@ -1,8 +1,4 @@
-MODEL (
-    name speedup_weighted,
-    kind TABLE,
-    grain (run_id, concurrency, category)
-);
+MODEL (name speedup_weighted, kind TABLE, grain (run_id, concurrency, category));
 -- Grain: one row per run_id and concurrency level with category '(weighted)' (the overall
 --   figure for the service's mix), plus one row per run_id, category and level (the
 --   category's part in it), for every level of int_levels_compared and every category that
