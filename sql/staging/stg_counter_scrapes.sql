@@ -7,13 +7,6 @@ MODEL (name stg_counter_scrapes, kind VIEW, grain (server, wall_time_ns));
 --   spec_num_*, generation_tokens, prefix_cache_*   cumulative counters as read; NULL when
 --                     absent or the read failed (scrape_ok false, error says why)
 --   kv_cache_usage, requests_running   gauges as read; NULL likewise
-with source as (
-    select * from raw_counter_scrapes
-),
-final as (
-    -- every field of the record, in its order: the raw view casts each to the record's type, and
-    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
-    select *
-    from source
-)
-select * from final
+-- every field of the record, in its order: the raw view casts each to the record's type, and
+-- tests/analytics/test_sql_models.py holds the columns to the record's fields
+select * from raw_counter_scrapes

@@ -7,13 +7,6 @@ MODEL (name stg_greedy_checks, kind VIEW, grain (run_id, request_id));
 --   0-based in the record (DuckDB lists index from 1: position p is [p + 1]).
 --   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
 --   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
-with source as (
-    select * from by_role('raw_greedy_checks')
-),
-final as (
-    -- every field of the record, in its order: the raw view casts each to the record's type, and
-    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
-    select *
-    from source
-)
-select * from final
+-- every field of the record, in its order: the raw view casts each to the record's type, and
+-- tests/analytics/test_sql_models.py holds the columns to the record's fields
+select * from by_role('raw_greedy_checks')

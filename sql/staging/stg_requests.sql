@@ -19,13 +19,6 @@ MODEL (name stg_requests, kind TABLE, grain (run_id, request_id));
 --   texts (kilobytes each) are not read.
 --   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
 --   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
-with source as (
-    select * from by_role('raw_requests')
-),
-final as (
-    -- every field of the record but the streamed content (stg_request_streams), in the record's
-    -- order: the raw view casts each to the record's type (tests/analytics/test_sql_models.py)
-    select * exclude (chunk_offsets_ms, chunk_tokens, output_text)
-    from source
-)
-select * from final
+-- every field of the record but the streamed content (stg_request_streams), in the record's
+-- order: the raw view casts each to the record's type (tests/analytics/test_sql_models.py)
+select * exclude (chunk_offsets_ms, chunk_tokens, output_text) from by_role('raw_requests')

@@ -8,13 +8,6 @@ MODEL (name stg_resources, kind VIEW, grain (run_id, arm, concurrency, repeat, w
 --   requests_running  vllm:num_requests_running; NULL if not exported
 --   run_id, arm: the analysis run and the role in it (by_role, sql/macros.sql; a classic
 --   run's own); arm_name: the arm's own name; source_run_id: the run folder's id.
-with source as (
-    select * from by_role('raw_resources')
-),
-final as (
-    -- every field of the record, in its order: the raw view casts each to the record's type, and
-    -- tests/analytics/test_sql_models.py holds the columns to the record's fields
-    select *
-    from source
-)
-select * from final
+-- every field of the record, in its order: the raw view casts each to the record's type, and
+-- tests/analytics/test_sql_models.py holds the columns to the record's fields
+select * from by_role('raw_resources')

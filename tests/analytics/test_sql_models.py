@@ -12,6 +12,7 @@ from specdec.analytics.sql_models import COMPUTED_TABLES, LAYERS, SOURCES, SqlMo
 from specdec.arms import by_role_columns
 from specdec.errors import SpecdecError
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
+from specdec.schemas.compat import CompatCell
 from specdec.schemas.counters import CounterScrape
 from specdec.schemas.records import (
     GreedyCheck,
@@ -154,6 +155,7 @@ def test_sql_that_does_not_parse_names_the_file(tmp_path):
         ("stg_greedy_checks", GreedyCheck),
         ("stg_sample_checks", SampleCheck),
         ("stg_counter_scrapes", CounterScrape),
+        ("stg_compat", CompatCell),
     ],
 )
 def test_staging_columns_are_record_fields(query, view, model):
