@@ -27,11 +27,7 @@ MODEL (name int_baseline_greedy_pairs, kind VIEW, grain (run_id, prompt_id, pair
 --                               must reach this margin for the flip to count as numerics with
 --                               either one as the baseline. NULL when neither margin is known
 with checks as (
-    select
-        *,
-        row_number() over (partition by run_id, arm, concurrency, repeat, prompt_id order by request_id) - 1
-            as pair_index
-    from stg_greedy_checks
+    select * from int_greedy_checks_numbered
 ),
 ok as (
     select * from checks where success and arm = 'baseline'

@@ -2,7 +2,7 @@ MODEL (name int_greedy_pairs, kind VIEW, grain (run_id, concurrency, prompt_id, 
 -- Grain: one row per run_id, prompt occurrence and concurrency level with a successful
 --   lossless-pass request in both arms: the speculative arm's greedy output
 --   against the baseline's, same prompt, same level (same batch shape), repeat 0
---   of the lossless pass in each arm (stg_greedy_checks).
+--   of the lossless pass in each arm (stg_greedy_checks, numbered by int_greedy_checks_numbered).
 -- Purpose: the lossless check, classified. A speculative output that differs
 --   from the baseline's is either a near-tie that numerics can flip (the speculative
 --   arm took the baseline's runner-up where the baseline's top two were close), or suspect.
@@ -44,11 +44,7 @@ MODEL (name int_greedy_pairs, kind VIEW, grain (run_id, concurrency, prompt_id, 
 --                               false when the baseline never ended; NULL when identical or when the
 --                               end-of-sequence ids are unknown (external server)
 with checks as (
-    select
-        *,
-        row_number() over (partition by run_id, arm, concurrency, repeat, prompt_id order by request_id) - 1
-            as pair_index
-    from stg_greedy_checks
+    select * from int_greedy_checks_numbered
 ),
 ok as (
     select * from checks where success and repeat = 0
