@@ -4,6 +4,6 @@ engine step (verify rounds included) into Parquet, plus its CLI helpers.
 Enable it by setting ``SPECDEC_CAPTURE_DIR`` in the environment of the vLLM
 process; without it the plugin does nothing. Modules: ``plugin`` (the hooks),
 ``writer`` (bounded, fork-safe column buffers -> Parquet parts), ``settings``
-(the environment, checked once), ``cli`` and ``selfcheck``. Names of the
+(the environment, checked once), ``cli`` and ``reconcile``. Names of the
 variables and part files come from ``specdec.runfolder``.
 """

@@ -22,6 +22,8 @@ RETIRED = {
     # "check": an input file is validated (analytics build --validate); compat's replies have validity
     r"specdec\.analytics\.checks\b|analytics/checks\.py|from specdec\.analytics import checks\b": "analytics/input_validation.py",
     r"compat\.checks\b|compat/checks\.py": "specdec/experiments/compat/validity.py",
+    # the capture plugin's counts are reconciled with vLLM's, not "checked"
+    r"plugin\.selfcheck\b|plugin/selfcheck\.py|\brun_selfcheck\b": "capture/plugin/reconcile.py",
     # the rooms of issue 44: traffic and experiments moved out of replay/
     r"specdec\.replay\.(traffic|importers|compat|stability)\b|specdec\.trafficfile\b": "specdec.traffic / specdec.experiments",
 }

@@ -4,6 +4,8 @@ traffic with a transparent reverse proxy (``proxy``, ``proxy-export``)."""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import os
 import sys
@@ -14,7 +16,7 @@ import click
 from pydantic import ValidationError
 
 from specdec.arms import NGRAM
-from specdec.capture.plugin.selfcheck import run_selfcheck
+from specdec.capture.plugin.reconcile import run_reconcile
 from specdec.capture.settings import SettingError, flush_seconds, usable_dir
 from specdec.cli.common import handle_errors
 from specdec.cli.options import recording_options
@@ -136,7 +138,7 @@ def summary(capture_dir: Path) -> None:
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Capture folder (default: a temporary folder).",
+    help="Capture folder (default: a temporary folder, removed at the end).",
 )
 @click.option("--model", default=None, help="Model folder (default: the prepared SmolLM2).")
 @click.option("--dtype", default=DTYPE, show_default=True)
@@ -154,20 +156,32 @@ def summary(capture_dir: Path) -> None:
     help="Also write the result as JSON here.",
 )
 @handle_errors
-def selfcheck(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
-    """Run a few prompts in an in-process vLLM engine with capture on and check
-    that the captured rounds equal vLLM's own spec_decode counters. Exit 1 if not."""
+def reconcile(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
+    """Run a few prompts in an in-process vLLM engine with capture on and reconcile
+    the captured rounds with vLLM's own spec_decode counters: they must be equal.
+    Exit 1 if not. Without --dir the captured rows go to a temporary folder that is
+    removed at the end (the JSON result keeps the counts)."""
 
     if model is None:
         model = str(prepare_model().path)
-    out_dir = out_dir or Path(tempfile.mkdtemp(prefix="specdec-selfcheck-"))
-    result = run_selfcheck(out_dir, model, json.loads(spec_config), dtype=dtype, max_tokens=max_tokens)
+    with contextlib.ExitStack() as stack:
+        if out_dir is None:
+            out_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="specdec-reconcile-")))
+        result = run_reconcile(out_dir, model, json.loads(spec_config), dtype=dtype, max_tokens=max_tokens)
     text = json.dumps(result, indent=2)
     if json_out:
         json_out.write_text(text)
     click.echo(text)
     if not result["match"]:
         raise SystemExit(1)
+
+
+# `selfcheck` was this command's name until 2026-12-07 ("check" names the report's checks): hidden,
+# deprecated for this release (click prints the message on use)
+_selfcheck = copy.copy(reconcile)
+_selfcheck.hidden = True
+_selfcheck.deprecated = "use `specdec-capture reconcile`; the old name goes in the next release"
+main.add_command(_selfcheck, "selfcheck")
 
 
 def _listen(value: str) -> tuple[str, int]:

@@ -1,11 +1,11 @@
-"""Self-check of the capture plugin against vLLM's own counters, in-process.
+"""The capture plugin reconciled with vLLM's own counters, in-process.
 
 Runs a few prompts through vLLM's offline ``LLM`` (engine in this process:
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, start in seconds) with capture on, then
 compares the captured verify rounds, proposed and accepted tokens with the
 deltas of vLLM's ``spec_decode`` counters. Used by ``specdec-capture
-selfcheck`` and by the integration tests (in a subprocess, so each check gets
-a fresh engine and plugin state).
+reconcile`` (``selfcheck`` until 2026-12-07) and by the integration tests (in a
+subprocess, so each run gets a fresh engine and plugin state).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _engine_counters(llm) -> dict[str, int]:
     return out
 
 
-def run_selfcheck(
+def run_reconcile(
     out_dir: Path,
     model: str,
     spec_config: dict,
@@ -55,7 +55,7 @@ def run_selfcheck(
 ) -> dict:
     out_dir = Path(out_dir)
     os.environ[ENV_CAPTURE_DIR] = str(out_dir)
-    os.environ.setdefault(ENV_CAPTURE_RUN_ID, "selfcheck")
+    os.environ.setdefault(ENV_CAPTURE_RUN_ID, "reconcile")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import duckdb  # heavy: duckdb, imported only when used
