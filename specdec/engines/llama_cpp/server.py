@@ -11,7 +11,7 @@ from specdec.engines.server import ServerProcess, free_port
 
 class LlamaServer(ServerProcess):
     """A llama.cpp ``llama-server`` subprocess for one arm (``specdec/engines/llama_cpp/adapter.py``
-    builds the command; the binary is built once and cached by ``llama_build.py``)."""
+    builds the command; the binary is built once and cached by ``build.py``)."""
 
     label = "llama-server"
 

@@ -87,7 +87,7 @@ MODEL (name compatibility, kind TABLE, grain (run_id, engine, spec_method, probe
 --   Quantization cells (feature 'quantization', llama.cpp; NULL on every other row):
 --   target_quant, target_bits   the target GGUF's type and bits as stored (Q4_1 4 as shipped,
 --                         Q8_0 8, F16 16; the 8- and 16-bit files hold the Q4_1-rounded weights:
---                         specdec.engines.llama_cpp_quant); the manifest's model_source.quantization
+--                         specdec.engines.llama_cpp.quant); the manifest's model_source.quantization
 --                         has each file's sha256
 --   draft_quant, draft_bits     the draft GGUF's (spec_method draft-simple); NULL for ngram-mod
 --   plain_acceptance_rate, acceptance_ratio, plain_mean_acceptance_length
