@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from specdec.engines.metrics import parse_counters
+from specdec.model import bundled_model
 
 if TYPE_CHECKING:  # the servers' module imports nothing of this one: only for the type
     from specdec.engines.server import ServerProcess
@@ -287,10 +288,11 @@ class EmbeddedEngine(ABC):
         """The separate draft model an arm's speculation loads (None: the method has none)."""
         return None
 
-    @staticmethod
-    def target_model(model: str | Path | None) -> Path:
-        """The target model the engine serves for ``--model`` (None: the bundled one)."""
-        raise NotImplementedError
+    @classmethod
+    def target_model(cls, model: str | Path | None) -> Path:
+        """The target model the engine serves for ``--model`` (None: the bundled one in the form the
+        engine serves, ``model.bundled_model``)."""
+        return Path(model) if model is not None else bundled_model(cls.adapter_type.model_kind)
 
     @classmethod
     def notes(cls, prefix_cache: str) -> list[str]:

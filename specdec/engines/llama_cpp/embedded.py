@@ -15,7 +15,7 @@ from specdec.engines.llama_cpp.build import LLAMA_CPP_PYTHON, cached_llama_serve
 from specdec.engines.llama_cpp.server import LlamaServer
 from specdec.engines.server import ServerProcess
 from specdec.engines.vllm.adapter import ServerSpec
-from specdec.model import GGUF_DIST, eos_ids_for_gguf, find_gguf
+from specdec.model import GGUF_DIST, eos_ids_for_gguf
 
 #: context per slot (-c is the slots' total), the same as vLLM's max_model_len
 LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
@@ -63,10 +63,6 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
         draft = speculation.get("draft_model")
         return str(draft) if draft and speculation.get("type") == "draft-simple" else None
 
-    @staticmethod
-    def target_model(model: str | Path | None) -> Path:
-        return Path(model) if model is not None else find_gguf()
-
     def dtype_text(self) -> str:
         return f"GGUF as shipped ({Path(self.model).name})"
 
@@ -108,6 +104,6 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
         adapter = LlamaCpp(threads=PROBE_THREADS, context=2048, slots=1)
         arms = (Arm("baseline", None), Arm("speculative", speculation))
         servers: list[ServerProcess] = [
-            LlamaServer(a, find_gguf(), log, adapter, timeout_s) for a, log in zip(arms, logs)
+            LlamaServer(a, cls.target_model(None), log, adapter, timeout_s) for a, log in zip(arms, logs)
         ]
         return servers, [None, None], f"llama-cpp-python {LLAMA_CPP_PYTHON}"

@@ -53,10 +53,6 @@ class EmbeddedVllm(EmbeddedEngine):
         model = speculation.get("model")
         return str(model) if model and speculation.get("method") in (None, "draft_model") else None
 
-    @staticmethod
-    def target_model(model: str | Path | None) -> Path:
-        return Path(model) if model is not None else prepare_model().path
-
     def dtype_text(self) -> str:
         return self.spec.dtype
 

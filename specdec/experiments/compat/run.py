@@ -35,6 +35,7 @@ from specdec.experiments.compat.sampling_cells import LEVELS as SAMPLING_LEVELS
 from specdec.experiments.compat.stopping import keeping
 from specdec.experiments.compat.timing import DEFAULT_REPEATS
 from specdec.experiments.compat.together import Book, Checkpoint, never, side_by_side
+from specdec.model import bundled_model
 from specdec.replay.config import ClientOptions
 from specdec.replay.host import host_facts, package_version
 from specdec.runfolder import claim_run_dir, point_latest, server_log, write_manifest
@@ -154,7 +155,9 @@ def run_compat(
     if cfg.draft_model is not None:
         from specdec.vocab import preflight  # heavy: tokenizers (as above)
 
-        target = EMBEDDED[DEFAULT_ENGINE].target_model(cfg.target_model)  # --draft-model drafts on vLLM
+        target = (
+            cfg.target_model if cfg.target_model is not None else bundled_model("folder")
+        )  # the default _one_target allows
         report = preflight(cfg.draft_model, Path(target))
         echo(f"tokenizer preflight: draft and target agree ({report.target_vocab_size} tokens)")
     settings = cfg.client_settings()

@@ -60,9 +60,10 @@ def test_the_embedded_vllm_pair_puts_each_servers_worker_on_its_own_core(tmp_pat
 
     started = []
     monkeypatch.setattr(server, "start_all", lambda stack, servers: started.extend(servers))
+    from specdec import model
     from specdec.engines.vllm import embedded as vllm_embedded
 
-    monkeypatch.setattr(vllm_embedded, "prepare_model", lambda: type("P", (), {"path": "/m"})())
+    monkeypatch.setattr(model, "prepare_model", lambda: type("P", (), {"path": "/m"})())
     monkeypatch.setattr(vllm_embedded, "installed_facts", lambda: {"version": "0.32.0"})
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1})
