@@ -123,7 +123,7 @@ class Vllm(Engine):
             engine=self.name,
             label=self.label,
             command="--speculative-config " + json.dumps(config) if config else "",
-            settings={"num_speculative_tokens_per_batch_size": schedule, "speculative_config": config},
+            settings={"speculative_config": config},  # the schedule: the field of its own, and inside the config
             file_name="vllm_speculative_config.json",
             file_text=json.dumps(config, indent=2),
             note="the last range's k carries on to max_num_seqs (vLLM's lookup); serve the plain pool's "
