@@ -23,7 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from specdec.analytics import intervals, sampling_check, settings
-from specdec.analytics.sql_models import LAYERS, discover, macros_sql
+from specdec.analytics.sql_models import LAYERS, discover, macros_sql, sql_root
 from specdec.atomic import atomic_write_text
 from specdec.runfolder import LAKE_RECORDS, RECORD_FILES
 from specdec.schemas.records import RunManifest, TrafficRow
@@ -145,7 +145,8 @@ def render() -> str:
         "",
     ]
     lines += ["## SQL macros (`sql/macros.sql`)", "", "```text", sql_header(macros_sql()), "```", ""]
-    models = discover()
+    root = sql_root()
+    models = discover(root)
     lines += [
         "Every model starts with a parsed header, `MODEL (name ..., kind ..., grain (...));` "
         "(`analytics/sql_header.py`): its kind and grain are printed as fields below, and a test checks "
@@ -160,7 +161,7 @@ def render() -> str:
     for layer in LAYERS:
         lines += [f"## SQL models: {layer}", ""]
         for m in sorted((m for m in models if m.layer == layer), key=lambda m: (m.domain, m.name)):
-            where = f"`sql/{layer}/{m.domain + '/' if m.domain else ''}{m.name}.sql`"
+            where = f"`sql/{m.path.relative_to(root).as_posix()}`"
             lines += [
                 f"### `{m.name}`",
                 "",
