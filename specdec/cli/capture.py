@@ -5,7 +5,6 @@ traffic with a transparent reverse proxy (``proxy``, ``proxy-export``)."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import sys
@@ -18,7 +17,7 @@ from pydantic import ValidationError
 from specdec.arms import NGRAM
 from specdec.capture.plugin.reconcile import run_reconcile
 from specdec.capture.settings import SettingError, flush_seconds, usable_dir
-from specdec.cli.common import handle_errors
+from specdec.cli.common import handle_errors, renamed_command
 from specdec.cli.options import recording_options
 from specdec.defaults import DTYPE
 from specdec.errors import InputFileError
@@ -176,12 +175,8 @@ def reconcile(out_dir, model, dtype, spec_config, max_tokens, json_out) -> None:
         raise SystemExit(1)
 
 
-# `selfcheck` was this command's name until 2026-12-07 ("check" names the report's checks): hidden,
-# deprecated for this release (click prints the message on use)
-_selfcheck = copy.copy(reconcile)
-_selfcheck.hidden = True
-_selfcheck.deprecated = "use `specdec-capture reconcile`; the old name goes in the next release"
-main.add_command(_selfcheck, "selfcheck")
+# `selfcheck` was this command's name until 2026-12-07 ("check" names the report's checks)
+main.add_command(renamed_command(reconcile, "specdec-capture reconcile"), "selfcheck")
 
 
 def _listen(value: str) -> tuple[str, int]:

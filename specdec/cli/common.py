@@ -6,9 +6,11 @@ happens after a replay (``finish_run``: marts, report, summary, exit status).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from pydantic import ValidationError
@@ -17,6 +19,37 @@ from specdec.analytics.settings import DEFAULT_SLO, Slo
 from specdec.cli.params import LevelList, PositiveFloat
 from specdec.defaults import LATEST_RUN
 from specdec.errors import SpecdecError
+
+#: what every renamed command or option says when its old name is used (click prints it)
+RENAMED = "use {new}; the old name goes in the next release"
+
+
+def renamed_command(cmd: click.Command, new: str) -> click.Command:
+    """A hidden copy of ``cmd`` to register under its former name, deprecated for this release:
+    scripts that use the old name keep working and are told ``new``."""
+    old = copy.copy(cmd)
+    old.hidden = True
+    old.deprecated = RENAMED.format(new=f"`{new}`")
+    return old
+
+
+def renamed_option(old: str, dest: str, new: str, **kwargs: Any):
+    """Decorator: the hidden option ``old`` (e.g. ``--check``), the former name of the option whose
+    parameter is ``dest``, deprecated for this release; a value given under the old name is the
+    command's ``dest``. ``kwargs``: the option's type and the like, as the new one's."""
+    name = old.split("/")[0].lstrip("-").replace("-", "_")
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def command(*args: Any, **kw: Any) -> Any:
+            value = kw.pop(name, None)
+            if value is not None:
+                kw[dest] = value
+            return fn(*args, **kw)
+
+        return click.option(old, name, default=None, hidden=True, deprecated=RENAMED.format(new=new), **kwargs)(command)
+
+    return decorate
 
 
 def handle_errors(fn):

@@ -23,6 +23,7 @@ from specdec.cli.common import (
     finish_run,
     handle_errors,
     look_factory,
+    renamed_option,
     report_stopped_run,
     run_dir_arg,
     slo_of,
@@ -135,13 +136,7 @@ def analytics() -> None:
     help="How deeply each input file is validated first: footer (metadata: schema, nulls, run ids), "
     "full (every page read too), auto (full when the inputs are at most 256 MiB).",
 )
-@click.option(
-    "--check",
-    type=click.Choice(["auto", "full", "footer"]),
-    default=None,
-    hidden=True,
-    deprecated="use --validate; the old name goes in the next release",
-)
+@renamed_option("--check", "validate", "--validate", type=click.Choice(["auto", "full", "footer"]))  # until 2026-12-07
 @click.option(
     "--no-progress",
     is_flag=True,
@@ -154,7 +149,6 @@ def analytics_build(
     slo_tpot_p95_ms: float | None,
     copy: bool,
     validate: Literal["auto", "full", "footer"],
-    check: Literal["auto", "full", "footer"] | None,
     no_progress: bool,
 ) -> None:
     """Run the SQL models (staging -> intermediate -> marts) over the Parquet
@@ -172,7 +166,7 @@ def analytics_build(
             run_dir,
             slo=slo_of(slo_ttft_p95_ms, slo_tpot_p95_ms),
             copy=copy,
-            validate=check or validate,
+            validate=validate,
             progress=progress,
         )
     click.echo(f"built {db} in {time.perf_counter() - started:.1f} s")

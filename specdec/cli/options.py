@@ -7,7 +7,6 @@ run (``specdec demo`` and ``specdec-replay``), and the recording proxy's
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, get_args
@@ -15,6 +14,7 @@ from typing import Any, get_args
 import click
 from click.core import ParameterSource
 
+from specdec.cli.common import renamed_option
 from specdec.cli.params import FloatList, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval
 from specdec.replay.config import ClientOptions, ReplayConfig
 from specdec.replay.load.modes import LOAD_MODES
@@ -86,25 +86,6 @@ def design_config(
         line += f" or {budget:g} minutes of timed blocks"
     fixed = fixed_repeats if fixed_repeats is not None and not given else repeats
     return out, line + f" (--design fixed: exactly {fixed})"
-
-
-def _old_verify(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--verify/--no-verify``, the lossless pass's name until 2026-12-02: hidden, and deprecated
-    for this release (click prints the message on use); its value stands for --lossless-pass."""
-
-    @functools.wraps(fn)
-    def command(*args: Any, verify: bool | None = None, **kwargs: Any) -> Any:
-        if verify is not None:
-            kwargs["lossless_pass"] = verify
-        return fn(*args, **kwargs)
-
-    return click.option(
-        "--verify/--no-verify",
-        "verify",
-        default=None,
-        hidden=True,
-        deprecated="use --lossless-pass/--no-lossless-pass; the old name goes in the next release",
-    )(command)
 
 
 def schedule_options(
@@ -182,7 +163,7 @@ def schedule_options(
         default=fields["lossless_pass"].default,
         show_default=True,
         help=fields["lossless_pass"].description,
-    )(_old_verify(fn))
+    )(renamed_option("--verify/--no-verify", "lossless_pass", "--lossless-pass/--no-lossless-pass")(fn))
     fn = click.option(
         "--repeats",
         type=PositiveInt,

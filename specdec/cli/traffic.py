@@ -10,13 +10,12 @@ call) -> summary. Heavy imports (the tokenizer) happen inside the command.
 from __future__ import annotations
 
 import contextlib
-import copy
 import sys
 from pathlib import Path
 
 import click
 
-from specdec.cli.common import handle_errors
+from specdec.cli.common import handle_errors, renamed_command
 from specdec.cli.params import MixParam, PositiveInt, StrictFloatType, StrictIntType
 from specdec.cli.traffic_tools import draw_cmd, inspect_cmd, mix_cmd
 from specdec.traffic.prompt_pool import load_pool
@@ -213,16 +212,8 @@ def _bar(show: bool):
     return bar()
 
 
-def _old_name(cmd: click.Command, new: str) -> click.Command:
-    """A hidden copy of ``cmd`` under its former name, so scripts that use it keep working."""
-    old = copy.copy(cmd)
-    old.hidden = True
-    old.deprecated = f"use `specdec traffic {new}`"  # click prints it on use
-    return old
-
-
 traffic.add_command(inspect_cmd)
 traffic.add_command(draw_cmd)
 # `traffic sample` was this command's name until 2026-12-02 ("sample" now names only the sampling check)
-traffic.add_command(_old_name(draw_cmd, "draw"), "sample")
+traffic.add_command(renamed_command(draw_cmd, "specdec traffic draw"), "sample")
 traffic.add_command(mix_cmd)
