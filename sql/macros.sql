@@ -30,6 +30,13 @@
 --                     its columns selects them as columns(role_keys()), in by_role's order,
 --                     instead of writing them out (specdec/arms.py's STAGING_ADDED is tested
 --                     against it); the others take by_role's columns as they come (select *)
+--   paired_rows(rows_table)  the two paired comparisons of a relation with run_id, arm,
+--                     repeat and pair_key (what else must match: the prompt occurrence, or
+--                     the level): one row per comparison, reference and treatment (each the
+--                     whole row, a struct). 'ab' pairs a baseline row of repeat r with the
+--                     speculative row of the same repeat; 'aa' (the A/A control) with the
+--                     baseline's own row of repeat r + 1. int_requests_paired and
+--                     int_blocks_paired pair through it, so the rule is written once
 --   The acceptance formulas. A verify round is an engine step that checked drafted
 --   tokens (k = tokens_proposed > 0); a = tokens_accepted of it. Each ratio is NULL (not
 --   applicable) when its denominator is 0, never 0 or infinity.
@@ -67,6 +74,15 @@ create or replace macro by_role(raw_table) as table
 
 create or replace macro role_keys() as
     ['run_id', 'arm', 'arm_name', 'source_run_id'];
+
+create or replace macro paired_rows(rows_table) as table
+    select c.comparison, reference, treatment
+    from query_table(rows_table) reference
+    cross join (values ('ab', 'speculative', 0), ('aa', 'baseline', 1)) as c(comparison, treatment_arm, repeat_offset)
+    join query_table(rows_table) treatment
+      on treatment.run_id = reference.run_id and treatment.pair_key = reference.pair_key
+     and treatment.arm = c.treatment_arm and treatment.repeat = reference.repeat + c.repeat_offset
+    where reference.arm = 'baseline';
 
 create or replace macro mean_acceptance_length(tokens_accepted, verify_rounds) as
     1 + tokens_accepted / nullif(verify_rounds, 0);

@@ -121,3 +121,28 @@ def test_role_keys_are_the_columns_by_role_puts_first(con):
         body = _body(m.sql)
         assert "columns(role_keys())" in body or "select * " in body, m.name
         assert "arm_name," not in body, m.name
+
+
+def test_paired_rows_pairs_each_baseline_row_with_its_two_treatments(con):
+    """'ab': the speculative row of the same repeat and key; 'aa': the baseline's own row of
+    the next repeat and key. A row with no partner, another key, another run or an arm outside
+    the two roles pairs with nothing."""
+    con.execute(
+        """create table t as select * from (values
+            ('r1', 'baseline',    0, 'p', 10.0), ('r1', 'speculative', 0, 'p', 5.0),
+            ('r1', 'baseline',    1, 'p', 11.0), ('r1', 'speculative', 1, 'p', 6.0),
+            ('r1', 'baseline',    2, 'q', 12.0),
+            ('r1', 'speculative', 2, 'p', 7.0),
+            ('r1', 'other',       0, 'p', 1.0),
+            ('r2', 'speculative', 0, 'p', 2.0)
+        ) t(run_id, arm, repeat, pair_key, e)"""
+    )
+    rows = con.execute(
+        "select reference.run_id, comparison, reference.repeat, treatment.repeat, reference.e, treatment.e "
+        "from paired_rows('t') order by all"
+    ).fetchall()
+    assert rows == [
+        ("r1", "aa", 0, 1, 10.0, 11.0),
+        ("r1", "ab", 0, 0, 10.0, 5.0),
+        ("r1", "ab", 1, 1, 11.0, 6.0),
+    ]

@@ -31,30 +31,23 @@ ok as (
 lowest as (
     select run_id, min(concurrency) as concurrency from requests group by run_id
 ),
-repeat_pairs as (
-    select
-        a.run_id, 'repeat' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
-        a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
-        a.output_text_sha256 = b.output_text_sha256 as identical
-    from ok a
-    join ok b
-      on b.run_id = a.run_id and b.concurrency = a.concurrency and b.prompt_id = a.prompt_id
-     and b.pair_index = a.pair_index and b.repeat = a.repeat + 1
-),
-cross_pairs as (
-    select
-        a.run_id, 'cross_level' as comparison, a.category, a.concurrency, a.prompt_id, a.pair_index,
-        a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
-        a.output_text_sha256 = b.output_text_sha256 as identical
-    from ok a
-    join ok b
-      on b.run_id = a.run_id and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index and b.repeat = 0
-    join lowest on lowest.run_id = a.run_id and b.concurrency = lowest.concurrency
-    where a.repeat = 0 and a.concurrency > lowest.concurrency
-),
 final as (
-    select * from repeat_pairs
-    union all
-    select * from cross_pairs
+    select
+        a.run_id,
+        case when b.concurrency = a.concurrency then 'repeat' else 'cross_level' end as comparison,
+        a.category, a.concurrency, a.prompt_id, a.pair_index,
+        a.repeat, b.repeat as other_repeat, b.concurrency as other_concurrency,
+        a.output_text_sha256 = b.output_text_sha256 as identical
+    from ok a
+    join lowest on lowest.run_id = a.run_id
+    join ok b
+      on b.run_id = a.run_id and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index
+     and (
+            -- repeat: the next repeat at the same level
+            (b.concurrency = a.concurrency and b.repeat = a.repeat + 1)
+            -- cross_level: repeat 0 here against repeat 0 at the lowest level
+            or (a.repeat = 0 and b.repeat = 0 and a.concurrency > lowest.concurrency
+                and b.concurrency = lowest.concurrency)
+         )
 )
 select * from final

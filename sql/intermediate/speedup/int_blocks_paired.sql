@@ -12,32 +12,15 @@ MODEL (name int_blocks_paired, kind VIEW, grain (run_id, comparison, concurrency
 --   ratio           = treatment_tokens_per_s / reference_tokens_per_s  (> 1: treatment faster)
 --   log_ratio       = ln(ratio); the '(system)' speedup is exp(avg(log_ratio)) over repeats
 with measured_blocks as (
-    select * from int_blocks_measured where output_tokens_per_s > 0
-),
-speculative_pairs as (
-    select b.run_id, 'ab' as comparison, b.concurrency, s.repeat,
-           b.output_tokens_per_s as reference_tokens_per_s, s.output_tokens_per_s as treatment_tokens_per_s
-    from measured_blocks b
-    join measured_blocks s on s.run_id = b.run_id and s.concurrency = b.concurrency and s.repeat = b.repeat
-    where b.arm = 'baseline' and s.arm = 'speculative'
-),
-aa_pairs as (
-    select b.run_id, 'aa' as comparison, b.concurrency, l.repeat,
-           b.output_tokens_per_s as reference_tokens_per_s, l.output_tokens_per_s as treatment_tokens_per_s
-    from measured_blocks b
-    join measured_blocks l on l.run_id = b.run_id and l.concurrency = b.concurrency and l.repeat = b.repeat + 1
-    where b.arm = 'baseline' and l.arm = 'baseline'
-),
-pairs as (
-    select * from speculative_pairs
-    union all
-    select * from aa_pairs
+    select *, concurrency as pair_key from int_blocks_measured where output_tokens_per_s > 0
 ),
 final as (
     select
-        *,
-        treatment_tokens_per_s / reference_tokens_per_s as ratio,
-        ln(treatment_tokens_per_s / reference_tokens_per_s) as log_ratio
-    from pairs
+        reference.run_id, comparison, reference.concurrency, treatment.repeat,
+        reference.output_tokens_per_s as reference_tokens_per_s,
+        treatment.output_tokens_per_s as treatment_tokens_per_s,
+        treatment.output_tokens_per_s / reference.output_tokens_per_s as ratio,
+        ln(treatment.output_tokens_per_s / reference.output_tokens_per_s) as log_ratio
+    from paired_rows('measured_blocks')
 )
 select * from final

@@ -19,42 +19,22 @@ MODEL (name int_requests_paired, kind TABLE, grain (run_id, comparison, referenc
 --   log_ratio           = ln(ratio); a geometric mean is exp(avg(log_ratio))
 --   Pairs with an e2e time <= 0 (nothing to divide) are left out.
 with requests as (
-    select * from int_requests_measured where e2e_ms > 0
-),
-speculative_pairs as (
     select
-        b.run_id, 'ab' as comparison, b.category, b.concurrency, s.repeat, b.prompt_id, b.pair_index,
-        b.e2e_ms as reference_e2e_ms, s.e2e_ms as treatment_e2e_ms,
-        b.output_tokens as reference_output_tokens, s.output_tokens as treatment_output_tokens,
-        b.request_id as reference_request_id, s.request_id as treatment_request_id
-    from requests b
-    join requests s
-      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.category = b.category
-     and s.concurrency = b.concurrency and s.repeat = b.repeat and s.pair_index = b.pair_index
-    where b.arm = 'baseline' and s.arm = 'speculative'
-),
-aa_pairs as (
-    select
-        b.run_id, 'aa' as comparison, b.category, b.concurrency, l.repeat, b.prompt_id, b.pair_index,
-        b.e2e_ms as reference_e2e_ms, l.e2e_ms as treatment_e2e_ms,
-        b.output_tokens as reference_output_tokens, l.output_tokens as treatment_output_tokens,
-        b.request_id as reference_request_id, l.request_id as treatment_request_id
-    from requests b
-    join requests l
-      on l.run_id = b.run_id and l.prompt_id = b.prompt_id and l.category = b.category
-     and l.concurrency = b.concurrency and l.repeat = b.repeat + 1 and l.pair_index = b.pair_index
-    where b.arm = 'baseline' and l.arm = 'baseline'
-),
-pairs as (
-    select * from speculative_pairs
-    union all
-    select * from aa_pairs
+        *,
+        {'category': category, 'concurrency': concurrency, 'prompt_id': prompt_id, 'pair_index': pair_index}
+            as pair_key
+    from int_requests_measured
+    where e2e_ms > 0
 ),
 final as (
     select
-        *,
-        reference_e2e_ms / treatment_e2e_ms as ratio,
-        ln(reference_e2e_ms / treatment_e2e_ms) as log_ratio
-    from pairs
+        reference.run_id, comparison, reference.category, reference.concurrency, treatment.repeat,
+        reference.prompt_id, reference.pair_index,
+        reference.e2e_ms as reference_e2e_ms, treatment.e2e_ms as treatment_e2e_ms,
+        reference.output_tokens as reference_output_tokens, treatment.output_tokens as treatment_output_tokens,
+        reference.request_id as reference_request_id, treatment.request_id as treatment_request_id,
+        reference.e2e_ms / treatment.e2e_ms as ratio,
+        ln(reference.e2e_ms / treatment.e2e_ms) as log_ratio
+    from paired_rows('requests')
 )
 select * from final
