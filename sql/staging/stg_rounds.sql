@@ -15,9 +15,7 @@ with source as (
 ),
 final as (
     select
-        run_id,
-        engine_request_id,
-        request_id_of(engine_request_id) as request_id,
+        run_id, engine_request_id, request_id_of(engine_request_id) as request_id,
         pid,
         process_token,
         step_index,

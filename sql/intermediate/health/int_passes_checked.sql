@@ -22,10 +22,7 @@ with reads as (
 ),
 paired as (
     select
-        run_id,
-        arm,
-        concurrency,
-        pass_kind,
+        run_id, arm, concurrency, pass_kind,
         count(*) filter (where position = 'before') = 1 and count(*) filter (where position = 'after') = 1
             as both_read,
         max(spec_num_drafts) filter (where position = 'after')

@@ -19,9 +19,7 @@ with rounds as (
 ),
 final as (
     select
-        run_id,
-        arm,
-        category,
+        run_id, arm, category,
         cast(coalesce(sum(rounds) filter (where is_verify_round), 0) as bigint) as verify_rounds,
         coalesce(sum(tokens_proposed * rounds), 0) as tokens_proposed,
         coalesce(sum(tokens_accepted * rounds), 0) as tokens_accepted,

@@ -63,10 +63,7 @@ placed as (
 ),
 final as (
     select
-        run_id,
-        category,
-        concurrency,
-        segment,
+        run_id, category, concurrency, segment,
         count(distinct request_id) as requests,
         cast(sum(rounds) as bigint) as verify_rounds,
         cast(sum(proposed) as bigint) as tokens_proposed,

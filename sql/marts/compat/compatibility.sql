@@ -105,12 +105,7 @@ with cells as (
 ),
 final as (
     select
-        run_id,
-        engine,
-        engine_version,
-        spec_method,
-        feature,
-        probe,
+        run_id, engine, engine_version, spec_method, feature, probe,
         outcome,
         case outcome
             when 'works' then 1 when 'degrades' then 2 when 'broken' then 3 when 'refused' then 4

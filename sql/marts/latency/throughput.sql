@@ -17,14 +17,9 @@ MODEL (name throughput, kind TABLE, grain (run_id, arm, concurrency));
 --   output_tokens_per_s_min, output_tokens_per_s_max
 --                        lowest and highest output_tokens_per_s of one block (one repeat)
 --   The per-second figures are NULL when no request of the level succeeded.
-with blocks as (
-    select * from int_blocks_measured
-),
-final as (
+with final as (
     select
-        run_id,
-        arm,
-        concurrency,
+        run_id, arm, concurrency,
         count(*) as repeats,
         sum(requests_ok) as requests_ok,
         sum(requests_failed) as requests_failed,
@@ -34,7 +29,7 @@ final as (
         sum(requests_ok) / nullif(sum(block_seconds), 0) as requests_per_s,
         min(output_tokens_per_s) as output_tokens_per_s_min,
         max(output_tokens_per_s) as output_tokens_per_s_max
-    from blocks
+    from int_blocks_measured
     group by run_id, arm, concurrency
 )
 select * from final order by run_id, arm, concurrency

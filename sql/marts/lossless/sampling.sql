@@ -87,11 +87,6 @@ MODEL (name sampling, kind TABLE, grain (run_id, category, concurrency, statisti
 with tests as (
     select * from sampling_tests
 ),
-passes as (
-    select run_id, concurrency, draft_tokens, speculation_ran
-    from int_passes_checked
-    where arm = 'speculative' and pass_kind = 'sampling_pass'
-),
 planned as (
     -- did the run configure its treatment arm to speculate? (a classic run's treatment is 'speculative')
     select m.run_id,
@@ -112,7 +107,9 @@ checked as (
         passes.draft_tokens as pass_draft_tokens,
         passes.speculation_ran as pass_valid
     from tests
-    left join passes on passes.run_id = tests.run_id and passes.concurrency = tests.concurrency
+    left join int_passes_checked passes
+      on passes.run_id = tests.run_id and passes.concurrency = tests.concurrency
+     and passes.arm = 'speculative' and passes.pass_kind = 'sampling_pass'
     left join planned on planned.run_id = tests.run_id
 ),
 final as (

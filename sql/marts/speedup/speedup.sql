@@ -115,34 +115,25 @@ settings as (
 intervals as (
     select * from int_speedup_intervals where segment is null
 ),
-per_category as (
-    select
-        coalesce(b.run_id, s.run_id) as run_id,
-        coalesce(b.category, s.category) as category,
-        coalesce(b.concurrency, s.concurrency) as concurrency,
-        b.output_tokens_per_s_mean as baseline_tokens_per_s,
-        s.output_tokens_per_s_mean as speculative_tokens_per_s,
-        'geometric mean of paired e2e ratios' as definition
-    from (select * from lat where arm = 'baseline') b
-    full outer join (select * from lat where arm = 'speculative') s
-      on s.run_id = b.run_id and s.category = b.category and s.concurrency = b.concurrency
-),
-system as (
-    select
-        coalesce(b.run_id, s.run_id) as run_id,
-        '(system)' as category,
-        coalesce(b.concurrency, s.concurrency) as concurrency,
-        b.output_tokens_per_s as baseline_tokens_per_s,
-        s.output_tokens_per_s as speculative_tokens_per_s,
-        'geometric mean of per-repeat level throughput ratios (capacity)' as definition
-    from (select * from thr where arm = 'baseline') b
-    full outer join (select * from thr where arm = 'speculative') s
-      on s.run_id = b.run_id and s.concurrency = b.concurrency
+arm_rates as (
+    -- each arm's rate per group: a category's mean request rate, the level's throughput for '(system)'
+    select run_id, category, concurrency, arm, output_tokens_per_s_mean as tokens_per_s,
+           'geometric mean of paired e2e ratios' as definition
+    from lat
+    union all
+    select run_id, '(system)', concurrency, arm, output_tokens_per_s,
+           'geometric mean of per-repeat level throughput ratios (capacity)'
+    from thr
 ),
 groups as (
-    select * from per_category
-    union all
-    select * from system
+    select
+        run_id, category, concurrency,
+        any_value(tokens_per_s) filter (where arm = 'baseline') as baseline_tokens_per_s,
+        any_value(tokens_per_s) filter (where arm = 'speculative') as speculative_tokens_per_s,
+        any_value(definition) as definition
+    from arm_rates
+    where arm in ('baseline', 'speculative')
+    group by run_id, category, concurrency
 ),
 category_stats as (
     select
@@ -180,31 +171,30 @@ stats as (
     union all
     select * from system_stats
 ),
-cis as (
+ab as (
+    select * from intervals where comparison = 'ab'
+),
+family as (
     select
         run_id, category, concurrency,
-        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'family') as ci_low,
-        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'family') as ci_high,
-        any_value(ci_level) filter (where comparison = 'ab' and "interval" = 'family') as ci_level,
-        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'measurement') as pointwise_ci_low,
-        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'measurement') as pointwise_ci_high,
-        any_value(df) filter (where comparison = 'ab' and "interval" = 'family') as df,
-        any_value(p_value) filter (where comparison = 'ab' and "interval" = 'family') as p_value,
-        any_value(family_size) filter (where comparison = 'ab' and "interval" = 'family') as family_size,
-        any_value(label) filter (where comparison = 'ab' and "interval" = 'family') as interval_label,
-        any_value(clears_margin) filter (where comparison = 'ab' and "interval" = 'family') as clears_margin,
-        any_value(detectable_effect) filter (where comparison = 'ab' and "interval" = 'family')
-            as detectable_effect,
-        any_value(repeats_needed) filter (where comparison = 'ab' and "interval" = 'family') as repeats_needed,
-        any_value(equivalence_low) filter (where comparison = 'ab' and "interval" = 'family') as equivalence_low,
-        any_value(equivalence_high) filter (where comparison = 'ab' and "interval" = 'family') as equivalence_high,
-        any_value(ci_low) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_low,
-        any_value(ci_high) filter (where comparison = 'ab' and "interval" = 'prompts') as prompts_ci_high,
-        any_value(noise_ratio) filter (where comparison = 'ab' and "interval" = 'fit') as noise_ratio,
-        any_value(p_value) filter (where comparison = 'ab' and "interval" = 'fit') as noise_p_value,
-        any_value(label) filter (where comparison = 'ab' and "interval" = 'fit') as noise_check
-    from intervals
-    group by all
+        ci_low, ci_high, ci_level, df, p_value, family_size, label as interval_label, clears_margin,
+        detectable_effect, repeats_needed, equivalence_low, equivalence_high
+    from ab
+    where "interval" = 'family'
+),
+cis as (
+    -- the family interval's columns, with the other kinds' bounds beside them
+    select
+        keys.*,
+        family.* exclude (run_id, category, concurrency),
+        measurement.ci_low as pointwise_ci_low, measurement.ci_high as pointwise_ci_high,
+        prompts.ci_low as prompts_ci_low, prompts.ci_high as prompts_ci_high,
+        fit.noise_ratio, fit.p_value as noise_p_value, fit.label as noise_check
+    from (select distinct run_id, category, concurrency from ab) keys
+    left join family using (run_id, category, concurrency)
+    left join (select * from ab where "interval" = 'measurement') measurement using (run_id, category, concurrency)
+    left join (select * from ab where "interval" = 'prompts') prompts using (run_id, category, concurrency)
+    left join (select * from ab where "interval" = 'fit') fit using (run_id, category, concurrency)
 ),
 judged as (
     select
@@ -248,44 +238,32 @@ labelled as (
         end as label_basis
     from judged
 ),
+measured as (
+    -- a group's figures, only where it is not excluded (an excluded group says why instead)
+    select * from labelled where excluded_reason is null
+),
 final as (
     select
-        run_id,
-        category,
-        concurrency,
-        case when excluded_reason is null then speedup end as speedup,
-        case when excluded_reason is null then ci_low end as ci_low,
-        case when excluded_reason is null then ci_high end as ci_high,
-        case when excluded_reason is null then ci_level end as ci_level,
-        case when excluded_reason is null then pointwise_ci_low end as pointwise_ci_low,
-        case when excluded_reason is null then pointwise_ci_high end as pointwise_ci_high,
-        case when excluded_reason is null then df end as df,
-        case when excluded_reason is null then p_value end as p_value,
-        case when excluded_reason is null then family_size end as family_size,
-        case when excluded_reason is null and ci_low is not null then equivalence_low end as equivalence_low,
-        case when excluded_reason is null and ci_low is not null then equivalence_high end as equivalence_high,
-        case when excluded_reason is null then prompts_ci_low end as prompts_ci_low,
-        case when excluded_reason is null then prompts_ci_high end as prompts_ci_high,
-        margin,
-        label,
-        case when label is not null then clears_margin end as clears_margin,
-        case when label is not null then detectable_effect end as detectable_effect,
-        case when label = 'inconclusive' then repeats_needed end as repeats_needed,
-        label_basis,
-        coalesce(pairs, 0) as pairs,
-        coalesce(prompts, 0) as prompts,
-        coalesce(repeats, 0) as repeats,
-        case when excluded_reason is null then aa_speedup end as aa_speedup,
-        coalesce(aa_pairs, 0) as aa_pairs,
-        case when excluded_reason is null then noise_ratio end as noise_ratio,
-        case when excluded_reason is null then noise_p_value end as noise_p_value,
-        case when excluded_reason is null then noise_check end as noise_check,
-        case when excluded_reason is null and category <> '(system)'
-             then speculative_tokens_per_s / baseline_tokens_per_s end as speedup_mean_of_rates,
-        baseline_tokens_per_s,
-        speculative_tokens_per_s,
-        definition,
-        excluded_reason
-    from labelled
+        l.run_id, l.category, l.concurrency,
+        m.speedup, m.ci_low, m.ci_high, m.ci_level, m.pointwise_ci_low, m.pointwise_ci_high,
+        m.df, m.p_value, m.family_size,
+        case when m.ci_low is not null then m.equivalence_low end as equivalence_low,
+        case when m.ci_low is not null then m.equivalence_high end as equivalence_high,
+        m.prompts_ci_low, m.prompts_ci_high,
+        l.margin,
+        l.label,
+        case when l.label is not null then l.clears_margin end as clears_margin,
+        case when l.label is not null then l.detectable_effect end as detectable_effect,
+        case when l.label = 'inconclusive' then l.repeats_needed end as repeats_needed,
+        l.label_basis,
+        coalesce(l.pairs, 0) as pairs, coalesce(l.prompts, 0) as prompts, coalesce(l.repeats, 0) as repeats,
+        m.aa_speedup,
+        coalesce(l.aa_pairs, 0) as aa_pairs,
+        m.noise_ratio, m.noise_p_value, m.noise_check,
+        case when m.category <> '(system)' then m.speculative_tokens_per_s / m.baseline_tokens_per_s end
+            as speedup_mean_of_rates,
+        l.baseline_tokens_per_s, l.speculative_tokens_per_s, l.definition, l.excluded_reason
+    from labelled l
+    left join measured m using (run_id, category, concurrency)
 )
 select * from final order by run_id, category, concurrency

@@ -55,10 +55,7 @@ intervals as (
 ),
 stats as (
     select
-        run_id,
-        category,
-        concurrency,
-        segment,
+        run_id, category, concurrency, segment,
         unknown_reason,
         exp(avg(log_ratio)) as geometric_mean_ratio,
         count(*) as pairs,
@@ -74,23 +71,20 @@ joined as (
     select
         stats.*,
         levels.excluded_reason,
-        case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_low end as ci_low,
-        case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_high end as ci_high,
-        case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.ci_level end
-            as ci_level,
-        case when levels.excluded_reason is null and stats.segment <> 'unknown' then intervals.label end as label
+        intervals.ci_low,
+        intervals.ci_high,
+        intervals.ci_level,
+        intervals.label
     from stats
     left join levels using (run_id, concurrency)
     left join intervals
       on intervals.run_id = stats.run_id and intervals.category = stats.category
      and intervals.concurrency = stats.concurrency and intervals.segment = stats.segment
+     and levels.excluded_reason is null and stats.segment <> 'unknown'
 ),
 final as (
     select
-        run_id,
-        category,
-        concurrency,
-        segment,
+        run_id, category, concurrency, segment,
         unknown_reason,
         case when excluded_reason is null then geometric_mean_ratio end as speedup,
         ci_low,

@@ -75,38 +75,32 @@ MODEL (name speedup_weighted, kind TABLE, grain (run_id, concurrency, category))
 with settings as (
     select run_id, manifest from stg_manifest where manifest is not null
 ),
-given as (
-    select run_id, e.key as category, e.value as share, 'given (--mix)' as weights_source
-    from settings,
-         unnest(map_entries(json_transform(
-             case when json_type(manifest -> 'mix') = 'OBJECT' then manifest -> 'mix' end,
-             '"MAP(VARCHAR, DOUBLE)"'))) as t(e)
+sources as (
+    -- where a run's weights can come from, first found first: the --mix given to the run,
+    -- the traffic file's category shares, its row counts per category
+    select run_id, 1 as precedence, 'given (--mix)' as weights_source, manifest -> 'mix' as shares
+    from settings
+    union all
+    select run_id, 2, 'traffic file shares', manifest -> 'traffic' -> 'category_shares' from settings
+    union all
+    select run_id, 3, 'traffic file row counts', manifest -> 'traffic' -> 'categories' from settings
 ),
-recorded as (
-    select run_id, e.key as category, e.value as share, 'traffic file shares' as weights_source
-    from settings,
+entries as (
+    select run_id, precedence, weights_source, e.key as category, e.value as share
+    from sources,
          unnest(map_entries(json_transform(
-             case when json_type(manifest -> 'traffic' -> 'category_shares') = 'OBJECT'
-                  then manifest -> 'traffic' -> 'category_shares' end,
-             '"MAP(VARCHAR, DOUBLE)"'))) as t(e)
-),
-counted as (
-    select run_id, e.key as category, e.value / sum(e.value) over (partition by run_id) as share,
-           'traffic file row counts' as weights_source
-    from settings,
-         unnest(map_entries(json_transform(
-             case when json_type(manifest -> 'traffic' -> 'categories') = 'OBJECT'
-                  then manifest -> 'traffic' -> 'categories' end,
-             '"MAP(VARCHAR, DOUBLE)"'))) as t(e)
+             case when json_type(shares) = 'OBJECT' then shares end, '"MAP(VARCHAR, DOUBLE)"'))) as t(e)
 ),
 weights as (
-    select * from given
-    union all
-    select * from recorded r where not exists (select 1 from given g where g.run_id = r.run_id)
-    union all
-    select * from counted c
-    where not exists (select 1 from given g where g.run_id = c.run_id)
-      and not exists (select 1 from recorded r where r.run_id = c.run_id)
+    -- the first source with an entry; row counts become shares
+    select
+        run_id,
+        category,
+        case when precedence = 3 then share / sum(share) over (partition by run_id, precedence) else share end
+            as share,
+        weights_source
+    from entries
+    qualify precedence = min(precedence) over (partition by run_id)
 ),
 levels as (
     select * from int_levels_compared
