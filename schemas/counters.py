@@ -83,16 +83,18 @@ def with_counters(
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 @with_counters("server", list(COUNTER_FIELDS), none_if="absent or the read failed")
 class CounterScrape(_Row):
     """One read of a server's Prometheus ``/metrics`` by the sidecar."""
 
-    wall_time_ns: int = Field(description="Unix wall clock when the read started, ns.")
-    server: str = Field(description="Base URL of the server read (the sidecar's --server).")
-    scrape_ok: bool = Field(description="True if /metrics answered 200 and was parsed.")
-    error: str | None = Field(
-        description="Why the read failed (exception type and message, or the HTTP status); None when scrape_ok."
-    )
+    wall_time_ns: int
+    """Unix wall clock when the read started, ns."""
+    server: str
+    """Base URL of the server read (the sidecar's --server)."""
+    scrape_ok: bool
+    """True if /metrics answered 200 and was parsed."""
+    error: str | None
+    """Why the read failed (exception type and message, or the HTTP status); None when scrape_ok."""

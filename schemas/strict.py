@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, AllowInfNan, Strict
@@ -124,13 +125,6 @@ def check_run_name(name: str) -> str:
     return name
 
 
-def _run_name(value: str) -> str:
-    try:
-        return check_run_name(value)
-    except ValueError as exc:
-        raise PydanticCustomError("run_name", "not a plain run name: {why}", {"why": str(exc)}) from None
-
-
 #: A plain arm name.
 ARM_NAME = r"^[a-z0-9][a-z0-9_-]{0,39}$"
 _ARM_NAME = re.compile(ARM_NAME)
@@ -146,11 +140,17 @@ def check_arm_name(name: Any) -> str:
     return name
 
 
-def _arm_name(value: str) -> str:
-    try:
-        return check_arm_name(value)
-    except ValueError as exc:
-        raise PydanticCustomError("arm_name", "{msg}", {"msg": str(exc)}) from None
+def _as_field_error(check: Callable[[str], str], error_type: str, template: str) -> Callable[[str], str]:
+    """A pydantic validator that runs ``check`` and reports its ValueError as a field error
+    of ``error_type``, its message put into ``template`` as ``{why}``."""
+
+    def validate(value: str) -> str:
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise PydanticCustomError(error_type, template, {"why": str(exc)}) from None
+
+    return validate
 
 
 def check_finite_tree(value: Any, where: str = "") -> Any:
@@ -186,6 +186,8 @@ StrictBool = Annotated[bool, Strict()]
 Text = Annotated[str, Strict(), AfterValidator(_valid_unicode)]
 Label = Annotated[str, Strict(), AfterValidator(_label)]
 Prompt = Annotated[str, Strict(), AfterValidator(_prompt)]
-RunName = Annotated[str, Strict(), AfterValidator(_run_name)]
-ArmName = Annotated[str, Strict(), AfterValidator(_arm_name)]
+RunName = Annotated[
+    str, Strict(), AfterValidator(_as_field_error(check_run_name, "run_name", "not a plain run name: {why}"))
+]
+ArmName = Annotated[str, Strict(), AfterValidator(_as_field_error(check_arm_name, "arm_name", "{why}"))]
 FreeForm = Annotated[dict[str, Any], Strict(), AfterValidator(check_finite_tree)]

@@ -32,29 +32,22 @@ BLOCKS_KEY = "traffic_blocks"
 class TrafficBlock(BaseModel):
     """One text block of a traffic file's block table."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    block_id: StrictInt = Field(
-        ge=0, description="The block's id, unique within the file; rows name it in prompt_blocks."
-    )
-    text: Text = Field(description="The block's text, joined as it is (no separator) into the prompts that name it.")
-    tokens: StrictInt | None = Field(
-        default=None,
-        ge=0,
-        description="The block's text alone counted by the writer's tokenizer (informational: a prompt's count is not the sum of its blocks'); None: not counted.",
-    )
+    block_id: StrictInt = Field(ge=0)
+    """The block's id, unique within the file; rows name it in prompt_blocks."""
+    text: Text
+    """The block's text, joined as it is (no separator) into the prompts that name it."""
+    tokens: StrictInt | None = Field(default=None, ge=0)
+    """The block's text alone counted by the writer's tokenizer (informational: a prompt's count is not the sum of its blocks'); None: not counted."""
 
 
 class TrafficStoredPrompt(BaseModel):
     """The two columns a version-3 Parquet row may give its prompt with (instead of ``prompt``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    prompt_blocks: list[StrictInt] | None = Field(
-        default=None,
-        description="Ids of the block table's blocks whose texts, in this order and followed by prompt_tail, are the row's prompt; None: the row gives prompt or messages itself.",
-    )
-    prompt_tail: Text | None = Field(
-        default=None,
-        description="The row's own text after its blocks (with prompt_blocks only); None: no tail.",
-    )
+    prompt_blocks: list[StrictInt] | None = None
+    """Ids of the block table's blocks whose texts, in this order and followed by prompt_tail, are the row's prompt; None: the row gives prompt or messages itself."""
+    prompt_tail: Text | None = None
+    """The row's own text after its blocks (with prompt_blocks only); None: no tail."""
