@@ -37,11 +37,13 @@ order effect fitted, slow blocks found at the level): the run's notes.
 - ``measurement`` (``comparison = 'ab'``; categories, ``(system)``, segments,
   ``(weighted)``): prompts fixed, centre = mean of the group's R block
   figures, +- t(0.975, df) * sqrt(V / R). The plain (pointwise) 95% interval.
-- ``family``: the same interval at Holm's level for the row's rank in the
-  run's family (every measurement row of the ``speedup`` mart, or of the
-  natural-end segments), and the label read from it (``labels.py``: faster /
-  slower / equivalent / inconclusive against the run's margin). ci_level
-  says the level (0.95 for a family of one; up to 1 - 0.05 / m).
+- ``family``: the same interval at the step-down level for the row's rank in
+  the run's family (every measurement row of the ``speedup`` mart, or of the
+  natural-end segments; ``labels.step_down_levels``, rows at one level
+  correlated as their series' residuals), and the label read from it
+  (``labels.py``: faster / slower / equivalent / inconclusive against the
+  run's margin). ci_level says the level (0.95 for a family of one; at most
+  Sidak's 0.95^(1/m) for the first row, lower where the rows move together).
 - ``prompts`` (categories): prompts *and* runs: the prompts are a sample of
   the category, so centre = mean over prompts of each prompt's mean log
   ratio, se^2 = V / R + s2_prompt / P (s2_prompt: the variance of the
@@ -82,10 +84,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import pyarrow as pa
 
 from specdec.analytics.fit import LevelFit, level_fit
-from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, holm_levels, judge
+from specdec.analytics.labels import ALPHA, DEFAULT_MARGIN, judge, step_down_levels, z_score
 from specdec.analytics.sequential import apply_looks
 from specdec.analytics.sql_models import has_view
-from specdec.analytics.variance import level_noise, satterthwaite, slow_blocks, t_interval, t_quantile, t_sf
+from specdec.analytics.variance import (
+    level_noise,
+    residual_correlation,
+    satterthwaite,
+    slow_blocks,
+    t_interval,
+    t_quantile,
+    t_sf,
+)
 from specdec.arms import ROLES_TABLE
 
 __all__ = [
@@ -122,10 +132,10 @@ METHOD = (
     "level its own (a slow block stays in its level's variance); variances by method of moments, with "
     "Satterthwaite's degrees of freedom for that design (repeats - 1 when the shared shift dominates); the "
     "row's method says what was done. measurement: prompts fixed, mean +- t(df) * se. "
-    "family: the same at Holm's level for the row's rank among the run's labels (family-wise error rate "
-    f"{ALPHA:.0%}); faster and slower read it, equivalent reads the {1 - 2 * ALPHA:.0%} interval (two one-sided "
-    "tests). prompts: prompts and runs together, se^2 = V / R + s2_prompt / P. fit: the "
-    "calibration check, whether one variance per category fits every level (analytics/fit.py); labels: "
+    "family: the same at the step-down level for the row's rank among the run's labels, rows at a level "
+    f"correlated as their series' residuals (family-wise error rate {ALPHA:.0%}); faster and slower read it, "
+    f"equivalent reads the {1 - 2 * ALPHA:.0%} interval (two one-sided tests). prompts: prompts and runs "
+    "together, se^2 = V / R + s2_prompt / P. fit: the calibration check, whether one variance per category fits every level (analytics/fit.py); labels: "
     "analytics/labels.py."
 )
 
@@ -296,10 +306,26 @@ def _notes(noise, slow: int) -> str:
     return "; ".join(parts)
 
 
-def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> list[tuple]:
-    """The pointwise and the family-wise (Holm) rows of one family, with labels."""
+def _family_rows(
+    groups: Sequence[_Measured],
+    margin: float,
+    method: str,
+    correlation: Mapping[tuple, float] | None = None,
+) -> list[tuple]:
+    """The pointwise and the family-wise rows of one family, with labels. The family-wise levels:
+    ``labels.step_down_levels`` over the rows' z scores, two rows at one level correlated as their
+    series' residuals are (``correlation``: per pair of series keys (comparison, category,
+    segment), ``variance.residual_correlation``), rows at different levels as independent."""
     ok = [g for g in groups if g.ok]
-    levels = holm_levels({i: g.p for i, g in enumerate(ok) if g.p is not None})  # every ok group has a p
+    corr = correlation or {}
+
+    def between(i: int, j: int) -> float:
+        a, b = ok[i], ok[j]
+        if a.key[2] != b.key[2] or a.segment != b.segment:
+            return 0.0
+        return corr.get(((a.key[0], a.key[1], a.segment), (b.key[0], b.key[1], b.segment)), 0.0)
+
+    levels = step_down_levels({i: z_score(g.centre, g.se, g.df) for i, g in enumerate(ok)}, between)
     out: list[tuple] = []
     for i, g in enumerate(ok):
         text = f"{method}; {g.notes}" if g.notes else method
@@ -316,7 +342,8 @@ def _family_rows(groups: Sequence[_Measured], margin: float, method: str) -> lis
                 j.level,
                 g.df,
                 g.p,
-                f"{text}; Holm level for its rank among {len(ok)}; equivalence read on the "
+                f"{text}; step-down level for its rank among {len(ok)} (rows at a level correlated as "
+                f"their series' residuals); equivalence read on the "
                 f"{1 - 2 * ALPHA:.0%} interval {j.tost_low:.4f}-{j.tost_high:.4f} (TOST)",
                 family_size=len(ok),
                 label=j.label,
@@ -398,6 +425,7 @@ def compute(
     noise_model: NoiseModel = level_noise,
     order: Mapping[tuple[int, int], float] | None = None,
     pool_alpha: float = POOL_ALPHA,
+    correlated: bool = True,
 ) -> list[tuple]:
     """Rows of ``int_speedup_intervals`` (without run_id).
 
@@ -436,6 +464,7 @@ def compute(
         noise_model,
         order,
         pool_alpha,
+        correlated,
     )
 
 
@@ -449,6 +478,7 @@ def compute_summed(
     noise_model: NoiseModel = level_noise,
     order: Mapping[tuple[int, int], float] | None = None,
     pool_alpha: float = POOL_ALPHA,
+    correlated: bool = True,
 ) -> list[tuple]:
     """``compute`` from the pairs already summed, as ``fill`` reads them from
     DuckDB. ``repeats``: (comparison, category, concurrency, repeat, log ratio
@@ -474,7 +504,7 @@ def compute_summed(
         "t interval over repeats: variance components per category and level group, arm order as a "
         "fixed effect, Satterthwaite df"
     )
-    out = _family_rows(groups, margin, measurement)
+    out = _family_rows(groups, margin, measurement, residual_correlation(noise.clean, order) if correlated else None)
     for g in groups:
         if g.key[1] != SYSTEM and g.key in prompts:
             out += _prompts_row(g.key, prompts[g.key], g)
@@ -488,7 +518,9 @@ def compute_summed(
     seg_means = {("ab", cat, lv, seg): _means(reps) for (cat, lv, seg), reps in by_segment.items()}
     seg_noise = _Noise(seg_means, order, noise_model)
     seg_groups = [_Measured(k[:3], k[3], seg_means[k], seg_noise.of(k[:3], k[3])) for k in sorted(seg_means)]
-    out += _family_rows(seg_groups, margin, measurement)
+    out += _family_rows(
+        seg_groups, margin, measurement, residual_correlation(seg_noise.clean, order) if correlated else None
+    )
     return out + _weighted(times, noise_model, order)
 
 

@@ -178,8 +178,8 @@ def forest_text(margin: float, sequential: bool = False) -> str:
     run's design was (``SEQUENTIAL_TEXT`` ends it)."""
     return (
         "Each row is one category at one level. Point: the speedup, the geometric mean over paired prompts "
-        "of baseline / speculative end-to-end time; thin bar: the family-wise interval (Holm over the run's "
-        "labels); thick bar: the 90% interval of two one-sided tests; shaded: "
+        "of baseline / speculative end-to-end time; thin bar: the family-wise interval (5% over the run's "
+        "labels together); thick bar: the 90% interval of two one-sided tests; shaded: "
         f"the run's margin of {margin:.0%}, {_x(1 / (1 + margin))} to {_x(1 + margin)}. Labels: faster = "
         "the thin bar lies wholly right of 1x, slower = wholly left of 1x, equivalent = neither, and the thick "
         "bar lies inside the band, inconclusive = anything else; "

@@ -227,7 +227,7 @@ reconciliation) is linked below.</p>
 {chart_divs(others)}
 <h2>Per category and level</h2>
 <p>speedup: the geometric mean over prompts of reference e2e / treatment e2e (paired by prompt and repeat),
-with the family-wise interval its label reads (Holm over the comparison's labels) and the label, as in each
+with the family-wise interval its label reads (5% over the comparison's labels together) and the label, as in each
 comparison's own report; (system): whole-level
 throughput ratio. acceptance rate: tokens accepted / tokens drafted, from the engine's own per-request stats
 (vLLM metrics.speculative_decoding, llama.cpp timings), pooled over the level's requests (on (system) rows,

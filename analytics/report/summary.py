@@ -270,7 +270,7 @@ def _cell(r: dict) -> str:
 def _speedup_lines(data: ReportData) -> list[str]:
     lines = [
         "speedup (speculative/baseline; per category = geometric mean of paired e2e ratios, (system) = "
-        "per-repeat level throughput ratios; [family-wise interval, Holm] label):"
+        "per-repeat level throughput ratios; [family-wise interval] label):"
     ]
     rows = data.speedup.dicts()
     if not rows:

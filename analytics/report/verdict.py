@@ -293,7 +293,7 @@ def calibration_sentence(rows: Sequence[dict], names: Names = None) -> Sentence 
         parts.append(
             Part(
                 ("; " if checked else "") + f"labels hold a 5% family-wise error rate over "
-                f"{sizes[-1] if sizes else len(labelled)} labels (Holm) with a {margin} margin "
+                f"{sizes[-1] if sizes else len(labelled)} labels with a {margin} margin "
                 "declared before the run"
             )
         )

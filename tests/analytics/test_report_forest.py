@@ -221,7 +221,7 @@ def test_the_forest_opens_the_page_and_the_details_close_it(repeated):
     assert at < page.index("Requests and failures per arm and level") < page.index('<h2 id="verdict">')
     assert page.index('<h2 id="verdict">') < page.index('<div id="speedup">')
     assert page.index('<h2 id="data-dictionary">') > page.index("<h2>Run manifest")
-    assert "Holm" in page[page.index('<h2 id="data-dictionary">') :]
+    assert "step-down" in page[page.index('<h2 id="data-dictionary">') :]
     assert 'href="#data-dictionary"' in page[at : page.index("Requests and failures")]
     spec = _spec(page, "forest")
     got = {(v["category"], v["level"]): v for v in spec["hconcat"][1]["data"]["values"]}

@@ -69,7 +69,7 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     assert re.match(r"  - code: faster at every level: 4\.00x \(9[0-9.]+% CI 4\.00-4\.00\) at c1", lines[at + 2])
     assert lines[at + 4] == (
         # one level: no calibration check (it compares levels), so the labels' part alone
-        "  - calibration: labels hold a 5% family-wise error rate over 3 labels (Holm) with a 5% "
+        "  - calibration: labels hold a 5% family-wise error rate over 3 labels with a 5% "
         "margin declared before the run."
     )
     assert lines[at + 5] == (
@@ -89,7 +89,7 @@ def test_the_verdict_opens_both_renderings_and_links_to_its_rows(repeated):
     # the rule in full is in the data dictionary at the end, the verdict links to it
     assert "data-dictionary" in targets and "Satterthwaite" not in verdict_html
     dictionary = page[page.index('<h2 id="data-dictionary">') :]
-    assert "Satterthwaite" in dictionary and "Holm" in dictionary and "inconclusive" in dictionary
+    assert "Satterthwaite" in dictionary and "step-down" in dictionary and "inconclusive" in dictionary
 
 
 def test_speedup_table_chart_and_prefix_cache(repeated):

@@ -62,7 +62,7 @@ def test_paired_speedup_is_the_geometric_mean_of_paired_e2e_ratios(tmp_path, que
     assert (got["label"], got["clears_margin"], got["family_size"], got["margin"]) == ("faster", True, 6, 0.05)
     assert 0.95 < got["ci_level"] < 1 and got["p_value"] == 0.0
     assert got["label_basis"] == (
-        f"{100 * got['ci_level']:.4g}% family-wise interval (Holm over 6 labels) against 1 and the 5% margin"
+        f"{100 * got['ci_level']:.4g}% family-wise interval (step-down over 6 labels) against 1 and the 5% margin"
     )
 
 
@@ -98,11 +98,13 @@ def test_system_speedup_is_per_repeat_and_blocks_never_span_each_other(tmp_path,
         2,
     )
     assert sys["df"] == approx(1.0)
-    # every group of the run (code, chat, (system)) has those figures: t = 2, p = 2 P(T1 > 2), above
-    # 0.05 / 3, so Holm rejects none and each interval is at 1 - 0.05 / 3
+    # every group of the run (code, chat, (system)) has those figures: t = 2, p = 2 P(T1 > 2); two
+    # repeats leave no df to read how the rows move together (counted as independent), so the
+    # step-down is Sidak's (exact for independent rows): it rejects none and each interval is at 0.95^(1/3)
     p = 2 * t_sf(2.0, 1)
-    assert (sys["p_value"], sys["family_size"], sys["ci_level"]) == (approx(p), 3, approx(1 - 0.05 / 3))
-    t_fam = t_quantile(1 - 0.05 / 6, 1)
+    assert (sys["p_value"], sys["family_size"]) == (approx(p), 3)
+    assert sys["ci_level"] == approx(0.95 ** (1 / 3))
+    t_fam = t_quantile((1 + sys["ci_level"]) / 2, 1)
     assert (sys["ci_low"], sys["ci_high"]) == (approx(4 * 2**-t_fam), approx(4 * 2**t_fam))
     assert sys["label"] == "inconclusive" and sys["repeats_needed"] == 101
     # the A/A figure: ln 0.5 (the baseline halved its speed), a description of the drift, no check
@@ -135,23 +137,22 @@ def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     a, repeats = math.log(1.25), 3
     c1 = got[1,]
     assert (c1["df"], c1["pointwise_ci_low"], c1["pointwise_ci_high"]) == (approx(8.0), approx(2.5), approx(2.5))
-    # Holm over 12 labels: c1, c2 and c8 in the three series have p = 0, the nine smallest; all pass
-    # 0.05 / (12 - i); c4 (centre 0, p = 1) fails 0.05 / 3, so it is drawn at 1 - 0.05 / 3
+    # The step-down over 12 labels: c1, c2 and c8 in the three series have p = 0, the nine largest |z|;
+    # all pass. The three series move together at every level (the same figures: residual correlation
+    # 1), so the 12 rows count as 4 independent ones: c1's level is Sidak's for 4 (0.95^(1/4)), not
+    # Holm's 1 - 0.05 / 12; c4 (centre 0, p = 1) is left, its three rows as one: drawn at 95%
     assert (c1["p_value"], got[8,]["p_value"], c1["family_size"]) == (0.0, 0.0, 12)
-    assert 1 - 0.05 / 4 <= c1["ci_level"] <= 1 - 0.05 / 12
+    assert c1["ci_level"] == approx(0.95 ** (1 / 4), abs=1e-3)
     assert c1["label"] == "faster" and c1["clears_margin"] is True
     assert got[2,]["label"] == "slower" and got[2,]["ci_high"] < 1
-    c8 = got[8,]  # 1.5 in every repeat: faster at its Holm level
-    assert 1 - 0.05 / 4 <= c8["ci_level"] <= 1 - 0.05 / 12 and c8["label"] == "faster"
+    c8 = got[8,]  # 1.5 in every repeat: faster at its step-down level
+    assert 0.95 < c8["ci_level"] <= c1["ci_level"] and c8["label"] == "faster"
     c4 = got[4,]  # 1.25, 0.8, 1.0: centred on 1, too wide to be equivalent
     se, df = math.sqrt(a * a / repeats), 2.0
     assert c4["df"] == approx(df)
-    h3 = t_quantile(1 - 0.05 / 6, df) * se
-    assert (c4["ci_level"], c4["ci_low"], c4["ci_high"]) == (
-        approx(1 - 0.05 / 3),
-        approx(math.exp(-h3)),
-        approx(math.exp(h3)),
-    )
+    assert c4["ci_level"] == approx(0.95, abs=1e-3)
+    h3 = t_quantile((1 + c4["ci_level"]) / 2, df) * se
+    assert (c4["ci_low"], c4["ci_high"]) == (approx(math.exp(-h3)), approx(math.exp(h3)))
     assert c4["label"] == "inconclusive" and c4["detectable_effect"] == approx(math.expm1(h3))
     assert c4["repeats_needed"] > repeats
     # The calibration check: only c4's block figures move, so c4 is noisier than one variance per

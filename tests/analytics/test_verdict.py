@@ -13,7 +13,7 @@ from specdec.analytics.report.verdict import (
     verdict,
 )
 
-BASIS = "99.6% family-wise interval (Holm over 12 labels) against 1 and the 5% margin"
+BASIS = "99.6% family-wise interval (step-down over 12 labels) against 1 and the 5% margin"
 
 
 def row(
@@ -146,7 +146,7 @@ def test_the_calibration_sentence_is_quiet_unless_a_level_is_noisier():
     assert s.text == (
         "calibration: one variance per category fits every level (no level's block figures spread more than "
         "the others' at a 5% family-wise error rate; 3 levels tested); labels hold a 5% family-wise error rate "
-        "over 12 labels (Holm) with a 5% margin declared before the run."
+        "over 12 labels with a 5% margin declared before the run."
     )
     assert "care" not in s.text and "too narrow" not in s.text
     # c4 noisier: said with each flagged category's SD ratio (largest first), the p-value, and what it means
@@ -160,7 +160,7 @@ def test_the_calibration_sentence_is_quiet_unless_a_level_is_noisier():
         "calibration: c4 is noisier than the intervals assume: its block figures vary 3.1x (chat), 2.6x (code) "
         "as much as at the other levels (p = 0.0012, Holm over 3 levels, 5% family-wise), so the intervals at "
         "c4 are too narrow and its labels less certain than their level says (the other levels' intervals "
-        "somewhat too wide); labels hold a 5% family-wise error rate over 12 labels (Holm) with a 5% margin "
+        "somewhat too wide); labels hold a 5% family-wise error rate over 12 labels with a 5% margin "
         "declared before the run."
     )
     assert any(p.anchor == row_anchor("speedup", "chat", 4) for p in s.parts)  # the noisiest row, linked

@@ -24,9 +24,11 @@ MODEL (name speedup, kind TABLE, grain (run_id, category, concurrency));
 --                 a shift shared by every level of a repeat (the server process), and the
 --                 block's own noise, pooled over the levels unless the pooling test gives a
 --                 level a variance of its own; slow blocks set aside; method of moments) and
---                 df is Satterthwaite's for that design. ci_level is Holm's level for the row's rank
---                 among the run's labelled rows (family_size of them): 1 - 0.05 / (m - i + 1),
---                 so the labels keep a family-wise error rate of 5%. Computed by
+--                 df is Satterthwaite's for that design. ci_level is the step-down level for the
+--                 row's rank among the run's labelled rows (family_size of them): the level whose
+--                 quantile is the 95% quantile of the largest |z| among the rows not yet rejected,
+--                 rows at one level correlated as their series' residuals (analytics/labels.py,
+--                 step_down_levels), so the labels keep a family-wise error rate of 5%. Computed by
 --                 analytics/intervals.py into int_speedup_intervals ('family' rows).
 --                 NULL with one repeat
 --   ci_level      the confidence level of ci_low/ci_high (0.95 for a family of one)
@@ -34,7 +36,7 @@ MODEL (name speedup, kind TABLE, grain (run_id, category, concurrency));
 --   df            Satterthwaite's degrees of freedom of V (repeats - 1 when the shared
 --                 shift dominates; sum over levels of repeats - 1 when it is absent)
 --   p_value       two-sided, against a ratio of 1, from the t statistic (mean / sqrt(V / R))
---   family_size   labelled rows of the run in this mart (Holm's m)
+--   family_size   labelled rows of the run in this mart (the step-down's m)
 --   prompts_ci_low, prompts_ci_high  95% "prompts and runs" interval: the prompts are a
 --                 sample of the category, so mean over prompts of each prompt's mean log
 --                 ratio +- t * sqrt(V / R + s2_prompt / P), df by Satterthwaite: covers the
@@ -233,7 +235,7 @@ labelled as (
                 then 'no interval: one repeat; needs --repeats 2 or more'
             when ci_low is null
                 then 'no interval: one pair per prompt; needs --repeats 2 or more'
-            else printf('%.4g%% family-wise interval (Holm over %d labels) against 1 and the %.3g%% margin',
+            else printf('%.4g%% family-wise interval (step-down over %d labels) against 1 and the %.3g%% margin',
                         100 * ci_level, family_size, 100 * margin)
         end as label_basis
     from judged

@@ -35,8 +35,8 @@ MODEL (name speedup_natural_end, kind TABLE, grain (run_id, category, concurrenc
 --   ci_low, ci_high  the family-wise interval of the segment's speedup, as speedup's
 --                    ci_low/ci_high: per repeat the mean log ratio of the segment's pairs (its
 --                    block figure), t interval over repeats with the variance components of the
---                    category's segment series and Satterthwaite df, at Holm's level among the
---                    run's segment rows (analytics/intervals.py, int_speedup_intervals 'family'
+--                    category's segment series and Satterthwaite df, at the step-down level among
+--                    the run's segment rows (analytics/intervals.py, int_speedup_intervals 'family'
 --                    rows with this segment); NULL for 'unknown', with one repeat, or when the
 --                    level is excluded
 --   ci_level         the confidence level of ci_low/ci_high
