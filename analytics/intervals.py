@@ -193,6 +193,20 @@ def _series(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[tuple, dict
     return series
 
 
+def _slow_cells(raw: Mapping[tuple, Mapping[tuple[int, int], float]]) -> set:
+    """The cells (level, repeat) that at least half of the family's series that hold them call a
+    slow block (``variance.slow_blocks``: a slow block slows every category of it)."""
+    votes: dict[tuple, int] = defaultdict(int)
+    for cells in raw.values():
+        for cell in slow_blocks(cells):
+            votes[cell] += 1
+    held: dict[tuple, int] = defaultdict(int)  # series that hold the cell
+    for cells in raw.values():
+        for cell in cells:
+            held[cell] += 1
+    return {cell for cell, v in votes.items() if 2 * v >= held[cell]}
+
+
 class _Noise:
     """One family's series: per series its slow blocks (``variance.slow_blocks``, where half of
     the family's series agree), its figures without them (what the calibration check reads), the
@@ -206,15 +220,7 @@ class _Noise:
         own_of: Callable[[Mapping[tuple, dict], Mapping[tuple, dict]], frozenset] | None = None,
     ):
         raw = _series(figures)
-        votes: dict[tuple, int] = defaultdict(int)
-        for cells in raw.values():
-            for cell in slow_blocks(cells):
-                votes[cell] += 1
-        held: dict[tuple, int] = defaultdict(int)  # series that hold the cell
-        for cells in raw.values():
-            for cell in cells:
-                held[cell] += 1
-        slow = {cell for cell, v in votes.items() if 2 * v >= held[cell]}
+        slow = _slow_cells(raw)
         self.slow = {skey: {c for c in cells if c in slow} for skey, cells in raw.items()}
         self.clean = {skey: {c: y for c, y in cells.items() if c not in self.slow[skey]} for skey, cells in raw.items()}
         self.own = own_of(raw, self.clean) if own_of is not None else frozenset()
