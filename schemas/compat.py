@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Characters of each arm's normalized output a cell keeps (its ``*_output_head``; the digest covers all of it).
+OUTPUT_HEAD_CHARS = 300
 
 Outcome = Literal["works", "degrades", "broken", "refused", "not tested", "not offered"]
 
@@ -78,10 +81,10 @@ class CompatCell(BaseModel):
     """SHA-256 hex of the baseline's normalized output."""
     speculative_output_sha256: str | None
     """SHA-256 hex of the speculative normalized output."""
-    baseline_output_head: str | None = None
-    """First 300 characters of the baseline's normalized output; None when refused."""
-    speculative_output_head: str | None = None
-    """First 300 characters of the speculative normalized output; None when refused."""
+    baseline_output_head: str | None = Field(default=None, max_length=OUTPUT_HEAD_CHARS)
+    """First OUTPUT_HEAD_CHARS (300) characters of the baseline's normalized output; None when refused."""
+    speculative_output_head: str | None = Field(default=None, max_length=OUTPUT_HEAD_CHARS)
+    """First OUTPUT_HEAD_CHARS (300) characters of the speculative normalized output; None when refused."""
     baseline_completion_tokens: int | None
     """usage.completion_tokens of the baseline reply."""
     speculative_completion_tokens: int | None

@@ -26,10 +26,8 @@ from specdec.experiments.compat import classify, prefix, stall, timing, validity
 from specdec.experiments.compat.probes import Probe
 from specdec.experiments.compat.send import Reply
 from specdec.http.urls import Endpoint
-from specdec.schemas.compat import CompatCell
+from specdec.schemas.compat import OUTPUT_HEAD_CHARS, CompatCell
 
-#: Characters of each arm's output kept in the cell (the digest covers all of it).
-OUTPUT_HEAD_CHARS = 300
 #: Seconds between two counter reads that must agree after a request (``probing.settled``). Both engines
 #: have counted a request by the time its reply is read (vLLM records a step's stats before the reply's
 #: handler runs; llama-server answers /metrics from the same task loop that finished the request): of 252

@@ -52,7 +52,7 @@ from specdec.experiments.compat.send import Reply, send
 from specdec.experiments.compat.timing import DEFAULT_REPEATS, speedup
 from specdec.experiments.compat.validity import ArmReplies
 from specdec.http.urls import ClientSettings, Endpoint
-from specdec.schemas.compat import CompatCell, Outcome
+from specdec.schemas.compat import OUTPUT_HEAD_CHARS, CompatCell, Outcome
 
 QUANT_FEATURE = "quantization"
 #: Prompts with text to copy or continue, so that both a draft model and prompt lookup have something to propose.
@@ -243,8 +243,8 @@ def quant_cell(
         first_divergence_char=first,
         baseline_output_sha256=_sha(out_b) if ok_b else None,
         speculative_output_sha256=_sha(out_s) if ok_s else None,
-        baseline_output_head=out_b[:300] if ok_b else None,
-        speculative_output_head=out_s[:300] if ok_s else None,
+        baseline_output_head=out_b[:OUTPUT_HEAD_CHARS] if ok_b else None,
+        speculative_output_head=out_s[:OUTPUT_HEAD_CHARS] if ok_s else None,
         baseline_completion_tokens=b.completion_tokens,
         speculative_completion_tokens=s.completion_tokens,
         baseline_e2e_ms=b.e2e_ms,
