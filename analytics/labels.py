@@ -257,8 +257,8 @@ def _critical(
         live = tuple(i for i in members if i >= step)
         if not live:
             continue
-        if len(live) == 1 or g not in drawn:
-            exact += len(live)  # a lone row (or rows known independent): exact
+        if len(live) == 1:
+            exact += 1  # a row correlated with none still in play: exact
             continue
         if live not in cache:
             cols, draws_abs = drawn[g]

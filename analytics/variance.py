@@ -592,8 +592,9 @@ def slow_blocks(figures: Mapping[Cell, float], k: float = SLOW_K) -> set:
 
 S = TypeVar("S", bound=Hashable)  # a series' key
 
-#: The fewest cells two series must share for their residual correlation to be read (fewer: 0).
-MIN_SHARED_CELLS = 4
+#: The fewest residual df (shared cells less a mean per level and the order slope) for two series'
+#: correlation to be read at all (fewer: 0, counted as independent).
+MIN_CORRELATION_DF = 4
 #: The correlation is read at this one-sided lower confidence bound of its size (Fisher's z, in
 #: standard errors: 0.674, the 75% bound, as the df's pessimistic split above): a correlation
 #: overestimated by chance would make the family-wise intervals too narrow, one underestimated only
@@ -605,9 +606,11 @@ CORRELATION_BOUND_Z = 0.674
 
 def _lower_bound(rho: float, dof: int, z: float) -> float:
     """|rho| at its one-sided lower confidence bound (Fisher's z, se 1 / sqrt(dof - 2)), sign kept;
-    0 where the bound reaches 0 or the df are too few."""
-    if dof < 4 or z <= 0:
-        return rho if z <= 0 else 0.0
+    0 where the bound reaches 0 or the df are fewer than ``MIN_CORRELATION_DF``; ``z`` 0: as estimated."""
+    if dof < MIN_CORRELATION_DF:
+        return 0.0
+    if z <= 0:
+        return rho
     size = math.atanh(min(abs(rho), 0.999999)) - z / math.sqrt(dof - 2)
     return math.copysign(math.tanh(size), rho) if size > 0 else 0.0
 
@@ -623,7 +626,7 @@ def residual_correlation(
     sent in one block share that block's noise (the host, the server process, the arm order): in
     the three fixed demo-design runs of 2026-12-07 (06:36-07:05 UTC, 5 repeats) the pairs of
     categories and (system) read 0.89-0.98 (0.83-0.97 at the bound below), which the family-wise
-    levels (``labels.step_down_levels``) count. Pairs that share fewer than ``MIN_SHARED_CELLS`` cells, or
+    levels (``labels.step_down_levels``) count. Pairs with fewer than ``MIN_CORRELATION_DF`` residual df, or
     a series without residual spread: 0 (counted as independent: the conservative side for a
     positive correlation). Each correlation is read at the lower end of its one-sided
     ``CORRELATION_BOUND_Z`` confidence bound (``bound_z``; 0 reads it as estimated)."""
@@ -646,10 +649,11 @@ def residual_correlation(
     keys = list(resid)
     for i, a in enumerate(keys):
         for b in keys[i:]:
-            shared = resid[a].keys() & resid[b].keys()
             if a == b:
-                rho = 1.0
-            elif len(shared) < MIN_SHARED_CELLS:
+                out[a, a] = 1.0
+                continue
+            shared = resid[a].keys() & resid[b].keys()
+            if not shared:
                 rho = 0.0
             else:
                 ea = np.array([resid[a][c] for c in sorted(shared)])
