@@ -78,7 +78,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from specdec.analytics.variance import t_interval, t_quantile, t_sf
+from specdec.analytics.variance import t_interval, t_sf
 from specdec.schemas.records import DEFAULT_MARGIN  # the manifest's default margin, defined once
 
 __all__ = [
@@ -340,13 +340,23 @@ def judge(
         per_block_sd = se * math.sqrt(repeats)
         df_of = df_at or (lambda n: df * (n - 1) / max(repeats - 1, 1))
         target = math.log1p(margin) / 2
-        width = lambda n: t_quantile(1 - (1 - level) / 2, df_of(n)) * per_block_sd / math.sqrt(n)  # noqa: E731
+        tail = (1 - level) / 2
+
+        def fits(n: int) -> bool:
+            """Whether n repeats' interval is no wider than ``target``: t_quantile(1 - tail, df) *
+            sd / sqrt(n) <= target, asked as the t tail beyond target * sqrt(n) / sd (one
+            evaluation of the t distribution instead of a quantile's search: the same answer,
+            the CDF being increasing)."""
+            if per_block_sd <= 0:
+                return True
+            return t_sf(target * math.sqrt(n) / per_block_sd, df_of(n)) <= tail
+
         lo, hi = repeats + 1, _MAX_REPEATS + 1  # the width falls as n grows: bisect for the first n that fits
-        if width(_MAX_REPEATS) > target:
+        if not fits(_MAX_REPEATS):
             needed = hi
         else:
             while lo < hi:
                 mid = (lo + hi) // 2
-                lo, hi = (lo, mid) if width(mid) <= target else (mid + 1, hi)
+                lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
             needed = lo
     return Judged(low, high, level, label, clears, math.expm1(min(half, 700.0)), needed, tost_low, tost_high)
