@@ -264,16 +264,23 @@ def _betacf(a: float, b: float, x: float) -> float:
     """Continued fraction of the regularized incomplete beta (modified Lentz)."""
     tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
     c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
+    d = 1.0 / (d if d > tiny or d < -tiny else tiny)
     h = d
     for k in range(1, 300):
         k2 = 2 * k
-        for aa in (k * (b - k) * x / ((qam + k2) * (a + k2)), -(a + k) * (qab + k) * x / ((a + k2) * (qap + k2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
+        # the even step, then the odd one (written out: the same arithmetic in the same order)
+        aa = k * (b - k) * x / ((qam + k2) * (a + k2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if d > tiny or d < -tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if c > tiny or c < -tiny else tiny
+        h *= d * c
+        aa = -(a + k) * (qab + k) * x / ((a + k2) * (qap + k2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if d > tiny or d < -tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if c > tiny or c < -tiny else tiny
+        h *= d * c
         if abs(d * c - 1.0) < 1e-15:
             break
     return h
