@@ -22,7 +22,7 @@ may be read-only (the analytics_scale_data large-run shape at 50M rounds)::
 
 The first of those calls computes the planner's inputs from the rounds and writes the cache beside
 DB (``inputs.cache_path``; removed before it), the others read it. With ``--staging --db DB`` it times
-the inputs' staging alone, the old way (the views int_round_counts and int_plan_steps) against
+the inputs' staging alone, the old way (the views int_round_counts and int_plan_steps, over int_engine_requests) against
 ``inputs.STAGE_SQL``, alternately in fresh connections, and checks they give the same rows::
 
     .venv/bin/python benchmarks/plan_scale.py --staging --db /tmp/lr.duckdb --times 2
@@ -120,19 +120,12 @@ OLD_STAGE_SQL = (
           on k.run_id = c.run_id and k.request_key = c.request_key
         where c.arm = 'speculative' and c.phase = 'decode'
         group by all""",
-    f"create temp table {plan_inputs.STEPS_TABLE} as select *, false as has_prefill from int_plan_steps",
+    f"create temp table {plan_inputs.STEPS_TABLE} as select * from int_plan_steps",
 )
 
 
-#: What both stagings hold: the rounds, and int_plan_steps' columns of the decode-only steps (the new
-#: staging holds the steps with a prefill and the rounds met beside them)
-COMPARED = (
-    f"select * from {plan_inputs.ROUNDS_TABLE}",
-    f"""select run_id, source_run_id, arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps,
-               verify_ms_sum, verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
-        from {plan_inputs.STEPS_TABLE}
-        where not has_prefill""",
-)
+#: What both stagings hold: the rounds and the steps (the new staging holds the rounds met beside them)
+COMPARED = (f"select * from {plan_inputs.ROUNDS_TABLE}", f"select * from {plan_inputs.STEPS_TABLE}")
 
 
 def staging(db: Path, times: int) -> None:

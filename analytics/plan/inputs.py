@@ -8,9 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from specdec.analytics import sql_header
+from specdec.analytics.sql_models import sql_root
 from specdec.atomic import atomic_write_with
 from specdec.errors import SpecdecError
 
@@ -32,49 +35,54 @@ log = logging.getLogger("specdec.analytics.plan")
 #: Temporary tables (this connection only; a read-only connection may create them) holding what
 #: the planner reads of the rounds: the speculative arm's decode rounds counted per request, k_r,
 #: a_r and context bucket (ROUNDS_TABLE: int_round_counts' rows of that arm and phase, summed over
-#: the engine requests), the steps grouped by their regressors (STEPS_TABLE: int_plan_steps' rows
-#: where ``not has_prefill``, and the steps with a prefill beside them) and what each category's
-#: decode rounds met (MET_TABLE). Computed once per connection by ``STAGE_SQL``, not by reading
-#: the views: after the build they are views over the Parquet rows, and each took two passes over
-#: every round (its own and int_engine_requests', which counts every round again to find the
-#: engine request ids); at 51.9 million rounds staging them cost 19.3-20.4 CPU s, the rounds and
-#: steps here 11.9-13.2 (load 10-11; ``benchmarks/plan_scale.py --staging``), and 16.0-16.6 with
-#: the rounds met counted beside the steps (11.9-12.4 without, side by side, load 9-11). Each
-#: step's categories are counted in one integer column per category of the run (``met_<key>``, the
-#: SQL written for the run's categories by ``statements``; any number of them): as a list of small
-#: integers per step the step statement took 8.3-8.5 CPU s against 7.0-7.4 (51.9M rounds, 3
-#: categories, alternated, load 2.3-2.6; /tmp/i23s/met.py, 2026-12-03), with the category strings
-#: 14.2-15.5 (load 9-11); one integer packing 16 bits per category held at most 8. The rows are the
-#: same: tests/plan/test_plan_inputs.py holds them equal to the two views', whose headers define
-#: them (an edit to either model must be made here too; the test says where they part).
-#: The helper tables (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE) are dropped once
-#: the others exist (``HELPER_TABLES``).
-LEVELS_TABLE = "plan_levels"
+#: the engine requests), the steps grouped by their regressors (STEPS_TABLE: int_plan_steps' rows)
+#: and what each category's decode rounds met (MET_TABLE). The steps are the SQL models
+#: int_engine_steps and int_plan_steps themselves, run here on a table of the replayed engine
+#: requests (REQUESTS_TABLE) in place of int_engine_requests, and on GROUPED_TABLE (int_engine_steps'
+#: rows, with the counts per category) in place of int_engine_steps: after the build the views read
+#: the Parquet rows, and int_engine_requests counts every round again to find the engine request
+#: ids, once per model that reads it; computed once here, at 51.9 million rounds staging took
+#: 11.9-13.2 CPU s against 19.3-20.4 through the views (load 10-11; ``benchmarks/plan_scale.py
+#: --staging``), and 16.0-16.6 with the rounds met counted beside the steps (11.9-12.4 without,
+#: side by side, load 9-11). Each step's categories are counted in one integer column per
+#: category of the run (``met_<key>``, written at int_engine_steps' met_ marker comments for
+#: the run's categories by ``statements``; any number of them): as a list of small integers per
+#: step the step statement took 8.3-8.5 CPU s against 7.0-7.4 (51.9M rounds, 3 categories,
+#: alternated, load 2.3-2.6; /tmp/i23s/met.py, 2026-12-03), with the category strings 14.2-15.5
+#: (load 9-11); one integer packing 16 bits per category held at most 8.
+#: tests/plan/test_plan_inputs.py holds the tables equal to the views' rows.
+#: The helper tables (REQUESTS_TABLE, GROUPED_TABLE) are dropped once the others exist
+#: (``HELPER_TABLES``).
 REQUESTS_TABLE = "plan_replayed_requests"
 GROUPED_TABLE = "plan_steps_grouped"
 ROUNDS_TABLE = "plan_speculative_rounds"
 STEPS_TABLE = "plan_steps"
 MET_TABLE = "plan_rounds_met"
 TABLES = (ROUNDS_TABLE, STEPS_TABLE, MET_TABLE)
-HELPER_TABLES = (LEVELS_TABLE, REQUESTS_TABLE, GROUPED_TABLE)
-#: Each statement creates one table, in order. The requests: int_engine_requests' replayed rows,
-#: from the distinct engine request ids of the rounds (one pass over one column), with the
-#: request's success. The rounds: grouped per engine request before the join (2.5 million groups,
-#: not 51.9 million rows joined); context_low as int_round_groups buckets it. The levels: each
-#: (analysis run, arm, level) numbered. The step parts: the one pass over the rounds for the steps,
-#: int_engine_steps' SQL with the rows looked up in REQUESTS_TABLE (no second
-#: int_engine_requests), grouped per step, each category's decode rounds in the step counted
-#: beside the step's own figures (a successful request's category; a failed request's rows count
-#: for none); a row of batch size 1 is its own step, not grouped. The step totals: the
-#: parts of a step of two or more rows summed. The steps: the totals (and the single rows) grouped
-#: by their regressors, int_plan_steps' columns and has_prefill, has_decode, prefill_tokens (P: the
-#: prompt tokens the step's prefill rows scheduled, sum of num_scheduled_tokens). The rounds met: per
-#: analysis run, arm, level and category, the sums over the category's decode rounds of their
-#: steps' batch size, drafts verified, prompt tokens prefilled and verify + draft ms, and the
-#: category's successful requests' mean TTFT and decode time (e2e - TTFT, over the requests
-#: with rounds captured). A step time that is NaN, infinite or negative (verify_ms, draft_ms) is
-#: read as not measured (NULL), and counted per group of steps (``verify_bad``, ``draft_bad``):
-#: the planner refuses a run that holds any unless told to leave them out (``guards.py``).
+HELPER_TABLES = (REQUESTS_TABLE, GROUPED_TABLE)
+
+
+def _model_sql(name: str, reads: dict[str, str]) -> str:
+    """The SQL of the model ``name`` (sql/intermediate/plan/<name>.sql, after its header), each
+    relation it reads that ``reads`` names replaced by the table given there."""
+    path = sql_root() / "intermediate" / "plan" / f"{name}.sql"
+    sql = sql_header.parse(path.read_text(), path)[1]
+    for relation, table in reads.items():
+        sql = re.sub(rf"\b{relation}\b", table, sql)
+    return sql
+
+
+#: Each statement creates one table, in order. The requests: int_engine_requests' replayed rows
+#: (its columns that int_engine_steps reads, and the category and success the counts per category
+#: read), from the distinct engine request ids of the rounds (one pass over one column). The
+#: rounds: grouped per engine request before the join (2.5 million groups, not 51.9 million rows
+#: joined); context_low as int_round_groups buckets it. The grouped steps: int_engine_steps, each
+#: category's decode rounds in the step counted beside the step's own figures (a successful
+#: request's category; a failed request's rows count for none). The steps: int_plan_steps. The
+#: rounds met: per analysis run, arm, level and category, the sums over the category's decode
+#: rounds of their steps' batch size, drafts verified, prompt tokens prefilled and verify + draft
+#: ms, and the category's successful requests' mean TTFT and decode time (e2e - TTFT, over the
+#: requests with rounds captured).
 STAGE_SQL = (
     f"""create temp table if not exists {REQUESTS_TABLE} as
     with engine as (
@@ -90,7 +98,8 @@ STAGE_SQL = (
         select category, cast(row_number() over (order by category) as usmallint) as category_key
         from (select distinct category from stg_requests)
     )
-    select requests.run_id, parsed.run_id as source_run_id, parsed.engine_request_id, requests.request_id,
+    select requests.run_id, parsed.run_id as source_run_id, parsed.engine_request_id,
+           id_key(parsed.engine_request_id) as engine_key, true as replayed, requests.request_id,
            requests.arm, requests.concurrency, coalesce(requests.repeat, 0) as repeat, requests.category,
            requests.success, categories.category_key
     from parsed
@@ -116,114 +125,22 @@ STAGE_SQL = (
     join {REQUESTS_TABLE} r using (source_run_id, engine_request_id)
     where r.arm = 'speculative'
     group by all""",
-    f"""create temp table if not exists {LEVELS_TABLE} as
-    select run_id, source_run_id, arm, concurrency, row_number() over () as level_key
-    from (select distinct run_id, source_run_id, arm, concurrency from {REQUESTS_TABLE})""",
-    f"""create temp table if not exists {GROUPED_TABLE} as
-    with engine as (
-        select r.source_run_id, r.engine_request_id, levels.level_key,
-               case when r.success then r.category_key end as category
-        from {REQUESTS_TABLE} r
-        join {LEVELS_TABLE} levels using (run_id, source_run_id, arm, concurrency)
-    ),
-    rounds as (
-        select e.level_key, e.category, r.process_token, r.step_index, r.phase, r.batch_size, r.tokens_proposed,
-               r.num_scheduled_tokens,
-               case when isfinite(r.verify_ms) and r.verify_ms >= 0 then r.verify_ms end as verify_ms,
-               case when isfinite(r.draft_ms) and r.draft_ms >= 0 then r.draft_ms end as draft_ms,
-               coalesce(not (isfinite(r.verify_ms) and r.verify_ms >= 0), false) as verify_bad,
-               coalesce(not (isfinite(r.draft_ms) and r.draft_ms >= 0), false) as draft_bad
-        from stg_rounds r
-        join engine e on e.source_run_id = r.run_id and e.engine_request_id = r.engine_request_id
-    ),
-    steps as (
-        select level_key,
-               phase = 'prefill' as has_prefill,
-               phase = 'decode' as has_decode,
-               batch_size,
-               verify_ms,
-               case when phase = 'decode' then draft_ms end as draft_ms,
-               cast(tokens_proposed as bigint) as drafts_verified,
-               tokens_proposed as max_proposed,
-               cast(case when phase = 'prefill' then num_scheduled_tokens else 0 end as bigint) as prefill_tokens,
-               cast(verify_bad as integer) as verify_bad,
-               cast(draft_bad as integer) as draft_bad
-               /*met_single*/
-        from rounds
-        where batch_size = 1
-        union all
-        select level_key,
-               bool_or(phase = 'prefill') as has_prefill,
-               bool_or(phase = 'decode') as has_decode,
-               any_value(batch_size) as batch_size,
-               any_value(verify_ms) as verify_ms,
-               max(draft_ms) filter (where phase = 'decode') as draft_ms,
-               cast(sum(tokens_proposed) as bigint) as drafts_verified,
-               max(tokens_proposed) as max_proposed,
-               cast(coalesce(sum(num_scheduled_tokens) filter (where phase = 'prefill'), 0) as bigint)
-                   as prefill_tokens,
-               cast(count(*) filter (where verify_bad) as integer) as verify_bad,
-               cast(count(*) filter (where draft_bad) as integer) as draft_bad
-               /*met_grouped*/
-        from rounds
-        where batch_size <> 1
-        group by level_key, process_token, step_index
-    )
-    select level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens /*met_columns*/,
-           max(max_proposed) as max_proposed,
-           count(*) as steps,
-           count(verify_ms) as verify_steps,
-           sum(verify_ms) as verify_ms_sum,
-           sum(verify_ms * verify_ms) as verify_ms_sumsq,
-           count(draft_ms) as draft_steps,
-           sum(draft_ms) as draft_ms_sum,
-           sum(draft_ms * draft_ms) as draft_ms_sumsq,
-           sum(verify_ms + coalesce(draft_ms, 0)) as engine_ms_sum,
-           sum(verify_bad) as verify_bad,
-           sum(draft_bad) as draft_bad
-    from steps
-    group by level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens /*met_columns*/""",
-    f"""create temp table if not exists {STEPS_TABLE} as
-    with arm_k as (
-        select run_id, arm, concurrency, max(g.max_proposed) as arm_k
-        from {GROUPED_TABLE} g
-        join {LEVELS_TABLE} levels using (level_key)
-        group by run_id, arm, concurrency
-    )
-    select levels.run_id, levels.source_run_id, levels.arm, levels.concurrency, g.batch_size, g.drafts_verified,
-           any_value(arm_k.arm_k) as arm_k,
-           cast(sum(g.steps) as bigint) as steps,
-           cast(sum(g.verify_steps) as bigint) as verify_steps,
-           sum(g.verify_ms_sum) as verify_ms_sum,
-           sum(g.verify_ms_sumsq) as verify_ms_sumsq,
-           cast(sum(g.draft_steps) as bigint) as draft_steps,
-           sum(g.draft_ms_sum) as draft_ms_sum,
-           sum(g.draft_ms_sumsq) as draft_ms_sumsq,
-           g.has_prefill,
-           g.has_decode,
-           g.prefill_tokens,
-           cast(sum(g.verify_bad) as bigint) as verify_bad,
-           cast(sum(g.draft_bad) as bigint) as draft_bad
-    from {GROUPED_TABLE} g
-    join {LEVELS_TABLE} levels using (level_key)
-    join arm_k using (run_id, arm, concurrency)
-    group by levels.run_id, levels.source_run_id, levels.arm, levels.concurrency, g.has_prefill, g.has_decode,
-             g.prefill_tokens, g.batch_size, g.drafts_verified
-    order by levels.run_id, levels.arm, levels.concurrency, g.has_prefill, g.has_decode, g.prefill_tokens,
-             g.batch_size, g.drafts_verified""",
+    f"create temp table if not exists {GROUPED_TABLE} as\n"
+    + _model_sql("int_engine_steps", {"int_engine_requests": REQUESTS_TABLE}),
+    f"create temp table if not exists {STEPS_TABLE} as\n"
+    + _model_sql("int_plan_steps", {"int_engine_steps": GROUPED_TABLE}),
     f"""create temp table if not exists {MET_TABLE} as
     with met as (
         /*met_rows*/
     ),
     rounds as (
-        select levels.run_id, levels.arm, levels.concurrency, categories.category,
+        select met.run_id, met.arm, met.concurrency, categories.category,
                cast(sum(met.rounds * met.steps) as bigint) as decode_rounds,
                sum(met.rounds * met.steps * met.batch_size) as batch_sum,
                sum(met.rounds * met.steps * met.drafts_verified) as drafts_sum,
                sum(met.rounds * met.steps * met.prefill_tokens) as prefill_tokens_sum,
                sum(met.rounds * met.engine_ms_sum) as engine_ms_sum
         from met
-        join {LEVELS_TABLE} levels using (level_key)
         join (select distinct category_key, category from {REQUESTS_TABLE}) categories using (category_key)
         group by all
     ),
@@ -294,16 +211,20 @@ def _met_text(marker: str, keys: list[int]) -> str:
         return "".join(f", count(*) filter (where phase = 'decode' and category = {k}) as met_{k}" for k in keys)
     if marker == "met_columns":
         return "".join(f", met_{k}" for k in keys)
+    if marker == "met_engine":
+        return ", case when success then category_key end as category" if keys else ""
+    if marker == "met_rounds":
+        return ", e.category" if keys else ""
     rows = [
-        f"""select level_key, cast({k} as usmallint) as category_key, met_{k} as rounds, steps, batch_size,
-               drafts_verified, prefill_tokens, engine_ms_sum
+        f"""select run_id, arm, concurrency, cast({k} as usmallint) as category_key, met_{k} as rounds, steps,
+               batch_size, drafts_verified, prefill_tokens, engine_ms_sum
         from {GROUPED_TABLE} where met_{k} > 0"""
         for k in keys
     ]
     # no category (no successful request): no row, with the columns the statement reads
     return "\n        union all\n        ".join(rows) or (
-        "select 0 as level_key, cast(0 as usmallint) as category_key, 0 as rounds, 0 as steps, 0 as batch_size, "
-        "0 as drafts_verified, 0 as prefill_tokens, 0.0 as engine_ms_sum where false"
+        "select '' as run_id, '' as arm, 0 as concurrency, cast(0 as usmallint) as category_key, 0 as rounds, "
+        "0 as steps, 0 as batch_size, 0 as drafts_verified, 0 as prefill_tokens, 0.0 as engine_ms_sum where false"
     )
 
 
@@ -323,7 +244,7 @@ def statements(con) -> Iterator[str]:
         yield sql
 
 
-_MET_MARKERS = ("met_single", "met_grouped", "met_columns", "met_rows")
+_MET_MARKERS = ("met_engine", "met_rounds", "met_single", "met_grouped", "met_columns", "met_rows")
 
 
 def stage(con, db: Path | None = None) -> None:

@@ -107,15 +107,11 @@ def test_the_rounds_equal_int_round_counts(con):
     assert con.execute("select count(*) from int_engine_requests where not replayed").fetchone()[0] == 1
 
 
-#: int_plan_steps' columns of the staged steps: its rows are the decode-only steps
-PLAN_STEPS = f"""select run_id, source_run_id, arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps,
-                       verify_ms_sum, verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq
-                from {inputs.STEPS_TABLE} where not has_prefill"""
-
-
 def test_the_steps_equal_int_plan_steps(con):
-    _same(con, PLAN_STEPS, "select * from int_plan_steps")
-    ordered = con.execute(PLAN_STEPS).fetchall()
+    """The planner runs int_engine_steps' and int_plan_steps' own SQL on its staging of the engine
+    requests (analytics/plan/inputs.py): the same rows as the views over int_engine_requests."""
+    _same(con, f"select * from {inputs.STEPS_TABLE}", "select * from int_plan_steps")
+    ordered = con.execute(f"select * from {inputs.STEPS_TABLE}").fetchall()
     assert ordered == con.execute("select * from int_plan_steps").fetchall()
     # and the steps that prefill: the one with a decode row beside its prefill row among them
     mixed = con.execute(
@@ -123,6 +119,53 @@ def test_the_steps_equal_int_plan_steps(con):
     ).fetchone()
     assert mixed[0] >= 1 and mixed[1] > 0
     assert con.execute(f"select count(*) from {inputs.STEPS_TABLE} where has_prefill and not has_decode").fetchone()[0]
+
+
+def _hand_steps(requests, rounds):
+    """int_plan_steps' groups computed by hand from the rows: per (run, arm, level, has_prefill,
+    has_decode, batch size, drafts verified, prompt tokens prefilled), the steps (a step:
+    process_token and step_index of replayed requests' rows) and the sum of their verify ms."""
+    by_id = {q.request_id: q for q in requests}
+    steps = defaultdict(list)
+    for r in rounds:
+        q = by_id.get(r.engine_request_id.removeprefix("chatcmpl-").rsplit("-", 1)[0])
+        if q is not None:  # a warm-up's rows are not a replayed request's
+            steps[(r.process_token, r.step_index)].append((q, r))
+    out = defaultdict(lambda: [0, 0.0])
+    for rows in steps.values():
+        q, first = rows[0]
+        phases = {r.phase for _, r in rows}
+        key = (
+            q.run_id,
+            q.arm,
+            q.concurrency,
+            "prefill" in phases,
+            "decode" in phases,
+            first.batch_size,
+            sum(r.tokens_proposed for _, r in rows),
+            sum(r.num_scheduled_tokens for _, r in rows if r.phase == "prefill"),
+        )
+        out[key][0] += 1
+        out[key][1] += first.verify_ms
+    return out
+
+
+def test_the_steps_equal_the_hand_computation(staged_run):
+    con, arms, requests, rounds = staged_run
+    if len(set(arms.values())) > 2:
+        pytest.skip("the reference arm of a --sweep-k run is in every analysis run: checked on the classic run")
+    got = {
+        tuple(row[:8]): (row[8], row[9])
+        for row in con.execute(
+            f"""select run_id, arm, concurrency, has_prefill, has_decode, batch_size, drafts_verified,
+                       prefill_tokens, steps, verify_ms_sum
+                from {inputs.STEPS_TABLE}"""
+        ).fetchall()
+    }
+    want = _hand_steps(requests, rounds)
+    assert set(got) == set(want)
+    for key, (n, verify) in want.items():
+        assert got[key] == (n, pytest.approx(verify, rel=1e-12)), key
 
 
 def _hand_met(arms, requests, rounds):
