@@ -221,3 +221,57 @@ def test_every_adapter_answers_what_generic_code_asks():
         "n_min": 2,
         "n_max": 4,
     }
+
+
+def test_a_vllm_servers_sockets_are_its_own_and_go_with_it(monkeypatch):
+    """vLLM puts its ZeroMQ ``ipc://`` sockets in VLLM_RPC_BASE_PATH (the temporary folder by
+    default) and leaves them there when stopped: VllmServer gives each server a folder of its own
+    and removes it, sockets and all, once the server is stopped; one the user set is kept."""
+    import contextlib
+    import os
+    import shutil
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from specdec.engines.server import start_all
+    from specdec.engines.vllm import ServerSpec, VllmServer
+
+    # a stand-in for vLLM: binds a Unix socket where vLLM would, then answers /health
+    serve = (
+        "import http.server, os, socket, sys, uuid\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(os.environ['VLLM_RPC_BASE_PATH'], str(uuid.uuid4())))\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+        "    def log_message(self, *a): pass\n"
+        "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+    )
+
+    def started(log: Path) -> VllmServer:
+        srv = VllmServer(ServerSpec(model="/m"), None, log.parent, "run", log, startup_timeout_s=30)
+        srv.cmd = [sys.executable, "-c", serve, str(srv.port)]
+        return srv
+
+    # a short temporary folder: a Unix socket's path holds at most 107 bytes (pytest's tmp_path is long)
+    short = Path(tempfile.mkdtemp(prefix="sd-", dir="/tmp"))
+    try:
+        (short / "tmp").mkdir()
+        monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+        monkeypatch.setenv("TMPDIR", str(short / "tmp"))
+        monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+        srv = started(short / "a.log")
+        with contextlib.ExitStack() as stack:
+            start_all(stack, [srv])
+            folder = srv.extra_env["VLLM_RPC_BASE_PATH"]
+            assert Path(folder).parent == short / "tmp"
+            assert len(os.listdir(folder)) == 1  # the stand-in's socket file
+        assert not os.path.exists(folder) and os.listdir(short / "tmp") == []
+        assert "VLLM_RPC_BASE_PATH" not in srv.extra_env
+
+        (short / "mine").mkdir()
+        monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(short / "mine"))
+        with contextlib.ExitStack() as stack:
+            start_all(stack, [started(short / "b.log")])
+        assert len(os.listdir(short / "mine")) == 1  # the user's folder: kept, with what was left there
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +51,23 @@ class VllmServer(ServerProcess):
             Arm("speculative" if spec_config else "baseline", spec_config), model=spec.model, port=port
         )
         super().__init__(cmd, env, log_path, port, engine.health_path, startup_timeout_s)
+        self._ipc_dir: str | None = None
+
+    def launch(self) -> None:
+        """As ``ServerProcess.launch``, with vLLM's ZeroMQ sockets (``VLLM_RPC_BASE_PATH``: the API
+        server's and engine core's ``ipc://`` paths, by default in the temporary folder itself) in a
+        folder of this server's own, removed once the server has stopped: a stopped or killed vLLM
+        leaves its socket files behind (28 in /tmp after one ``make test``, 2026-12-07). A
+        ``VLLM_RPC_BASE_PATH`` set by the user is kept."""
+        if "VLLM_RPC_BASE_PATH" not in os.environ and self._ipc_dir is None:
+            self._ipc_dir = tempfile.mkdtemp(prefix="specdec-ipc-")
+            self.extra_env["VLLM_RPC_BASE_PATH"] = self._ipc_dir
+        super().launch()
+
+    def _close(self) -> None:
+        # after the stop (its whole process group waited for) or a failed start (the group killed)
+        super()._close()
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            self._ipc_dir = None
+            self.extra_env.pop("VLLM_RPC_BASE_PATH", None)
