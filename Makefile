@@ -51,8 +51,10 @@ test:
 	@bash tools/make_test.sh "$(MAKE)" $(BIN)/python
 
 # The contributor's loop before a commit (no engine, no model download): lint, types, the
-# import contract and the quick tests. `make check` measured here: see BENCHMARKS.md.
-check: lint types imports quick-tests
+# import contract and the quick tests, at once (each one's output together, as it ends); the
+# quick tests on two workers. `make check` measured here: see BENCHMARKS.md.
+check:
+	@$(MAKE) --no-print-directory -j 4 --output-sync=target lint types imports quick-tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -79,7 +81,7 @@ QUICK_SKIP ?= --deselect tests/capture/test_plugin_v2.py::test_the_worker_hook_i
 	--deselect tests/test_cli.py::test_report_of_an_all_failed_run_says_so_first \
 	--deselect tests/test_cli.py::test_report_prints_the_verdict_after_the_failures
 quick-tests: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not engine" -p no:cacheprovider --ignore=tests/integration $(QUICK_SKIP) $(QUICK_TESTS)
+	$(BIN)/python -m pytest -q -m "not engine" -p no:cacheprovider -n 2 --dist loadfile --ignore=tests/integration $(QUICK_SKIP) $(QUICK_TESTS)
 
 clean-venv:
 	rm -rf $(VENV)
