@@ -275,3 +275,23 @@ def test_a_vllm_servers_sockets_are_its_own_and_go_with_it(monkeypatch):
         assert len(os.listdir(short / "mine")) == 1  # the user's folder: kept, with what was left there
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_where_a_socket_path_would_not_fit_vllm_keeps_its_own_place(monkeypatch, tmp_path):
+    """A temporary folder so long that a socket in a folder of the server's own would pass the
+    107 bytes of a Unix socket path: VLLM_RPC_BASE_PATH is not set (vLLM's default, where its
+    paths are shorter by the folder's name), and the folder made to try is gone."""
+    import tempfile
+
+    from specdec.engines.vllm import ServerSpec, VllmServer
+
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    srv = VllmServer(ServerSpec(model="/m"), None, tmp_path / "c", "run", tmp_path / "s.log")
+    launched = []
+    monkeypatch.setattr("specdec.engines.server.ServerProcess.launch", lambda self: launched.append(self))
+    srv.launch()
+    assert launched == [srv] and "VLLM_RPC_BASE_PATH" not in srv.extra_env
+    assert list(deep.iterdir()) == []

@@ -14,6 +14,11 @@ from specdec.engines.server import ServerProcess, free_port
 from specdec.engines.vllm.adapter import ServerSpec, Vllm
 from specdec.runfolder import ENV_CAPTURE_DIR, ENV_CAPTURE_RUN_ID
 
+#: the longest path a Unix socket takes (sun_path: 108 bytes with the closing NUL), and the length
+#: of the names vLLM gives its sockets (a uuid4 in VLLM_RPC_BASE_PATH)
+_SOCKET_PATH_MAX = 107
+_SOCKET_NAME_LEN = 36
+
 
 class VllmServer(ServerProcess):
     """A vLLM API server subprocess with the capture plugin on."""
@@ -60,8 +65,12 @@ class VllmServer(ServerProcess):
         leaves its socket files behind (28 in /tmp after one ``make test``, 2026-12-07). A
         ``VLLM_RPC_BASE_PATH`` set by the user is kept."""
         if "VLLM_RPC_BASE_PATH" not in os.environ and self._ipc_dir is None:
-            self._ipc_dir = tempfile.mkdtemp(prefix="specdec-ipc-")
-            self.extra_env["VLLM_RPC_BASE_PATH"] = self._ipc_dir
+            folder = tempfile.mkdtemp(prefix="specdec-ipc-")
+            if len(os.fsencode(folder)) + 1 + _SOCKET_NAME_LEN <= _SOCKET_PATH_MAX:
+                self._ipc_dir = folder
+                self.extra_env["VLLM_RPC_BASE_PATH"] = folder
+            else:  # a long temporary folder: vLLM's own place, where its socket paths still fit
+                os.rmdir(folder)
         super().launch()
 
     def _close(self) -> None:
