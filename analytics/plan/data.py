@@ -1,6 +1,6 @@
 """What the planner reads from a built database (``specdec analytics build``): one analysis
 run's decode rounds per request (as int_round_counts counts them), its step timings grouped by
-their regressors (int_plan_steps' decode-only steps, and beside them the steps that prefill a
+their regressors (int_plan_steps: the decode-only steps, and beside them the steps that prefill a
 prompt too) and what each category's decode rounds met, all three as ``inputs.py`` stages them;
 its measured latency (the latency mart) and its manifest (stg_manifest).
 """

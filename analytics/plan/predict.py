@@ -27,7 +27,7 @@ for code and structured on the bundled mix: BENCHMARKS.md, "The planner", 2026-1
 
 **Step cost.** Least-squares fits over the engine steps (``inputs.py``; both arms, every
 level; ``fit.py``): verify over every step that decodes, those that prefill a prompt beside
-their decode rows included; draft over the decode-only steps (int_plan_steps)::
+their decode rows included; draft over the decode-only steps (both from int_plan_steps)::
 
     verify_ms(B, D, P) = v0 + v1 * B + v2 * D + v3 * P   B requests in the step, D draft tokens
                                                          verified, P prompt tokens prefilled
