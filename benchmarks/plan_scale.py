@@ -128,6 +128,20 @@ OLD_STAGE_SQL = (
 COMPARED = (f"select * from {plan_inputs.ROUNDS_TABLE}", f"select * from {plan_inputs.STEPS_TABLE}")
 
 
+def _close(a: list, b: list, rel: float = 1e-12) -> bool:
+    """Whether two lists of tables hold the same rows, floats equal to ``rel`` (relative)."""
+
+    def same(x: object, y: object) -> bool:
+        if isinstance(x, float) and isinstance(y, float):
+            return x == y or abs(x - y) <= rel * max(abs(x), abs(y))
+        return x == y
+
+    return len(a) == len(b) and all(
+        len(ta) == len(tb) and all(len(r) == len(q) and all(map(same, r, q)) for r, q in zip(ta, tb))
+        for ta, tb in zip(a, b)
+    )
+
+
 def staging(db: Path, times: int) -> None:
     """The planner's inputs staged from ``db`` the old way (the views) and the new (``inputs.STAGE_SQL``),
     alternately, each in a fresh connection: wall and CPU seconds (this process, DuckDB's threads
@@ -161,6 +175,8 @@ def staging(db: Path, times: int) -> None:
                     "new_cpu_s": round(new_cpu, 2),
                     "cpu_ratio_old_over_new": round(old_cpu / new_cpu, 2),
                     "same_rows": old_rows == new_rows,
+                    # the same but for the last bits of float sums (DuckDB's parallel sums add in any order)
+                    "same_rows_to_1e12": _close(old_rows, new_rows),
                     "load_avg": [round(x, 1) for x in os.getloadavg()],
                 }
             ),
