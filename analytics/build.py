@@ -79,7 +79,9 @@ file, the previous database stays, and the CLI prints one line and exits
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -357,13 +359,16 @@ class _Steps:
 _NO_STEPS = _Steps(None, 0)
 
 
-def _materialize(con, m, schema: str = STORED, steps: _Steps = _NO_STEPS) -> None:
-    """Compute a model once into <schema>.<name>; its view reads the table from now on."""
+def _materialize(con, m, schema: str = STORED, steps: _Steps = _NO_STEPS, *, from_view: bool = True) -> None:
+    """Compute a model once into <schema>.<name>; its view reads the table from now on.
+    ``from_view``: the model's view exists and the table is computed from it; False (a mart,
+    whose view is created here): from the model's SQL, bound once instead of twice."""
     import duckdb  # heavy: duckdb, imported only when used
 
     started = time.perf_counter()
+    query = f'select * from "{m.name}"' if from_view else m.sql
     try:
-        con.execute(f'create table {schema}."{m.name}" as select * from "{m.name}"')
+        con.execute(f'create table {schema}."{m.name}" as\n{query}')
     except duckdb.Error as exc:
         raise SpecdecError(f"{m.path}: {' '.join(str(exc).split())}") from None
     con.execute(f'create or replace view "{m.name}" as select * from {schema}."{m.name}"')
@@ -405,12 +410,40 @@ def _fill_inputs(models, working_inputs: dict[str, set[str]], working: set[str])
     names as a word, if it is one, and the working models those read (the names are found,
     not declared, so they cannot go stale; a mart named there counts with its inputs
     whether or not it is stored yet)."""
-    source = "\n".join(inspect.getsource(c) for c in COMPUTED)
     out: set[str] = set()
-    for m in models:
-        if re.search(rf"\b{m.name}\b", source):
-            out |= working_inputs[m.name] | ({m.name} & working)
+    for m in _named_by_fills(models):
+        out |= working_inputs[m.name] | ({m.name} & working)
     return out
+
+
+@functools.cache
+def _computed_source() -> str:
+    """The string literals of the computed tables' modules, their docstrings left out: the SQL
+    their fills run (and a name they ask ``has_view`` about) is there, their prose is not."""
+    texts: list[str] = []
+    for module in COMPUTED:
+        tree = ast.parse(inspect.getsource(module))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        texts += [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+        ]
+    return "\n".join(texts)
+
+
+def _named_by_fills(models) -> list:
+    """The models the computed tables' fills may read: those their modules' string literals name
+    as a word (the names are found, not declared, so they cannot go stale)."""
+    source = _computed_source()
+    return [m for m in models if re.search(rf"\b{m.name}\b", source)]
 
 
 class _Working:
@@ -492,7 +525,19 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
     con.execute(f"attach ':memory:' as {WORK}")
     marts = [m for m in models if m.materialized and m.layer == "marts"]
     working = _Working(con, models, steps)
+    # a mart's view comes with its table (_materialize), its SQL bound once (a third less time for
+    # a small run's build): the marts are stored in dependency order, so each is in place before a
+    # mart that reads it. One that a model outside the marts or a computed table's fill may read
+    # (which runs beside the marts) gets its view here.
+    read_early = {d for m in models if m.layer != "marts" for d in m.depends_on}
+    read_early |= {m.name for m in _named_by_fills(models)}
+    for m in reversed(models):  # and what those read
+        if m.name in read_early:
+            read_early |= m.depends_on
+    lazy = {m.name for m in marts if m.name not in read_early}
     for m in models:
+        if m.name in lazy:
+            continue
         try:
             con.execute(f"create view {m.name} as\n{m.sql}")
         except duckdb.Error as exc:
@@ -508,13 +553,13 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
         try:
             for m in marts:
                 if m.name not in later:
-                    _materialize(con, m, steps=steps)
+                    _materialize(con, m, steps=steps, from_view=m.name not in lazy)
                     working.done(m.name, fill_running=not filled.done())
         finally:
             filled.result()
     for m in marts:
         if m.name in later:
-            _materialize(con, m, steps=steps)
+            _materialize(con, m, steps=steps, from_view=m.name not in lazy)
             working.done(m.name, fill_running=False)
     working.close()  # the marts are stored: the working tables go, the views compute again
     con.execute(

@@ -40,11 +40,11 @@ LONG = "select count(*) from range(100000) a, range(100000) b where a.range * b.
 if hook == "mart":
     from specdec.analytics import build as b
     real = b._materialize
-    def _materialize(con, m, schema=b.STORED, steps=b._NO_STEPS):
+    def _materialize(con, m, schema=b.STORED, steps=b._NO_STEPS, **kw):
         if schema == b.STORED and not ready.exists():
             ready.write_text("mart")
             con.execute(LONG).fetchall()
-        return real(con, m, schema, steps)
+        return real(con, m, schema, steps, **kw)
     b._materialize = _materialize
 elif hook == "bootstrap":
     from specdec.analytics.plan import run
