@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,49 +12,30 @@ FIXTURES = Path(__file__).parent / "fixtures"
 def pytest_collection_modifyitems(config, items):
     """A test marked ``first_on_pair`` runs first (the sidecar's: it needs the session's vLLM pair
     fresh, its counters and capture folder its own); a test marked ``last_on_pair`` runs last (the
-    stability test's kill ends the pair's baseline server). Then the engine tests that serve with llama.cpp (marker ``llama_cpp``) run first, the ones that
-    use the session's vLLM pair first among them (the two-engine run: it starts the pair, which then
-    idles at no CPU cost until the vLLM tests use it), in their collection order otherwise.
-    `make test` (tools/make_test.sh) starts the tests that start no engine beside the engine tests
-    only once the llama.cpp tests have ended (``LLAMA_CPP_DONE``): llama-server's threads wait for
-    one another at every step, so beside that work its tests ran 2-13x slower (2026-12-06: the whole
-    replay 136 s against 54, a draft-model check 63 s against 5), while vLLM's were within 10%."""
+    stability test's kill ends the pair's baseline server); the others in their collection order."""
 
     def order(item):
         first = item.get_closest_marker("first_on_pair") is not None
         last = item.get_closest_marker("last_on_pair") is not None
-        llama = item.get_closest_marker("llama_cpp") is not None
-        return (last, not first, not llama, not (llama and "vllm_pair" in getattr(item, "fixturenames", ())))
+        return (last, not first)
 
     items.sort(key=order)
-    llama = [item.nodeid for item in items if item.get_closest_marker("llama_cpp") is not None]
-    config.stash[_LAST_LLAMA] = llama[-1] if llama else None
-    if not llama:
-        _llama_cpp_done()
 
 
-#: a file this session creates once its llama.cpp tests have ended, their fixtures torn down (none
-#: selected: at once; at the latest when the session ends): tools/make_test.sh starts the no-engine
-#: tests then
-LLAMA_CPP_DONE = "SPECDEC_LLAMA_CPP_DONE"
-_LAST_LLAMA = pytest.StashKey[str | None]()
+@pytest.fixture(autouse=True, scope="session")
+def _llama_server_on_one_thread():
+    """A run's llama-server computes on one thread in the tests (``SERVE_THREADS``; two in the
+    product): `make test` runs the tests without engine beside the engine tests, and two threads of
+    one llama-server wait for each other at every step of the graph, so a step stalls whenever either
+    is descheduled (beside that work, 2026-12-06: a whole replay 136 s against 54 alone, a
+    draft-model check 63 s against 5). One thread has no one to wait for."""
+    from specdec.engines.llama_cpp import embedded
+    from tests.support.engine_servers import LLAMA_TEST_THREADS
 
-
-def _llama_cpp_done() -> None:
-    flag = os.environ.get(LLAMA_CPP_DONE)
-    if flag and not Path(flag).exists():
-        Path(flag).write_text("done\n")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item, nextitem):
+    saved = embedded.SERVE_THREADS
+    embedded.SERVE_THREADS = LLAMA_TEST_THREADS
     yield
-    if item.nodeid == item.config.stash.get(_LAST_LLAMA, None):
-        _llama_cpp_done()
-
-
-def pytest_sessionfinish(session, exitstatus):
-    _llama_cpp_done()
+    embedded.SERVE_THREADS = saved
 
 
 @pytest.fixture(autouse=True)

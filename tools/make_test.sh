@@ -3,23 +3,21 @@
 # the tests' counts over both pytest runs, printed also when a part fails.
 #
 # The set-up goes first (nothing runs without it). Then two lines of work at once:
-# - in the foreground, the engine tests, one at a time: the llama.cpp ones first (tests/conftest.py),
-#   then vLLM's, which share one pair of vLLM servers per session; a vLLM CPU worker computes on one
-#   core while its API server, the test's client and the analytics take turns on the other, which
-#   is idle much of the time;
+# - in the foreground, the engine tests, one at a time (the vLLM ones share one pair of vLLM servers
+#   per session); a vLLM CPU worker computes on one core while its API server, the test's client and
+#   the analytics take turns on the other, which is idle much of the time; llama-server computes on
+#   one thread in the tests (tests/conftest.py says why);
 # - beside them, at nice 10 (they take the idle time and give way when the engine tests need
-#   the CPU): lint, types and the import contract at once, then, once the llama.cpp tests have
-#   ended (the engine run creates $logs/llama-done: SPECDEC_LLAMA_CPP_DONE), the tests that start
-#   no engine on three xdist workers (independent: temporary folders, free ports). Three, not two:
+#   the CPU): lint, types and the import contract at once, then the tests that start no engine on
+#   three xdist workers (independent: temporary folders, free ports). Three, not two:
 #   they wait on fake servers, subprocesses and timeouts part of the time, so two workers leave a
 #   core idle (2026-12-07, alone on this 2-core host: 512 s on 2 workers at 1.54 cores busy, 421 s
 #   on 3 at 1.88). Each file's tests go to one worker (--dist loadfile): a module's fixtures are
 #   set up once and a heavy import (vLLM's scheduler and runner: 11-13 CPU s a process) happens in
 #   fewer workers (2026-12-07, alone: 601 CPU s and 334 s wall, against 645 and 349 s with the
 #   tests dealt one by one).
-#   llama-server's threads spin beside that much work (2-13x slower); the checks are one process.
-#   Their output is kept and printed when the engine tests end, not interleaved with theirs; the
-#   summary says how long the line waited.
+#   The checks are one process. Their output is kept and printed when the engine tests end, not
+#   interleaved with theirs.
 # --durations prints the slowest tests of each run (the figures of BENCHMARKS.md's test-suite table).
 #
 # Called by the Makefile as `tools/make_test.sh MAKE PYTHON` (MAKE runs the set-up and check
@@ -121,20 +119,15 @@ fi
 
 # 2. the engine tests in the foreground, started as a job and waited for, so that a SIGTERM to
 # this script is handled at once (bash runs a trap only between commands; `wait` is interruptible)
-echo "== make test: engine tests (one at a time; llama.cpp's first)"
+echo "== make test: engine tests (one at a time)"
 t0=$(date +%s.%N)
-SPECDEC_LLAMA_CPP_DONE="$logs/llama-done" pytest_ -m engine --durations=40 > >(tee "$logs/engine.log") 2>&1 &
+pytest_ -m engine --durations=40 > >(tee "$logs/engine.log") 2>&1 &
 fg=$!
-export fg
 
-# 3. the background line (its own process group, so that it can be stopped whole); the no-engine
-# tests wait for the llama.cpp tests' end (or the engine run's, should it stop first)
-echo "== make test: beside the engine tests, at nice 10: lint, types, imports, then, after the llama.cpp tests, the tests without engine (output when the engine tests end)"
+# 3. the background line (its own process group, so that it can be stopped whole)
+echo "== make test: beside the engine tests, at nice 10: lint, types, imports, then the tests without engine (output when the engine tests end)"
 setsid nice -n 10 bash -c '
 bg_part checks "$MAKE_CMD" --no-print-directory lint types imports
-t0=$(date +%s.%N)
-while [ ! -e "$logs/llama-done" ] && kill -0 "$fg" 2>/dev/null; do sleep 0.5; done
-span "$t0" "$(date +%s.%N)" >"$logs/waited.s"
 bg_part no-engine bash -c "pytest_ -m \"not engine\" -n $WORKERS --dist loadfile --durations=15"' &
 bg=$!
 wait "$fg"
@@ -153,7 +146,6 @@ for part in "checks:lint, types, imports (beside)" "no-engine:tests without engi
     record "$title" "$(cat "$logs/$name.s" 2>/dev/null || echo -)"
     part_rc=$(cat "$logs/$name.rc" 2>/dev/null || echo 1)
     [ "$part_rc" = 0 ] || rc=$part_rc
-    [ "$name" = checks ] && record "  then waiting for the llama.cpp tests to end" "$(cat "$logs/waited.s" 2>/dev/null || echo -)"
 done
 record "engine tests, one at a time" "$engine_s"
 [ "$engine_rc" = 0 ] || rc=$engine_rc

@@ -27,6 +27,7 @@ from specdec.model import find_gguf
 from specdec.replay.http.client import build_payload, stream_payload
 from specdec.replay.http.stream import StreamPool
 from specdec.schemas.records import TrafficRow
+from tests.support.engine_servers import LLAMA_TEST_THREADS
 
 pytestmark = [pytest.mark.engine, pytest.mark.llama_cpp]
 
@@ -68,7 +69,7 @@ def _replay(base_url: str):
 
 
 def test_ngram_mod_stats_reconcile_with_the_counters(tmp_path, llama_server_binary):
-    engine = LlamaCpp(binary=llama_server_binary)
+    engine = LlamaCpp(binary=llama_server_binary, threads=LLAMA_TEST_THREADS)
     arm = Arm("ngram-mod", {"type": "ngram-mod"})
     with LlamaServer(arm, find_gguf(), tmp_path / "server.log", engine) as server:
         before = _metrics(server.base_url)
@@ -100,7 +101,7 @@ def test_a_draft_model_reconciles_and_drafts_itself_almost_perfectly(tmp_path, l
     drafted token is accepted (the quantized draft and target run the same weights but not
     always the same batch shapes: a few rejections are possible). The stats reconcile with
     the counters to the token, as for ngram-mod."""
-    engine = LlamaCpp(binary=llama_server_binary)
+    engine = LlamaCpp(binary=llama_server_binary, threads=LLAMA_TEST_THREADS)
     gguf = find_gguf()
     with LlamaServer(
         Arm("draft", {"type": "draft-simple", "draft_model": str(gguf)}), gguf, tmp_path / "server.log", engine
@@ -118,7 +119,7 @@ def test_a_draft_model_reconciles_and_drafts_itself_almost_perfectly(tmp_path, l
 
 
 def test_a_baseline_server_reports_no_drafts(tmp_path, llama_server_binary):
-    engine = LlamaCpp(binary=llama_server_binary)
+    engine = LlamaCpp(binary=llama_server_binary, threads=LLAMA_TEST_THREADS)
     with LlamaServer(Arm("baseline", None), find_gguf(), tmp_path / "server.log", engine) as server:
         results = _replay(server.base_url)
         after = engine.parse_counters(_metrics(server.base_url))

@@ -52,6 +52,9 @@ from specdec.replay.runner import request_id_prefix
 #: the plugin's run id on the shared servers; a replay's rows are re-labelled with its own on import
 SHARED_RUN_ID = "shared"
 
+#: Threads of a llama-server the engine tests start (tests/conftest.py says why one)
+LLAMA_TEST_THREADS = 1
+
 
 @dataclass(frozen=True)
 class ServerPair:

@@ -27,6 +27,9 @@ LLAMA_SLOT_CONTEXT = ServerSpec.max_model_len
 #: requests of one repeat in 267 s at -t 2 and 113 s at -t 1 (load 1-4). Both arms use the same count,
 #: so each ratio is like for like.
 PROBE_THREADS = 1
+#: Threads of a run's llama-server (``-t``): the two cores of the project's reference host. The engine
+#: tests serve with one (tests/conftest.py), as the tests without engine run beside them.
+SERVE_THREADS = 2
 
 
 class EmbeddedLlamaCpp(EmbeddedEngine):
@@ -48,7 +51,7 @@ class EmbeddedLlamaCpp(EmbeddedEngine):
         slots = settings.max_in_flight  # one slot per request in flight; -c is the whole context, shared by the slots
         self.adapter = LlamaCpp(
             build.build_llama_server().path,  # looked up when called (tests put a stub server here)
-            threads=2,
+            threads=SERVE_THREADS,
             context=LLAMA_SLOT_CONTEXT * slots,
             slots=slots,
             prompt_cache=settings.prefix_cache == "keep",
