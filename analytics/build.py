@@ -417,9 +417,9 @@ def _fill_inputs(models, working_inputs: dict[str, set[str]], working: set[str])
 
 
 @functools.cache
-def _computed_source() -> str:
-    """The string literals of the computed tables' modules, their docstrings left out: the SQL
-    their fills run (and a name they ask ``has_view`` about) is there, their prose is not."""
+def _computed_words() -> frozenset[str]:
+    """The words of the string literals of the computed tables' modules, their docstrings left out:
+    the SQL their fills run (and a name they ask ``has_view`` about) is there, their prose is not."""
     texts: list[str] = []
     for module in COMPUTED:
         tree = ast.parse(inspect.getsource(module))
@@ -436,14 +436,14 @@ def _computed_source() -> str:
             for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
         ]
-    return "\n".join(texts)
+    return frozenset(re.findall(r"\w+", "\n".join(texts)))
 
 
 def _named_by_fills(models) -> list:
     """The models the computed tables' fills may read: those their modules' string literals name
     as a word (the names are found, not declared, so they cannot go stale)."""
-    source = _computed_source()
-    return [m for m in models if re.search(rf"\b{m.name}\b", source)]
+    words = _computed_words()
+    return [m for m in models if m.name in words]
 
 
 class _Working:
