@@ -406,10 +406,9 @@ def _working_inputs(models, working: set[str]) -> dict[str, set[str]]:
 
 
 def _fill_inputs(models, working_inputs: dict[str, set[str]], working: set[str]) -> set[str]:
-    """The working models the computed tables' fills read: every model their modules' source
-    names as a word, if it is one, and the working models those read (the names are found,
-    not declared, so they cannot go stale; a mart named there counts with its inputs
-    whether or not it is stored yet)."""
+    """The working models the computed tables' fills read: every model their modules' string
+    literals name (``_named_by_fills``), if it is one, and the working models those read (a mart
+    named there counts with its inputs whether or not it is stored yet)."""
     out: set[str] = set()
     for m in _named_by_fills(models):
         out |= working_inputs[m.name] | ({m.name} & working)
@@ -525,7 +524,7 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
     con.execute(f"attach ':memory:' as {WORK}")
     marts = [m for m in models if m.materialized and m.layer == "marts"]
     working = _Working(con, models, steps)
-    # a mart's view comes with its table (_materialize), its SQL bound once (a third less time for
+    # a mart's view comes with its table (_materialize), its SQL bound once (a fifth less time for
     # a small run's build): the marts are stored in dependency order, so each is in place before a
     # mart that reads it. One that a model outside the marts or a computed table's fill may read
     # (which runs beside the marts) gets its view here.
