@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -133,7 +134,7 @@ def _close(a: list, b: list, rel: float = 1e-12) -> bool:
 
     def same(x: object, y: object) -> bool:
         if isinstance(x, float) and isinstance(y, float):
-            return x == y or abs(x - y) <= rel * max(abs(x), abs(y))
+            return math.isclose(x, y, rel_tol=rel)
         return x == y
 
     return len(a) == len(b) and all(
