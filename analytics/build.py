@@ -287,11 +287,17 @@ def raw_select(con, raw: RawInput) -> str:
     would read 1); the build has checked that the two agree. The paths are resolved
     (``runs/latest`` is a link that moves on to the next run: the view must not).
     A column a file may lack (``absent_as_null``) reads as NULL from it; a derived
-    column (``sources.DERIVED``) is computed where a file lacks it or may hold a null."""
+    column (``sources.DERIVED``) is computed where a file lacks it or may hold a null;
+    a column files of an older version hold under a former name (``raw.former``)
+    is read from that name, or from either where the files' versions differ."""
     nowhere = {name for name, count in raw.absent.items() if count == len(raw.files)}
     derived = DERIVED.get(raw.table, {})
+    mixed = {name for name, (_, count) in raw.former.items() if count < len(raw.files)}
 
     def column(name: str) -> str:
+        if name in raw.former:
+            then = _ident(raw.former[name][0])
+            return f"coalesce({_ident(name)}, {then})" if name in mixed else then
         if name in derived and name in nowhere:
             return derived[name]
         if name in derived and (name in raw.absent or name in raw.partial):
@@ -300,7 +306,7 @@ def raw_select(con, raw: RawInput) -> str:
 
     cols = ", ".join(f'cast({column(name)} as {dtype}) as "{name}"' for name, dtype in duckdb_columns(con, raw.schema))
     files = ", ".join(_quoted(str(f.resolve())) for f in raw.files)
-    union = ", union_by_name = true" if len(raw.absent) > len(nowhere) else ""
+    union = ", union_by_name = true" if len(raw.absent) > len(nowhere) or mixed else ""
     return f"select {cols} from read_parquet([{files}], hive_partitioning = false{union})"
 
 

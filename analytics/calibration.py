@@ -372,7 +372,7 @@ def estimate(con, run_id: str | None = None) -> dict:
     deviations, and the order effect as a log ratio."""
     where = "where comparison = 'ab'" + (f" and run_id = '{run_id}'" if run_id else "")
     rows = con.execute(
-        f"select run_id, category, concurrency, prompt_id, repeat, avg(log_ratio) "
+        f"select run_id, category, level, prompt_id, repeat, avg(log_ratio) "
         f"from int_requests_paired {where} group by all"
     ).fetchall()
     order_of = _order_of(con)

@@ -229,7 +229,7 @@ TRAFFIC_CHECKS = [
 KEYS = {
     "rounds": ("process_token", "engine_request_id", "round_index"),
     "requests": ("request_id", "success"),
-    "engine_counters": ("arm", "concurrency", "repeat", "position"),
+    "engine_counters": ("arm", "level", "repeat", "position"),
     "traffic": ("prompt_id",),
 }
 

@@ -5,7 +5,8 @@ and column (never a traceback from DuckDB later, at query time).
 Two depths (``check_file``):
 
 * **footer** (always, every file; metadata only, so cheap at any size):
-  the footer reads; ``schema_version`` is the one this specdec reads; every
+  the footer reads; ``schema_version`` is one this specdec reads (an older
+  version's columns are read under today's names, ``FORMER_NAMES``); every
   column of the record is there (but a column the record marks
   ``absent_as_null``, a nullable field with the default None, e.g. one added
   after the file was written: it reads as NULL), with a type that casts to the record's
@@ -39,9 +40,9 @@ import pyarrow.parquet as pq
 
 from specdec.errors import InputFileError
 from specdec.schemas.arrow import absent_as_null
-from specdec.schemas.records import SCHEMA_VERSION
+from specdec.schemas.records import FORMER_NAMES, READ_SCHEMA_VERSIONS
 
-__all__ = ["FULL_CHECK_BYTES", "FileCheck", "check_file", "read_parquet_checked"]
+__all__ = ["FULL_CHECK_BYTES", "FileCheck", "check_file", "former_names", "read_parquet_checked"]
 
 #: Inputs up to this many bytes in all are read in full by default (``--validate auto``).
 FULL_CHECK_BYTES = 256 * 2**20
@@ -59,6 +60,22 @@ def _open(path: Path) -> pq.ParquetFile:
         raise InputFileError(path, f"not a readable Parquet file, truncated or corrupted ({_why(exc)})") from None
 
 
+def former_names(have_schema: pa.Schema) -> dict[str, str]:
+    """The columns a file of an older version holds under a former name: name now ->
+    the file's name (``FORMER_NAMES``, by the file's ``schema_version``)."""
+    version = (have_schema.metadata or {}).get(b"schema_version", b"").decode()
+    present = set(have_schema.names)
+    return {now: then for now, then in FORMER_NAMES.get(version, {}).items() if then in present}
+
+
+def _today(have_schema: pa.Schema, renamed: dict[str, str]) -> pa.Schema:
+    """The file's schema under today's column names."""
+    if not renamed:
+        return have_schema
+    back = {then: now for now, then in renamed.items()}
+    return pa.schema([f.with_name(back.get(f.name, f.name)) for f in have_schema], metadata=have_schema.metadata)
+
+
 @dataclass(frozen=True)
 class _Footer:
     """What the checks read of a file's footer, read once per file: pyarrow builds
@@ -66,9 +83,10 @@ class _Footer:
     are lists over the footer (on a lake of 3,000 files, ``find_inputs`` took 1.23-1.30 CPU s
     with them read once per file, 1.62-1.71 with them read once per check)."""
 
-    schema: pa.Schema  # the file's Arrow schema
-    leaves: dict[str, int]  # column path -> column index in the footer
+    schema: pa.Schema  # the file's Arrow schema, under today's column names
+    leaves: dict[str, int]  # column path (today's name) -> column index in the footer
     offsets: list[int]  # the first row of each row group, counted from 0 in the file
+    renamed: dict[str, str]  # former_names: today's name -> the file's
 
     @classmethod
     def of(cls, pf: pq.ParquetFile) -> _Footer:
@@ -77,15 +95,19 @@ class _Footer:
         for i in range(pf.num_row_groups):
             offsets.append(total)
             total += meta.row_group(i).num_rows
-        leaves = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
-        return cls(pf.schema_arrow, leaves, offsets)
+        renamed = former_names(pf.schema_arrow)
+        back = {then: now for now, then in renamed.items()}
+        leaves = {back.get(p, p): j for j in range(meta.num_columns) if (p := meta.schema.column(j).path)}
+        return cls(_today(pf.schema_arrow, renamed), leaves, offsets, renamed)
 
 
 def _check_header(path: Path, schema: pa.Schema, have_schema: pa.Schema) -> None:
-    """``have_schema``: the file's Arrow schema (``_Footer.schema``, or ``schema_arrow``)."""
+    """``have_schema``: the file's Arrow schema under today's names (``_Footer.schema``)."""
     version = (have_schema.metadata or {}).get(b"schema_version", b"").decode() or None
-    if version != SCHEMA_VERSION:
-        raise InputFileError(path, f"schema_version is {version!r}, this specdec reads {SCHEMA_VERSION!r}")
+    if version not in READ_SCHEMA_VERSIONS:
+        raise InputFileError(
+            path, f"schema_version is {version!r}, this specdec reads {' or '.join(map(repr, READ_SCHEMA_VERSIONS))}"
+        )
     present = set(have_schema.names)
     missing = [f.name for f in schema if f.name not in present and not absent_as_null(f)]
     if missing:
@@ -140,9 +162,9 @@ def _check_nulls(path: Path, pf: pq.ParquetFile, schema: pa.Schema, footer: _Foo
             if stats is not None and stats.has_null_count:
                 nulls = stats.null_count
                 if nulls and first is None:
-                    first = offsets[i] + _first_null(_read(path, pf, i, want.name))
+                    first = offsets[i] + _first_null(_read(path, pf, i, footer.renamed.get(want.name, want.name)))
             else:  # no statistics, or a list column: read it
-                column = _read(path, pf, i, want.name)
+                column = _read(path, pf, i, footer.renamed.get(want.name, want.name))
                 nulls = column.null_count
                 if nulls and first is None:
                     first = offsets[i] + _first_null(column)
@@ -163,25 +185,28 @@ def _read(path: Path, pf: pq.ParquetFile, group: int, name: str):
         ) from None
 
 
-def _read_group(pf: pq.ParquetFile, i: int, schema: pa.Schema) -> pa.Table:
-    """Row group ``i`` with the record's columns in order; a column the file lacks
-    (``absent_as_null``, checked by ``_check_header``) is all NULL."""
+def _read_group(pf: pq.ParquetFile, i: int, schema: pa.Schema, renamed: dict[str, str]) -> pa.Table:
+    """Row group ``i`` with the record's columns in order, under today's names (``renamed``:
+    ``former_names``); a column the file lacks (``absent_as_null``, checked by
+    ``_check_header``) is all NULL."""
     present = set(pf.schema_arrow.names)
-    group = pf.read_row_group(i, columns=[n for n in schema.names if n in present])
+    wanted = [(n, renamed.get(n, n)) for n in schema.names if renamed.get(n, n) in present]
+    group = pf.read_row_group(i, columns=[then for _, then in wanted]).rename_columns([now for now, _ in wanted])
+    present = {now for now, _ in wanted}
     for j, field in enumerate(schema):
         if field.name not in present:
             group = group.add_column(j, field.name, pa.nulls(group.num_rows, field.type))
     return group.select(schema.names)
 
 
-def _read_all(path: Path, pf: pq.ParquetFile, schema: pa.Schema) -> None:
+def _read_all(path: Path, pf: pq.ParquetFile, schema: pa.Schema, renamed: dict[str, str]) -> None:
     """Every row group, pages checksummed, values cast; nulls counted on the data."""
     nulls: dict[str, list[int]] = {}  # column -> [count, first row]
     types = pa.schema([f.with_nullable(True) for f in schema])  # nulls are counted, not cast
     offset = 0
     for i in range(pf.num_row_groups):
         try:
-            group = _read_group(pf, i, schema)
+            group = _read_group(pf, i, schema, renamed)
         except Exception as exc:  # decompression, page header, checksum ...
             raise InputFileError(
                 path,
@@ -237,6 +262,7 @@ class FileCheck:
     rows: int
     absent: tuple[str, ...]
     partial: tuple[str, ...] = ()  # of the ``derived`` columns asked about: present, may hold a null
+    renamed: tuple[tuple[str, str], ...] = ()  # the record's columns the file holds under a former name: (now, then)
 
 
 def _may_hold_null(pf: pq.ParquetFile, name: str, footer: _Footer) -> bool:
@@ -267,14 +293,16 @@ def check_file(
         footer = _Footer.of(pf)
         _check_header(path, schema, footer.schema)
         if full:
-            _read_all(path, pf, schema)
+            _read_all(path, pf, schema, footer.renamed)
         else:
             _check_nulls(path, pf, schema, footer)
         if run_id is not None:
             _check_run_id(path, pf, run_id, whose, footer)
         present = set(footer.schema.names)
         partial = tuple(n for n in derived if n in present and _may_hold_null(pf, n, footer))
-        return FileCheck(pf.metadata.num_rows, tuple(n for n in schema.names if n not in present), partial)
+        absent = tuple(n for n in schema.names if n not in present)
+        renamed = tuple((now, then) for now, then in footer.renamed.items() if now in schema.names)
+        return FileCheck(pf.metadata.num_rows, absent, partial, renamed)
 
 
 def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
@@ -282,11 +310,12 @@ def read_parquet_checked(path: Path, schema: pa.Schema) -> pa.Table:
     where known, the row group, row and column."""
     pf = _open(path)
     with pf:
-        _check_header(path, schema, pf.schema_arrow)
+        renamed = former_names(pf.schema_arrow)
+        _check_header(path, schema, _today(pf.schema_arrow, renamed))
         groups = []
         for i in range(pf.num_row_groups):
             try:
-                groups.append(_read_group(pf, i, schema))
+                groups.append(_read_group(pf, i, schema, renamed))
             except Exception as exc:  # decompression, page header, checksum ...
                 raise InputFileError(
                     path,

@@ -139,13 +139,13 @@ METHOD = (
     "analytics/labels.py."
 )
 
-_COLUMNS = """run_id varchar, comparison varchar, category varchar, concurrency integer, segment varchar,
+_COLUMNS = """run_id varchar, comparison varchar, category varchar, level integer, segment varchar,
     "interval" varchar, ci_low double, ci_high double, ci_level double, df double, p_value double,
     family_size integer, label varchar, clears_margin boolean, detectable_effect double, repeats_needed integer,
     margin double, method varchar, noise_ratio double, equivalence_low double, equivalence_high double"""
 _WIDTH = 20  # columns of a compute() row (the table adds run_id)
 
-GroupKey = tuple  # (comparison, category, concurrency)
+GroupKey = tuple  # (comparison, category, level)
 Summed = list  # [sum, count]
 
 
@@ -156,16 +156,16 @@ def geometric_mean(log_ratios: Iterable[float]) -> float:
 
 
 def _by_repeat(repeats: Iterable[tuple], blocks: Iterable[tuple]) -> dict:
-    """Per group (comparison, category, concurrency): the summed log ratios by
+    """Per group (comparison, category, level): the summed log ratios by
     repeat (blocks go to the group '(system)'). ``repeats`` rows end in (log
     ratio sum, count): one pair each, or a repeat's pairs summed."""
     by_repeat: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-    for comparison, category, concurrency, repeat, total, n in repeats:
-        acc = by_repeat[comparison, category, concurrency][repeat]
+    for comparison, category, level, repeat, total, n in repeats:
+        acc = by_repeat[comparison, category, level][repeat]
         acc[0] += total
         acc[1] += n
-    for comparison, concurrency, repeat, log_ratio in blocks:
-        acc = by_repeat[comparison, SYSTEM, concurrency][repeat]
+    for comparison, level, repeat, log_ratio in blocks:
+        acc = by_repeat[comparison, SYSTEM, level][repeat]
         acc[0] += log_ratio
         acc[1] += 1
     return by_repeat
@@ -184,7 +184,7 @@ NoiseModel = Callable[[Mapping[tuple, float], Mapping[tuple, float], frozenset],
 
 def _series(figures: Mapping[GroupKey, Mapping[int, float]]) -> dict[tuple, dict[tuple[int, int], float]]:
     """Per series (comparison, category, segment-or-None): its block figures keyed by
-    (level, repeat). Keys of ``figures``: (comparison, category, concurrency[, segment])."""
+    (level, repeat). Keys of ``figures``: (comparison, category, level[, segment])."""
     series: dict[tuple, dict[tuple[int, int], float]] = defaultdict(dict)
     for key, reps in figures.items():
         skey = (key[0], key[1], key[3] if len(key) > 3 else None)
@@ -396,11 +396,11 @@ def _prompts_row(key: tuple, prompts: tuple[Sequence[float], Sequence[int]], g: 
 def _fit_rows(found: Mapping[int, LevelFit]) -> list[tuple]:
     """The calibration check (``fit.py``): one row per category and level tested."""
     out: list[tuple] = []
-    for concurrency, fit in sorted(found.items()):
+    for level, fit in sorted(found.items()):
         for category, ratio in sorted(fit.ratio.items()):
             out.append(
                 _row(
-                    ("ab", category, concurrency),
+                    ("ab", category, level),
                     None,
                     "fit",
                     (None, None),
@@ -435,25 +435,25 @@ def compute(
 ) -> list[tuple]:
     """Rows of ``int_speedup_intervals`` (without run_id).
 
-    ``pairs``: (comparison, category, concurrency, prompt_id, repeat, log_ratio)
-    from ``int_requests_paired``; ``blocks``: (comparison, concurrency, repeat,
+    ``pairs``: (comparison, category, level, prompt_id, repeat, log_ratio)
+    from ``int_requests_paired``; ``blocks``: (comparison, level, repeat,
     log_ratio) from ``int_blocks_paired``; ``segments``: (category,
-    concurrency, segment, prompt_id, repeat, log_ratio) from
+    level, segment, prompt_id, repeat, log_ratio) from
     ``int_natural_end_pairs`` (split pairs only); ``times``: the weighted
     categories' mean times per level and repeat (``_weighted``); ``margin``:
     the run's declared margin; ``noise_model``: how a series' block noise is
     estimated (``variance.level_noise``; the calibration benchmark plants
-    others); ``order``: per (concurrency, repeat), +1/2 where the speculative
+    others); ``order``: per (level, repeat), +1/2 where the speculative
     arm's block ran second, -1/2 where it ran first (absent: unknown, no
-    order effect fitted); ``pool_alpha``: the pooling test's threshold. Returns (comparison, category, concurrency,
+    order effect fitted); ``pool_alpha``: the pooling test's threshold. Returns (comparison, category, level,
     segment, interval, ci_low, ci_high, ci_level, df, p_value, family_size,
     label, clears_margin, detectable_effect, repeats_needed, margin, method,
     noise_ratio, equivalence_low, equivalence_high: the family rows' 1 - 2 alpha interval that
     equivalence reads). 'aa' pairs and blocks are ignored (see the module docstring)."""
     pairs = list(pairs)
     by_prompt: dict[tuple, dict[str, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-    for comparison, category, concurrency, prompt_id, _repeat, log_ratio in pairs:
-        acc = by_prompt[comparison, category, concurrency][prompt_id]
+    for comparison, category, level, prompt_id, _repeat, log_ratio in pairs:
+        acc = by_prompt[comparison, category, level][prompt_id]
         acc[0] += log_ratio
         acc[1] += 1
     prompts = {
@@ -487,10 +487,10 @@ def compute_summed(
     correlated: bool = True,
 ) -> list[tuple]:
     """``compute`` from the pairs already summed, as ``fill`` reads them from
-    DuckDB. ``repeats``: (comparison, category, concurrency, repeat, log ratio
-    sum, count); ``prompts``: per group (comparison, category, concurrency),
+    DuckDB. ``repeats``: (comparison, category, level, repeat, log ratio
+    sum, count); ``prompts``: per group (comparison, category, level),
     the per-prompt log ratio sums and counts; ``segments``: (category,
-    concurrency, segment, repeat, log ratio sum, count)."""
+    level, segment, repeat, log ratio sum, count)."""
     order = order or {}
     block_means = {key: _means(reps) for key, reps in _by_repeat(repeats, blocks).items()}
     ab = {k: v for k, v in block_means.items() if k[0] == "ab"}
@@ -517,8 +517,8 @@ def compute_summed(
     out += _fit_rows(found)
 
     by_segment: dict[tuple, dict[int, Summed]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-    for category, concurrency, segment, repeat, total, n in segments:
-        acc = by_segment[category, concurrency, segment][repeat]
+    for category, level, segment, repeat, total, n in segments:
+        acc = by_segment[category, level, segment][repeat]
         acc[0] += total
         acc[1] += n
     seg_means = {("ab", cat, lv, seg): _means(reps) for (cat, lv, seg), reps in by_segment.items()}
@@ -536,16 +536,16 @@ def _weighted(
     """Measurement rows for the weighted overall speedup (``speedup_weighted``,
     category '(weighted)'): its own series of block figures.
 
-    ``times``: (concurrency, repeat, category, weight, baseline mean e2e,
+    ``times``: (level, repeat, category, weight, baseline mean e2e,
     speculative mean e2e) per weighted category (weight > 0) with pairs in
     that repeat. A repeat's block figure is ln(sum w Tb / sum w Ts) over the
     level's weighted categories, used only when every one of them has pairs in
     that repeat; the interval needs 2 such repeats, like the speedup mart's."""
     level_categories: dict[int, set[str]] = defaultdict(set)
     sums: dict[tuple[int, int], list] = defaultdict(lambda: [0.0, 0.0, set()])
-    for concurrency, repeat, category, weight, base_ms, spec_ms in times:
-        level_categories[concurrency].add(category)
-        acc = sums[concurrency, repeat]
+    for level, repeat, category, weight, base_ms, spec_ms in times:
+        level_categories[level].add(category)
+        acc = sums[level, repeat]
         acc[0] += weight * base_ms
         acc[1] += weight * spec_ms
         acc[2].add(category)
@@ -604,16 +604,16 @@ def sequential_looks(con) -> dict[str, tuple[list, bool]]:
 
 
 def arm_order(con) -> dict[str, dict[tuple[int, int], float]]:
-    """Per run, per (concurrency, repeat): +1/2 where the speculative arm's block started second,
+    """Per run, per (level, repeat): +1/2 where the speculative arm's block started second,
     -1/2 where it started first (the arm-order fixed effect), from the requests' send times."""
     order: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
-    for run_id, concurrency, repeat, second in con.execute("""
-            select run_id, concurrency, repeat,
+    for run_id, level, repeat, second in con.execute("""
+            select run_id, level, repeat,
                    min(wall_send_ns) filter (where arm = 'speculative')
                    > min(wall_send_ns) filter (where arm = 'baseline')
             from int_requests_measured group by all""").fetchall():
         if second is not None:
-            order[run_id][concurrency, repeat] = 0.5 if second else -0.5
+            order[run_id][level, repeat] = 0.5 if second else -0.5
     return order
 
 
@@ -621,27 +621,27 @@ def fill(con) -> None:
     """Compute every interval from the paired views, one run at a time, and insert them."""
     repeats = _by_run(
         con.execute(
-            "select run_id, comparison, category, concurrency, repeat, sum(log_ratio), count(log_ratio) "
+            "select run_id, comparison, category, level, repeat, sum(log_ratio), count(log_ratio) "
             "from int_requests_paired group by all order by all"
         ).fetchall()
     )
     prompts: dict[str, dict[tuple, tuple[list[float], list[int]]]] = defaultdict(dict)
-    for run_id, comparison, category, concurrency, sums, counts in con.execute("""
-            select run_id, comparison, category, concurrency, list(s order by prompt_id), list(n order by prompt_id)
-            from (select run_id, comparison, category, concurrency, prompt_id,
+    for run_id, comparison, category, level, sums, counts in con.execute("""
+            select run_id, comparison, category, level, list(s order by prompt_id), list(n order by prompt_id)
+            from (select run_id, comparison, category, level, prompt_id,
                          sum(log_ratio) as s, count(log_ratio) as n
                   from int_requests_paired where comparison = 'ab' and log_ratio is not null group by all)
             group by all""").fetchall():
-        prompts[run_id][comparison, category, concurrency] = (sums, counts)
+        prompts[run_id][comparison, category, level] = (sums, counts)
     blocks = _by_run(
         con.execute(
-            "select run_id, comparison, concurrency, repeat, log_ratio from int_blocks_paired "
-            "order by run_id, comparison, concurrency, repeat"
+            "select run_id, comparison, level, repeat, log_ratio from int_blocks_paired "
+            "order by run_id, comparison, level, repeat"
         ).fetchall()
     )
     segments = _by_run(
         con.execute(
-            "select run_id, category, concurrency, segment, repeat, sum(log_ratio), count(log_ratio) "
+            "select run_id, category, level, segment, repeat, sum(log_ratio), count(log_ratio) "
             "from int_natural_end_pairs where segment <> 'unknown' and log_ratio is not null "
             "group by all order by all"
         ).fetchall()
@@ -650,11 +650,11 @@ def fill(con) -> None:
     if has_view(con, "speedup_weighted"):
         times = _by_run(
             con.execute("""
-            select p.run_id, p.concurrency, p.repeat, p.category, w.share_used,
+            select p.run_id, p.level, p.repeat, p.category, w.share_used,
                    avg(p.reference_e2e_ms), avg(p.treatment_e2e_ms)
             from int_requests_paired p
             join speedup_weighted w
-              on w.run_id = p.run_id and w.category = p.category and w.concurrency = p.concurrency
+              on w.run_id = p.run_id and w.category = p.category and w.level = p.level
             where p.comparison = 'ab' and w.category <> '(weighted)' and w.share_used > 0
             group by all order by all""").fetchall()
         )
@@ -662,7 +662,7 @@ def fill(con) -> None:
     order = arm_order(con)
     # a failed level gives no speedup (the marts say why): it neither joins a family nor informs the noise
     excluded = set(
-        con.execute("select run_id, concurrency from int_levels_compared where excluded_reason is not null").fetchall()
+        con.execute("select run_id, level from int_levels_compared where excluded_reason is not null").fetchall()
     )
     if excluded:
         keep = lambda rows, at: [r for r in rows if (r[0], r[at]) not in excluded]  # noqa: E731

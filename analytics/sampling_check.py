@@ -3,7 +3,7 @@ unchanged at temperature > 0? Computed in Python (numpy only) from
 ``stg_sample_checks`` into the table ``sampling_tests``, which the mart
 ``sampling`` reads.
 
-Method, per run, category and concurrency level, baseline against speculative
+Method, per run, category and level, baseline against speculative
 (a run's arms are compared with each other only: many runs in one database
 never pool):
 
@@ -122,7 +122,7 @@ SAMPLING_TESTS_SCHEMA = pa.schema(
     [
         ("run_id", pa.string()),
         ("category", pa.string()),
-        ("concurrency", pa.int64()),
+        ("level", pa.int64()),
         ("statistic", pa.string()),
         ("n_baseline", pa.int64()),
         ("n_speculative", pa.int64()),
@@ -157,11 +157,11 @@ SAMPLING_TESTS_SCHEMA = pa.schema(
 )
 
 _SAMPLES_SQL = """
-    select run_id, category, concurrency, arm, prompt_id, sample_index, success, sequence_logprob,
+    select run_id, category, level, arm, prompt_id, sample_index, success, sequence_logprob,
            natural_end_position, max_tokens, eos_token_ids is not null as eos_known, token_ids,
            rescored_logprob_sum, rescored_by, not_rescored_reason
     from stg_sample_checks
-    order by run_id, category, concurrency, arm, prompt_id, sample_index, request_id"""
+    order by run_id, category, level, arm, prompt_id, sample_index, request_id"""
 
 
 class Sample(NamedTuple):
@@ -169,7 +169,7 @@ class Sample(NamedTuple):
 
     run_id: str
     category: str
-    concurrency: int
+    level: int
     arm: str
     prompt_id: str
     sample_index: int
@@ -225,10 +225,10 @@ def compare(strata: list[tuple[list, list]], alpha: float = ALPHA) -> dict:
 
 # ------------------------------------------------------------------ the table
 def _rows(samples: list[Sample]) -> list[dict]:
-    """Test rows, one group per (run_id, category, concurrency), one row per statistic."""
+    """Test rows, one group per (run_id, category, level), one row per statistic."""
     groups: dict[tuple, dict[str, list[Sample]]] = defaultdict(lambda: {"baseline": [], "speculative": []})
     for s in samples:
-        groups[s.run_id, s.category, s.concurrency][s.arm].append(s)
+        groups[s.run_id, s.category, s.level][s.arm].append(s)
     out = []
     for (run_id, category, level), arms in sorted(groups.items()):
         out.extend(_group_rows(run_id, category, level, arms))
@@ -247,7 +247,7 @@ def _group_rows(run_id: str, category: str, level: int, arms: dict[str, list[Sam
     base = {
         "run_id": run_id,
         "category": category,
-        "concurrency": level,
+        "level": level,
         "method": METHOD,
         "alpha": ALPHA,
         "failed_baseline": sum(not s.success for s in arms["baseline"]),

@@ -37,7 +37,7 @@ def _cells(run_dir: Path) -> dict[Key, Cell]:
             # keyed by the analysis run (the run itself, or <run>/<treatment> for each comparison of
             # named arms): the A/B rows of several comparisons share comparison = 'ab'
             rows = con.execute(
-                "select run_id, category, concurrency, segment, interval, ci_low, ci_high, ci_level, df "
+                "select run_id, category, level, segment, interval, ci_low, ci_high, ci_level, df "
                 "from int_speedup_intervals where interval = 'measurement' and segment is null "
                 "and comparison = 'ab'"
             ).fetchall()

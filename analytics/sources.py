@@ -84,13 +84,16 @@ class RawInput:
     """One raw table: its record's Arrow schema and the files it reads, in order;
     ``absent``: per column some of the files lack (``absent_as_null``, read as
     NULL), how many of them lack it (from the checks' footer reads); ``partial``:
-    per ``DERIVED`` column, how many files have it but may hold a null in it."""
+    per ``DERIVED`` column, how many files have it but may hold a null in it;
+    ``former``: per column some files hold under a former name (an older
+    ``schema_version``: ``FORMER_NAMES``), that name and how many files do."""
 
     table: str
     schema: pa.Schema
     files: tuple[Path, ...]
     absent: Mapping[str, int] = field(default_factory=dict)
     partial: Mapping[str, int] = field(default_factory=dict)  # DERIVED columns a file holds with nulls
+    former: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -204,13 +207,23 @@ def find_inputs(path: Path, validate: Depth = "auto") -> Inputs:
     full = validate == "full" or (validate == "auto" and sum(f.stat().st_size for f in every) <= FULL_CHECK_BYTES)
     absent: dict[str, Counter] = {t: Counter() for t in schemas}
     partial: dict[str, Counter] = {t: Counter() for t in schemas}
+    former: dict[str, Counter] = {t: Counter() for t in schemas}
     for table, listed in files.items():
         derived = tuple(DERIVED.get(table, ()))
         for f, run_id, whose in listed:
             checked = check_file(f, schemas[table], run_id=run_id, whose=whose, full=full, derived=derived)
             absent[table].update(checked.absent)
             partial[table].update(checked.partial)
+            former[table].update(checked.renamed)
     raw = tuple(
-        RawInput(t, schemas[t], tuple(f for f, _, _ in files[t]), dict(absent[t]), dict(partial[t])) for t in schemas
+        RawInput(
+            t,
+            schemas[t],
+            tuple(f for f, _, _ in files[t]),
+            dict(absent[t]),
+            dict(partial[t]),
+            {now: (then, n) for (now, then), n in former[t].items()},
+        )
+        for t in schemas
     )
     return Inputs(root, layout, tuple(runs[r] for r in sorted(runs)), raw, full)

@@ -1,8 +1,8 @@
 """The parsed header of a SQL model: the ``MODEL (...)`` block that starts every file
 under ``sql/``, as SQLMesh writes it, read here instead of from prose.
 
-    MODEL (name speedup, kind TABLE, grain (run_id, category, concurrency));
-    -- Grain: one row per run_id, category and concurrency level ...   (prose: what the
+    MODEL (name speedup, kind TABLE, grain (run_id, category, level));
+    -- Grain: one row per run_id, category and level ...   (prose: what the
     -- Purpose: ...                                                      columns mean)
     with ...
 

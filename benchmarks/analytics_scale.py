@@ -154,10 +154,10 @@ QUERIES = {
         "select category, position, acceptance_at_position from acceptance_positions "
         "where run_id = 'bench-00' and arm = 'speculative' order by all"
     ),
-    "speedup of one run": "select * from speedup where run_id = 'bench-00' order by category, concurrency",
+    "speedup of one run": "select * from speedup where run_id = 'bench-00' order by category, level",
     "(system) speedup across runs": (
-        "select run_id, concurrency, speedup, ci_low, ci_high, label from speedup "
-        "where category = '(system)' order by concurrency, run_id"
+        "select run_id, level, speedup, ci_low, ci_high, label from speedup "
+        "where category = '(system)' order by level, run_id"
     ),
 }
 
@@ -181,7 +181,7 @@ FROM_PARQUET = {
     ),
     "speedup": (
         ["int_requests_measured", "int_requests_paired"],
-        "select run_id, category, concurrency, exp(avg(log_ratio)) as speedup from int_requests_paired "
+        "select run_id, category, level, exp(avg(log_ratio)) as speedup from int_requests_paired "
         "where comparison = 'ab' group by all",
     ),
 }
@@ -211,16 +211,16 @@ select run_id, arm, category, sum(verify_rounds) as verify_rounds, sum(tokens_pr
 from joined group by all""",
     "speedup": """
 with ok as (
-    select run_id, arm, category, concurrency, repeat, prompt_id, e2e_ms,
-           row_number() over (partition by run_id, arm, concurrency, repeat, prompt_id order by request_id) as pair_index
+    select run_id, arm, category, level, repeat, prompt_id, e2e_ms,
+           row_number() over (partition by run_id, arm, level, repeat, prompt_id order by request_id) as pair_index
     from raw_requests where success
 ),
 pairs as (
-    select b.run_id, b.category, b.concurrency, ln(b.e2e_ms / s.e2e_ms) as log_ratio
-    from ok b join ok s using (run_id, category, concurrency, repeat, prompt_id, pair_index)
+    select b.run_id, b.category, b.level, ln(b.e2e_ms / s.e2e_ms) as log_ratio
+    from ok b join ok s using (run_id, category, level, repeat, prompt_id, pair_index)
     where b.arm = 'baseline' and s.arm = 'speculative'
 )
-select run_id, category, concurrency, exp(avg(log_ratio)) as speedup from pairs group by all""",
+select run_id, category, level, exp(avg(log_ratio)) as speedup from pairs group by all""",
 }
 
 
@@ -299,7 +299,7 @@ def child_pandas(root: Path) -> dict:
                     columns=[
                         "run_id",
                         "arm",
-                        "concurrency",
+                        "level",
                         "repeat",
                         "request_id",
                         "prompt_id",
@@ -386,11 +386,11 @@ def child_pandas(root: Path) -> dict:
     t2 = time.perf_counter()
     requests = read_requests()
     ok = requests[requests["success"]].sort_values("request_id")
-    ok = ok.assign(pair_index=ok.groupby(["run_id", "arm", "concurrency", "repeat", "prompt_id"]).cumcount())
-    keys = ["run_id", "category", "concurrency", "repeat", "prompt_id", "pair_index"]
+    ok = ok.assign(pair_index=ok.groupby(["run_id", "arm", "level", "repeat", "prompt_id"]).cumcount())
+    keys = ["run_id", "category", "level", "repeat", "prompt_id", "pair_index"]
     pairs = ok[ok["arm"] == "baseline"].merge(ok[ok["arm"] == "speculative"], on=keys, suffixes=("_b", "_s"))
     pairs["log_ratio"] = np.log(pairs["e2e_ms_b"] / pairs["e2e_ms_s"])
-    speedup = np.exp(pairs.groupby(["run_id", "category", "concurrency"])["log_ratio"].mean())
+    speedup = np.exp(pairs.groupby(["run_id", "category", "level"])["log_ratio"].mean())
     speedup_s = time.perf_counter() - t2
     return {
         "acceptance_row_by_row_s": row_s,

@@ -211,7 +211,7 @@ def _block(rng, shape: Shape, run_id: str, arm: str, level: int, repeat: int, pr
     requests = {
         "run_id": [run_id] * prompts,
         "arm": [arm] * prompts,
-        "concurrency": [level] * prompts,
+        "level": [level] * prompts,
         "repeat": [repeat] * prompts,
         "request_id": rids,
         "prompt_id": [f"p{i:06d}" for i in range(prompts)],
@@ -273,7 +273,7 @@ def _manifest(run_id: str):
         arm_difference=["--speculative-config"],
         sampling={"temperature": 0.0, "ignore_eos": True},
         traffic={"path": "synthetic", "category_shares": {c: 0.25 for c in CATEGORIES}},
-        concurrency_levels=list(LEVELS),
+        levels=list(LEVELS),
         warmup_requests=0,
         host={},
         finished=True,
@@ -379,7 +379,7 @@ def generate(root: Path, rounds_target: int, shape: Shape, seed: int = 0) -> dic
                             MetricSnapshot(
                                 run_id=run_id,
                                 arm=arm,
-                                concurrency=level,
+                                level=level,
                                 repeat=repeat,
                                 position=position,
                                 wall_time_ns=T0 + step,

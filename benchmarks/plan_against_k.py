@@ -46,7 +46,7 @@ def main() -> None:
     deployed = next(p for p in plan["policies"] if p["name"] == "k_per_band_with_fallback")
     con = duckdb.connect(str(a.run / "specdec.duckdb"), read_only=True)
     rows = con.execute(
-        "select distinct arm_name, category, concurrency, repeat, prompt_id, e2e_ms from stg_requests where success"
+        "select distinct arm_name, category, level, repeat, prompt_id, e2e_ms from stg_requests where success"
     ).fetchall()
     e2e = {(arm, c, lv, r, p): x for arm, c, lv, r, p, x in rows}
     arms = sorted({k[0] for k in e2e})

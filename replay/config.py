@@ -75,7 +75,7 @@ class ReplayConfig(ClientOptions):
         default="closed",
         description="closed: stepped concurrency (--levels); recorded: open loop on the rows' "
         "recorded arrival_ms, once per --time-scale; poisson: open-loop Poisson arrivals, "
-        "once per --rates. Open-loop levels are keyed 1..N in the concurrency column "
+        "once per --rates. Open-loop levels are keyed 1..N in the level column "
         "(specdec.replay.load.modes).",
     )
     time_scales: list[float] = Field(

@@ -65,7 +65,7 @@ def build_manifest(
         },
         traffic=manifest_traffic(traffic),
         mix=cfg.mix,
-        concurrency_levels=cfg.levels,
+        levels=cfg.levels,
         warmup_requests=cfg.warmup_requests,
         host=host_facts(),
         max_error_rate=cfg.max_error_rate,

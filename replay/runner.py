@@ -196,7 +196,7 @@ def results_table(
         values = {
             "run_id": run_id,
             "arm": arm,
-            "concurrency": level,
+            "level": level,
             "repeat": repeat,
             "prompt_id": row.prompt_id,
             "category": row.category,
@@ -441,9 +441,7 @@ class Replayer:
         except (asyncio.CancelledError, Exception) as exc:  # a timeout included: sampling never fails a block
             log.warning("resource sampling of %s c%d r%d ended with %s", arm, level, repeat, type(exc).__name__)
         if samples:
-            rows = [
-                ResourceReading(run_id=self.run_id, arm=arm, concurrency=level, repeat=repeat, **s) for s in samples
-            ]
+            rows = [ResourceReading(run_id=self.run_id, arm=arm, level=level, repeat=repeat, **s) for s in samples]
             path = resources_part(self.run_dir, arm, level, repeat)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_parquet_atomic(table_from_records(ResourceReading, rows), path)
@@ -529,14 +527,12 @@ class Replayer:
         self, arm: str, level: int, repeat: int, position: Position, counters: dict, reset: bool | None = None
     ) -> None:
         """One snapshot per arm, level, repeat and position; each arm has its own file."""
-        snaps = [
-            s for s in self.snapshots.get(arm, []) if (s.concurrency, s.repeat, s.position) != (level, repeat, position)
-        ]
+        snaps = [s for s in self.snapshots.get(arm, []) if (s.level, s.repeat, s.position) != (level, repeat, position)]
         snaps.append(
             MetricSnapshot(
                 run_id=self.run_id,
                 arm=arm,
-                concurrency=level,
+                level=level,
                 repeat=repeat,
                 position=position,
                 wall_time_ns=time.time_ns(),

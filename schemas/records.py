@@ -31,7 +31,18 @@ from specdec.schemas.strict import (
 )
 
 #: Written into every Parquet file's key-value metadata as ``schema_version``.
-SCHEMA_VERSION = "2"  # 2: repeat, http_status, process_token, prefix-cache counters; greedy/sample checks
+SCHEMA_VERSION = "3"  # 3: the level key's column is `level`; 2: repeat, http_status, process_token, ...
+
+#: Older versions of the record formats this specdec still reads, each with the names its
+#: files and manifests give differently: version -> {name now: name in that version}. Version
+#: 2 called the level key `concurrency`, though in open loop it holds a rank, not an in-flight
+#: count; the readers (``analytics.input_validation``, ``analytics.build.raw_select``,
+#: ``RunManifest``) read such a run under today's names.
+FORMER_NAMES: dict[str, dict[str, str]] = {
+    "2": {"level": "concurrency", "levels": "concurrency_levels"},  # the names until 2026-12-07
+}
+#: Every ``schema_version`` this specdec reads.
+READ_SCHEMA_VERSIONS = (*FORMER_NAMES, SCHEMA_VERSION)
 
 
 class _Record(BaseModel):
@@ -222,7 +233,7 @@ class RequestResult(_Record):
     """Run identifier."""
     arm: ArmName
     """Which server configuration served it."""
-    concurrency: int
+    level: int
     """The level key: in closed loop the concurrency (in-flight requests); in open loop (load_mode recorded or poisson) the level's rank 1..N by rising load, its setting in level_value."""
     repeat: int = 0
     """Repeat of the level, from 0. Within a repeat the arms run one after the other (A B, order counterbalanced), so host drift shows up as variance between repeats instead of bias; embedded servers are fresh per repeat by default (manifest.schedule.restart_servers)."""
@@ -269,7 +280,7 @@ class RequestResult(_Record):
     spec_num_accepted_tokens: int | None
     """Engine's per-request accepted draft tokens; None without speculation."""
     load_mode: Literal["closed", "recorded", "poisson"] = "closed"
-    """How the level sent requests (specdec.replay.load.modes): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, concurrency holds the level's key (1..N, growing with the offered load), not an in-flight count."""
+    """How the level sent requests (specdec.replay.load.modes): closed = concurrency kept at the level; recorded = open loop on the rows' recorded clock, scaled; poisson = open-loop Poisson arrivals. In open loop, level holds the level's key (1..N, growing with the offered load), not an in-flight count."""
     level_value: float | None = None
     """The level's setting: the concurrency (closed), the time scale (recorded; 0.1 = ten times faster) or the offered rate in requests/s (poisson); None if not recorded."""
     intended_send_ms: float | None = None
@@ -301,7 +312,7 @@ class MetricSnapshot(_Record):
     """Run identifier."""
     arm: ArmName
     """Server the counters were read from."""
-    concurrency: int
+    level: int
     """Level the snapshot brackets."""
     repeat: int = 0
     """Repeat of the level the snapshot brackets, from 0."""
@@ -323,7 +334,7 @@ class ResourceReading(_Record):
     """Run identifier."""
     arm: ArmName
     """Server the reading was taken from."""
-    concurrency: int
+    level: int
     """Level key of the block (the concurrency in closed loop)."""
     repeat: int = 0
     """Repeat of the block, from 0."""
@@ -377,6 +388,15 @@ class RunManifest(_Record):
 
     schema_version: Text = Field(default=SCHEMA_VERSION)
     """Version of the run folder's record formats (schemas.records.SCHEMA_VERSION) when the run was written."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _today_names(cls, data: Any) -> Any:
+        """A manifest of an older version (``FORMER_NAMES``) read under today's field names."""
+        if isinstance(data, dict) and (former := FORMER_NAMES.get(str(data.get("schema_version")))):
+            data = {next((now for now, then in former.items() if then == k), k): v for k, v in data.items()}
+        return data
+
     run_id: RunName
     """Run identifier: the run folder's name."""
     created_wall: Text
@@ -401,7 +421,7 @@ class RunManifest(_Record):
     """Sampling settings sent with every request."""
     traffic: FreeForm
     """Traffic file path, sha256, rows and categories."""
-    concurrency_levels: list[Annotated[StrictInt, Field(ge=1)]]
+    levels: list[Annotated[StrictInt, Field(ge=1)]]
     """The levels' keys, in the order they ran: in closed loop each is the concurrency; in open loop the level's rank by rising offered load (schedule, load_mode)."""
     warmup_requests: StrictInt = Field(ge=0)
     """Requests sent before an arm's first level and not recorded."""
@@ -489,8 +509,8 @@ class GreedyCheck(_Record):
     """Run identifier."""
     arm: ArmName
     """Server that answered."""
-    concurrency: int
-    """Closed-loop concurrency of the pass (the level's batch shape)."""
+    level: int
+    """Level key of the pass: it runs closed loop at this concurrency (the level's batch shape; in open loop, the key 1..N)."""
     repeat: int
     """Which lossless pass of the level, from 0 (two baseline passes give the A/A floor)."""
     request_id: str
@@ -528,8 +548,8 @@ class PassCounters(_Record):
     """Run identifier."""
     arm: ArmName
     """Server the counters were read from."""
-    concurrency: int
-    """Level of the pass (its closed-loop concurrency)."""
+    level: int
+    """Level key of the pass (the closed-loop concurrency it ran at)."""
     pass_kind: Literal["lossless_pass", "sampling_pass"]
     """Which untimed pass the reads bracket: 'lossless_pass' (greedy, top-2 logprobs: GreedyCheck rows) or 'sampling_pass' (seeded: SampleCheck rows)."""
     position: Literal["before", "after"]
@@ -548,8 +568,8 @@ class SampleCheck(_Record):
     """Run identifier."""
     arm: ArmName
     """Server that answered."""
-    concurrency: int
-    """Closed-loop concurrency of the pass."""
+    level: int
+    """Level key of the pass (the closed-loop concurrency it ran at)."""
     request_id: str
     """Client request id, sent as X-Request-Id."""
     prompt_id: str

@@ -1,7 +1,7 @@
 """How a level is named to a reader: one place for replay's progress, the
 report, the verdict and the terminal summary.
 
-A level's key is the ``concurrency`` column of every record (see
+A level's key is the ``level`` column of every record (see
 ``specdec.replay.load.modes``): the concurrency in closed loop, the position from 1
 in open loop. A reader needs the setting, not the key: ``c4`` in closed loop,
 ``0.5 req/s`` for Poisson arrivals, ``time x0.25`` for the recorded clock

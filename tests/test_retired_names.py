@@ -28,6 +28,8 @@ RETIRED = {
     r"specdec\.engines\.(llama_build|llama_cpp_quant)\b|\bllama_build\.py|\bllama_cpp_quant\.py|\bLocalServer\b": "specdec/engines/<engine>/",
     # the rooms of issue 44: traffic and experiments moved out of replay/
     r"specdec\.replay\.(traffic|importers|compat|stability)\b|specdec\.trafficfile\b": "specdec.traffic / specdec.experiments",
+    # a level's key is `level`: in open loop it is a rank, not requests in flight (schema version 3)
+    r"\b(max|peak|gain_lost|below_one|other|lowest)_concurrency\b|\bconcurrency_levels\b": "level (max_level, levels, ...)",
 }
 
 
@@ -56,3 +58,27 @@ def test_the_check_finds_what_it_looks_for(tmp_path):
     line = "from specdec.replay.recording import consolidate"
     assert any(re.search(p, line) for p in RETIRED)
     assert not any(re.search(p, "from specdec.replay.writing import consolidate") for p in RETIRED)
+
+
+def _sql_code(text: str) -> str:
+    """A SQL file without its comments (a comment may speak of concurrency, the closed loop's)."""
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def test_the_level_key_is_called_level():
+    """The column of a level's key is ``level`` in every record and SQL model: the word
+    ``concurrency`` stays for the closed loop's requests in flight, in prose and options."""
+    from specdec.schemas import records
+
+    fields = [
+        f"{name}.concurrency"
+        for name, cls in vars(records).items()
+        if isinstance(cls, type) and issubclass(cls, records.BaseModel) and "concurrency" in cls.model_fields
+    ]
+    sql = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "sql").rglob("*.sql")
+        if re.search(r"\bconcurrency\b", _sql_code(path.read_text(encoding="utf-8")))
+    ]
+    assert (fields, sql) == ([], [])
+    assert re.search(r"\bconcurrency\b", _sql_code("select concurrency from t -- concurrency"))

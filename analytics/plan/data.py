@@ -135,7 +135,7 @@ def _measured_speedups(con, run_id: str) -> dict[tuple[str, int], tuple[float | 
     return {
         (r[0], r[1]): (r[2], r[3], r[4])
         for r in con.execute(
-            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high
+            """select category, level, speedup, pointwise_ci_low, pointwise_ci_high
                from speedup where run_id = ? and category <> '(system)'""",
             [run_id],
         ).fetchall()
@@ -183,7 +183,7 @@ def rounds_met(con, run_id: str, folder_ks: dict[str, int]) -> dict[tuple[str, i
     tokens prefilled; the requests' mean TTFT; and the time per round outside verify + draft, (the
     requests' e2e - TTFT, summed, less their rounds' steps' verify + draft ms) / rounds."""
     rows = con.execute(
-        f"""select run_id, arm, concurrency, category, decode_rounds, batch_sum, drafts_sum, prefill_tokens_sum,
+        f"""select run_id, arm, level, category, decode_rounds, batch_sum, drafts_sum, prefill_tokens_sum,
                   engine_ms_sum, ttft_ms_mean, decode_ms_sum
            from {MET_TABLE}
            where (run_id = ? and arm = 'baseline') or (list_contains(?, run_id) and arm = 'speculative')""",
@@ -225,7 +225,7 @@ def read_inputs(con, run_id: str | None = None, skip_bad: bool = False) -> PlanI
     if (skipped := bad_step_times(con, run_id, source, skip_bad)) is not None:
         notes.append(skipped)
     steps = con.execute(
-        f"""select arm, concurrency, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
+        f"""select arm, level, batch_size, drafts_verified, arm_k, steps, verify_steps, verify_ms_sum,
                   verify_ms_sumsq, draft_steps, draft_ms_sum, draft_ms_sumsq, has_prefill, prefill_tokens,
                   has_decode
            from {STEPS_TABLE}
@@ -235,7 +235,7 @@ def read_inputs(con, run_id: str | None = None, skip_bad: bool = False) -> PlanI
     folder_runs = sorted({run_id} | {r for r, (src, _) in all_ks.items() if src == source})
     # the speculative arm's mean decode batch per analysis run (its k) and level (decode-only steps)
     spec_steps = con.execute(
-        f"""select run_id, concurrency, sum(batch_size * verify_steps) / sum(verify_steps)
+        f"""select run_id, level, sum(batch_size * verify_steps) / sum(verify_steps)
            from {STEPS_TABLE}
            where list_contains(?, run_id) and arm = 'speculative' and verify_steps > 0 and not has_prefill
            group by all""",
@@ -277,13 +277,13 @@ def read_inputs(con, run_id: str | None = None, skip_bad: bool = False) -> PlanI
     if "d2_per_request_per_k" not in draft_fit.fitted:
         notes.append("one k captured: the draft cost is fitted as not depending on k (d2 = 0)")
     lat = con.execute(
-        """select arm, category, concurrency, ttft_ms_p95, output_tokens, requests_ok
+        """select arm, category, level, ttft_ms_p95, output_tokens, requests_ok
            from latency where run_id = ?""",
         [run_id],
     ).fetchall()
     levels = sorted({r[2] for r in lat if r[0] == "baseline"} & {r[2] for r in lat if r[0] == "speculative"})
     if not levels:
-        raise SpecdecError(f"run {run_id!r}: no concurrency level has requests of both arms")
+        raise SpecdecError(f"run {run_id!r}: no level has requests of both arms")
     batch, batch_measured = {}, {}
     for level in levels:
         mine = [s for s in decode_only if s[0] == "baseline" and s[1] == level and s[6]]

@@ -92,7 +92,7 @@ STAGE_SQL = (
         select run_id, engine_request_id, request_id_of(engine_request_id) as request_id from engine
     ),
     requests as (
-        select run_id, source_run_id, request_id, arm, concurrency, repeat, category, success from stg_requests
+        select run_id, source_run_id, request_id, arm, level, repeat, category, success from stg_requests
     ),
     categories as (
         select category, cast(row_number() over (order by category) as usmallint) as category_key
@@ -100,7 +100,7 @@ STAGE_SQL = (
     )
     select requests.run_id, parsed.run_id as source_run_id, parsed.engine_request_id,
            id_key(parsed.engine_request_id) as engine_key, true as replayed, requests.request_id,
-           requests.arm, requests.concurrency, coalesce(requests.repeat, 0) as repeat, requests.category,
+           requests.arm, requests.level, coalesce(requests.repeat, 0) as repeat, requests.category,
            requests.success, categories.category_key
     from parsed
     join requests on requests.source_run_id = parsed.run_id and requests.request_id = parsed.request_id
@@ -134,7 +134,7 @@ STAGE_SQL = (
         /*met_rows*/
     ),
     rounds as (
-        select met.run_id, met.arm, met.concurrency, categories.category,
+        select met.run_id, met.arm, met.level, categories.category,
                cast(sum(met.rounds * met.steps) as bigint) as decode_rounds,
                sum(met.rounds * met.steps * met.batch_size) as batch_sum,
                sum(met.rounds * met.steps * met.drafts_verified) as drafts_sum,
@@ -145,23 +145,23 @@ STAGE_SQL = (
         group by all
     ),
     captured as (
-        select distinct run_id, arm, concurrency, repeat, request_id from {REQUESTS_TABLE} where success
+        select distinct run_id, arm, level, repeat, request_id from {REQUESTS_TABLE} where success
     ),
     requests as (
-        select q.run_id, q.arm, q.concurrency, q.category,
+        select q.run_id, q.arm, q.level, q.category,
                avg(q.ttft_ms) as ttft_ms_mean,
                sum(q.e2e_ms - q.ttft_ms) filter (where c.request_id is not null) as decode_ms_sum
         from stg_requests q
         left join captured c
-          on c.run_id = q.run_id and c.arm = q.arm and c.concurrency = q.concurrency
+          on c.run_id = q.run_id and c.arm = q.arm and c.level = q.level
          and c.repeat = coalesce(q.repeat, 0) and c.request_id = q.request_id
         where q.success
         group by all
     )
     select rounds.*, requests.ttft_ms_mean, requests.decode_ms_sum
     from rounds
-    join requests using (run_id, arm, concurrency, category)
-    order by run_id, arm, concurrency, category""",
+    join requests using (run_id, arm, level, category)
+    order by run_id, arm, level, category""",
 )
 
 
@@ -216,14 +216,14 @@ def _met_text(marker: str, keys: list[int]) -> str:
     if marker == "met_rounds":
         return ", e.category" if keys else ""
     rows = [
-        f"""select run_id, arm, concurrency, cast({k} as usmallint) as category_key, met_{k} as rounds, steps,
+        f"""select run_id, arm, level, cast({k} as usmallint) as category_key, met_{k} as rounds, steps,
                batch_size, drafts_verified, prefill_tokens, engine_ms_sum
         from {GROUPED_TABLE} where met_{k} > 0"""
         for k in keys
     ]
     # no category (no successful request): no row, with the columns the statement reads
     return "\n        union all\n        ".join(rows) or (
-        "select '' as run_id, '' as arm, 0 as concurrency, cast(0 as usmallint) as category_key, 0 as rounds, "
+        "select '' as run_id, '' as arm, 0 as level, cast(0 as usmallint) as category_key, 0 as rounds, "
         "0 as steps, 0 as batch_size, 0 as drafts_verified, 0 as prefill_tokens, 0.0 as engine_ms_sum where false"
     )
 

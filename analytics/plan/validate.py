@@ -60,7 +60,7 @@ def measured_speedups(con) -> dict[tuple[int, str, int], tuple]:
     out = {}
     for run, (_src, k) in captured_ks(con).items():
         for cat, level, s, lo, hi, repeats in con.execute(
-            """select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, repeats
+            """select category, level, speedup, pointwise_ci_low, pointwise_ci_high, repeats
                from speedup where run_id = ? and category <> '(system)'""",
             [run],
         ).fetchall():
@@ -131,8 +131,8 @@ def request_health(con) -> dict:
     """The validation run's requests over every arm, level and repeat (the level_health mart):
     how many were sent, how many succeeded, and the failures' error types and first message."""
     rows = con.execute(
-        """select requests, requests_ok, error_types, error_example, arm, concurrency
-           from level_health order by run_id, arm, concurrency"""
+        """select requests, requests_ok, error_types, error_example, arm, level
+           from level_health order by run_id, arm, level"""
     ).fetchall()
     failed = [r for r in rows if r[0] > r[1]]
     counts: dict[str, int] = {}

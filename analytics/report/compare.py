@@ -43,14 +43,14 @@ from specdec.runfolder import read_manifest
 __all__ = ["Comparison", "compare", "compare_in", "settings_diff", "render_text"]
 
 SPEEDUP = """
-    select coalesce(a.category, b.category) as category, coalesce(a.concurrency, b.concurrency) as concurrency,
+    select coalesce(a.category, b.category) as category, coalesce(a.level, b.level) as level,
            a.speedup as a_speedup, a.ci_low as a_ci_low, a.ci_high as a_ci_high, a.label as a_label,
            b.speedup as b_speedup, b.ci_low as b_ci_low, b.ci_high as b_ci_high, b.label as b_label,
            b.speedup / a.speedup as b_over_a,
            case when a.ci_low is null or b.ci_low is null then null
                 else a.ci_low <= b.ci_high and b.ci_low <= a.ci_high end as overlap,
            a.label is distinct from b.label as label_changed
-    from {a_speedup} a full join {b_speedup} b on a.category = b.category and a.concurrency = b.concurrency
+    from {a_speedup} a full join {b_speedup} b on a.category = b.category and a.level = b.level
 """
 ACCEPTANCE = """
     select coalesce(a.category, b.category) as category,
@@ -64,19 +64,19 @@ ACCEPTANCE = """
 #: The engines' own per-request stats (mart acceptance_requests): the one acceptance every
 #: engine has, so a run without per-round rows (llama.cpp) compares too.
 REQUEST_ACCEPTANCE = """
-    select coalesce(a.category, b.category) as category, coalesce(a.concurrency, b.concurrency) as concurrency,
+    select coalesce(a.category, b.category) as category, coalesce(a.level, b.level) as level,
            a.acceptance_rate as a_rate, b.acceptance_rate as b_rate,
            b.acceptance_rate - a.acceptance_rate as rate_b_minus_a,
            a.tokens_proposed as a_proposed, b.tokens_proposed as b_proposed
     from (select * from {a_acceptance_requests} where arm = 'speculative') a
     full join (select * from {b_acceptance_requests} where arm = 'speculative') b
-      on a.category = b.category and a.concurrency = b.concurrency
+      on a.category = b.category and a.level = b.level
 """
 THROUGHPUT = """
-    select coalesce(a.arm, b.arm) as arm, coalesce(a.concurrency, b.concurrency) as concurrency,
+    select coalesce(a.arm, b.arm) as arm, coalesce(a.level, b.level) as level,
            a.output_tokens_per_s as a_tokens_per_s, b.output_tokens_per_s as b_tokens_per_s,
            b.output_tokens_per_s / a.output_tokens_per_s as b_over_a
-    from {a_throughput} a full join {b_throughput} b on a.arm = b.arm and a.concurrency = b.concurrency
+    from {a_throughput} a full join {b_throughput} b on a.arm = b.arm and a.level = b.level
 """
 
 
@@ -139,13 +139,13 @@ def _tables(con, a_db: str, b_db: str, runs: dict[str, str]) -> dict[str, list[d
     }
     return {
         "speedup": _rows(
-            con, f"select * from ({SPEEDUP.format(**rel)}) order by category = '(system)', category, concurrency", runs
+            con, f"select * from ({SPEEDUP.format(**rel)}) order by category = '(system)', category, level", runs
         ),
         "acceptance": _rows(con, f"select * from ({ACCEPTANCE.format(**rel)}) order by category", runs),
-        "throughput": _rows(con, f"select * from ({THROUGHPUT.format(**rel)}) order by arm, concurrency", runs),
+        "throughput": _rows(con, f"select * from ({THROUGHPUT.format(**rel)}) order by arm, level", runs),
         "request_acceptance": _rows(
             con,
-            f"select * from ({REQUEST_ACCEPTANCE.format(**rel)}) order by category = '(all)', category, concurrency",
+            f"select * from ({REQUEST_ACCEPTANCE.format(**rel)}) order by category = '(all)', category, level",
             runs,
         ),
     }
@@ -221,7 +221,7 @@ def render_text(c: Comparison) -> str:
         [
             [
                 r["category"],
-                f"c{r['concurrency']}",
+                f"c{r['level']}",
                 _num(r["a_speedup"]) + ci_text(r["a_ci_low"], r["a_ci_high"]),
                 r["a_label"] or "n/a",
                 _num(r["b_speedup"]) + ci_text(r["b_ci_low"], r["b_ci_high"]),
@@ -263,7 +263,7 @@ def render_text(c: Comparison) -> str:
             [
                 [
                     r["category"],
-                    f"c{r['concurrency']}",
+                    f"c{r['level']}",
                     _num(r["a_rate"]),
                     _num(r["b_rate"]),
                     _num(r["rate_b_minus_a"]),
@@ -282,7 +282,7 @@ def render_text(c: Comparison) -> str:
         [
             [
                 r["arm"],
-                f"c{r['concurrency']}",
+                f"c{r['level']}",
                 _num(r["a_tokens_per_s"], 1),
                 _num(r["b_tokens_per_s"], 1),
                 _num(r["b_over_a"]),

@@ -32,7 +32,7 @@ from specdec.schemas.records import RunManifest
 
 LEVEL_COLUMNS = (
     "arm",
-    "concurrency",
+    "level",
     "repeats",
     "requests",
     "requests_failed",
@@ -137,14 +137,14 @@ class ReportData:
     def chart_speedup(self) -> list[dict]:
         """Speedup and its measurement interval (None when there is none)."""
         return [
-            {k: r[k] for k in ("category", "concurrency", "speedup", "ci_low", "ci_high", "label", "pairs")}
+            {k: r[k] for k in ("category", "level", "speedup", "ci_low", "ci_high", "label", "pairs")}
             for r in self.speedup.dicts()
             if r["speedup"] is not None
         ]
 
     def chart_throughput(self) -> list[dict]:
         return [
-            {"arm": r["arm"], "concurrency": r["concurrency"], "output_tokens_per_s": r["output_tokens_per_s"]}
+            {"arm": r["arm"], "level": r["level"], "output_tokens_per_s": r["output_tokens_per_s"]}
             for r in self.throughput.dicts()
             if r["output_tokens_per_s"] is not None
         ]
@@ -188,14 +188,14 @@ def _latency_cdf(m: _Marts) -> Table | None:
         return None
     return m.table("""
         with q as (
-            select run_id, arm, concurrency,
+            select run_id, arm, level,
                    quantile_cont(e2e_ms, [i / 100 for i in range(1, 100)]) as e2e,
                    quantile_cont(ttft_ms, [i / 100 for i in range(1, 100)]) as ttft
             from int_requests_measured group by all
         )
-        select run_id, arm, concurrency, unnest(range(1, 100)) / 100 as share, unnest(e2e) as e2e_ms,
+        select run_id, arm, level, unnest(range(1, 100)) / 100 as share, unnest(e2e) as e2e_ms,
                unnest(ttft) as ttft_ms
-        from q order by arm, concurrency, share""")
+        from q order by arm, level, share""")
 
 
 def report_run(con, run_id: str | None = None) -> str:
@@ -286,7 +286,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
         speedup=m.table("select * from speedup"),
         knee=m.table("select * from knee"),
         acceptance=m.table("select * from acceptance where arm = 'speculative'"),
-        latency=m.table("""select run_id, arm, category, concurrency, requests_ok, requests_failed,
+        latency=m.table("""select run_id, arm, category, level, requests_ok, requests_failed,
             ttft_ms_p50, ttft_ms_p95, ttft_ms_p99, tpot_ms_p50, tpot_ms_p95, tpot_ms_p99,
             itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p99, output_tokens_per_s_mean from latency"""),
         throughput=m.table("select * from throughput"),
@@ -335,7 +335,7 @@ def load_report(con, run_id: str | None = None) -> ReportData:
 
 
 def _level_name(r: dict, names: dict[int, str] | None = None) -> str:
-    return f"{r['arm']} {name_of(r['concurrency'], names)}"
+    return f"{r['arm']} {name_of(r['level'], names)}"
 
 
 def _with_notices(data: ReportData, first_error: str | None) -> ReportData:

@@ -107,7 +107,7 @@ def forest_rows(
     run of named arms)."""
 
     def key(r: dict) -> tuple:
-        return (r["category"] == "(system)", str(r["category"]), r["concurrency"], str(r[group]) if group else "")
+        return (r["category"] == "(system)", str(r["category"]), r["level"], str(r[group]) if group else "")
 
     out = []
     for r in sorted(speedup, key=key):
@@ -115,11 +115,9 @@ def forest_rows(
         measured = r.get("speedup") is not None and interval and r.get("label") is not None
         out.append(
             {
-                "row": " \u00b7 ".join(
-                    [str(r["category"]), level(r["concurrency"])] + ([str(r[group])] if group else [])
-                ),
+                "row": " \u00b7 ".join([str(r["category"]), level(r["level"])] + ([str(r[group])] if group else [])),
                 "category": r["category"],
-                "level": level(r["concurrency"]),
+                "level": level(r["level"]),
                 "speedup": r.get("speedup"),
                 "ci_low": r.get("ci_low") if interval else None,
                 "ci_high": r.get("ci_high") if interval else None,
@@ -131,7 +129,7 @@ def forest_rows(
                 "pairs": r.get("pairs"),
                 "text": _text(r),
                 "excluded_reason": r.get("excluded_reason"),  # whole, in the tooltip
-                "href": "#" + row_anchor("speedup", r["category"], r["concurrency"]),
+                "href": "#" + row_anchor("speedup", r["category"], r["level"]),
             }
         )
     return out

@@ -47,7 +47,7 @@ _COMPARISONS = """
 _SQL = f"""
     with c as ({_COMPARISONS}),
     req as (
-        select run_id, category, concurrency, acceptance_rate, requests_with_stats, tokens_proposed
+        select run_id, category, level, acceptance_rate, requests_with_stats, tokens_proposed
         from acceptance_requests where arm = 'speculative'
     ),
     rounds as (
@@ -55,7 +55,7 @@ _SQL = f"""
         from acceptance where arm = 'speculative'
     )
     select c.treatment_arm as arm, c.treatment_engine as engine, c.reference_arm as reference,
-           s.category, s.concurrency, s.speedup, s.ci_low, s.ci_high, s.label,
+           s.category, s.level, s.speedup, s.ci_low, s.ci_high, s.label,
            s.ci_level, s.margin, s.repeats, s.pairs, s.excluded_reason,
            req.acceptance_rate as acceptance_rate_requests, req.requests_with_stats,
            req.tokens_proposed as tokens_proposed_requests,
@@ -63,10 +63,10 @@ _SQL = f"""
            rounds.acceptance_rate as acceptance_rate_rounds, c.run_id as analysis_run_id
     from c
     join speedup s on s.run_id = c.run_id
-    left join req on req.run_id = c.run_id and req.concurrency = s.concurrency
+    left join req on req.run_id = c.run_id and req.level = s.level
      and req.category = case when s.category = '(system)' then '(all)' else s.category end
     left join rounds on rounds.run_id = c.run_id and rounds.category = s.category
-    order by s.category = '(system)', s.category, s.concurrency, c.treatment_arm
+    order by s.category = '(system)', s.category, s.level, c.treatment_arm
 """
 
 
@@ -99,16 +99,16 @@ def _chart(t: Table) -> dict | None:
     import altair as alt  # heavy: altair, imported only when used
 
     rows = [
-        {k: r[k] for k in ("arm", "engine", "category", "concurrency", "speedup", "ci_low", "ci_high", "label")}
+        {k: r[k] for k in ("arm", "engine", "category", "level", "speedup", "ci_low", "ci_high", "label")}
         for r in t.dicts()
         if r["speedup"] is not None
     ]
     if not rows:
         return None
-    levels = sorted({r["concurrency"] for r in rows})
+    levels = sorted({r["level"] for r in rows})
     domain = [levels[0], levels[-1]] if len(levels) > 1 else [levels[0] / 2, levels[0] * 2]
     x = alt.X(
-        "concurrency:Q",
+        "level:Q",
         scale=alt.Scale(type="log", base=2, domain=domain, nice=False),
         axis=alt.Axis(values=levels, format="d"),
         title="concurrent requests",
@@ -120,7 +120,7 @@ def _chart(t: Table) -> dict | None:
             "arm:N",
             "engine:N",
             "category:N",
-            "concurrency:Q",
+            "level:Q",
             alt.Tooltip("speedup:Q", format=".2f"),
             alt.Tooltip("ci_low:Q", format=".2f"),
             alt.Tooltip("ci_high:Q", format=".2f"),
@@ -184,7 +184,7 @@ def render_side_by_side(run_id: str, manifest, comps: list[Comparison], t: Table
     rows = [
         (
             r["category"],
-            r["concurrency"],
+            r["level"],
             r["arm"],
             r["engine"],
             _cell(r["speedup"]),
@@ -246,7 +246,7 @@ def summary_lines(run_id: str, comps: list[Comparison], t: Table) -> list[str]:
         [
             [
                 r["category"],
-                r["concurrency"],
+                r["level"],
                 r["arm"],
                 r["engine"],
                 r["speedup"],

@@ -64,8 +64,7 @@ def summary_text(data: ReportData) -> str:
     m = data.manifest
     which = f" ({term(data.comparison[0])} against {term(data.comparison[1])})" if data.comparison else ""
     lines = [
-        f"run {term(m.run_id)}{which}: {term(m.model)} ({term(m.dtype)}), levels {m.concurrency_levels}, "
-        f"finished={m.finished}"
+        f"run {term(m.run_id)}{which}: {term(m.model)} ({term(m.dtype)}), levels {m.levels}, finished={m.finished}"
     ]
     for n in data.notices:
         lines.append(("!! " if n.kind == "alarm" else "note: ") + term(n.text))
@@ -77,7 +76,7 @@ def summary_text(data: ReportData) -> str:
         rows = [
             [
                 r["arm"],
-                data.level(r["concurrency"]),
+                data.level(r["level"]),
                 r["requests"],
                 r["requests_failed"],
                 _pct(r["error_rate"]),
@@ -122,7 +121,7 @@ def summary_text(data: ReportData) -> str:
                 ["level", "category", "requests", "proposed", "accepted", "rate", "engine accepted", "diff"],
                 [
                     [
-                        data.level(r["concurrency"]),
+                        data.level(r["level"]),
                         r["category"],
                         r["requests_with_stats"],
                         r["tokens_proposed"],
@@ -160,11 +159,11 @@ def _weighted_lines(data: ReportData) -> list[str]:
     cells = []
     for r in rows:
         if r["speedup"] is None:
-            cells.append([data.level(r["concurrency"]), "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
+            cells.append([data.level(r["level"]), "n/a", r["speedup_unweighted"], r["excluded_reason"] or "-"])
             continue
         cells.append(
             [
-                data.level(r["concurrency"]),
+                data.level(r["level"]),
                 f"{r['speedup']:.3f}{ci_text(r['ci_low'], r['ci_high'])}",
                 r["speedup_unweighted"],
                 "-",
@@ -186,8 +185,8 @@ def _capacity_lines(data: ReportData) -> list[str]:
     for r in rows:
         limit = (
             "none measured"
-            if r["max_concurrency"] is None
-            else f"{data.level(r['max_concurrency'])}{' or more' if r['sustains_all_measured'] else ''}"
+            if r["max_level"] is None
+            else f"{data.level(r['max_level'])}{' or more' if r['sustains_all_measured'] else ''}"
         )
         fails = (
             "-"
@@ -222,13 +221,13 @@ def _sampling_line(data: ReportData) -> str:
     tested = [r for r in rows if r["verdict"] is not None]
     judged = [r for r in tested if r["verdict"] != "samples not distinct"]
     differ = [r for r in judged if r["verdict"] == "differs"]
-    stuck = sorted({f"{term(r['category'])} c{r['concurrency']}" for r in tested if r not in judged})
+    stuck = sorted({f"{term(r['category'])} c{r['level']}" for r in tested if r not in judged})
     head = "sampling (temperature > 0, permutation test stratified by prompt, per category, level and statistic, Bonferroni): "
     if not tested:
         return head + "no test could be made (see the report)"
     if differ:
         listed = ", ".join(
-            f"{term(r['category'])} c{r['concurrency']} {r['statistic']} (p={r['p_value']:.2g})" for r in differ
+            f"{term(r['category'])} c{r['level']} {r['statistic']} (p={r['p_value']:.2g})" for r in differ
         )
         text = f"DIFFERS in {len(differ)} of {len(judged)} tests: {listed}"
     else:
@@ -275,11 +274,11 @@ def _speedup_lines(data: ReportData) -> list[str]:
     rows = data.speedup.dicts()
     if not rows:
         return lines + ["  n/a (no level has requests in either arm)"]
-    levels = sorted({r["concurrency"] for r in rows})
+    levels = sorted({r["level"] for r in rows})
     cells: dict[str, dict[int, str]] = {}
     reasons: dict[str, list[str]] = {}
     for r in rows:
-        cat, conc = r["category"], r["concurrency"]
+        cat, conc = r["category"], r["level"]
         if r["excluded_reason"] is not None:
             cells.setdefault(cat, {})[conc] = "excluded"
             reasons.setdefault(r["excluded_reason"], []).append(f"{cat} {data.level(conc)}")

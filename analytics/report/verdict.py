@@ -103,8 +103,8 @@ def _figures(rows: Sequence[dict], with_ci: bool = True, names: Names = None, eq
             ci = f" (TOST {bounds_text(r['equivalence_low'], r['equivalence_high'])}; {_ci(r)})"
         out.append(
             Part(
-                f"{_x(r['speedup'])}{ci} at {name_of(r['concurrency'], names)}",
-                row_anchor("speedup", r["category"], r["concurrency"]),
+                f"{_x(r['speedup'])}{ci} at {name_of(r['level'], names)}",
+                row_anchor("speedup", r["category"], r["level"]),
             )
         )
         if i < len(rows) - 1:
@@ -132,7 +132,7 @@ def _sample(cat: str, rows: Sequence[dict]) -> str:
 def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, names: Names = None) -> Sentence:
     """One category's verdict from its speedup rows (any order) and its knee row;
     ``names``: level key -> name for open-loop levels (``specdec.levels``)."""
-    rows = sorted(rows, key=lambda r: r["concurrency"])
+    rows = sorted(rows, key=lambda r: r["level"])
     computed = [r for r in rows if r.get("speedup") is not None]
     excluded = [r for r in rows if r.get("speedup") is None]
     parts: list[Part] = [Part(f"{cat}: ")]
@@ -141,7 +141,7 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
         parts.append(
             Part(
                 f"no speedup figure at any level ({reason})",
-                row_anchor("speedup", cat, excluded[0]["concurrency"]) if excluded else None,
+                row_anchor("speedup", cat, excluded[0]["level"]) if excluded else None,
             )
         )
         return Sentence(tuple(parts))
@@ -155,7 +155,7 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
         head = (
             "faster at every level"
             if faster == computed
-            else f"faster up to {_up_to(faster[-1]['concurrency'], names)}"
+            else f"faster up to {_up_to(faster[-1]['level'], names)}"
             if len(faster) > 1 and faster == computed[: len(faster)]
             else "faster"
         )
@@ -180,17 +180,17 @@ def category_sentence(cat: str, rows: Iterable[dict], knee: dict | None = None, 
     for reason in dict.fromkeys(r["excluded_reason"] for r in excluded):  # one clause per reason
         clause = [Part("no figure at ")]
         for i, r in enumerate(r for r in excluded if r["excluded_reason"] == reason):
-            anchor = row_anchor("speedup", cat, r["concurrency"])
-            clause += [Part(", " if i else ""), Part(name_of(r["concurrency"], names), anchor)]
+            anchor = row_anchor("speedup", cat, r["level"])
+            clause += [Part(", " if i else ""), Part(name_of(r["level"], names), anchor)]
         clauses.append(clause + [Part(f" ({reason})")])
-    if knee and knee.get("gain_lost_concurrency") is not None and knee.get("peak_label") == "faster":
+    if knee and knee.get("gain_lost_level") is not None and knee.get("peak_label") == "faster":
         frac = knee.get("peak_fraction") or 0.5
         clauses.append(
             [
                 Part(
                     f"gain below {frac:.0%} of its peak ({_x(knee['peak_speedup'])} at "
-                    f"{name_of(knee['peak_concurrency'], names)}) from "
-                    f"{name_of(knee['gain_lost_concurrency'], names)}",
+                    f"{name_of(knee['peak_level'], names)}) from "
+                    f"{name_of(knee['gain_lost_level'], names)}",
                     row_anchor("knee", cat),
                 )
             ]
@@ -210,7 +210,7 @@ def _margin_note(rows: Sequence[dict], what: str) -> list[Part]:
         return [Part(f", each {what} beyond the {margin} margin")]
     if all(c is False for c in clears):
         return [Part(f" (the {what} may be under the {margin} margin)")]
-    short = [name_of(r["concurrency"], None) for r in rows if r.get("clears_margin") is False]
+    short = [name_of(r["level"], None) for r in rows if r.get("clears_margin") is False]
     return [Part(f" (at {', '.join(short)} the {what} may be under the {margin} margin)")]
 
 
@@ -234,8 +234,8 @@ def _resolution(rows: Sequence[dict]) -> str:
 
 def _noise_clause(rows: Sequence[dict], names: Names) -> list[Part]:
     """The calibration check (``analytics/fit.py``) in words: quiet unless a level is noisier."""
-    tested = sorted({r["concurrency"] for r in rows})
-    noisier = sorted({r["concurrency"] for r in rows if r["noise_check"] == "noisier"})
+    tested = sorted({r["level"] for r in rows})
+    noisier = sorted({r["level"] for r in rows if r["noise_check"] == "noisier"})
     if not noisier:
         return [
             Part(
@@ -246,7 +246,7 @@ def _noise_clause(rows: Sequence[dict], names: Names) -> list[Part]:
     parts: list[Part] = []
     for i, lv in enumerate(noisier):
         here = sorted(
-            (r for r in rows if r["concurrency"] == lv and r["noise_check"] == "noisier"),
+            (r for r in rows if r["level"] == lv and r["noise_check"] == "noisier"),
             key=lambda r: -(r.get("noise_ratio") or 0.0),
         )
         where = name_of(lv, names)
@@ -319,7 +319,7 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
     and the sentence says so."""
     dtypes = sorted({r["dtype"] for r in rows if r.get("dtype")})
     dtype = ", ".join(dtypes) if dtypes else dtype  # the mart's own record first, else the manifest's
-    invalid = sorted({r["concurrency"] for r in rows if r.get("pass_valid") is False})
+    invalid = sorted({r["level"] for r in rows if r.get("pass_valid") is False})
     rows = [r for r in rows if r.get("pairs") is not None and r.get("pass_valid") is not False]
     total = lambda col: sum(r.get(col) or 0 for r in rows)  # noqa: E731
     pairs, suspect = total("pairs"), total("suspect")
@@ -343,7 +343,7 @@ def lossless_sentence(rows: Sequence[dict], dtype: str | None, names: Names = No
     identical, near = total("identical"), total("near_tie")
     aa_pairs, aa_identical = total("aa_pairs"), total("aa_identical")
     thresholds = sorted({r["near_tie_threshold"] for r in rows if r.get("near_tie_threshold") is not None})
-    where = _levels_text([r["concurrency"] for r in rows], names)
+    where = _levels_text([r["level"] for r in rows], names)
     margin = ""
     if len(thresholds) == 1:
         source = {r.get("near_tie_threshold_source") for r in rows} - {None}

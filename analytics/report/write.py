@@ -57,16 +57,16 @@ DEFINITIONS = {
     "aa": "aa_speedup: the baseline against itself, repeat r + 1 over repeat r, same prompts and level, with the "
     "same statistic: the host's drift between repeats, which the paired design cancels (no check). " + FIT_RULE,
     "label": LABEL_RULE,
-    "knee": "below_one_concurrency: first level labelled slower; gain_lost_concurrency: first "
+    "knee": "below_one_level: first level labelled slower; gain_lost_level: first "
     "level past the peak where speedup - 1 < peak_fraction x (peak - 1); n/a when it never happens",
     "prefix_cache": "prefix_cache_hit_rate = hits / queries, deltas of vLLM's prefix-cache counters around one block "
     "(one arm, level and repeat); prefix_cache_reset: the cache was reset just before the block",
     "tpot_ms": "(e2e - ttft) / (output tokens - 1), per request",
     "itl_chunk_gap_ms": "gap between streamed chunks; one chunk can carry several tokens under speculation",
-    "capacity_under_slo": "the highest measured concurrency up to which every level meets the SLO (p95 TTFT and p95 TPOT over "
+    "capacity_under_slo": "the highest measured level up to which every level meets the SLO (p95 TTFT and p95 TPOT over "
     "all successful requests of the arm at that level, and the level's error budget); a pass above a "
     "failing level does not count; sustains_all_measured: the limit lies above the levels measured; "
-    "capacity_ratio = speculative / baseline max_concurrency, as coarse as the level grid",
+    "capacity_ratio = speculative / baseline max_level, as coarse as the level grid",
     "acceptance_positions": "position i of a draft is accepted when the round accepted i or more tokens; "
     "acceptance_at_position = such rounds / verify rounds (summed over positions: mean "
     "acceptance length - 1); conditional_acceptance: given the draft got to i; "
@@ -101,7 +101,7 @@ DEFINITIONS = {
 
 SPEEDUP_COLUMNS = (
     "category",
-    "concurrency",
+    "level",
     "speedup",
     "ci_low",
     "ci_high",
@@ -137,7 +137,7 @@ def _charts(data: ReportData) -> dict[str, dict]:
     import altair as alt  # heavy: altair, imported only when used
 
     speed, thr = data.chart_speedup(), data.chart_throughput()
-    levels = sorted({r["concurrency"] for r in thr} | {r["concurrency"] for r in speed})
+    levels = sorted({r["level"] for r in thr} | {r["level"] for r in speed})
     # an explicit domain: with one plotted level a log scale would otherwise
     # collapse and label the point with a neighbouring tick
     domain = [levels[0], levels[-1]] if len(levels) > 1 else [levels[0] / 2, levels[0] * 2] if levels else alt.Undefined
@@ -152,7 +152,7 @@ def _charts(data: ReportData) -> dict[str, dict]:
         axis = alt.Axis(values=levels, labelExpr=f"{label_expr} : 'level ' + datum.value")
     else:
         x_title, axis = "concurrent requests", alt.Axis(values=levels, format="d")
-    x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False), title=x_title, axis=axis)
+    x = alt.X("level:Q", scale=alt.Scale(type="log", base=2, domain=domain, nice=False), title=x_title, axis=axis)
     charts = {}
     forest = forest_chart(forest_rows(data.speedup.dicts(), data.level), _margin(data)) if data.has_replay else None
     if forest:  # the first screen: every label with its interval (``forest.py``)
@@ -164,7 +164,7 @@ def _charts(data: ReportData) -> dict[str, dict]:
             color=alt.Color("category:N"),
             tooltip=[
                 "category:N",
-                "concurrency:Q",
+                "level:Q",
                 alt.Tooltip("speedup:Q", format=".2f"),
                 alt.Tooltip("ci_low:Q", format=".2f"),
                 alt.Tooltip("ci_high:Q", format=".2f"),
@@ -233,7 +233,7 @@ def _charts(data: ReportData) -> dict[str, dict]:
                 alt.Data(
                     values=[
                         {
-                            "level": name_of(r["concurrency"], names),
+                            "level": name_of(r["level"], names),
                             "position": r["position"],
                             "acceptance_at_position": r["acceptance_at_position"],
                         }
@@ -259,7 +259,7 @@ def _charts(data: ReportData) -> dict[str, dict]:
         )
     if data.latency_cdf is not None:
         rows = [
-            {"arm": r["arm"], "level": name_of(r["concurrency"], names), "share": r["share"], "e2e_ms": r["e2e_ms"]}
+            {"arm": r["arm"], "level": name_of(r["level"], names), "share": r["share"], "e2e_ms": r["e2e_ms"]}
             for r in data.latency_cdf.dicts()
             if r["e2e_ms"] is not None
         ]
@@ -356,7 +356,7 @@ def _lossless(data: ReportData) -> list[tuple[str, str]]:
                 "near_tie (first divergence where the baseline's top-1 minus top-2 logprob margin is below "
                 "near_tie_threshold: numerics), suspect (a divergence with a larger margin), beside the A/A "
                 "floor (baseline vs baseline at the same level) and across levels (batch shape).</p>"
-                + _anchored(data.lossless, "lossless", "category", "concurrency"),
+                + _anchored(data.lossless, "lossless", "category", "level"),
             )
         )
     if data.lossless_divergences is not None:
@@ -400,7 +400,7 @@ def _natural_end_speedup(data: ReportData) -> list[tuple[str, str]]:
 
 WEIGHTED_COLUMNS = (
     "category",
-    "concurrency",
+    "level",
     "speedup",
     "ci_low",
     "ci_high",
@@ -514,7 +514,7 @@ def _weighted_speedup(data: ReportData) -> list[tuple[str, str]]:
 
 
 REQUEST_ACCEPTANCE_COLUMNS = (
-    "concurrency",
+    "level",
     "category",
     "requests_with_stats",
     "tokens_proposed",
@@ -561,7 +561,7 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         (
             "Speedup",
             _defs("speedup", "intervals", "aa", "label")
-            + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "concurrency"),
+            + _anchored(data.speedup.pick(*SPEEDUP_COLUMNS), "speedup", "category", "level"),
         )
     )
     out.append(("Knee: where the gain ends", _defs("knee") + _anchored(data.knee, "knee", "category")))
@@ -762,9 +762,7 @@ def failed_levels(run_dir: Path) -> list[str]:
 
     con = duckdb.connect(str(Path(run_dir) / DB_NAME), read_only=True)
     try:
-        rows = con.execute(
-            "select arm, concurrency from level_health where level_failed order by arm, concurrency"
-        ).fetchall()
+        rows = con.execute("select arm, level from level_health where level_failed order by arm, level").fetchall()
     finally:
         con.close()
     return [f"{arm} c{level}" for arm, level in rows]

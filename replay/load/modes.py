@@ -8,11 +8,11 @@
 * ``poisson``: open loop, Poisson arrivals at each rate of ``--rates``
   (requests per second, e.g. ``0.5,1,2``), seeded by ``--arrival-seed``.
 
-The ``concurrency`` column of every record is the level's key. In closed loop
+The ``level`` column of every record is the level's key. In closed loop
 it is the concurrency; in open loop it is the level's position from 1, with
 levels ordered by offered load (time scales from slow to fast, i.e. largest
 first; rates ascending), so the key still grows with the load and every mart
-that groups by ``concurrency`` reads one level per key. The level's own
+that groups by ``level`` reads one level per key. The level's own
 setting is in ``RequestResult.level_value`` (the concurrency, the time scale
 or the rate) beside ``load_mode``, and ``LoadLevel.summary`` gives the key to
 setting table for the manifest. Plans are computed once per level before any
@@ -40,7 +40,7 @@ LOAD_MODES = ("closed", "recorded", "poisson")
 
 @dataclass(frozen=True)
 class LoadLevel:
-    key: int  # the `concurrency` column: the concurrency (closed) or the position from 1 (open loop)
+    key: int  # the `level` column: the concurrency (closed) or the position from 1 (open loop)
     mode: str  # closed | recorded | poisson
     value: float  # concurrency, time scale, or rate in requests/s
 
@@ -79,13 +79,13 @@ def summary(cfg) -> dict:
     elif cfg.load == "recorded":
         out["note"] = (
             "open loop on the recorded clock: each row sent at (arrival_ms - earliest) * value "
-            "(the time scale); the concurrency column holds the key"
+            "(the time scale); the level column holds the key"
         )
     else:
         out["arrival_seed"] = cfg.arrival_seed
         out["note"] = (
             "open loop, Poisson arrivals at `value` requests/s (first at 0), the same times in "
-            "every arm and repeat; the concurrency column holds the key"
+            "every arm and repeat; the level column holds the key"
         )
     if cfg.load != "closed":
         out["sessions"] = (

@@ -53,17 +53,13 @@ class PassCounterLog:
         row = PassCounters(
             run_id=self.run_id,
             arm=arm,
-            concurrency=level,
+            level=level,
             pass_kind=pass_kind,
             position=position,
             wall_time_ns=time.time_ns() if wall_time_ns is None else wall_time_ns,
             **{k: counters.get(k) for k in SPEC_COUNTERS},
         )
-        rows = [
-            r
-            for r in self.rows.get(arm, [])
-            if (r.concurrency, r.pass_kind, r.position) != (level, pass_kind, position)
-        ]
+        rows = [r for r in self.rows.get(arm, []) if (r.level, r.pass_kind, r.position) != (level, pass_kind, position)]
         rows.append(row)
         self.rows[arm] = rows
         write_parquet_atomic(table_from_records(PassCounters, rows), pass_counters_part(self.run_dir, arm))

@@ -327,7 +327,7 @@ def greedy_table(
         values = {
             "run_id": run_id,
             "arm": arm,
-            "concurrency": level,
+            "level": level,
             "repeat": repeat,
             "request_id": res.sent.request_id,
             "prompt_id": row.prompt_id,

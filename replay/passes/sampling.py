@@ -193,7 +193,7 @@ def sample_table(run_id: str, arm: str, level: int, results: list[tuple[TrafficR
         values = {
             "run_id": run_id,
             "arm": arm,
-            "concurrency": level,
+            "level": level,
             "request_id": res.sent.request_id,
             "prompt_id": row.prompt_id,
             "category": row.category,

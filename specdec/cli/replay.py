@@ -169,7 +169,7 @@ def main(
     one level per --time-scale (0.1 = ten times faster); poisson sends
     Poisson arrivals, one level per --rates (requests/s), seeded by
     --arrival-seed so both arms get the same times. In open loop the
-    concurrency column holds the level's key (1..N in load order), and every
+    level column holds the level's key (1..N in load order), and every
     request records its intended and actual send time (schedule lag).
 
     \b

@@ -1,5 +1,5 @@
-MODEL (name stg_engine_counters, kind VIEW, grain (run_id, arm, concurrency, repeat, position));
--- Grain: one row per run_id, arm, concurrency level, repeat and position (before/after).
+MODEL (name stg_engine_counters, kind VIEW, grain (run_id, arm, level, repeat, position));
+-- Grain: one row per run_id, arm, level, repeat and position (before/after).
 -- Purpose: vLLM's cumulative /metrics counters (MetricSnapshot), typed.
 --   NULL = the server does not export that counter (no speculation).
 --   accepted_per_position  the per-position accepted-token counter, list by draft

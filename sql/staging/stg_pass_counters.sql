@@ -1,5 +1,5 @@
-MODEL (name stg_pass_counters, kind VIEW, grain (run_id, arm, concurrency, pass_kind, position));
--- Grain: one row per run_id, arm, concurrency level, untimed pass and position (PassCounters):
+MODEL (name stg_pass_counters, kind VIEW, grain (run_id, arm, level, pass_kind, position));
+-- Grain: one row per run_id, arm, level, untimed pass and position (PassCounters):
 --   the engine's cumulative speculation counters read just before (position 'before') and
 --   just after ('after') one arm's lossless pass or sampling pass at one level
 --   (specdec.replay.passes.counters).

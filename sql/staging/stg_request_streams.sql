@@ -16,7 +16,7 @@ with source as (
 final as (
     select
         columns(role_keys()),  -- the key columns by_role adds (sql/macros.sql)
-        concurrency,
+        level,
         repeat,
         request_id,
         prompt_id,

@@ -7,7 +7,8 @@ MODEL (name stg_requests, kind TABLE, grain (run_id, request_id));
 --   text), so that this table is small. Nothing is derived here.
 --   load_mode, level_value: how the level sent requests (closed | recorded |
 --   poisson) and its setting (concurrency, time scale, or rate in requests/s);
---   in open loop, concurrency holds the level's key 1..N (specdec.replay.load.modes).
+--   level: the level's key (the concurrency in closed loop, 1..N by rising load in open
+--   loop: specdec.replay.load.modes).
 --   intended_send_ms, actual_send_ms: planned and actual send time, ms after the
 --   block's start (monotonic); schedule_lag_ms = actual - intended (NULL in
 --   closed loop); session_wait_ms: held for the previous turn of a session.

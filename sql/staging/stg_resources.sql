@@ -1,5 +1,5 @@
-MODEL (name stg_resources, kind VIEW, grain (run_id, arm, concurrency, repeat, wall_time_ns));
--- Grain: one row per resource sample: run_id, arm, concurrency level, repeat and time.
+MODEL (name stg_resources, kind VIEW, grain (run_id, arm, level, repeat, wall_time_ns));
+-- Grain: one row per resource sample: run_id, arm, level, repeat and time.
 -- Purpose: what a server held while a block ran (ResourceReading, replay/resources.py),
 --   sampled about once a second from the block's start to its end.
 --   rss_bytes         resident memory of the server's process tree [bytes]; NULL for a

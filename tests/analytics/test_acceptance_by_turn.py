@@ -22,7 +22,7 @@ def with_sessions():
     at c2 both requests are standalone."""
     out = []
     for r in make_requests():
-        if r.concurrency == 1:
+        if r.level == 1:
             r = r.model_copy(update={"session_id": "s1", "turn_index": 0 if r.category == "code" else 1})
         out.append(r)
     return out
@@ -30,10 +30,7 @@ def with_sessions():
 
 def test_per_turn_acceptance_and_throughput(tmp_path, query):
     write_run(tmp_path, requests=with_sessions())
-    got = {
-        (r["arm"], r["concurrency"], r["category"], r["turn_index"]): r
-        for r in query("select * from acceptance_by_turn")
-    }
+    got = {(r["arm"], r["level"], r["category"], r["turn_index"]): r for r in query("select * from acceptance_by_turn")}
     assert sorted(got, key=str) == sorted(
         [
             (arm, c, cat, t)

@@ -90,10 +90,10 @@ def test_acceptance_by_context_bucket(tmp_path, query):
 def test_per_position_acceptance_from_the_engine_counter_equals_the_rounds(tmp_path, query):
     # per level the captured rounds are (4,4) (4,2) (4,0) (4,1) (4,0): accepted >= 1: 3, >= 2: 2, >= 3: 1, >= 4: 1
     write_run(tmp_path, with_position_counter([3, 2, 1, 1]))
-    got = query("select * from acceptance_positions_engine order by concurrency, position")
-    assert [(r["concurrency"], r["position"]) for r in got] == [(c, p) for c in (1, 2) for p in (1, 2, 3, 4)]
+    got = query("select * from acceptance_positions_engine order by level, position")
+    assert [(r["level"], r["position"]) for r in got] == [(c, p) for c in (1, 2) for p in (1, 2, 3, 4)]
     assert {r["arm"] for r in got} == {"speculative"}  # the baseline server exports no such counter
-    c1 = [r for r in got if r["concurrency"] == 1]
+    c1 = [r for r in got if r["level"] == 1]
     assert [r["engine_accepted"] for r in c1] == [3, 2, 1, 1] and {r["engine_rounds"] for r in c1} == {5}
     assert [r["acceptance_at_position"] for r in c1] == [approx(0.6), approx(0.4), approx(0.2), approx(0.2)]
     assert all(r["captured_accepted"] == r["engine_accepted"] and r["diff_accepted"] == 0 for r in got)
@@ -106,22 +106,19 @@ def test_a_counter_of_the_first_positions_only_is_flagged(tmp_path, query):
     # llama.cpp's counter covers the first few positions of longer drafts: here 2 of 4
     counters = with_position_counter([3, 2])
     write_run(tmp_path, counters, rounds=[])
-    got = query("select * from acceptance_positions_engine where concurrency = 1 order by position")
+    got = query("select * from acceptance_positions_engine where level = 1 order by position")
     assert [r["position"] for r in got] == [1, 2]
     assert {(r["engine_accepted_total"], r["covers_every_position"]) for r in got} == {(7, False)}
 
 
 def test_the_counter_disagreeing_with_the_rounds_shows_as_a_diff(tmp_path, query):
     write_run(tmp_path, with_position_counter([3, 2, 2, 1]))
-    got = {
-        (r["concurrency"], r["position"]): r["diff_accepted"]
-        for r in query("select * from acceptance_positions_engine")
-    }
+    got = {(r["level"], r["position"]): r["diff_accepted"] for r in query("select * from acceptance_positions_engine")}
     assert got[1, 3] == -1 and got[2, 3] == -1 and got[1, 1] == 0
 
 
 def test_without_captured_rounds_the_counter_still_gives_per_position_acceptance(tmp_path, query):
     write_run(tmp_path, with_position_counter([3, 2, 1, 1]), rounds=[])  # an engine without per-round rows
-    got = query("select * from acceptance_positions_engine where concurrency = 1 order by position")
+    got = query("select * from acceptance_positions_engine where level = 1 order by position")
     assert [r["acceptance_at_position"] for r in got] == [approx(0.6), approx(0.4), approx(0.2), approx(0.2)]
     assert {r["captured_accepted"] for r in got} == {None} and {r["diff_accepted"] for r in got} == {None}

@@ -11,8 +11,7 @@ from tests.support.synthetic_run import make_counters, make_requests, write_run
 
 def rows(query) -> dict:
     return {
-        (r["concurrency"], r["category"]): r
-        for r in query("select * from acceptance_requests where arm = 'speculative'")
+        (r["level"], r["category"]): r for r in query("select * from acceptance_requests where arm = 'speculative'")
     }
 
 
@@ -44,7 +43,7 @@ def test_without_rounds_the_stats_still_answer_and_a_missing_draft_count_shows(t
     for r in make_requests():
         if r.arm == "speculative":
             r = r.model_copy(update={"spec_num_steps": None})
-            if (r.concurrency, r.category) == (2, "chat"):
+            if (r.level, r.category) == (2, "chat"):
                 r = r.model_copy(update={"spec_num_draft_tokens": None, "spec_num_accepted_tokens": None})
         requests.append(r)
     write_run(tmp_path, make_counters(), requests=requests, rounds=[])

@@ -100,12 +100,12 @@ def _built(pairs, design: Design | None = None):
     con = duckdb.connect()
     con.execute(
         "create table int_requests_paired (run_id varchar, comparison varchar, category varchar, "
-        "concurrency integer, prompt_id varchar, repeat integer, log_ratio double)"
+        "level integer, prompt_id varchar, repeat integer, log_ratio double)"
     )
     con.executemany("insert into int_requests_paired values ('r', ?, ?, ?, ?, ?, ?)", pairs)
     if design is not None:
         con.execute(
-            "create table int_requests_measured (run_id varchar, concurrency integer, repeat integer, "
+            "create table int_requests_measured (run_id varchar, level integer, repeat integer, "
             "arm varchar, wall_send_ns bigint)"
         )
         for lv in design.levels:

@@ -30,8 +30,8 @@ def run(tmp_path, e2e=E2E, requests=None):
 def test_the_two_arms_limits_differ(tmp_path):
     got = capacity(run(tmp_path))  # default SLO: p95 TTFT 2000 ms, p95 TPOT 100 ms
     base, spec = got["baseline"], got["speculative"]
-    assert (base["max_concurrency"], base["first_failing_level"], base["first_failing_reason"]) == (2, 4, "tpot")
-    assert (spec["max_concurrency"], spec["first_failing_level"], spec["first_failing_reason"]) == (4, 8, "tpot")
+    assert (base["max_level"], base["first_failing_level"], base["first_failing_reason"]) == (2, 4, "tpot")
+    assert (spec["max_level"], spec["first_failing_level"], spec["first_failing_reason"]) == (4, 8, "tpot")
     assert base["tpot_ms_p95_at_max"] == approx(80.0) and spec["tpot_ms_p95_at_max"] == approx(90.0)
     assert base["capacity_ratio"] is None and spec["capacity_ratio"] == approx(2.0)
     assert not base["sustains_all_measured"] and base["levels_measured"] == 4
@@ -41,11 +41,11 @@ def test_the_two_arms_limits_differ(tmp_path):
 def test_the_slo_is_the_analysis_option(tmp_path):
     run_dir = run(tmp_path)
     loose = capacity(run_dir, Slo(ttft_p95_ms=2000, tpot_p95_ms=250, source="given"))
-    assert all(r["sustains_all_measured"] and r["max_concurrency"] == 8 for r in loose.values())
+    assert all(r["sustains_all_measured"] and r["max_level"] == 8 for r in loose.values())
     assert loose["speculative"]["capacity_ratio"] == approx(1.0)  # both limits above the measured grid
     tight = capacity(run_dir, Slo(ttft_p95_ms=30, tpot_p95_ms=1000, source="given"))  # TTFT 50 ms at c1
-    assert tight["baseline"]["max_concurrency"] is None and tight["baseline"]["first_failing_reason"] == "ttft"
-    assert tight["speculative"]["max_concurrency"] == 1  # TTFT 20 then 40
+    assert tight["baseline"]["max_level"] is None and tight["baseline"]["first_failing_reason"] == "ttft"
+    assert tight["speculative"]["max_level"] == 1  # TTFT 20 then 40
     assert tight["speculative"]["capacity_ratio"] is None and tight["speculative"]["slo_source"] == "given"
 
 
@@ -53,11 +53,11 @@ def test_a_pass_above_a_failure_is_not_capacity_and_failed_levels_fail(tmp_path)
     e2e = {"baseline": dict(E2E["baseline"]), "speculative": {1: 2000, 2: 11000, 4: 9000, 8: 9000}}
     reqs = repeated_requests(lambda arm, pid, level, r: e2e[arm][level], levels=LEVELS)
     # baseline c1 loses every request of repeat 0: the level fails its error budget
-    reqs = [failed(q) if (q.arm, q.concurrency, q.repeat) == ("baseline", 1, 0) else q for q in reqs]
+    reqs = [failed(q) if (q.arm, q.level, q.repeat) == ("baseline", 1, 0) else q for q in reqs]
     got = capacity(run(tmp_path, requests=reqs))
-    assert (got["speculative"]["max_concurrency"], got["speculative"]["first_failing_level"]) == (1, 2)
+    assert (got["speculative"]["max_level"], got["speculative"]["first_failing_level"]) == (1, 2)
     base = got["baseline"]
-    assert (base["max_concurrency"], base["first_failing_reason"]) == (None, "level failed (error budget)")
+    assert (base["max_level"], base["first_failing_reason"]) == (None, "level failed (error budget)")
     assert got["speculative"]["capacity_ratio"] is None
 
 

@@ -61,7 +61,7 @@ def test_speedup_acceptance_and_settings_side_by_side(tmp_path):
     fields = {s["field"]: (s["a"], s["b"]) for s in c.settings}
     assert fields["arms[1].speculative_config.num_speculative_tokens"] == (4, 8)
     assert "run_id" not in fields and "created_wall" not in fields
-    sp = {(r["category"], r["concurrency"]): r for r in c.speedup}
+    sp = {(r["category"], r["level"]): r for r in c.speedup}
     code, chat = sp["code", 1], sp["chat", 1]
     assert code["a_speedup"] == approx(2 * 2**0.5)  # geometric mean of 2 and 4
     assert code["b_over_a"] == approx(2.0) and chat["b_over_a"] == approx(1.0)
@@ -71,7 +71,7 @@ def test_speedup_acceptance_and_settings_side_by_side(tmp_path):
     acc = {r["category"]: r for r in c.acceptance}
     assert (acc["code"]["a_length"], acc["code"]["b_length"]) == (approx(4.0), approx(1.0))  # B accepted nothing
     assert acc["code"]["length_b_minus_a"] == approx(-3.0) and acc["code"]["rate_b_minus_a"] == approx(-0.75)
-    assert {(r["arm"], r["concurrency"]) for r in c.throughput} == {("baseline", 1), ("speculative", 1)}
+    assert {(r["arm"], r["level"]) for r in c.throughput} == {("baseline", 1), ("speculative", 1)}
 
 
 def test_cli_text_and_json(tmp_path):
@@ -115,6 +115,6 @@ def test_a_run_without_rounds_compares_on_the_per_request_stats(tmp_path):
     write_run(b, requests=with_stats(8), counters=repeated_counters(levels=(1,)), rounds=[])
     c = compare(a, b)
     assert {r["category"]: r["b_length"] for r in c.acceptance}["code"] is None
-    got = {(r["category"], r["concurrency"]): r for r in c.request_acceptance}
+    got = {(r["category"], r["level"]): r for r in c.request_acceptance}
     assert (got["(all)", 1]["a_rate"], got["(all)", 1]["b_rate"]) == (approx(0.5), approx(0.8))
     assert got["code", 1]["rate_b_minus_a"] == approx(0.3)

@@ -50,7 +50,7 @@ def hostile_run(run_dir):
                 "output_text": IMG + r.output_text,
             }
         )
-        if (r.arm, r.concurrency, r.category) == ("baseline", 2, "chat"):
+        if (r.arm, r.level, r.category) == ("baseline", 2, "chat"):
             r = failed(r, message="HTTP 500: " + IMG)
         reqs.append(r)
     manifest = make_manifest(

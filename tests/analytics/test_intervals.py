@@ -126,7 +126,7 @@ def test_judge_says_what_would_resolve_an_inconclusive_row():
 
 
 def test_compute_makes_every_interval_kind_and_is_reproducible():
-    # (comparison, category, concurrency, prompt, repeat, log ratio)
+    # (comparison, category, level, prompt, repeat, log ratio)
     pairs = [("ab", "code", 1, p, r, v) for p, vs in (("a", [0.1, 0.3]), ("b", [0.5, 0.2])) for r, v in enumerate(vs)]
     other = [
         ("ab", "chat", 1, "c", 0, 0.9),

@@ -53,7 +53,7 @@ def test_staging_columns_are_the_record_fields(run):
 
 
 def test_greedy_pairs_classify_each_divergence(run):
-    got = {(r["concurrency"], r["prompt_id"]): r for r in rows(run, "select * from int_greedy_pairs")}
+    got = {(r["level"], r["prompt_id"]): r for r in rows(run, "select * from int_greedy_pairs")}
     assert set(got) == {(1, "pA"), (1, "pB"), (1, "pC"), (1, "pD"), (2, "pA"), (2, "pB"), (2, "pC")}
     assert {k for k, r in got.items() if r["class"] == "identical"} == {(1, "pA"), (1, "pD"), (2, "pB"), (2, "pC")}
     for r in got.values():
@@ -103,7 +103,7 @@ def test_a_margin_of_one_bfloat16_step_is_a_near_tie_and_float32_is_stricter(tmp
 
 
 def test_lossless_counts_beside_the_aa_floor(run):
-    got = {(r["category"], r["concurrency"]): r for r in rows(run, "select * from lossless")}
+    got = {(r["category"], r["level"]): r for r in rows(run, "select * from lossless")}
     assert set(got) == {("code", 1), ("code", 2), ("chat", 1), ("chat", 2)}
     c1, c2 = got[("code", 1)], got[("code", 2)]
     assert c1["dtype"] == "bfloat16" and c1["near_tie_threshold"] == 0.25
@@ -143,7 +143,7 @@ def test_lossless_counts_beside_the_aa_floor(run):
 
 def test_lossless_divergences_list_every_non_identical_pair(run):
     got = rows(run, "select * from lossless_divergences")
-    assert [(r["concurrency"], r["prompt_id"], r["class"]) for r in got] == [
+    assert [(r["level"], r["prompt_id"], r["class"]) for r in got] == [
         (1, "pB", "near_tie"),
         (1, "pC", "suspect"),
         (2, "pA", "suspect"),
@@ -162,7 +162,7 @@ def test_lossless_divergences_list_every_non_identical_pair(run):
 def test_a_failed_or_one_sided_lossless_pass_gives_no_lossless_figure(tmp_path):
     checks = make_checks() + [check("baseline", 4, "pA", [5, 6])]
     run_dir = make_run(tmp_path, checks=checks, max_error_rate=0.05)
-    got = {(r["category"], r["concurrency"]): r for r in rows(run_dir, "select * from lossless")}
+    got = {(r["category"], r["level"]): r for r in rows(run_dir, "select * from lossless")}
     reason = "speculative lossless pass failed (error rate 0.250 > max 0.050)"
     for key in (("code", 2), ("chat", 2)):
         r = got[key]
@@ -171,8 +171,8 @@ def test_a_failed_or_one_sided_lossless_pass_gives_no_lossless_figure(tmp_path):
     assert got[("code", 2)]["aa_pairs"] == 1  # the A/A floor (timed requests) still stands
     assert got[("code", 4)]["excluded_reason"] == "speculative arm has no lossless checks at this level"
     assert got[("code", 1)]["excluded_reason"] is None and got[("code", 1)]["pairs"] == 3
-    div = rows(run_dir, "select concurrency, excluded_reason from lossless_divergences where concurrency = 2")
-    assert div == [{"concurrency": 2, "excluded_reason": reason}]  # listed, but not counted
+    div = rows(run_dir, "select level, excluded_reason from lossless_divergences where level = 2")
+    assert div == [{"level": 2, "excluded_reason": reason}]  # listed, but not counted
 
 
 def test_one_repeat_and_no_lossless_pass_are_not_applicable(tmp_path):
@@ -183,10 +183,11 @@ def test_one_repeat_and_no_lossless_pass_are_not_applicable(tmp_path):
         timed("speculative", 1, 0, "pA", "x"),
         timed("speculative", 2, 0, "pA", "x"),
     ]
-    got = rows(make_run(tmp_path, checks=False, requests=requests), "select * from lossless order by concurrency")
-    assert [
-        (r["concurrency"], r["repeats"], r["aa_pairs"], r["aa_identical"], r["aa_identity_share"]) for r in got
-    ] == [(1, 1, None, None, None), (2, 1, None, None, None)]
+    got = rows(make_run(tmp_path, checks=False, requests=requests), "select * from lossless order by level")
+    assert [(r["level"], r["repeats"], r["aa_pairs"], r["aa_identical"], r["aa_identity_share"]) for r in got] == [
+        (1, 1, None, None, None),
+        (2, 1, None, None, None),
+    ]
     assert [(r["cross_level_pairs"], r["cross_level_identical"]) for r in got] == [(None, None), (1, 1)]
     assert all(
         r["checks"] == 0 and r["pairs"] is None and r["excluded_reason"] == "no lossless pass at this level"
@@ -210,9 +211,7 @@ def test_duplicate_prompts_pair_by_occurrence(tmp_path):
 
 
 def test_acceptance_splits_at_the_natural_end(run):
-    got = {
-        (r["category"], r["concurrency"], r["segment"]): r for r in rows(run, "select * from acceptance_natural_end")
-    }
+    got = {(r["category"], r["level"], r["segment"]): r for r in rows(run, "select * from acceptance_natural_end")}
     assert set(got) == {("code", 1, "before_natural_end"), ("code", 1, "after_natural_end"), ("code", 2, "unknown")}
     before = got[("code", 1, "before_natural_end")]  # pC's round at position 1, pB's (never ends)
     assert (before["requests"], before["verify_rounds"], before["tokens_proposed"], before["tokens_accepted"]) == (

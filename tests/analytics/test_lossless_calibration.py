@@ -60,7 +60,7 @@ def check(
     return GreedyCheck(
         run_id=RUN,
         arm=arm,
-        concurrency=level,
+        level=level,
         repeat=0,
         request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.lossless",
         prompt_id=prompt,
@@ -97,7 +97,7 @@ SPEC_CHECKS = [
 
 def at_level(c: GreedyCheck, level: int) -> GreedyCheck:
     """The same check sent at another level."""
-    return c.model_copy(update={"concurrency": level, "request_id": c.request_id.replace(".c1.", f".c{level}.")})
+    return c.model_copy(update={"level": level, "request_id": c.request_id.replace(".c1.", f".c{level}.")})
 
 
 def counters(arm: str, level: int, before: tuple, after: tuple, kind: str = "lossless_pass") -> list[PassCounters]:
@@ -107,7 +107,7 @@ def counters(arm: str, level: int, before: tuple, after: tuple, kind: str = "los
         PassCounters(
             run_id=RUN,
             arm=arm,
-            concurrency=level,
+            level=level,
             pass_kind=kind,
             position=pos,
             wall_time_ns=T0 + i,
@@ -148,7 +148,7 @@ def test_a_speculative_token_that_is_not_the_runner_up_is_suspect_even_at_a_smal
     assert pc["class"] == "suspect"  # 0.0625 is well inside 0.25, but 31 is not the baseline's runner-up (30)
     assert (pd["baseline_margin"], pd["speculative_took_runner_up"], pd["class"]) == (0.0625, True, "near_tie")
     assert (pe["baseline_margin"], pe["speculative_took_runner_up"], pe["class"]) == (0.1875, True, "near_tie")
-    lossless = rows(tmp_path, "select * from lossless where concurrency = 1 and category = 'code'")[0]
+    lossless = rows(tmp_path, "select * from lossless where level = 1 and category = 'code'")[0]
     assert (lossless["pairs"], lossless["identical"], lossless["near_tie"], lossless["suspect"]) == (3, 0, 2, 1)
 
 
@@ -167,9 +167,9 @@ def test_planted_aa_flips_set_the_threshold(tmp_path):
     aa = rows(
         run_dir,
         "select * from int_baseline_greedy_pairs where prompt_id in ('pA', 'pB') "
-        "order by prompt_id, concurrency, other_concurrency",
+        "order by prompt_id, level, other_level",
     )
-    got = {(r["prompt_id"], r["concurrency"], r["other_concurrency"]): r for r in aa}
+    got = {(r["prompt_id"], r["level"], r["other_level"]): r for r in aa}
     assert set(got) == {("pA", 1, 2), ("pA", 1, 4), ("pA", 2, 4), ("pB", 1, 2), ("pB", 1, 4), ("pB", 2, 4)}
     for key in (("pA", 1, 2), ("pA", 2, 4)):
         r = got[key]
@@ -190,7 +190,7 @@ def test_planted_aa_flips_set_the_threshold(tmp_path):
     # pD's 0.0625 and pE's 0.1875 are within 0.25; pC's token is not the runner-up
     assert (classes["pC"], classes["pD"], classes["pE"]) == ("suspect", "near_tie", "near_tie")
 
-    c1 = rows(run_dir, "select * from lossless where concurrency = 1 and category = 'code'")[0]
+    c1 = rows(run_dir, "select * from lossless where level = 1 and category = 'code'")[0]
     assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == (
         0.25,
         "dtype_floor",
@@ -210,7 +210,7 @@ def test_aa_flips_above_the_dtypes_value_widen_the_threshold(tmp_path):
 
 
 def test_without_aa_flips_the_dtype_default_is_used_and_said(tmp_path):
-    c1 = rows(make_run(tmp_path, SPEC_CHECKS), "select * from lossless where concurrency = 1 and category = 'code'")[0]
+    c1 = rows(make_run(tmp_path, SPEC_CHECKS), "select * from lossless where level = 1 and category = 'code'")[0]
     assert (c1["near_tie_threshold"], c1["near_tie_threshold_source"], c1["near_tie_threshold_divergences"]) == (
         0.25,
         "dtype_default",
@@ -232,9 +232,7 @@ def test_a_pass_with_unmoved_draft_counters_is_invalid(tmp_path):
         + counters("speculative", 1, (10, 40, 30, 112), (20, 80, 60, 150), kind="sampling_pass")
     )
     run_dir = make_run(tmp_path, checks, passes)
-    checked = {
-        (r["arm"], r["concurrency"], r["pass_kind"]): r for r in rows(run_dir, "select * from int_passes_checked")
-    }
+    checked = {(r["arm"], r["level"], r["pass_kind"]): r for r in rows(run_dir, "select * from int_passes_checked")}
     spec1 = checked[("speculative", 1, "lossless_pass")]
     assert (spec1["drafts"], spec1["draft_tokens"], spec1["generation_tokens"], spec1["speculation_ran"]) == (
         0,
@@ -253,14 +251,14 @@ def test_a_pass_with_unmoved_draft_counters_is_invalid(tmp_path):
     assert (base1["drafts"], base1["metrics_read"], base1["speculation_ran"]) == (None, True, False)
     assert checked[("speculative", 1, "sampling_pass")]["speculation_ran"] is True
 
-    got = {r["concurrency"]: r for r in rows(run_dir, "select * from lossless where category = 'code'")}
+    got = {r["level"]: r for r in rows(run_dir, "select * from lossless where category = 'code'")}
     c1, c2, c4 = got[1], got[2], got[4]
     assert (c1["pass_valid"], c1["pass_draft_tokens"]) == (False, 0)
     assert c1["excluded_reason"] == "speculation did not run during the lossless pass (draft counters unchanged)"
     assert (c1["pairs"], c1["near_tie"], c1["suspect"], c1["identity_share"]) == (None,) * 4
     assert (c2["pass_valid"], c2["pass_draft_tokens"], c2["excluded_reason"], c2["pairs"]) == (True, 12, None, 3)
     assert (c4["pass_valid"], c4["pass_draft_tokens"], c4["excluded_reason"], c4["pairs"]) == (None, None, None, 3)
-    listed = rows(run_dir, "select concurrency, excluded_reason from lossless_divergences where concurrency = 1")
+    listed = rows(run_dir, "select level, excluded_reason from lossless_divergences where level = 1")
     assert len(listed) == 3 and all(r["excluded_reason"] == c1["excluded_reason"] for r in listed)
 
 
@@ -272,7 +270,7 @@ def test_a_speculative_server_without_speculative_counters_did_not_speculate(tmp
     )
     checks = SPEC_CHECKS + [at_level(c, 2) for c in SPEC_CHECKS]
     got = {
-        r["concurrency"]: r
+        r["level"]: r
         for r in rows(make_run(tmp_path, checks, passes), "select * from lossless where category = 'code'")
     }
     assert (got[1]["pass_valid"], got[1]["pairs"]) == (False, None)

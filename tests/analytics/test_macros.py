@@ -111,7 +111,7 @@ def test_role_keys_are_the_columns_by_role_puts_first(con):
 
     keys = one(con, "select role_keys()")
     assert keys == ["run_id", "arm", *STAGING_ADDED]
-    con.execute("create table raw_t as select 'r' as run_id, 'a' as arm, 1 as concurrency")
+    con.execute("create table raw_t as select 'r' as run_id, 'a' as arm, 1 as level")
     assert [d[0] for d in con.execute("select * from by_role('raw_t')").description][: len(keys)] == keys
     # a staging model over by_role takes its columns as by_role gives them (select *), or picks
     # them after columns(role_keys()): none writes the four keys out

@@ -188,7 +188,7 @@ def test_every_relation_holds_each_run_exactly_as_that_run_built_alone(runs):
 
 def test_per_run_figures_differ_and_are_the_hand_checked_ones(runs):
     db = build(runs)
-    speedup = {(r["run_id"], r["concurrency"]): r for r in rows(db, "select * from speedup where category = 'code'")}
+    speedup = {(r["run_id"], r["level"]): r for r in rows(db, "select * from speedup where category = 'code'")}
     assert speedup["a", 1]["speedup"] == pytest.approx(math.sqrt(2000 / 1000 * 2100 / 1030))
     assert speedup["c", 1]["speedup"] == pytest.approx(math.sqrt(2000 / 500 * 2100 / 530))
     assert speedup["a", 1]["ci_low"] is not None and speedup["a", 1]["ci_low"] != speedup["c", 1]["ci_low"]
@@ -229,7 +229,7 @@ def test_compare_two_runs_of_one_database_as_two_run_folders(runs):
     within, folders = compare_in(runs, "a", "c"), compare(runs / "a", runs / "c")
     assert within.speedup == folders.speedup and within.acceptance == folders.acceptance
     assert within.throughput == folders.throughput and within.settings == folders.settings == []
-    code = next(r for r in within.speedup if (r["category"], r["concurrency"]) == ("code", 1))
+    code = next(r for r in within.speedup if (r["category"], r["level"]) == ("code", 1))
     assert code["b_over_a"] == pytest.approx(code["b_speedup"] / code["a_speedup"]) and code["b_over_a"] > 1.5
     with pytest.raises(SpecdecError, match="no run 'zz'"):
         compare_in(runs, "a", "zz")

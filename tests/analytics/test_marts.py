@@ -52,7 +52,7 @@ def test_warmup_rows_are_excluded(query):
 
 
 def test_speedup(query):
-    got = {k: v["speedup"] for k, v in by(query("select * from speedup"), "category", "concurrency").items()}
+    got = {k: v["speedup"] for k, v in by(query("select * from speedup"), "category", "level").items()}
     assert got == {
         ("code", 1): approx(125 / 50),  # 100 tok / 0.8 s over 100 tok / 2.0 s = 2.5
         ("code", 2): approx(125 / 50),
@@ -66,7 +66,7 @@ def test_speedup(query):
 
 
 def test_latency_single_request_group(query):
-    (r,) = query("select * from latency where arm = 'speculative' and category = 'code' and concurrency = 1")
+    (r,) = query("select * from latency where arm = 'speculative' and category = 'code' and level = 1")
     assert (r["requests_ok"], r["requests_failed"]) == (1, 0)
     # one request: every percentile is its own value, ttft 8 ms
     assert [r["ttft_ms_p50"], r["ttft_ms_p95"], r["ttft_ms_p99"]] == [8.0, 8.0, 8.0]
@@ -78,7 +78,7 @@ def test_latency_single_request_group(query):
 
 
 def test_throughput(query):
-    got = by(query("select * from throughput"), "arm", "concurrency")
+    got = by(query("select * from throughput"), "arm", "level")
     # level_seconds = last end - first send
     assert got["baseline", 1]["level_seconds"] == 4.0  # chat sent 2.0 s, ends 4.0 s
     assert got["baseline", 2]["level_seconds"] == 2.5  # chat sent 0.5 s, ends 2.5 s
@@ -103,7 +103,7 @@ RECON = [
 
 
 def test_reconciliation_exact(query):
-    got = by(query("select * from reconciliation"), "arm", "concurrency")
+    got = by(query("select * from reconciliation"), "arm", "level")
     for conc in (1, 2):
         # per level: rounds 3 + 2 = 5, proposed 5 * 4 = 20, accepted (4+2+0) + (1+0) = 7
         assert [got["speculative", conc][c] for c in RECON] == [5, 5, 0, 20, 20, 0, 7, 7, 0, True]
@@ -115,11 +115,11 @@ def test_reconciliation_detects_a_counter_mismatch(run_dir, query):
     path = run_dir / "engine_counters.parquet"
     snaps = [MetricSnapshot(**r) for r in pq.read_table(path).to_pylist()]
     for s in snaps:
-        if (s.arm, s.concurrency, s.position) == ("speculative", 2, "after"):
+        if (s.arm, s.level, s.position) == ("speculative", 2, "after"):
             s.spec_num_accepted_tokens += 3
     write_parquet_atomic(table_from_records(MetricSnapshot, snaps), path)
     diffs = {
-        (r["arm"], r["concurrency"]): (r["diff_rounds"], r["diff_proposed"], r["diff_accepted"])
+        (r["arm"], r["level"]): (r["diff_rounds"], r["diff_proposed"], r["diff_accepted"])
         for r in query("select * from reconciliation")
     }
     # engine accepted 7 + 3 = 10 -> diff 7 - 10 = -3, for that arm and level only
@@ -134,7 +134,7 @@ def test_reconciliation_detects_a_counter_mismatch(run_dir, query):
 def test_reconciliation_flags_runs_without_capture(run_dir, query):
     # an external server without the plugin: no rounds file at all
     (run_dir / "rounds.parquet").unlink()
-    rows = query("select arm, concurrency, capture_present, diff_rounds from reconciliation")
+    rows = query("select arm, level, capture_present, diff_rounds from reconciliation")
     assert {r["capture_present"] for r in rows} == {False}
     # the speculative diffs are then -5 rounds per level: meaningless, hence the flag
     assert sorted(r["diff_rounds"] for r in rows if r["arm"] == "speculative") == [-5, -5]
@@ -142,7 +142,7 @@ def test_reconciliation_flags_runs_without_capture(run_dir, query):
 
 def test_output_equality(query):
     got = {
-        (r["category"], r["concurrency"]): (r["pairs"], r["identical"], r["identical_share"])
+        (r["category"], r["level"]): (r["pairs"], r["identical"], r["identical_share"])
         for r in query("select * from output_equality")
     }
     # one pair per category and level; only chat at c2 differs ("hello" vs "hello!")
@@ -186,5 +186,5 @@ def test_step_timing_keeps_apart_two_engines_that_reused_a_pid(tmp_path):
     again = [r.model_copy(update={"process_token": "1-restarted"}) for r in base]
     run_dir = write_run(tmp_path, rounds=[r for r in rounds if r.pid != 1] + base + again)
     con = duckdb.connect(str(build(run_dir)), read_only=True)
-    steps = dict(con.execute("select concurrency, steps from step_timing where arm = 'baseline'").fetchall())
+    steps = dict(con.execute("select level, steps from step_timing where arm = 'baseline'").fetchall())
     assert steps == {1: 8, 2: 8}  # 2 requests x 2 decode rows x 2 incarnations per level

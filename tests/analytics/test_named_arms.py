@@ -67,7 +67,7 @@ def test_each_comparison_is_a_run_with_the_classic_figures(both):
         assert runs_of(con) == [f"{RUN}/ngram", f"{RUN}/ngram2"]
     finally:
         con.close()
-    cols = "category, concurrency, speedup, pairs"
+    cols = "category, level, speedup, pairs"
     want = _rows(classic_db, f"select {cols} from speedup order by all")
     assert _rows(named_db, f"select {cols} from speedup where run_id = ? order by all", f"{RUN}/ngram") == want
     faster = _rows(
@@ -128,7 +128,7 @@ def test_compare_takes_two_comparisons_and_names_them_when_given_the_folder(tmp_
 
     run = write_named_run(tmp_path / "named")
     result = compare_in(run, f"{RUN}/ngram", f"{RUN}/ngram2")
-    code = {r["concurrency"]: r for r in result.speedup if r["category"] == "code"}
+    code = {r["level"]: r for r in result.speedup if r["category"] == "code"}
     assert code[1]["a_speedup"] == approx(2000 / 800) and code[1]["b_speedup"] == approx(2000 / 500)
     (tmp_path / "classic").mkdir()
     with pytest.raises(SpecdecError, match=f"holds 2 comparisons .*{RUN}/ngram, {RUN}/ngram2"):

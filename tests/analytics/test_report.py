@@ -30,7 +30,7 @@ def test_a_run_where_every_request_failed_says_so(tmp_path):
 
 
 def test_a_failed_level_is_announced_at_the_top_of_both(tmp_path):
-    reqs = [failed(r) if (r.arm, r.concurrency, r.category) == ("baseline", 2, "chat") else r for r in make_requests()]
+    reqs = [failed(r) if (r.arm, r.level, r.category) == ("baseline", 2, "chat") else r for r in make_requests()]
     page, summary = report_of(write_run(tmp_path, requests=reqs))
     banner = (
         "1 level(s) failed (error rate above max_error_rate 0.05): baseline c2 (1/2 failed: "

@@ -39,7 +39,7 @@ def row(category, level, speedup, low, high, label, repeats=5, pairs=40, margin=
         "equivalence_low": eq[0],
         "equivalence_high": eq[1],
         "category": category,
-        "concurrency": level,
+        "level": level,
         "speedup": speedup,
         "ci_low": low,
         "ci_high": high,
@@ -226,7 +226,7 @@ def test_the_forest_opens_the_page_and_the_details_close_it(repeated):
     spec = _spec(page, "forest")
     got = {(v["category"], v["level"]): v for v in spec["hconcat"][1]["data"]["values"]}
     for (cat, level), v in got.items():
-        mart = next(r for r in repeated.speedup.dicts() if (r["category"], f"c{r['concurrency']}") == (cat, level))
+        mart = next(r for r in repeated.speedup.dicts() if (r["category"], f"c{r['level']}") == (cat, level))
         assert v["speedup"] == mart["speedup"] and v["label"] == mart["label"] and v["repeats"] == mart["repeats"] == 3
         # the plot cannot contradict the label: the bar drawn is the interval the label reads
         assert agrees(v, mart["margin"]), v

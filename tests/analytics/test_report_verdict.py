@@ -27,10 +27,10 @@ def steady(arm, pid, level, repeat):
 LOSSLESS = """create or replace view lossless as select * from (values
     ('code', 1, 'bfloat16', 4, 3, 1, 0, 0.75, 2, 1, 0.5, null, null, 0.05),
     ('chat', 1, 'bfloat16', 4, 4, 0, 0, 1.0, 2, 2, 1.0, null, null, 0.05))
-    t(category, concurrency, dtype, pairs, identical, near_tie, suspect, identity_share, aa_pairs, aa_identical,
+    t(category, level, dtype, pairs, identical, near_tie, suspect, identity_share, aa_pairs, aa_identical,
       aa_identity_share, cross_level_pairs, cross_level_identical, near_tie_threshold)"""
 DIVERGENCES = """create or replace view lossless_divergences as select * from (values
-    ('code', 1, 'code-1', 17, 0.01, 'near_tie')) t(category, concurrency, prompt_id, first_divergence_position,
+    ('code', 1, 'code-1', 17, 0.01, 'near_tie')) t(category, level, prompt_id, first_divergence_position,
     baseline_margin, class)"""
 
 
@@ -141,7 +141,7 @@ def test_no_lossless_section_or_sentence_without_its_marts(repeated):
 
 
 def test_open_loop_levels_are_named_by_their_setting(tmp_path):
-    """An open-loop run keys its levels 1, 2, ... (``concurrency``); a reader
+    """An open-loop run keys its levels 1, 2, ... (``level``); a reader
     sees the rates: in the verdict, the summary's tables and the chart's axis."""
     load = {"mode": "poisson", "arrival_seed": 0, "levels": [{"key": 1, "value": 0.5}, {"key": 2, "value": 2.0}]}
     run_dir = write_run(

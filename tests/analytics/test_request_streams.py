@@ -135,29 +135,27 @@ def test_the_marts_equal_the_definitions_before_the_change(runs):
     con = duckdb.connect(str(build(old)), read_only=True)
     try:
         before = con.execute("""
-            select arm, category, concurrency, quantile_cont(g, [0.5, 0.95, 0.99])
-            from (select arm, category, concurrency,
+            select arm, category, level, quantile_cont(g, [0.5, 0.95, 0.99])
+            from (select arm, category, level,
                          unnest(list_transform(range(1, len(chunk_offsets_ms)),
                                 lambda i: chunk_offsets_ms[i + 1] - chunk_offsets_ms[i])) as g
                   from raw_requests where success and len(chunk_offsets_ms) > 1)
             group by all order by all""").fetchall()
         after = con.execute("""
-            select arm, category, concurrency, [itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p95, itl_chunk_gap_ms_p99]
+            select arm, category, level, [itl_chunk_gap_ms_p50, itl_chunk_gap_ms_p95, itl_chunk_gap_ms_p99]
             from latency order by all""").fetchall()
         assert after == before and len(before) == 8
         texts = con.execute("""
-            select b.category, b.concurrency, count(*), count(*) filter (where b.output_text = s.output_text)
+            select b.category, b.level, count(*), count(*) filter (where b.output_text = s.output_text)
             from raw_requests b join raw_requests s
-              on s.prompt_id = b.prompt_id and s.concurrency = b.concurrency and s.repeat = b.repeat
+              on s.prompt_id = b.prompt_id and s.level = b.level and s.repeat = b.repeat
             where b.arm = 'baseline' and s.arm = 'speculative' group by all order by all""").fetchall()
-        marts = con.execute(
-            "select category, concurrency, pairs, identical from output_equality order by all"
-        ).fetchall()
+        marts = con.execute("select category, level, pairs, identical from output_equality order by all").fetchall()
         assert marts == texts and any(pairs != same for _, _, pairs, same in marts)
         aa = con.execute("""
             select count(*) filter (where b.output_text = a.output_text)
             from raw_requests b join raw_requests a
-              on a.prompt_id = b.prompt_id and a.concurrency = b.concurrency and a.repeat = b.repeat + 1
+              on a.prompt_id = b.prompt_id and a.level = b.level and a.repeat = b.repeat + 1
             where b.arm = 'baseline' and a.arm = 'baseline'""").fetchone()[0]
         ours = con.execute(
             "select count(*) filter (where identical) from int_baseline_text_pairs where comparison = 'repeat'"

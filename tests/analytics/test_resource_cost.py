@@ -19,7 +19,7 @@ def sample(arm, level, repeat, t, rss_mib, kv, running=2.0):
     return ResourceReading(
         run_id=RUN,
         arm=arm,
-        concurrency=level,
+        level=level,
         repeat=repeat,
         t_ms=t,
         wall_time_ns=t,
@@ -39,7 +39,7 @@ def test_peak_mean_and_the_ratio_to_baseline(tmp_path, query):
         sample("speculative", 2, 0, 0, None, None, None),
     ]  # an external server: nothing to read
     write_parquet_atomic(table_from_records(ResourceReading, rows), tmp_path / "resources.parquet")
-    got = {(r["arm"], r["concurrency"]): r for r in query("select * from resource_cost")}
+    got = {(r["arm"], r["level"]): r for r in query("select * from resource_cost")}
     base, spec = got["baseline", 1], got["speculative", 1]
     assert (base["samples"], base["repeats"], base["rss_peak_mib"], base["rss_mean_mib"]) == (2, 2, 1200, 1100)
     assert (spec["rss_peak_mib"], spec["kv_cache_usage_peak"], spec["kv_cache_usage_mean"]) == (

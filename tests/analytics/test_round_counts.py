@@ -77,7 +77,7 @@ REFERENCE = {
               from per_request group by all) m using (run_id, arm, category)""",
     "acceptance_natural_end": """
         with placed as (
-            select r.run_id, r.category, r.concurrency, r.request_id, r.tokens_proposed, r.tokens_accepted,
+            select r.run_id, r.category, r.level, r.request_id, r.tokens_proposed, r.tokens_accepted,
                    case when e.eos_known is not true or q.prompt_tokens is null then 'unknown'
                         when e.natural_end_position is null then 'before_natural_end'
                         when r.context_len - q.prompt_tokens + 1 < e.natural_end_position then 'before_natural_end'
@@ -86,21 +86,21 @@ REFERENCE = {
             join (select run_id, request_id, prompt_tokens from stg_requests
                   where arm = 'speculative' and temperature = 0) q using (run_id, request_id)
             left join int_natural_ends e
-              on e.run_id = r.run_id and e.concurrency = r.concurrency and e.prompt_id = r.prompt_id
+              on e.run_id = r.run_id and e.level = r.level and e.prompt_id = r.prompt_id
             where r.arm = 'speculative' and r.is_verify_round)
-        select run_id, category, concurrency, segment, count(distinct request_id) as requests,
+        select run_id, category, level, segment, count(distinct request_id) as requests,
                count(*) as verify_rounds, sum(tokens_proposed) as tokens_proposed,
                sum(tokens_accepted) as tokens_accepted, 1 + sum(tokens_accepted) / count(*) as mean_acceptance_length
         from placed group by all""",
     "reconciliation": """
-        select run_id, arm, concurrency, count(*) filter (where is_verify_round) as captured_rounds,
+        select run_id, arm, level, count(*) filter (where is_verify_round) as captured_rounds,
                sum(tokens_proposed) as captured_proposed, sum(tokens_accepted) as captured_accepted
         from int_rounds_attributed group by all""",
     "step_timing": """
-        with steps as (select run_id, arm, concurrency, process_token, step_index, any_value(batch_size) as batch_size,
+        with steps as (select run_id, arm, level, process_token, step_index, any_value(batch_size) as batch_size,
                               any_value(verify_ms) as verify_ms, max(draft_ms) as draft_ms
                        from int_rounds_attributed where phase = 'decode' group by all)
-        select run_id, arm, concurrency, count(*) as steps, avg(verify_ms) as verify_ms_mean,
+        select run_id, arm, level, count(*) as steps, avg(verify_ms) as verify_ms_mean,
                avg(draft_ms) as draft_ms_mean,
                sum(draft_ms) / nullif(sum(draft_ms) + sum(verify_ms) filter (where draft_ms is not null), 0)
                    as draft_share,
@@ -133,10 +133,8 @@ def db(tmp_path_factory):
     timed = lossless_run.make_timed()
     pb2 = next(q for q in timed if q.request_id == f"sd.{RUN}.speculative.c1.r0.pB")
     timed += [
-        pb2.model_copy(update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB"}),
-        pb2.model_copy(
-            update={"concurrency": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB2", "wall_send_ns": T0 + 5}
-        ),
+        pb2.model_copy(update={"level": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB"}),
+        pb2.model_copy(update={"level": 2, "request_id": f"sd.{RUN}.speculative.c2.r0.pB2", "wall_send_ns": T0 + 5}),
     ]
     write_run(
         run_dir,
@@ -172,7 +170,7 @@ def test_the_run_has_what_the_comparison_needs(db):
     assert segments == {"before_natural_end", "after_natural_end", "unknown"}
     buckets = {r["context_low"] for r in _rows(db, "select context_low from acceptance_by_context")}
     assert {0, 256, 512, 1024, 4096} <= buckets
-    (c2,) = [r for r in _rows(db, "select * from step_timing where arm = 'speculative' and concurrency = 2")]
+    (c2,) = [r for r in _rows(db, "select * from step_timing where arm = 'speculative' and level = 2")]
     assert c2["steps"] == 6 and c2["batch_size_mean"] == pytest.approx((5 * 2 + 1) / 6)  # 5 shared steps + pA's one
     assert _rows(db, "select rows from capture_acceptance")[0]["rows"] == len(lossless_run.make_rounds()) + 11
 

@@ -303,7 +303,7 @@ def test_groups_by_category_and_level_and_says_why_a_group_is_not_tested():
         + two_arms([-50.0, -51.0], [-50.0, -52.0], category="math", level=1)
     )
     rows = mart(recs)
-    assert [(r["category"], r["concurrency"], r["statistic"]) for r in rows] == [
+    assert [(r["category"], r["level"], r["statistic"]) for r in rows] == [
         (c, lv, s)
         for c, lv in [("chat", 4), ("code", 1), ("code", 4), ("math", 1)]
         for s in ("natural_length", "rescored_logprob", "sequence_logprob")
@@ -397,7 +397,7 @@ def test_the_summary_line_names_groups_whose_samples_are_not_distinct():
     from specdec.analytics.report.summary import _sampling_line
 
     def row(category, statistic, verdict, p=0.5):
-        return {"category": category, "concurrency": 1, "statistic": statistic, "verdict": verdict, "p_value": p}
+        return {"category": category, "level": 1, "statistic": statistic, "verdict": verdict, "p_value": p}
 
     def line(rows):
         return _sampling_line(SimpleNamespace(sampling=SimpleNamespace(dicts=lambda: rows)))

@@ -34,14 +34,14 @@ SENDS = {
 def _requests():
     out, seen = [], {}
     for req in make_requests():
-        key = (req.arm, req.concurrency)
+        key = (req.arm, req.level)
         n = seen[key] = seen.get(key, -1) + 1
         intended, actual, wait = SENDS[key][n]
         out.append(
             req.model_copy(
                 update=dict(
-                    load_mode="poisson" if req.concurrency == 1 else "closed",
-                    level_value=0.5 if req.concurrency == 1 else 2.0,
+                    load_mode="poisson" if req.level == 1 else "closed",
+                    level_value=0.5 if req.level == 1 else 2.0,
                     intended_send_ms=intended,
                     actual_send_ms=actual,
                     session_wait_ms=wait,
@@ -54,7 +54,7 @@ def _requests():
 
 def test_schedule_lag_per_arm_and_level(tmp_path):
     got = {
-        (r["arm"], r["concurrency"]): r
+        (r["arm"], r["level"]): r
         for r in rows(build(write_run(tmp_path, requests=_requests())), "select * from schedule_lag")
     }
     b1, s1, b2 = got[("baseline", 1)], got[("speculative", 1)], got[("baseline", 2)]

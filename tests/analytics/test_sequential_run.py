@@ -30,7 +30,7 @@ def test_a_3x_faster_pair_is_decided_by_the_looks_and_the_marts_say_so(tmp_path,
     assert not list(run_dir.rglob("look.duckdb")) and not list(tmp_path.rglob("specdec-look-*"))
     found = rows(
         build(run_dir),
-        "select category, concurrency, label, ci_low, ci_high, method from int_speedup_intervals "
+        "select category, level, label, ci_low, ci_high, method from int_speedup_intervals "
         "where interval = 'family' and segment is null",
     )
     assert found

@@ -41,7 +41,7 @@ def steady(arm, pid, level, repeat):
 
 def test_paired_speedup_is_the_geometric_mean_of_paired_e2e_ratios(tmp_path, query):
     run_with(tmp_path, steady)
-    got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")[(1,)]
+    got = rows_of(query, "select * from speedup where category = 'code'", "level")[(1,)]
     # pairs: 2 prompts x 2 repeats; ratios 2, 8, 2, 8 -> geometric mean 4
     assert (got["speedup"], got["pairs"], got["prompts"], got["repeats"]) == (approx(4.0), 4, 2, 2)
     # the old mean of rates: baseline 50 and 100 tokens/s (mean 75), speculative 100 and 800 (mean 450): 6
@@ -128,7 +128,7 @@ def labelled(arm, pid, level, r):
 
 def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     run_with(tmp_path, labelled, levels=(1, 2, 4, 8), repeats=3)
-    got = rows_of(query, "select * from speedup where category = 'code'", "concurrency")
+    got = rows_of(query, "select * from speedup where category = 'code'", "level")
     # Each series (code, chat, (system)) has the same block figures: only c4 moves between repeats
     # (ln 1.25, ln 0.8, 0 = a, -a, 0). The calibration check sets c4 apart (p = 0 <= the pooling
     # test's 10%), so c4 has a block variance of its own, V4 = 2 a^2 / (R - 1) = a^2 with R - 1 = 2
@@ -162,9 +162,9 @@ def test_labels_from_the_family_wise_interval_and_the_margin(tmp_path, query):
     assert (c4["noise_check"], c4["noise_p_value"], c4["noise_ratio"]) == ("noisier", 0.0, math.inf)
     assert {lv: got[lv,]["noise_check"] for lv in (1, 2, 8)} == {1: "fits", 2: "fits", 8: "fits"}
     assert {r["noise_ratio"] for lv, r in got.items() if lv != (4,)} == {0.0}
-    chat = rows_of(query, "select * from speedup where category = 'chat'", "concurrency")
+    chat = rows_of(query, "select * from speedup where category = 'chat'", "level")
     assert [chat[lv,]["noise_check"] for lv in (1, 2, 4, 8)] == ["fits", "fits", "noisier", "fits"]
-    sys = rows_of(query, "select * from speedup where category = '(system)'", "concurrency")
+    sys = rows_of(query, "select * from speedup where category = '(system)'", "level")
     assert {r["noise_check"] for r in sys.values()} == {None}
 
 
@@ -211,7 +211,7 @@ def test_a_label_never_contradicts_its_interval(tmp_path, query):
 
 def test_one_repeat_has_no_interval_no_aa_and_says_so(tmp_path, query):
     run_with(tmp_path, steady, repeats=1)
-    got = rows_of(query, "select * from speedup", "category", "concurrency")
+    got = rows_of(query, "select * from speedup", "category", "level")
     code, system = got["code", 1], got["(system)", 1]
     assert code["speedup"] == approx(4.0) and (code["pairs"], code["repeats"]) == (2, 1)
     assert [code[c] for c in ("ci_low", "aa_speedup", "noise_check", "label", "ci_level")] == [None] * 5
@@ -241,18 +241,18 @@ def test_knee(tmp_path, query):
     got = rows_of(query, "select * from knee", "category")
     code = got["code",]
     # peak 3.0 at c1; gain lost where speedup - 1 < 0.5 x 2.0: c2 has 1.5 (no), c4 0.25 (yes)
-    assert (code["peak_speedup"], code["peak_concurrency"], code["peak_fraction"]) == (approx(3.0), 1, 0.5)
+    assert (code["peak_speedup"], code["peak_level"], code["peak_fraction"]) == (approx(3.0), 1, 0.5)
     assert code["peak_label"] == "faster"
-    assert (code["below_one_concurrency"], code["gain_lost_concurrency"]) == (8, 4)
+    assert (code["below_one_level"], code["gain_lost_level"]) == (8, 4)
     assert (code["levels"], code["levels_with_interval"]) == (4, 4)
     # chat: 2.0 at every level -> never below 1, never loses its gain
-    assert (got["chat",]["below_one_concurrency"], got["chat",]["gain_lost_concurrency"]) == (None, None)
+    assert (got["chat",]["below_one_level"], got["chat",]["gain_lost_level"]) == (None, None)
 
 
 def test_prefix_cache_hit_rate_per_block(tmp_path, query):
     hits = lambda arm, level, r: 250.0 if (arm, level, r) == ("speculative", 2, 1) else 0.0  # noqa: E731
     run_with(tmp_path, steady, counters=repeated_counters(hits=hits))
-    got = rows_of(query, "select * from block_throughput", "arm", "concurrency", "repeat")
+    got = rows_of(query, "select * from block_throughput", "arm", "level", "repeat")
     assert len(got) == 8
     assert got["speculative", 2, 1]["prefix_cache_hit_rate"] == approx(0.25)  # 250 of 1000 tokens
     assert got["speculative", 2, 1]["prefix_cache_queries"] == 1000.0
@@ -291,7 +291,7 @@ def test_reconciliation_compares_each_repeat_with_its_own_snapshots(tmp_path, qu
     reqs = repeated_requests(steady)
     drafts = lambda arm, level, r: 4.0 if arm == "speculative" else None  # noqa: E731
     write_run(tmp_path, requests=reqs, rounds=spec_rounds(reqs), counters=repeated_counters(drafts=drafts))
-    got = rows_of(query, "select * from reconciliation", "arm", "concurrency")
+    got = rows_of(query, "select * from reconciliation", "arm", "level")
     spec = got["speculative", 1]
     # per level, 2 blocks x 4 requests x one round: 8 rounds, 32 proposed, 8 accepted, as the counters say
     assert [
@@ -314,7 +314,7 @@ def test_reconciliation_names_the_repeats_that_differ(tmp_path, query):
     # the engine counts one round too many in c2 repeat 0 and one too few in c2 repeat 1
     drafts = lambda arm, level, r: None if arm == "baseline" else 4.0 + (level == 2) * (1 - 2 * r)  # noqa: E731
     write_run(tmp_path, requests=reqs, rounds=spec_rounds(reqs), counters=repeated_counters(drafts=drafts))
-    spec = rows_of(query, "select * from reconciliation", "arm", "concurrency")["speculative", 2]
+    spec = rows_of(query, "select * from reconciliation", "arm", "level")["speculative", 2]
     assert (spec["diff_rounds"], spec["repeats_differing"]) == (0, 2)  # the level's sums cancel, the blocks do not
 
 
@@ -322,7 +322,7 @@ def test_output_equality_pairs_by_repeat(tmp_path, query):
     text = lambda arm, pid, level, r: "x!" if (arm, pid, r) == ("speculative", "chat-0", 1) else "x"  # noqa: E731
     reqs = repeated_requests(steady, text=text)
     write_run(tmp_path, requests=reqs, rounds=[], counters=repeated_counters())
-    got = rows_of(query, "select * from output_equality", "category", "concurrency")
+    got = rows_of(query, "select * from output_equality", "category", "level")
     # 2 prompts x 2 repeats per category and level; one chat pair per level differs (repeat 1)
     assert (got["chat", 1]["pairs"], got["chat", 1]["identical"]) == (4, 3)
     assert (got["code", 2]["pairs"], got["code", 2]["identical"]) == (4, 4)
@@ -332,7 +332,7 @@ def test_output_equality_pairs_by_repeat(tmp_path, query):
 def test_pair_index_counts_within_a_repeat(tmp_path, query, level):
     run_with(tmp_path, steady)
     got = query(
-        f"select repeat, max(pair_index) m from int_requests_measured where concurrency = {level} "
+        f"select repeat, max(pair_index) m from int_requests_measured where level = {level} "
         "group by repeat order by repeat"
     )
     assert got == [{"repeat": 0, "m": 0}, {"repeat": 1, "m": 0}]

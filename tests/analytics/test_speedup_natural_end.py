@@ -129,7 +129,7 @@ def check(level: int, prompt: str, end: int | None, *, eos: tuple[int, ...] | No
     return GreedyCheck(
         run_id=RUN,
         arm="baseline",
-        concurrency=level,
+        level=level,
         repeat=0,
         request_id=f"sd.{RUN}.baseline.c{level}.{prompt}.v",
         prompt_id=prompt,
@@ -172,14 +172,14 @@ def run(tmp_path_factory) -> Path:
 def test_per_chunk_counts_reach_the_staged_requests(run):
     got = {
         (r["arm"], r["prompt_id"]): r["chunk_tokens"]
-        for r in rows(run, "select arm, prompt_id, chunk_tokens from stg_request_streams where concurrency = 1")
+        for r in rows(run, "select arm, prompt_id, chunk_tokens from stg_request_streams where level = 1")
     }
     assert got[("baseline", "pA")] == [2, 4, 10] and got[("speculative", "pA")] == [1, 5, 10]
     assert got[("baseline", "pB")] is None  # unknown, not empty
 
 
 def test_pairs_are_split_at_the_first_chunk_that_reaches_the_natural_end(run):
-    got = rows(run, "select * from int_natural_end_pairs where concurrency = 1 and prompt_id = 'pA' order by segment")
+    got = rows(run, "select * from int_natural_end_pairs where level = 1 and prompt_id = 'pA' order by segment")
     assert [r["segment"] for r in got] == ["after_natural_end", "before_natural_end"]
     after, before = got
     assert (before["reference_end_ms"], before["treatment_end_ms"]) == (400.0, 200.0)
@@ -188,12 +188,12 @@ def test_pairs_are_split_at_the_first_chunk_that_reaches_the_natural_end(run):
     assert before["log_ratio"] == pytest.approx(math.log(2.0))
     assert before["never_ended"] is False and before["unknown_reason"] is None
     # the columns the intervals resample
-    assert {"comparison", "category", "concurrency", "segment", "prompt_id", "repeat", "log_ratio"} <= set(before)
+    assert {"comparison", "category", "level", "segment", "prompt_id", "repeat", "log_ratio"} <= set(before)
     assert before["comparison"] == "ab" and before["repeat"] == 0
 
 
 def test_a_prompt_that_never_ended_is_before_as_a_whole(run):
-    got = rows(run, "select * from int_natural_end_pairs where concurrency = 1 and prompt_id = 'pB'")
+    got = rows(run, "select * from int_natural_end_pairs where level = 1 and prompt_id = 'pB'")
     assert len(got) == 1
     (r,) = got
     assert r["segment"] == "before_natural_end" and r["never_ended"] is True and r["natural_end_position"] is None
@@ -201,7 +201,7 @@ def test_a_prompt_that_never_ended_is_before_as_a_whole(run):
 
 
 def test_pairs_that_cannot_be_split_are_unknown_with_a_reason(run):
-    got = rows(run, "select * from int_natural_end_pairs where concurrency = 1 and category = 'chat'")
+    got = rows(run, "select * from int_natural_end_pairs where level = 1 and category = 'chat'")
     assert {r["prompt_id"]: r["unknown_reason"] for r in got} == UNKNOWN
     assert all(
         r["segment"] == "unknown"
@@ -218,7 +218,7 @@ def test_pairs_that_cannot_be_split_are_unknown_with_a_reason(run):
 
 def test_speedup_before_and_after_the_natural_end(run):
     got = {
-        (r["category"], r["concurrency"], r["segment"], r["unknown_reason"]): r
+        (r["category"], r["level"], r["segment"], r["unknown_reason"]): r
         for r in rows(run, "select * from speedup_natural_end")
     }
     before = got[("code", 1, "before_natural_end", None)]  # pA 2.0 and pB (whole) 8.0
@@ -244,7 +244,7 @@ def test_speedup_before_and_after_the_natural_end(run):
 
 
 def test_a_failed_level_keeps_its_counts_but_has_no_speedup(run):
-    got = rows(run, "select * from speedup_natural_end where concurrency = 2 order by segment")
+    got = rows(run, "select * from speedup_natural_end where level = 2 order by segment")
     assert [(r["segment"], r["pairs"], r["speedup"]) for r in got] == [
         ("after_natural_end", 1, None),
         ("before_natural_end", 1, None),
@@ -259,14 +259,14 @@ def test_the_split_follows_the_time_to_the_natural_end(tmp_path):
     run = make_run(tmp_path, {"pA": ("code", SPLIT[0], spec)})
     got = {
         r["segment"]: r["speedup"]
-        for r in rows(run, "select segment, speedup from speedup_natural_end where concurrency = 1")
+        for r in rows(run, "select segment, speedup from speedup_natural_end where level = 1")
     }
     assert got == {"before_natural_end": pytest.approx(1.6), "after_natural_end": pytest.approx(2.4)}
 
 
 def test_report_shows_the_split():
     t = Table(
-        ("category", "concurrency", "segment", "unknown_reason", "speedup", "pairs"),
+        ("category", "level", "segment", "unknown_reason", "speedup", "pairs"),
         (("code", 1, "before_natural_end", None, 4.0, 2), ("chat", 1, "unknown", "no_chunk_tokens", None, 2)),
     )
 

@@ -35,7 +35,7 @@ def run(tmp_path, *, levels=(1,), requests=None, **manifest):
 
 
 def rows(query, level=1):
-    return {r["category"]: r for r in query(f"select * from speedup_weighted where concurrency = {level}")}
+    return {r["category"]: r for r in query(f"select * from speedup_weighted where level = {level}")}
 
 
 def traffic(**shares):
@@ -123,8 +123,8 @@ def test_a_category_outside_the_mix_contributes_nothing(tmp_path, query):
 
 def test_an_excluded_level_gives_no_figure_and_says_why(tmp_path, query):
     reqs = repeated_requests(e2e, levels=(1, 2))
-    reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.concurrency) == ("baseline", 2))] = failed(
-        reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.concurrency) == ("baseline", 2))]
+    reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.level) == ("baseline", 2))] = failed(
+        reqs[next(i for i, r in enumerate(reqs) if (r.arm, r.level) == ("baseline", 2))]
     )
     run(tmp_path, levels=(1, 2), requests=reqs, traffic=traffic(code=0.1, chat=0.9))
     w2 = rows(query, 2)["(weighted)"]

@@ -175,7 +175,7 @@ STREAMED = ("chunk_offsets_ms", "chunk_tokens", "output_text")
 
 def test_stg_request_streams_holds_the_streamed_fields_with_the_request_keys(query):
     cols = [r["column_name"] for r in query("describe stg_request_streams")]
-    keys = ["concurrency", "repeat", "request_id", "prompt_id", "category", "success", "temperature"]
+    keys = ["level", "repeat", "request_id", "prompt_id", "category", "success", "temperature"]
     assert cols == by_role_columns(["run_id", "arm", *keys, *STREAMED])
     assert set(keys) <= set(RequestResult.model_fields)
 

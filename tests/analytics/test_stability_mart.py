@@ -85,7 +85,7 @@ def con(tmp_path):
         arm_difference=[],
         sampling={},
         traffic={},
-        concurrency_levels=[2],
+        levels=[2],
         warmup_requests=0,
         host={},
         finished=True,

@@ -35,7 +35,7 @@ def row(
 ):
     return dict(
         category=cat,
-        concurrency=conc,
+        level=conc,
         speedup=speedup,
         ci_low=lo,
         ci_high=hi,
@@ -134,7 +134,7 @@ def test_no_interval_and_excluded_levels_are_said():
         "1 repeat]."
     )
     failed = "speculative level failed (error rate 1.000 > max 0.050)"
-    more = one + [dict(one[1], concurrency=c, excluded_reason=failed) for c in (4, 8)]
+    more = one + [dict(one[1], level=c, excluded_reason=failed) for c in (4, 8)]
     assert "; no figure at c4, c8 (" + failed + ") [" in category_sentence("code", more).text
 
 
@@ -151,10 +151,9 @@ def test_the_calibration_sentence_is_quiet_unless_a_level_is_noisier():
     assert "care" not in s.text and "too narrow" not in s.text
     # c4 noisier: said with each flagged category's SD ratio (largest first), the p-value, and what it means
     noisy = [
-        dict(r, noise_check="noisier", noise_ratio=2.6, noise_p_value=0.0012) if r["concurrency"] == 4 else r
-        for r in fits
+        dict(r, noise_check="noisier", noise_ratio=2.6, noise_p_value=0.0012) if r["level"] == 4 else r for r in fits
     ]
-    noisy = [dict(r, noise_ratio=3.1) if r["concurrency"] == 4 and r["category"] == "chat" else r for r in noisy]
+    noisy = [dict(r, noise_ratio=3.1) if r["level"] == 4 and r["category"] == "chat" else r for r in noisy]
     s = calibration_sentence(noisy)
     assert s.text == (
         "calibration: c4 is noisier than the intervals assume: its block figures vary 3.1x (chat), 2.6x (code) "
@@ -175,10 +174,10 @@ def test_knee_clause():
     knee = dict(
         category="code",
         peak_speedup=2.4,
-        peak_concurrency=1,
+        peak_level=1,
         peak_label="faster",
         peak_fraction=0.5,
-        gain_lost_concurrency=8,
+        gain_lost_level=8,
     )
     s = category_sentence("code", CODE, knee)
     assert "; gain below 50% of its peak (2.40x at c1) from c8 [" in s.text
@@ -190,7 +189,7 @@ def test_knee_clause():
 LOSSLESS = [
     dict(
         category="code",
-        concurrency=1,
+        level=1,
         dtype="bfloat16",
         pairs=48,
         identical=28,
@@ -202,7 +201,7 @@ LOSSLESS = [
     ),
     dict(
         category="chat",
-        concurrency=4,
+        level=4,
         dtype="bfloat16",
         pairs=48,
         identical=28,

@@ -66,7 +66,7 @@ def con(tmp_path_factory, model_dir, vllm_pair):
 
 def test_identical_arms_are_never_labelled_faster_or_slower_by_the_margin(con):
     rows = con.execute(
-        "select category, concurrency, speedup, pointwise_ci_low, pointwise_ci_high, label, clears_margin, pairs "
+        "select category, level, speedup, pointwise_ci_low, pointwise_ci_high, label, clears_margin, pairs "
         "from speedup order by all"
     ).fetchall()
     assert {(r[0], r[1]) for r in rows} >= {("(system)", 1), ("(system)", 2), ("code", 1), ("code", 2)}
@@ -99,8 +99,8 @@ def test_every_block_starts_with_an_empty_prefix_cache(con):
         con.execute("""
         select a.arm || ' r' || a.repeat, a.prefix_cache_hits - b.prefix_cache_hits
         from stg_engine_counters a join stg_engine_counters b
-          on a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
-        where a.position = 'after' and b.position = 'before' and a.concurrency = 1""").fetchall()
+          on a.arm = b.arm and a.level = b.level and a.repeat = b.repeat
+        where a.position = 'after' and b.position = 'before' and a.level = 1""").fetchall()
     )
     assert hits["baseline r1"] == hits["baseline r0"] and hits["speculative r1"] == hits["speculative r0"]
 
@@ -112,7 +112,7 @@ def test_ttft_of_a_level_does_not_depend_on_the_prompts_having_run_before(con):
     # fresh server's first requests (what a timing can promise; the counters above are the proof)
     got = con.execute("""
         select arm, median(ttft_ms) filter (where repeat = 1) / median(ttft_ms) filter (where repeat = 0)
-        from stg_requests where success and concurrency = 1 group by arm""").fetchall()
+        from stg_requests where success and level = 1 group by arm""").fetchall()
     assert len(got) == 2
     for arm, ratio in got:
         assert ratio > 0.6, (arm, ratio)

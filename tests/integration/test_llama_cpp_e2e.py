@@ -165,7 +165,7 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     failed = con.execute("select count(*) from stg_requests where not success").fetchone()[0]
     assert failed == 0
     totals = con.execute(
-        "select concurrency, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
+        "select level, tokens_proposed, diff_proposed, diff_accepted from acceptance_requests "
         "where arm = 'speculative' and category = '(all)' order by 1"
     ).fetchall()
     assert [t[0] for t in totals] == [2]
@@ -176,13 +176,12 @@ def test_a_whole_replay_on_llama_cpp(tmp_path, llama_server_binary):
     # server: a share of the rounds that falls with the position; its total counter is the
     # accepted tokens the level's requests report
     rows = con.execute(
-        "select concurrency, position, acceptance_at_position, engine_accepted_total "
+        "select level, position, acceptance_at_position, engine_accepted_total "
         "from acceptance_positions_engine where arm = 'speculative' order by 1, 2"
     ).fetchall()
     accepted = dict(
         con.execute(
-            "select concurrency, tokens_accepted from acceptance_requests "
-            "where arm = 'speculative' and category = '(all)'"
+            "select level, tokens_accepted from acceptance_requests where arm = 'speculative' and category = '(all)'"
         ).fetchall()
     )
     assert sorted({r[0] for r in rows}) == [2] and {r[0]: r[3] for r in rows} == accepted

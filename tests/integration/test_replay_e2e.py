@@ -66,7 +66,7 @@ def test_reconciliation_is_exact_for_every_arm_and_level(run):
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     assert con.execute("select bool_and(capture_present) from reconciliation").fetchone()[0] is True
     rows = con.execute(
-        "select arm, concurrency, captured_rounds, engine_rounds, diff_rounds, "
+        "select arm, level, captured_rounds, engine_rounds, diff_rounds, "
         "diff_proposed, diff_accepted from reconciliation order by all"
     ).fetchall()
     assert [(r[0], r[1]) for r in rows] == [("baseline", 1), ("baseline", 2), ("speculative", 1), ("speculative", 2)]
@@ -78,7 +78,7 @@ def test_reconciliation_is_exact_for_every_arm_and_level(run):
             assert captured == 0 and engine is None
     # position by position too: vLLM's per-position counter against the captured rounds
     pos = con.execute(
-        "select concurrency, position, diff_accepted, covers_every_position "
+        "select level, position, diff_accepted, covers_every_position "
         "from acceptance_positions_engine where arm = 'speculative' order by 1, 2"
     ).fetchall()
     assert [(c, p) for c, p, _, _ in pos] == [(c, p) for c in (1, 2) for p in (1, 2, 3, 4)]  # k = 4
@@ -161,7 +161,7 @@ def test_resource_cost_reads_the_server_process_tree_and_kv_cache(run):
     con = duckdb.connect(str(run_dir / "specdec.duckdb"), read_only=True)
     try:
         rows = con.execute(
-            "select arm, concurrency, samples, repeats, rss_peak_mib, rss_mean_mib, "
+            "select arm, level, samples, repeats, rss_peak_mib, rss_mean_mib, "
             "kv_cache_usage_peak from resource_cost order by all"
         ).fetchall()
     finally:
@@ -202,9 +202,9 @@ def test_pairs_are_split_at_the_natural_end_without_missing_counts(run):
     # a split pair's two segments add up to its end-to-end times
     bad = con.execute("""
         select p.prompt_id from int_natural_end_pairs p
-        join int_requests_paired r using (comparison, category, concurrency, repeat, prompt_id, pair_index)
+        join int_requests_paired r using (comparison, category, level, repeat, prompt_id, pair_index)
         where p.segment <> 'unknown'
-        group by p.category, p.concurrency, p.prompt_id, p.repeat, p.pair_index, r.reference_e2e_ms,
+        group by p.category, p.level, p.prompt_id, p.repeat, p.pair_index, r.reference_e2e_ms,
                  r.treatment_e2e_ms
         having abs(sum(p.reference_ms) - r.reference_e2e_ms) > 1e-6
             or abs(sum(p.treatment_ms) - r.treatment_e2e_ms) > 1e-6""").fetchall()

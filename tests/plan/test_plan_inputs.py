@@ -138,7 +138,7 @@ def _hand_steps(requests, rounds):
         key = (
             q.run_id,
             q.arm,
-            q.concurrency,
+            q.level,
             "prefill" in phases,
             "decode" in phases,
             first.batch_size,
@@ -157,7 +157,7 @@ def test_the_steps_equal_the_hand_computation(staged_run):
     got = {
         tuple(row[:8]): (row[8], row[9])
         for row in con.execute(
-            f"""select run_id, arm, concurrency, has_prefill, has_decode, batch_size, drafts_verified,
+            f"""select run_id, arm, level, has_prefill, has_decode, batch_size, drafts_verified,
                        prefill_tokens, steps, verify_ms_sum
                 from {inputs.STEPS_TABLE}"""
         ).fetchall()
@@ -190,7 +190,7 @@ def _hand_met(arms, requests, rounds):
         if r.phase != "decode" or not q.success:
             continue
         step = steps[(r.process_token, r.step_index)]
-        got = sums[(q.arm, q.concurrency, q.category)]
+        got = sums[(q.arm, q.level, q.category)]
         got[0] += 1
         got[1] += r.batch_size
         got[2] += sum(x.tokens_proposed for x in step)
@@ -198,7 +198,7 @@ def _hand_met(arms, requests, rounds):
         got[4] += r.verify_ms + (r.draft_ms or 0.0)
     met = {}
     for (arm, level, cat), (n, b, d, p, engine_ms) in sums.items():
-        ok = [q for q in requests if (q.arm, q.concurrency, q.category) == (arm, level, cat) and q.success]
+        ok = [q for q in requests if (q.arm, q.level, q.category) == (arm, level, cat) and q.success]
         ttft = sum(q.ttft_ms for q in ok) / len(ok)
         decode_ms = sum(q.e2e_ms - q.ttft_ms for q in ok if q.request_id in captured)
         met.setdefault((cat, level), {})[arms[arm]] = (b / n, d / n, p / n, ttft, (decode_ms - engine_ms) / n)

@@ -180,7 +180,7 @@ def test_external_capture_dir_and_one_counter_snapshot_per_arm_level_position(tm
     assert manifest["capture"]["skipped_files"][0].startswith("rounds-8-ffff")
     assert manifest["arms"][1]["speculative_config_source"] == "declared"
     snaps = pq.read_table(run_dir / "engine_counters.parquet").to_pylist()
-    keys = [(r["arm"], r["concurrency"], r["position"]) for r in snaps]
+    keys = [(r["arm"], r["level"], r["position"]) for r in snaps]
     assert sorted(keys) == sorted(
         {(a, c, p) for a in ("baseline", "speculative") for c in (1, 2) for p in ("before", "after")}
     )
@@ -318,13 +318,13 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
     with threaded(base, spec) as (b, s):
         run_dir = run_replay(stub_config(tmp_path, fixtures, baseline_url=b, speculative_url=s, repeats=2))
     reqs = pq.read_table(run_dir / "requests.parquet").to_pylist()
-    assert sorted({(r["arm"], r["concurrency"], r["repeat"]) for r in reqs}) == [
+    assert sorted({(r["arm"], r["level"], r["repeat"]) for r in reqs}) == [
         (a, c, r) for a in ("baseline", "speculative") for c in (1, 2) for r in (0, 1)
     ]
     # blocks in send order: per level and repeat, the arms counterbalanced (A B, then B A)
     first_send = {}
     for r in reqs:
-        key = (r["concurrency"], r["repeat"], r["arm"])
+        key = (r["level"], r["repeat"], r["arm"])
         first_send[key] = min(first_send.get(key, r["wall_send_ns"]), r["wall_send_ns"])
     order = [k for k, _ in sorted(first_send.items(), key=lambda kv: kv[1])]
     assert order == [
@@ -336,9 +336,7 @@ def test_repeats_interleave_the_arms_and_each_block_empties_the_prefix_cache_fir
     assert base.resets == 4  # one before each of its 4 blocks
     snaps = pq.read_table(run_dir / "engine_counters.parquet").to_pylist()
     before = {
-        (s_["arm"], s_["concurrency"], s_["repeat"]): s_["prefix_cache_reset"]
-        for s_ in snaps
-        if s_["position"] == "before"
+        (s_["arm"], s_["level"], s_["repeat"]): s_["prefix_cache_reset"] for s_ in snaps if s_["position"] == "before"
     }
     assert set(before.values()) == {True, False}
     assert all(v is True for (a, _, _), v in before.items() if a == "baseline")
@@ -384,7 +382,7 @@ def test_every_block_gets_resource_samples_read_from_metrics(tmp_path, fixtures)
     rows = pq.read_table(run_dir / "resources.parquet").to_pylist()
     per_block = {}
     for r in rows:
-        per_block.setdefault((r["arm"], r["concurrency"], r["repeat"]), []).append(r)
+        per_block.setdefault((r["arm"], r["level"], r["repeat"]), []).append(r)
     assert sorted(per_block) == [(a, c, 0) for a in ("baseline", "speculative") for c in (1, 2)]
     assert all(len(v) >= 2 for v in per_block.values())
     assert {r["rss_bytes"] for r in rows} == {None}

@@ -79,6 +79,6 @@ def test_a_stopped_replay_records_its_requests_in_flight_and_exits_non_zero(tmp_
     assert "Traceback" not in err
     table = pq.read_table(tmp_path / "runs" / "x" / "requests.parquet")
     assert table.column("error_type").to_pylist() == ["interrupted", "interrupted"]
-    assert table.column("concurrency").to_pylist() == [2, 2]
+    assert table.column("level").to_pylist() == [2, 2]
     manifest = json.loads((tmp_path / "runs" / "x" / "manifest.json").read_text())
     assert manifest["finished"] is False

@@ -278,7 +278,7 @@ def test_verify_pass_keeps_level_requests_in_flight_and_tables_as_greedy_checks(
     assert set(got) == {f"p{i}" for i in range(5)}
     p3 = got["p3"]
     assert p3["request_id"] == next(r.stream.request_id for row, r in results if row.prompt_id == "p3")
-    assert (p3["arm"], p3["concurrency"], p3["repeat"], p3["category"]) == ("baseline", 2, 0, "chat")
+    assert (p3["arm"], p3["level"], p3["repeat"], p3["category"]) == ("baseline", 2, 0, "chat")
     assert p3["success"] and p3["error_type"] is None
     assert p3["token_ids"] == FIXTURE_IDS and p3["natural_end_position"] == 6 and p3["eos_token_ids"] == [2]
     assert p3["top2_token_ids"][0] == 49

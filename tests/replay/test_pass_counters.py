@@ -57,7 +57,7 @@ def _run(fake: FakeVllm, tmp_path, pass_name: str, n: int = 3) -> list[dict]:
 def test_the_lossless_pass_is_bracketed_by_counter_reads(tmp_path):
     fake = Drafting(GOOD_SSE)
     got = _run(fake, tmp_path, "lossless_pass")
-    assert [(r["pass_kind"], r["position"], r["concurrency"], r["arm"]) for r in got] == [
+    assert [(r["pass_kind"], r["position"], r["level"], r["arm"]) for r in got] == [
         ("lossless_pass", "before", 2, "speculative"),
         ("lossless_pass", "after", 2, "speculative"),
     ]

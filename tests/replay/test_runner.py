@@ -28,7 +28,7 @@ def test_closed_loop_keeps_exactly_level_requests_in_flight(level):
     assert sorted(fake.request_ids) == [request_id("r", "baseline", level, i) for i in range(7)]
     table = results_table("r", "baseline", level, results)
     assert table.schema.names == list(RequestResult.model_fields)
-    assert table.column("concurrency").to_pylist() == [level] * 7
+    assert table.column("level").to_pylist() == [level] * 7
 
 
 def test_level_rows_cycles_the_mix_and_overrides_length():

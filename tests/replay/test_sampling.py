@@ -129,7 +129,7 @@ def test_pass_sends_every_sampled_prompt_once_per_seed_with_logprobs_at_level_co
         ("p2", 2, 33),
     ]
     p2 = got[3]
-    assert (p2["arm"], p2["concurrency"], p2["category"], p2["temperature"], p2["max_tokens"]) == (
+    assert (p2["arm"], p2["level"], p2["category"], p2["temperature"], p2["max_tokens"]) == (
         "baseline",
         2,
         "code",

@@ -55,7 +55,7 @@ def _blocks_sent(run_dir) -> list[tuple[int, int, str]]:
     """(repeat, level, arm) of every timed block, in the order they were sent."""
     first: dict[tuple[int, int, str], int] = {}
     for r in pq.read_table(run_dir / "requests.parquet").to_pylist():
-        key = (r["repeat"], r["concurrency"], r["arm"])
+        key = (r["repeat"], r["level"], r["arm"])
         first[key] = min(first.get(key, r["wall_send_ns"]), r["wall_send_ns"])
     return [k for k, _ in sorted(first.items(), key=lambda kv: kv[1])]
 

@@ -38,7 +38,7 @@ def _requests(n: int, offset: int = 0) -> pa.Table:
         RequestResult(
             run_id="r",
             arm="baseline",
-            concurrency=1,
+            level=1,
             request_id=f"r{offset + i}",
             prompt_id=f"p{i}",
             category="code",

@@ -47,7 +47,7 @@ def test_each_record_takes_its_columns_and_descriptions_from_the_table():
     assert all(PassCounters.model_fields[k].is_required() for k in SPEC_COUNTERS)
     with pytest.raises(ValidationError):  # extra="forbid" survives the rebuild
         PassCounters(
-            run_id="r", arm="baseline", concurrency=1, pass_kind="lossless_pass", position="before",
+            run_id="r", arm="baseline", level=1, pass_kind="lossless_pass", position="before",
             wall_time_ns=1, surplus=1, **dict.fromkeys(SPEC_COUNTERS),
         )  # fmt: skip
 

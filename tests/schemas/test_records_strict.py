@@ -41,7 +41,7 @@ def manifest(**overrides) -> RunManifest:
         arm_difference=["--speculative-config {}"],
         sampling={"stream": True, "temperatures": [0.0], "max_tokens": [128]},
         traffic=traffic.summary(),
-        concurrency_levels=[1, 2, 4],
+        levels=[1, 2, 4],
         warmup_requests=2,
         host=host_facts(),
         max_error_rate=0.05,
@@ -54,8 +54,8 @@ def manifest(**overrides) -> RunManifest:
 @pytest.mark.parametrize(
     "field, value, where",
     [
-        ("concurrency_levels", ["1", 2], "concurrency_levels.0"),
-        ("concurrency_levels", [0, 2], "concurrency_levels.0"),
+        ("levels", ["1", 2], "levels.0"),
+        ("levels", [0, 2], "levels.0"),
         ("warmup_requests", True, "warmup_requests"),
         ("warmup_requests", 2.0, "warmup_requests"),
         ("finished", "yes", "finished"),

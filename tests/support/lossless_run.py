@@ -35,7 +35,7 @@ def check(
     return GreedyCheck(
         run_id=RUN,
         arm=arm,
-        concurrency=level,
+        level=level,
         repeat=0,
         request_id=f"sd.{RUN}.{arm}.c{level}.r0.{prompt}.lossless",
         prompt_id=prompt,

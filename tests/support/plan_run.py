@@ -118,7 +118,7 @@ def _manifest(arms: dict[str, int], traffic: Path | None = None, margin: float |
     extra: dict = {"traffic": {"path": str(traffic), "rows": 4, "categories": ["chat", "code"]}} if traffic else {}
     if margin is not None:
         extra["margin"] = margin
-    return make_manifest(concurrency_levels=list(LEVELS), arms=configs, **extra)
+    return make_manifest(levels=list(LEVELS), arms=configs, **extra)
 
 
 def write_plan_run(

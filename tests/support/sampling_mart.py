@@ -36,7 +36,7 @@ def check(
     return SampleCheck(
         run_id="t",
         arm=arm,
-        concurrency=level,
+        level=level,
         request_id=f"{arm}.{level}.{prompt}.{k}",
         prompt_id=prompt,
         category=category,
@@ -92,7 +92,7 @@ def roles(con) -> None:
 def no_pass_counters(con) -> None:
     """The sampling mart also reads the pass counters and the manifest: empty here (pass_valid NULL)."""
     con.execute(
-        "create table int_passes_checked (run_id varchar, arm varchar, concurrency integer, "
+        "create table int_passes_checked (run_id varchar, arm varchar, level integer, "
         "pass_kind varchar, draft_tokens double, speculation_ran boolean)"
     )
     con.execute("create table stg_manifest (run_id varchar, manifest json, treatment_arm varchar)")

@@ -95,7 +95,7 @@ def request_row(
     fields = dict(
         run_id=RUN,
         arm=arm,
-        concurrency=level,
+        level=level,
         request_id=f"sd.{RUN}.{arm}.c{level}.{prompt_id}",
         prompt_id=prompt_id,
         category=category,
@@ -194,7 +194,7 @@ def counter_row(arm: str, level: int, position: str, wall_time_ns: int, **change
     fields = dict(
         run_id=RUN,
         arm=arm,
-        concurrency=level,
+        level=level,
         position=position,
         wall_time_ns=wall_time_ns,
         spec_num_drafts=None,
@@ -261,7 +261,7 @@ def make_manifest(**changes) -> RunManifest:
         arm_difference=['--speculative-config {"method": "ngram", "num_speculative_tokens": 4}'],
         sampling={"temperature": 0.0, "ignore_eos": True},
         traffic={"path": "mix.jsonl", "rows": 2, "categories": ["chat", "code"]},
-        concurrency_levels=[1, 2],
+        levels=[1, 2],
         warmup_requests=1,
         host={"cpu": "test"},
         finished=True,
@@ -363,7 +363,7 @@ def with_position_counter(per_level):
     out = []
     for s in make_counters():
         if s.arm == "speculative":
-            mult = s.concurrency - (s.position == "before")
+            mult = s.level - (s.position == "before")
             s = s.model_copy(update={"accepted_per_position": [1.0 + n * mult for n in per_level]})
         out.append(s)
     return out

@@ -389,7 +389,7 @@ def _manifest(cfg: CompatConfig, run_id: str, pairs: list[tuple[str, Any]]) -> R
         arm_difference=["the speculative setting"],
         sampling={"note": "each probe sets its own request body; see traffic.probes"},
         traffic={"source": "built-in compat probes (specdec.experiments.compat.probes)", "outcomes": list(OUTCOMES)},
-        concurrency_levels=[1],
+        levels=[1],
         warmup_requests=0,
         host=host_facts(),
         timeouts={"connect": cfg.connect_timeout_s, "request": cfg.request_timeout_s},

@@ -165,7 +165,7 @@ def _manifest(cfg: StabilityConfig, run_id: str, model: str, model_source: dict,
             "note": "each probe sets its own prompt, max_tokens and sampling on purpose; see stability.parquet",
         },
         traffic={"source": "built-in fault probes (specdec.experiments.stability.faults, soak, recovery)"},
-        concurrency_levels=[cfg.concurrency],
+        levels=[cfg.concurrency],
         warmup_requests=0,
         host=host_facts(),
         capture={"source": "embedded", "path": "capture/"}

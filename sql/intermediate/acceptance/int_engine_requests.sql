@@ -27,7 +27,7 @@ MODEL (name int_engine_requests, kind TABLE, grain (run_id, engine_request_id));
 --                   (stg_requests, same run_id): its rounds are the attributed ones
 --                   (int_rounds_attributed); false for warm-up requests and any other
 --                   traffic the engine served under the run id
---   arm, concurrency, repeat, category, prompt_id, prompt_tokens, temperature
+--   arm, level, repeat, category, prompt_id, prompt_tokens, temperature
 --                   of the replayed request (stg_requests); NULL when not replayed
 --   natural_end_context   for a speculative greedy (temperature 0) request whose prompt has
 --                   a natural end at its level (int_natural_ends, end-of-sequence ids known):
@@ -49,7 +49,7 @@ parsed as (
     from engine
 ),
 requests as (
-    select run_id, source_run_id, request_id, arm, concurrency, repeat, category, prompt_id, prompt_tokens,
+    select run_id, source_run_id, request_id, arm, level, repeat, category, prompt_id, prompt_tokens,
            temperature
     from stg_requests
 ),
@@ -66,7 +66,7 @@ joined as (
         id_key(requests.request_id) as request_key,
         requests.request_id is not null as replayed,
         requests.arm,
-        requests.concurrency,
+        requests.level,
         requests.repeat,
         requests.category,
         requests.prompt_id,
@@ -78,7 +78,7 @@ joined as (
     from parsed
     left join requests on requests.source_run_id = parsed.run_id and requests.request_id = parsed.request_id
     left join ends
-      on ends.run_id = requests.run_id and ends.concurrency = requests.concurrency
+      on ends.run_id = requests.run_id and ends.level = requests.level
      and ends.prompt_id = requests.prompt_id
 ),
 requests_keyed as (
@@ -111,7 +111,7 @@ final as (
         case when checked.clashes = 0 then engine_key
              else error(checked.ids || ' have the same id_key (a 64-bit hash, sql/macros.sql): the models '
                         || 'over the rounds cannot tell them apart') end as engine_key,
-        request_id, request_key, replayed, arm, concurrency, repeat, category, prompt_id,
+        request_id, request_key, replayed, arm, level, repeat, category, prompt_id,
         prompt_tokens, temperature,
         case when greedy_speculative and eos_known and prompt_tokens is not null
              then natural_end_position + prompt_tokens - 1 end as natural_end_context,

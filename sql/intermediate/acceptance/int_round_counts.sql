@@ -9,7 +9,7 @@ MODEL (name int_round_counts, kind TABLE, grain (run_id, engine_key, phase, toke
 --   rounds, 2.5 million groups: half a second per mart).
 -- Purpose: the captured rounds of the run's replayed requests, with the request's
 --   attributes.
---   arm, concurrency, repeat, category, request_key   of the replayed request
+--   arm, level, repeat, category, request_key   of the replayed request
 --                   (int_engine_requests; request_key stands for its request_id, which
 --                   int_engine_requests maps it back to)
 --   engine_key, phase, tokens_proposed, tokens_accepted, context_low,
@@ -27,7 +27,7 @@ engine as (
 ),
 final as (
     select
-        engine.arm, engine.concurrency, engine.repeat, engine.category,
+        engine.arm, engine.level, engine.repeat, engine.category,
         engine.run_id, engine.request_key, grouped.engine_key,
         grouped.phase, grouped.tokens_proposed, grouped.tokens_accepted,
         grouped.tokens_proposed > 0 as is_verify_round,

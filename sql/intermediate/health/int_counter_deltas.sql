@@ -1,5 +1,5 @@
-MODEL (name int_counter_deltas, kind VIEW, grain (run_id, arm, concurrency, repeat));
--- Grain: one row per run_id, arm, concurrency level and repeat with both a before and an
+MODEL (name int_counter_deltas, kind VIEW, grain (run_id, arm, level, repeat));
+-- Grain: one row per run_id, arm, level and repeat with both a before and an
 --   after snapshot of the engine's counters (stg_engine_counters): one timed block.
 -- Purpose: what the engine counted during the block, the one place the before/after
 --   snapshots are paired (reconciliation compares it with the captured rounds,
@@ -21,7 +21,7 @@ with counters as (
 ),
 final as (
     select
-        a.run_id, a.arm, a.concurrency, a.repeat,
+        a.run_id, a.arm, a.level, a.repeat,
         a.spec_num_drafts - b.spec_num_drafts as engine_rounds,
         a.spec_num_draft_tokens - b.spec_num_draft_tokens as engine_proposed,
         a.spec_num_accepted_tokens - b.spec_num_accepted_tokens as engine_accepted,
@@ -34,7 +34,7 @@ final as (
         b.prefix_cache_reset
     from counters a
     join counters b
-      on a.run_id = b.run_id and a.arm = b.arm and a.concurrency = b.concurrency and a.repeat = b.repeat
+      on a.run_id = b.run_id and a.arm = b.arm and a.level = b.level and a.repeat = b.repeat
     where a.position = 'after' and b.position = 'before'
 )
 select * from final

@@ -1,5 +1,5 @@
-MODEL (name int_level_health, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and concurrency level that has requests.
+MODEL (name int_level_health, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level that has requests.
 -- Kind TABLE: computed once at build (five marts read it).
 -- Purpose: did the level work? Failures are data: counted, typed and judged
 --   against the run's error budget (manifest.max_error_rate).
@@ -24,32 +24,32 @@ settings as (
     select run_id, max_error_rate from int_run_settings
 ),
 types as (
-    select run_id, arm, concurrency, coalesce(error_type, '(untyped)') as error_type, count(*) as n
+    select run_id, arm, level, coalesce(error_type, '(untyped)') as error_type, count(*) as n
     from requests
     where not success
     group by all
 ),
 type_lists as (
-    select run_id, arm, concurrency,
+    select run_id, arm, level,
            string_agg(error_type || ': ' || n, '; ' order by n desc, error_type) as error_types
     from types
     group by all
 ),
 statuses as (
-    select run_id, arm, concurrency, http_status, count(*) as n
+    select run_id, arm, level, http_status, count(*) as n
     from requests
     where not success and http_status is not null
     group by all
 ),
 status_lists as (
-    select run_id, arm, concurrency,
+    select run_id, arm, level,
            string_agg(cast(http_status as varchar) || ': ' || n, '; ' order by n desc, http_status) as http_statuses
     from statuses
     group by all
 ),
 counts as (
     select
-        run_id, arm, concurrency,
+        run_id, arm, level,
         count(distinct repeat) as repeats,
         count(*) as requests,
         count(*) filter (where success) as requests_ok,
@@ -62,7 +62,7 @@ final as (
     select
         counts.run_id,
         counts.arm,
-        counts.concurrency,
+        counts.level,
         counts.repeats,
         counts.requests,
         counts.requests_ok,
@@ -75,7 +75,7 @@ final as (
         counts.requests_failed / counts.requests > settings.max_error_rate as level_failed
     from counts
     left join settings using (run_id)
-    left join type_lists using (run_id, arm, concurrency)
-    left join status_lists using (run_id, arm, concurrency)
+    left join type_lists using (run_id, arm, level)
+    left join status_lists using (run_id, arm, level)
 )
 select * from final

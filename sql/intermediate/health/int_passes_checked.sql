@@ -1,5 +1,5 @@
-MODEL (name int_passes_checked, kind VIEW, grain (run_id, arm, concurrency, pass_kind));
--- Grain: one row per run_id, arm, concurrency level and untimed pass (pass_kind) with a
+MODEL (name int_passes_checked, kind VIEW, grain (run_id, arm, level, pass_kind));
+-- Grain: one row per run_id, arm, level and untimed pass (pass_kind) with a
 --   counter read before or after it (stg_pass_counters).
 -- Purpose: did the arm speculate while the pass ran? A speculative server that proposed no
 --   draft during a pass answers like the baseline, so its pass tests nothing: the marts
@@ -22,7 +22,7 @@ with reads as (
 ),
 paired as (
     select
-        run_id, arm, concurrency, pass_kind,
+        run_id, arm, level, pass_kind,
         count(*) filter (where position = 'before') = 1 and count(*) filter (where position = 'after') = 1
             as both_read,
         max(spec_num_drafts) filter (where position = 'after')
@@ -40,7 +40,7 @@ final as (
     select
         run_id,
         arm,
-        concurrency,
+        level,
         pass_kind,
         case when both_read then drafts end as drafts,
         case when both_read then draft_tokens end as draft_tokens,

@@ -1,7 +1,7 @@
-MODEL (name int_baseline_greedy_pairs, kind VIEW, grain (run_id, prompt_id, pair_index, concurrency, repeat, other_concurrency, other_repeat));
+MODEL (name int_baseline_greedy_pairs, kind VIEW, grain (run_id, prompt_id, pair_index, level, repeat, other_level, other_repeat));
 -- Grain: one row per run_id and two successful baseline checks of the lossless pass
 --   (stg_greedy_checks, arm = 'baseline') for the same prompt occurrence at two different
---   (concurrency, repeat): every such pair, the lower (concurrency, repeat) first. The pass runs
+--   (level, repeat): every such pair, the lower (level, repeat) first. The pass runs
 --   once per level (repeat 0), so today these are the level-to-level pairs; a run with several
 --   passes per level adds the repeat-to-repeat ones.
 -- Purpose: the A/A divergences with logprobs, from which int_lossless_settings calibrates the
@@ -10,8 +10,8 @@ MODEL (name int_baseline_greedy_pairs, kind VIEW, grain (run_id, prompt_id, pair
 --   numerics alone.
 --   category, prompt_id         the prompt (category as the first check recorded it)
 --   pair_index                  occurrence of the prompt within (level, repeat), from 0, by request_id
---   concurrency, repeat         the first check's level and pass
---   other_concurrency, other_repeat   the second check's
+--   level, repeat               the first check's level and pass
+--   other_level, other_repeat   the second check's
 --   identical                   the two token id lists are equal
 --   first_divergence_position   0-based position of the first differing token id, or the shorter
 --                               length if one list is a prefix of the other; NULL when identical
@@ -38,9 +38,9 @@ joined as (
         a.category,
         a.prompt_id,
         a.pair_index,
-        a.concurrency,
+        a.level,
         a.repeat,
-        b.concurrency as other_concurrency,
+        b.level as other_level,
         b.repeat as other_repeat,
         a.token_ids = b.token_ids as identical,
         list_position(
@@ -54,7 +54,7 @@ joined as (
     from ok a
     join ok b
       on b.run_id = a.run_id and b.prompt_id = a.prompt_id and b.pair_index = a.pair_index
-     and (a.concurrency, a.repeat) < (b.concurrency, b.repeat)
+     and (a.level, a.repeat) < (b.level, b.repeat)
 ),
 positioned as (
     select
@@ -76,9 +76,9 @@ final as (
         category,
         prompt_id,
         pair_index,
-        concurrency,
+        level,
         repeat,
-        other_concurrency,
+        other_level,
         other_repeat,
         identical,
         first_divergence_position,

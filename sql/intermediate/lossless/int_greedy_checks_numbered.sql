@@ -7,6 +7,6 @@ MODEL (name int_greedy_checks_numbered, kind VIEW, grain (run_id, request_id));
 --   pair_index   occurrence of the prompt within (arm, level, repeat), from 0, by request_id
 select
     *,
-    row_number() over (partition by run_id, arm, concurrency, repeat, prompt_id order by request_id) - 1
+    row_number() over (partition by run_id, arm, level, repeat, prompt_id order by request_id) - 1
         as pair_index
 from stg_greedy_checks

@@ -1,12 +1,12 @@
-MODEL (name int_greedy_pairs, kind VIEW, grain (run_id, concurrency, prompt_id, pair_index));
--- Grain: one row per run_id, prompt occurrence and concurrency level with a successful
+MODEL (name int_greedy_pairs, kind VIEW, grain (run_id, level, prompt_id, pair_index));
+-- Grain: one row per run_id, prompt occurrence and level with a successful
 --   lossless-pass request in both arms: the speculative arm's greedy output
 --   against the baseline's, same prompt, same level (same batch shape), repeat 0
 --   of the lossless pass in each arm (stg_greedy_checks, numbered by int_greedy_checks_numbered).
 -- Purpose: the lossless check, classified. A speculative output that differs
 --   from the baseline's is either a near-tie that numerics can flip (the speculative
 --   arm took the baseline's runner-up where the baseline's top two were close), or suspect.
---   category, concurrency, prompt_id   the pair's prompt (category as the baseline recorded it) and level
+--   category, level, prompt_id   the pair's prompt (category as the baseline recorded it) and level
 --   pair_index                  occurrence of the prompt within (arm, level), from 0, by request_id
 --                               (a prompt sent twice per level pairs 1:1 across arms)
 --   baseline_request_id, speculative_request_id   the two lossless-pass requests
@@ -56,7 +56,7 @@ joined as (
     select
         b.run_id,
         b.category,
-        b.concurrency,
+        b.level,
         b.prompt_id,
         b.pair_index,
         b.request_id as baseline_request_id,
@@ -74,7 +74,7 @@ joined as (
         b.eos_token_ids is not null as eos_known
     from ok b
     join ok s
-      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.concurrency = b.concurrency
+      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.level = b.level
      and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
@@ -89,7 +89,7 @@ final as (
     select
         positioned.run_id,
         category,
-        concurrency,
+        level,
         prompt_id,
         pair_index,
         baseline_request_id,

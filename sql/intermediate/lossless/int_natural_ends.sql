@@ -1,5 +1,5 @@
-MODEL (name int_natural_ends, kind VIEW, grain (run_id, concurrency, prompt_id));
--- Grain: one row per run_id, concurrency level and prompt that has a successful baseline
+MODEL (name int_natural_ends, kind VIEW, grain (run_id, level, prompt_id));
+-- Grain: one row per run_id, level and prompt that has a successful baseline
 --   lossless-pass request at repeat 0 (stg_greedy_checks).
 -- Purpose: where the model would have stopped without ignore_eos, looked up once
 --   for the models that split a request there (int_natural_end_pairs; the same
@@ -21,7 +21,7 @@ with checks as (
 final as (
     select
         run_id,
-        concurrency,
+        level,
         prompt_id,
         min(natural_end_position) as natural_end_position,
         bool_and(eos_token_ids is not null) as eos_known

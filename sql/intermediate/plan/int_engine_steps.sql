@@ -1,5 +1,5 @@
-MODEL (name int_engine_steps, kind VIEW, grain (run_id, source_run_id, arm, concurrency, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens));
--- Grain: one row per run_id, arm, concurrency level (and source_run_id, the run folder's id),
+MODEL (name int_engine_steps, kind VIEW, grain (run_id, source_run_id, arm, level, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens));
+-- Grain: one row per run_id, arm, level (and source_run_id, the run folder's id),
 --   has_prefill, has_decode, batch_size, drafts_verified and prefill_tokens of the engine steps
 --   of replayed requests: the steps, counted by what the planner describes them by.
 -- Purpose: the engine steps, grouped, with the counts and sums the planner pools
@@ -18,7 +18,7 @@ MODEL (name int_engine_steps, kind VIEW, grain (run_id, source_run_id, arm, conc
 --   whose step scheduled one request, batch_size = 1, is the only row of its step, so it is a
 --   step as it is; only the rows of larger batches are grouped into steps (the same steps, and
 --   most steps of a run, every step at concurrency 1, skip the grouping). Steps are grouped by a
---   number per level (dense_rank of run_id, source_run_id, arm, concurrency) instead of those four
+--   number per level (dense_rank of run_id, source_run_id, arm, level) instead of those four
 --   columns: the same groups, and at 50 million rounds 1.6 s less. The sums let a reader pool the
 --   steps of several groups exactly as over the steps. A step time that is NaN, infinite or
 --   negative is read as not measured (NULL) and counted (verify_bad, draft_bad): the planner
@@ -41,14 +41,14 @@ MODEL (name int_engine_steps, kind VIEW, grain (run_id, source_run_id, arm, conc
 --   verify_bad, draft_bad   rows of the group's steps whose verify_ms, draft_ms was NaN,
 --                     infinite or negative
 with engine as (
-    select run_id, source_run_id, engine_key, arm, concurrency,
-           dense_rank() over (order by run_id, source_run_id, arm, concurrency) as level_key
+    select run_id, source_run_id, engine_key, arm, level,
+           dense_rank() over (order by run_id, source_run_id, arm, level) as level_key
            /*met_engine*/
     from int_engine_requests
     where replayed
 ),
 levels as (
-    select distinct level_key, run_id, source_run_id, arm, concurrency from engine
+    select distinct level_key, run_id, source_run_id, arm, level from engine
 ),
 rounds as (
     select e.level_key, r.process_token, r.step_index, r.phase, r.batch_size, r.tokens_proposed,
@@ -111,7 +111,7 @@ grouped as (
     group by level_key, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens /*met_columns*/
 ),
 final as (
-    select levels.run_id, levels.source_run_id, levels.arm, levels.concurrency, grouped.* exclude (level_key)
+    select levels.run_id, levels.source_run_id, levels.arm, levels.level, grouped.* exclude (level_key)
     from grouped
     join levels using (level_key)
 )

@@ -1,5 +1,5 @@
-MODEL (name int_plan_steps, kind VIEW, grain (run_id, source_run_id, arm, concurrency, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens));
--- Grain: one row per run_id, arm, concurrency level, has_prefill, has_decode, batch_size,
+MODEL (name int_plan_steps, kind VIEW, grain (run_id, source_run_id, arm, level, has_prefill, has_decode, batch_size, drafts_verified, prefill_tokens));
+-- Grain: one row per run_id, arm, level, has_prefill, has_decode, batch_size,
 --   drafts_verified and prefill_tokens of the engine steps of replayed requests (steps grouped by
 --   their regressors); source_run_id (the run folder's id) beside run_id, so the arms of one run
 --   of named arms (a --sweep-k run: one analysis run per k) can be fitted together. A reference
@@ -31,10 +31,10 @@ with steps as (
     select * from int_engine_steps
 ),
 arm_k as (
-    select run_id, arm, concurrency, max(max_proposed) as arm_k from steps group by run_id, arm, concurrency
+    select run_id, arm, level, max(max_proposed) as arm_k from steps group by run_id, arm, level
 ),
 final as (
-    select s.run_id, s.source_run_id, s.arm, s.concurrency, s.batch_size, s.drafts_verified,
+    select s.run_id, s.source_run_id, s.arm, s.level, s.batch_size, s.drafts_verified,
            any_value(a.arm_k) as arm_k,
            cast(sum(s.steps) as bigint) as steps,
            cast(sum(s.verify_steps) as bigint) as verify_steps,
@@ -49,9 +49,9 @@ final as (
            cast(sum(s.verify_bad) as bigint) as verify_bad,
            cast(sum(s.draft_bad) as bigint) as draft_bad
     from steps s
-    join arm_k a on a.run_id = s.run_id and a.arm = s.arm and a.concurrency = s.concurrency
-    group by s.run_id, s.source_run_id, s.arm, s.concurrency, s.has_prefill, s.has_decode, s.prefill_tokens,
+    join arm_k a on a.run_id = s.run_id and a.arm = s.arm and a.level = s.level
+    group by s.run_id, s.source_run_id, s.arm, s.level, s.has_prefill, s.has_decode, s.prefill_tokens,
              s.batch_size, s.drafts_verified
 )
 select * from final
-order by run_id, arm, concurrency, has_prefill, has_decode, prefill_tokens, batch_size, drafts_verified
+order by run_id, arm, level, has_prefill, has_decode, prefill_tokens, batch_size, drafts_verified

@@ -1,5 +1,5 @@
-MODEL (name int_blocks_measured, kind VIEW, grain (run_id, arm, concurrency, repeat));
--- Grain: one row per run_id, arm, concurrency level and repeat that has requests: one
+MODEL (name int_blocks_measured, kind VIEW, grain (run_id, arm, level, repeat));
+-- Grain: one row per run_id, arm, level and repeat that has requests: one
 --   block, the requests of one level sent to one server in one repeat (a run
 --   with R repeats sends, per level, baseline r0, speculative r0, baseline r1, ...).
 -- Purpose: throughput of one block, from the client's clock, and the engine's
@@ -28,7 +28,7 @@ measured as (
     select * from int_requests_measured
 ),
 counted as (
-    select run_id, arm, concurrency, repeat,
+    select run_id, arm, level, repeat,
            count(*) as requests,
            count(*) filter (where success) as requests_ok,
            count(*) filter (where not success) as requests_failed
@@ -36,19 +36,19 @@ counted as (
     group by all
 ),
 timed as (
-    select run_id, arm, concurrency, repeat,
+    select run_id, arm, level, repeat,
            sum(output_tokens) as output_tokens,
            (max(wall_end_ns) - min(wall_send_ns)) / 1e9 as block_seconds
     from measured
     group by all
 ),
 cache as (
-    select run_id, arm, concurrency, repeat, prefix_cache_queries, prefix_cache_hits, prefix_cache_reset
+    select run_id, arm, level, repeat, prefix_cache_queries, prefix_cache_hits, prefix_cache_reset
     from int_counter_deltas
 ),
 final as (
     select
-        counted.run_id, counted.arm, counted.concurrency, counted.repeat,
+        counted.run_id, counted.arm, counted.level, counted.repeat,
         counted.requests, counted.requests_ok, counted.requests_failed,
         timed.output_tokens,
         timed.block_seconds,
@@ -59,7 +59,7 @@ final as (
         cache.prefix_cache_hits / nullif(cache.prefix_cache_queries, 0) as prefix_cache_hit_rate,
         cache.prefix_cache_reset
     from counted
-    left join timed using (run_id, arm, concurrency, repeat)
-    left join cache using (run_id, arm, concurrency, repeat)
+    left join timed using (run_id, arm, level, repeat)
+    left join cache using (run_id, arm, level, repeat)
 )
 select * from final

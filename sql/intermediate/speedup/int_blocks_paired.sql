@@ -1,4 +1,4 @@
-MODEL (name int_blocks_paired, kind VIEW, grain (run_id, comparison, concurrency, repeat));
+MODEL (name int_blocks_paired, kind VIEW, grain (run_id, comparison, level, repeat));
 -- Grain: one row per run_id and pair of blocks at the same level (see int_blocks_measured),
 --   both with a throughput, in one of two comparisons:
 --   comparison = 'ab'       reference = baseline block of repeat r, treatment = the
@@ -12,11 +12,11 @@ MODEL (name int_blocks_paired, kind VIEW, grain (run_id, comparison, concurrency
 --   ratio           = treatment_tokens_per_s / reference_tokens_per_s  (> 1: treatment faster)
 --   log_ratio       = ln(ratio); the '(system)' speedup is exp(avg(log_ratio)) over repeats
 with measured_blocks as (
-    select *, concurrency as pair_key from int_blocks_measured where output_tokens_per_s > 0
+    select *, level as pair_key from int_blocks_measured where output_tokens_per_s > 0
 ),
 final as (
     select
-        reference.run_id, comparison, reference.concurrency, treatment.repeat,
+        reference.run_id, comparison, reference.level, treatment.repeat,
         reference.output_tokens_per_s as reference_tokens_per_s,
         treatment.output_tokens_per_s as treatment_tokens_per_s,
         treatment.output_tokens_per_s / reference.output_tokens_per_s as ratio,

@@ -1,5 +1,5 @@
-MODEL (name int_levels_compared, kind VIEW, grain (run_id, concurrency));
--- Grain: one row per run_id and concurrency level that has requests in either arm.
+MODEL (name int_levels_compared, kind VIEW, grain (run_id, level));
+-- Grain: one row per run_id and level that has requests in either arm.
 -- Purpose: may the two arms be compared at this level? Speedup and output
 --   equality take their exclusion rule from here, so it is defined once.
 --   baseline_failed      int_level_health.level_failed of the baseline arm; NULL if it has no requests
@@ -21,7 +21,7 @@ speculative as (
 final as (
     select
         coalesce(b.run_id, s.run_id) as run_id,
-        coalesce(b.concurrency, s.concurrency) as concurrency,
+        coalesce(b.level, s.level) as level,
         b.level_failed as baseline_failed,
         s.level_failed as speculative_failed,
         case
@@ -32,10 +32,10 @@ final as (
                 printf('baseline level failed (error rate %.3f > max %.3f)', b.error_rate, b.max_error_rate)
             when s.level_failed then
                 printf('speculative level failed (error rate %.3f > max %.3f)', s.error_rate, s.max_error_rate)
-            when b.concurrency is null then 'baseline arm has no requests at this level'
-            when s.concurrency is null then 'speculative arm has no requests at this level'
+            when b.level is null then 'baseline arm has no requests at this level'
+            when s.level is null then 'speculative arm has no requests at this level'
         end as excluded_reason
     from baseline b
-    full outer join speculative s on s.run_id = b.run_id and s.concurrency = b.concurrency
+    full outer join speculative s on s.run_id = b.run_id and s.level = b.level
 )
 select * from final

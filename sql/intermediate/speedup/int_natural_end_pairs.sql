@@ -1,4 +1,4 @@
-MODEL (name int_natural_end_pairs, kind TABLE, grain (run_id, comparison, concurrency, repeat, prompt_id, pair_index, segment));
+MODEL (name int_natural_end_pairs, kind TABLE, grain (run_id, comparison, level, repeat, prompt_id, pair_index, segment));
 -- Grain: one row per run_id, greedy A/B pair and segment. A pair is a row of int_requests_paired
 --   with comparison 'ab' (baseline and speculative request for the same prompt, level,
 --   repeat and pair_index, both successful, e2e > 0) whose two requests ran at
@@ -9,7 +9,7 @@ MODEL (name int_natural_end_pairs, kind TABLE, grain (run_id, comparison, concur
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it would
 --   have stopped, into repetitive text that drafts predict well; these are the paired
 --   per-segment times speedup_natural_end is computed from (and the rows to resample
---   for its intervals: run_id, comparison, category, concurrency, segment, prompt_id, repeat,
+--   for its intervals: run_id, comparison, category, level, segment, prompt_id, repeat,
 --   log_ratio).
 --   natural_end_position  P, from int_natural_ends (the baseline's lossless-pass request for
 --                   the prompt at this level, repeat 0): the first output position (0-based)
@@ -70,7 +70,7 @@ joined as (
         pairs.run_id,
         pairs.comparison,
         pairs.category,
-        pairs.concurrency,
+        pairs.level,
         pairs.repeat,
         pairs.prompt_id,
         pairs.pair_index,
@@ -86,7 +86,7 @@ joined as (
     join requests b on b.run_id = pairs.run_id and b.request_id = pairs.reference_request_id
     join requests s on s.run_id = pairs.run_id and s.request_id = pairs.treatment_request_id
     left join ends
-      on ends.run_id = pairs.run_id and ends.concurrency = pairs.concurrency and ends.prompt_id = pairs.prompt_id
+      on ends.run_id = pairs.run_id and ends.level = pairs.level and ends.prompt_id = pairs.prompt_id
 ),
 -- The chunk lists are read only for the requests of pairs that reach the chunk lookup in
 -- `classified` (a known natural end inside both outputs), each once per end position.
@@ -170,7 +170,7 @@ final as (
         run_id,
         comparison,
         category,
-        concurrency,
+        level,
         segment,
         prompt_id,
         repeat,

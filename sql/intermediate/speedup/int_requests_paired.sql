@@ -21,14 +21,14 @@ MODEL (name int_requests_paired, kind TABLE, grain (run_id, comparison, referenc
 with requests as (
     select
         *,
-        {'category': category, 'concurrency': concurrency, 'prompt_id': prompt_id, 'pair_index': pair_index}
+        {'category': category, 'level': level, 'prompt_id': prompt_id, 'pair_index': pair_index}
             as pair_key
     from int_requests_measured
     where e2e_ms > 0
 ),
 final as (
     select
-        reference.run_id, comparison, reference.category, reference.concurrency, treatment.repeat,
+        reference.run_id, comparison, reference.category, reference.level, treatment.repeat,
         reference.prompt_id, reference.pair_index,
         reference.e2e_ms as reference_e2e_ms, treatment.e2e_ms as treatment_e2e_ms,
         reference.output_tokens as reference_output_tokens, treatment.output_tokens as treatment_output_tokens,

@@ -1,5 +1,5 @@
 MODEL (name acceptance, kind TABLE, grain (run_id, arm, category));
--- Grain: one row per run_id, arm and category (pooled over the run's concurrency levels
+-- Grain: one row per run_id, arm and category (pooled over the run's levels
 --   and repeats; never over runs).
 -- Purpose: draft acceptance under two explicit definitions, from the captured rounds.
 --   A verify round is a captured row with tokens_proposed > 0 (k > 0).

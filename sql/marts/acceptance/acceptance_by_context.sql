@@ -1,6 +1,6 @@
 MODEL (name acceptance_by_context, kind TABLE, grain (run_id, arm, category, context_bucket));
 -- Grain: one row per run_id, arm, category and context-length bucket that has verify
---   rounds, pooled over the run's concurrency levels and repeats.
+--   rounds, pooled over the run's levels and repeats.
 -- Purpose: does acceptance hold up as the context grows (long prompts, long outputs)?
 --   context_len is the request's tokens already computed before the round's step
 --   (prompt + output so far), from the capture.

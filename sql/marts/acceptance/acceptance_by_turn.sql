@@ -1,5 +1,5 @@
-MODEL (name acceptance_by_turn, kind TABLE, grain (run_id, arm, concurrency, category, turn_index));
--- Grain: one row per run_id, arm, concurrency, category and session turn that has
+MODEL (name acceptance_by_turn, kind TABLE, grain (run_id, arm, level, category, turn_index));
+-- Grain: one row per run_id, arm, level, category and session turn that has
 --   successful requests, pooled over the level's repeats (never over runs or levels);
 --   turn_index NULL is the row of the standalone requests (no session).
 -- Purpose: does speculation hold up as a conversation goes on? A later turn carries
@@ -26,7 +26,7 @@ MODEL (name acceptance_by_turn, kind TABLE, grain (run_id, arm, concurrency, cat
 --   output_tokens_per_s_mean  mean over requests of output_tokens / e2e seconds
 --   ttft_ms_p50, tpot_ms_p50  quantile_cont over the requests [ms; ms/token]
 with requests as (
-    select run_id, arm, concurrency, category, request_id, session_id, turn_index, prompt_tokens,
+    select run_id, arm, level, category, request_id, session_id, turn_index, prompt_tokens,
            output_tokens_per_s, ttft_ms, tpot_ms, spec_num_draft_tokens, spec_num_accepted_tokens
     from int_requests_measured
 ),
@@ -42,7 +42,7 @@ rounds as (
 ),
 final as (
     select
-        requests.run_id, requests.arm, requests.concurrency, requests.category, requests.turn_index,
+        requests.run_id, requests.arm, requests.level, requests.category, requests.turn_index,
         count(*) as requests,
         count(distinct requests.session_id) as sessions,
         avg(requests.prompt_tokens) as prompt_tokens_mean,
@@ -59,4 +59,4 @@ final as (
     left join rounds on rounds.run_id = requests.run_id and rounds.request_key = id_key(requests.request_id)
     group by all
 )
-select * from final order by run_id, arm, concurrency, category, turn_index nulls first
+select * from final order by run_id, arm, level, category, turn_index nulls first

@@ -1,5 +1,5 @@
-MODEL (name acceptance_natural_end, kind TABLE, grain (run_id, category, concurrency, segment));
--- Grain: one row per run_id, category, concurrency level and segment (before / after
+MODEL (name acceptance_natural_end, kind TABLE, grain (run_id, category, level, segment));
+-- Grain: one row per run_id, category, level and segment (before / after
 --   the natural end) of the speculative arm's greedy (temperature = 0) timed requests,
 --   pooled over repeats.
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it
@@ -39,7 +39,7 @@ with engine as (
     select * from int_engine_requests where replayed and arm = 'speculative' and temperature = 0
 ),
 whole as (
-    select engine.run_id, engine.category, engine.concurrency, engine.request_id,
+    select engine.run_id, engine.category, engine.level, engine.request_id,
            engine.natural_end_segment as segment, counted.rounds,
            counted.tokens_proposed * counted.rounds as proposed, counted.tokens_accepted * counted.rounds as accepted
     from int_round_counts counted
@@ -47,7 +47,7 @@ whole as (
     where counted.is_verify_round and engine.natural_end_segment is not null
 ),
 split as (
-    select engine.run_id, engine.category, engine.concurrency, engine.request_id,
+    select engine.run_id, engine.category, engine.level, engine.request_id,
            case when rounds.context_len < engine.natural_end_context then 'before_natural_end'
                 else 'after_natural_end' end as segment,
            1 as rounds, rounds.tokens_proposed as proposed, rounds.tokens_accepted as accepted
@@ -63,7 +63,7 @@ placed as (
 ),
 final as (
     select
-        run_id, category, concurrency, segment,
+        run_id, category, level, segment,
         count(distinct request_id) as requests,
         cast(sum(rounds) as bigint) as verify_rounds,
         cast(sum(proposed) as bigint) as tokens_proposed,
@@ -73,4 +73,4 @@ final as (
     from placed
     group by all
 )
-select * from final order by run_id, category, concurrency, segment
+select * from final order by run_id, category, level, segment

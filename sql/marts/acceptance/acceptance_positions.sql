@@ -1,6 +1,6 @@
 MODEL (name acceptance_positions, kind TABLE, grain (run_id, arm, category, position));
 -- Grain: one row per run_id, arm, category and draft position (1 .. the largest k
---   proposed), pooled over the run's concurrency levels and repeats, as the acceptance mart.
+--   proposed), pooled over the run's levels and repeats, as the acceptance mart.
 -- Purpose: where in a draft the target stops agreeing. From the accepted count per
 --   verify round (a round is a captured row with tokens_proposed = k > 0; vLLM
 --   accepts a prefix, so position i is accepted exactly when tokens_accepted >= i).

@@ -1,5 +1,5 @@
-MODEL (name acceptance_positions_engine, kind TABLE, grain (run_id, arm, concurrency, position));
--- Grain: one row per run_id, arm, concurrency level and draft position whose engine
+MODEL (name acceptance_positions_engine, kind TABLE, grain (run_id, arm, level, position));
+-- Grain: one row per run_id, arm, level and draft position whose engine
 --   exported a per-position accepted-token counter (vLLM and llama.cpp both do),
 --   pooled over the level's repeats (never over runs or levels).
 -- Purpose: per-position acceptance from the engine's own counter: the only per-position
@@ -25,45 +25,45 @@ MODEL (name acceptance_positions_engine, kind TABLE, grain (run_id, arm, concurr
 --                       NULL when no round was captured (llama.cpp: no per-round data)
 --   diff_accepted       captured_accepted - engine_accepted; 0 is exact agreement
 with deltas as (
-    select run_id, arm, concurrency, repeat, engine_rounds, engine_accepted_per_position as per_pos
+    select run_id, arm, level, repeat, engine_rounds, engine_accepted_per_position as per_pos
     from int_counter_deltas
     where engine_accepted_per_position is not null
 ),
 engine as (
-    select d.run_id, d.arm, d.concurrency, p.position,
+    select d.run_id, d.arm, d.level, p.position,
            sum(d.per_pos[p.position]) as engine_accepted
     from deltas d, unnest(range(1, len(d.per_pos) + 1)) as p(position)
     group by all
 ),
 engine_rounds as (
-    select d.run_id, d.arm, d.concurrency, sum(d.engine_rounds) as engine_rounds,
+    select d.run_id, d.arm, d.level, sum(d.engine_rounds) as engine_rounds,
            sum(c.engine_accepted) as engine_accepted_total
     from deltas d
-    join int_counter_deltas c using (run_id, arm, concurrency, repeat)
+    join int_counter_deltas c using (run_id, arm, level, repeat)
     group by all
 ),
 captured as (
-    select e.run_id, e.arm, e.concurrency, e.position,
+    select e.run_id, e.arm, e.level, e.position,
            sum(r.rounds) filter (where r.tokens_accepted >= e.position) as accepted_rows,
            count(r.rounds) as groups
     from engine e
     left join int_round_counts r
-      on r.run_id = e.run_id and r.arm = e.arm and r.concurrency = e.concurrency and r.is_verify_round
+      on r.run_id = e.run_id and r.arm = e.arm and r.level = e.level and r.is_verify_round
     group by all
 ),
 final as (
     select
-        e.run_id, e.arm, e.concurrency, e.position,
+        e.run_id, e.arm, e.level, e.position,
         cast(n.engine_rounds as bigint) as engine_rounds,
         e.engine_accepted,
         e.engine_accepted / nullif(n.engine_rounds, 0) as acceptance_at_position,
         n.engine_accepted_total,
-        sum(e.engine_accepted) over (partition by e.run_id, e.arm, e.concurrency) = n.engine_accepted_total
+        sum(e.engine_accepted) over (partition by e.run_id, e.arm, e.level) = n.engine_accepted_total
             as covers_every_position,
         case when c.groups > 0 then coalesce(c.accepted_rows, 0) end as captured_accepted,
         case when c.groups > 0 then coalesce(c.accepted_rows, 0) - e.engine_accepted end as diff_accepted
     from engine e
-    join engine_rounds n using (run_id, arm, concurrency)
-    join captured c using (run_id, arm, concurrency, position)
+    join engine_rounds n using (run_id, arm, level)
+    join captured c using (run_id, arm, level, position)
 )
-select * from final order by run_id, arm, concurrency, position
+select * from final order by run_id, arm, level, position

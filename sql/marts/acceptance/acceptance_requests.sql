@@ -1,6 +1,6 @@
-MODEL (name acceptance_requests, kind TABLE, grain (run_id, arm, concurrency, category));
--- Grain: one row per run_id, arm, concurrency and category, plus a row per run_id, arm
---   and concurrency with category '(all)' (pooled over the level's repeats; never over
+MODEL (name acceptance_requests, kind TABLE, grain (run_id, arm, level, category));
+-- Grain: one row per run_id, arm, level and category, plus a row per run_id, arm
+--   and level with category '(all)' (pooled over the level's repeats; never over
 --   runs or levels).
 -- Purpose: acceptance from the engine's per-request speculative stats, for every engine:
 --   the only acceptance an engine without per-round rows has (llama.cpp: timings.draft_n
@@ -24,20 +24,20 @@ MODEL (name acceptance_requests, kind TABLE, grain (run_id, arm, concurrency, ca
 --                         (the blocks bracket the timed requests only: no warm-up or
 --                         lossless-pass request falls between a block's two scrapes)
 with requests as (
-    select run_id, arm, concurrency, category, spec_num_steps, spec_num_draft_tokens as proposed,
+    select run_id, arm, level, category, spec_num_steps, spec_num_draft_tokens as proposed,
            spec_num_accepted_tokens as accepted
     from stg_requests
     where success and spec_num_draft_tokens is not null and spec_num_accepted_tokens is not null
 ),
 engine as (
-    select run_id, arm, concurrency,
+    select run_id, arm, level,
            cast(sum(engine_proposed) as bigint) as engine_proposed,
            cast(sum(engine_accepted) as bigint) as engine_accepted
     from int_counter_deltas
-    group by run_id, arm, concurrency
+    group by run_id, arm, level
 ),
 grouped as (
-    select run_id, arm, concurrency, coalesce(category, '(all)') as category,
+    select run_id, arm, level, coalesce(category, '(all)') as category,
            count(*) as requests_with_stats,
            cast(sum(proposed) as bigint) as tokens_proposed,
            cast(sum(accepted) as bigint) as tokens_accepted,
@@ -45,7 +45,7 @@ grouped as (
            avg(acceptance_rate(accepted, proposed)) filter (where proposed > 0) as acceptance_rate_per_request,
            cast(sum(spec_num_steps) as bigint) as steps
     from requests
-    group by grouping sets ((run_id, arm, concurrency, category), (run_id, arm, concurrency))
+    group by grouping sets ((run_id, arm, level, category), (run_id, arm, level))
 ),
 final as (
     select g.*,
@@ -54,6 +54,6 @@ final as (
            case when g.category = '(all)' then g.tokens_proposed - e.engine_proposed end as diff_proposed,
            case when g.category = '(all)' then g.tokens_accepted - e.engine_accepted end as diff_accepted
     from grouped g
-    left join engine e using (run_id, arm, concurrency)
+    left join engine e using (run_id, arm, level)
 )
-select * from final order by run_id, arm, concurrency, category = '(all)', category
+select * from final order by run_id, arm, level, category = '(all)', category

@@ -1,5 +1,5 @@
-MODEL (name resource_cost, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and concurrency level with resource samples (repeats pooled).
+MODEL (name resource_cost, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level with resource samples (repeats pooled).
 -- Purpose: what each arm costs in memory and KV cache at each level: speculation adds a
 --   drafter (and, for a draft model, its weights and KV cache) to the same server.
 --   samples              resource samples of the level (about one per second per block)
@@ -17,7 +17,7 @@ with samples as (
     select * from stg_resources
 ),
 per_level as (
-    select run_id, arm, concurrency,
+    select run_id, arm, level,
         count(*) as samples,
         count(distinct repeat) as repeats,
         max(rss_bytes) / 1048576.0 as rss_peak_mib,
@@ -32,6 +32,6 @@ final as (
     select p.*,
         case when p.arm <> 'baseline' then p.rss_peak_mib / nullif(b.rss_peak_mib, 0) end as rss_peak_vs_baseline
     from per_level p
-    left join per_level b on b.run_id = p.run_id and b.arm = 'baseline' and b.concurrency = p.concurrency
+    left join per_level b on b.run_id = p.run_id and b.arm = 'baseline' and b.level = p.level
 )
-select * from final order by run_id, arm, concurrency
+select * from final order by run_id, arm, level

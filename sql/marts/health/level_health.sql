@@ -1,5 +1,5 @@
-MODEL (name level_health, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and concurrency level that has requests (repeats pooled).
+MODEL (name level_health, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level that has requests (repeats pooled).
 -- Purpose: failures per level, shown first in the report and the terminal summary.
 --   repeats          repeats of the level (blocks with requests)
 --   requests         replayed requests of the level, all repeats, successful or not
@@ -19,4 +19,4 @@ with health as (
 final as (
     select * from health
 )
-select * from final order by run_id, arm, concurrency
+select * from final order by run_id, arm, level

@@ -1,5 +1,5 @@
-MODEL (name reconciliation, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and concurrency level (all repeats together).
+MODEL (name reconciliation, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level (all repeats together).
 -- Purpose: prove the captured rows agree with vLLM's own counters. Each repeat's
 --   block is compared on its own (before/after snapshots joined on arm, level and
 --   repeat, within the run), then the level sums the blocks.
@@ -26,17 +26,17 @@ with deltas as (
 ),
 captured as (
     select
-        run_id, arm, concurrency, repeat,
+        run_id, arm, level, repeat,
         cast(sum(rounds) as bigint) as captured_rows,
         cast(coalesce(sum(rounds) filter (where is_verify_round), 0) as bigint) as captured_rounds,
         coalesce(sum(tokens_proposed * rounds), 0) as captured_proposed,
         coalesce(sum(tokens_accepted * rounds), 0) as captured_accepted
     from int_round_counts
-    group by run_id, arm, concurrency, repeat
+    group by run_id, arm, level, repeat
 ),
 per_block as (
     select
-        run_id, arm, concurrency, repeat,
+        run_id, arm, level, repeat,
         coalesce(captured.captured_rows, 0) as captured_rows,
         coalesce(captured.captured_rounds, 0) as captured_rounds,
         coalesce(captured.captured_proposed, 0) as captured_proposed,
@@ -44,11 +44,11 @@ per_block as (
         deltas.engine_rounds, deltas.engine_proposed, deltas.engine_accepted,
         coalesce(deltas.engine_counters_present, false) as engine_counters_present
     from deltas
-    full outer join captured using (run_id, arm, concurrency, repeat)
+    full outer join captured using (run_id, arm, level, repeat)
 ),
 final as (
     select
-        run_id, arm, concurrency,
+        run_id, arm, level,
         count(*) as repeats,
         sum(captured_rounds) as captured_rounds,
         sum(engine_rounds) as engine_rounds,
@@ -65,6 +65,6 @@ final as (
         bool_and(engine_counters_present) as engine_counters_present,
         sum(captured_rows) > 0 as capture_present
     from per_block
-    group by run_id, arm, concurrency
+    group by run_id, arm, level
 )
-select * from final order by run_id, arm, concurrency
+select * from final order by run_id, arm, level

@@ -1,5 +1,5 @@
-MODEL (name latency, kind TABLE, grain (run_id, arm, category, concurrency));
--- Grain: one row per run_id, arm, category and concurrency level that has requests
+MODEL (name latency, kind TABLE, grain (run_id, arm, category, level));
+-- Grain: one row per run_id, arm, category and level that has requests
 --   (repeats pooled).
 -- Purpose: client-side latency percentiles and speed (successful requests only;
 --   failed requests are counted beside them, see level_health).
@@ -23,22 +23,22 @@ with requests as (
 ),
 gap_quantiles as (
     select run_id, any_value(arm) as arm, any_value(category) as category,
-           any_value(concurrency) as concurrency, quantile_cont(chunk_gap_ms, [0.5, 0.95, 0.99]) as q
+           any_value(level) as level, quantile_cont(chunk_gap_ms, [0.5, 0.95, 0.99]) as q
     from int_chunk_gaps
     group by run_id, gap_group
 ),
 gaps as (
-    select run_id, arm, category, concurrency,
+    select run_id, arm, category, level,
            q[1] as itl_chunk_gap_ms_p50, q[2] as itl_chunk_gap_ms_p95, q[3] as itl_chunk_gap_ms_p99
     from gap_quantiles
 ),
 failed as (
-    select run_id, arm, category, concurrency, count(*) filter (where not success) as requests_failed
+    select run_id, arm, category, level, count(*) filter (where not success) as requests_failed
     from stg_requests group by all
 ),
 group_quantiles as (
     select
-        run_id, arm, category, concurrency,
+        run_id, arm, category, level,
         count(*) as requests,
         sum(output_tokens) as output_tokens,
         quantile_cont(ttft_ms, [0.5, 0.95, 0.99]) as ttft_q,
@@ -48,19 +48,19 @@ group_quantiles as (
     group by all
 ),
 per_group as (
-    select run_id, arm, category, concurrency, requests, output_tokens,
+    select run_id, arm, category, level, requests, output_tokens,
            ttft_q[1] as ttft_ms_p50, ttft_q[2] as ttft_ms_p95, ttft_q[3] as ttft_ms_p99,
            tpot_q[1] as tpot_ms_p50, tpot_q[2] as tpot_ms_p95, tpot_q[3] as tpot_ms_p99,
            output_tokens_per_s_mean
     from group_quantiles
 ),
 final as (
-    select failed.run_id, failed.arm, failed.category, failed.concurrency,
+    select failed.run_id, failed.arm, failed.category, failed.level,
            coalesce(per_group.requests, 0) as requests_ok, failed.requests_failed,
-           per_group.* exclude (run_id, arm, category, concurrency, requests),
-           gaps.* exclude (run_id, arm, category, concurrency)
+           per_group.* exclude (run_id, arm, category, level, requests),
+           gaps.* exclude (run_id, arm, category, level)
     from failed
-    left join per_group using (run_id, arm, category, concurrency)
-    left join gaps using (run_id, arm, category, concurrency)
+    left join per_group using (run_id, arm, category, level)
+    left join gaps using (run_id, arm, category, level)
 )
-select * from final order by run_id, arm, category, concurrency
+select * from final order by run_id, arm, category, level

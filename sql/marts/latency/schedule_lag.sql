@@ -1,12 +1,12 @@
-MODEL (name schedule_lag, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and level (the concurrency column: the concurrency in
+MODEL (name schedule_lag, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level (the level column: the concurrency in
 --   closed loop, the level key 1..N in open loop) that has requests.
 -- Purpose: did the client keep the schedule? In open loop (load_mode recorded or
 --   poisson) every request has a planned and an actual send time, and the lag is
 --   what the client added (event-loop wake-up, task start). Closed loop has no
 --   plan: its lag and offered-rate figures are NULL. Pooled over the level's
 --   repeats; failed requests count too (what is measured is the sending).
---   arm, concurrency     the arm and the level's key
+--   arm, level           the arm and the level's key
 --   load_mode            closed | recorded | poisson
 --   level_value          the level's setting: concurrency, time scale, or rate [requests/s]
 --   repeats              blocks of the level with requests
@@ -28,7 +28,7 @@ with requests as (
     select * from stg_requests
 ),
 blocks as (
-    select run_id, arm, concurrency, repeat,
+    select run_id, arm, level, repeat,
            count(*) as requests,
            (max(intended_send_ms) - min(intended_send_ms)) / 1000.0 as intended_span_s,
            (max(actual_send_ms) - min(actual_send_ms)) / 1000.0 as actual_span_s
@@ -36,7 +36,7 @@ blocks as (
     group by all
 ),
 spans as (
-    select run_id, arm, concurrency,
+    select run_id, arm, level,
            count(*) as repeats,
            sum(requests - 1) as intervals,
            sum(intended_span_s) as intended_span_s,
@@ -45,7 +45,7 @@ spans as (
     group by all
 ),
 lags as (
-    select run_id, arm, concurrency,
+    select run_id, arm, level,
            max(load_mode) as load_mode,
            max(level_value) as level_value,
            count(*) as requests,
@@ -59,13 +59,13 @@ lags as (
 ),
 final as (
     select
-        lags.run_id, lags.arm, lags.concurrency, lags.load_mode, lags.level_value,
+        lags.run_id, lags.arm, lags.level, lags.load_mode, lags.level_value,
         spans.repeats, lags.requests, lags.requests_held,
         lags.lag_ms_p50, lags.lag_ms_p99, lags.lag_ms_max,
         spans.intended_span_s, spans.actual_span_s,
         spans.intervals / nullif(spans.intended_span_s, 0) as offered_rate_per_s,
         spans.intervals / nullif(spans.actual_span_s, 0) as achieved_rate_per_s
     from lags
-    join spans using (run_id, arm, concurrency)
+    join spans using (run_id, arm, level)
 )
-select * from final order by run_id, arm, concurrency
+select * from final order by run_id, arm, level

@@ -1,5 +1,5 @@
-MODEL (name step_timing, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and concurrency level.
+MODEL (name step_timing, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level.
 -- Purpose: where engine time goes, per engine step (a step's timings are the
 --   whole batch's and repeat on every row of that step, so steps are
 --   de-duplicated on (process_token, step_index) first: process_token, not pid,
@@ -15,19 +15,19 @@ MODEL (name step_timing, kind TABLE, grain (run_id, arm, concurrency));
 --   whose step scheduled one request, batch_size = 1, is the only row of its step, so it is
 --   a step as it is; only the rows of larger batches are grouped into steps: the same steps,
 --   and most steps of a run (every step at concurrency 1) skip the grouping. The steps are
---   grouped by level_key, a number for (run_id, arm, concurrency), instead of those three
+--   grouped by level_key, a number for (run_id, arm, level), instead of those three
 --   columns, and by the level alone: int_engine_steps groups the same steps by five
 --   columns, which at 50 million rounds costs this mart 1.3-1.6 CPU s more. The
 --   rows are not materialized for the two kinds of step (rounds is read by both): DuckDB
 --   would store all 50 million joined rows first, 0.3-0.9 CPU s more than joining twice.)
 with engine as (
-    select run_id, source_run_id, engine_key, arm, concurrency,
-           dense_rank() over (order by run_id, arm, concurrency) as level_key
+    select run_id, source_run_id, engine_key, arm, level,
+           dense_rank() over (order by run_id, arm, level) as level_key
     from int_engine_requests
     where replayed
 ),
 levels as (
-    select distinct level_key, run_id, arm, concurrency from engine
+    select distinct level_key, run_id, arm, level from engine
 ),
 rounds as not materialized (
     select e.level_key, r.process_token, r.step_index, r.batch_size, r.verify_ms, r.draft_ms
@@ -60,10 +60,10 @@ per_level as (
     group by level_key
 ),
 final as (
-    select levels.run_id, levels.arm, levels.concurrency,
+    select levels.run_id, levels.arm, levels.level,
            per_level.steps, per_level.verify_ms_mean, per_level.draft_ms_mean, per_level.draft_share,
            per_level.batch_size_mean
     from per_level
     join levels using (level_key)
 )
-select * from final order by run_id, arm, concurrency
+select * from final order by run_id, arm, level

@@ -1,5 +1,5 @@
-MODEL (name throughput, kind TABLE, grain (run_id, arm, concurrency));
--- Grain: one row per run_id, arm and concurrency level that has requests (all
+MODEL (name throughput, kind TABLE, grain (run_id, arm, level));
+-- Grain: one row per run_id, arm and level that has requests (all
 --   categories and repeats of the run together).
 -- Purpose: system throughput of a level (capacity), from the client's clock,
 --   over successful requests only; failed requests are counted beside it. Each
@@ -19,7 +19,7 @@ MODEL (name throughput, kind TABLE, grain (run_id, arm, concurrency));
 --   The per-second figures are NULL when no request of the level succeeded.
 with final as (
     select
-        run_id, arm, concurrency,
+        run_id, arm, level,
         count(*) as repeats,
         sum(requests_ok) as requests_ok,
         sum(requests_failed) as requests_failed,
@@ -30,6 +30,6 @@ with final as (
         min(output_tokens_per_s) as output_tokens_per_s_min,
         max(output_tokens_per_s) as output_tokens_per_s_max
     from int_blocks_measured
-    group by run_id, arm, concurrency
+    group by run_id, arm, level
 )
-select * from final order by run_id, arm, concurrency
+select * from final order by run_id, arm, level

@@ -1,5 +1,5 @@
-MODEL (name lossless, kind TABLE, grain (run_id, category, concurrency));
--- Grain: one row per run_id, category and concurrency level that has lossless-pass
+MODEL (name lossless, kind TABLE, grain (run_id, category, level));
+-- Grain: one row per run_id, category and level that has lossless-pass
 --   checks or greedy (temperature = 0) timed baseline requests.
 -- Purpose: is speculation lossless for greedy decoding, judged against the noise
 --   floor of the baseline against itself at the same level?
@@ -73,27 +73,27 @@ settings as (
     select * from int_lossless_settings
 ),
 passes as (
-    select run_id, concurrency, draft_tokens, speculation_ran
+    select run_id, level, draft_tokens, speculation_ran
     from int_passes_checked
     where arm = 'speculative' and pass_kind = 'lossless_pass'
 ),
 groups as (
-    select distinct run_id, category, concurrency from checks
+    select distinct run_id, category, level from checks
     union
-    select distinct run_id, category, concurrency from timed
+    select distinct run_id, category, level from timed
 ),
 lowest as (
-    select run_id, min(concurrency) as lowest_concurrency from timed group by run_id
+    select run_id, min(level) as lowest_level from timed group by run_id
 ),
 arm_health as (
-    select run_id, arm, concurrency, count(*) filter (where not success) / count(*) as error_rate
+    select run_id, arm, level, count(*) filter (where not success) / count(*) as error_rate
     from checks
     group by all
 ),
 level_health as (
     select
         levels.run_id,
-        levels.concurrency,
+        levels.level,
         case
             when b.arm is null and s.arm is null then 'no lossless pass at this level'
             when b.arm is null then 'baseline arm has no lossless checks at this level'
@@ -109,21 +109,21 @@ level_health as (
         end as excluded_reason,
         passes.draft_tokens as pass_draft_tokens,
         passes.speculation_ran as pass_valid
-    from (select distinct run_id, concurrency from groups) levels
+    from (select distinct run_id, level from groups) levels
     left join settings on settings.run_id = levels.run_id
-    left join passes on passes.run_id = levels.run_id and passes.concurrency = levels.concurrency
-    left join arm_health b on b.run_id = levels.run_id and b.concurrency = levels.concurrency and b.arm = 'baseline'
+    left join passes on passes.run_id = levels.run_id and passes.level = levels.level
+    left join arm_health b on b.run_id = levels.run_id and b.level = levels.level and b.arm = 'baseline'
     left join arm_health s
-      on s.run_id = levels.run_id and s.concurrency = levels.concurrency and s.arm = 'speculative'
+      on s.run_id = levels.run_id and s.level = levels.level and s.arm = 'speculative'
 ),
 check_counts as (
-    select run_id, category, concurrency, count(*) as checks, count(*) filter (where not success) as checks_failed
+    select run_id, category, level, count(*) as checks, count(*) filter (where not success) as checks_failed
     from checks
     group by all
 ),
 pair_counts as (
     select
-        run_id, category, concurrency,
+        run_id, category, level,
         count(*) as pairs,
         count(*) filter (where class = 'identical') as identical,
         count(*) filter (where class = 'near_tie') as near_tie,
@@ -132,13 +132,13 @@ pair_counts as (
     group by all
 ),
 repeat_counts as (
-    select run_id, category, concurrency, count(distinct repeat) as repeats
+    select run_id, category, level, count(distinct repeat) as repeats
     from timed
     group by all
 ),
 aa as (
     select
-        run_id, category, concurrency,
+        run_id, category, level,
         count(*) filter (where comparison = 'repeat') as aa_pairs,
         count(*) filter (where comparison = 'repeat' and identical) as aa_identical,
         count(*) filter (where comparison = 'cross_level') as cross_level_pairs,
@@ -150,7 +150,7 @@ joined as (
     select
         g.run_id,
         g.category,
-        g.concurrency,
+        g.level,
         settings.dtype,
         coalesce(c.checks, 0) as checks,
         coalesce(c.checks_failed, 0) as checks_failed,
@@ -165,7 +165,7 @@ joined as (
         h.pass_draft_tokens,
         h.pass_valid,
         r.repeats,
-        g.concurrency = lowest.lowest_concurrency or lowest.lowest_concurrency is null or r.repeats is null
+        g.level = lowest.lowest_level or lowest.lowest_level is null or r.repeats is null
             as is_lowest,
         coalesce(aa.aa_pairs, 0) as aa_found,
         coalesce(aa.aa_identical, 0) as aa_identical_found,
@@ -174,17 +174,17 @@ joined as (
     from groups g
     left join settings using (run_id)
     left join lowest using (run_id)
-    left join level_health h using (run_id, concurrency)
-    left join check_counts c using (run_id, category, concurrency)
-    left join pair_counts p using (run_id, category, concurrency)
-    left join repeat_counts r using (run_id, category, concurrency)
-    left join aa using (run_id, category, concurrency)
+    left join level_health h using (run_id, level)
+    left join check_counts c using (run_id, category, level)
+    left join pair_counts p using (run_id, category, level)
+    left join repeat_counts r using (run_id, category, level)
+    left join aa using (run_id, category, level)
 ),
 final as (
     select
         run_id,
         category,
-        concurrency,
+        level,
         dtype,
         checks,
         checks_failed,
@@ -209,4 +209,4 @@ final as (
             as cross_level_identity_share
     from joined
 )
-select * from final order by run_id, category, concurrency
+select * from final order by run_id, category, level

@@ -1,9 +1,9 @@
-MODEL (name lossless_divergences, kind TABLE, grain (run_id, concurrency, prompt_id, pair_index));
+MODEL (name lossless_divergences, kind TABLE, grain (run_id, level, prompt_id, pair_index));
 -- Grain: one row per run_id and non-identical speculative-vs-baseline greedy pair of the
 --   lossless pass (int_greedy_pairs where not identical): every divergence
 --   behind lossless.near_tie and lossless.suspect, with where and why.
 -- Purpose: each divergence has a position, a margin and a class.
---   category, concurrency, prompt_id, pair_index   the pair (pair_index: occurrence of the
+--   category, level, prompt_id, pair_index   the pair (pair_index: occurrence of the
 --                               prompt within the level, from 0)
 --   baseline_request_id, speculative_request_id   the two lossless-pass requests
 --   first_divergence_position   0-based position of the first differing token id (or the
@@ -30,13 +30,13 @@ with pairs as (
     select * from int_greedy_pairs where not identical
 ),
 levels as (
-    select run_id, category, concurrency, excluded_reason from lossless
+    select run_id, category, level, excluded_reason from lossless
 ),
 final as (
     select
         pairs.run_id,
         pairs.category,
-        pairs.concurrency,
+        pairs.level,
         pairs.prompt_id,
         pairs.pair_index,
         pairs.baseline_request_id,
@@ -53,6 +53,6 @@ final as (
         pairs.baseline_tokens,
         levels.excluded_reason
     from pairs
-    left join levels using (run_id, category, concurrency)
+    left join levels using (run_id, category, level)
 )
-select * from final order by run_id, category, concurrency, prompt_id, pair_index
+select * from final order by run_id, category, level, prompt_id, pair_index

@@ -1,5 +1,5 @@
-MODEL (name output_equality, kind TABLE, grain (run_id, category, concurrency));
--- Grain: one row per run_id, category and concurrency level with greedy (temperature = 0)
+MODEL (name output_equality, kind TABLE, grain (run_id, category, level));
+-- Grain: one row per run_id, category and level with greedy (temperature = 0)
 --   requests in either arm.
 -- Purpose: timed-pass text identity (no margins): is the output text of the timed
 --   greedy requests the same in both arms? The classified lossless check (token
@@ -21,21 +21,21 @@ with requests as (
     select * from int_requests_measured where temperature = 0
 ),
 groups as (
-    select distinct run_id, category, concurrency from stg_requests where temperature = 0
+    select distinct run_id, category, level from stg_requests where temperature = 0
 ),
 levels as (
     select * from int_levels_compared
 ),
 pairs as (
-    select b.run_id, b.category, b.concurrency, b.output_text_sha256 = s.output_text_sha256 as same
+    select b.run_id, b.category, b.level, b.output_text_sha256 = s.output_text_sha256 as same
     from requests b
     join requests s
-      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.concurrency = b.concurrency
+      on s.run_id = b.run_id and s.prompt_id = b.prompt_id and s.level = b.level
      and s.repeat = b.repeat and s.pair_index = b.pair_index
     where b.arm = 'baseline' and s.arm = 'speculative'
 ),
 counted as (
-    select run_id, category, concurrency, count(*) as pairs, count(*) filter (where same) as identical
+    select run_id, category, level, count(*) as pairs, count(*) filter (where same) as identical
     from pairs
     group by all
 ),
@@ -43,14 +43,14 @@ final as (
     select
         groups.run_id,
         groups.category,
-        groups.concurrency,
+        groups.level,
         case when levels.excluded_reason is null then coalesce(counted.pairs, 0) end as pairs,
         case when levels.excluded_reason is null then coalesce(counted.identical, 0) end as identical,
         case when levels.excluded_reason is null then counted.identical / nullif(counted.pairs, 0) end
             as identical_share,
         levels.excluded_reason
     from groups
-    left join counted using (run_id, category, concurrency)
-    left join levels using (run_id, concurrency)
+    left join counted using (run_id, category, level)
+    left join levels using (run_id, level)
 )
-select * from final order by run_id, category, concurrency
+select * from final order by run_id, category, level

@@ -1,5 +1,5 @@
-MODEL (name sampling, kind TABLE, grain (run_id, category, concurrency, statistic));
--- Grain: one row per run_id, category, concurrency level and statistic (natural_length,
+MODEL (name sampling, kind TABLE, grain (run_id, category, level, statistic));
+-- Grain: one row per run_id, category, level and statistic (natural_length,
 --   rescored_logprob, sequence_logprob) with sampling-mode checks (stg_sample_checks) in
 --   either arm.
 -- Purpose: at temperature > 0, does speculation leave the output distribution
@@ -12,7 +12,7 @@ MODEL (name sampling, kind TABLE, grain (run_id, category, concurrency, statisti
 --   family alpha 0.05 over the two statistics that carry the verdict (rescored_logprob,
 --   or sequence_logprob where nothing was re-scored, and natural_length),
 --   Bonferroni-corrected: each is tested at 0.025.
---   category, concurrency  the group tested (baseline vs speculative, same level)
+--   category, level        the group tested (baseline vs speculative, same level)
 --   statistic        rescored_logprob: sum of the generated tokens' logprobs as one server
 --                    (the reference arm's) scores both arms' samples by teacher forcing
 --                    [nats]; sequence_logprob: the sum each arm's own server reported [nats],
@@ -108,7 +108,7 @@ checked as (
         passes.speculation_ran as pass_valid
     from tests
     left join int_passes_checked passes
-      on passes.run_id = tests.run_id and passes.concurrency = tests.concurrency
+      on passes.run_id = tests.run_id and passes.level = tests.level
      and passes.arm = 'speculative' and passes.pass_kind = 'sampling_pass'
     left join planned on planned.run_id = tests.run_id
 ),
@@ -116,7 +116,7 @@ final as (
     select
         run_id,
         category,
-        concurrency,
+        level,
         statistic,
         n_baseline,
         n_speculative,
@@ -151,4 +151,4 @@ final as (
         pass_valid
     from checked
 )
-select * from final order by run_id, category, concurrency, statistic
+select * from final order by run_id, category, level, statistic

@@ -1,5 +1,5 @@
-MODEL (name block_throughput, kind TABLE, grain (run_id, arm, concurrency, repeat));
--- Grain: one row per run_id, arm, concurrency level and repeat that has requests: one
+MODEL (name block_throughput, kind TABLE, grain (run_id, arm, level, repeat));
+-- Grain: one row per run_id, arm, level and repeat that has requests: one
 --   block of requests sent to one server (a run with R repeats sends, per level,
 --   baseline r0, speculative r0, baseline r1, speculative r1, ...).
 -- Purpose: the per-repeat figures behind throughput and the '(system)' speedup,
@@ -23,4 +23,4 @@ with blocks as (
 final as (
     select * from blocks
 )
-select * from final order by run_id, concurrency, repeat, arm
+select * from final order by run_id, level, repeat, arm

@@ -1,5 +1,5 @@
-MODEL (name speedup, kind TABLE, grain (run_id, category, concurrency));
--- Grain: one row per run_id, category and concurrency level, plus category '(system)',
+MODEL (name speedup, kind TABLE, grain (run_id, category, level));
+-- Grain: one row per run_id, category and level, plus category '(system)',
 --   for every group that has requests in either arm (a run is compared with itself only:
 --   its two arms, its repeats, its own noise pool).
 -- Purpose: the effect of speculation, as a ratio of two arms that differ only in
@@ -119,27 +119,27 @@ intervals as (
 ),
 arm_rates as (
     -- each arm's rate per group: a category's mean request rate, the level's throughput for '(system)'
-    select run_id, category, concurrency, arm, output_tokens_per_s_mean as tokens_per_s,
+    select run_id, category, level, arm, output_tokens_per_s_mean as tokens_per_s,
            'geometric mean of paired e2e ratios' as definition
     from lat
     union all
-    select run_id, '(system)', concurrency, arm, output_tokens_per_s,
+    select run_id, '(system)', level, arm, output_tokens_per_s,
            'geometric mean of per-repeat level throughput ratios (capacity)'
     from thr
 ),
 groups as (
     select
-        run_id, category, concurrency,
+        run_id, category, level,
         any_value(tokens_per_s) filter (where arm = 'baseline') as baseline_tokens_per_s,
         any_value(tokens_per_s) filter (where arm = 'speculative') as speculative_tokens_per_s,
         any_value(definition) as definition
     from arm_rates
     where arm in ('baseline', 'speculative')
-    group by run_id, category, concurrency
+    group by run_id, category, level
 ),
 category_stats as (
     select
-        run_id, category, concurrency,
+        run_id, category, level,
         exp(avg(log_ratio) filter (where comparison = 'ab')) as speedup,
         count(*) filter (where comparison = 'ab') as pairs,
         count(distinct prompt_id) filter (where comparison = 'ab') as prompts,
@@ -150,14 +150,14 @@ category_stats as (
     group by all
 ),
 level_prompts as (
-    select run_id, concurrency, count(distinct prompt_id) as prompts
+    select run_id, level, count(distinct prompt_id) as prompts
     from request_pairs
     where comparison = 'ab'
     group by all
 ),
 system_stats as (
     select
-        run_id, '(system)' as category, concurrency,
+        run_id, '(system)' as category, level,
         exp(avg(log_ratio) filter (where comparison = 'ab')) as speedup,
         count(*) filter (where comparison = 'ab') as pairs,
         level_prompts.prompts,
@@ -165,7 +165,7 @@ system_stats as (
         exp(avg(log_ratio) filter (where comparison = 'aa')) as aa_speedup,
         count(*) filter (where comparison = 'aa') as aa_pairs
     from block_pairs
-    left join level_prompts using (run_id, concurrency)
+    left join level_prompts using (run_id, level)
     group by all
 ),
 stats as (
@@ -178,7 +178,7 @@ ab as (
 ),
 family as (
     select
-        run_id, category, concurrency,
+        run_id, category, level,
         ci_low, ci_high, ci_level, df, p_value, family_size, label as interval_label, clears_margin,
         detectable_effect, repeats_needed, equivalence_low, equivalence_high
     from ab
@@ -188,21 +188,21 @@ cis as (
     -- the family interval's columns, with the other kinds' bounds beside them
     select
         keys.*,
-        family.* exclude (run_id, category, concurrency),
+        family.* exclude (run_id, category, level),
         measurement.ci_low as pointwise_ci_low, measurement.ci_high as pointwise_ci_high,
         prompts.ci_low as prompts_ci_low, prompts.ci_high as prompts_ci_high,
         fit.noise_ratio, fit.p_value as noise_p_value, fit.label as noise_check
-    from (select distinct run_id, category, concurrency from ab) keys
-    left join family using (run_id, category, concurrency)
-    left join (select * from ab where "interval" = 'measurement') measurement using (run_id, category, concurrency)
-    left join (select * from ab where "interval" = 'prompts') prompts using (run_id, category, concurrency)
-    left join (select * from ab where "interval" = 'fit') fit using (run_id, category, concurrency)
+    from (select distinct run_id, category, level from ab) keys
+    left join family using (run_id, category, level)
+    left join (select * from ab where "interval" = 'measurement') measurement using (run_id, category, level)
+    left join (select * from ab where "interval" = 'prompts') prompts using (run_id, category, level)
+    left join (select * from ab where "interval" = 'fit') fit using (run_id, category, level)
 ),
 judged as (
     select
         groups.*,
-        stats.* exclude (run_id, category, concurrency),
-        cis.* exclude (run_id, category, concurrency),
+        stats.* exclude (run_id, category, level),
+        cis.* exclude (run_id, category, level),
         settings.margin,
         coalesce(
             levels.excluded_reason,
@@ -220,9 +220,9 @@ judged as (
             end
         ) as excluded_reason
     from groups
-    left join levels using (run_id, concurrency)
-    left join stats using (run_id, category, concurrency)
-    left join cis using (run_id, category, concurrency)
+    left join levels using (run_id, level)
+    left join stats using (run_id, category, level)
+    left join cis using (run_id, category, level)
     left join settings using (run_id)
 ),
 labelled as (
@@ -246,7 +246,7 @@ measured as (
 ),
 final as (
     select
-        l.run_id, l.category, l.concurrency,
+        l.run_id, l.category, l.level,
         m.speedup, m.ci_low, m.ci_high, m.ci_level, m.pointwise_ci_low, m.pointwise_ci_high,
         m.df, m.p_value, m.family_size,
         case when m.ci_low is not null then m.equivalence_low end as equivalence_low,
@@ -266,6 +266,6 @@ final as (
             as speedup_mean_of_rates,
         l.baseline_tokens_per_s, l.speculative_tokens_per_s, l.definition, l.excluded_reason
     from labelled l
-    left join measured m using (run_id, category, concurrency)
+    left join measured m using (run_id, category, level)
 )
-select * from final order by run_id, category, concurrency
+select * from final order by run_id, category, level

@@ -1,5 +1,5 @@
-MODEL (name speedup_natural_end, kind TABLE, grain (run_id, category, concurrency, segment, unknown_reason));
--- Grain: one row per run_id, category, concurrency level and segment of the greedy
+MODEL (name speedup_natural_end, kind TABLE, grain (run_id, category, level, segment, unknown_reason));
+-- Grain: one row per run_id, category, level and segment of the greedy
 --   (temperature 0) A/B pairs, pooled over repeats; the 'unknown' segment has one row per
 --   unknown_reason.
 -- Purpose: with ignore_eos and a fixed length the model often runs past where it would
@@ -55,7 +55,7 @@ intervals as (
 ),
 stats as (
     select
-        run_id, category, concurrency, segment,
+        run_id, category, level, segment,
         unknown_reason,
         exp(avg(log_ratio)) as geometric_mean_ratio,
         count(*) as pairs,
@@ -76,15 +76,15 @@ joined as (
         intervals.ci_level,
         intervals.label
     from stats
-    left join levels using (run_id, concurrency)
+    left join levels using (run_id, level)
     left join intervals
       on intervals.run_id = stats.run_id and intervals.category = stats.category
-     and intervals.concurrency = stats.concurrency and intervals.segment = stats.segment
+     and intervals.level = stats.level and intervals.segment = stats.segment
      and levels.excluded_reason is null and stats.segment <> 'unknown'
 ),
 final as (
     select
-        run_id, category, concurrency, segment,
+        run_id, category, level, segment,
         unknown_reason,
         case when excluded_reason is null then geometric_mean_ratio end as speedup,
         ci_low,
@@ -100,4 +100,4 @@ final as (
         excluded_reason
     from joined
 )
-select * from final order by run_id, category, concurrency, segment, unknown_reason
+select * from final order by run_id, category, level, segment, unknown_reason

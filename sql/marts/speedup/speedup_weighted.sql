@@ -1,5 +1,5 @@
-MODEL (name speedup_weighted, kind TABLE, grain (run_id, concurrency, category));
--- Grain: one row per run_id and concurrency level with category '(weighted)' (the overall
+MODEL (name speedup_weighted, kind TABLE, grain (run_id, level, category));
+-- Grain: one row per run_id and level with category '(weighted)' (the overall
 --   figure for the service's mix), plus one row per run_id, category and level (the
 --   category's part in it), for every level of int_levels_compared and every category that
 --   has requests in the run or a share in the run's weights (each run weighs by its own
@@ -115,7 +115,7 @@ pairs as (
     select * from int_requests_paired where comparison = 'ab'
 ),
 requested as (
-    select distinct run_id, category, concurrency from stg_requests
+    select distinct run_id, category, level from stg_requests
 ),
 categories as (
     select run_id, category from weights
@@ -124,7 +124,7 @@ categories as (
 ),
 per_category as (
     select
-        run_id, category, concurrency,
+        run_id, category, level,
         count(*) as pairs,
         count(distinct prompt_id) as prompts,
         avg(reference_e2e_ms) as baseline_e2e_ms_mean,
@@ -135,7 +135,7 @@ per_category as (
 ),
 per_level as (
     select
-        run_id, concurrency,
+        run_id, level,
         count(*) as pairs,
         count(distinct prompt_id) as prompts,
         exp(avg(log_ratio)) as speedup_unweighted
@@ -146,7 +146,7 @@ category_rows as (
     select
         l.run_id,
         c.category,
-        l.concurrency,
+        l.level,
         ws.weights_source,
         case when ws.weights_source is not null then coalesce(w.share, 0) end as share,
         pc.pairs,
@@ -167,14 +167,14 @@ category_rows as (
     join weights_set ws on ws.run_id = l.run_id
     left join weights w on w.run_id = c.run_id and w.category = c.category
     left join per_category pc
-      on pc.run_id = l.run_id and pc.category = c.category and pc.concurrency = l.concurrency
-    left join per_level pl on pl.run_id = l.run_id and pl.concurrency = l.concurrency
-    left join requested r on r.run_id = l.run_id and r.category = c.category and r.concurrency = l.concurrency
+      on pc.run_id = l.run_id and pc.category = c.category and pc.level = l.level
+    left join per_level pl on pl.run_id = l.run_id and pl.level = l.level
+    left join requested r on r.run_id = l.run_id and r.category = c.category and r.level = l.level
 ),
 level_sums as (
     select
         run_id,
-        concurrency,
+        level,
         sum(share) filter (where excluded_reason is null and share > 0) as covered_share,
         sum(share * baseline_e2e_ms_mean) filter (where excluded_reason is null and share > 0) as weighted_baseline,
         sum(share * speculative_e2e_ms_mean) filter (where excluded_reason is null and share > 0) as weighted_speculative,
@@ -188,7 +188,7 @@ weighted_rows as (
     select
         l.run_id,
         '(weighted)' as category,
-        l.concurrency,
+        l.level,
         ws.weights_source,
         ws.share_total as share,
         cast(null as double) as share_used,
@@ -221,14 +221,14 @@ weighted_rows as (
         ) as excluded_reason
     from levels l
     join weights_set ws on ws.run_id = l.run_id
-    left join level_sums s on s.run_id = l.run_id and s.concurrency = l.concurrency
-    left join per_level pl on pl.run_id = l.run_id and pl.concurrency = l.concurrency
+    left join level_sums s on s.run_id = l.run_id and s.level = l.level
+    left join per_level pl on pl.run_id = l.run_id and pl.level = l.level
 ),
 contribution_rows as (
     select
         c.run_id,
         c.category,
-        c.concurrency,
+        c.level,
         c.weights_source,
         c.share,
         case when c.excluded_reason is null and c.share is not null
@@ -254,7 +254,7 @@ contribution_rows as (
         end as note,
         c.excluded_reason
     from category_rows c
-    left join level_sums s on s.run_id = c.run_id and s.concurrency = c.concurrency
+    left join level_sums s on s.run_id = c.run_id and s.level = c.level
 ),
 all_rows as (
     select * from weighted_rows
@@ -262,7 +262,7 @@ all_rows as (
     select * from contribution_rows
 ),
 weighted_intervals as (
-    select run_id, concurrency, ci_low, ci_high
+    select run_id, level, ci_low, ci_high
     from int_speedup_intervals
     where category = '(weighted)' and comparison = 'ab' and "interval" = 'measurement'
 ),
@@ -270,7 +270,7 @@ final as (
     select
         a.run_id,
         a.category,
-        a.concurrency,
+        a.level,
         a.weights_source,
         a.share,
         case when a.excluded_reason is null then a.share_used end as share_used,
@@ -295,6 +295,6 @@ final as (
         a.note,
         a.excluded_reason
     from all_rows a
-    left join weighted_intervals i on i.run_id = a.run_id and i.concurrency = a.concurrency
+    left join weighted_intervals i on i.run_id = a.run_id and i.level = a.level
 )
-select * from final order by run_id, concurrency, category
+select * from final order by run_id, level, category

@@ -284,7 +284,7 @@ def test_poisson_arrivals_are_the_same_in_both_arms_and_every_repeat(tmp_path):
         by_seq = {int(r["request_id"].rsplit(".", 1)[1]): r for r in rows}
         assert {i: r["intended_send_ms"] for i, r in by_seq.items()} == plan
         for r in rows:
-            assert (r["load_mode"], r["level_value"], r["concurrency"]) == ("poisson", 40.0, 1)
+            assert (r["load_mode"], r["level_value"], r["level"]) == ("poisson", 40.0, 1)
             assert r["schedule_lag_ms"] == pytest.approx(r["actual_send_ms"] - r["intended_send_ms"])
             assert r["schedule_lag_ms"] >= 0
 

@@ -124,7 +124,7 @@ def test_an_open_loop_run_with_sessions_builds_its_marts(tmp_path):
         run_dir = run_replay(ReplayConfig(baseline_url=b, speculative_url=s, **cfg_kw))
     con = duckdb.connect(str(build(run_dir)), read_only=True)
     lag = con.execute(
-        "select arm, concurrency, load_mode, level_value, repeats, requests, lag_ms_p99, "
+        "select arm, level, load_mode, level_value, repeats, requests, lag_ms_p99, "
         "intended_span_s, offered_rate_per_s from schedule_lag order by all"
     ).fetchall()
     assert [r[:6] for r in lag] == [
@@ -140,7 +140,7 @@ def test_an_open_loop_run_with_sessions_builds_its_marts(tmp_path):
     pairs = con.execute("""
         select count(*) filter (where t1.actual_send_ms >= t0.actual_send_ms + t0.e2e_ms), count(*)
         from stg_requests t0 join stg_requests t1
-          on t0.arm = t1.arm and t0.concurrency = t1.concurrency and t0.repeat = t1.repeat
+          on t0.arm = t1.arm and t0.level = t1.level and t0.repeat = t1.repeat
          and t1.prompt_id = replace(t0.prompt_id, '-0', '-1')
         where t0.prompt_id like '%-0'""").fetchone()
     assert pairs == (24, 24)
@@ -149,8 +149,8 @@ def test_an_open_loop_run_with_sessions_builds_its_marts(tmp_path):
         (f"s{s}-{t}", f"s{s}", t) for s in range(3) for t in range(2)
     ]
     turns = con.execute(
-        "select arm, concurrency, category, turn_index, requests, sessions from acceptance_by_turn "
-        "where arm = 'baseline' and concurrency = 1 order by all"
+        "select arm, level, category, turn_index, requests, sessions from acceptance_by_turn "
+        "where arm = 'baseline' and level = 1 order by all"
     ).fetchall()
     assert turns == [
         ("baseline", 1, "chat", 0, 2, 1),
@@ -159,5 +159,5 @@ def test_an_open_loop_run_with_sessions_builds_its_marts(tmp_path):
         ("baseline", 1, "code", 1, 4, 2),
     ]
     # the other marts still read one level per key
-    assert con.execute("select count(distinct concurrency) from level_health").fetchone() == (2,)
+    assert con.execute("select count(distinct level) from level_health").fetchone() == (2,)
     con.close()
