@@ -1,5 +1,5 @@
-"""A run folder written before schema version 3 (the level key then in a column called
-``concurrency``, the manifest's keys in ``concurrency_levels``: ``FORMER_NAMES``) is read
+"""A run folder written before schema version 3 (the names until 2026-12-07: ``FORMER_NAMES``,
+the level key in a column called ``concurrency``, the manifest's keys in another field) is read
 under today's names: alone, under full and footer validation, and beside a run of today's
 version in one folder (one raw view over files of both versions)."""
 
@@ -62,7 +62,7 @@ def test_a_version_2_run_reads_as_today(tmp_path, validate):
     old = _run(tmp_path / "then", "t")
     _as_version_2(old)
     assert pq.read_schema(old / "requests.parquet").names.count("concurrency") == 1
-    assert json.loads((old / "manifest.json").read_text())["concurrency_levels"] == [1, 2]
+    assert json.loads((old / "manifest.json").read_text())[THEN["levels"]] == [1, 2]
     assert _read(build(old, validate=validate)) == today
     assert today["levels"] == [("t", "[1,2]")] and len(today["speedup"]) >= 4
 
