@@ -183,7 +183,11 @@ def _charts(data: ReportData) -> dict[str, dict]:
         rule = alt.Chart(alt.Data(values=[{"y": 1.0}])).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
         charts["speedup"] = (
             (layers + rule)
-            .properties(width=520, height=300, title="Speedup vs concurrency, by category (bars: family-wise interval)")
+            .properties(
+                width=520,
+                height=300,
+                title=f"Speedup vs {'level' if names else 'concurrency'}, by category (bars: family-wise interval)",
+            )
             .to_dict()
         )
     if thr:

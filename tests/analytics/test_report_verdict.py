@@ -161,9 +161,11 @@ def test_open_loop_levels_are_named_by_their_setting(tmp_path):
     # the chart's x axis: the key's position on the scale, the rate as its label
     assert 'datum.value == 1 ? \\"0.5 req/s\\"' in page or 'datum.value == 1 ? "0.5 req/s"' in page
     assert "offered load (Poisson arrivals)" in page
+    assert "Speedup vs level, by category" in page and "Speedup vs concurrency" not in page
 
 
 def test_closed_loop_levels_keep_their_concurrency_names(repeated):
     data = data_of(repeated)
     assert data.level_names == {} and data.level(4) == "c4"
     assert "at c1" in summary_text(data)
+    assert "Speedup vs concurrency, by category" in render_html(data)
