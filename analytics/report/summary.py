@@ -278,12 +278,12 @@ def _speedup_lines(data: ReportData) -> list[str]:
     cells: dict[str, dict[int, str]] = {}
     reasons: dict[str, list[str]] = {}
     for r in rows:
-        cat, conc = r["category"], r["level"]
+        cat, key = r["category"], r["level"]
         if r["excluded_reason"] is not None:
-            cells.setdefault(cat, {})[conc] = "excluded"
-            reasons.setdefault(r["excluded_reason"], []).append(f"{cat} {data.level(conc)}")
+            cells.setdefault(cat, {})[key] = "excluded"
+            reasons.setdefault(r["excluded_reason"], []).append(f"{cat} {data.level(key)}")
         else:
-            cells.setdefault(cat, {})[conc] = _cell(r)
+            cells.setdefault(cat, {})[key] = _cell(r)
     lines += text_table(
         ["category"] + [data.level(c) for c in levels],
         [[cat] + [vals.get(c, "-") for c in levels] for cat, vals in cells.items()],

@@ -9,8 +9,6 @@ line. Nothing here needs a GPU (none has run this code)."""
 from __future__ import annotations
 
 import logging
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
@@ -297,26 +295,28 @@ def test_an_unrecognised_runner_is_said_to_have_no_timings(caplog):
     assert any("timings off: runner types.SimpleNamespace not recognised" in r.getMessage() for r in caplog.records)
 
 
-def test_an_unsupported_vllm_is_refused_and_nothing_is_patched(tmp_path):
-    code = (
-        "import vllm\n"
-        "vllm.__version__ = '0.34.0'\n"
-        "from specdec.capture.plugin import hooks as plugin\n"
-        "plugin.register(); plugin.register()\n"
-        "from vllm.v1.core.sched.scheduler import Scheduler\n"
-        "assert not getattr(Scheduler.update_from_output, '__specdec_capture__', False)\n"
-        "assert plugin.state() is None\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**__import__("os").environ, "SPECDEC_CAPTURE_DIR": str(tmp_path), "SPECDEC_CAPTURE_RUN_ID": "r"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr.count("vLLM 0.34.0 is not supported (supported: 0.32.x, 0.33.x); capture is off") == 1
-    assert not list(tmp_path.glob("*.parquet"))
+def test_an_unsupported_vllm_is_refused_and_nothing_is_patched(tmp_path, monkeypatch, caplog):
+    """In this process, as a fresh engine process would register (no capture state yet): the
+    version check refuses before anything is patched or started, and says so once for two
+    registrations (vLLM calls the entry point in each of its processes, and may call it again)."""
+    import vllm
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    monkeypatch.setattr(vllm, "__version__", "0.34.0")
+    monkeypatch.setenv("SPECDEC_CAPTURE_DIR", str(tmp_path))
+    monkeypatch.setenv("SPECDEC_CAPTURE_RUN_ID", "r")
+    monkeypatch.setattr(plugin, "_STATE", None)
+    monkeypatch.setattr(plugin, "_GAVE_UP", False)
+    before = {name: Scheduler.__dict__[name] for name in ("update_from_output", "shutdown")}
+    with caplog.at_level(logging.ERROR, logger=plugin.log.name):
+        plugin.register()
+        plugin.register()
+    assert {name: Scheduler.__dict__[name] for name in before} == before
+    assert plugin.state() is None
+    said = [r.getMessage() for r in caplog.records if "not supported" in r.getMessage()]
+    assert len(said) == 1
+    assert "vLLM 0.34.0 is not supported (supported: 0.32.x, 0.33.x); capture is off" in said[0]
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_v1_runner_on_cpu_says_what_it_times():
