@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+from specdec.analytics.labels import bound_text
 from specdec.analytics.report.html import esc
 from specdec.analytics.report.verdict import row_anchor
 
@@ -91,11 +92,12 @@ def _text(r: dict) -> str:
     if r.get("ci_low") is None or r.get("ci_high") is None:
         return f"{_x(r['speedup'])}, interval {NOT_MEASURED} \u00b7 {used}"
     equivalence = (
-        f"; TOST {r['equivalence_low']:.2f}\u2013{r['equivalence_high']:.2f}"
+        f"; TOST {bound_text(r['equivalence_low'])}\u2013{bound_text(r['equivalence_high'])}"
         if r.get("label") == "equivalent" and r.get("equivalence_low") is not None
         else ""
     )
-    return f"{_x(r['speedup'])} ({r['ci_low']:.2f}\u2013{r['ci_high']:.2f}{equivalence}) \u00b7 {used}"
+    bounds = f"{bound_text(r['ci_low'])}\u2013{bound_text(r['ci_high'])}"  # on their side of 1, as the verdict's
+    return f"{_x(r['speedup'])} ({bounds}{equivalence}) \u00b7 {used}"
 
 
 def forest_rows(

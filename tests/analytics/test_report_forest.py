@@ -99,6 +99,14 @@ def test_rows_are_ordered_and_null_is_not_measured_never_zero():
     assert forest_rows(MART[:1], lambda k: "0.5 req/s")[0]["row"] == "(system) \u00b7 0.5 req/s"
 
 
+def test_a_bound_near_1_keeps_its_side_of_1_in_the_text():
+    """A slower row whose interval ends at 0.997 must not read '(0.90–1.00)', as if it touched 1."""
+    (slower,) = forest_rows([row("chat", 8, 0.94, 0.90, 0.997, "slower")])
+    assert slower["text"] == "0.94x (0.90–0.997) · 5 repeats, 40 pairs"
+    (faster,) = forest_rows([row("code", 8, 1.03, 1.004, 1.06, "faster")])
+    assert faster["text"].startswith("1.03x (1.004–1.06)")
+
+
 def test_the_spec_draws_intervals_points_band_and_one_on_a_log_axis():
     rows = forest_rows(MART)
     spec = forest_chart(rows, run_margin(MART, 0.2))
