@@ -116,6 +116,7 @@ __all__ = [
     "Interrupted",
     "build",
     "build_steps",
+    "check_models",
     "interruptible",
     "load_record_file",
     "pending",
@@ -577,6 +578,30 @@ def _create_models(con, models, steps: _Steps = _NO_STEPS) -> None:
             (m.name, m.layer, m.materialized, str(m.path), m.sql, m.domain, m.header.kind, list(m.header.grain))
             for m in models
         ],
+    )
+
+
+def check_models(con, db: Path) -> None:
+    """A database built already (``specdec plan --db``) is read with this specdec's SQL only if
+    the same SQL models built it: the ``sql_models`` table it holds against the models here. Else
+    a ``SpecdecError`` naming the database and a model that differs, since the queries would
+    fail on a renamed column or, worse, read figures computed by other definitions."""
+    import duckdb  # heavy: duckdb, imported only when used
+
+    try:
+        have: dict[str, str] | None = dict(con.execute("select name, sql from sql_models").fetchall())
+    except duckdb.Error:
+        have = None
+    want = {m.name: m.sql for m in discover()}
+    if have == want:
+        return
+    if have is None:
+        why = "it holds no sql_models table"
+    else:
+        differ = sorted(n for n in want.keys() | have.keys() if have.get(n) != want.get(n))
+        why = f"{len(differ)} of its {len(have)} SQL models differ from this specdec's, {differ[0]} first"
+    raise SpecdecError(
+        f"{db}: built by another version of specdec ({why}); rebuild it with `specdec analytics build RUN_DIR`"
     )
 
 

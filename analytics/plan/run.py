@@ -268,7 +268,7 @@ def make_plan(run_dir: Path, config: PlanConfig, db: Path | None = None) -> dict
     inputs read from the cache beside it (``inputs.stage``; the first plan of a database writes it)."""
     import duckdb  # heavy: only when planning
 
-    from specdec.analytics.build import build, watch
+    from specdec.analytics.build import build, check_models, watch
 
     given = db is not None
     if db is None:
@@ -279,6 +279,7 @@ def make_plan(run_dir: Path, config: PlanConfig, db: Path | None = None) -> dict
     watch(con)  # a signal interrupts its queries (``analytics.build.interruptible``)
     try:
         if given:
+            check_models(con, Path(db))  # its marts and views are read with this specdec's queries
             stage(con, Path(db))  # the planner's inputs through the cache beside a database built already
         return plan_from_db(con, config)
     finally:

@@ -84,3 +84,20 @@ def test_plan_from_a_database_built_already_does_not_rebuild(run_dir, tmp_path):
     again, _, _ = _plan(run_dir, tmp_path / "again", "--db", str(db))
     assert db.stat().st_mtime_ns == built
     assert again["cells"] == first["cells"]
+
+
+def test_a_database_built_by_other_sql_models_is_refused_by_name(run_dir, tmp_path):
+    """``--db`` reads the marts with this specdec's queries: a database another version built
+    (here, one model's SQL changed in its ``sql_models``, as a version that renamed a column
+    leaves it) is refused, naming the file and the model, and nothing is planned."""
+    import duckdb
+
+    _plan(run_dir, tmp_path)  # builds run_dir/specdec.duckdb
+    db = run_dir / "specdec.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.execute("update sql_models set sql = sql || ' -- older' where name = 'speedup'")
+    out = tmp_path / "refused"
+    res = CliRunner().invoke(plan_command, [str(run_dir), "-o", str(out), "--db", str(db)])
+    assert res.exit_code != 0 and not out.exists()
+    assert f"{db}: built by another version of specdec (1 of its" in res.output and "speedup first" in res.output
+    assert "Traceback" not in res.output
