@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from specdec.runfolder import ROUND_PART_GLOB, capture_dir, round_part_name
 from specdec.schemas.arrow import arrow_schema, write_batches_atomic
-from specdec.schemas.records import SCHEMA_VERSION, RoundTrace
+from specdec.schemas.records import READ_SCHEMA_VERSIONS, RoundTrace
 
 log = logging.getLogger("specdec.replay")
 
@@ -36,10 +36,10 @@ def _files(folder: Path) -> list[Path]:
 
 
 def _readable(f: Path) -> str | None:
-    """Why part file ``f`` cannot be taken (its schema version), or None."""
+    """Why part file ``f`` cannot be taken (a schema version the analytics do not read), or None."""
     meta = pq.read_schema(f)
     version = (meta.metadata or {}).get(b"schema_version", b"").decode()
-    return None if version == SCHEMA_VERSION else f"{f.name} (schema_version {version or 'missing'})"
+    return None if version in READ_SCHEMA_VERSIONS else f"{f.name} (schema_version {version or 'missing'})"
 
 
 class _Counts:

@@ -57,3 +57,14 @@ def test_no_rows_of_the_run_write_no_file_and_say_where_was_looked(tmp_path):
     entry = import_capture(cap, tmp_path / "run", "run1", "sd.run1.", wait_s=0.0)
     assert entry["rows"] == 0 and "SPECDEC_CAPTURE_DIR" in entry["note"]
     assert not capture_dir(tmp_path / "run").exists()
+
+
+def test_a_part_of_an_older_version_the_analytics_read_counts_and_an_unknown_one_is_named(tmp_path):
+    """A capture plugin of the previous schema version (its rounds' columns unchanged) still
+    feeds the run; a part of a version no reader here knows is skipped with its version said."""
+    for name, version in (("rounds-7-abcd-000000.parquet", b"2"), ("rounds-7-abcd-000001.parquet", b"9")):
+        table = table_from_records(RoundTrace, [round_row("chatcmpl-sd.run1.a-0", 7, 0, 0, 4, 2)])
+        pq.write_table(
+            table.replace_schema_metadata({**table.schema.metadata, b"schema_version": version}), tmp_path / name
+        )
+    assert _Counts(tmp_path, "sd.run1.").poll() == (1, ["rounds-7-abcd-000001.parquet (schema_version 9)"])
