@@ -35,11 +35,17 @@ def _cells(run_dir: Path) -> dict[Key, Cell]:
         con = duckdb.connect(str(db), read_only=True)
         try:
             # keyed by the analysis run (the run itself, or <run>/<treatment> for each comparison of
-            # named arms): the A/B rows of several comparisons share comparison = 'ab'
+            # named arms): the A/B rows of several comparisons share comparison = 'ab'. Only the
+            # rows the verdict labels (those with a family row): the weighted overall speedup has a
+            # measurement interval but no label, so it neither shares the error nor holds a level open
             rows = con.execute(
-                "select run_id, category, level, segment, interval, ci_low, ci_high, ci_level, df "
-                "from int_speedup_intervals where interval = 'measurement' and segment is null "
-                "and comparison = 'ab'"
+                """select m.run_id, m.category, m.level, m.segment, m.interval, m.ci_low, m.ci_high,
+                          m.ci_level, m.df
+                   from int_speedup_intervals m
+                   where m.interval = 'measurement' and m.segment is null and m.comparison = 'ab'
+                     and exists (select 1 from int_speedup_intervals f
+                                 where f.interval = 'family' and f.segment is null and f.comparison = 'ab'
+                                   and f.run_id = m.run_id and f.category = m.category and f.level = m.level)"""
             ).fetchall()
         finally:
             con.close()

@@ -24,6 +24,9 @@ def test_a_3x_faster_pair_is_decided_by_the_looks_and_the_marts_say_so(tmp_path,
     assert looks and all(0 < x["alpha_look"] <= 0.05 for x in looks)
     assert sum(x["alpha_look"] for x in looks) <= 0.05 + 1e-12
     decided = {(d["category"], d["level"]): d for x in looks for d in x["decided"]}
+    # the looks judge the rows the verdict labels, never the weighted overall row (no label of its own)
+    looked = {c for c, _ in decided} | {cell[1] for x in looks for cell in x["open_cells"]}
+    assert "(weighted)" not in looked and "(system)" in looked
     assert decided and all(d["label"] in ("faster", "inconclusive") for d in decided.values()), decided
     assert any(d["label"] == "faster" for d in decided.values())
     assert looks[-1]["open_levels"] == [] or looks[-1]["final"]
