@@ -48,7 +48,13 @@ grown in proportion, the level of all the alpha not yet spent, and its point
 estimate one standard error the favourable way) leaves as ``inconclusive``
 with the repeats that would resolve the margin (``repeats_needed``). Leaving
 for futility never rejects anything, so it cannot raise an error rate; it
-costs power only where the projection is wrong.
+costs power only where the projection is wrong. (Kept open instead while its
+level ran on for another cell, it would be judged again at no cost in
+repeats, but it would widen Holm's family at every look: tried 2026-12-08,
+power at 1.20x in one category fell from 68% to 46%, ``benchmarks/sequential.py
+--runs 300``.) Its interval in the marts is the run's at its end, drawn at
+the level of the look that left it (where its label was read), so an
+``inconclusive`` never shows an interval that clears 1.
 
 **Equivalent needs 2 degrees of freedom.** A look reads ``equivalent`` only from a
 cell whose interval rests on at least ``EQUIVALENT_MIN_DF`` degrees of freedom.
@@ -313,6 +319,24 @@ def open_levels(look: Look, levels: Sequence[int]) -> list[int]:
     return [lv for lv in levels if lv in still]
 
 
+def _at_look_level(row: tuple, d: Mapping) -> tuple:
+    """A cell left for futility: the run's own interval at its end (``row``: centre and standard
+    error read back from its family interval, its df) redrawn at the level of the look that left it,
+    where its label was read; if that interval clears 1 (the run's figures at the end moved past
+    what the look saw), the look's own, which does not: an ``inconclusive`` never shows an interval
+    that excludes 1."""
+    low, high, level, df = row[5], row[6], row[7], row[8]
+    look = (d["ci_low"], d["ci_high"], d["ci_level"])
+    if None in (low, high, level, df) or not (0 < low <= high) or not (0 < level < 1) or df <= 0:
+        return (low, high, level)
+    q, q_look = t_quantile(1 - (1 - level) / 2, df), t_quantile(1 - (1 - float(d["ci_level"])) / 2, df)
+    centre, half = (math.log(low) + math.log(high)) / 2, (math.log(high) - math.log(low)) / 2
+    if not (q > 0 and math.isfinite(q_look)):
+        return look
+    lo, hi = math.exp(centre - half * q_look / q), math.exp(centre + half * q_look / q)
+    return (lo, hi, float(d["ci_level"])) if lo <= 1.0 <= hi else look
+
+
 def apply_looks(
     rows: Sequence[tuple],
     looks: Sequence[Mapping],
@@ -325,7 +349,7 @@ def apply_looks(
     the full 5% on every repeat, a run that stopped when its labels looked decided would not keep
     its error rates (stopping without spending). A cell no look decided (the run was stopped
     before its last look) is ``inconclusive``; so is one a look left for futility, with the run's
-    interval at its end (the look's says nothing the label does not).
+    interval at its end drawn at that look's level (``_at_look_level``).
 
     ``run_id``: the analysis run the rows are of. A look names a cell's comparison by its
     analysis run (the run, or ``<run>/<treatment>`` for one comparison of named arms:
@@ -357,6 +381,8 @@ def apply_looks(
             r[11] = d["label"]
             if not d.get("futile") and not d.get("dominated_by"):  # a decided cell: the interval its look read
                 r[5], r[6], r[7] = d["ci_low"], d["ci_high"], d["ci_level"]
+            elif d.get("futile"):  # the run's figures at the level its label was read at
+                r[5], r[6], r[7] = _at_look_level(row, d)
             # a cell left for futility is inconclusive whatever its interval: it keeps the run's own
             # at the end (its look's, read at the spent level on as few as 1 df, spanned up to 18
             # orders of magnitude on a llama.cpp demo: 99.9% CI 0.00-3e18 for 1.07x)

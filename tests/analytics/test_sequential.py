@@ -94,7 +94,7 @@ def test_a_sequential_runs_labels_are_its_looks_and_an_undecided_cell_is_inconcl
     assert out["code", "measurement"] == rows[2]  # other rows untouched
 
 
-def test_a_cell_left_for_futility_keeps_the_runs_interval_not_its_looks():
+def test_a_cell_left_for_futility_keeps_the_runs_interval_at_its_looks_level():
     # a look after repeat 2 reads on about 1 df at a spent level: its interval can span orders of
     # magnitude (a llama.cpp demo printed 1.07x, 99.9% CI 0.00-3e18); the label says inconclusive
     look = {"comparison": "ab", "category": "chat", "level": 1, "label": "inconclusive", "ci_low": 4e-19}
@@ -102,10 +102,31 @@ def test_a_cell_left_for_futility_keeps_the_runs_interval_not_its_looks():
     look |= {"tost_low": 0.33, "tost_high": 3.0}  # the look's 90% bar: not drawn beside the run's interval
     row = _family("chat", 1, "faster") + (None, 0.95, 1.05)  # ... equivalence_low, equivalence_high
     (out,) = apply_looks([row], [{"repeat": 2, "decided": [look]}], 0.05)
-    assert (out[5], out[6], out[7]) == (0.9, 1.1, 0.99)  # the run's own, at its end
+    # the run's own (0.9-1.1 at 99% on 5 df) redrawn at the look's 99.87%: wider, centred alike
+    q, q_look = t_quantile(0.995, 5.0), t_quantile(1 - 0.0013 / 2, 5.0)
+    half = math.log(1.1 / 0.9) / 2 * q_look / q
+    centre = math.log(1.1 * 0.9) / 2
+    assert (out[5], out[6], out[7]) == (
+        pytest.approx(math.exp(centre - half)),
+        pytest.approx(math.exp(centre + half)),
+        0.9987,
+    )
+    assert out[5] < 0.9 and out[6] > 1.1
     assert (out[18], out[19]) == (0.95, 1.05)  # and its own 90% interval
     assert out[11] == "inconclusive" and out[12] is None and out[14] == 101
     assert "left for futility at the look after repeat 2" in out[16]
+
+
+def test_a_futile_cell_never_shows_an_interval_that_clears_1():
+    """The demo of 2026-12-08 printed (system) c4 inconclusive with 1.13x (98.6% CI 1.003-1.26): a
+    cell left for futility at a look, its level run on after it, the run's interval at its end read
+    at the run's level. Where the run's figures at the look's level still clear 1, the look's own
+    interval (which holds 1: it was not rejected there) is shown."""
+    look = {"comparison": "ab", "category": "(system)", "level": 4, "label": "inconclusive", "ci_low": 0.97}
+    look |= {"ci_high": 1.31, "ci_level": 0.998, "repeats_needed": 40, "futile": True}
+    row = ("ab", "(system)", 4, None, "family", 1.1, 1.15, 0.986, 6.0, 0.01, 12, "faster", None, 0.1, None, 0.05, "m")
+    (out,) = apply_looks([row + (None, None, None)], [{"repeat": 3, "decided": [look]}], 0.05)
+    assert (out[5], out[6], out[7], out[11]) == (0.97, 1.31, 0.998, "inconclusive")
 
 
 # noise the intervals do not assume: the order effect, drift, t(3) tails, slow blocks, shocks
