@@ -69,7 +69,7 @@ def former_names(have_schema: pa.Schema) -> dict[str, str]:
 
 
 def _today(have_schema: pa.Schema, renamed: dict[str, str]) -> pa.Schema:
-    """The file's schema under today's column names."""
+    """The file's schema under today's column names (``renamed``: ``former_names``)."""
     if not renamed:
         return have_schema
     back = {then: now for now, then in renamed.items()}
@@ -97,7 +97,8 @@ class _Footer:
             total += meta.row_group(i).num_rows
         renamed = former_names(pf.schema_arrow)
         back = {then: now for now, then in renamed.items()}
-        leaves = {back.get(p, p): j for j in range(meta.num_columns) if (p := meta.schema.column(j).path)}
+        paths = (meta.schema.column(j).path for j in range(meta.num_columns))
+        leaves = {back.get(path, path): j for j, path in enumerate(paths)}
         return cls(_today(pf.schema_arrow, renamed), leaves, offsets, renamed)
 
 

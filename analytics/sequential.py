@@ -154,17 +154,23 @@ class Look:
         }
 
 
+def _read_back(low: float, high: float, ci_level: float, df: float) -> Cell:
+    """The cell a t interval [low, high] at ``ci_level`` on ``df`` was drawn from: centre and
+    standard error of its log ratio (exp(centre +- t(1 - (1 - ci_level) / 2, df) se))."""
+    lo, hi = math.log(low), math.log(high)
+    q = t_quantile(1 - (1 - ci_level) / 2, df)
+    return Cell((lo + hi) / 2, (hi - lo) / (2 * q) if q > 0 else math.inf, df)
+
+
 def cells_from_rows(rows: Sequence[Sequence]) -> dict[Key, Cell]:
     """The measurement rows of ``intervals.compute`` (segment None) as cells: centre and standard
-    error read back from the pointwise interval (exp(centre +- t(0.975, df) se)) and its df."""
+    error read back from the pointwise interval (``_read_back``) and its df."""
     out: dict[Key, Cell] = {}
     for row in rows:
         comparison, category, level, segment, kind, low, high, ci_level, df = row[:9]
         if kind != "measurement" or segment is not None or low is None or high is None or not df or df <= 0:
             continue
-        lo, hi = math.log(low), math.log(high)
-        q = t_quantile(1 - (1 - ci_level) / 2, df)
-        out[comparison, category, int(level)] = Cell((lo + hi) / 2, (hi - lo) / (2 * q) if q > 0 else math.inf, df)
+        out[comparison, category, int(level)] = _read_back(low, high, ci_level, df)
     return out
 
 
@@ -329,11 +335,11 @@ def _at_look_level(row: tuple, d: Mapping) -> tuple:
     look = (d["ci_low"], d["ci_high"], d["ci_level"])
     if None in (low, high, level, df) or not (0 < low <= high) or not (0 < level < 1) or df <= 0:
         return (low, high, level)
-    q, q_look = t_quantile(1 - (1 - level) / 2, df), t_quantile(1 - (1 - float(d["ci_level"])) / 2, df)
-    centre, half = (math.log(low) + math.log(high)) / 2, (math.log(high) - math.log(low)) / 2
-    if not (q > 0 and math.isfinite(q_look)):
+    c = _read_back(low, high, level, df)
+    q_look = t_quantile(1 - (1 - float(d["ci_level"])) / 2, df)
+    if not (math.isfinite(c.se) and math.isfinite(q_look)):
         return look
-    lo, hi = math.exp(centre - half * q_look / q), math.exp(centre + half * q_look / q)
+    lo, hi = math.exp(c.centre - q_look * c.se), math.exp(c.centre + q_look * c.se)
     return (lo, hi, float(d["ci_level"])) if lo <= 1.0 <= hi else look
 
 

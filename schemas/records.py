@@ -394,7 +394,8 @@ class RunManifest(_Record):
     def _today_names(cls, data: Any) -> Any:
         """A manifest of an older version (``FORMER_NAMES``) read under today's field names."""
         if isinstance(data, dict) and (former := FORMER_NAMES.get(str(data.get("schema_version")))):
-            data = {next((now for now, then in former.items() if then == k), k): v for k, v in data.items()}
+            back = {then: now for now, then in former.items()}
+            data = {back.get(k, k): v for k, v in data.items()}
         return data
 
     run_id: RunName
